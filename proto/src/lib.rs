@@ -1,0 +1,29 @@
+//! mdrelay's core, without any I/O runtime: everything here works on byte slices and `std::io`
+//! streams, so it is testable without sockets and shared by the publisher and the subscriber.
+//!
+//! Layout, from the wire inwards:
+//! - [`capture`]: streaming pcap / pcapng reader (gzip or not), packets out;
+//! - [`link`]: Ethernet / VLAN / Linux SLL / raw IPv4 down to the UDP payload;
+//! - [`iextp`]: IEX-TP v1 segments and their length-prefixed message blocks;
+//! - [`message`]: the message model every wire format converts to and from;
+//! - [`price`]: fixed-point prices and space-padded symbols;
+//! - [`aggregate`]: per-symbol volume and high/low prices;
+//! - [`sequence`]: gaps and restarts per (protocol, session);
+//! - [`inspect`]: a whole capture into counts and aggregates;
+//! - [`synth`]: a realistic synthetic trading day of IEX DEEP;
+//! - [`capture_writer`]: segments out to pcap / pcapng, with Ethernet, IPv4 and UDP headers.
+
+pub mod aggregate;
+pub mod capture;
+pub mod capture_writer;
+pub mod iextp;
+pub mod inspect;
+pub mod link;
+pub mod message;
+pub mod price;
+pub mod sequence;
+pub mod synth;
+
+pub use aggregate::{Aggregator, SymbolAggregate};
+pub use message::Message;
+pub use price::{Price, Symbol};

@@ -1,0 +1,56 @@
+//! `mdrelay-pub`: the publisher's command line.
+//!
+//! - `inspect`: counts and aggregates of a capture (the reference for everything else);
+//! - `synth`: writes a synthetic IEX DEEP capture;
+//! - `convert`: rewrites a capture in another container (pcap / pcapng, µs / ns, gzip).
+
+mod commands;
+
+use clap::{Parser, Subcommand};
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+/// mdrelay publisher: replays IEX market data, and the capture tools around it.
+#[derive(Debug, Parser)]
+#[command(name = "mdrelay-pub", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Count a capture's packets and messages and aggregate volume and high/low prices per symbol.
+    Inspect(commands::InspectArgs),
+    /// Write a synthetic IEX DEEP 1.0 capture of a realistic trading day.
+    Synth(commands::SynthArgs),
+    /// Rewrite a capture as pcap or pcapng, with µs or ns stamps, gzipped or not.
+    Convert(commands::ConvertArgs),
+    /// Generate the default synthetic day in memory and report on it: the built-in demo.
+    Demo,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("MDRELAY_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Inspect(args) => commands::inspect(&args),
+        Command::Synth(args) => commands::synth(&args),
+        Command::Convert(args) => commands::convert(&args),
+        Command::Demo => commands::demo(),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("mdrelay-pub: error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
