@@ -50,18 +50,24 @@ pub struct SegmentHeader {
 }
 
 impl SegmentHeader {
+    /// The header in its wire layout.
+    pub fn to_bytes(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b[0] = self.version;
+        b[2..4].copy_from_slice(&self.protocol_id.to_le_bytes());
+        b[4..8].copy_from_slice(&self.channel_id.to_le_bytes());
+        b[8..12].copy_from_slice(&self.session_id.to_le_bytes());
+        b[12..14].copy_from_slice(&self.payload_length.to_le_bytes());
+        b[14..16].copy_from_slice(&self.message_count.to_le_bytes());
+        b[16..24].copy_from_slice(&self.stream_offset.to_le_bytes());
+        b[24..32].copy_from_slice(&self.first_sequence.to_le_bytes());
+        b[32..40].copy_from_slice(&self.send_time.to_le_bytes());
+        b
+    }
+
     /// Appends the header in its wire layout.
     pub fn write(&self, out: &mut Vec<u8>) {
-        out.push(self.version);
-        out.push(0);
-        out.extend_from_slice(&self.protocol_id.to_le_bytes());
-        out.extend_from_slice(&self.channel_id.to_le_bytes());
-        out.extend_from_slice(&self.session_id.to_le_bytes());
-        out.extend_from_slice(&self.payload_length.to_le_bytes());
-        out.extend_from_slice(&self.message_count.to_le_bytes());
-        out.extend_from_slice(&self.stream_offset.to_le_bytes());
-        out.extend_from_slice(&self.first_sequence.to_le_bytes());
-        out.extend_from_slice(&self.send_time.to_le_bytes());
+        out.extend_from_slice(&self.to_bytes());
     }
 
     /// True for a segment with no messages.
@@ -243,9 +249,7 @@ impl SegmentBuilder {
     pub fn finish(&mut self, mut header: SegmentHeader) -> &[u8] {
         header.payload_length = (self.buf.len() - HEADER_LEN) as u16;
         header.message_count = self.count;
-        let mut head = Vec::with_capacity(HEADER_LEN);
-        header.write(&mut head);
-        self.buf[..HEADER_LEN].copy_from_slice(&head);
+        self.buf[..HEADER_LEN].copy_from_slice(&header.to_bytes());
         &self.buf
     }
 }

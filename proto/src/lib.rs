@@ -11,11 +11,13 @@
 //! - [`sequence`]: gaps and restarts per (protocol, session);
 //! - [`inspect`]: a whole capture into counts and aggregates;
 //! - [`synth`]: a realistic synthetic trading day of IEX DEEP;
+//! - [`codec`]: the wire formats (raw, SBE, FlatBuffers, Cap'n Proto) and their framing;
 //! - [`capture_writer`]: segments out to pcap / pcapng, with Ethernet, IPv4 and UDP headers.
 
 pub mod aggregate;
 pub mod capture;
 pub mod capture_writer;
+pub mod codec;
 pub mod iextp;
 pub mod inspect;
 pub mod link;

@@ -1,0 +1,39 @@
+//! Cap.n Proto codec (placeholder until the generated codec lands).
+
+use super::{BatchHeader, DecodeError, EncodeError, Format, Limits};
+use crate::message::Message;
+
+/// Cap.n Proto codec.
+pub struct CapnpCodec {
+    #[allow(dead_code)]
+    limits: Limits,
+    packed: bool,
+}
+
+impl CapnpCodec {
+    /// A codec with the given limits.
+    pub fn new(limits: Limits, packed: bool) -> Self {
+        CapnpCodec { limits, packed }
+    }
+    /// Capnp or CapnpPacked.
+    pub fn format(&self) -> Format {
+        if self.packed { Format::CapnpPacked } else { Format::Capnp }
+    }
+    /// Appends one frame.
+    pub fn encode(
+        &mut self,
+        _header: &BatchHeader,
+        _messages: &[Message<'_>],
+        _out: &mut Vec<u8>,
+    ) -> Result<(), EncodeError> {
+        Err(EncodeError::Unrepresentable { format: Format::Capnp, index: 0, what: "not implemented".into() })
+    }
+    /// Length of the first frame.
+    pub fn frame_len(&self, _buf: &[u8]) -> Result<Option<usize>, DecodeError> {
+        Err(DecodeError::new(Format::Capnp, 0, "not implemented"))
+    }
+    /// Decodes one frame.
+    pub fn decode<F: FnMut(&Message<'_>)>(&mut self, _frame: &[u8], _visit: F) -> Result<BatchHeader, DecodeError> {
+        Err(DecodeError::new(Format::Capnp, 0, "not implemented"))
+    }
+}

@@ -1,0 +1,124 @@
+//! Steady-state encode, frame and decode make no heap allocation, in every format: a counting
+//! global allocator watches a whole pass over DEEP10 after a warm-up pass.
+
+mod common;
+
+use common::iex_data;
+use mdrelay_proto::capture::CaptureReader;
+use mdrelay_proto::codec::{BatchHeader, Codec, Format, Limits, MessageScratch, collect_segment};
+use mdrelay_proto::iextp::Segment;
+use mdrelay_proto::{Aggregator, link};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// Only the measuring thread counts (the test harness has threads of its own).
+    static MEASURING: Cell<bool> = const { Cell::new(false) };
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if MEASURING.with(|m| m.get()) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if MEASURING.with(|m| m.get()) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn udp_payloads() -> Vec<Vec<u8>> {
+    let mut reader = CaptureReader::open(iex_data().join("DEEP10.pcap.gz")).unwrap();
+    let mut out = Vec::new();
+    while let Some(packet) = reader.next_packet().unwrap() {
+        if let Ok(datagram) = link::udp_datagram(packet.link_type, packet.data) {
+            out.push(datagram.payload.to_vec());
+        }
+    }
+    out
+}
+
+struct Pipeline {
+    codec: Codec,
+    scratch: MessageScratch,
+    frame: Vec<u8>,
+    aggregator: Aggregator,
+    messages: u64,
+}
+
+impl Pipeline {
+    fn pass(&mut self, payloads: &[Vec<u8>]) {
+        for payload in payloads {
+            let Ok(segment) = Segment::parse(payload) else { continue };
+            self.frame.clear();
+            let codec = &mut self.codec;
+            let frame = &mut self.frame;
+            self.scratch.with(|list| {
+                collect_segment(&segment, list);
+                let header = BatchHeader { publish_time: 1, ..BatchHeader::from_segment(&segment.header) };
+                codec.encode(&header, list, frame).expect("encodes");
+            });
+            let len = self.codec.frame_len(&self.frame).expect("frames").expect("complete");
+            let aggregator = &mut self.aggregator;
+            let messages = &mut self.messages;
+            self.codec
+                .decode(&self.frame[..len], |m| {
+                    *messages += 1;
+                    aggregator.apply(m);
+                })
+                .expect("decodes");
+        }
+    }
+}
+
+#[test]
+fn the_counter_sees_allocations() {
+    ALLOCATIONS.store(0, Ordering::Relaxed);
+    MEASURING.with(|m| m.set(true));
+    let boxed = std::hint::black_box(Box::new([0u8; 64]));
+    MEASURING.with(|m| m.set(false));
+    drop(boxed);
+    assert!(ALLOCATIONS.load(Ordering::Relaxed) >= 1);
+}
+
+#[test]
+fn no_allocation_in_steady_state_for_any_format() {
+    let payloads = udp_payloads();
+    let mut failures = Vec::new();
+    for format in Format::ALL {
+        let mut pipeline = Pipeline {
+            codec: Codec::new(format, Limits::default()),
+            scratch: MessageScratch::new(),
+            frame: Vec::new(),
+            aggregator: Aggregator::new(),
+            messages: 0,
+        };
+        pipeline.pass(&payloads);
+        let warm = pipeline.messages;
+        ALLOCATIONS.store(0, Ordering::Relaxed);
+        MEASURING.with(|m| m.set(true));
+        pipeline.pass(&payloads);
+        MEASURING.with(|m| m.set(false));
+        let allocations = ALLOCATIONS.load(Ordering::Relaxed);
+        assert_eq!(pipeline.messages, 2 * warm, "{format}: the measured pass saw every message");
+        if allocations != 0 {
+            failures.push(format!("{format}: {allocations} allocations over {} segments", payloads.len()));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
