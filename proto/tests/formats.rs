@@ -4,6 +4,15 @@
 
 mod common;
 
+/// The formats under test: all of them, unless a developer narrows the run with
+/// `MDRELAY_FORMATS=sbe,raw` while working on one format (CI never sets it).
+fn formats() -> Vec<mdrelay_proto::codec::Format> {
+    match std::env::var("MDRELAY_FORMATS") {
+        Ok(list) => list.split(',').map(|f| f.trim().parse().expect("MDRELAY_FORMATS names formats")).collect(),
+        Err(_) => mdrelay_proto::codec::Format::ALL.to_vec(),
+    }
+}
+
 use common::{assert_matches_reference, expected, iex_data};
 use mdrelay_proto::capture::CaptureReader;
 use mdrelay_proto::codec::{BatchHeader, Codec, Format, Limits, MessageScratch, collect_segment};
@@ -167,7 +176,7 @@ proptest! {
     fn every_message_type_round_trips_through_every_format(header in header(), specs in proptest::collection::vec(spec(), 0..40)) {
         let messages = messages(&specs);
         let want: Vec<String> = messages.iter().map(|m| format!("{m:?}")).collect();
-        for format in Format::ALL {
+        for format in formats() {
             let (decoded, seen) = round_trip(format, &header, &messages);
             prop_assert_eq!(&seen, &want, "{}", format);
             prop_assert_eq!(decoded, BatchHeader { message_count: messages.len() as u32, ..header }, "{}", format);
@@ -177,7 +186,7 @@ proptest! {
     #[test]
     fn corrupt_frames_are_errors_not_panics(header in header(), specs in proptest::collection::vec(spec(), 0..12), flips in proptest::collection::vec((any::<usize>(), 0u8..8), 1..8), cut in any::<usize>()) {
         let messages = messages(&specs);
-        for format in Format::ALL {
+        for format in formats() {
             let mut codec = Codec::new(format, Limits::default());
             let mut frame = Vec::new();
             codec.encode(&header, &messages, &mut frame).unwrap();
@@ -198,7 +207,7 @@ proptest! {
 
     #[test]
     fn random_bytes_are_errors_not_panics(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
-        for format in Format::ALL {
+        for format in formats() {
             let mut codec = Codec::new(format, Limits::default());
             if let Ok(Some(len)) = codec.frame_len(&bytes) {
                 prop_assert!(len <= bytes.len());
@@ -227,7 +236,7 @@ fn empty_and_largest_batches_round_trip() {
         trade_id: 1,
     });
     let event = Message::SystemEvent(SystemEvent { event: b'O', timestamp: 3 });
-    for format in Format::ALL {
+    for format in formats() {
         let (decoded, seen) = round_trip(format, &header, &[]);
         assert_eq!((decoded.message_count, seen.len()), (0, 0), "{format}");
         assert_eq!(decoded.first_sequence, 99, "{format}");
@@ -267,7 +276,7 @@ fn framers_handle_split_and_merged_reads_and_refuse_oversized_frames() {
                 .collect()
         })
         .collect();
-    for format in Format::ALL {
+    for format in formats() {
         let mut codec = Codec::new(format, Limits::default());
         let mut stream = Vec::new();
         let mut ends = Vec::new();
@@ -329,7 +338,7 @@ fn through_format(path: &std::path::Path, format: Format) -> (Aggregator, u64) {
 fn the_real_captures_through_every_format_give_the_reference_figures() {
     for (capture, reference) in [("DEEP10.pcap.gz", "DEEP10.json"), ("TOPS16.pcap.gz", "TOPS16.json")] {
         let reference = expected(reference);
-        for format in Format::ALL {
+        for format in formats() {
             let (aggregator, messages) = through_format(&iex_data().join(capture), format);
             let report = InspectReport {
                 total_trade_volume: aggregator.total_trade_volume(),
