@@ -38,40 +38,76 @@ pub struct SymbolAggregate {
     pub ask_low: Option<Price>,
 }
 
-#[inline]
-fn widen(high: &mut Option<Price>, low: &mut Option<Price>, price: Price) {
-    *high = Some(high.map_or(price, |h| h.max(price)));
-    *low = Some(low.map_or(price, |l| l.min(price)));
-}
-
 impl SymbolAggregate {
     /// True when the symbol had a trade or a quote: the symbols reports list.
     pub fn is_active(&self) -> bool {
         self.trades > 0 || self.bid_high.is_some() || self.ask_high.is_some()
     }
+}
 
-    /// Folds `other` (figures for the same symbol over a different part of the stream) into self.
-    pub fn merge(&mut self, other: &SymbolAggregate) {
-        self.trade_volume += other.trade_volume;
-        self.trades += other.trades;
-        self.broken_trades += other.broken_trades;
-        for (high, low, other_high, other_low) in [
-            (&mut self.trade_high, &mut self.trade_low, other.trade_high, other.trade_low),
-            (&mut self.bid_high, &mut self.bid_low, other.bid_high, other.bid_low),
-            (&mut self.ask_high, &mut self.ask_low, other.ask_high, other.ask_low),
-        ] {
-            if let (Some(h), Some(l)) = (other_high, other_low) {
-                widen(high, low, h);
-                widen(high, low, l);
-            }
+/// Running figures for one symbol, in the shape that is cheapest to update: highs and lows start
+/// at the extremes so updating them is a branch-free max/min, and a bit per side records whether
+/// it was ever set (a price may legitimately equal an extreme).
+#[derive(Clone, Copy, Debug)]
+struct Running {
+    trade_volume: u64,
+    trades: u64,
+    broken_trades: u64,
+    high: [i64; 3],
+    low: [i64; 3],
+    seen: u8,
+}
+
+const TRADE: usize = 0;
+const BID: usize = 1;
+const ASK: usize = 2;
+
+impl Running {
+    const EMPTY: Running =
+        Running { trade_volume: 0, trades: 0, broken_trades: 0, high: [i64::MIN; 3], low: [i64::MAX; 3], seen: 0 };
+
+    #[inline(always)]
+    fn widen(&mut self, side: usize, price: Price) {
+        self.high[side] = self.high[side].max(price.0);
+        self.low[side] = self.low[side].min(price.0);
+        self.seen |= 1 << side;
+    }
+
+    fn get(&self, side: usize) -> (Option<Price>, Option<Price>) {
+        if self.seen & (1 << side) == 0 {
+            (None, None)
+        } else {
+            (Some(Price(self.high[side])), Some(Price(self.low[side])))
+        }
+    }
+
+    fn to_aggregate(&self) -> SymbolAggregate {
+        let (trade_high, trade_low) = self.get(TRADE);
+        let (bid_high, bid_low) = self.get(BID);
+        let (ask_high, ask_low) = self.get(ASK);
+        SymbolAggregate {
+            trade_volume: self.trade_volume,
+            trades: self.trades,
+            broken_trades: self.broken_trades,
+            trade_high,
+            trade_low,
+            bid_high,
+            bid_low,
+            ask_high,
+            ask_low,
         }
     }
 }
 
 /// Aggregates for every symbol seen.
+///
+/// Symbols map to slots in a dense table; the last symbol's slot is remembered, since feeds send
+/// runs of messages for one symbol (a trade and the level it took out, several levels at once).
 #[derive(Clone, Debug, Default)]
 pub struct Aggregator {
-    symbols: FxHashMap<Symbol, SymbolAggregate>,
+    slots: FxHashMap<Symbol, u32>,
+    entries: Vec<(Symbol, Running)>,
+    last: Option<(Symbol, u32)>,
 }
 
 impl Aggregator {
@@ -80,31 +116,48 @@ impl Aggregator {
         Self::default()
     }
 
+    #[inline(always)]
+    fn running(&mut self, symbol: Symbol) -> &mut Running {
+        let slot = match self.last {
+            Some((s, slot)) if s == symbol => slot,
+            _ => {
+                let next = self.entries.len() as u32;
+                let slot = *self.slots.entry(symbol).or_insert(next);
+                if slot == next {
+                    self.entries.push((symbol, Running::EMPTY));
+                }
+                self.last = Some((symbol, slot));
+                slot
+            }
+        };
+        &mut self.entries[slot as usize].1
+    }
+
     /// Applies one message; messages that carry no trade or quote are ignored.
     #[inline]
     pub fn apply(&mut self, message: &Message<'_>) {
         match message {
             Message::TradeReport(t) => {
-                let e = self.symbols.entry(t.symbol).or_default();
+                let e = self.running(t.symbol);
                 e.trade_volume += u64::from(t.size);
                 e.trades += 1;
-                widen(&mut e.trade_high, &mut e.trade_low, t.price);
+                e.widen(TRADE, t.price);
             }
-            Message::TradeBreak(t) => self.symbols.entry(t.symbol).or_default().broken_trades += 1,
+            Message::TradeBreak(t) => self.running(t.symbol).broken_trades += 1,
             Message::PriceLevelUpdate(u) => {
-                let e = self.symbols.entry(u.symbol).or_default();
-                match u.side {
-                    Side::Buy => widen(&mut e.bid_high, &mut e.bid_low, u.price),
-                    Side::Sell => widen(&mut e.ask_high, &mut e.ask_low, u.price),
-                }
+                let side = match u.side {
+                    Side::Buy => BID,
+                    Side::Sell => ASK,
+                };
+                self.running(u.symbol).widen(side, u.price);
             }
             Message::QuoteUpdate(q) => {
-                let e = self.symbols.entry(q.symbol).or_default();
+                let e = self.running(q.symbol);
                 if q.bid_size > 0 {
-                    widen(&mut e.bid_high, &mut e.bid_low, q.bid_price);
+                    e.widen(BID, q.bid_price);
                 }
                 if q.ask_size > 0 {
-                    widen(&mut e.ask_high, &mut e.ask_low, q.ask_price);
+                    e.widen(ASK, q.ask_price);
                 }
             }
             _ => {}
@@ -112,26 +165,36 @@ impl Aggregator {
     }
 
     /// The figures for one symbol, if it was seen.
-    pub fn get(&self, symbol: &Symbol) -> Option<&SymbolAggregate> {
-        self.symbols.get(symbol)
+    pub fn get(&self, symbol: &Symbol) -> Option<SymbolAggregate> {
+        self.slots.get(symbol).map(|&slot| self.entries[slot as usize].1.to_aggregate())
     }
 
     /// Traded volume over every symbol.
     pub fn total_trade_volume(&self) -> u64 {
-        self.symbols.values().map(|a| a.trade_volume).sum()
+        self.entries.iter().map(|(_, r)| r.trade_volume).sum()
     }
 
     /// The symbols with a trade or a quote, sorted by symbol.
     pub fn active(&self) -> Vec<(Symbol, SymbolAggregate)> {
-        let mut out: Vec<_> = self.symbols.iter().filter(|(_, a)| a.is_active()).map(|(s, a)| (*s, *a)).collect();
+        let mut out: Vec<_> =
+            self.entries.iter().map(|(s, r)| (*s, r.to_aggregate())).filter(|(_, a)| a.is_active()).collect();
         out.sort_unstable_by_key(|(s, _)| *s);
         out
     }
 
     /// Folds another aggregator into this one.
     pub fn merge(&mut self, other: &Aggregator) {
-        for (symbol, aggregate) in &other.symbols {
-            self.symbols.entry(*symbol).or_default().merge(aggregate);
+        for (symbol, theirs) in &other.entries {
+            let ours = self.running(*symbol);
+            ours.trade_volume += theirs.trade_volume;
+            ours.trades += theirs.trades;
+            ours.broken_trades += theirs.broken_trades;
+            for side in [TRADE, BID, ASK] {
+                if theirs.seen & (1 << side) != 0 {
+                    ours.widen(side, Price(theirs.high[side]));
+                    ours.widen(side, Price(theirs.low[side]));
+                }
+            }
         }
     }
 }

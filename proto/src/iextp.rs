@@ -110,6 +110,7 @@ pub struct Segment<'a> {
     pub payload: &'a [u8],
 }
 
+#[inline]
 fn header(input: &[u8]) -> nom::IResult<&[u8], SegmentHeader> {
     let (rest, (version, _reserved, protocol_id, channel_id, session_id)) =
         (le_u8, le_u8, le_u16, le_u32, le_u32).parse(input)?;
@@ -131,6 +132,7 @@ fn header(input: &[u8]) -> nom::IResult<&[u8], SegmentHeader> {
 
 impl<'a> Segment<'a> {
     /// Parses a UDP payload as a segment; the whole payload must be the segment.
+    #[inline]
     pub fn parse(udp_payload: &'a [u8]) -> Result<Segment<'a>, SegmentError> {
         let Ok((payload, header)) = header(udp_payload) else {
             return Err(SegmentError::TooShort { len: udp_payload.len() });

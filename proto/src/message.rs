@@ -335,6 +335,7 @@ pub enum MessageError {
 
 type Res<'a, T> = IResult<&'a [u8], T>;
 
+#[inline]
 fn symbol(input: &[u8]) -> Res<'_, Symbol> {
     let (rest, bytes) = take(8usize)(input)?;
     let mut out = [0u8; 8];
@@ -342,22 +343,26 @@ fn symbol(input: &[u8]) -> Res<'_, Symbol> {
     Ok((rest, Symbol(out)))
 }
 
+#[inline]
 fn price(input: &[u8]) -> Res<'_, Price> {
     le_i64.map(Price).parse(input)
 }
 
 /// The prefix common to every message but S: type, flag byte, timestamp, symbol.
+#[inline]
 fn prefix(input: &[u8]) -> Res<'_, (u8, i64, Symbol)> {
     let (rest, (_kind, flag, timestamp, symbol)) = (le_u8, le_u8, le_i64, symbol).parse(input)?;
     Ok((rest, (flag, timestamp, symbol)))
 }
 
+#[inline]
 fn trade(input: &[u8]) -> Res<'_, Trade> {
     let (rest, ((sale_condition, timestamp, symbol), size, price, trade_id)) =
         (prefix, le_u32, price, le_i64).parse(input)?;
     Ok((rest, Trade { sale_condition, timestamp, symbol, size, price, trade_id }))
 }
 
+#[inline]
 fn decode(kind: u8, input: &[u8]) -> Res<'_, Message<'_>> {
     match kind {
         kind::SYSTEM_EVENT => {
@@ -447,6 +452,7 @@ fn decode(kind: u8, input: &[u8]) -> Res<'_, Message<'_>> {
 impl<'a> Message<'a> {
     /// Decodes one message (the bytes after its length prefix). Bytes past the documented layout
     /// are ignored: IEX may append fields to a message type.
+    #[inline]
     pub fn parse(bytes: &'a [u8]) -> Result<Message<'a>, MessageError> {
         let Some(&kind) = bytes.first() else {
             return Err(MessageError::Empty);

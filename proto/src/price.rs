@@ -32,9 +32,18 @@ impl fmt::Display for Price {
 ///
 /// Ordering is byte-wise on the padded form, which for printable ASCII is the same order as
 /// comparing the trimmed strings (space sorts before every printable character).
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 #[repr(transparent)]
 pub struct Symbol(pub [u8; 8]);
+
+impl std::hash::Hash for Symbol {
+    /// One u64 write: the derived hash of a byte array also hashes its length and goes byte-wise,
+    /// which costs more than the map lookup it feeds on the aggregation hot path.
+    #[inline]
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(u64::from_le_bytes(self.0));
+    }
+}
 
 impl Symbol {
     /// The symbol for `text`, padded with spaces; `None` if it is longer than 8 bytes or not ASCII.

@@ -1,0 +1,384 @@
+//! The codec benchmark.
+//!
+//! Two kinds of figure, measured separately so neither disturbs the other:
+//! - per batch: each encode, and each frame+decode+aggregate, timed with a TSC clock into an
+//!   HdrHistogram (p50 / p99 / p99.9 / max); the clock's own cost is measured and printed beside;
+//! - totals: one clock read around a loop over the whole capture, repeated, median reported.
+//!
+//! Output buffers are reserved and reused, so no batch pays for a page fault on a fresh buffer.
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use hdrhistogram::Histogram;
+use mdrelay_proto::capture::CaptureReader;
+use mdrelay_proto::codec::{BatchHeader, Codec, Format, Limits};
+use mdrelay_proto::iextp::Segment;
+use mdrelay_proto::message::{Message, kind};
+use mdrelay_proto::synth::{SynthConfig, SyntheticDay};
+use mdrelay_proto::{Aggregator, link};
+use quanta::Clock;
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Default capture, relative to the project root (where `cargo run` starts).
+const DEFAULT_CAPTURE: &str = "../shared/data/iex/DEEP10.pcap.gz";
+
+/// Arguments of `codecs`.
+#[derive(Debug, Args)]
+pub struct CodecArgs {
+    /// Capture to read (pcap / pcapng, gzipped or not). Default: ../shared/data/iex/DEEP10.pcap.gz
+    /// if present, else a synthetic day of a million messages generated in memory.
+    pub file: Option<PathBuf>,
+    /// Keep only these message classes: trades (T), quotes (8, 5, Q), breaks (B), other. Batches
+    /// left empty are dropped. `--only trades,quotes` is the subset the 2019 shootout measured.
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// Formats to run (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub formats: Vec<Format>,
+    /// Repetitions of the whole-capture totals; the median is reported.
+    #[arg(long, default_value_t = 7)]
+    pub runs: usize,
+    /// Also write the figures as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// Figures for one format.
+#[derive(Debug, Serialize)]
+pub struct FormatFigures {
+    /// The format.
+    pub format: Format,
+    /// Per-batch serialize, ns: p50, p99, p99.9, max.
+    pub serialize_ns: Percentiles,
+    /// Per-batch frame + decode + aggregate, ns.
+    pub deserialize_ns: Percentiles,
+    /// Whole capture, serialize, median over runs, ms.
+    pub serialize_total_ms: f64,
+    /// Whole capture, deserialize + aggregate, median over runs, ms.
+    pub deserialize_total_ms: f64,
+    /// Bytes of all frames.
+    pub bytes: u64,
+}
+
+/// Percentiles of a histogram, ns.
+#[derive(Debug, Serialize)]
+pub struct Percentiles {
+    /// Median.
+    pub p50: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// 99.9th percentile.
+    pub p999: u64,
+    /// Largest.
+    pub max: u64,
+}
+
+impl Percentiles {
+    fn of(h: &Histogram<u64>) -> Percentiles {
+        Percentiles {
+            p50: h.value_at_quantile(0.5),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            max: h.max(),
+        }
+    }
+}
+
+/// The whole report.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// What was read.
+    pub source: String,
+    /// `--only` classes, empty for all.
+    pub only: Vec<String>,
+    /// Batches (IEX segments) per pass.
+    pub batches: usize,
+    /// Messages per pass.
+    pub messages: usize,
+    /// The CPU, from /proc/cpuinfo.
+    pub cpu: String,
+    /// Median cost of one clock read pair, ns.
+    pub clock_overhead_ns: u64,
+    /// Per format.
+    pub formats: Vec<FormatFigures>,
+}
+
+fn class_of(k: u8) -> &'static str {
+    match k {
+        kind::TRADE_REPORT => "trades",
+        kind::PRICE_LEVEL_BUY | kind::PRICE_LEVEL_SELL | kind::QUOTE_UPDATE => "quotes",
+        kind::TRADE_BREAK => "breaks",
+        _ => "other",
+    }
+}
+
+/// UDP payloads of a capture's IEX segments, or of a synthetic day.
+fn load(args: &CodecArgs) -> Result<(String, Vec<Vec<u8>>)> {
+    let path = args.file.clone().or_else(|| {
+        let default = PathBuf::from(DEFAULT_CAPTURE);
+        default.is_file().then_some(default)
+    });
+    let mut payloads = Vec::new();
+    match path {
+        Some(path) => {
+            let mut reader = CaptureReader::open(&path)?;
+            while let Some(packet) = reader.next_packet()? {
+                if let Ok(datagram) = link::udp_datagram(packet.link_type, packet.data) {
+                    if Segment::parse(datagram.payload).is_ok() {
+                        payloads.push(datagram.payload.to_vec());
+                    }
+                }
+            }
+            Ok((path.display().to_string(), payloads))
+        }
+        None => {
+            let mut day = SyntheticDay::new(SynthConfig::default())?;
+            while let Some(segment) = day.next_segment() {
+                payloads.push(segment.bytes.to_vec());
+            }
+            Ok(("synthetic day (1,000,000 messages, 50 symbols, seed 1)".into(), payloads))
+        }
+    }
+}
+
+struct Batch<'a> {
+    header: BatchHeader,
+    messages: Vec<Message<'a>>,
+}
+
+fn batches<'a>(payloads: &'a [Vec<u8>], only: &[String]) -> Vec<Batch<'a>> {
+    let mut out = Vec::with_capacity(payloads.len());
+    for payload in payloads {
+        let segment = Segment::parse(payload).expect("checked at load");
+        let messages: Vec<Message<'a>> = segment
+            .blocks()
+            .filter_map(|b| b.ok())
+            .filter_map(|b| Message::parse(b).ok())
+            .filter(|m| only.is_empty() || only.iter().any(|c| c == class_of(m.kind())))
+            .collect();
+        if !only.is_empty() && messages.is_empty() {
+            continue;
+        }
+        let header = BatchHeader { publish_time: 1, ..BatchHeader::from_segment(&segment.header) };
+        out.push(Batch { header, messages });
+    }
+    out
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds")
+}
+
+/// The median cost of reading the clock twice, which every per-batch figure includes.
+fn clock_overhead(clock: &Clock) -> u64 {
+    let mut h = histogram();
+    for _ in 0..100_000 {
+        let a = clock.raw();
+        let b = clock.raw();
+        h.saturating_record(clock.delta_as_nanos(a, b).max(1));
+    }
+    h.value_at_quantile(0.5)
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// The frames of every batch back to back, as a receiver's buffer would hold them.
+fn encode_stream(codec: &mut Codec, batches: &[Batch<'_>]) -> Result<Vec<u8>> {
+    let mut stream = Vec::new();
+    for b in batches {
+        codec.encode(&b.header, &b.messages, &mut stream)?;
+    }
+    Ok(stream)
+}
+
+fn decode_stream(codec: &mut Codec, stream: &[u8], aggregator: &mut Aggregator) -> Result<usize> {
+    let mut at = 0;
+    let mut frames = 0;
+    while at < stream.len() {
+        let len = codec.frame_len(&stream[at..])?.context("incomplete frame in a complete stream")?;
+        codec.decode(&stream[at..at + len], |m| aggregator.apply(m))?;
+        at += len;
+        frames += 1;
+    }
+    Ok(frames)
+}
+
+fn bench_format(
+    format: Format,
+    batches: &[Batch<'_>],
+    clock: &Clock,
+    runs: usize,
+) -> Result<(FormatFigures, Aggregator)> {
+    let mut codec = Codec::new(format, Limits::default());
+    let stream = encode_stream(&mut codec, batches)?;
+    let bytes = stream.len() as u64;
+    let largest = batches.len().max(1);
+
+    // Per batch, serialize: one reused, pre-faulted output buffer.
+    let mut out = Vec::with_capacity(1 << 20);
+    out.resize(1 << 20, 0);
+    let mut ser = histogram();
+    for _ in 0..2 {
+        ser.reset();
+        for b in batches {
+            out.clear();
+            let t0 = clock.raw();
+            codec.encode(&b.header, &b.messages, &mut out)?;
+            let t1 = clock.raw();
+            ser.saturating_record(clock.delta_as_nanos(t0, t1).max(1));
+        }
+    }
+
+    // Per batch, deserialize + aggregate.
+    let mut de = histogram();
+    let mut aggregator = Aggregator::new();
+    for pass in 0..2 {
+        de.reset();
+        aggregator = Aggregator::new();
+        let mut at = 0;
+        while at < stream.len() {
+            let t0 = clock.raw();
+            let len = codec.frame_len(&stream[at..])?.context("incomplete frame")?;
+            codec.decode(&stream[at..at + len], |m| aggregator.apply(m))?;
+            let t1 = clock.raw();
+            if pass == 1 {
+                de.saturating_record(clock.delta_as_nanos(t0, t1).max(1));
+            }
+            at += len;
+        }
+    }
+
+    // Totals: one clock read around the whole capture.
+    let mut ser_totals = Vec::with_capacity(runs);
+    let mut de_totals = Vec::with_capacity(runs);
+    let mut sink = Aggregator::new();
+    for _ in 0..runs.max(1) {
+        let started = Instant::now();
+        for b in batches {
+            out.clear();
+            codec.encode(&b.header, &b.messages, &mut out)?;
+        }
+        ser_totals.push(started.elapsed());
+        std::hint::black_box(&out);
+        let started = Instant::now();
+        let frames = decode_stream(&mut codec, &stream, &mut sink)?;
+        de_totals.push(started.elapsed());
+        if frames != largest && !batches.is_empty() {
+            bail!("{format}: decoded {frames} frames of {}", batches.len());
+        }
+    }
+    std::hint::black_box(&sink);
+    let figures = FormatFigures {
+        format,
+        serialize_ns: Percentiles::of(&ser),
+        deserialize_ns: Percentiles::of(&de),
+        serialize_total_ms: median(ser_totals).as_secs_f64() * 1e3,
+        deserialize_total_ms: median(de_totals).as_secs_f64() * 1e3,
+        bytes,
+    };
+    Ok((figures, aggregator))
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Runs the benchmark and prints the table.
+pub fn run(args: &CodecArgs) -> Result<()> {
+    for class in &args.only {
+        if !["trades", "quotes", "breaks", "other"].contains(&class.as_str()) {
+            bail!("--only takes trades, quotes, breaks or other, not {class:?}");
+        }
+    }
+    let (source, payloads) = load(args)?;
+    let batches = batches(&payloads, &args.only);
+    let messages = batches.iter().map(|b| b.messages.len()).sum();
+    let clock = Clock::new();
+    let formats = if args.formats.is_empty() { Format::ALL.to_vec() } else { args.formats.clone() };
+    let mut figures = Vec::new();
+    let mut reference: Option<Aggregator> = None;
+    for format in formats {
+        let (f, aggregator) = bench_format(format, &batches, &clock, args.runs)?;
+        // Every format must arrive at the same aggregates, or its figures mean nothing.
+        match &reference {
+            None => reference = Some(aggregator),
+            Some(r) => {
+                if r.active() != aggregator.active() {
+                    bail!(
+                        "{format} decoded to different aggregates than {}",
+                        figures.first().map_or("the first format".into(), |f: &FormatFigures| f.format.to_string())
+                    );
+                }
+            }
+        }
+        figures.push(f);
+    }
+    let report = Report {
+        source,
+        only: args.only.clone(),
+        batches: batches.len(),
+        messages,
+        cpu: cpu_model(),
+        clock_overhead_ns: clock_overhead(&clock),
+        formats: figures,
+    };
+    print!("{}", markdown(&report));
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn markdown(r: &Report) -> String {
+    let mut s = String::new();
+    let only = if r.only.is_empty() { "all messages".to_string() } else { format!("only {}", r.only.join(",")) };
+    s += &format!("{} — {only}: {} batches, {} messages; {}\n\n", r.source, r.batches, r.messages, r.cpu);
+    s += "| format | serialize p50 / p99 / p99.9 ns | deserialize+aggregate p50 / p99 / p99.9 ns | serialize total | deserialize total | bytes |\n";
+    s += "|---|---|---|---|---|---|\n";
+    for f in &r.formats {
+        s += &format!(
+            "| {} | {} / {} / {} | {} / {} / {} | {:.2} ms | {:.2} ms | {} |\n",
+            f.format,
+            f.serialize_ns.p50,
+            f.serialize_ns.p99,
+            f.serialize_ns.p999,
+            f.deserialize_ns.p50,
+            f.deserialize_ns.p99,
+            f.deserialize_ns.p999,
+            f.serialize_total_ms,
+            f.deserialize_total_ms,
+            group(f.bytes)
+        );
+    }
+    s += &format!(
+        "\nPer-batch figures include one clock read pair: {} ns at the median (TSC clock).\n",
+        r.clock_overhead_ns
+    );
+    s
+}
+
+fn group(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}

@@ -1,0 +1,38 @@
+//! `mdrelay-bench`: benchmarks of mdrelay's wire formats.
+//!
+//! `mdrelay-bench codecs [FILE]` encodes every IEX segment of a capture in every format, then
+//! decodes and aggregates it, and prints per-batch latency percentiles, whole-capture totals and
+//! bytes as a markdown table (and JSON on request).
+
+mod codecs;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// mdrelay benchmarks.
+#[derive(Debug, Parser)]
+#[command(name = "mdrelay-bench", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serialize and deserialize+aggregate every batch of a capture in every format.
+    Codecs(codecs::CodecArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Codecs(args) => codecs::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mdrelay-bench: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
