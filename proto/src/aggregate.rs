@@ -81,7 +81,7 @@ impl Running {
         }
     }
 
-    fn to_aggregate(&self) -> SymbolAggregate {
+    fn to_aggregate(self) -> SymbolAggregate {
         let (trade_high, trade_low) = self.get(TRADE);
         let (bid_high, bid_low) = self.get(BID);
         let (ask_high, ask_low) = self.get(ASK);
