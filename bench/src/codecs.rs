@@ -219,9 +219,9 @@ fn bench_format(
     let bytes = stream.len() as u64;
     let largest = batches.len().max(1);
 
-    // Per batch, serialize: one reused, pre-faulted output buffer.
-    let mut out = Vec::with_capacity(1 << 20);
-    out.resize(1 << 20, 0);
+    // Per batch, serialize: one reused output buffer, its pages touched up front (a non-zero fill,
+    // since a zeroed allocation may come from calloc with its pages still unmapped).
+    let mut out = vec![0xa5u8; 1 << 20];
     let mut ser = histogram();
     for _ in 0..2 {
         ser.reset();
