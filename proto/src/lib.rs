@@ -10,6 +10,7 @@
 //! - [`aggregate`]: per-symbol volume and high/low prices;
 //! - [`sequence`]: gaps and restarts per (protocol, session);
 //! - [`inspect`]: a whole capture into counts and aggregates;
+//! - [`relay`]: the publisher/subscriber protocol: handshake, records, datagram header, totals;
 //! - [`synth`]: a realistic synthetic trading day of IEX DEEP;
 //! - [`codec`]: the wire formats (raw, SBE, FlatBuffers, Cap'n Proto) and their framing;
 //! - [`capture_writer`]: segments out to pcap / pcapng, with Ethernet, IPv4 and UDP headers.
@@ -23,6 +24,7 @@ pub mod inspect;
 pub mod link;
 pub mod message;
 pub mod price;
+pub mod relay;
 pub mod sequence;
 pub mod synth;
 
