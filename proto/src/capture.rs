@@ -107,6 +107,7 @@ struct Interface {
 }
 
 /// Where the next packet's bytes sit in the block reader's buffer.
+#[derive(Clone, Copy)]
 struct Found {
     start: usize,
     len: usize,
@@ -127,6 +128,8 @@ pub struct CaptureReader {
     packets: u64,
     truncated_at: Option<u64>,
     skipped_records: u64,
+    /// The packet last returned, until the next call moves past it.
+    last: Option<(Found, u64, u64)>,
 }
 
 fn to_ns(ticks: u64, units_per_second: u64, offset_seconds: i64) -> i64 {
@@ -193,6 +196,7 @@ impl CaptureReader {
             packets: 0,
             truncated_at: None,
             skipped_records: 0,
+            last: None,
         })
     }
 
@@ -229,6 +233,7 @@ impl CaptureReader {
     /// The next packet, or `None` at the end of the capture (including a truncated last record,
     /// see [`CaptureReader::truncated_at`]).
     pub fn next_packet(&mut self) -> Result<Option<Packet<'_>>, CaptureError> {
+        self.last = None;
         let found = loop {
             if self.pending > 0 {
                 self.blocks.consume(self.pending);
@@ -331,7 +336,15 @@ impl CaptureReader {
         let index = self.packets;
         self.packets += 1;
         let offset = self.blocks.consumed() as u64;
+        self.last = Some((found, index, offset));
+        Ok(self.current_packet())
+    }
+
+    /// The packet the last [`CaptureReader::next_packet`] returned, again (`None` before the
+    /// first or after the end). Lets a caller that skipped ahead in a loop borrow it afresh.
+    pub fn current_packet(&self) -> Option<Packet<'_>> {
+        let (found, index, offset) = self.last?;
         let data = &self.blocks.data()[found.start..found.start + found.len];
-        Ok(Some(Packet { index, offset, timestamp_ns: found.timestamp_ns, link_type: found.link_type, data }))
+        Some(Packet { index, offset, timestamp_ns: found.timestamp_ns, link_type: found.link_type, data })
     }
 }

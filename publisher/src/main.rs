@@ -1,10 +1,11 @@
 //! `mdrelay-pub`: the publisher's command line.
 //!
+//! - `run`: the relay (see `mdrelay_publisher::run`);
 //! - `inspect`: counts and aggregates of a capture (the reference for everything else);
 //! - `synth`: writes a synthetic IEX DEEP capture;
 //! - `convert`: rewrites a capture in another container (pcap / pcapng, µs / ns, gzip).
 
-mod commands;
+use mdrelay_publisher::{commands, run};
 
 use clap::{Parser, Subcommand};
 use std::io::IsTerminal;
@@ -20,6 +21,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Relay market data to subscribers over TCP, UDP or multicast in the configured format.
+    Run(Box<run::RunArgs>),
     /// Count a capture's packets and messages and aggregate volume and high/low prices per symbol.
     Inspect(commands::InspectArgs),
     /// Write a synthetic IEX DEEP 1.0 capture of a realistic trading day.
@@ -31,16 +34,19 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // The relay reports its progress; the tools speak only when something is wrong.
+    let default_log = if matches!(cli.command, Command::Run(_)) { "info" } else { "warn" };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("MDRELAY_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log)),
         )
         .init();
-    let cli = Cli::parse();
     let result = match cli.command {
+        Command::Run(args) => run::run(&args),
         Command::Inspect(args) => commands::inspect(&args),
         Command::Synth(args) => commands::synth(&args),
         Command::Convert(args) => commands::convert(&args),

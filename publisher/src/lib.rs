@@ -1,0 +1,23 @@
+//! mdrelay's publisher: replays IEX captures (or relays a live IEX-TP feed) over TCP, UDP
+//! unicast and UDP multicast in the wire format its configuration names.
+//!
+//! Layout:
+//! - [`config`]: the TOML file and its checks;
+//! - [`run`]: the `run` command: runtime, signals, summary;
+//! - [`engine`]: the hot path on its own thread: source → pacing → encoding → outputs;
+//! - [`source`]: capture files, synthetic days, live UDP feeds;
+//! - [`pacing`]: original timing, fixed rate, top speed, anchored against drift;
+//! - [`tcp`]: the subscriber server with per-subscriber queues and slow-subscriber policies;
+//! - [`udp`]: unicast and multicast datagrams with the relay header;
+//! - [`stats`]: round trips and latency summaries;
+//! - [`commands`]: the capture tools (`inspect`, `synth`, `convert`, `demo`).
+
+pub mod commands;
+pub mod config;
+pub mod engine;
+pub mod pacing;
+pub mod run;
+pub mod source;
+pub mod stats;
+pub mod tcp;
+pub mod udp;

@@ -1,0 +1,369 @@
+//! `mdrelay-pub run`: the relay itself. Reads the configuration, starts the TCP server and the
+//! UDP output, runs the hot path, handles SIGHUP (reload: a changed format takes effect at the
+//! next frame) and Ctrl-C (end the stream with its totals), and prints a summary.
+
+use crate::config::{self, FileConfig, PacingMode, SlowPolicy};
+use crate::engine::{self, Controls, EngineSummary, Outputs};
+use crate::stats::{LatencySummary, RoundTrips};
+use crate::tcp::{Fanout, SubscriberSummary};
+use crate::udp::UdpOut;
+use anyhow::{Context, Result};
+use clap::Args;
+use mdrelay_proto::codec::Format;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::time::Duration;
+
+/// Flags of `run`; each overrides the same setting of the configuration file.
+#[derive(Debug, Args, Clone, Default)]
+pub struct RunArgs {
+    /// TOML configuration file (see config/ for examples).
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// Wire format: raw, sbe, flatbuffers, capnp, capnp-packed [default: sbe].
+    #[arg(long)]
+    pub format: Option<Format>,
+    /// Stream number announced to subscribers.
+    #[arg(long)]
+    pub stream: Option<u32>,
+    /// Replay this capture (pcap / pcapng, gzipped or not).
+    #[arg(long, conflicts_with_all = ["synthetic", "live"])]
+    pub capture: Option<PathBuf>,
+    /// Generate a synthetic day on the fly (the default source).
+    #[arg(long, conflicts_with = "live")]
+    pub synthetic: bool,
+    /// Synthetic day: messages.
+    #[arg(long)]
+    pub messages: Option<u64>,
+    /// Synthetic day: symbols.
+    #[arg(long)]
+    pub symbols: Option<usize>,
+    /// Synthetic day: seed.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Relay a live IEX-TP feed received on this address:port.
+    #[arg(long)]
+    pub live: Option<String>,
+    /// Live feed: multicast group to join.
+    #[arg(long)]
+    pub live_group: Option<String>,
+    /// Live feed: interface address for the join.
+    #[arg(long)]
+    pub live_interface: Option<String>,
+    /// Live feed: seconds of silence that end the stream (0: never).
+    #[arg(long)]
+    pub idle_timeout: Option<f64>,
+    /// Pacing: original (capture timing), rate, top-speed [default: top-speed].
+    #[arg(long, value_enum)]
+    pub pacing: Option<PacingMode>,
+    /// Original pacing: time scale (10 = ten times faster).
+    #[arg(long)]
+    pub speed: Option<f64>,
+    /// Rate pacing: messages per second.
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Passes over the source (0: forever) [default: 1].
+    #[arg(long)]
+    pub loops: Option<u64>,
+    /// Stop after this many messages.
+    #[arg(long)]
+    pub max_messages: Option<u64>,
+    /// Stop after this many seconds.
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Coalesce frames into TCP records / datagrams up to this many bytes (0: off).
+    #[arg(long)]
+    pub coalesce_bytes: Option<usize>,
+    /// Serve subscribers over TCP on this address [config default: 127.0.0.1:9100].
+    #[arg(long)]
+    pub tcp: Option<String>,
+    /// TCP: records queued per subscriber.
+    #[arg(long)]
+    pub queue: Option<usize>,
+    /// TCP: what to do with a subscriber whose queue is full.
+    #[arg(long, value_enum)]
+    pub slow_subscriber: Option<SlowPolicy>,
+    /// TCP: wait for this many subscribers before sending.
+    #[arg(long)]
+    pub wait_subscribers: Option<usize>,
+    /// Send UDP datagrams to this address:port (repeatable).
+    #[arg(long)]
+    pub udp: Vec<String>,
+    /// Send to this multicast group:port.
+    #[arg(long)]
+    pub multicast: Option<String>,
+    /// Multicast: interface address to send from.
+    #[arg(long)]
+    pub interface: Option<String>,
+    /// Multicast: TTL.
+    #[arg(long)]
+    pub ttl: Option<u32>,
+    /// Multicast: deliver to receivers on this host too.
+    #[arg(long)]
+    pub multicast_loop: Option<bool>,
+    /// UDP: largest coalesced datagram.
+    #[arg(long)]
+    pub max_datagram: Option<usize>,
+    /// Write the run's summary as JSON to this file ("-" for stdout).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+impl RunArgs {
+    /// The file's settings with every flag given applied on top.
+    pub fn apply(&self, mut f: FileConfig) -> FileConfig {
+        if self.format.is_some() {
+            f.format = self.format;
+        }
+        if self.stream.is_some() {
+            f.stream = self.stream;
+        }
+        if let Some(path) = &self.capture {
+            f.source = config::SourceSection { capture: Some(path.clone()), ..Default::default() };
+        }
+        if self.synthetic || self.messages.is_some() || self.symbols.is_some() || self.seed.is_some() {
+            let mut s = f.source.synthetic.take().unwrap_or_default();
+            s.messages = self.messages.or(s.messages);
+            s.symbols = self.symbols.or(s.symbols);
+            s.seed = self.seed.or(s.seed);
+            f.source = config::SourceSection { synthetic: Some(s), ..Default::default() };
+        }
+        if let Some(listen) = &self.live {
+            f.source = config::SourceSection {
+                live: Some(config::LiveSection { listen: listen.clone(), ..Default::default() }),
+                ..Default::default()
+            };
+        }
+        if let Some(live) = &mut f.source.live {
+            live.group = self.live_group.clone().or(live.group.take());
+            live.interface = self.live_interface.clone().or(live.interface.take());
+            live.idle_timeout = self.idle_timeout.or(live.idle_timeout);
+        }
+        let p = &mut f.pacing;
+        p.mode = self.pacing.or(p.mode);
+        p.speed = self.speed.or(p.speed);
+        p.rate = self.rate.or(p.rate);
+        p.loops = self.loops.or(p.loops);
+        p.max_messages = self.max_messages.or(p.max_messages);
+        p.duration = self.duration.or(p.duration);
+        f.batching.coalesce_bytes = self.coalesce_bytes.or(f.batching.coalesce_bytes);
+        if self.tcp.is_some()
+            || self.queue.is_some()
+            || self.slow_subscriber.is_some()
+            || self.wait_subscribers.is_some()
+        {
+            let t = f.tcp.get_or_insert_with(Default::default);
+            t.listen = self.tcp.clone().or(t.listen.take());
+            t.queue = self.queue.or(t.queue);
+            t.slow_subscriber = self.slow_subscriber.or(t.slow_subscriber);
+            t.wait_subscribers = self.wait_subscribers.or(t.wait_subscribers);
+        }
+        if !self.udp.is_empty() {
+            let u = f.udp.get_or_insert_with(Default::default);
+            u.destinations = self.udp.clone();
+        }
+        if let Some(u) = &mut f.udp {
+            u.max_datagram = self.max_datagram.or(u.max_datagram);
+        }
+        if let Some(group) = &self.multicast {
+            let m = f.multicast.get_or_insert_with(Default::default);
+            m.group = group.clone();
+        }
+        if let Some(m) = &mut f.multicast {
+            m.interface = self.interface.clone().or(m.interface.take());
+            m.ttl = self.ttl.or(m.ttl);
+            m.loopback = self.multicast_loop.or(m.loopback);
+            m.max_datagram = self.max_datagram.or(m.max_datagram);
+        }
+        f
+    }
+
+    /// The checked configuration: the file (if any) under the flags.
+    pub fn config(&self) -> Result<config::Config> {
+        let file = match &self.config {
+            Some(path) => config::read_file(path)?,
+            None => FileConfig::default(),
+        };
+        let checked = self.apply(file).check();
+        match &self.config {
+            Some(path) => checked.with_context(|| format!("in {}", path.display())),
+            None => checked,
+        }
+    }
+}
+
+/// The publisher's summary of a run.
+#[derive(Debug, serde::Serialize)]
+pub struct RunSummary {
+    /// Format at the end of the run.
+    pub format: Format,
+    /// The engine's figures.
+    #[serde(flatten)]
+    pub engine: EngineSummary,
+    /// TCP subscribers.
+    pub subscribers: Vec<SubscriberSummary>,
+    /// Round trips measured from subscribers' echoes, ns.
+    pub round_trip_ns: LatencySummary,
+}
+
+/// Runs the publisher until the stream ends.
+pub fn run(args: &RunArgs) -> Result<()> {
+    let config = args.config()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .thread_name("mdrelay-pub-io")
+        .build()?;
+    let summary = runtime.block_on(relay(args.clone(), config))?;
+    print_summary(&summary);
+    if let Some(path) = &args.json {
+        let json = serde_json::to_string_pretty(&summary)?;
+        if path.as_os_str() == "-" {
+            println!("{json}");
+        } else {
+            std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
+async fn relay(args: RunArgs, config: config::Config) -> Result<RunSummary> {
+    let session: u64 = rand::random();
+    let round_trips = Arc::new(RoundTrips::default());
+    let controls =
+        Controls { format: Arc::new(AtomicU8::new(config.format.id())), stop: Arc::new(AtomicBool::new(false)) };
+    let fanout = match &config.tcp {
+        Some(tcp) => {
+            let listener = tokio::net::TcpListener::bind(tcp.listen)
+                .await
+                .with_context(|| format!("tcp.listen: cannot listen on {}", tcp.listen))?;
+            tracing::info!(listen = %listener.local_addr()?, "serving subscribers over TCP");
+            let fanout = Fanout::new(tcp, config.format, session, config.stream);
+            tokio::spawn(crate::tcp::serve(listener, fanout.clone(), round_trips.clone()));
+            Some(fanout)
+        }
+        None => None,
+    };
+    let echo_stop = Arc::new(AtomicBool::new(false));
+    let mut echo_thread = None;
+    let udp = match &config.udp {
+        Some(udp) => {
+            let out = UdpOut::open(udp, session, config.coalesce_bytes)?;
+            if let config::Source::Live(live) = &config.source {
+                crate::source::check_live_not_self(live, out.targets())?;
+            }
+            tracing::info!(targets = ?out.targets(), "sending over UDP");
+            echo_thread = Some(out.spawn_echo_reader(round_trips.clone(), echo_stop.clone())?);
+            Some(out)
+        }
+        None => None,
+    };
+    tokio::spawn(signals(args, controls.clone()));
+    let outputs = Outputs { fanout: fanout.clone(), udp };
+    let engine_config = config.clone();
+    let engine_controls = controls.clone();
+    let engine = std::thread::Builder::new()
+        .name("mdrelay-pub-hot".into())
+        .spawn(move || engine::run(&engine_config, outputs, &engine_controls))
+        .context("starting the hot path thread")?;
+    let result = tokio::task::spawn_blocking(move || engine.join()).await?;
+    let engine = match result {
+        Ok(r) => r?,
+        Err(_) => anyhow::bail!("the hot path panicked"),
+    };
+    // Let subscribers drain their queues and send their last echoes.
+    if let Some(fanout) = &fanout {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while Arc::strong_count(fanout) > 2 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    echo_stop.store(true, Ordering::Relaxed);
+    if let Some(t) = echo_thread {
+        let _ = tokio::task::spawn_blocking(move || t.join()).await;
+    }
+    let format = Format::from_id(controls.format.load(Ordering::Relaxed)).unwrap_or(config.format);
+    Ok(RunSummary {
+        format,
+        engine,
+        subscribers: fanout.as_ref().map(|f| f.summaries()).unwrap_or_default(),
+        round_trip_ns: round_trips.summary(),
+    })
+}
+
+/// SIGHUP reloads the configuration; SIGINT / SIGTERM end the stream (a second one exits).
+async fn signals(args: RunArgs, controls: Controls) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut hup), Ok(mut int), Ok(mut term)) =
+        (signal(SignalKind::hangup()), signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
+    else {
+        tracing::warn!("cannot install signal handlers; SIGHUP reload is unavailable");
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = hup.recv() => reload(&args, &controls),
+            _ = int.recv() => stop(&controls),
+            _ = term.recv() => stop(&controls),
+        }
+    }
+}
+
+fn stop(controls: &Controls) {
+    if controls.stop.swap(true, Ordering::Relaxed) {
+        eprintln!("mdrelay-pub: stopping now");
+        std::process::exit(130);
+    }
+    tracing::info!("stopping: the stream ends with its totals (again to stop at once)");
+}
+
+fn reload(args: &RunArgs, controls: &Controls) {
+    let Some(path) = &args.config else {
+        tracing::warn!("SIGHUP: no configuration file to re-read (start with --config FILE)");
+        return;
+    };
+    match args.config() {
+        Ok(new) => {
+            let old = controls.format.swap(new.format.id(), Ordering::Relaxed);
+            if old != new.format.id() {
+                tracing::info!(file = %path.display(), format = %new.format, "SIGHUP: format changes at the next frame");
+            } else {
+                tracing::info!(file = %path.display(), "SIGHUP: configuration re-read; only the format applies without a restart");
+            }
+            if args.format.is_some() {
+                tracing::warn!("SIGHUP: --format on the command line overrides the file's format");
+            }
+        }
+        Err(e) => tracing::error!("SIGHUP: keeping the running configuration: {e:#}"),
+    }
+}
+
+fn print_summary(s: &RunSummary) {
+    let e = &s.engine;
+    println!(
+        "published {} frames, {} messages ({} frame bytes) in {:.2} s, final format {}",
+        e.totals.frames, e.totals.messages, e.frame_bytes, e.seconds, s.format
+    );
+    if e.format_switches > 0 {
+        println!("  format switches: {}", e.format_switches);
+    }
+    for sub in &s.subscribers {
+        let fate = if let Some(reason) = &sub.refused {
+            format!("refused: {reason}")
+        } else if sub.disconnected_slow {
+            "disconnected (slow)".into()
+        } else {
+            format!("dropped {} frames", sub.dropped_frames)
+        };
+        println!("  subscriber {} from frame {}: {fate}", sub.peer, sub.first_sequence);
+    }
+    let rt = &s.round_trip_ns;
+    if rt.count > 0 {
+        println!(
+            "  round trip (ns, {} echoes): p50 {} p90 {} p99 {} p99.9 {} p99.99 {} max {}",
+            rt.count, rt.p50, rt.p90, rt.p99, rt.p999, rt.p9999, rt.max
+        );
+    }
+}

@@ -1,0 +1,268 @@
+//! Where IEX-TP segments come from: a capture file, a synthetic day, or a live UDP feed.
+
+use crate::config::{Live, Source};
+use anyhow::{Context, Result, bail};
+use mdrelay_proto::capture::CaptureReader;
+use mdrelay_proto::codec::raw::{PREFIX_LEN, RawCodec};
+use mdrelay_proto::codec::{Format, Limits};
+use mdrelay_proto::iextp::Segment;
+use mdrelay_proto::link;
+use mdrelay_proto::relay::{DatagramHeader, DatagramKind};
+use mdrelay_proto::synth::SyntheticDay;
+use socket2::{Domain, Protocol, Socket, Type};
+use std::net::{SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// One segment from the source.
+#[derive(Debug, Clone, Copy)]
+pub struct Item<'a> {
+    /// Its time on the source's clock (capture time or IEX send time), ns, for pacing.
+    pub time_ns: i64,
+    /// The IEX-TP segment bytes.
+    pub bytes: &'a [u8],
+}
+
+/// A source of segments.
+pub enum SegmentSource {
+    /// A capture file, reopened for every pass.
+    Capture {
+        /// The file.
+        path: PathBuf,
+        /// The open reader.
+        reader: CaptureReader,
+        /// Packets skipped for not being IEX-TP.
+        skipped: u64,
+    },
+    /// A synthetic day, regenerated for every pass.
+    Synthetic {
+        /// Its configuration.
+        config: mdrelay_proto::synth::SynthConfig,
+        /// The generator.
+        day: SyntheticDay,
+    },
+    /// A live feed.
+    Live(LiveSource),
+}
+
+impl SegmentSource {
+    /// Opens the configured source.
+    pub fn open(source: &Source) -> Result<SegmentSource> {
+        Ok(match source {
+            Source::Capture(path) => {
+                SegmentSource::Capture { path: path.clone(), reader: CaptureReader::open(path)?, skipped: 0 }
+            }
+            Source::Synthetic(config) => SegmentSource::Synthetic { config: *config, day: SyntheticDay::new(*config)? },
+            Source::Live(live) => SegmentSource::Live(LiveSource::bind(live)?),
+        })
+    }
+
+    /// A short description for logs.
+    pub fn describe(&self) -> String {
+        match self {
+            SegmentSource::Capture { path, .. } => format!("capture {}", path.display()),
+            SegmentSource::Synthetic { config, .. } => {
+                format!(
+                    "synthetic day ({} messages, {} symbols, seed {})",
+                    config.messages, config.symbols, config.seed
+                )
+            }
+            SegmentSource::Live(live) => format!("live feed on {}", live.describe),
+        }
+    }
+
+    /// The next segment of this pass; `None` at the end of the pass (or of a live feed).
+    pub fn next_item(&mut self) -> Result<Option<Item<'_>>> {
+        match self {
+            SegmentSource::Capture { reader, skipped, .. } => {
+                // Two phases so the returned packet can borrow the reader: find it, then take it.
+                loop {
+                    let Some(packet) = reader.next_packet()? else { return Ok(None) };
+                    let ok = link::udp_datagram(packet.link_type, packet.data)
+                        .is_ok_and(|d| Segment::parse(d.payload).is_ok());
+                    if ok {
+                        break;
+                    }
+                    *skipped += 1;
+                }
+                // Re-derive the borrow from the packet just read (next_packet does not advance
+                // until it is called again).
+                let packet = reader.current_packet().expect("a packet was just read");
+                let datagram = link::udp_datagram(packet.link_type, packet.data).expect("checked above");
+                Ok(Some(Item { time_ns: packet.timestamp_ns, bytes: datagram.payload }))
+            }
+            SegmentSource::Synthetic { day, .. } => {
+                Ok(day.next_segment().map(|s| Item { time_ns: s.send_time, bytes: s.bytes }))
+            }
+            SegmentSource::Live(live) => live.next_item(),
+        }
+    }
+
+    /// Starts another pass; false when the source cannot be replayed (a live feed).
+    pub fn rewind(&mut self) -> Result<bool> {
+        match self {
+            SegmentSource::Capture { path, reader, .. } => {
+                *reader = CaptureReader::open(&*path)?;
+                Ok(true)
+            }
+            SegmentSource::Synthetic { config, day } => {
+                *day = SyntheticDay::new(*config)?;
+                Ok(true)
+            }
+            SegmentSource::Live(_) => Ok(false),
+        }
+    }
+}
+
+/// A live IEX-TP feed on UDP: bare IEX-TP segments (from the exchange or tcpreplay), or another
+/// mdrelay publisher's raw relay datagrams.
+pub struct LiveSource {
+    socket: UdpSocket,
+    describe: String,
+    buf: Vec<u8>,
+    len: usize,
+    /// Offset of the next raw frame in `buf` when it holds a relay datagram.
+    cursor: usize,
+    relay_datagram: bool,
+    raw: RawCodec,
+    idle_timeout: Option<Duration>,
+    stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// Datagrams that were neither IEX-TP nor raw relay datagrams.
+    pub rejected: u64,
+}
+
+impl LiveSource {
+    /// Binds (and joins the group, if any).
+    pub fn bind(live: &Live) -> Result<LiveSource> {
+        let socket =
+            Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).context("creating the live feed socket")?;
+        socket.set_reuse_address(true)?;
+        // Market data bursts: a large receive buffer rides them out (FORCE needs root; fall back).
+        if socket.set_recv_buffer_size(8 << 20).is_err() {
+            let _ = socket.set_recv_buffer_size(4 << 20);
+        }
+        let bind: SocketAddr = match live.group {
+            Some(group) => SocketAddr::new(group.into(), live.listen.port()),
+            None => live.listen,
+        };
+        socket.bind(&bind.into()).with_context(|| format!("source.live.listen: cannot bind {bind}"))?;
+        if let Some(group) = live.group {
+            socket
+                .join_multicast_v4(&group, &live.interface)
+                .with_context(|| format!("source.live.group: cannot join {group} on interface {}", live.interface))?;
+        }
+        let socket: UdpSocket = socket.into();
+        socket.set_read_timeout(Some(Duration::from_millis(100)))?;
+        let describe = match live.group {
+            Some(g) => format!("{g}:{} (interface {})", live.listen.port(), live.interface),
+            None => live.listen.to_string(),
+        };
+        Ok(LiveSource {
+            socket,
+            describe,
+            buf: vec![0; 65_536],
+            len: 0,
+            cursor: 0,
+            relay_datagram: false,
+            raw: RawCodec::new(Limits::default()),
+            idle_timeout: (live.idle_timeout > 0.0).then(|| Duration::from_secs_f64(live.idle_timeout)),
+            stop: None,
+            rejected: 0,
+        })
+    }
+
+    /// Lets a stop request end a wait for the next datagram.
+    pub fn set_stop(&mut self, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+        self.stop = Some(stop);
+    }
+
+    fn next_item(&mut self) -> Result<Option<Item<'_>>> {
+        let mut idle = Duration::ZERO;
+        loop {
+            if self.relay_datagram && self.cursor < self.len {
+                let rest = &self.buf[self.cursor..self.len];
+                match self.raw.frame_len(rest) {
+                    Ok(Some(n)) => {
+                        let start = self.cursor;
+                        self.cursor += n;
+                        let bytes = &self.buf[start + PREFIX_LEN..start + n];
+                        let time_ns = Segment::parse(bytes).map(|s| s.header.send_time).unwrap_or(0);
+                        return Ok(Some(Item { time_ns, bytes }));
+                    }
+                    _ => {
+                        tracing::warn!(feed = %self.describe, offset = self.cursor, "malformed raw frame in a relay datagram; rest of the datagram skipped");
+                        self.cursor = self.len;
+                        continue;
+                    }
+                }
+            }
+            if self.stop.as_ref().is_some_and(|s| s.load(std::sync::atomic::Ordering::Relaxed)) {
+                return Ok(None);
+            }
+            let (n, peer) = match self.socket.recv_from(&mut self.buf) {
+                Ok(r) => r,
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                    idle += Duration::from_millis(100);
+                    if self.idle_timeout.is_some_and(|t| idle >= t) {
+                        tracing::info!(feed = %self.describe, "live feed idle; ending the stream");
+                        return Ok(None);
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e).with_context(|| format!("receiving on {}", self.describe)),
+            };
+            idle = Duration::ZERO;
+            self.len = n;
+            let datagram = &self.buf[..n];
+            if DatagramHeader::is_relay_datagram(datagram) {
+                let header = match DatagramHeader::parse(datagram) {
+                    Ok(h) => h,
+                    Err(e) => {
+                        self.rejected += 1;
+                        tracing::warn!(%peer, %e, "relay datagram rejected");
+                        continue;
+                    }
+                };
+                match header.kind {
+                    DatagramKind::End => {
+                        tracing::info!(%peer, "upstream publisher ended its stream");
+                        return Ok(None);
+                    }
+                    DatagramKind::Echo => continue,
+                    DatagramKind::Data if header.format != Format::Raw => {
+                        self.rejected += 1;
+                        tracing::warn!(%peer, format = %header.format, "a live source relays raw IEX-TP; this upstream sends another format");
+                        continue;
+                    }
+                    DatagramKind::Data => {
+                        self.relay_datagram = true;
+                        self.cursor = DatagramHeader::LEN;
+                        continue;
+                    }
+                }
+            }
+            self.relay_datagram = false;
+            match Segment::parse(datagram) {
+                Ok(segment) => {
+                    let time_ns = segment.header.send_time;
+                    return Ok(Some(Item { time_ns, bytes: &self.buf[..n] }));
+                }
+                Err(e) => {
+                    self.rejected += 1;
+                    tracing::warn!(%peer, len = n, %e, "datagram is neither IEX-TP nor an mdrelay raw datagram; skipped");
+                }
+            }
+        }
+    }
+}
+
+/// Refuses a live source for a configuration that would loop a publisher into itself.
+pub fn check_live_not_self(live: &Live, own: &[SocketAddr]) -> Result<()> {
+    if own.iter().any(|a| a.port() == live.listen.port() && (a.ip().is_loopback() || a.ip().is_multicast())) {
+        bail!(
+            "source.live.listen: port {} is also a destination of this publisher; it would relay its own output",
+            live.listen.port()
+        );
+    }
+    Ok(())
+}
