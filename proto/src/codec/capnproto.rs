@@ -1,39 +1,1012 @@
-//! Cap.n Proto codec (placeholder until the generated codec lands).
+//! Cap'n Proto, unpacked and packed: each frame is one `Batch` of `proto/schema/marketdata.capnp`
+//! in Cap'n Proto's standard stream framing. The schema explains the layout; the Rust code is
+//! generated from it by `proto/schema/gen-capnp.sh` and committed.
+//!
+//! Frame (unpacked): the segment table (u32 segment count - 1, a u32 size in words per segment,
+//! padding to a word), then the segments. This codec writes one segment; it reads up to 511.
+//! Packed, the same words go through Cap'n Proto's packing (a tag byte per word saying which of
+//! its bytes are non-zero, then those bytes; runs of zero words and of incompressible words).
+//!
+//! No heap allocation once the buffers are warm, either way:
+//! - `capnp::message::Builder` allocates the `Vec` of its arena's segment list on every message
+//!   (its arena starts empty and has no reset), whatever `Allocator` it is given. So encoding
+//!   builds through the generated builders on an arena of its own, [`FlatArena`]: a single
+//!   segment over a reused word buffer, sized up front from the messages so it can never run out.
+//!   The segment table is written in the buffer's first word, so the frame is contiguous there
+//!   and goes to `out` in one copy (unpacked) or one packing pass (packed).
+//! - Decoding reads through `capnp::serialize::read_message_from_flat_slice_no_alloc`, zero-copy
+//!   when the frame is 8-byte aligned. A misaligned frame (which a stream reader hands over when
+//!   something before it was not a whole number of words) is first copied into a reused aligned
+//!   buffer: copying a frame costs about as much as one more message, where the `capnp` crate's
+//!   `unaligned` feature would make every read of every field an unaligned load, for the whole
+//!   workspace. Packed frames are unpacked into that buffer.
+//!
+//! Frames are untrusted: the segment table is checked against [`Limits::max_frame`] before
+//! anything is sized from it, the reader's traversal limit is the frame's size in words (so a
+//! frame cannot make the reader visit more than it holds, e.g. with a list of empty structs), and
+//! its nesting limit is a little over the schema's depth.
 
-use super::{BatchHeader, DecodeError, EncodeError, Format, Limits};
-use crate::message::Message;
+use super::{BatchHeader, DecodeError, EncodeError, Format, Limits, MAX_BATCH};
+use crate::message::{
+    AuctionInformation, Message, OfficialPrice, OperationalHaltStatus, PriceLevelUpdate, QuoteUpdate,
+    RetailLiquidityIndicator, SecurityDirectory, SecurityEvent, ShortSalePriceTestStatus, Side, SystemEvent, Trade,
+    TradingStatus, UnknownMessage,
+};
+use crate::price::{Price, Symbol};
+use capnp::Word;
+use capnp::message::ReaderOptions;
+use capnp::private::arena::{BuilderArena, ReaderArena, SegmentId};
+use capnp::private::layout::PointerBuilder;
+use capnp::traits::HasStructSize;
+use std::borrow::Cow;
+use std::marker::PhantomData;
 
-/// Cap.n Proto codec.
+#[rustfmt::skip]
+#[allow(clippy::all, clippy::pedantic, clippy::nursery, dead_code, unused_imports, unused_parens,
+    non_camel_case_types, non_snake_case, non_upper_case_globals, missing_docs)]
+#[path = "../generated/capnp/marketdata_capnp.rs"]
+mod marketdata_capnp;
+
+use marketdata_capnp::{auction_information, batch, message as wire};
+
+/// Bytes per Cap'n Proto word.
+const WORD: usize = 8;
+
+/// Most segments a frame may have; the `capnp` reader refuses 512 and more.
+pub const MAX_SEGMENTS: usize = 511;
+
+/// Longest unknown message the model carries (its length travels in a u16 in IEX-TP).
+const MAX_UNKNOWN_LEN: usize = u16::MAX as usize;
+
+/// Pointer depth the reader accepts: the schema needs 3 (batch, message list, auction or data).
+const NESTING_LIMIT: i32 = 8;
+
+/// Largest segment this encoder builds: a far larger one could not be addressed by a pointer's
+/// 30-bit word offset.
+const MAX_SEGMENT_WORDS: usize = (1 << 29) - 1;
+
+/// The symbol travels XORed with spaces, so its padding packs to nothing (see the schema).
+const SYMBOL_XOR: u64 = 0x2020_2020_2020_2020;
+
+/// Words of one `Batch` struct, one `Message` list element and one `AuctionInformation` struct.
+fn batch_words() -> usize {
+    <batch::Builder<'_> as HasStructSize>::STRUCT_SIZE.total() as usize
+}
+fn message_words() -> usize {
+    <wire::Builder<'_> as HasStructSize>::STRUCT_SIZE.total() as usize
+}
+fn auction_words() -> usize {
+    <auction_information::Builder<'_> as HasStructSize>::STRUCT_SIZE.total() as usize
+}
+
+/// Cap'n Proto codec, unpacked or packed, with its reused buffers.
 pub struct CapnpCodec {
-    #[allow(dead_code)]
     limits: Limits,
     packed: bool,
+    /// Encoding: the segment table word, then the one segment being built.
+    build: Vec<Word>,
+    /// Decoding: packed frames unpacked, misaligned frames copied.
+    read: Vec<Word>,
 }
 
 impl CapnpCodec {
-    /// A codec with the given limits.
+    /// A codec with the given limits; `packed` selects [`Format::CapnpPacked`].
     pub fn new(limits: Limits, packed: bool) -> Self {
-        CapnpCodec { limits, packed }
+        CapnpCodec { limits, packed, build: Vec::new(), read: Vec::new() }
     }
-    /// Capnp or CapnpPacked.
+
+    /// [`Format::Capnp`] or [`Format::CapnpPacked`].
     pub fn format(&self) -> Format {
         if self.packed { Format::CapnpPacked } else { Format::Capnp }
     }
-    /// Appends one frame.
+
+    /// Appends one frame holding `header` and `messages` to `out`; on error `out` is unchanged.
     pub fn encode(
         &mut self,
-        _header: &BatchHeader,
-        _messages: &[Message<'_>],
-        _out: &mut Vec<u8>,
+        header: &BatchHeader,
+        messages: &[Message<'_>],
+        out: &mut Vec<u8>,
     ) -> Result<(), EncodeError> {
-        Err(EncodeError::Unrepresentable { format: Format::Capnp, index: 0, what: "not implemented".into() })
+        if messages.len() > MAX_BATCH {
+            return Err(EncodeError::TooManyMessages(messages.len()));
+        }
+        let capacity = self.segment_words(messages)?;
+        if self.build.len() < 1 + capacity {
+            self.build.resize(1 + capacity, word_of(0));
+        }
+        let (table, segment) = self.build.split_at_mut(1);
+        let mut arena = FlatArena::new(&mut segment[..capacity]);
+        build_batch(&mut arena, header, messages);
+        let used = arena.used as usize;
+        // One segment: the count minus one (0), then its size in words.
+        table[0] = word_of((used as u64) << 32);
+        let frame = Word::words_to_bytes(&self.build[..1 + used]);
+        if self.packed {
+            pack(frame, out);
+        } else {
+            out.extend_from_slice(frame);
+        }
+        Ok(())
     }
-    /// Length of the first frame.
-    pub fn frame_len(&self, _buf: &[u8]) -> Result<Option<usize>, DecodeError> {
-        Err(DecodeError::new(Format::Capnp, 0, "not implemented"))
+
+    /// The segment's size in words for `messages`, exactly what building it allocates; checks
+    /// what the schema cannot carry before anything is written.
+    fn segment_words(&self, messages: &[Message<'_>]) -> Result<usize, EncodeError> {
+        // Root pointer, batch struct, list tag word, the list elements.
+        let mut words = 1 + batch_words() + 1 + messages.len() * message_words();
+        for (index, message) in messages.iter().enumerate() {
+            match message {
+                Message::AuctionInformation(_) => words += auction_words(),
+                Message::Unknown(u) => {
+                    let what: Option<Cow<'static, str>> = if u.bytes.is_empty() {
+                        Some("unknown message with no bytes (its first byte is its type)".into())
+                    } else if u.bytes[0] != u.kind {
+                        Some(format!("unknown message of type {} whose first byte is {}", u.kind, u.bytes[0]).into())
+                    } else if u.bytes.len() > MAX_UNKNOWN_LEN {
+                        Some(format!("unknown message of {} bytes; at most {MAX_UNKNOWN_LEN}", u.bytes.len()).into())
+                    } else {
+                        None
+                    };
+                    if let Some(what) = what {
+                        return Err(EncodeError::Unrepresentable { format: self.format(), index, what });
+                    }
+                    words += u.bytes.len().div_ceil(WORD);
+                }
+                _ => {}
+            }
+        }
+        if words > MAX_SEGMENT_WORDS {
+            return Err(EncodeError::Unrepresentable {
+                format: self.format(),
+                index: messages.len().saturating_sub(1),
+                what: format!("batch of {words} words; one Cap'n Proto segment holds at most {MAX_SEGMENT_WORDS}")
+                    .into(),
+            });
+        }
+        Ok(words)
     }
-    /// Decodes one frame.
-    pub fn decode<F: FnMut(&Message<'_>)>(&mut self, _frame: &[u8], _visit: F) -> Result<BatchHeader, DecodeError> {
-        Err(DecodeError::new(Format::Capnp, 0, "not implemented"))
+
+    /// Length of the first frame in `buf`, from its segment table; `None` while more bytes are
+    /// needed. A packed frame is delimited by walking its tags: only the table's words are
+    /// unpacked, the rest is counted (see [`Unpacker::skip_words`]), so decoding still unpacks
+    /// the frame once.
+    pub fn frame_len(&self, buf: &[u8]) -> Result<Option<usize>, DecodeError> {
+        if self.packed { self.packed_frame_len(buf) } else { self.unpacked_frame_len(buf) }
     }
+
+    fn unpacked_frame_len(&self, buf: &[u8]) -> Result<Option<usize>, DecodeError> {
+        let mut table = TableReader::new(Format::Capnp, self.limits.max_frame);
+        let mut at = 0;
+        while !table.complete() {
+            let Some(bytes) = buf.get(at..at + WORD) else { return Ok(None) };
+            table.push(u64::from_le_bytes(bytes.try_into().expect("a word")), at)?;
+            at += WORD;
+        }
+        let len = table.total_words() * WORD;
+        Ok((buf.len() >= len).then_some(len))
+    }
+
+    fn packed_frame_len(&self, buf: &[u8]) -> Result<Option<usize>, DecodeError> {
+        let max_frame = self.limits.max_frame;
+        let mut table = TableReader::new(Format::CapnpPacked, max_frame);
+        let mut unpacker = Unpacker::new(buf);
+        while !table.complete() {
+            let at = unpacker.pos;
+            match unpacker.next_word() {
+                Step::Word(word) => table.push(word, at)?,
+                Step::More => return Ok(None),
+                Step::Bad(what) => return Err(DecodeError::new(Format::CapnpPacked, at, what)),
+            }
+        }
+        let body = table.total_words() - table.table_words();
+        let at = unpacker.pos;
+        match unpacker.skip_words(body) {
+            Step::Word(()) if unpacker.pos > max_frame => Err(too_long(Format::CapnpPacked, unpacker.pos, max_frame)),
+            Step::Word(()) => Ok(Some(unpacker.pos)),
+            Step::More if buf.len() > max_frame => Err(too_long(Format::CapnpPacked, buf.len(), max_frame)),
+            Step::More => Ok(None),
+            Step::Bad(what) => Err(DecodeError::new(Format::CapnpPacked, at.max(unpacker.pos), what)),
+        }
+    }
+
+    /// Decodes one frame (exactly the bytes [`CapnpCodec::frame_len`] delimited), handing each
+    /// message to `visit` in order. A message that does not decode (a union tag this schema does
+    /// not have, a broken pointer) ends the frame with an error: the messages before it have been
+    /// visited.
+    pub fn decode<F: FnMut(&Message<'_>)>(&mut self, frame: &[u8], visit: F) -> Result<BatchHeader, DecodeError> {
+        if frame.len() > self.limits.max_frame {
+            return Err(too_long(self.format(), frame.len(), self.limits.max_frame));
+        }
+        if self.packed {
+            let words = unpack(frame, &mut self.read, self.limits.max_frame)?;
+            let bytes = Word::words_to_bytes(&self.read[..words]);
+            read_batch(bytes, visit)
+                .map_err(|e| e.into_error(Format::CapnpPacked, |offset| packed_offset(frame, offset)))
+        } else {
+            let bytes = if frame.as_ptr() as usize % WORD == 0 {
+                frame
+            } else {
+                let words = frame.len().div_ceil(WORD);
+                if self.read.len() < words {
+                    self.read.resize(words, word_of(0));
+                }
+                let copy = &mut Word::words_to_bytes_mut(&mut self.read)[..frame.len()];
+                copy.copy_from_slice(frame);
+                &*copy
+            };
+            read_batch(bytes, visit).map_err(|e| e.into_error(Format::Capnp, |offset| offset))
+        }
+    }
+}
+
+/// `value` as a little-endian word.
+fn word_of(value: u64) -> Word {
+    let [b0, b1, b2, b3, b4, b5, b6, b7] = value.to_le_bytes();
+    capnp::word(b0, b1, b2, b3, b4, b5, b6, b7)
+}
+
+fn too_long(format: Format, len: usize, max_frame: usize) -> DecodeError {
+    DecodeError::new(format, 0, format!("frame of {len} bytes exceeds the {max_frame}-byte limit"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encoding
+
+/// A builder arena of one segment over a caller's zeroed-on-demand word buffer: what
+/// `capnp::message::Builder` does, minus its per-message `Vec` of segments. The buffer is sized
+/// by [`CapnpCodec::segment_words`] beforehand, exactly, so allocation cannot fail.
+struct FlatArena<'a> {
+    base: *mut u8,
+    capacity: u32,
+    used: u32,
+    _buffer: PhantomData<&'a mut [Word]>,
+}
+
+impl<'a> FlatArena<'a> {
+    fn new(buffer: &'a mut [Word]) -> Self {
+        let capacity = u32::try_from(buffer.len()).expect("segment_words caps the segment size");
+        FlatArena { base: Word::words_to_bytes_mut(buffer).as_mut_ptr(), capacity, used: 0, _buffer: PhantomData }
+    }
+}
+
+// SAFETY: the arena hands out word ranges of its one segment, each once, zeroed, and the segment
+// stays borrowed (and so in place) for the arena's lifetime; that is what the layout code needs.
+unsafe impl ReaderArena for FlatArena<'_> {
+    fn get_segment(&self, id: u32) -> capnp::Result<(*const u8, u32)> {
+        if id == 0 {
+            Ok((self.base.cast_const(), self.used))
+        } else {
+            Err(capnp::Error::from_kind(capnp::ErrorKind::InvalidSegmentId(id)))
+        }
+    }
+
+    // Like the builder arena of the `capnp` crate: what the builder wrote is trusted.
+    unsafe fn check_offset(&self, _segment: u32, start: *const u8, offset_in_words: i32) -> capnp::Result<*const u8> {
+        Ok(start.wrapping_offset(offset_in_words as isize * WORD as isize))
+    }
+
+    fn contains_interval(&self, _segment: u32, _start: *const u8, _size: usize) -> capnp::Result<()> {
+        Ok(())
+    }
+
+    fn amplified_read(&self, _virtual_amount: u64) -> capnp::Result<()> {
+        Ok(())
+    }
+
+    fn nesting_limit(&self) -> i32 {
+        i32::MAX
+    }
+
+    fn size_in_words(&self) -> usize {
+        self.used as usize
+    }
+}
+
+// SAFETY: see the ReaderArena impl.
+unsafe impl BuilderArena for FlatArena<'_> {
+    fn allocate(&mut self, segment: u32, amount: u32) -> Option<u32> {
+        if segment != 0 || amount > self.capacity - self.used {
+            return None;
+        }
+        let start = self.used;
+        // SAFETY: [start, start + amount) is within the buffer (checked above) and handed out
+        // for the first time, so nothing refers to it yet. The builder expects zeroes.
+        unsafe { std::ptr::write_bytes(self.base.add(start as usize * WORD), 0, amount as usize * WORD) };
+        self.used += amount;
+        Some(start)
+    }
+
+    fn allocate_anywhere(&mut self, amount: u32) -> (SegmentId, u32) {
+        let start = self.allocate(0, amount).expect("the segment is sized for the batch before building");
+        (0, start)
+    }
+
+    fn get_segment_mut(&mut self, id: u32) -> (*mut u8, u32) {
+        assert_eq!(id, 0, "a one-segment arena");
+        (self.base, self.capacity)
+    }
+
+    fn as_reader(&self) -> &dyn ReaderArena {
+        self
+    }
+}
+
+/// Builds the whole batch in `arena`, root pointer first.
+fn build_batch(arena: &mut FlatArena<'_>, header: &BatchHeader, messages: &[Message<'_>]) {
+    arena.allocate(0, 1).expect("room for the root pointer");
+    let root = arena.base;
+    let pointer = PointerBuilder::get_root(arena, 0, root);
+    let mut batch: batch::Builder<'_> = capnp::any_pointer::Builder::new(pointer).init_as();
+    batch.set_first_sequence(header.first_sequence);
+    batch.set_send_time(header.send_time);
+    batch.set_publish_time(header.publish_time);
+    batch.set_channel_id(header.channel_id);
+    batch.set_session_id(header.session_id);
+    batch.set_protocol_id(header.protocol_id);
+    let mut list = batch.init_messages(messages.len() as u32);
+    for (index, message) in messages.iter().enumerate() {
+        build_message(list.reborrow().get(index as u32), message);
+    }
+}
+
+fn symbol_word(symbol: &Symbol) -> u64 {
+    u64::from_le_bytes(symbol.0) ^ SYMBOL_XOR
+}
+
+fn build_message(mut m: wire::Builder<'_>, message: &Message<'_>) {
+    // The fields outside the union first: `init_*` consumes the builder.
+    fn head(m: &mut wire::Builder<'_>, timestamp: i64, symbol: &Symbol) {
+        m.set_timestamp(timestamp);
+        m.set_symbol(symbol_word(symbol));
+    }
+    match message {
+        Message::SystemEvent(s) => {
+            m.set_timestamp(s.timestamp);
+            m.init_system_event().set_event(s.event);
+        }
+        Message::SecurityDirectory(d) => {
+            head(&mut m, d.timestamp, &d.symbol);
+            let mut g = m.init_security_directory();
+            g.set_flags(d.flags);
+            g.set_round_lot_size(d.round_lot_size);
+            g.set_adjusted_poc_price(d.adjusted_poc_price.0);
+            g.set_luld_tier(d.luld_tier);
+        }
+        Message::TradingStatus(t) => {
+            head(&mut m, t.timestamp, &t.symbol);
+            let mut g = m.init_trading_status();
+            g.set_status(t.status);
+            g.set_reason(u32::from_le_bytes(t.reason));
+        }
+        Message::RetailLiquidityIndicator(r) => {
+            head(&mut m, r.timestamp, &r.symbol);
+            m.init_retail_liquidity_indicator().set_indicator(r.indicator);
+        }
+        Message::OperationalHaltStatus(o) => {
+            head(&mut m, o.timestamp, &o.symbol);
+            m.init_operational_halt_status().set_status(o.status);
+        }
+        Message::ShortSalePriceTestStatus(p) => {
+            head(&mut m, p.timestamp, &p.symbol);
+            let mut g = m.init_short_sale_price_test_status();
+            g.set_in_effect(p.in_effect);
+            g.set_detail(p.detail);
+        }
+        Message::SecurityEvent(e) => {
+            head(&mut m, e.timestamp, &e.symbol);
+            m.init_security_event().set_event(e.event);
+        }
+        Message::PriceLevelUpdate(u) => {
+            head(&mut m, u.timestamp, &u.symbol);
+            match u.side {
+                Side::Buy => {
+                    let mut g = m.init_price_level_buy();
+                    g.set_event_flags(u.event_flags);
+                    g.set_size(u.size);
+                    g.set_price(u.price.0);
+                }
+                Side::Sell => {
+                    let mut g = m.init_price_level_sell();
+                    g.set_event_flags(u.event_flags);
+                    g.set_size(u.size);
+                    g.set_price(u.price.0);
+                }
+            }
+        }
+        Message::QuoteUpdate(q) => {
+            head(&mut m, q.timestamp, &q.symbol);
+            let mut g = m.init_quote_update();
+            g.set_flags(q.flags);
+            g.set_bid_size(q.bid_size);
+            g.set_bid_price(q.bid_price.0);
+            g.set_ask_price(q.ask_price.0);
+            g.set_ask_size(q.ask_size);
+        }
+        Message::TradeReport(t) => {
+            head(&mut m, t.timestamp, &t.symbol);
+            let mut g = m.init_trade_report();
+            g.set_sale_condition(t.sale_condition);
+            g.set_size(t.size);
+            g.set_price(t.price.0);
+            g.set_trade_id(t.trade_id);
+        }
+        Message::TradeBreak(t) => {
+            head(&mut m, t.timestamp, &t.symbol);
+            let mut g = m.init_trade_break();
+            g.set_sale_condition(t.sale_condition);
+            g.set_size(t.size);
+            g.set_price(t.price.0);
+            g.set_trade_id(t.trade_id);
+        }
+        Message::OfficialPrice(x) => {
+            head(&mut m, x.timestamp, &x.symbol);
+            let mut g = m.init_official_price();
+            g.set_price_type(x.price_type);
+            g.set_price(x.price.0);
+        }
+        Message::AuctionInformation(a) => {
+            head(&mut m, a.timestamp, &a.symbol);
+            let mut s = m.init_auction_information();
+            s.set_auction_type(a.auction_type);
+            s.set_imbalance_side(a.imbalance_side);
+            s.set_extension_number(a.extension_number);
+            s.set_paired_shares(a.paired_shares);
+            s.set_reference_price(a.reference_price.0);
+            s.set_indicative_clearing_price(a.indicative_clearing_price.0);
+            s.set_imbalance_shares(a.imbalance_shares);
+            s.set_scheduled_auction_time(a.scheduled_auction_time);
+            s.set_auction_book_clearing_price(a.auction_book_clearing_price.0);
+            s.set_collar_reference_price(a.collar_reference_price.0);
+            s.set_lower_auction_collar(a.lower_auction_collar.0);
+            s.set_upper_auction_collar(a.upper_auction_collar.0);
+        }
+        Message::Unknown(u) => m.init_unknown(u.bytes.len() as u32).copy_from_slice(u.bytes),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decoding
+
+/// A decoding failure, with the offset in the unpacked message (mapped to the frame's bytes by
+/// the caller, which knows whether the frame was packed).
+struct ReadError {
+    offset: usize,
+    what: String,
+}
+
+impl ReadError {
+    fn into_error(self, format: Format, map: impl FnOnce(usize) -> usize) -> DecodeError {
+        DecodeError::new(format, map(self.offset), self.what)
+    }
+}
+
+/// Reads one unpacked message (segment table and segments, 8-byte aligned) and visits its
+/// messages.
+fn read_batch<F: FnMut(&Message<'_>)>(bytes: &[u8], mut visit: F) -> Result<BatchHeader, ReadError> {
+    let mut options = ReaderOptions::new();
+    // Every object of a well-formed frame is read once, so reading never needs more words than the
+    // frame has; the root pointer and slack for a tiny frame make up the constant.
+    options.traversal_limit_in_words(Some(bytes.len() / WORD + 8)).nesting_limit(NESTING_LIMIT);
+    let mut rest = bytes;
+    let message = capnp::serialize::read_message_from_flat_slice_no_alloc(&mut rest, options)
+        .map_err(|e| ReadError { offset: 0, what: format!("segment table: {e}") })?;
+    if !rest.is_empty() {
+        return Err(ReadError {
+            offset: bytes.len() - rest.len(),
+            what: format!("{} bytes after the message the segment table describes", rest.len()),
+        });
+    }
+    let segments = u32::from_le_bytes(bytes[..4].try_into().expect("the table was read")) as usize + 1;
+    let table_len = (segments / 2 + 1) * WORD;
+    let at = |e: capnp::Error, what: &str| ReadError { offset: table_len, what: format!("{what}: {e}") };
+    let batch: batch::Reader<'_> = message.get_root().map_err(|e| at(e, "root Batch"))?;
+    let list = batch.get_messages().map_err(|e| at(e, "Batch.messages"))?;
+    let count = list.len();
+    if count as usize > MAX_BATCH {
+        return Err(ReadError {
+            offset: table_len,
+            what: format!("Batch.messages has {count} messages; at most {MAX_BATCH}"),
+        });
+    }
+    let header = BatchHeader {
+        protocol_id: batch.get_protocol_id(),
+        channel_id: batch.get_channel_id(),
+        session_id: batch.get_session_id(),
+        first_sequence: batch.get_first_sequence(),
+        message_count: count,
+        send_time: batch.get_send_time(),
+        publish_time: batch.get_publish_time(),
+    };
+    for index in 0..count {
+        let m = list.get(index);
+        match read_message(m) {
+            Ok(message) => visit(&message),
+            Err(what) => {
+                let data = capnp::raw::get_struct_data_section(m);
+                let offset = (data.as_ptr() as usize).wrapping_sub(bytes.as_ptr() as usize).min(bytes.len());
+                return Err(ReadError { offset, what: format!("Batch.messages[{index}]: {what}") });
+            }
+        }
+    }
+    Ok(header)
+}
+
+#[inline]
+fn read_message<'a>(m: wire::Reader<'a>) -> Result<Message<'a>, String> {
+    use wire::Which;
+    let timestamp = m.get_timestamp();
+    let symbol = Symbol((m.get_symbol() ^ SYMBOL_XOR).to_le_bytes());
+    let which = m.which().map_err(|e| format!("union tag {} is no message type of this schema", e.0))?;
+    Ok(match which {
+        Which::PriceLevelBuy(g) => Message::PriceLevelUpdate(PriceLevelUpdate {
+            side: Side::Buy,
+            event_flags: g.get_event_flags(),
+            timestamp,
+            symbol,
+            size: g.get_size(),
+            price: Price(g.get_price()),
+        }),
+        Which::PriceLevelSell(g) => Message::PriceLevelUpdate(PriceLevelUpdate {
+            side: Side::Sell,
+            event_flags: g.get_event_flags(),
+            timestamp,
+            symbol,
+            size: g.get_size(),
+            price: Price(g.get_price()),
+        }),
+        Which::TradeReport(g) => Message::TradeReport(Trade {
+            sale_condition: g.get_sale_condition(),
+            timestamp,
+            symbol,
+            size: g.get_size(),
+            price: Price(g.get_price()),
+            trade_id: g.get_trade_id(),
+        }),
+        Which::TradeBreak(g) => Message::TradeBreak(Trade {
+            sale_condition: g.get_sale_condition(),
+            timestamp,
+            symbol,
+            size: g.get_size(),
+            price: Price(g.get_price()),
+            trade_id: g.get_trade_id(),
+        }),
+        Which::QuoteUpdate(g) => Message::QuoteUpdate(QuoteUpdate {
+            flags: g.get_flags(),
+            timestamp,
+            symbol,
+            bid_size: g.get_bid_size(),
+            bid_price: Price(g.get_bid_price()),
+            ask_price: Price(g.get_ask_price()),
+            ask_size: g.get_ask_size(),
+        }),
+        Which::SystemEvent(g) => Message::SystemEvent(SystemEvent { event: g.get_event(), timestamp }),
+        Which::SecurityDirectory(g) => Message::SecurityDirectory(SecurityDirectory {
+            flags: g.get_flags(),
+            timestamp,
+            symbol,
+            round_lot_size: g.get_round_lot_size(),
+            adjusted_poc_price: Price(g.get_adjusted_poc_price()),
+            luld_tier: g.get_luld_tier(),
+        }),
+        Which::TradingStatus(g) => Message::TradingStatus(TradingStatus {
+            status: g.get_status(),
+            timestamp,
+            symbol,
+            reason: g.get_reason().to_le_bytes(),
+        }),
+        Which::RetailLiquidityIndicator(g) => Message::RetailLiquidityIndicator(RetailLiquidityIndicator {
+            indicator: g.get_indicator(),
+            timestamp,
+            symbol,
+        }),
+        Which::OperationalHaltStatus(g) => {
+            Message::OperationalHaltStatus(OperationalHaltStatus { status: g.get_status(), timestamp, symbol })
+        }
+        Which::ShortSalePriceTestStatus(g) => Message::ShortSalePriceTestStatus(ShortSalePriceTestStatus {
+            in_effect: g.get_in_effect(),
+            timestamp,
+            symbol,
+            detail: g.get_detail(),
+        }),
+        Which::SecurityEvent(g) => Message::SecurityEvent(SecurityEvent { event: g.get_event(), timestamp, symbol }),
+        Which::OfficialPrice(g) => Message::OfficialPrice(OfficialPrice {
+            price_type: g.get_price_type(),
+            timestamp,
+            symbol,
+            price: Price(g.get_price()),
+        }),
+        Which::AuctionInformation(a) => {
+            let a = a.map_err(|e| format!("auctionInformation: {e}"))?;
+            Message::AuctionInformation(AuctionInformation {
+                auction_type: a.get_auction_type(),
+                timestamp,
+                symbol,
+                paired_shares: a.get_paired_shares(),
+                reference_price: Price(a.get_reference_price()),
+                indicative_clearing_price: Price(a.get_indicative_clearing_price()),
+                imbalance_shares: a.get_imbalance_shares(),
+                imbalance_side: a.get_imbalance_side(),
+                extension_number: a.get_extension_number(),
+                scheduled_auction_time: a.get_scheduled_auction_time(),
+                auction_book_clearing_price: Price(a.get_auction_book_clearing_price()),
+                collar_reference_price: Price(a.get_collar_reference_price()),
+                lower_auction_collar: Price(a.get_lower_auction_collar()),
+                upper_auction_collar: Price(a.get_upper_auction_collar()),
+            })
+        }
+        Which::Unknown(bytes) => {
+            let bytes = bytes.map_err(|e| format!("unknown: {e}"))?;
+            let Some(&kind) = bytes.first() else {
+                return Err("unknown has no bytes (its first byte is the message type)".into());
+            };
+            if bytes.len() > MAX_UNKNOWN_LEN {
+                return Err(format!("unknown has {} bytes; at most {MAX_UNKNOWN_LEN}", bytes.len()));
+            }
+            Message::Unknown(UnknownMessage { kind, bytes })
+        }
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Segment table
+
+/// Reads a segment table word by word, checking it against the frame limit as soon as each size
+/// is known, so a frame too long is refused from its first bytes.
+struct TableReader {
+    format: Format,
+    max_words: usize,
+    segments: usize,
+    sizes_seen: usize,
+    words_seen: usize,
+    total_words: usize,
+}
+
+impl TableReader {
+    fn new(format: Format, max_frame: usize) -> Self {
+        TableReader { format, max_words: max_frame / WORD, segments: 0, sizes_seen: 0, words_seen: 0, total_words: 0 }
+    }
+
+    /// Words of the table itself (valid once the first word is in).
+    fn table_words(&self) -> usize {
+        self.segments / 2 + 1
+    }
+
+    fn complete(&self) -> bool {
+        self.words_seen > 0 && self.words_seen == self.table_words()
+    }
+
+    /// Words of the whole message, table included (valid once complete).
+    fn total_words(&self) -> usize {
+        self.total_words
+    }
+
+    /// Takes the next table word, which starts at byte `at` of the frame.
+    fn push(&mut self, word: u64, at: usize) -> Result<(), DecodeError> {
+        let halves = [word as u32, (word >> 32) as u32];
+        let mut sizes: &[u32] = &halves;
+        if self.words_seen == 0 {
+            let segments = halves[0] as usize + 1;
+            if segments > MAX_SEGMENTS {
+                return Err(DecodeError::new(
+                    self.format,
+                    at,
+                    format!("segment table: {segments} segments; at most {MAX_SEGMENTS}"),
+                ));
+            }
+            self.segments = segments;
+            self.total_words = self.table_words();
+            sizes = &halves[1..];
+        }
+        self.words_seen += 1;
+        for (i, &size) in sizes.iter().enumerate() {
+            if self.sizes_seen == self.segments {
+                break; // padding
+            }
+            self.total_words += size as usize;
+            if self.total_words > self.max_words {
+                let offset = at + (halves.len() - sizes.len() + i) * 4;
+                return Err(DecodeError::new(
+                    self.format,
+                    offset,
+                    format!(
+                        "segment table: size of segment {} makes the message at least {} bytes, over the {}-byte limit",
+                        self.sizes_seen,
+                        self.total_words * WORD,
+                        self.max_words * WORD
+                    ),
+                ));
+            }
+            self.sizes_seen += 1;
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Packing
+//
+// Each word becomes a tag byte whose bit i says byte i is non-zero, then the non-zero bytes. Tag
+// 0x00 is followed by a count of further all-zero words (0-255); tag 0xff by the 8 bytes, a
+// count of further words copied as they are (0-255), and those words. The writer below makes the
+// same choices as the `capnp` crate's (a raw run goes on while words have at most one zero byte),
+// so its output is byte for byte what `capnp::serialize_packed` writes for the same message.
+
+/// For each byte of `word`, 0x80 if it is non-zero, else 0.
+#[inline]
+fn nonzero_bytes(word: u64) -> u64 {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    (((word & LOW7) + LOW7) | word) & !LOW7
+}
+
+/// The packing tag of `word`: bit i set when byte i is non-zero.
+#[inline]
+fn tag_of(word: u64) -> u8 {
+    // Gathers the top bit of each byte into the top byte, byte i's bit landing at bit 56 + i.
+    ((nonzero_bytes(word) >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56) as u8
+}
+
+/// Appends the packed encoding of `frame` (whole words) to `out`.
+fn pack(frame: &[u8], out: &mut Vec<u8>) {
+    let words = frame.len() / WORD;
+    let word = |i: usize| u64::from_le_bytes(frame[i * WORD..i * WORD + WORD].try_into().expect("a word"));
+    let start = out.len();
+    // Worst case: every word a tag, 8 bytes and a count; plus 8 bytes of slack, since a word's
+    // bytes are stored as a whole before the cursor advances past the non-zero ones.
+    out.resize(start + words * 10 + WORD, 0);
+    let buf = &mut out[start..];
+    let mut j = 0;
+    let mut i = 0;
+    while i < words {
+        let w = word(i);
+        i += 1;
+        let tag = tag_of(w);
+        buf[j] = tag;
+        j += 1;
+        match tag {
+            0 => {
+                let run = (i..words.min(i + 255)).take_while(|&k| word(k) == 0).count();
+                buf[j] = run as u8;
+                j += 1;
+                i += run;
+            }
+            0xff => {
+                buf[j..j + WORD].copy_from_slice(&w.to_le_bytes());
+                j += WORD;
+                let run = (i..words.min(i + 255)).take_while(|&k| nonzero_bytes(word(k)).count_ones() >= 7).count();
+                buf[j] = run as u8;
+                j += 1;
+                buf[j..j + run * WORD].copy_from_slice(&frame[i * WORD..(i + run) * WORD]);
+                j += run * WORD;
+                i += run;
+            }
+            _ => {
+                // Store every byte, advancing only past the non-zero ones: no branch per byte.
+                let dst = &mut buf[j..j + WORD];
+                let mut k = 0;
+                for b in w.to_le_bytes() {
+                    dst[k] = b;
+                    k += usize::from(b != 0);
+                }
+                j += k;
+            }
+        }
+    }
+    out.truncate(start + j);
+}
+
+/// One step of reading packed bytes.
+enum Step<T> {
+    /// The value.
+    Word(T),
+    /// The bytes end first.
+    More,
+    /// The bytes are no valid packing of a message.
+    Bad(Cow<'static, str>),
+}
+
+/// Reads packed bytes from the start of a frame.
+struct Unpacker<'a> {
+    src: &'a [u8],
+    pos: usize,
+    /// Zero words still due from a 0x00 run.
+    zeros: usize,
+    /// Words still to copy from a 0xff run.
+    raw: usize,
+}
+
+impl<'a> Unpacker<'a> {
+    fn new(src: &'a [u8]) -> Self {
+        Unpacker { src, pos: 0, zeros: 0, raw: 0 }
+    }
+
+    /// The next word, for the segment table.
+    fn next_word(&mut self) -> Step<u64> {
+        if self.zeros > 0 {
+            self.zeros -= 1;
+            return Step::Word(0);
+        }
+        if self.raw > 0 {
+            let Some(bytes) = self.src.get(self.pos..self.pos + WORD) else { return Step::More };
+            self.raw -= 1;
+            self.pos += WORD;
+            return Step::Word(u64::from_le_bytes(bytes.try_into().expect("a word")));
+        }
+        let Some(&tag) = self.src.get(self.pos) else { return Step::More };
+        match tag {
+            0 => {
+                let Some(&count) = self.src.get(self.pos + 1) else { return Step::More };
+                self.zeros = usize::from(count);
+                self.pos += 2;
+                Step::Word(0)
+            }
+            0xff => {
+                let Some(bytes) = self.src.get(self.pos + 1..self.pos + 10) else { return Step::More };
+                self.raw = usize::from(bytes[8]);
+                self.pos += 10;
+                Step::Word(u64::from_le_bytes(bytes[..WORD].try_into().expect("a word")))
+            }
+            _ => {
+                let n = tag.count_ones() as usize;
+                let Some(bytes) = self.src.get(self.pos + 1..self.pos + 1 + n) else { return Step::More };
+                self.pos += 1 + n;
+                Step::Word(expand(tag, bytes))
+            }
+        }
+    }
+
+    /// Walks past `n` words without unpacking them: tags say how many bytes each word takes and
+    /// how long each run is. Done when the position is right after the `n`th word's encoding.
+    fn skip_words(&mut self, mut n: usize) -> Step<()> {
+        let zeros = self.zeros.min(n);
+        self.zeros -= zeros;
+        n -= zeros;
+        let raw = self.raw.min(n);
+        if raw > 0 {
+            if self.src.len() < self.pos + raw * WORD {
+                return Step::More;
+            }
+            self.raw -= raw;
+            self.pos += raw * WORD;
+            n -= raw;
+        }
+        if self.zeros > 0 || self.raw > 0 {
+            return Step::Bad("a packed run goes on past the end of the message".into());
+        }
+        while n > 0 {
+            let Some(&tag) = self.src.get(self.pos) else { return Step::More };
+            let (words, bytes) = match tag {
+                0 => {
+                    let Some(&count) = self.src.get(self.pos + 1) else { return Step::More };
+                    (1 + usize::from(count), 2)
+                }
+                0xff => {
+                    let Some(&count) = self.src.get(self.pos + 9) else { return Step::More };
+                    (1 + usize::from(count), 10 + usize::from(count) * WORD)
+                }
+                _ => (1, 1 + tag.count_ones() as usize),
+            };
+            if words > n {
+                return Step::Bad("a packed run goes on past the end of the message".into());
+            }
+            if self.src.len() < self.pos + bytes {
+                return Step::More;
+            }
+            self.pos += bytes;
+            n -= words;
+        }
+        Step::Word(())
+    }
+}
+
+/// The word whose non-zero bytes, in order, are `bytes`, at the positions `tag` marks.
+#[inline]
+fn expand(tag: u8, bytes: &[u8]) -> u64 {
+    let mut word = [0u8; WORD];
+    let mut k = 0;
+    for (b, out) in word.iter_mut().enumerate() {
+        if tag & (1 << b) != 0 {
+            *out = bytes[k];
+            k += 1;
+        }
+    }
+    u64::from_le_bytes(word)
+}
+
+/// Unpacks the packed message at the start of `frame` into `buffer` (grown when too small, up to
+/// the frame limit) and returns its length in words. The frame must end with the message.
+fn unpack(frame: &[u8], buffer: &mut Vec<Word>, max_frame: usize) -> Result<usize, DecodeError> {
+    let bad = |at: usize, what: Cow<'static, str>| DecodeError::new(Format::CapnpPacked, at, what);
+    let cut = |at: usize| bad(at, "the frame ends inside the packed message".into());
+    let mut table = TableReader::new(Format::CapnpPacked, max_frame);
+    let mut unpacker = Unpacker::new(frame);
+    let mut table_words = [0u64; MAX_SEGMENTS / 2 + 1];
+    while !table.complete() {
+        let at = unpacker.pos;
+        match unpacker.next_word() {
+            Step::Word(word) => {
+                table_words[table.words_seen] = word;
+                table.push(word, at)?;
+            }
+            Step::More => return Err(cut(frame.len())),
+            Step::Bad(what) => return Err(bad(at, what)),
+        }
+    }
+    let total = table.total_words();
+    if buffer.len() < total {
+        buffer.resize(total, word_of(0));
+    }
+    let out = &mut Word::words_to_bytes_mut(buffer)[..total * WORD];
+    let head = table.table_words();
+    for (i, word) in table_words[..head].iter().enumerate() {
+        out[i * WORD..i * WORD + WORD].copy_from_slice(&word.to_le_bytes());
+    }
+    let Unpacker { src, mut pos, zeros, raw } = unpacker;
+    let mut o = head * WORD;
+    let end = total * WORD;
+    // The rest of a run begun in the table.
+    if zeros * WORD > end - o || raw * WORD > end - o {
+        return Err(bad(pos, "a packed run goes on past the end of the message".into()));
+    }
+    out[o..o + zeros * WORD].fill(0);
+    o += zeros * WORD;
+    let Some(bytes) = src.get(pos..pos + raw * WORD) else { return Err(cut(frame.len())) };
+    out[o..o + raw * WORD].copy_from_slice(bytes);
+    o += raw * WORD;
+    pos += raw * WORD;
+    while o < end {
+        let Some(&tag) = src.get(pos) else { return Err(cut(frame.len())) };
+        let at = pos;
+        pos += 1;
+        match tag {
+            0 => {
+                let Some(&count) = src.get(pos) else { return Err(cut(frame.len())) };
+                pos += 1;
+                let n = (1 + usize::from(count)) * WORD;
+                if n > end - o {
+                    return Err(bad(at, "a packed run of zero words goes on past the end of the message".into()));
+                }
+                out[o..o + n].fill(0);
+                o += n;
+            }
+            0xff => {
+                let Some(&count) = src.get(pos + WORD) else { return Err(cut(frame.len())) };
+                let n = (1 + usize::from(count)) * WORD;
+                if n > end - o {
+                    return Err(bad(at, "a packed run of words goes on past the end of the message".into()));
+                }
+                let Some(bytes) = src.get(pos..pos + n + 1) else { return Err(cut(frame.len())) };
+                out[o..o + WORD].copy_from_slice(&bytes[..WORD]);
+                out[o + WORD..o + n].copy_from_slice(&bytes[WORD + 1..]);
+                o += n;
+                pos += n + 1;
+            }
+            _ => {
+                let n = tag.count_ones() as usize;
+                let Some(bytes) = src.get(pos..pos + n) else { return Err(cut(frame.len())) };
+                out[o..o + WORD].copy_from_slice(&expand(tag, bytes).to_le_bytes());
+                o += WORD;
+                pos += n;
+            }
+        }
+    }
+    if pos != frame.len() {
+        return Err(bad(pos, format!("{} bytes after the end of the packed message", frame.len() - pos).into()));
+    }
+    Ok(total)
+}
+
+/// The byte of the packed `frame` where the encoding of the word holding unpacked byte `offset`
+/// starts (the tag of its run, for a word inside a run of zeros). Only for error reports.
+fn packed_offset(frame: &[u8], offset: usize) -> usize {
+    let mut unpacker = Unpacker::new(frame);
+    let mut last_tag = 0;
+    for _ in 0..offset / WORD {
+        if unpacker.zeros == 0 && unpacker.raw == 0 {
+            last_tag = unpacker.pos;
+        }
+        if !matches!(unpacker.next_word(), Step::Word(_)) {
+            return unpacker.pos;
+        }
+    }
+    if unpacker.zeros > 0 { last_tag } else { unpacker.pos }
 }
