@@ -1,0 +1,56 @@
+//! The example configurations parse and pass their checks; bad settings fail naming the setting.
+
+use std::process::Command;
+
+fn publisher(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_mdrelay-pub")).args(args).output().expect("mdrelay-pub runs")
+}
+
+fn root() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+#[test]
+fn every_publisher_example_checks() {
+    let mut seen = 0;
+    for entry in std::fs::read_dir(root().join("config")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if name.starts_with("sub-") || !name.ends_with(".toml") {
+            continue;
+        }
+        let file = mdrelay_publisher::config::read_file(&path).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        file.check().unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        seen += 1;
+    }
+    assert!(seen >= 3, "the loopback TCP, loopback multicast and two-host examples");
+}
+
+fn failure(toml: &str, extra: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pub.toml");
+    std::fs::write(&path, toml).unwrap();
+    let mut args = vec!["run", "--config", path.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let output = publisher(&args);
+    assert!(!output.status.success(), "{toml} should fail");
+    String::from_utf8(output.stderr).unwrap()
+}
+
+#[test]
+fn bad_settings_fail_at_start_naming_the_setting() {
+    let e = failure("format = \"sbe\"\nfromat = 1\n[tcp]\n", &[]);
+    assert!(e.contains("fromat") && e.contains("line 2") && e.contains("pub.toml"), "{e}");
+    let e = failure("format = \"protobuf\"\n[tcp]\n", &[]);
+    assert!(e.contains("unknown format") && e.contains("protobuf"), "{e}");
+    let e = failure("[tcp]\nlisten = \"localhost\"\n", &[]);
+    assert!(e.contains("tcp.listen"), "{e}");
+    let e = failure("[udp]\ndestinations = [\"127.0.0.1:9000\", \"239.255.0.1:9000\"]\n", &[]);
+    assert!(e.contains("udp.destinations[1]") && e.contains("multicast"), "{e}");
+    let e = failure("[multicast]\ngroup = \"127.0.0.1:9000\"\n", &[]);
+    assert!(e.contains("multicast.group") && e.contains("not a multicast"), "{e}");
+    let e = failure("format = \"raw\"\n", &[]);
+    assert!(e.contains("no transport"), "{e}");
+    let e = failure("[tcp]\n", &["--format", "json"]);
+    assert!(e.contains("json"), "{e}");
+}
