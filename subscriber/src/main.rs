@@ -1,15 +1,162 @@
-//! `mdrelay-sub`: the subscriber. It will connect to or join a publisher's stream; today it has
-//! nothing to connect to, so it only describes itself.
+//! `mdrelay-sub`: the subscriber. It receives a publisher's stream over TCP, UDP unicast or UDP
+//! multicast, follows the wire format the publisher announces (switching mid-stream without a
+//! restart), aggregates volume and high/low prices per symbol, tracks frame loss, duplicates and
+//! reordering, measures one-way latency (and echoes publish times back in round-trip mode), and
+//! reports at intervals and at the end, as text and JSON.
+//!
+//! Layout:
+//! - [`config`]: the TOML file and command-line flags, validated into `Settings`;
+//! - [`control`]: report ticks, `--duration`, Ctrl-C / SIGTERM: what interrupts receiving;
+//! - [`tcp`]: connect, handshake, records, reconnection with backoff, ECHO records;
+//! - [`udp`]: the socket (unicast or multicast), datagrams, publisher sessions, echo datagrams;
+//! - [`buffer`]: the reusable, 8-aligned read buffer;
+//! - [`frames`]: codecs per format, walking and decoding frames, the report ticks;
+//! - [`sequence`]: the bounded window counting lost, duplicate and reordered frames;
+//! - [`stats`]: counters, aggregates, latency histograms, the text and JSON reports;
+//! - [`histlog`]: the HdrHistogram interval log;
+//! - [`warnings`]: a log budget for bad input.
+//!
+//! Exit codes: 0 after a normal stop (end of stream, `--count`, `--duration`, a signal);
+//! 1 when the transport cannot be set up; 2 for a configuration error; 3 when the publisher
+//! refuses the subscriber or speaks another protocol version.
+
+mod buffer;
+mod config;
+mod control;
+mod frames;
+mod histlog;
+mod sequence;
+mod stats;
+mod tcp;
+mod udp;
+mod warnings;
 
 use clap::Parser;
+use config::{Cli, JsonTarget, Settings, Transport};
+use control::{Control, RunError};
+use frames::Pipeline;
+use histlog::HistogramLog;
+use std::fs::File;
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::SystemTime;
 
-/// mdrelay subscriber: decodes a relayed stream, aggregates per symbol, reports latency.
-#[derive(Debug, Parser)]
-#[command(name = "mdrelay-sub", version, about)]
-struct Cli {}
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let check = cli.check;
+    let settings = match Settings::load(cli) {
+        Ok(s) => s,
+        Err(error) => {
+            eprintln!("mdrelay-sub: configuration error: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    if check {
+        println!("{settings:#?}");
+        return ExitCode::SUCCESS;
+    }
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    // One stream, one consumer: a current-thread runtime keeps every counter on one thread
+    // without locks or cross-thread wake-ups, and leaves the other core to the publisher or the
+    // kernel's network processing on the same host. Decoding is sequential per stream anyway.
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(error) => {
+            eprintln!("mdrelay-sub: error: cannot start the runtime: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    ExitCode::from(runtime.block_on(run(settings)))
+}
 
-fn main() {
-    let _ = Cli::parse();
-    eprintln!("mdrelay-sub: no transport is configured in this build; see README.md");
-    std::process::exit(2);
+/// Receives until a stop and prints the final report; returns the exit code.
+async fn run(settings: Settings) -> u8 {
+    let started = tokio::time::Instant::now().into_std();
+    // Outputs are opened before receiving, so an unwritable path fails at start, not after a
+    // day of data.
+    let mut json_file = match &settings.json {
+        Some(JsonTarget::File(path)) => match File::create(path) {
+            Ok(f) => Some(f),
+            Err(error) => {
+                eprintln!("mdrelay-sub: configuration error: json: cannot create {}: {error}", path.display());
+                return 2;
+            }
+        },
+        _ => None,
+    };
+    let histogram_log = match &settings.histogram_log {
+        Some(path) => match HistogramLog::create(path, SystemTime::now()) {
+            Ok(log) => Some(log),
+            Err(error) => {
+                eprintln!("mdrelay-sub: configuration error: {error:#}");
+                return 2;
+            }
+        },
+        None => None,
+    };
+    let mut pipeline = Pipeline::new(&settings, histogram_log, started);
+    let result = match Control::new(settings.report_interval, settings.duration) {
+        Err(error) => Err(RunError::Fatal(anyhow::anyhow!("cannot install the signal handlers: {error}"))),
+        Ok(mut control) => match &settings.transport {
+            Transport::Tcp(addr) => tcp::run(addr, settings.reconnect_max, &mut pipeline, &mut control).await,
+            udp_or_multicast => match udp::open(udp_or_multicast) {
+                Ok(socket) => udp::run(socket, &mut pipeline, &mut control).await,
+                Err(error) => Err(RunError::Fatal(error)),
+            },
+        },
+    };
+    let (stop_reason, code) = match result {
+        Ok(stop) => (stop.name(), 0),
+        Err(RunError::Refused(message)) => {
+            eprintln!("mdrelay-sub: {message}");
+            ("refused", 3)
+        }
+        Err(RunError::Fatal(error)) => {
+            eprintln!("mdrelay-sub: error: {error:#}");
+            ("error", 1)
+        }
+    };
+    let report = pipeline.finish(stop_reason);
+    if let Some(late) = report.late_join_sequence {
+        tracing::info!(first_sequence = late, "joined late: counts cover the frames from this sequence on");
+    }
+
+    // With the JSON on stdout, the text goes to stderr so stdout stays one JSON document.
+    let text = report.to_string();
+    if settings.json == Some(JsonTarget::Stdout) {
+        eprint!("{text}");
+    } else {
+        print!("{text}");
+    }
+    let json = match serde_json::to_string_pretty(&report) {
+        Ok(j) => j,
+        Err(error) => {
+            eprintln!("mdrelay-sub: error: cannot serialize the report: {error}");
+            return code.max(1);
+        }
+    };
+    match (&settings.json, &mut json_file) {
+        (Some(JsonTarget::Stdout), _) => {
+            let mut out = std::io::stdout().lock();
+            if writeln!(out, "{json}").and_then(|_| out.flush()).is_err() {
+                return code.max(1);
+            }
+        }
+        (Some(JsonTarget::File(path)), Some(file)) => {
+            if let Err(error) = writeln!(file, "{json}").and_then(|_| file.sync_all()) {
+                eprintln!("mdrelay-sub: error: json: cannot write {}: {error}", path.display());
+                return code.max(1);
+            }
+        }
+        _ => {}
+    }
+    code
 }

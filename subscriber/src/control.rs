@@ -1,0 +1,111 @@
+//! What interrupts receiving, whatever the transport: the report ticker, the `--duration`
+//! deadline and Ctrl-C / SIGTERM. Every wait in the transports goes through
+//! [`Control::next`] alongside the socket, so a report or a stop is never held up by a quiet
+//! network.
+
+use crate::frames::Pipeline;
+use std::future::Future;
+use std::time::Duration;
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::time::{Instant, Interval, MissedTickBehavior};
+
+/// Why a run stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// The publisher's end of stream.
+    End,
+    /// `--count` messages arrived.
+    Count,
+    /// `--duration` passed.
+    Duration,
+    /// Ctrl-C or SIGTERM.
+    Signal,
+}
+
+impl Stop {
+    /// The name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stop::End => "end",
+            Stop::Count => "count",
+            Stop::Duration => "duration",
+            Stop::Signal => "signal",
+        }
+    }
+}
+
+/// What ends a run other than a [`Stop`]; the final report is printed all the same.
+#[derive(Debug)]
+pub enum RunError {
+    /// The publisher refused the subscriber, or speaks another protocol: exit code 3.
+    Refused(String),
+    /// The transport could not be set up (e.g. the address cannot be bound): exit code 1.
+    Fatal(anyhow::Error),
+}
+
+/// Something to act on between reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A report period passed.
+    Tick,
+    /// Stop now.
+    Stop(Stop),
+}
+
+/// The ticker, the deadline and the signals.
+pub struct Control {
+    ticker: Option<Interval>,
+    deadline: Option<Instant>,
+    interrupt: Signal,
+    terminate: Signal,
+}
+
+impl Control {
+    /// Ticks every `report` (if set), stops after `duration`; installs the signal handlers, so
+    /// it must run inside the runtime.
+    pub fn new(report: Option<Duration>, duration: Option<Duration>) -> std::io::Result<Control> {
+        let start = Instant::now();
+        let ticker = report.map(|period| {
+            let mut t = tokio::time::interval_at(start + period, period);
+            // A late tick (a long burst of data) is not made up for with a flurry of short intervals.
+            t.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            t
+        });
+        Ok(Control {
+            ticker,
+            deadline: duration.map(|d| start + d),
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+        })
+    }
+
+    /// The next event; cancel-safe, so it can sit in a `select!` beside a socket read.
+    pub async fn next(&mut self) -> Event {
+        let deadline = self.deadline;
+        let ticker = &mut self.ticker;
+        tokio::select! {
+            _ = self.interrupt.recv() => Event::Stop(Stop::Signal),
+            _ = self.terminate.recv() => Event::Stop(Stop::Signal),
+            _ = async { tokio::time::sleep_until(deadline.expect("guarded")).await }, if deadline.is_some() => {
+                Event::Stop(Stop::Duration)
+            }
+            _ = async { ticker.as_mut().expect("guarded").tick().await }, if ticker.is_some() => Event::Tick,
+        }
+    }
+
+    /// Runs `work` to completion while handling ticks; `Err` with the reason if a stop comes
+    /// first (`work` is then dropped).
+    pub async fn run<T>(&mut self, pipeline: &mut Pipeline, work: impl Future<Output = T>) -> Result<T, Stop> {
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                biased;
+                event = self.next() => match event {
+                    Event::Tick => pipeline.tick(),
+                    Event::Stop(stop) => return Err(stop),
+                },
+                out = &mut work => return Ok(out),
+            }
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! The transport-independent part of receiving: one codec per format seen (so a format switch
+//! mid-stream loses nothing and rebuilds nothing), walking the frames of a record or datagram,
+//! handing messages to [`Stats`], queueing echoes, and the periodic and final reports.
+
+use crate::config::{LatencyMode, Settings};
+use crate::histlog::HistogramLog;
+use crate::sequence::Observed;
+use crate::stats::{Report, RunInfo, Stats};
+use crate::warnings::Warnings;
+use mdrelay_proto::codec::{Codec, Format, Limits};
+use mdrelay_proto::relay::Echo;
+use std::collections::BTreeSet;
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::{Instant, SystemTime};
+
+/// Where a payload sits, for error messages: a byte offset in the TCP stream or in a datagram.
+#[derive(Clone, Copy, Debug)]
+pub enum Place {
+    /// The payload starts at this byte of the TCP stream (counted from the greeting).
+    Stream(u64),
+    /// The payload starts at this byte of its datagram.
+    Datagram(u64),
+}
+
+impl Place {
+    fn at(self, offset: usize) -> PlaceAt {
+        PlaceAt(self, offset as u64)
+    }
+}
+
+/// A byte within a payload, displayed as where it is in the stream or datagram.
+struct PlaceAt(Place, u64);
+
+impl fmt::Display for PlaceAt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Place::Stream(base) => write!(f, "stream byte {}", base + self.1),
+            Place::Datagram(base) => write!(f, "datagram byte {}", base + self.1),
+        }
+    }
+}
+
+/// A payload of frames as a transport hands it over.
+#[derive(Clone, Copy, Debug)]
+pub struct Payload<'a> {
+    /// Who sent it.
+    pub peer: SocketAddr,
+    /// The frames' format, from the record or datagram header.
+    pub format: Format,
+    /// The frames, back to back.
+    pub bytes: &'a [u8],
+    /// Sequence number of the first frame.
+    pub first_sequence: u64,
+    /// Frames the header says the payload holds.
+    pub declared_frames: usize,
+    /// When the bytes were received, ns since the epoch (CLOCK_REALTIME).
+    pub receive_time: i64,
+    /// Where the payload is, for messages.
+    pub place: Place,
+}
+
+/// Decoding, counting and reporting for one run.
+pub struct Pipeline {
+    /// One codec per format, created when the format is first seen; indexed by format id.
+    codecs: [Option<Codec>; Format::ALL.len()],
+    current: Option<Format>,
+    formats_seen: BTreeSet<Format>,
+    format_switches: u64,
+    /// The statistics.
+    pub stats: Stats,
+    /// Round-trip mode: echo every Nth frame.
+    echo_every: Option<u64>,
+    echo_countdown: u64,
+    /// Echoes waiting for the transport to send them.
+    pub echoes: Vec<Echo>,
+    /// Budget for warnings about bad input.
+    pub warnings: Warnings,
+    count: Option<u64>,
+    histogram_log: Option<HistogramLog>,
+    print_intervals: bool,
+    latency_mode: LatencyMode,
+    transport: String,
+    started: Instant,
+    last_tick: Instant,
+}
+
+/// The receive time for bytes just read: CLOCK_REALTIME in ns, as publish times are.
+pub fn now_ns() -> i64 {
+    match SystemTime::now().duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+        Err(e) => -i64::try_from(e.duration().as_nanos()).unwrap_or(i64::MAX),
+    }
+}
+
+impl Pipeline {
+    /// A pipeline for `settings`, writing intervals to `histogram_log` if given.
+    pub fn new(settings: &Settings, histogram_log: Option<HistogramLog>, started: Instant) -> Pipeline {
+        let echo_every = (settings.latency == LatencyMode::RoundTrip).then_some(settings.echo_every.max(1));
+        Pipeline {
+            codecs: Default::default(),
+            current: None,
+            formats_seen: BTreeSet::new(),
+            format_switches: 0,
+            stats: Stats::new(settings.symbols.clone()),
+            echo_every,
+            echo_countdown: echo_every.unwrap_or(0),
+            echoes: Vec::new(),
+            warnings: Warnings::default(),
+            count: settings.count,
+            histogram_log,
+            print_intervals: settings.report_interval.is_some(),
+            latency_mode: settings.latency,
+            transport: settings.transport.to_string(),
+            started,
+            last_tick: started,
+        }
+    }
+
+    /// The format now in use, if any was announced.
+    pub fn current_format(&self) -> Option<Format> {
+        self.current
+    }
+
+    /// Notes the format the publisher uses from now on (greeting, FORMAT record, data header).
+    pub fn format(&mut self, format: Format, peer: SocketAddr) {
+        self.formats_seen.insert(format);
+        match self.current {
+            Some(old) if old != format => {
+                self.format_switches += 1;
+                tracing::info!(%peer, from = %old, to = %format, "format switch");
+            }
+            None => tracing::info!(%peer, %format, "format"),
+            _ => {}
+        }
+        self.current = Some(format);
+    }
+
+    /// True in round-trip mode: the publisher is asked for echo handling.
+    pub fn echoes_wanted(&self) -> bool {
+        self.echo_every.is_some()
+    }
+
+    /// True once `--count` messages have arrived.
+    pub fn count_reached(&self) -> bool {
+        self.count.is_some_and(|n| self.stats.messages >= n)
+    }
+
+    /// Walks and decodes the frames of one record or datagram payload. A frame that does not
+    /// decode is counted and skipped; one that cannot be delimited loses the rest of the
+    /// payload (the frames in it are counted as decode errors), never the stream.
+    pub fn data(&mut self, p: Payload<'_>) {
+        self.format(p.format, p.peer);
+        let Pipeline { codecs, stats, warnings, echoes, echo_every, echo_countdown, .. } = self;
+        let codec = codecs[usize::from(p.format.id())].get_or_insert_with(|| Codec::new(p.format, Limits::default()));
+        let mut offset = 0usize;
+        let mut index = 0u64;
+        while offset < p.bytes.len() {
+            let rest = &p.bytes[offset..];
+            let sequence = p.first_sequence.saturating_add(index);
+            let len = match codec.frame_len(rest) {
+                Ok(Some(n)) if n > 0 && n <= rest.len() => n,
+                delimit => {
+                    let what = match delimit {
+                        Err(e) => e.to_string(),
+                        Ok(None) => format!("{} bytes left, not a whole frame", rest.len()),
+                        Ok(Some(n)) => format!("framing says {n} bytes with {} left", rest.len()),
+                    };
+                    // The rest of the payload is unreadable; count the frames the header says
+                    // it holds (at least one) as arrived but undecodable.
+                    let lost = (p.declared_frames as u64).saturating_sub(index).max(1);
+                    for i in 0..lost.min(u64::from(u16::MAX)) {
+                        stats.frame_arrived(sequence.saturating_add(i));
+                    }
+                    stats.decode_errors += lost;
+                    if warnings.allow("delimit") {
+                        tracing::warn!(peer = %p.peer, at = %p.place.at(offset), format = %p.format, frame = index,
+                            error = %what, "cannot delimit a frame; rest of the payload skipped");
+                    }
+                    return;
+                }
+            };
+            let frame = &rest[..len];
+            offset += len;
+            index += 1;
+            match stats.frame_arrived(sequence) {
+                Observed::InOrder => {}
+                Observed::Gap(n) => {
+                    if warnings.allow("gap") {
+                        tracing::warn!(peer = %p.peer, missing = n, before = sequence, "frames missing");
+                    }
+                }
+                Observed::Duplicate => {
+                    // Already aggregated once: counting it again would inflate volumes.
+                    if warnings.allow("duplicate") {
+                        tracing::info!(peer = %p.peer, sequence, "duplicate frame skipped");
+                    }
+                    continue;
+                }
+                other => {
+                    if warnings.allow("order") {
+                        tracing::info!(peer = %p.peer, sequence, event = ?other, "frame out of order");
+                    }
+                }
+            }
+            match codec.decode(frame, |m| stats.message(m)) {
+                Ok(header) => {
+                    stats.frame_decoded(header.publish_time, p.receive_time);
+                    if let Some(every) = *echo_every {
+                        *echo_countdown -= 1;
+                        if *echo_countdown == 0 {
+                            *echo_countdown = every;
+                            echoes.push(Echo { publish_time: header.publish_time, sequence });
+                        }
+                    }
+                }
+                Err(error) => {
+                    stats.decode_errors += 1;
+                    if warnings.allow("decode") {
+                        tracing::warn!(peer = %p.peer, at = %p.place.at(offset - len), frame = index - 1, sequence,
+                            %error, "frame skipped");
+                    }
+                }
+            }
+        }
+        if index != p.declared_frames as u64 && warnings.allow("frame count") {
+            tracing::warn!(peer = %p.peer, at = %p.place.at(0), declared = p.declared_frames, found = index,
+                "header's frame count differs from the frames found");
+        }
+    }
+
+    /// A report period has passed: prints the interval line and logs the interval's histogram.
+    pub fn tick(&mut self) {
+        let now = Instant::now();
+        self.write_interval(now);
+        let line = self.stats.interval_line(now - self.started, now - self.last_tick);
+        if self.print_intervals {
+            eprintln!("{line}");
+        }
+        self.last_tick = now;
+    }
+
+    fn write_interval(&mut self, now: Instant) {
+        if let Some(log) = &mut self.histogram_log {
+            let offset = self.last_tick - self.started;
+            if let Err(error) = log.write(self.stats.interval_latency(), offset, now - self.last_tick) {
+                tracing::error!("{error:#}; the histogram log stops here");
+                self.histogram_log = None;
+            }
+        }
+    }
+
+    /// The final report; also closes the histogram log with the last (partial) interval.
+    pub fn finish(&mut self, stop_reason: &'static str) -> Report {
+        let now = Instant::now();
+        self.write_interval(now);
+        self.histogram_log = None;
+        self.stats.report(RunInfo {
+            transport: self.transport.clone(),
+            stop_reason,
+            elapsed: now - self.started,
+            latency_mode: match self.latency_mode {
+                LatencyMode::OneWay => "one-way",
+                LatencyMode::RoundTrip => "round-trip",
+            },
+            format_switches: self.format_switches,
+            formats_seen: self.formats_seen.clone(),
+        })
+    }
+}

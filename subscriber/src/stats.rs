@@ -1,0 +1,549 @@
+//! What the subscriber measures: counters, messages by type, per-symbol aggregates (with the
+//! optional symbol filter), frame sequence counts, one-way latency; and the reports made of
+//! them: the interval line, the final text report and the JSON report.
+
+use crate::sequence::{Observed, SequenceCounts, SequenceWindow};
+use hdrhistogram::Histogram;
+use mdrelay_proto::aggregate::{Aggregator, SymbolAggregate};
+use mdrelay_proto::codec::Format;
+use mdrelay_proto::message::Message;
+use mdrelay_proto::price::{Price, Symbol};
+use mdrelay_proto::relay::Totals;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::{self, Write as _};
+use std::time::Duration;
+
+/// Largest latency the histograms hold, in ns (an hour); larger values are clamped to it.
+const MAX_LATENCY_NS: u64 = 3_600_000_000_000;
+
+/// A latency histogram in ns with 3 significant digits.
+fn latency_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_LATENCY_NS, 3).expect("static histogram bounds are valid")
+}
+
+/// Everything counted over the run.
+pub struct Stats {
+    /// Frames decoded.
+    pub frames: u64,
+    /// Messages decoded.
+    pub messages: u64,
+    /// Bytes received from the network, relay headers included.
+    pub bytes: u64,
+    /// Frames that could not be delimited or decoded (skipped).
+    pub decode_errors: u64,
+    /// Records or datagrams refused before any frame was read (bad header, foreign traffic).
+    pub invalid_packets: u64,
+    /// Connections re-established after one was lost (TCP).
+    pub reconnects: u64,
+    /// Publisher restarts seen (a new session).
+    pub publisher_restarts: u64,
+    /// Echoes sent back to the publisher (round-trip mode).
+    pub echoes_sent: u64,
+    /// Echoes dropped because the way back was full.
+    pub echoes_dropped: u64,
+    /// Frames whose publish time was after their receive time (clocks apart); recorded as 0.
+    pub negative_latencies: u64,
+    /// The publisher's END totals.
+    pub publisher_totals: Option<Totals>,
+    /// The first frame's sequence when it was above 1.
+    pub late_join_sequence: Option<u64>,
+    types: Box<[u64; 256]>,
+    aggregator: Aggregator,
+    /// Sorted; `None` aggregates every symbol.
+    filter: Option<Vec<Symbol>>,
+    window: SequenceWindow,
+    /// Counts of windows of earlier publisher sessions.
+    earlier_sessions: SequenceCounts,
+    first_frame_seen: bool,
+    latency: Histogram<u64>,
+    interval_latency: Histogram<u64>,
+    interval_frames: u64,
+    interval_messages: u64,
+}
+
+impl Stats {
+    /// Empty statistics; with `filter`, only those symbols are aggregated.
+    pub fn new(filter: Option<Vec<Symbol>>) -> Stats {
+        let filter = filter.map(|mut f| {
+            f.sort_unstable();
+            f.dedup();
+            f
+        });
+        Stats {
+            frames: 0,
+            messages: 0,
+            bytes: 0,
+            decode_errors: 0,
+            invalid_packets: 0,
+            reconnects: 0,
+            publisher_restarts: 0,
+            echoes_sent: 0,
+            echoes_dropped: 0,
+            negative_latencies: 0,
+            publisher_totals: None,
+            late_join_sequence: None,
+            types: Box::new([0; 256]),
+            aggregator: Aggregator::new(),
+            filter,
+            window: SequenceWindow::new(),
+            earlier_sessions: SequenceCounts::default(),
+            first_frame_seen: false,
+            latency: latency_histogram(),
+            interval_latency: latency_histogram(),
+            interval_frames: 0,
+            interval_messages: 0,
+        }
+    }
+
+    /// Takes one decoded message.
+    #[inline]
+    pub fn message(&mut self, message: &Message<'_>) {
+        self.messages += 1;
+        self.interval_messages += 1;
+        self.types[usize::from(message.kind())] += 1;
+        match &self.filter {
+            None => self.aggregator.apply(message),
+            Some(filter) => {
+                if message.symbol().is_some_and(|s| filter.binary_search(&s).is_ok()) {
+                    self.aggregator.apply(message);
+                }
+            }
+        }
+    }
+
+    /// Records that frame `sequence` arrived (decodable or not).
+    pub fn frame_arrived(&mut self, sequence: u64) -> Observed {
+        if !self.first_frame_seen {
+            self.first_frame_seen = true;
+            if sequence > 1 {
+                self.late_join_sequence = Some(sequence);
+                tracing::info!(first_sequence = sequence, "joined late: counts cover the frames from here on");
+            }
+        }
+        self.window.observe(sequence)
+    }
+
+    /// Records a decoded frame's latency: receive time minus publish time, both ns since the epoch.
+    #[inline]
+    pub fn frame_decoded(&mut self, publish_time: i64, receive_time: i64) {
+        self.frames += 1;
+        self.interval_frames += 1;
+        let latency = receive_time.saturating_sub(publish_time);
+        let ns = if latency < 0 {
+            self.negative_latencies += 1;
+            0
+        } else {
+            latency as u64
+        };
+        self.latency.saturating_record(ns);
+        self.interval_latency.saturating_record(ns);
+    }
+
+    /// A new publisher session: sequence numbers start over, the counts so far are kept.
+    pub fn new_session(&mut self) {
+        let c = self.window.counts();
+        let e = &mut self.earlier_sessions;
+        e.lost += c.lost;
+        e.duplicates += c.duplicates;
+        e.reordered += c.reordered;
+        e.beyond_window += c.beyond_window;
+        self.window = SequenceWindow::new();
+    }
+
+    /// Sequence counts over every session.
+    pub fn sequence(&self) -> SequenceCounts {
+        let c = self.window.counts();
+        let e = self.earlier_sessions;
+        SequenceCounts {
+            lost: e.lost + c.lost,
+            duplicates: e.duplicates + c.duplicates,
+            reordered: e.reordered + c.reordered,
+            beyond_window: e.beyond_window + c.beyond_window,
+        }
+    }
+
+    /// The latency histogram of the current interval.
+    pub fn interval_latency(&self) -> &Histogram<u64> {
+        &self.interval_latency
+    }
+
+    /// The line for an interval of length `period` ending `elapsed` after the start; starts the
+    /// next interval.
+    pub fn interval_line(&mut self, elapsed: Duration, period: Duration) -> String {
+        let secs = period.as_secs_f64().max(1e-9);
+        let h = &self.interval_latency;
+        let lat = if h.is_empty() {
+            "latency -".to_string()
+        } else {
+            format!(
+                "latency p50 {} p99 {} max {}",
+                human_ns(h.value_at_quantile(0.50)),
+                human_ns(h.value_at_quantile(0.99)),
+                human_ns(h.max())
+            )
+        };
+        let line = format!(
+            "mdrelay-sub [{:>8.1}s] {:>10.0} msg/s  frames {} (+{})  messages {}  {}  gaps {}",
+            elapsed.as_secs_f64(),
+            self.interval_messages as f64 / secs,
+            self.frames,
+            self.interval_frames,
+            self.messages,
+            lat,
+            self.sequence().lost
+        );
+        self.interval_latency.reset();
+        self.interval_frames = 0;
+        self.interval_messages = 0;
+        line
+    }
+
+    /// Messages by type byte, as `inspect` names them.
+    fn message_types(&self) -> BTreeMap<String, u64> {
+        self.types
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .map(|(kind, n)| (char::from(kind as u8).to_string(), *n))
+            .collect()
+    }
+
+    /// Whether what arrived equals what the publisher says it sent (see [`Report::totals_match`]).
+    fn totals_match(&self) -> Option<bool> {
+        let totals = self.publisher_totals.as_ref()?;
+        let ours: BTreeMap<u8, u64> =
+            self.types.iter().enumerate().filter(|(_, n)| **n > 0).map(|(k, n)| (k as u8, *n)).collect();
+        Some(
+            self.late_join_sequence.is_none()
+                && totals.frames == self.frames
+                && totals.messages == self.messages
+                && totals.by_type.iter().filter(|(_, n)| **n > 0).map(|(k, n)| (*k, *n)).eq(ours),
+        )
+    }
+
+    /// The final report.
+    pub fn report(&self, run: RunInfo) -> Report {
+        let symbols = self.aggregator.active();
+        let seq = self.sequence();
+        Report {
+            total_trade_volume: symbols.iter().map(|(_, a)| a.trade_volume).sum(),
+            symbols_with_trades_or_quotes: symbols.len() as u64,
+            symbols,
+            message_types: self.message_types(),
+            frames: self.frames,
+            messages: self.messages,
+            bytes: self.bytes,
+            gaps: seq.lost,
+            duplicates: seq.duplicates,
+            reordered: seq.reordered,
+            decode_errors: self.decode_errors,
+            format_switches: run.format_switches,
+            formats_seen: run.formats_seen.iter().map(|f| f.name()).collect(),
+            late_join_sequence: self.late_join_sequence,
+            publisher_totals: self.publisher_totals.clone(),
+            totals_match: self.totals_match(),
+            latency_ns: LatencySummary::of(&self.latency),
+            reconnects: self.reconnects,
+            transport: run.transport,
+            stop_reason: run.stop_reason,
+            elapsed_seconds: run.elapsed.as_secs_f64(),
+            latency_mode: run.latency_mode,
+            echoes_sent: self.echoes_sent,
+            echoes_dropped: self.echoes_dropped,
+            publisher_restarts: self.publisher_restarts,
+            invalid_packets: self.invalid_packets,
+            negative_latencies: self.negative_latencies,
+            beyond_window: seq.beyond_window,
+        }
+    }
+}
+
+/// What the run knows besides the statistics, for the report.
+#[derive(Debug)]
+pub struct RunInfo {
+    /// The transport, as text.
+    pub transport: String,
+    /// Why the run stopped.
+    pub stop_reason: &'static str,
+    /// How long it ran.
+    pub elapsed: Duration,
+    /// `one-way` or `round-trip`.
+    pub latency_mode: &'static str,
+    /// Format changes seen.
+    pub format_switches: u64,
+    /// Formats the publisher used.
+    pub formats_seen: BTreeSet<Format>,
+}
+
+/// Percentiles of one-way latency in ns; `null` when no frame was measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct LatencySummary {
+    /// Frames measured.
+    pub count: u64,
+    /// Median.
+    pub p50: Option<u64>,
+    /// 90th percentile.
+    pub p90: Option<u64>,
+    /// 99th percentile.
+    pub p99: Option<u64>,
+    /// 99.9th percentile.
+    pub p999: Option<u64>,
+    /// 99.99th percentile.
+    pub p9999: Option<u64>,
+    /// Largest.
+    pub max: Option<u64>,
+}
+
+impl LatencySummary {
+    fn of(h: &Histogram<u64>) -> LatencySummary {
+        let q = |q: f64| (!h.is_empty()).then(|| h.value_at_quantile(q));
+        LatencySummary {
+            count: h.len(),
+            p50: q(0.50),
+            p90: q(0.90),
+            p99: q(0.99),
+            p999: q(0.999),
+            p9999: q(0.9999),
+            max: (!h.is_empty()).then(|| h.max()),
+        }
+    }
+}
+
+/// The final report. The first fields carry the names and shapes of `mdrelay-pub inspect --json`.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// Traded volume over the reported symbols.
+    pub total_trade_volume: u64,
+    /// Reported symbols that had a trade or a quote.
+    pub symbols_with_trades_or_quotes: u64,
+    /// Those symbols' aggregates, sorted by symbol.
+    #[serde(serialize_with = "serialize_symbols")]
+    pub symbols: Vec<(Symbol, SymbolAggregate)>,
+    /// Messages by type byte (all symbols, whatever the filter).
+    pub message_types: BTreeMap<String, u64>,
+    /// Frames decoded.
+    pub frames: u64,
+    /// Messages decoded.
+    pub messages: u64,
+    /// Bytes received, relay headers included.
+    pub bytes: u64,
+    /// Frames lost: sequence numbers never received between the lowest and highest seen.
+    pub gaps: u64,
+    /// Frames received twice.
+    pub duplicates: u64,
+    /// Frames received after later ones.
+    pub reordered: u64,
+    /// Frames that could not be decoded (skipped).
+    pub decode_errors: u64,
+    /// Format changes during the stream.
+    pub format_switches: u64,
+    /// Formats the publisher used, by name.
+    pub formats_seen: Vec<&'static str>,
+    /// The first frame's sequence number when above 1 (the subscriber joined late).
+    pub late_join_sequence: Option<u64>,
+    /// The publisher's END totals.
+    pub publisher_totals: Option<Totals>,
+    /// `null` without an END; else true when the subscriber did not join late and frames,
+    /// messages and messages by type equal the publisher's totals.
+    pub totals_match: Option<bool>,
+    /// One-way latency.
+    pub latency_ns: LatencySummary,
+    /// Connections re-established after a loss (TCP).
+    pub reconnects: u64,
+    /// The transport.
+    pub transport: String,
+    /// `end`, `count`, `duration`, `signal` or `error`.
+    pub stop_reason: &'static str,
+    /// Seconds from start to stop.
+    pub elapsed_seconds: f64,
+    /// `one-way` or `round-trip`.
+    pub latency_mode: &'static str,
+    /// Echoes sent (round-trip mode).
+    pub echoes_sent: u64,
+    /// Echoes dropped because the way back was full.
+    pub echoes_dropped: u64,
+    /// Publisher restarts (new sessions) seen.
+    pub publisher_restarts: u64,
+    /// Records or datagrams refused before any frame was read.
+    pub invalid_packets: u64,
+    /// Frames published "after" they were received (clocks apart), counted as 0 ns.
+    pub negative_latencies: u64,
+    /// Frames too old for the sequence window, taken as late arrivals.
+    pub beyond_window: u64,
+}
+
+/// `symbols` as `inspect` writes it: a map from symbol text to its aggregate.
+fn serialize_symbols<S: serde::Serializer>(symbols: &[(Symbol, SymbolAggregate)], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(Some(symbols.len()))?;
+    for (symbol, aggregate) in symbols {
+        map.serialize_entry(&symbol.to_text(), aggregate)?;
+    }
+    map.end()
+}
+
+/// Nanoseconds for a person: `850ns`, `12.3us`, `1.20ms`, `2.50s`.
+pub fn human_ns(ns: u64) -> String {
+    match ns {
+        0..1_000 => format!("{ns}ns"),
+        1_000..1_000_000 => format!("{:.1}us", ns as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.2}ms", ns as f64 / 1e6),
+        _ => format!("{:.2}s", ns as f64 / 1e9),
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let opt = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
+        writeln!(
+            f,
+            "mdrelay-sub: {}, stopped by {} after {:.1} s",
+            self.transport, self.stop_reason, self.elapsed_seconds
+        )?;
+        writeln!(
+            f,
+            "  frames {}   messages {}   bytes {}   decode errors {}   invalid packets {}",
+            self.frames, self.messages, self.bytes, self.decode_errors, self.invalid_packets
+        )?;
+        writeln!(
+            f,
+            "  gaps {}   duplicates {}   reordered {}   late join {}   reconnects {}   publisher restarts {}",
+            self.gaps,
+            self.duplicates,
+            self.reordered,
+            opt(self.late_join_sequence),
+            self.reconnects,
+            self.publisher_restarts
+        )?;
+        let formats = if self.formats_seen.is_empty() { "-".to_string() } else { self.formats_seen.join(", ") };
+        writeln!(f, "  formats {formats}   switches {}", self.format_switches)?;
+        match &self.publisher_totals {
+            None => writeln!(f, "  publisher totals: none (no end of stream received)")?,
+            Some(t) => writeln!(
+                f,
+                "  publisher totals: frames {}   messages {}   match {}",
+                t.frames,
+                t.messages,
+                if self.totals_match == Some(true) { "yes" } else { "no" }
+            )?,
+        }
+        let l = &self.latency_ns;
+        let h = |v: Option<u64>| v.map_or_else(|| "-".to_string(), human_ns);
+        writeln!(
+            f,
+            "  latency {} over {} frames: p50 {}  p90 {}  p99 {}  p99.9 {}  p99.99 {}  max {}",
+            self.latency_mode,
+            l.count,
+            h(l.p50),
+            h(l.p90),
+            h(l.p99),
+            h(l.p999),
+            h(l.p9999),
+            h(l.max)
+        )?;
+        if self.latency_mode == "round-trip" {
+            writeln!(f, "  echoes sent {}   dropped {}", self.echoes_sent, self.echoes_dropped)?;
+        }
+        let mut types = String::new();
+        for (k, n) in &self.message_types {
+            let _ = write!(types, "{k}:{n}  ");
+        }
+        writeln!(f, "  by type   {}", types.trim_end())?;
+        writeln!(
+            f,
+            "  total trade volume {}   symbols with trades or quotes {}",
+            self.total_trade_volume, self.symbols_with_trades_or_quotes
+        )?;
+        if !self.symbols.is_empty() {
+            writeln!(f)?;
+            writeln!(
+                f,
+                "  {:<8} {:>12} {:>8} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
+                "symbol",
+                "volume",
+                "trades",
+                "breaks",
+                "trade high",
+                "trade low",
+                "bid high",
+                "bid low",
+                "ask high",
+                "ask low"
+            )?;
+            let p = |p: Option<Price>| p.map_or_else(|| "-".to_string(), |p| p.to_string());
+            for (symbol, a) in &self.symbols {
+                writeln!(
+                    f,
+                    "  {:<8} {:>12} {:>8} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
+                    symbol.to_text(),
+                    a.trade_volume,
+                    a.trades,
+                    a.broken_trades,
+                    p(a.trade_high),
+                    p(a.trade_low),
+                    p(a.bid_high),
+                    p(a.bid_low),
+                    p(a.ask_high),
+                    p(a.ask_low)
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mdrelay_proto::message::{Trade, TradingStatus};
+
+    fn trade(symbol: &str, size: u32) -> Message<'static> {
+        Message::TradeReport(Trade {
+            sale_condition: 0,
+            timestamp: 0,
+            symbol: Symbol::new(symbol).unwrap(),
+            size,
+            price: Price(10_000),
+            trade_id: 1,
+        })
+    }
+
+    #[test]
+    fn the_filter_limits_aggregates_but_not_counts_and_totals_compare_by_type() {
+        let mut stats = Stats::new(Some(vec![Symbol::new("B").unwrap()]));
+        stats.frame_arrived(1);
+        for m in [trade("A", 5), trade("B", 7)] {
+            stats.message(&m);
+        }
+        stats.message(&Message::TradingStatus(TradingStatus {
+            status: b'T',
+            timestamp: 0,
+            symbol: Symbol::new("A").unwrap(),
+            reason: *b"    ",
+        }));
+        stats.frame_decoded(100, 350);
+        stats.frame_decoded(500, 400);
+        stats.publisher_totals =
+            Some(Totals { frames: 2, messages: 3, by_type: [(b'T', 2), (b'H', 1)].into_iter().collect() });
+        let run = RunInfo {
+            transport: "test".into(),
+            stop_reason: "end",
+            elapsed: Duration::from_secs(1),
+            latency_mode: "one-way",
+            format_switches: 0,
+            formats_seen: [Format::Raw].into_iter().collect(),
+        };
+        let report = stats.report(run);
+        assert_eq!(report.total_trade_volume, 7);
+        assert_eq!(report.symbols.len(), 1);
+        assert_eq!(report.message_types.get("T"), Some(&2));
+        assert_eq!(report.totals_match, Some(true));
+        assert_eq!(report.negative_latencies, 1);
+        assert_eq!((report.latency_ns.count, report.latency_ns.max), (2, Some(250)));
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["symbols"]["B"]["trade_volume"], 7);
+        assert_eq!(json["late_join_sequence"], serde_json::Value::Null);
+        assert!(report.to_string().contains("match yes"));
+    }
+}

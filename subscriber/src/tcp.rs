@@ -1,0 +1,386 @@
+//! TCP: connect to a publisher, handshake, read records; reconnect with capped exponential
+//! backoff when the connection is refused or lost (each attempt logged).
+//!
+//! Records are read into one reusable [`ReadBuf`] with as many bytes per read as the socket
+//! has, and parsed out of it: no per-record allocation, and a record's payload starts 8-aligned
+//! in memory (see [`crate::buffer`]). Reads use `readable` + `try_read`, which are cancel-safe,
+//! so the same loop also serves report ticks, stops and the echo records going back.
+
+use crate::buffer::ReadBuf;
+use crate::control::{Control, Event, RunError, Stop};
+use crate::frames::{Payload, Pipeline, Place, now_ns};
+use mdrelay_proto::codec::Format;
+use mdrelay_proto::relay::{
+    Echo, HELLO_MAGIC, Hello, MAX_RECORD, PROTOCOL_VERSION, RecordHeader, RecordTag, SCHEMA_VERSION, Subscribe, Totals,
+};
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::time::{Instant, timeout, timeout_at};
+
+/// First wait before reconnecting; doubles up to the configured cap.
+const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
+/// A connection attempt that takes longer is abandoned (and retried).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// A publisher must greet within this time after accepting.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Starting size of the read buffer; it grows (doubling) only for records larger than this.
+const READ_BUFFER: usize = 256 << 10;
+/// Echo bytes waiting to be written before further echoes are dropped (the publisher is not
+/// reading them); bounded so a stalled way back costs neither memory nor the data flow.
+const MAX_PENDING_ECHOES: usize = 1 << 20;
+/// Bytes of one ECHO record.
+const ECHO_RECORD: usize = RecordHeader::LEN + Echo::LEN;
+
+/// How one connection ended.
+enum Ended {
+    /// Stop the run.
+    Stop(Stop),
+    /// The connection is gone; reconnect. `greeted`: the handshake had succeeded.
+    Lost { why: String, greeted: bool },
+}
+
+/// What the connections so far have established.
+struct Link {
+    /// Session of the publisher last greeted by.
+    session: Option<u64>,
+    /// A connection has been established before (the next one is a reconnection).
+    connected_before: bool,
+}
+
+/// Connects to `addr` and receives until a stop, reconnecting as needed.
+pub async fn run(
+    addr: &str,
+    reconnect_max: Duration,
+    pipeline: &mut Pipeline,
+    control: &mut Control,
+) -> Result<Stop, RunError> {
+    let mut buf = ReadBuf::new(READ_BUFFER);
+    let mut backoff = INITIAL_BACKOFF.min(reconnect_max);
+    let mut link = Link { session: None, connected_before: false };
+    let mut attempt = 0u64;
+    loop {
+        attempt += 1;
+        let connect = timeout(CONNECT_TIMEOUT, TcpStream::connect(addr));
+        let connected = match control.run(pipeline, connect).await {
+            Ok(r) => r,
+            Err(stop) => return Ok(stop),
+        };
+        match connected {
+            Ok(Ok(stream)) => {
+                let peer = stream.peer_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+                if link.connected_before {
+                    pipeline.stats.reconnects += 1;
+                    tracing::info!(publisher = %peer, attempt, "reconnected");
+                } else {
+                    tracing::info!(publisher = %peer, attempt, "connected");
+                }
+                link.connected_before = true;
+                attempt = 0;
+                match connection(stream, peer, &mut buf, &mut link, pipeline, control).await? {
+                    Ended::Stop(stop) => return Ok(stop),
+                    Ended::Lost { why, greeted } => {
+                        if greeted {
+                            backoff = INITIAL_BACKOFF.min(reconnect_max);
+                        }
+                        tracing::warn!(publisher = %peer, retry_in = ?backoff, "connection lost: {why}; reconnecting");
+                    }
+                }
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(publisher = addr, attempt, retry_in = ?backoff, %error, "connection failed; retrying");
+            }
+            Err(_) => {
+                tracing::warn!(publisher = addr, attempt, retry_in = ?backoff, "connection attempt timed out after {CONNECT_TIMEOUT:?}; retrying");
+            }
+        }
+        if let Err(stop) = control.run(pipeline, tokio::time::sleep(backoff)).await {
+            return Ok(stop);
+        }
+        backoff = (backoff * 2).min(reconnect_max);
+    }
+}
+
+/// Reads what the socket has into the spare room of `buf`; 0 means the peer closed.
+/// Cancel-safe: bytes are committed in the same poll that reads them.
+async fn read_some(stream: &TcpStream, buf: &mut ReadBuf) -> io::Result<usize> {
+    if buf.spare().is_empty() {
+        // reserve_for guarantees room; reading into nothing would look like end of stream.
+        return Err(io::Error::other("read buffer full"));
+    }
+    loop {
+        stream.readable().await?;
+        match stream.try_read(buf.spare()) {
+            Ok(n) => {
+                buf.commit(n);
+                return Ok(n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Checks a greeting and says why it cannot be accepted.
+fn check_greeting(bytes: &[u8], peer: SocketAddr) -> Result<Hello, RunError> {
+    if bytes[..8] != HELLO_MAGIC {
+        return Err(RunError::Refused(format!(
+            "{peer} is not an mdrelay publisher: its first bytes are {:02x?}, an mdrelay greeting starts with \"MDRELAY\\0\"",
+            &bytes[..8]
+        )));
+    }
+    // Read the versions before the rest: a publisher of another version may lay out the rest
+    // differently (e.g. a format number this build does not know).
+    let protocol = u16::from_le_bytes([bytes[8], bytes[9]]);
+    let schema = u16::from_le_bytes([bytes[12], bytes[13]]);
+    if protocol != PROTOCOL_VERSION || schema != SCHEMA_VERSION {
+        return Err(RunError::Refused(format!(
+            "publisher {peer} speaks relay protocol version {protocol} (schema version {schema}); this subscriber \
+             speaks relay protocol version {PROTOCOL_VERSION} (schema version {SCHEMA_VERSION}): upgrade one side"
+        )));
+    }
+    Hello::parse(bytes).map_err(|e| RunError::Refused(format!("publisher {peer}: bad greeting: {e}")))
+}
+
+/// One connection: handshake, then records until a stop or the connection is lost.
+async fn connection(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    buf: &mut ReadBuf,
+    link: &mut Link,
+    pipeline: &mut Pipeline,
+    control: &mut Control,
+) -> Result<Ended, RunError> {
+    let lost = |why: String, greeted: bool| Ok(Ended::Lost { why, greeted });
+    let lost_with_echoes = |why: String, out: &EchoOut, pipeline: &mut Pipeline| {
+        pipeline.stats.echoes_dropped += out.unsent();
+        Ok(Ended::Lost { why, greeted: true })
+    };
+    buf.clear();
+    // Echo records are small; sending them at once matters more than packing them.
+    let _ = stream.set_nodelay(true);
+
+    // The greeting.
+    let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+    while buf.len() < Hello::LEN {
+        buf.reserve_for(Hello::LEN, Hello::LEN);
+        let read = match control.run(pipeline, timeout_at(deadline, read_some(&stream, buf))).await {
+            Ok(r) => r,
+            Err(stop) => return Ok(Ended::Stop(stop)),
+        };
+        match read {
+            Err(_) => return lost(format!("no greeting within {HANDSHAKE_TIMEOUT:?}"), false),
+            Ok(Ok(0)) => return lost(format!("closed after {} bytes of the greeting", buf.len()), false),
+            Ok(Ok(n)) => pipeline.stats.bytes += n as u64,
+            Ok(Err(e)) => return lost(format!("reading the greeting: {e}"), false),
+        }
+    }
+    let hello = check_greeting(&buf.data()[..Hello::LEN], peer)?;
+    buf.consume(Hello::LEN);
+    let mut stream_offset = Hello::LEN as u64;
+    match link.session {
+        Some(old) if old != hello.session => {
+            pipeline.stats.publisher_restarts += 1;
+            pipeline.stats.new_session();
+            tracing::warn!(publisher = %peer, old_session = format_args!("{old:#x}"), new_session = format_args!("{:#x}", hello.session),
+                "publisher restarted: sequence tracking starts over");
+        }
+        _ => {}
+    }
+    link.session = Some(hello.session);
+    tracing::info!(publisher = %peer, session = format_args!("{:#x}", hello.session), stream = hello.stream,
+        format = %hello.format, next_sequence = hello.next_sequence, "greeted");
+    pipeline.format(hello.format, peer);
+
+    let echo = pipeline.echoes_wanted();
+    let subscribe = Subscribe { protocol_version: PROTOCOL_VERSION, echo }.to_bytes();
+    match control.run(pipeline, timeout(HANDSHAKE_TIMEOUT, stream.write_all(&subscribe))).await {
+        Err(stop) => return Ok(Ended::Stop(stop)),
+        Ok(Err(_)) => return lost("the publisher does not read the subscription".into(), false),
+        Ok(Ok(Err(e))) => return lost(format!("sending the subscription: {e}"), false),
+        Ok(Ok(Ok(()))) => {}
+    }
+
+    let mut out = EchoOut::default();
+    let mut scratch = ReadBuf::new(0);
+    let mut receive_time = now_ns();
+    loop {
+        // Every whole record in the buffer.
+        loop {
+            let data = buf.data();
+            if data.len() < RecordHeader::LEN {
+                buf.reserve_for(RecordHeader::LEN, RecordHeader::LEN);
+                break;
+            }
+            let header = match RecordHeader::parse(data, MAX_RECORD) {
+                Ok(h) => h,
+                Err(e) => {
+                    pipeline.stats.invalid_packets += 1;
+                    // The stream's framing is lost: only a new connection finds it again.
+                    let why =
+                        format!("bad record header at stream byte {}: {}", stream_offset + e.offset as u64, e.what);
+                    return lost_with_echoes(why, &out, pipeline);
+                }
+            };
+            let total = RecordHeader::LEN + header.length as usize;
+            if data.len() < total {
+                buf.reserve_for(total, RecordHeader::LEN + MAX_RECORD);
+                break;
+            }
+            let mut payload = &data[RecordHeader::LEN..total];
+            // Raw frames are read byte by byte; other formats may read words in place (Cap'n
+            // Proto does), so they get an aligned copy when a preceding record broke alignment.
+            if header.format != Format::Raw && payload.as_ptr() as usize % 8 != 0 {
+                payload = scratch.hold(payload);
+            }
+            match header.tag {
+                RecordTag::Data => pipeline.data(Payload {
+                    peer,
+                    format: header.format,
+                    bytes: payload,
+                    first_sequence: header.sequence,
+                    declared_frames: usize::from(header.frame_count),
+                    receive_time,
+                    place: Place::Stream(stream_offset + RecordHeader::LEN as u64),
+                }),
+                RecordTag::Format => pipeline.format(header.format, peer),
+                RecordTag::End => {
+                    match Totals::parse(payload) {
+                        Ok(totals) => {
+                            tracing::info!(publisher = %peer, frames = totals.frames, messages = totals.messages, "end of stream");
+                            pipeline.stats.publisher_totals = Some(totals);
+                        }
+                        Err(e) => {
+                            pipeline.stats.invalid_packets += 1;
+                            tracing::warn!(publisher = %peer, at = stream_offset + RecordHeader::LEN as u64 + e.offset as u64,
+                                error = %e.what, "end of stream with unreadable totals");
+                        }
+                    }
+                    queue_echoes(pipeline, &mut out);
+                    let _ = flush(&stream, &mut out, pipeline);
+                    return Ok(Ended::Stop(Stop::End));
+                }
+                RecordTag::Refuse => {
+                    let reason = String::from_utf8_lossy(payload);
+                    return Err(RunError::Refused(format!("publisher {peer} refused the subscription: {reason}")));
+                }
+                RecordTag::Echo => {
+                    if pipeline.warnings.allow("echo from publisher") {
+                        tracing::debug!(publisher = %peer, at = stream_offset, "ECHO record from the publisher ignored");
+                    }
+                }
+            }
+            stream_offset += total as u64;
+            buf.consume(total);
+            if pipeline.count_reached() {
+                queue_echoes(pipeline, &mut out);
+                let _ = flush(&stream, &mut out, pipeline);
+                return Ok(Ended::Stop(Stop::Count));
+            }
+        }
+
+        queue_echoes(pipeline, &mut out);
+        if let Err(e) = flush(&stream, &mut out, pipeline) {
+            return lost_with_echoes(format!("sending echoes: {e}"), &out, pipeline);
+        }
+
+        tokio::select! {
+            biased;
+            event = control.next() => match event {
+                Event::Tick => pipeline.tick(),
+                Event::Stop(stop) => return Ok(Ended::Stop(stop)),
+            },
+            ready = stream.writable(), if !out.is_empty() => {
+                if let Err(e) = ready {
+                    return lost_with_echoes(format!("sending echoes: {e}"), &out, pipeline);
+                }
+            }
+            read = read_some(&stream, buf) => match read {
+                Ok(0) => {
+                    let why = if buf.is_empty() {
+                        "the publisher closed the connection without an end of stream".to_string()
+                    } else {
+                        format!("the publisher closed the connection inside a record at stream byte {stream_offset}")
+                    };
+                    return lost_with_echoes(why, &out, pipeline);
+                }
+                Ok(n) => {
+                    receive_time = now_ns();
+                    pipeline.stats.bytes += n as u64;
+                }
+                Err(e) => {
+                    let why = format!("reading at stream byte {}: {e}", stream_offset + buf.len() as u64);
+                    return lost_with_echoes(why, &out, pipeline);
+                }
+            },
+        }
+    }
+}
+
+/// Moves the pipeline's echoes into ECHO records waiting in `out`, dropping them (counted)
+/// while too much is already waiting.
+fn queue_echoes(pipeline: &mut Pipeline, out: &mut EchoOut) {
+    if pipeline.echoes.is_empty() {
+        return;
+    }
+    let format = pipeline.current_format().unwrap_or(Format::Raw);
+    for echo in pipeline.echoes.drain(..) {
+        if out.pending.len() + ECHO_RECORD > MAX_PENDING_ECHOES {
+            pipeline.stats.echoes_dropped += 1;
+            continue;
+        }
+        let header = RecordHeader {
+            tag: RecordTag::Echo,
+            format,
+            frame_count: 0,
+            length: Echo::LEN as u32,
+            sequence: echo.sequence,
+        };
+        out.pending.extend_from_slice(&header.to_bytes());
+        out.pending.extend_from_slice(&echo.to_bytes());
+    }
+}
+
+/// ECHO records waiting to go back to the publisher.
+#[derive(Default)]
+struct EchoOut {
+    /// Bytes not yet written; the front may be the rest of a partly written record.
+    pending: Vec<u8>,
+    /// Bytes written on this connection: records are 32 bytes back to back, so this tells how
+    /// many records went out whole.
+    written: u64,
+}
+
+impl EchoOut {
+    fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// Echoes still waiting (a partly written one included), when the connection is lost.
+    fn unsent(&self) -> u64 {
+        (self.pending.len() as u64).div_ceil(ECHO_RECORD as u64)
+    }
+}
+
+/// Writes what the socket takes now of the pending echoes without waiting; counts the records
+/// fully written.
+fn flush(stream: &TcpStream, out: &mut EchoOut, pipeline: &mut Pipeline) -> io::Result<()> {
+    let mut done = 0;
+    let result = loop {
+        if done == out.pending.len() {
+            break Ok(());
+        }
+        match stream.try_write(&out.pending[done..]) {
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(()),
+            Err(e) => break Err(e),
+        }
+    };
+    let records_before = out.written / ECHO_RECORD as u64;
+    out.written += done as u64;
+    pipeline.stats.echoes_sent += out.written / ECHO_RECORD as u64 - records_before;
+    out.pending.drain(..done);
+    result
+}

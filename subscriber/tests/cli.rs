@@ -1,0 +1,79 @@
+//! `mdrelay-sub`'s configuration as a user meets it: the messages for bad settings (exit code
+//! 2), and the example files under config/.
+
+mod common;
+
+use common::*;
+use std::path::PathBuf;
+
+fn config_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../config")
+}
+
+fn run_with_file(text: &str, extra: &[&str]) -> (Finished, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sub.toml");
+    std::fs::write(&path, text).unwrap();
+    let path = path.to_str().unwrap().to_string();
+    let mut args = vec!["--config", path.as_str()];
+    args.extend_from_slice(extra);
+    (Sub::start(&args).finish(), path)
+}
+
+#[test]
+fn an_unknown_key_fails_naming_the_file_the_key_and_the_line() {
+    let (done, path) =
+        run_with_file("connect = \"127.0.0.1:9100\"\nreport_interval = 1\nreconect_max_seconds = 2\n", &[]);
+    assert_eq!(done.status.code(), Some(2), "{done:?}");
+    assert!(done.stderr.contains(&path), "{}", done.stderr);
+    assert!(done.stderr.contains("reconect_max_seconds") && done.stderr.contains("line 3"), "{}", done.stderr);
+}
+
+#[test]
+fn bad_settings_fail_at_start_naming_the_setting() {
+    let cases: &[(&str, &[&str], &str)] = &[
+        ("listen = \"239.255.0.1:9300\"\n", &[], "listen: 239.255.0.1 is a multicast address"),
+        ("group = \"127.0.0.1:9300\"\n", &[], "group: 127.0.0.1 is not a multicast address"),
+        ("group = \"239.255.0.1:9300\"\ninterface = \"eth0\"\n", &[], "interface: \"eth0\" is not an IPv4 address"),
+        ("connect = \"127.0.0.1\"\n", &[], "connect: \"127.0.0.1\" is not host:port"),
+        ("listen = \"not an address\"\n", &[], "listen: \"not an address\" is not an address:port"),
+        ("symbols = [\"AAPL\"]\n", &[], "no transport configured"),
+        ("connect = \"127.0.0.1:9100\"\ngroup = \"239.255.0.1:9300\"\n", &[], "several transports"),
+        (
+            "connect = \"127.0.0.1:9100\"\nformat = \"sbe\"\n",
+            &[],
+            "line 2: format: the subscriber has no format setting",
+        ),
+        ("connect = \"127.0.0.1:9100\"\nlatency = \"both\"\n", &[], "latency"),
+        ("connect = \"127.0.0.1:9100\"\necho_every = 0\n", &[], "echo_every: must be at least 1"),
+        (
+            "connect = \"127.0.0.1:9100\"\n",
+            &["--listen", "127.0.0.1:0", "--group", "239.255.0.1:1"],
+            "several transports",
+        ),
+        ("connect = \"127.0.0.1:9100\"\n", &["--duration", "-1"], "--duration: -1 seconds is out of range"),
+        ("connect = \"127.0.0.1:9100\"\n", &["--format", "sbe"], "the format comes from the publisher"),
+    ];
+    for (text, flags, needle) in cases {
+        let (done, _) = run_with_file(text, flags);
+        assert_eq!(done.status.code(), Some(2), "{text:?} {flags:?}: {done:?}");
+        assert!(done.stderr.contains(needle), "{text:?} {flags:?}: expected {needle:?} in:\n{}", done.stderr);
+    }
+}
+
+#[test]
+fn the_example_files_are_valid() {
+    let mut seen = 0;
+    for entry in std::fs::read_dir(config_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if !(name.starts_with("sub-") && name.ends_with(".toml")) {
+            continue;
+        }
+        seen += 1;
+        let done = Sub::start(&["--config", path.to_str().unwrap(), "--check"]).finish();
+        assert!(done.status.success(), "{name}: {done:?}");
+        assert!(done.stdout.contains("transport"), "{name}: {}", done.stdout);
+    }
+    assert!(seen >= 3, "the example subscriber configurations are missing");
+}

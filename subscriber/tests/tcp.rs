@@ -1,0 +1,416 @@
+//! `mdrelay-sub` over TCP against a fake publisher on 127.0.0.1 written here with proto's relay
+//! and codec modules: aggregates, totals, format switches, refusals, reconnection, late join,
+//! bad frames, echoes and the histogram log.
+
+mod common;
+
+use common::*;
+use mdrelay_proto::codec::{Codec, Format, Limits};
+use mdrelay_proto::relay::{Echo, PROTOCOL_VERSION, RecordHeader, RecordTag, Subscribe};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+/// Accepts one connection within [`STEP`], with read and write timeouts set.
+fn accept(listener: &TcpListener) -> TcpStream {
+    listener.set_nonblocking(true).unwrap();
+    let deadline = Instant::now() + STEP;
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                stream.set_nonblocking(false).unwrap();
+                stream.set_read_timeout(Some(STEP)).unwrap();
+                stream.set_write_timeout(Some(STEP)).unwrap();
+                return stream;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("no subscriber connected: {e}"),
+        }
+    }
+}
+
+/// Greets and reads the subscriber's answer.
+fn handshake(stream: &mut TcpStream, format: Format, session: u64, next_sequence: u64) -> Subscribe {
+    stream.write_all(&hello(format, session, next_sequence)).unwrap();
+    let mut answer = [0u8; Subscribe::LEN];
+    stream.read_exact(&mut answer).unwrap();
+    Subscribe::parse(&answer).unwrap()
+}
+
+/// Sends segments as DATA records of 1 to 7 frames (varying, so records and reads do not line
+/// up), in `format`, from sequence `first`; returns the next sequence.
+fn send_data(stream: &mut TcpStream, codec: &mut Codec, segments: &[Vec<u8>], first: u64) -> u64 {
+    let mut seq = first;
+    let mut i = 0;
+    let mut k = 0;
+    while i < segments.len() {
+        let n = (k % 7 + 1).min(segments.len() - i);
+        k += 1;
+        let mut payload = Vec::new();
+        for s in &segments[i..i + n] {
+            encode(codec, s, &mut payload);
+        }
+        stream.write_all(&record(RecordTag::Data, codec.format(), n as u16, seq, &payload)).unwrap();
+        seq += n as u64;
+        i += n;
+    }
+    seq
+}
+
+/// Waits until the subscriber closes its side, so the publisher does not reset the connection
+/// under bytes the subscriber has not read yet.
+fn drain(stream: &mut TcpStream) -> Vec<u8> {
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest);
+    rest
+}
+
+fn refs(segments: &[Vec<u8>]) -> Vec<&[u8]> {
+    segments.iter().map(|s| s.as_slice()).collect()
+}
+
+/// A publisher that streams `segments` in raw over one connection and ends the stream.
+fn raw_publisher(listener: TcpListener, segments: Vec<Vec<u8>>) -> JoinHandle<Subscribe> {
+    thread::spawn(move || {
+        let mut s = accept(&listener);
+        let sub = handshake(&mut s, Format::Raw, 0x5eed, 1);
+        let mut codec = Codec::new(Format::Raw, Limits::default());
+        let next = send_data(&mut s, &mut codec, &segments, 1);
+        s.write_all(&end_record(&totals(&refs(&segments)), Format::Raw, next)).unwrap();
+        drain(&mut s);
+        sub
+    })
+}
+
+fn listen() -> (TcpListener, String) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    (listener, addr)
+}
+
+#[test]
+fn a_tcp_stream_aggregates_as_proto_does_and_matches_the_publishers_totals() {
+    let segments = synthetic(20_000, 20, 7);
+    let (listener, addr) = listen();
+    let publisher = raw_publisher(listener, segments.clone());
+    let done = Sub::start(&["--connect", &addr, "--json", "-", "--report-interval", "0", "--duration", "60"]).finish();
+    let subscribe = publisher.join().unwrap();
+    assert_eq!(subscribe, Subscribe { protocol_version: PROTOCOL_VERSION, echo: false });
+    assert!(done.status.success(), "{done:?}");
+    let r = done.json();
+    assert_fields(&r, &expected(&refs(&segments), None));
+    assert_eq!(r["totals_match"], true);
+    assert_eq!(r["publisher_totals"]["frames"], segments.len());
+    for zero in ["gaps", "duplicates", "reordered", "decode_errors", "format_switches", "reconnects"] {
+        assert_eq!(r[zero], 0, "{zero}");
+    }
+    assert_eq!(r["late_join_sequence"], serde_json::Value::Null);
+    assert_eq!(r["formats_seen"], serde_json::json!(["raw"]));
+    assert_eq!(r["stop_reason"], "end");
+    assert_eq!(r["latency_ns"]["count"], segments.len());
+    assert!(r["latency_ns"]["p50"].as_u64().is_some() && r["latency_ns"]["max"].as_u64().is_some());
+    // The text report went to stderr, since stdout holds the JSON.
+    assert!(done.stderr.contains("publisher totals:") && done.stderr.contains("match yes"), "{}", done.stderr);
+}
+
+#[test]
+fn the_symbol_filter_limits_the_aggregates_and_the_text_report_goes_to_stdout() {
+    let segments = synthetic(5_000, 12, 3);
+    let all = expected(&refs(&segments), None);
+    let chosen: Vec<String> = all["symbols"].as_object().unwrap().keys().take(2).cloned().collect();
+    let chosen: Vec<&str> = chosen.iter().map(|s| s.as_str()).collect();
+    let (listener, addr) = listen();
+    let publisher = raw_publisher(listener, segments.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let done = Sub::start(&[
+        "--connect",
+        &addr,
+        "--symbols",
+        &chosen.join(","),
+        "--json",
+        json.to_str().unwrap(),
+        "--report-interval",
+        "0",
+    ])
+    .finish();
+    publisher.join().unwrap();
+    assert!(done.status.success(), "{done:?}");
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_fields(&r, &expected(&refs(&segments), Some(&chosen)));
+    assert_eq!(r["symbols"].as_object().unwrap().len(), 2);
+    // Counts cover every message whatever the filter, so the totals still match.
+    assert_eq!(r["totals_match"], true);
+    assert!(done.stdout.contains("total trade volume") && done.stdout.contains(chosen[0]), "{}", done.stdout);
+}
+
+#[test]
+fn format_switches_mid_stream_lose_no_message() {
+    let segments = synthetic(12_000, 10, 11);
+    let others = other_formats(&segments);
+    if others.is_empty() {
+        eprintln!("no format besides raw round-trips yet: switches are checked once one does");
+        return;
+    }
+    // Raw first, then every other working format in turn, each announced by a FORMAT record;
+    // raw records of odd lengths leave the next records misaligned in the read buffer.
+    let formats: Vec<Format> = std::iter::once(Format::Raw).chain(others.iter().copied()).collect();
+    eprintln!("switching through {formats:?}");
+    let (listener, addr) = listen();
+    let segs = segments.clone();
+    let plan = formats.clone();
+    let publisher = thread::spawn(move || {
+        let mut s = accept(&listener);
+        handshake(&mut s, Format::Raw, 1, 1);
+        let part = segs.len().div_ceil(plan.len());
+        let mut next = 1;
+        for (k, (format, chunk)) in plan.iter().zip(segs.chunks(part)).enumerate() {
+            if k > 0 {
+                s.write_all(&record(RecordTag::Format, *format, 0, next, &[])).unwrap();
+            }
+            let mut codec = Codec::new(*format, Limits::default());
+            next = send_data(&mut s, &mut codec, chunk, next);
+        }
+        s.write_all(&end_record(&totals(&refs(&segs)), *plan.last().unwrap(), next)).unwrap();
+        drain(&mut s);
+    });
+    let done = Sub::start(&["--connect", &addr, "--json", "-", "--report-interval", "0"]).finish();
+    publisher.join().unwrap();
+    let r = done.json();
+    assert_fields(&r, &expected(&refs(&segments), None));
+    assert_eq!(r["format_switches"], formats.len() - 1);
+    assert_eq!(r["formats_seen"].as_array().unwrap().len(), formats.len());
+    assert_eq!(r["decode_errors"], 0, "{}", done.stderr);
+    assert_eq!(r["totals_match"], true);
+}
+
+#[test]
+fn another_protocol_version_is_refused_with_exit_code_3_naming_both_versions() {
+    let (listener, addr) = listen();
+    let publisher = thread::spawn(move || {
+        let mut s = accept(&listener);
+        let mut greeting = hello(Format::Raw, 1, 1);
+        greeting[8..10].copy_from_slice(&(PROTOCOL_VERSION + 1).to_le_bytes());
+        s.write_all(&greeting).unwrap();
+        drain(&mut s);
+    });
+    let done = Sub::start(&["--connect", &addr, "--json", "-"]).finish();
+    publisher.join().unwrap();
+    assert_eq!(done.status.code(), Some(3), "{done:?}");
+    let theirs = format!("protocol version {}", PROTOCOL_VERSION + 1);
+    let ours = format!("protocol version {PROTOCOL_VERSION}");
+    assert!(
+        done.stderr.contains(&theirs) && done.stderr.contains(&ours) && done.stderr.contains(&addr),
+        "{}",
+        done.stderr
+    );
+    // The final report is printed all the same.
+    assert_eq!(done.json()["stop_reason"], "refused");
+}
+
+#[test]
+fn a_refuse_record_prints_the_publishers_reason_with_exit_code_3() {
+    let (listener, addr) = listen();
+    let publisher = thread::spawn(move || {
+        let mut s = accept(&listener);
+        handshake(&mut s, Format::Raw, 1, 1);
+        s.write_all(&record(RecordTag::Refuse, Format::Raw, 0, 1, b"subscriber limit (4) reached")).unwrap();
+        drain(&mut s);
+    });
+    let done = Sub::start(&["--connect", &addr]).finish();
+    publisher.join().unwrap();
+    assert_eq!(done.status.code(), Some(3), "{done:?}");
+    assert!(done.stderr.contains("subscriber limit (4) reached"), "{}", done.stderr);
+}
+
+#[test]
+fn a_lost_connection_is_reestablished_and_nothing_is_missed() {
+    let segments = synthetic(4_000, 8, 5);
+    let (listener, addr) = listen();
+    let segs = segments.clone();
+    let publisher = thread::spawn(move || {
+        let half = segs.len() / 2;
+        let mut codec = Codec::new(Format::Raw, Limits::default());
+        let next = {
+            let mut s = accept(&listener);
+            handshake(&mut s, Format::Raw, 42, 1);
+            send_data(&mut s, &mut codec, &segs[..half], 1)
+            // Dropped here: the connection closes without an END.
+        };
+        let mut s = accept(&listener);
+        handshake(&mut s, Format::Raw, 42, next);
+        let next = send_data(&mut s, &mut codec, &segs[half..], next);
+        s.write_all(&end_record(&totals(&refs(&segs)), Format::Raw, next)).unwrap();
+        drain(&mut s);
+    });
+    let mut sub = Sub::start(&["--connect", &addr, "--json", "-", "--reconnect-max-seconds", "0.2"]);
+    sub.wait_for("reconnected");
+    let done = sub.finish();
+    publisher.join().unwrap();
+    let r = done.json();
+    assert_fields(&r, &expected(&refs(&segments), None));
+    assert_eq!(r["reconnects"], 1);
+    assert_eq!(r["gaps"], 0);
+    assert_eq!(r["publisher_restarts"], 0);
+    assert_eq!(r["totals_match"], true);
+    assert!(done.stderr.contains("connection lost"), "{}", done.stderr);
+}
+
+#[test]
+fn a_late_joiner_says_so_and_an_undecodable_frame_is_skipped() {
+    let segments = synthetic(3_000, 8, 9);
+    let (listener, addr) = listen();
+    let segs = segments.clone();
+    let publisher = thread::spawn(move || {
+        let mut s = accept(&listener);
+        handshake(&mut s, Format::Raw, 7, 10);
+        let mut codec = Codec::new(Format::Raw, Limits::default());
+        let next = send_data(&mut s, &mut codec, &segs[..4], 10);
+        // A record of a good frame, then one whose IEX-TP version byte is wrong: the second
+        // cannot even be delimited, the stream goes on with the next record.
+        let mut payload = Vec::new();
+        encode(&mut codec, &segs[4], &mut payload);
+        let bad_at = payload.len();
+        encode(&mut codec, &segs[5], &mut payload);
+        payload[bad_at + 8] = 9;
+        s.write_all(&record(RecordTag::Data, Format::Raw, 2, next, &payload)).unwrap();
+        let next = send_data(&mut s, &mut codec, &segs[6..], next + 2);
+        s.write_all(&end_record(&totals(&refs(&segs)), Format::Raw, next)).unwrap();
+        drain(&mut s);
+    });
+    let done = Sub::start(&["--connect", &addr, "--json", "-"]).finish();
+    publisher.join().unwrap();
+    let r = done.json();
+    let received: Vec<&[u8]> =
+        segments.iter().enumerate().filter(|(i, _)| *i != 5).map(|(_, s)| s.as_slice()).collect();
+    assert_fields(&r, &expected(&received, None));
+    assert_eq!(r["late_join_sequence"], 10);
+    assert_eq!(r["decode_errors"], 1);
+    assert_eq!(r["gaps"], 0);
+    // Joined late: the publisher's totals cannot be compared.
+    assert_eq!(r["totals_match"], false);
+    assert!(done.stderr.contains("cannot delimit a frame") && done.stderr.contains("stream byte"), "{}", done.stderr);
+    assert!(done.stderr.contains("joined late"), "{}", done.stderr);
+}
+
+#[test]
+fn round_trip_mode_echoes_every_nth_frame_as_echo_records() {
+    let segments = synthetic(2_000, 5, 2);
+    let (listener, addr) = listen();
+    let segs = segments.clone();
+    let publisher = thread::spawn(move || {
+        let mut s = accept(&listener);
+        let sub = handshake(&mut s, Format::Raw, 3, 1);
+        let mut codec = Codec::new(Format::Raw, Limits::default());
+        let mut sent = Vec::new();
+        for (i, seg) in segs.iter().enumerate() {
+            let mut frame = Vec::new();
+            encode(&mut codec, seg, &mut frame);
+            let publish_time = i64::from_le_bytes(frame[..8].try_into().unwrap());
+            sent.push(publish_time);
+            s.write_all(&record(RecordTag::Data, Format::Raw, 1, i as u64 + 1, &frame)).unwrap();
+        }
+        s.write_all(&end_record(&totals(&refs(&segs)), Format::Raw, segs.len() as u64 + 1)).unwrap();
+        let back = drain(&mut s);
+        (sub, sent, back)
+    });
+    let done =
+        Sub::start(&["--connect", &addr, "--json", "-", "--latency", "round-trip", "--echo-every", "3"]).finish();
+    let (subscribe, sent, back) = publisher.join().unwrap();
+    assert!(subscribe.echo);
+    let r = done.json();
+    assert_eq!(back.len() % 32, 0);
+    let echoes: Vec<(RecordHeader, Echo)> =
+        back.chunks(32).map(|c| (RecordHeader::parse(&c[..16], 16).unwrap(), Echo::parse(&c[16..]).unwrap())).collect();
+    assert_eq!(echoes.len(), segments.len() / 3);
+    assert_eq!(r["echoes_sent"], echoes.len());
+    for (k, (header, echo)) in echoes.iter().enumerate() {
+        let seq = 3 * (k as u64 + 1);
+        assert_eq!(header.tag, RecordTag::Echo);
+        assert_eq!(header.length, 16);
+        assert_eq!(echo.sequence, seq);
+        assert_eq!(echo.publish_time, sent[seq as usize - 1]);
+    }
+    assert_eq!(r["latency_mode"], "round-trip");
+    assert_eq!(r["latency_ns"]["count"], segments.len());
+}
+
+#[test]
+fn the_histogram_log_has_one_interval_per_report_period() {
+    use hdrhistogram::serialization::Deserializer;
+    use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
+    let segments = synthetic(1_000, 5, 4);
+    let (listener, addr) = listen();
+    let segs = segments.clone();
+    let publisher = thread::spawn(move || {
+        let mut s = accept(&listener);
+        handshake(&mut s, Format::Raw, 3, 1);
+        let mut codec = Codec::new(Format::Raw, Limits::default());
+        // About a second in ten steps, for several report periods.
+        let step = segs.len().div_ceil(10);
+        let mut next = 1;
+        for chunk in segs.chunks(step) {
+            next = send_data(&mut s, &mut codec, chunk, next);
+            thread::sleep(Duration::from_millis(100));
+        }
+        s.write_all(&end_record(&totals(&refs(&segs)), Format::Raw, next)).unwrap();
+        drain(&mut s);
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("latency.hlog");
+    let done = Sub::start(&[
+        "--connect",
+        &addr,
+        "--json",
+        "-",
+        "--report-interval",
+        "0.25",
+        "--histogram-log",
+        log.to_str().unwrap(),
+    ])
+    .finish();
+    publisher.join().unwrap();
+    let r = done.json();
+    assert!(done.stderr.contains("msg/s"), "interval lines on stderr: {}", done.stderr);
+    let text = std::fs::read(&log).unwrap();
+    assert!(String::from_utf8_lossy(&text).contains("#[StartTime: "));
+    let mut intervals = 0;
+    let mut count = 0;
+    let mut deserializer = Deserializer::new();
+    for entry in IntervalLogIterator::new(&text) {
+        if let LogEntry::Interval(interval) = entry.unwrap() {
+            intervals += 1;
+            let bytes = base64_decode(interval.encoded_histogram());
+            let h: hdrhistogram::Histogram<u64> = deserializer.deserialize(&mut bytes.as_slice()).unwrap();
+            count += h.len();
+        }
+    }
+    assert!(intervals >= 3, "{intervals} intervals");
+    assert_eq!(count, r["latency_ns"]["count"].as_u64().unwrap());
+}
+
+/// Standard base64 (the interval log's encoding), decoded without another dependency.
+fn base64_decode(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        b'/' => 63,
+        _ => panic!("not base64: {c}"),
+    };
+    let clean: Vec<u8> = text.bytes().filter(|&c| c != b'=').collect();
+    let mut out = Vec::new();
+    for chunk in clean.chunks(4) {
+        let mut acc = 0u32;
+        for (i, &c) in chunk.iter().enumerate() {
+            acc |= u32::from(value(c)) << (18 - 6 * i);
+        }
+        let bytes = acc.to_be_bytes();
+        out.extend_from_slice(&bytes[1..chunk.len()]);
+    }
+    out
+}
