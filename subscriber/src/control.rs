@@ -5,9 +5,10 @@
 
 use crate::frames::Pipeline;
 use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use tokio::time::{Instant, Interval, MissedTickBehavior};
+use tokio::time::{Instant, Interval, MissedTickBehavior, Sleep};
 
 /// Why a run stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,7 +56,9 @@ pub enum Event {
 /// The ticker, the deadline and the signals.
 pub struct Control {
     ticker: Option<Interval>,
-    deadline: Option<Instant>,
+    /// One timer for the whole run: `next` is polled once per read, and a timer made afresh on
+    /// each poll would cost a timer-wheel insertion and removal every time.
+    deadline: Option<Pin<Box<Sleep>>>,
     interrupt: Signal,
     terminate: Signal,
 }
@@ -73,7 +76,7 @@ impl Control {
         });
         Ok(Control {
             ticker,
-            deadline: duration.map(|d| start + d),
+            deadline: duration.map(|d| Box::pin(tokio::time::sleep_until(start + d))),
             interrupt: signal(SignalKind::interrupt())?,
             terminate: signal(SignalKind::terminate())?,
         })
@@ -81,15 +84,17 @@ impl Control {
 
     /// The next event; cancel-safe, so it can sit in a `select!` beside a socket read.
     pub async fn next(&mut self) -> Event {
-        let deadline = self.deadline;
         let ticker = &mut self.ticker;
+        let deadline = &mut self.deadline;
+        let has_deadline = deadline.is_some();
+        let has_ticker = ticker.is_some();
         tokio::select! {
             _ = self.interrupt.recv() => Event::Stop(Stop::Signal),
             _ = self.terminate.recv() => Event::Stop(Stop::Signal),
-            _ = async { tokio::time::sleep_until(deadline.expect("guarded")).await }, if deadline.is_some() => {
+            _ = async { deadline.as_mut().expect("guarded").as_mut().await }, if has_deadline => {
                 Event::Stop(Stop::Duration)
             }
-            _ = async { ticker.as_mut().expect("guarded").tick().await }, if ticker.is_some() => Event::Tick,
+            _ = async { ticker.as_mut().expect("guarded").tick().await }, if has_ticker => Event::Tick,
         }
     }
 

@@ -148,9 +148,12 @@ impl Pipeline {
 
     /// Walks and decodes the frames of one record or datagram payload. A frame that does not
     /// decode is counted and skipped; one that cannot be delimited loses the rest of the
-    /// payload (the frames in it are counted as decode errors), never the stream.
+    /// payload (the frames in it are counted as decode errors), never the stream. A duplicate
+    /// frame is counted and not decoded, so aggregates do not count it twice.
     pub fn data(&mut self, p: Payload<'_>) {
-        self.format(p.format, p.peer);
+        if self.current != Some(p.format) {
+            self.format(p.format, p.peer);
+        }
         let Pipeline { codecs, stats, warnings, echoes, echo_every, echo_countdown, .. } = self;
         let codec = codecs[usize::from(p.format.id())].get_or_insert_with(|| Codec::new(p.format, Limits::default()));
         let mut offset = 0usize;
@@ -255,6 +258,7 @@ impl Pipeline {
         let now = Instant::now();
         self.write_interval(now);
         self.histogram_log = None;
+        self.stats.end_interval();
         self.stats.report(RunInfo {
             transport: self.transport.clone(),
             stop_reason,

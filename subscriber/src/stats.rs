@@ -136,8 +136,18 @@ impl Stats {
         } else {
             latency as u64
         };
-        self.latency.saturating_record(ns);
+        // Only the interval's histogram is written per frame; it is added to the run's at
+        // each interval's end, which costs far less than a second record per frame.
         self.interval_latency.saturating_record(ns);
+    }
+
+    /// Ends the latency interval: its counts join the run's histogram and it starts over.
+    pub fn end_interval(&mut self) {
+        // Both histograms have the same bounds, so adding cannot fail.
+        let _ = self.latency.add(&self.interval_latency);
+        self.interval_latency.reset();
+        self.interval_frames = 0;
+        self.interval_messages = 0;
     }
 
     /// A new publisher session: sequence numbers start over, the counts so far are kept.
@@ -193,9 +203,7 @@ impl Stats {
             lat,
             self.sequence().lost
         );
-        self.interval_latency.reset();
-        self.interval_frames = 0;
-        self.interval_messages = 0;
+        self.end_interval();
         line
     }
 
@@ -222,7 +230,7 @@ impl Stats {
         )
     }
 
-    /// The final report.
+    /// The final report (call [`Stats::end_interval`] first, so the last interval counts).
     pub fn report(&self, run: RunInfo) -> Report {
         let symbols = self.aggregator.active();
         let seq = self.sequence();
@@ -524,6 +532,7 @@ mod tests {
         }));
         stats.frame_decoded(100, 350);
         stats.frame_decoded(500, 400);
+        stats.end_interval();
         stats.publisher_totals =
             Some(Totals { frames: 2, messages: 3, by_type: [(b'T', 2), (b'H', 1)].into_iter().collect() });
         let run = RunInfo {

@@ -260,6 +260,39 @@ fn a_lost_connection_is_reestablished_and_nothing_is_missed() {
 }
 
 #[test]
+fn a_refused_connection_is_retried_until_the_publisher_comes_up() {
+    // A port nobody listens on yet (the kernel just handed it out on loopback).
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut sub = Sub::start(&["--connect", &addr, "--json", "-", "--reconnect-max-seconds", "0.1"]);
+    sub.wait_for("connection failed");
+    sub.wait_for("connection failed");
+    let segments = synthetic(1_000, 4, 6);
+    let publisher = raw_publisher(TcpListener::bind(&addr).unwrap(), segments.clone());
+    let done = sub.finish();
+    publisher.join().unwrap();
+    let r = done.json();
+    assert_fields(&r, &expected(&refs(&segments), None));
+    assert_eq!(r["totals_match"], true);
+    // Never connected before: these were first attempts, not reconnections.
+    assert_eq!(r["reconnects"], 0);
+}
+
+#[test]
+fn duration_stops_a_subscriber_whose_publisher_never_comes() {
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let started = Instant::now();
+    let done = Sub::start(&["--connect", &addr, "--json", "-", "--duration", "0.5"]).finish();
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(done.status.code(), Some(0), "{done:?}");
+    let r = done.json();
+    assert_eq!(r["stop_reason"], "duration");
+    assert_eq!(r["publisher_totals"], serde_json::Value::Null);
+    assert_eq!(r["totals_match"], serde_json::Value::Null);
+}
+
+#[test]
 fn a_late_joiner_says_so_and_an_undecodable_frame_is_skipped() {
     let segments = synthetic(3_000, 8, 9);
     let (listener, addr) = listen();
