@@ -22,11 +22,12 @@
 # - Auction information would need 11 data words inline and make every message twice as large;
 #   it is rare (a few hundred a day), so it is a pointer to its own struct. Unknown messages, also
 #   rare, share that pointer slot as Data.
-# - The 8-byte symbol is a UInt64, not Data: it is read and written as one little-endian word
-#   inside the message struct, where Data would add a pointer and an 8-byte object per message.
-#   Its bytes are XORed with spaces (0x20) so the space padding of short symbols becomes zero
-#   bytes, which the packed encoding drops: "AAPL    " costs 4 bytes packed instead of 8. Any byte
-#   string round-trips; readers XOR again with 0x2020202020202020.
+# - The 8-byte symbol is a UInt64 (its bytes, space-padded as IEX sends them, little-endian), not
+#   Data: it is read and written as one word inside the message struct, where Data would add a
+#   pointer and an 8-byte object per message. Its bytes are kept as they are: a timestamp and a
+#   symbol without zero bytes are adjacent words that packing copies as one run under one tag,
+#   and every tag is a step the reader cannot take before the previous one (XORing the padding
+#   to zeros would save about 4 bytes a message packed, and cost a tag).
 # - Prices are Int64 in IEX's fixed point (4 implied decimals), sizes UInt32, timestamps Int64 ns
 #   since the Unix epoch, flags and codes UInt8: the IEX values as they are, so no conversion can
 #   lose anything.
@@ -70,8 +71,8 @@ struct Message {
   # ns since the Unix epoch (unused by `unknown`).
 
   symbol @1 :UInt64;
-  # The 8 symbol bytes, space-padded as IEX sends them, little-endian, XOR 0x2020202020202020
-  # (unused by `systemEvent` and `unknown`).
+  # The 8 symbol bytes, space-padded as IEX sends them, little-endian (unused by `systemEvent`
+  # and `unknown`).
 
   union {
     systemEvent :group {
