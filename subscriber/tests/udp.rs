@@ -223,8 +223,8 @@ fn sigterm_stops_the_run_with_a_report() {
     let all = datagrams(&segments, 1);
     send_all(&socket, addr, &all[..5]);
     std::thread::sleep(Duration::from_millis(300));
-    let killed = std::process::Command::new("kill").args(["-TERM", &sub.id().to_string()]).status().unwrap();
-    assert!(killed.success());
+    let pid = nix::unistd::Pid::from_raw(sub.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     let done = sub.finish();
     assert_eq!(done.status.code(), Some(0), "{done:?}");
     let r = done.json();
