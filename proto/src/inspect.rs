@@ -64,7 +64,8 @@ pub struct InspectReport {
     pub sequence: SequenceCounts,
 }
 
-fn serialize_symbols<S: serde::Serializer>(symbols: &[(Symbol, SymbolAggregate)], s: S) -> Result<S::Ok, S::Error> {
+/// Serializes symbols and their aggregates as a JSON object keyed by symbol, in order.
+pub fn serialize_symbols<S: serde::Serializer>(symbols: &[(Symbol, SymbolAggregate)], s: S) -> Result<S::Ok, S::Error> {
     use serde::ser::SerializeMap;
     let mut map = s.serialize_map(Some(symbols.len()))?;
     for (symbol, aggregate) in symbols {
