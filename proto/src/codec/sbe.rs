@@ -1,12 +1,306 @@
-//! SBE codec (placeholder until the generated codec lands).
+//! FIX Simple Binary Encoding: a `Batch` message carrying the segment header, then one standard
+//! SBE message per IEX message, its templateId being the IEX type byte. The schema, and why it is
+//! laid out so, is `proto/schema/marketdata.xml`; the codecs in `proto/src/generated/sbe/` are
+//! generated from it by `proto/schema/gen-sbe.sh`.
+//!
+//! Frame: `Batch` (8-byte header + 36-byte block), then `Batch.messageCount` messages, each an
+//! 8-byte header and its template's block (plus a `uint32` length and the bytes, for
+//! `UnknownMessage`). Nothing states the frame's total length: a stream reader finds the end by
+//! walking the message headers (see [`SbeCodec::frame_len`]).
+//!
+//! The generated decoders index their buffer (a short one panics) and only `debug_assert` the
+//! templateId, so before one is used this module checks the header's schemaId, version and
+//! templateId, that blockLength is at least the template's, and that the bytes are there; it then
+//! hands the decoder exactly the template's bytes as a fixed-size array, which makes every field
+//! read a load at a constant offset with no bounds check left.
 
 use super::{BatchHeader, DecodeError, EncodeError, Format, Limits};
-use crate::message::Message;
+use crate::message::{
+    AuctionInformation, Message, OfficialPrice, OperationalHaltStatus, PriceLevelUpdate, QuoteUpdate,
+    RetailLiquidityIndicator, SecurityDirectory, SecurityEvent, ShortSalePriceTestStatus, Side, SystemEvent, Trade,
+    TradingStatus, UnknownMessage,
+};
+use crate::price::{Price, Symbol};
 
-/// SBE codec.
+/// The codecs `proto/schema/gen-sbe.sh` generates from `proto/schema/marketdata.xml`; generated
+/// code is neither formatted nor linted.
+#[rustfmt::skip]
+#[allow(dead_code, unused_imports, clippy::all, clippy::pedantic, clippy::nursery)]
+#[path = "../generated/sbe/mod.rs"]
+mod generated;
+
+use generated::message_header_codec::{MessageHeaderDecoder, MessageHeaderEncoder};
+use generated::{
+    ReadBuf, WriteBuf, Writer, auction_information_codec, batch_codec, message_header_codec, official_price_codec,
+    operational_halt_status_codec, price_level_update_buy_codec, price_level_update_sell_codec, quote_update_codec,
+    retail_liquidity_indicator_codec, security_directory_codec, security_event_codec,
+    short_sale_price_test_status_codec, system_event_codec, trade_break_codec, trade_report_codec,
+    trading_status_codec, unknown_message_codec,
+};
+
+/// The schema's id, in every message header.
+pub const SCHEMA_ID: u16 = generated::SBE_SCHEMA_ID;
+
+/// The schema version this codec writes and accepts.
+pub const SCHEMA_VERSION: u16 = generated::SBE_SCHEMA_VERSION;
+
+/// Length of the standard message header in front of every message.
+pub const HEADER_LEN: usize = message_header_codec::ENCODED_LENGTH;
+
+/// Length of the `Batch` message that starts every frame.
+pub const BATCH_LEN: usize = HEADER_LEN + batch_codec::SBE_BLOCK_LENGTH as usize;
+
+/// Longest unknown message carried (as long as an IEX-TP message block can be).
+pub const MAX_UNKNOWN_LEN: usize = u16::MAX as usize;
+
+/// Offset of `Batch.messageCount` in a frame: the last field of the `Batch` block.
+const MESSAGE_COUNT_AT: usize = BATCH_LEN - size_of::<u16>();
+
+/// `varDataEncoding.length` is a uint32 (see the schema for why not a uint16).
+const VAR_DATA_LENGTH_LEN: usize = size_of::<u32>();
+
+const _: () = assert!(
+    price_level_update_buy_codec::SBE_BLOCK_LENGTH == price_level_update_sell_codec::SBE_BLOCK_LENGTH,
+    "the price level update templates differ: decode_message reads both with one decoder"
+);
+
+/// The shortest message a frame can hold: an `UnknownMessage` of one byte. Bounds the frame
+/// length from `Batch.messageCount` alone, before any message is read.
+const MIN_MESSAGE_LEN: usize = {
+    let unknown = HEADER_LEN + unknown_message_codec::SBE_BLOCK_LENGTH as usize + VAR_DATA_LENGTH_LEN + 1;
+    let fixed = HEADER_LEN + system_event_codec::SBE_BLOCK_LENGTH as usize;
+    if unknown < fixed { unknown } else { fixed }
+};
+
+/// SBE codec; it keeps no buffers, so it costs nothing to create.
+#[derive(Debug)]
 pub struct SbeCodec {
-    #[allow(dead_code)]
     limits: Limits,
+}
+
+/// What the message header says, once its schemaId and version are checked.
+#[derive(Clone, Copy, Debug)]
+struct Header {
+    block_length: u16,
+    template_id: u16,
+    version: u16,
+}
+
+impl Header {
+    /// Bytes of the header and the block, which blockLength (not the template) decides: a longer
+    /// block is padding or fields of a later version, skipped.
+    #[inline(always)]
+    fn fixed_len(self) -> usize {
+        HEADER_LEN + usize::from(self.block_length)
+    }
+}
+
+#[inline(always)]
+fn error(offset: usize, what: impl Into<std::borrow::Cow<'static, str>>) -> DecodeError {
+    DecodeError::new(Format::Sbe, offset, what)
+}
+
+/// Reads and checks the message header at `at` (the offset in the frame, for errors).
+#[inline(always)]
+fn read_header(bytes: &[u8; HEADER_LEN], at: usize) -> Result<Header, DecodeError> {
+    let decoder = MessageHeaderDecoder::default().wrap(ReadBuf::new(bytes), 0);
+    let (schema_id, version) = (decoder.schema_id(), decoder.version());
+    if schema_id != SCHEMA_ID || version != SCHEMA_VERSION {
+        return Err(wrong_schema(at, schema_id, version));
+    }
+    Ok(Header { block_length: decoder.block_length(), template_id: decoder.template_id(), version })
+}
+
+/// The header at `at` in `buf`: `Ok(None)` when `buf` ends before it.
+#[inline(always)]
+fn header_at(buf: &[u8], at: usize) -> Result<Option<Header>, DecodeError> {
+    match buf.get(at..).and_then(<[u8]>::first_chunk::<HEADER_LEN>) {
+        Some(bytes) => read_header(bytes, at).map(Some),
+        None => Ok(None),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn wrong_schema(at: usize, schema_id: u16, version: u16) -> DecodeError {
+    if schema_id != SCHEMA_ID {
+        error(at + 4, format!("messageHeader.schemaId {schema_id}, expected {SCHEMA_ID}: not a frame of this schema"))
+    } else {
+        error(at + 6, format!("messageHeader.version {version}, expected {SCHEMA_VERSION}"))
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn short_block(at: usize, template: &str, block_length: u16, needed: usize) -> DecodeError {
+    error(at, format!("{template} messageHeader.blockLength {block_length} is shorter than the template's {needed}"))
+}
+
+#[cold]
+#[inline(never)]
+fn past_end(at: usize, what: &str, needed: usize, left: usize) -> DecodeError {
+    error(at, format!("{what} needs {needed} bytes, the frame has {left} left"))
+}
+
+#[cold]
+#[inline(never)]
+fn not_a_message(at: usize, template_id: u16) -> DecodeError {
+    if template_id == batch_codec::SBE_TEMPLATE_ID {
+        error(at + 2, "messageHeader.templateId 1 (Batch) where a message was expected: Batch only starts a frame")
+    } else {
+        error(at + 2, format!("messageHeader.templateId {template_id} is no message template of schema {SCHEMA_ID}"))
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn not_a_batch(template_id: u16) -> DecodeError {
+    let batch = batch_codec::SBE_TEMPLATE_ID;
+    error(2, format!("messageHeader.templateId {template_id}, expected {batch} (Batch) at the start of a frame"))
+}
+
+#[cold]
+#[inline(never)]
+fn over_limit(at: usize, len: usize, max: usize, why: &str) -> DecodeError {
+    error(at, format!("frame of at least {len} bytes ({why}) exceeds the {max}-byte limit"))
+}
+
+#[cold]
+#[inline(never)]
+fn bad_unknown_length(at: usize, len: usize) -> DecodeError {
+    if len == 0 {
+        error(at, "UnknownMessage.bytes length 0: it holds at least the IEX type byte")
+    } else {
+        error(at, format!("UnknownMessage.bytes length {len} exceeds {MAX_UNKNOWN_LEN}"))
+    }
+}
+
+/// Checks a fixed-size message against its template and returns exactly the template's bytes.
+#[inline(always)]
+fn fixed_block<'a, const LEN: usize>(
+    rest: &'a [u8],
+    header: Header,
+    at: usize,
+    template: &'static str,
+) -> Result<&'a [u8; LEN], DecodeError> {
+    if header.fixed_len() < LEN {
+        return Err(short_block(at, template, header.block_length, LEN - HEADER_LEN));
+    }
+    if rest.len() < header.fixed_len() {
+        return Err(past_end(at, template, header.fixed_len(), rest.len()));
+    }
+    rest.first_chunk::<LEN>().ok_or_else(|| past_end(at, template, LEN, rest.len()))
+}
+
+/// The generated decoder of a fixed-size template, over exactly its bytes.
+macro_rules! decoder {
+    ($codec:ident :: $decoder:ident, $name:literal, $rest:expr, $header:expr, $at:expr) => {{
+        const LEN: usize = HEADER_LEN + $codec::SBE_BLOCK_LENGTH as usize;
+        let bytes = fixed_block::<LEN>($rest, $header, $at, $name)?;
+        $codec::$decoder::default().wrap(ReadBuf::new(bytes), HEADER_LEN, $header.block_length, $header.version)
+    }};
+}
+
+/// Appends `LEN` zero bytes to `out` and returns them.
+#[inline(always)]
+fn append_zeroed<const LEN: usize>(out: &mut Vec<u8>) -> &mut [u8; LEN] {
+    out.extend_from_slice(&[0; LEN]);
+    match out.last_chunk_mut::<LEN>() {
+        Some(tail) => tail,
+        None => unreachable!("{LEN} bytes were just appended"),
+    }
+}
+
+/// The encoder a generated `header()` wrapped, back from it.
+#[inline(always)]
+fn after_header<'a, E: Writer<'a> + Default>(mut header: MessageHeaderEncoder<E>) -> E {
+    match header.parent() {
+        Ok(encoder) => encoder,
+        Err(_) => unreachable!("header() wraps its encoder"),
+    }
+}
+
+/// The generated encoder of a fixed-size template, over the message's bytes appended to `out`,
+/// its header written.
+macro_rules! encoder {
+    ($codec:ident :: $encoder:ident, $out:expr) => {{
+        const LEN: usize = HEADER_LEN + $codec::SBE_BLOCK_LENGTH as usize;
+        let bytes = append_zeroed::<LEN>($out);
+        after_header($codec::$encoder::default().wrap(WriteBuf::new(bytes), HEADER_LEN).header(0))
+    }};
+}
+
+/// The name and block length of each fixed-size message template, `None` for `UnknownMessage`
+/// and ids that are no message.
+#[inline(always)]
+const fn fixed_template(template_id: u16) -> Option<(&'static str, u16)> {
+    Some(match template_id {
+        system_event_codec::SBE_TEMPLATE_ID => ("SystemEvent", system_event_codec::SBE_BLOCK_LENGTH),
+        security_directory_codec::SBE_TEMPLATE_ID => ("SecurityDirectory", security_directory_codec::SBE_BLOCK_LENGTH),
+        trading_status_codec::SBE_TEMPLATE_ID => ("TradingStatus", trading_status_codec::SBE_BLOCK_LENGTH),
+        retail_liquidity_indicator_codec::SBE_TEMPLATE_ID => {
+            ("RetailLiquidityIndicator", retail_liquidity_indicator_codec::SBE_BLOCK_LENGTH)
+        }
+        operational_halt_status_codec::SBE_TEMPLATE_ID => {
+            ("OperationalHaltStatus", operational_halt_status_codec::SBE_BLOCK_LENGTH)
+        }
+        short_sale_price_test_status_codec::SBE_TEMPLATE_ID => {
+            ("ShortSalePriceTestStatus", short_sale_price_test_status_codec::SBE_BLOCK_LENGTH)
+        }
+        security_event_codec::SBE_TEMPLATE_ID => ("SecurityEvent", security_event_codec::SBE_BLOCK_LENGTH),
+        price_level_update_buy_codec::SBE_TEMPLATE_ID => {
+            ("PriceLevelUpdateBuy", price_level_update_buy_codec::SBE_BLOCK_LENGTH)
+        }
+        price_level_update_sell_codec::SBE_TEMPLATE_ID => {
+            ("PriceLevelUpdateSell", price_level_update_sell_codec::SBE_BLOCK_LENGTH)
+        }
+        quote_update_codec::SBE_TEMPLATE_ID => ("QuoteUpdate", quote_update_codec::SBE_BLOCK_LENGTH),
+        trade_report_codec::SBE_TEMPLATE_ID => ("TradeReport", trade_report_codec::SBE_BLOCK_LENGTH),
+        trade_break_codec::SBE_TEMPLATE_ID => ("TradeBreak", trade_break_codec::SBE_BLOCK_LENGTH),
+        official_price_codec::SBE_TEMPLATE_ID => ("OfficialPrice", official_price_codec::SBE_BLOCK_LENGTH),
+        auction_information_codec::SBE_TEMPLATE_ID => {
+            ("AuctionInformation", auction_information_codec::SBE_BLOCK_LENGTH)
+        }
+        _ => return None,
+    })
+}
+
+/// [`fixed_template`]'s block lengths by templateId (every fixed template's id is an IEX type
+/// byte), 0 for none: the framer's lookup is a load where a `match` would be an indirect jump,
+/// mispredicted as often as the feed's message types alternate.
+static FIXED_BLOCK_LENGTHS: [u16; 256] = {
+    let mut table = [0; 256];
+    let mut id = 0;
+    while id < table.len() {
+        if let Some((_, block_length)) = fixed_template(id as u16) {
+            table[id] = block_length;
+        }
+        id += 1;
+    }
+    table
+};
+
+#[cold]
+fn template_name(template_id: u16) -> &'static str {
+    fixed_template(template_id).map_or("message", |(name, _)| name)
+}
+
+/// Where an `UnknownMessage`'s bytes are within the message, from its header and its varData length.
+#[inline(always)]
+fn unknown_bytes_range(header: Header, message: &[u8], at: usize) -> Result<Option<(usize, usize)>, DecodeError> {
+    let length_at = header.fixed_len();
+    let Some(with_length) = message.get(..length_at + VAR_DATA_LENGTH_LEN) else { return Ok(None) };
+    let mut decoder = unknown_message_codec::UnknownMessageDecoder::default().wrap(
+        ReadBuf::new(with_length),
+        HEADER_LEN,
+        header.block_length,
+        header.version,
+    );
+    let (start, len) = decoder.bytes_decoder();
+    if len == 0 || len > MAX_UNKNOWN_LEN {
+        return Err(bad_unknown_length(at + length_at, len));
+    }
+    Ok(Some((start, len)))
 }
 
 impl SbeCodec {
@@ -14,21 +308,737 @@ impl SbeCodec {
     pub fn new(limits: Limits) -> Self {
         SbeCodec { limits }
     }
-    /// Appends one frame.
+
+    /// Appends one frame: the batch, then each message through its template's generated encoder.
+    /// On error `out` is left as it was.
+    #[inline]
     pub fn encode(
         &mut self,
-        _header: &BatchHeader,
-        _messages: &[Message<'_>],
-        _out: &mut Vec<u8>,
+        header: &BatchHeader,
+        messages: &[Message<'_>],
+        out: &mut Vec<u8>,
     ) -> Result<(), EncodeError> {
-        Err(EncodeError::Unrepresentable { format: Format::Sbe, index: 0, what: "not implemented".into() })
+        let Ok(count) = u16::try_from(messages.len()) else {
+            return Err(EncodeError::TooManyMessages(messages.len()));
+        };
+        let start = out.len();
+        let mut batch = encoder!(batch_codec::BatchEncoder, out);
+        batch
+            .first_sequence(header.first_sequence)
+            .send_time(header.send_time)
+            .publish_time(header.publish_time)
+            .channel_id(header.channel_id)
+            .session_id(header.session_id)
+            .protocol_id(header.protocol_id)
+            .message_count(count);
+        for (index, message) in messages.iter().enumerate() {
+            if let Err(what) = encode_message(message, out) {
+                out.truncate(start);
+                return Err(EncodeError::Unrepresentable { format: Format::Sbe, index, what: what.into() });
+            }
+        }
+        Ok(())
     }
-    /// Length of the first frame.
-    pub fn frame_len(&self, _buf: &[u8]) -> Result<Option<usize>, DecodeError> {
-        Err(DecodeError::new(Format::Sbe, 0, "not implemented"))
+
+    /// Length of the first frame in `buf`, found by walking the message headers: the `Batch`
+    /// block gives the message count, each header's blockLength the size of its message (and for
+    /// `UnknownMessage` the varData length after its block), so one pass over the headers reaches
+    /// the end without reading any field. The count alone bounds the length from below, so a frame
+    /// too long for `limits.max_frame` is refused from its first 44 bytes when the count says so,
+    /// else as soon as the walk passes the limit. `Ok(None)` while `buf` ends before the frame.
+    #[inline]
+    pub fn frame_len(&self, buf: &[u8]) -> Result<Option<usize>, DecodeError> {
+        let max = self.limits.max_frame;
+        let Some(header) = header_at(buf, 0)? else { return Ok(None) };
+        if header.template_id != batch_codec::SBE_TEMPLATE_ID {
+            return Err(not_a_batch(header.template_id));
+        }
+        if header.fixed_len() < BATCH_LEN {
+            return Err(short_block(0, "Batch", header.block_length, BATCH_LEN - HEADER_LEN));
+        }
+        let mut end = header.fixed_len();
+        if end > max {
+            return Err(over_limit(0, end, max, "Batch messageHeader.blockLength"));
+        }
+        let Some(batch) = buf.first_chunk::<BATCH_LEN>() else { return Ok(None) };
+        let batch = batch_codec::BatchDecoder::default().wrap(
+            ReadBuf::new(batch),
+            HEADER_LEN,
+            header.block_length,
+            header.version,
+        );
+        let count = usize::from(batch.message_count());
+        if end + count * MIN_MESSAGE_LEN > max {
+            return Err(over_limit(MESSAGE_COUNT_AT, end + count * MIN_MESSAGE_LEN, max, "Batch.messageCount"));
+        }
+        for _ in 0..count {
+            let at = end;
+            let Some(header) = header_at(buf, at)? else { return Ok(None) };
+            let template_id = header.template_id;
+            let block_length = FIXED_BLOCK_LENGTHS.get(usize::from(template_id)).copied().unwrap_or(0);
+            let len = if block_length != 0 {
+                if header.block_length < block_length {
+                    return Err(short_block(at, template_name(template_id), header.block_length, block_length.into()));
+                }
+                header.fixed_len()
+            } else if template_id == unknown_message_codec::SBE_TEMPLATE_ID {
+                let length_end = at + header.fixed_len() + VAR_DATA_LENGTH_LEN;
+                if length_end > max {
+                    return Err(over_limit(at, length_end, max, "messageHeader.blockLength"));
+                }
+                match unknown_bytes_range(header, buf.get(at..).unwrap_or_default(), at)? {
+                    Some((start, len)) => start + len,
+                    None => return Ok(None),
+                }
+            } else {
+                return Err(not_a_message(at, template_id));
+            };
+            end += len;
+            if end > max {
+                return Err(over_limit(at, end, max, "walking the message headers"));
+            }
+        }
+        Ok((buf.len() >= end).then_some(end))
     }
-    /// Decodes one frame.
-    pub fn decode<F: FnMut(&Message<'_>)>(&mut self, _frame: &[u8], _visit: F) -> Result<BatchHeader, DecodeError> {
-        Err(DecodeError::new(Format::Sbe, 0, "not implemented"))
+
+    /// Decodes one frame, handing each message to `visit` as it is read: a frame that goes bad
+    /// part way has had its messages up to there visited when the error comes back.
+    #[inline]
+    pub fn decode<F: FnMut(&Message<'_>)>(&mut self, frame: &[u8], mut visit: F) -> Result<BatchHeader, DecodeError> {
+        if frame.len() > self.limits.max_frame {
+            return Err(over_limit(0, frame.len(), self.limits.max_frame, "its length"));
+        }
+        let Some(header) = header_at(frame, 0)? else {
+            return Err(past_end(0, "the Batch message header", HEADER_LEN, frame.len()));
+        };
+        if header.template_id != batch_codec::SBE_TEMPLATE_ID {
+            return Err(not_a_batch(header.template_id));
+        }
+        let batch = decoder!(batch_codec::BatchDecoder, "Batch", frame, header, 0);
+        let count = batch.message_count();
+        let batch_header = BatchHeader {
+            protocol_id: batch.protocol_id(),
+            channel_id: batch.channel_id(),
+            session_id: batch.session_id(),
+            first_sequence: batch.first_sequence(),
+            message_count: u32::from(count),
+            send_time: batch.send_time(),
+            publish_time: batch.publish_time(),
+        };
+        let mut rest = frame.get(header.fixed_len()..).unwrap_or_default();
+        for index in 0..count {
+            let at = frame.len() - rest.len();
+            let Some(bytes) = rest.first_chunk::<HEADER_LEN>() else {
+                let what = format!("message {index} of Batch.messageCount {count}: its header");
+                return Err(past_end(at, &what, HEADER_LEN, rest.len()));
+            };
+            let header = read_header(bytes, at)?;
+            let len = decode_message(rest, header, at, &mut visit)?;
+            rest = rest.get(len..).ok_or_else(|| past_end(at, "message", len, rest.len()))?;
+        }
+        if !rest.is_empty() {
+            let at = frame.len() - rest.len();
+            return Err(error(
+                at,
+                format!("{} bytes after the last of Batch.messageCount {count} messages", rest.len()),
+            ));
+        }
+        Ok(batch_header)
+    }
+}
+
+/// Appends one message; the error says why the message cannot be carried.
+#[inline(always)]
+fn encode_message(message: &Message<'_>, out: &mut Vec<u8>) -> Result<(), &'static str> {
+    match message {
+        Message::SystemEvent(m) => {
+            encoder!(system_event_codec::SystemEventEncoder, out).system_event(m.event).timestamp(m.timestamp);
+        }
+        Message::SecurityDirectory(m) => {
+            encoder!(security_directory_codec::SecurityDirectoryEncoder, out)
+                .flags(m.flags)
+                .timestamp(m.timestamp)
+                .symbol(&m.symbol.0)
+                .round_lot_size(m.round_lot_size)
+                .adjusted_poc_price(m.adjusted_poc_price.0)
+                .luld_tier(m.luld_tier);
+        }
+        Message::TradingStatus(m) => {
+            encoder!(trading_status_codec::TradingStatusEncoder, out)
+                .status(m.status)
+                .timestamp(m.timestamp)
+                .symbol(&m.symbol.0)
+                .reason(&m.reason);
+        }
+        Message::RetailLiquidityIndicator(m) => {
+            encoder!(retail_liquidity_indicator_codec::RetailLiquidityIndicatorEncoder, out)
+                .indicator(m.indicator)
+                .timestamp(m.timestamp)
+                .symbol(&m.symbol.0);
+        }
+        Message::OperationalHaltStatus(m) => {
+            encoder!(operational_halt_status_codec::OperationalHaltStatusEncoder, out)
+                .status(m.status)
+                .timestamp(m.timestamp)
+                .symbol(&m.symbol.0);
+        }
+        Message::ShortSalePriceTestStatus(m) => {
+            encoder!(short_sale_price_test_status_codec::ShortSalePriceTestStatusEncoder, out)
+                .in_effect(m.in_effect)
+                .timestamp(m.timestamp)
+                .symbol(&m.symbol.0)
+                .detail(m.detail);
+        }
+        Message::SecurityEvent(m) => {
+            encoder!(security_event_codec::SecurityEventEncoder, out)
+                .security_event(m.event)
+                .timestamp(m.timestamp)
+                .symbol(&m.symbol.0);
+        }
+        Message::PriceLevelUpdate(m) => match m.side {
+            Side::Buy => {
+                encoder!(price_level_update_buy_codec::PriceLevelUpdateBuyEncoder, out)
+                    .event_flags(m.event_flags)
+                    .timestamp(m.timestamp)
+                    .symbol(&m.symbol.0)
+                    .size(m.size)
+                    .price(m.price.0);
+            }
+            Side::Sell => {
+                encoder!(price_level_update_sell_codec::PriceLevelUpdateSellEncoder, out)
+                    .event_flags(m.event_flags)
+                    .timestamp(m.timestamp)
+                    .symbol(&m.symbol.0)
+                    .size(m.size)
+                    .price(m.price.0);
+            }
+        },
+        Message::QuoteUpdate(m) => {
+            encoder!(quote_update_codec::QuoteUpdateEncoder, out)
+                .flags(m.flags)
+                .timestamp(m.timestamp)
+                .symbol(&m.symbol.0)
+                .bid_size(m.bid_size)
+                .bid_price(m.bid_price.0)
+                .ask_price(m.ask_price.0)
+                .ask_size(m.ask_size);
+        }
+        Message::TradeReport(m) => {
+            encoder!(trade_report_codec::TradeReportEncoder, out)
+                .sale_condition(m.sale_condition)
+                .timestamp(m.timestamp)
+                .symbol(&m.symbol.0)
+                .size(m.size)
+                .price(m.price.0)
+                .trade_id(m.trade_id);
+        }
+        Message::TradeBreak(m) => {
+            encoder!(trade_break_codec::TradeBreakEncoder, out)
+                .sale_condition(m.sale_condition)
+                .timestamp(m.timestamp)
+                .symbol(&m.symbol.0)
+                .size(m.size)
+                .price(m.price.0)
+                .trade_id(m.trade_id);
+        }
+        Message::OfficialPrice(m) => {
+            encoder!(official_price_codec::OfficialPriceEncoder, out)
+                .price_type(m.price_type)
+                .timestamp(m.timestamp)
+                .symbol(&m.symbol.0)
+                .price(m.price.0);
+        }
+        Message::AuctionInformation(m) => {
+            encoder!(auction_information_codec::AuctionInformationEncoder, out)
+                .auction_type(m.auction_type)
+                .timestamp(m.timestamp)
+                .symbol(&m.symbol.0)
+                .paired_shares(m.paired_shares)
+                .reference_price(m.reference_price.0)
+                .indicative_clearing_price(m.indicative_clearing_price.0)
+                .imbalance_shares(m.imbalance_shares)
+                .imbalance_side(m.imbalance_side)
+                .extension_number(m.extension_number)
+                .scheduled_auction_time(m.scheduled_auction_time)
+                .auction_book_clearing_price(m.auction_book_clearing_price.0)
+                .collar_reference_price(m.collar_reference_price.0)
+                .lower_auction_collar(m.lower_auction_collar.0)
+                .upper_auction_collar(m.upper_auction_collar.0);
+        }
+        Message::Unknown(m) => encode_unknown(m, out)?,
+    }
+    Ok(())
+}
+
+/// Appends an `UnknownMessage`. Its type byte is not written apart: it is the first of its bytes.
+#[cold]
+fn encode_unknown(m: &UnknownMessage<'_>, out: &mut Vec<u8>) -> Result<(), &'static str> {
+    if m.bytes.len() > MAX_UNKNOWN_LEN {
+        return Err("unknown message longer than 65535 bytes");
+    }
+    if m.bytes.first() != Some(&m.kind) {
+        return Err("unknown message whose bytes do not start with its type byte");
+    }
+    let start = out.len();
+    let len = HEADER_LEN + usize::from(unknown_message_codec::SBE_BLOCK_LENGTH) + VAR_DATA_LENGTH_LEN + m.bytes.len();
+    out.resize(start + len, 0);
+    let encoder =
+        unknown_message_codec::UnknownMessageEncoder::default().wrap(WriteBuf::new(&mut out[start..]), HEADER_LEN);
+    after_header(encoder.header(0)).bytes(m.bytes);
+    Ok(())
+}
+
+/// Decodes the message at the start of `rest` (at offset `at` of the frame) whose header is
+/// `header`, visits it, and returns its length.
+#[inline(always)]
+fn decode_message<F: FnMut(&Message<'_>)>(
+    rest: &[u8],
+    header: Header,
+    at: usize,
+    visit: &mut F,
+) -> Result<usize, DecodeError> {
+    // Each arm visits its own message, so that once `visit` is inlined its own match on the
+    // message type folds away in every arm: one dispatch per message, not two.
+    match header.template_id {
+        // The two sides' templates have the same fields: one decoder reads both, and the side comes
+        // from the templateId without a branch, which the feed's mix of sides would mispredict.
+        price_level_update_buy_codec::SBE_TEMPLATE_ID | price_level_update_sell_codec::SBE_TEMPLATE_ID => {
+            let d = decoder!(
+                price_level_update_buy_codec::PriceLevelUpdateBuyDecoder,
+                "PriceLevelUpdate",
+                rest,
+                header,
+                at
+            );
+            let side = if header.template_id == price_level_update_buy_codec::SBE_TEMPLATE_ID {
+                Side::Buy
+            } else {
+                Side::Sell
+            };
+            visit(&Message::PriceLevelUpdate(PriceLevelUpdate {
+                side,
+                event_flags: d.event_flags(),
+                timestamp: d.timestamp(),
+                symbol: Symbol(d.symbol()),
+                size: d.size(),
+                price: Price(d.price()),
+            }))
+        }
+        trade_report_codec::SBE_TEMPLATE_ID => {
+            let d = decoder!(trade_report_codec::TradeReportDecoder, "TradeReport", rest, header, at);
+            visit(&Message::TradeReport(Trade {
+                sale_condition: d.sale_condition(),
+                timestamp: d.timestamp(),
+                symbol: Symbol(d.symbol()),
+                size: d.size(),
+                price: Price(d.price()),
+                trade_id: d.trade_id(),
+            }))
+        }
+        trade_break_codec::SBE_TEMPLATE_ID => {
+            let d = decoder!(trade_break_codec::TradeBreakDecoder, "TradeBreak", rest, header, at);
+            visit(&Message::TradeBreak(Trade {
+                sale_condition: d.sale_condition(),
+                timestamp: d.timestamp(),
+                symbol: Symbol(d.symbol()),
+                size: d.size(),
+                price: Price(d.price()),
+                trade_id: d.trade_id(),
+            }))
+        }
+        quote_update_codec::SBE_TEMPLATE_ID => {
+            let d = decoder!(quote_update_codec::QuoteUpdateDecoder, "QuoteUpdate", rest, header, at);
+            visit(&Message::QuoteUpdate(QuoteUpdate {
+                flags: d.flags(),
+                timestamp: d.timestamp(),
+                symbol: Symbol(d.symbol()),
+                bid_size: d.bid_size(),
+                bid_price: Price(d.bid_price()),
+                ask_price: Price(d.ask_price()),
+                ask_size: d.ask_size(),
+            }))
+        }
+        system_event_codec::SBE_TEMPLATE_ID => {
+            let d = decoder!(system_event_codec::SystemEventDecoder, "SystemEvent", rest, header, at);
+            visit(&Message::SystemEvent(SystemEvent { event: d.system_event(), timestamp: d.timestamp() }))
+        }
+        security_directory_codec::SBE_TEMPLATE_ID => {
+            let d = decoder!(security_directory_codec::SecurityDirectoryDecoder, "SecurityDirectory", rest, header, at);
+            visit(&Message::SecurityDirectory(SecurityDirectory {
+                flags: d.flags(),
+                timestamp: d.timestamp(),
+                symbol: Symbol(d.symbol()),
+                round_lot_size: d.round_lot_size(),
+                adjusted_poc_price: Price(d.adjusted_poc_price()),
+                luld_tier: d.luld_tier(),
+            }))
+        }
+        trading_status_codec::SBE_TEMPLATE_ID => {
+            let d = decoder!(trading_status_codec::TradingStatusDecoder, "TradingStatus", rest, header, at);
+            visit(&Message::TradingStatus(TradingStatus {
+                status: d.status(),
+                timestamp: d.timestamp(),
+                symbol: Symbol(d.symbol()),
+                reason: d.reason(),
+            }))
+        }
+        retail_liquidity_indicator_codec::SBE_TEMPLATE_ID => {
+            let d = decoder!(
+                retail_liquidity_indicator_codec::RetailLiquidityIndicatorDecoder,
+                "RetailLiquidityIndicator",
+                rest,
+                header,
+                at
+            );
+            visit(&Message::RetailLiquidityIndicator(RetailLiquidityIndicator {
+                indicator: d.indicator(),
+                timestamp: d.timestamp(),
+                symbol: Symbol(d.symbol()),
+            }))
+        }
+        operational_halt_status_codec::SBE_TEMPLATE_ID => {
+            let d = decoder!(
+                operational_halt_status_codec::OperationalHaltStatusDecoder,
+                "OperationalHaltStatus",
+                rest,
+                header,
+                at
+            );
+            visit(&Message::OperationalHaltStatus(OperationalHaltStatus {
+                status: d.status(),
+                timestamp: d.timestamp(),
+                symbol: Symbol(d.symbol()),
+            }))
+        }
+        short_sale_price_test_status_codec::SBE_TEMPLATE_ID => {
+            let d = decoder!(
+                short_sale_price_test_status_codec::ShortSalePriceTestStatusDecoder,
+                "ShortSalePriceTestStatus",
+                rest,
+                header,
+                at
+            );
+            visit(&Message::ShortSalePriceTestStatus(ShortSalePriceTestStatus {
+                in_effect: d.in_effect(),
+                timestamp: d.timestamp(),
+                symbol: Symbol(d.symbol()),
+                detail: d.detail(),
+            }))
+        }
+        security_event_codec::SBE_TEMPLATE_ID => {
+            let d = decoder!(security_event_codec::SecurityEventDecoder, "SecurityEvent", rest, header, at);
+            visit(&Message::SecurityEvent(SecurityEvent {
+                event: d.security_event(),
+                timestamp: d.timestamp(),
+                symbol: Symbol(d.symbol()),
+            }))
+        }
+        official_price_codec::SBE_TEMPLATE_ID => {
+            let d = decoder!(official_price_codec::OfficialPriceDecoder, "OfficialPrice", rest, header, at);
+            visit(&Message::OfficialPrice(OfficialPrice {
+                price_type: d.price_type(),
+                timestamp: d.timestamp(),
+                symbol: Symbol(d.symbol()),
+                price: Price(d.price()),
+            }))
+        }
+        auction_information_codec::SBE_TEMPLATE_ID => {
+            let d =
+                decoder!(auction_information_codec::AuctionInformationDecoder, "AuctionInformation", rest, header, at);
+            visit(&Message::AuctionInformation(AuctionInformation {
+                auction_type: d.auction_type(),
+                timestamp: d.timestamp(),
+                symbol: Symbol(d.symbol()),
+                paired_shares: d.paired_shares(),
+                reference_price: Price(d.reference_price()),
+                indicative_clearing_price: Price(d.indicative_clearing_price()),
+                imbalance_shares: d.imbalance_shares(),
+                imbalance_side: d.imbalance_side(),
+                extension_number: d.extension_number(),
+                scheduled_auction_time: d.scheduled_auction_time(),
+                auction_book_clearing_price: Price(d.auction_book_clearing_price()),
+                collar_reference_price: Price(d.collar_reference_price()),
+                lower_auction_collar: Price(d.lower_auction_collar()),
+                upper_auction_collar: Price(d.upper_auction_collar()),
+            }))
+        }
+        unknown_message_codec::SBE_TEMPLATE_ID => return decode_unknown(rest, header, at, visit),
+        other => return Err(not_a_message(at, other)),
+    }
+    Ok(header.fixed_len())
+}
+
+/// Decodes an `UnknownMessage` (see [`decode_message`]); rare, so kept out of the hot loop.
+#[cold]
+#[inline(never)]
+fn decode_unknown<F: FnMut(&Message<'_>)>(
+    rest: &[u8],
+    header: Header,
+    at: usize,
+    visit: &mut F,
+) -> Result<usize, DecodeError> {
+    let needed = header.fixed_len() + VAR_DATA_LENGTH_LEN;
+    let Some((start, len)) = unknown_bytes_range(header, rest, at)? else {
+        return Err(past_end(at, "UnknownMessage up to its bytes' length", needed, rest.len()));
+    };
+    let Some(bytes) = rest.get(start..start + len) else {
+        return Err(past_end(
+            at + needed - VAR_DATA_LENGTH_LEN,
+            "UnknownMessage.bytes length",
+            start + len,
+            rest.len(),
+        ));
+    };
+    let &[kind, ..] = bytes else { return Err(bad_unknown_length(at + needed - VAR_DATA_LENGTH_LEN, 0)) };
+    visit(&Message::Unknown(UnknownMessage { kind, bytes }));
+    Ok(start + len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Offset of the first message after the `Batch` in a frame.
+    const FIRST: usize = BATCH_LEN;
+
+    fn trade(n: i64) -> Message<'static> {
+        Message::TradeReport(Trade {
+            sale_condition: 0x40,
+            timestamp: n,
+            symbol: Symbol::new("ZIEXT").unwrap(),
+            size: 100,
+            price: Price(10_000 + n),
+            trade_id: n,
+        })
+    }
+
+    fn header() -> BatchHeader {
+        BatchHeader {
+            protocol_id: 0x8004,
+            channel_id: 1,
+            session_id: 2,
+            first_sequence: 3,
+            message_count: 0,
+            send_time: 4,
+            publish_time: 5,
+        }
+    }
+
+    fn encode(messages: &[Message<'_>]) -> Vec<u8> {
+        let mut out = Vec::new();
+        SbeCodec::new(Limits::default()).encode(&header(), messages, &mut out).unwrap();
+        out
+    }
+
+    fn decode(frame: &[u8]) -> Result<(BatchHeader, Vec<String>), DecodeError> {
+        let mut seen = Vec::new();
+        let header = SbeCodec::new(Limits::default()).decode(frame, |m| seen.push(format!("{m:?}")))?;
+        Ok((header, seen))
+    }
+
+    fn frame_len(frame: &[u8]) -> Result<Option<usize>, DecodeError> {
+        SbeCodec::new(Limits::default()).frame_len(frame)
+    }
+
+    fn put_u16(frame: &mut [u8], at: usize, value: u16) {
+        frame[at..at + 2].copy_from_slice(&value.to_le_bytes());
+    }
+
+    fn put_u32(frame: &mut [u8], at: usize, value: u32) {
+        frame[at..at + 4].copy_from_slice(&value.to_le_bytes());
+    }
+
+    /// Both the framer and the decoder refuse `frame` at `offset`, naming `field`.
+    fn refused(frame: &[u8], offset: usize, field: &str) {
+        for (who, result) in [("frame_len", frame_len(frame).map(|_| ())), ("decode", decode(frame).map(|_| ()))] {
+            let e = result.expect_err(who);
+            assert_eq!((e.format, e.offset), (Format::Sbe, offset), "{who}: {e}");
+            assert!(e.what.contains(field), "{who}: {e} should name {field}");
+        }
+    }
+
+    #[test]
+    fn the_frame_is_the_schema_layout() {
+        let frame = encode(&[trade(1)]);
+        assert_eq!(frame.len(), BATCH_LEN + HEADER_LEN + 37);
+        let u16_at = |at: usize| u16::from_le_bytes([frame[at], frame[at + 1]]);
+        assert_eq!([u16_at(0), u16_at(2), u16_at(4), u16_at(6)], [36, 1, SCHEMA_ID, SCHEMA_VERSION]);
+        assert_eq!(u16_at(MESSAGE_COUNT_AT), 1);
+        assert_eq!([u16_at(FIRST), u16_at(FIRST + 2), u16_at(FIRST + 4)], [37, u16::from(b'T'), SCHEMA_ID]);
+        // The block is the IEX layout without its type byte.
+        let mut iex = Vec::new();
+        trade(1).write_iex(&mut iex);
+        assert_eq!(&frame[FIRST + HEADER_LEN..], &iex[1..]);
+        assert_eq!(frame_len(&frame).unwrap(), Some(frame.len()));
+        let (batch, seen) = decode(&frame).unwrap();
+        assert_eq!(batch, BatchHeader { message_count: 1, ..header() });
+        assert_eq!(seen, [format!("{:?}", trade(1))]);
+    }
+
+    #[test]
+    fn every_known_type_costs_its_iex_layout_plus_seven_bytes() {
+        for kind in crate::message::kind::ALL {
+            let len = crate::message::kind::layout_len(kind).unwrap();
+            let mut bytes = vec![7u8; len];
+            bytes[0] = kind;
+            let message = Message::parse(&bytes).unwrap();
+            assert_eq!(encode(&[message]).len(), BATCH_LEN + len + 7, "type {}", kind as char);
+            assert_eq!(fixed_template(u16::from(kind)).map(|(_, block)| usize::from(block)), Some(len - 1));
+        }
+    }
+
+    #[test]
+    fn the_framers_table_is_the_template_list() {
+        for template_id in 0..=u16::MAX {
+            let table = FIXED_BLOCK_LENGTHS.get(usize::from(template_id)).copied().unwrap_or(0);
+            assert_eq!(fixed_template(template_id).map_or(0, |(_, block)| block), table, "templateId {template_id}");
+        }
+    }
+
+    #[test]
+    fn a_wrong_schema_id_is_refused_naming_the_field() {
+        let mut frame = encode(&[trade(1)]);
+        put_u16(&mut frame, 4, 7);
+        refused(&frame, 4, "messageHeader.schemaId 7");
+        let mut frame = encode(&[trade(1)]);
+        put_u16(&mut frame, FIRST + 4, 7);
+        refused(&frame, FIRST + 4, "messageHeader.schemaId 7");
+    }
+
+    #[test]
+    fn a_wrong_version_is_refused_naming_the_field() {
+        let mut frame = encode(&[trade(1)]);
+        put_u16(&mut frame, 6, SCHEMA_VERSION + 1);
+        refused(&frame, 6, "messageHeader.version");
+        let mut frame = encode(&[trade(1)]);
+        put_u16(&mut frame, FIRST + 6, SCHEMA_VERSION + 1);
+        refused(&frame, FIRST + 6, "messageHeader.version");
+    }
+
+    #[test]
+    fn a_wrong_template_id_is_refused_naming_the_field() {
+        // A frame must start with a Batch.
+        let mut frame = encode(&[trade(1)]);
+        put_u16(&mut frame, 2, u16::from(b'T'));
+        refused(&frame, 2, "messageHeader.templateId 84, expected 1 (Batch)");
+        // A message must be one of the schema's, and not a second Batch.
+        for template_id in [999, u16::from(b'z'), batch_codec::SBE_TEMPLATE_ID] {
+            let mut frame = encode(&[trade(1)]);
+            put_u16(&mut frame, FIRST + 2, template_id);
+            refused(&frame, FIRST + 2, &format!("messageHeader.templateId {template_id}"));
+        }
+    }
+
+    #[test]
+    fn a_block_length_shorter_than_the_template_is_refused_naming_the_field() {
+        let mut frame = encode(&[trade(1)]);
+        put_u16(&mut frame, 0, 35);
+        refused(&frame, 0, "Batch messageHeader.blockLength 35 is shorter than the template's 36");
+        let mut frame = encode(&[trade(1)]);
+        put_u16(&mut frame, FIRST, 36);
+        refused(&frame, FIRST, "TradeReport messageHeader.blockLength 36 is shorter than the template's 37");
+    }
+
+    #[test]
+    fn a_longer_block_is_skipped_as_padding_or_fields_of_a_later_version() {
+        let plain = encode(&[trade(1), trade(2)]);
+        // Three bytes appended to the Batch block and to the first message's.
+        let mut frame = plain[..BATCH_LEN].to_vec();
+        frame.extend_from_slice(b"new");
+        frame.extend_from_slice(&plain[FIRST..FIRST + HEADER_LEN + 37]);
+        frame.extend_from_slice(b"new");
+        frame.extend_from_slice(&plain[FIRST + HEADER_LEN + 37..]);
+        put_u16(&mut frame, 0, 39);
+        put_u16(&mut frame, FIRST + 3, 40);
+        assert_eq!(frame_len(&frame).unwrap(), Some(frame.len()));
+        assert_eq!(decode(&frame).unwrap(), decode(&plain).unwrap());
+    }
+
+    fn unknown(bytes: &[u8]) -> Message<'_> {
+        Message::Unknown(UnknownMessage { kind: bytes[0], bytes })
+    }
+
+    #[test]
+    fn unknown_messages_up_to_65535_bytes_round_trip_and_longer_ones_are_refused() {
+        let mut bytes = vec![b'z'; MAX_UNKNOWN_LEN];
+        bytes[1] = 1;
+        let frame = encode(&[trade(1), unknown(&bytes), trade(2)]);
+        assert_eq!(frame_len(&frame).unwrap(), Some(frame.len()));
+        let (_, seen) = decode(&frame).unwrap();
+        assert_eq!(seen[1], format!("{:?}", unknown(&bytes)));
+        assert_eq!(seen.len(), 3);
+
+        let mut out = b"kept".to_vec();
+        let mut codec = SbeCodec::new(Limits::default());
+        bytes.push(0);
+        let too_long = codec.encode(&header(), &[trade(1), unknown(&bytes)], &mut out);
+        assert!(matches!(too_long, Err(EncodeError::Unrepresentable { index: 1, .. })), "{too_long:?}");
+        let empty = Message::Unknown(UnknownMessage { kind: b'z', bytes: b"" });
+        let mismatched = Message::Unknown(UnknownMessage { kind: b'z', bytes: b"y" });
+        for message in [empty, mismatched] {
+            assert!(codec.encode(&header(), &[message], &mut out).is_err(), "{message:?}");
+        }
+        assert_eq!(out, b"kept", "a refused batch leaves the output as it was");
+    }
+
+    #[test]
+    fn a_var_data_length_past_the_end_is_refused_naming_the_field() {
+        let frame = encode(&[unknown(b"zabc")]);
+        let length_at = FIRST + HEADER_LEN;
+        let mut long = frame.clone();
+        put_u32(&mut long, length_at, 5);
+        let e = decode(&long).unwrap_err();
+        assert_eq!(e.offset, length_at, "{e}");
+        assert!(e.what.contains("UnknownMessage.bytes length"), "{e}");
+        // On a stream the bytes may be still to come...
+        assert_eq!(frame_len(&long).unwrap(), None);
+        // ...unless they would take the frame past the limit.
+        put_u32(&mut long, length_at, u32::from(u16::MAX));
+        let small = SbeCodec::new(Limits { max_frame: 1000, ..Limits::default() });
+        assert!(small.frame_len(&long).is_err());
+        // Lengths the schema does not allow.
+        for bad in [0, MAX_UNKNOWN_LEN as u32 + 1] {
+            let mut frame = frame.clone();
+            put_u32(&mut frame, length_at, bad);
+            refused(&frame, length_at, &format!("UnknownMessage.bytes length {bad}"));
+        }
+    }
+
+    #[test]
+    fn fewer_messages_than_the_count_or_bytes_after_them_are_errors() {
+        let frame = encode(&[trade(1), trade(2)]);
+        let mut short = frame.clone();
+        put_u16(&mut short, MESSAGE_COUNT_AT, 3);
+        assert_eq!(frame_len(&short).unwrap(), None, "the third message may be still to come");
+        let e = decode(&short).unwrap_err();
+        assert!(e.what.contains("message 2 of Batch.messageCount 3"), "{e}");
+        assert_eq!(e.offset, frame.len());
+
+        let mut long = frame.clone();
+        put_u16(&mut long, MESSAGE_COUNT_AT, 1);
+        assert_eq!(frame_len(&long).unwrap(), Some(FIRST + HEADER_LEN + 37));
+        let e = decode(&long).unwrap_err();
+        assert!(e.what.contains("45 bytes after the last of Batch.messageCount 1"), "{e}");
+    }
+
+    #[test]
+    fn a_count_too_large_for_the_limit_is_refused_from_the_batch_alone() {
+        let frame = encode(&[trade(1); 100]);
+        let max_frame = BATCH_LEN + 50 * MIN_MESSAGE_LEN;
+        let mut small = SbeCodec::new(Limits { max_frame, ..Limits::default() });
+        let e = small.frame_len(&frame[..BATCH_LEN]).unwrap_err();
+        assert_eq!(e.offset, MESSAGE_COUNT_AT);
+        assert!(e.what.contains("Batch.messageCount"), "{e}");
+        // A count within the bound goes on until the walk passes the limit.
+        let frame = encode(&[trade(1); 40]);
+        assert!(small.frame_len(&frame).is_err());
+        assert!(small.decode(&frame, |_| {}).is_err());
+    }
+
+    #[test]
+    fn more_messages_than_a_count_holds_are_refused() {
+        let many = vec![trade(1); usize::from(u16::MAX) + 1];
+        let result = SbeCodec::new(Limits::default()).encode(&header(), &many, &mut Vec::new());
+        assert_eq!(result, Err(EncodeError::TooManyMessages(many.len())));
     }
 }
