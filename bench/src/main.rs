@@ -3,8 +3,12 @@
 //! `mdrelay-bench codecs [FILE]` encodes every IEX segment of a capture in every format, then
 //! decodes and aggregates it, and prints per-batch latency percentiles, whole-capture totals and
 //! bytes as a markdown table (and JSON on request).
+//!
+//! `mdrelay-bench loopback` runs the real publisher and subscriber over loopback once per format
+//! at the same fixed rate and tabulates end-to-end latency percentiles, to choose a format.
 
 mod codecs;
+mod loopback;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -21,12 +25,15 @@ struct Cli {
 enum Command {
     /// Serialize and deserialize+aggregate every batch of a capture in every format.
     Codecs(codecs::CodecArgs),
+    /// Run publisher and subscriber over loopback once per format and compare their latency.
+    Loopback(loopback::LoopbackArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Codecs(args) => codecs::run(&args),
+        Command::Loopback(args) => loopback::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

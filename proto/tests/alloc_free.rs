@@ -14,7 +14,7 @@ fn formats() -> Vec<mdrelay_proto::codec::Format> {
 
 use common::iex_data;
 use mdrelay_proto::capture::CaptureReader;
-use mdrelay_proto::codec::{BatchHeader, Codec, Format, Limits, MessageScratch, collect_segment};
+use mdrelay_proto::codec::{BatchHeader, Codec, Limits, MessageScratch, collect_segment};
 use mdrelay_proto::iextp::Segment;
 use mdrelay_proto::{Aggregator, link};
 use std::alloc::{GlobalAlloc, Layout, System};

@@ -210,8 +210,9 @@ pub enum Codec {
     Raw(raw::RawCodec),
     /// See [`sbe`].
     Sbe(sbe::SbeCodec),
-    /// See [`fbs`].
-    FlatBuffers(fbs::FlatBuffersCodec),
+    /// See [`fbs`]. Boxed: its builder and scratch vectors make it several times larger than
+    /// the other codecs, and the enum should not be sized by its largest member.
+    FlatBuffers(Box<fbs::FlatBuffersCodec>),
     /// See [`capnproto`] (unpacked and packed).
     Capnp(capnproto::CapnpCodec),
 }
@@ -222,7 +223,7 @@ impl Codec {
         match format {
             Format::Raw => Codec::Raw(raw::RawCodec::new(limits)),
             Format::Sbe => Codec::Sbe(sbe::SbeCodec::new(limits)),
-            Format::FlatBuffers => Codec::FlatBuffers(fbs::FlatBuffersCodec::new(limits)),
+            Format::FlatBuffers => Codec::FlatBuffers(Box::new(fbs::FlatBuffersCodec::new(limits))),
             Format::Capnp => Codec::Capnp(capnproto::CapnpCodec::new(limits, false)),
             Format::CapnpPacked => Codec::Capnp(capnproto::CapnpCodec::new(limits, true)),
         }
