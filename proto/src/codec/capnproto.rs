@@ -39,7 +39,9 @@ use capnp::private::arena::{BuilderArena, ReaderArena, SegmentId};
 use capnp::private::layout::PointerBuilder;
 use capnp::traits::HasStructSize;
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::marker::PhantomData;
+use std::sync::{Mutex, PoisonError};
 
 #[rustfmt::skip]
 #[allow(clippy::all, clippy::pedantic, clippy::nursery, dead_code, unused_imports, unused_parens,
@@ -84,14 +86,38 @@ pub struct CapnpCodec {
     build: Vec<Word>,
     /// Decoding: packed frames unpacked, misaligned frames copied.
     read: Vec<Word>,
-    /// Whether packing can use SSSE3 byte shuffles.
+    /// Whether packing can use SSSE3 byte shuffles (and POPCNT).
     ssse3: bool,
+    /// Packed: the frame [`CapnpCodec::frame_len`] delimited last, unpacked, for `decode`.
+    delimited: Mutex<Delimited>,
+}
+
+/// A packed frame and its unpacked words. Finding where a packed frame ends means walking every
+/// tag, which is most of the work of unpacking it (the tags form a chain: where a word's encoding
+/// ends depends on its tag), so `frame_len` unpacks as it walks and keeps the words; `decode`
+/// takes them when it is handed the same bytes, and the frame is unpacked once. The bytes are
+/// compared, not their address, so a buffer reused for another frame is never mistaken for it.
+/// (`frame_len` takes `&self`, hence the mutex; uncontended, it costs one atomic exchange a
+/// frame. When another thread holds it, `frame_len` only walks the tags.)
+#[derive(Default)]
+struct Delimited {
+    packed: Vec<u8>,
+    words: Vec<Word>,
+    len: usize,
+    valid: bool,
 }
 
 impl CapnpCodec {
     /// A codec with the given limits; `packed` selects [`Format::CapnpPacked`].
     pub fn new(limits: Limits, packed: bool) -> Self {
-        CapnpCodec { limits, packed, build: Vec::new(), read: Vec::new(), ssse3: has_ssse3() }
+        CapnpCodec {
+            limits,
+            packed,
+            build: Vec::new(),
+            read: Vec::new(),
+            ssse3: has_ssse3(),
+            delimited: Mutex::default(),
+        }
     }
 
     /// [`Format::Capnp`] or [`Format::CapnpPacked`].
@@ -197,6 +223,22 @@ impl CapnpCodec {
 
     fn packed_frame_len(&self, buf: &[u8]) -> Result<Option<usize>, DecodeError> {
         let max_frame = self.limits.max_frame;
+        if let Ok(mut delimited) = self.delimited.try_lock() {
+            let delimited = &mut *delimited;
+            delimited.valid = false;
+            return match unpack_message(buf, &mut delimited.words, max_frame, self.ssse3)? {
+                Some((len, _)) if len > max_frame => Err(too_long(Format::CapnpPacked, len, max_frame)),
+                Some((len, words)) => {
+                    delimited.packed.clear();
+                    delimited.packed.extend_from_slice(&buf[..len]);
+                    delimited.len = words;
+                    delimited.valid = true;
+                    Ok(Some(len))
+                }
+                None if buf.len() > max_frame => Err(too_long(Format::CapnpPacked, buf.len(), max_frame)),
+                None => Ok(None),
+            };
+        }
         let Some(table) = PackedTable::read(buf, max_frame)? else {
             return if buf.len() > max_frame {
                 Err(too_long(Format::CapnpPacked, buf.len(), max_frame))
@@ -224,8 +266,13 @@ impl CapnpCodec {
             return Err(too_long(self.format(), frame.len(), self.limits.max_frame));
         }
         if self.packed {
-            let words = unpack(frame, &mut self.read, self.limits.max_frame, self.ssse3)?;
-            let bytes = Word::words_to_bytes(&self.read[..words]);
+            let delimited = self.delimited.get_mut().unwrap_or_else(PoisonError::into_inner);
+            let bytes = if delimited.valid && delimited.packed == frame {
+                Word::words_to_bytes(&delimited.words[..delimited.len])
+            } else {
+                let words = unpack(frame, &mut self.read, self.limits.max_frame, self.ssse3)?;
+                Word::words_to_bytes(&self.read[..words])
+            };
             read_batch(bytes, visit)
                 .map_err(|e| e.into_error(Format::CapnpPacked, |offset| packed_offset(frame, offset)))
         } else {
@@ -342,7 +389,11 @@ fn build_batch(arena: &mut FlatArena<'_>, header: &BatchHeader, messages: &[Mess
     arena.allocate(0, 1).expect("room for the root pointer");
     let root = arena.base;
     let pointer = PointerBuilder::get_root(arena, 0, root);
-    let mut batch: batch::Builder<'_> = capnp::any_pointer::Builder::new(pointer).init_as();
+    fill_batch(capnp::any_pointer::Builder::new(pointer).init_as(), header, messages);
+}
+
+/// Writes `header` and `messages` into a freshly initialised `Batch`.
+fn fill_batch(mut batch: batch::Builder<'_>, header: &BatchHeader, messages: &[Message<'_>]) {
     batch.set_first_sequence(header.first_sequence);
     batch.set_send_time(header.send_time);
     batch.set_publish_time(header.publish_time);
@@ -355,15 +406,11 @@ fn build_batch(arena: &mut FlatArena<'_>, header: &BatchHeader, messages: &[Mess
     }
 }
 
-fn symbol_word(symbol: &Symbol) -> u64 {
-    u64::from_le_bytes(symbol.0)
-}
-
 fn build_message(mut m: wire::Builder<'_>, message: &Message<'_>) {
     // The fields outside the union first: `init_*` consumes the builder.
     fn head(m: &mut wire::Builder<'_>, timestamp: i64, symbol: &Symbol) {
         m.set_timestamp(timestamp);
-        m.set_symbol(symbol_word(symbol));
+        m.set_symbol(u64::from_le_bytes(symbol.0));
     }
     match message {
         Message::SystemEvent(s) => {
@@ -489,17 +536,23 @@ impl ReadError {
 /// Reads one unpacked message (segment table and segments, 8-byte aligned) and visits its
 /// messages.
 fn read_batch<F: FnMut(&Message<'_>)>(bytes: &[u8], visit: F) -> Result<BatchHeader, ReadError> {
-    let mut options = ReaderOptions::new();
     // Every object of a well-formed frame is read once, so reading never needs more words than the
     // frame has; the root pointer and slack for a tiny frame make up the constant.
-    options.traversal_limit_in_words(Some(bytes.len() / WORD + 8)).nesting_limit(NESTING_LIMIT);
+    let traversal_limit = bytes.len() / WORD + 8;
+    let root_error = |offset: usize, e: capnp::Error| ReadError { offset, what: format!("root Batch: {e}") };
+    // One segment, the usual case: its size is the table's second half.
     if bytes.len() >= WORD && bytes[..4] == [0; 4] {
-        let size = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes")) as usize;
+        let size = u32::from_le_bytes(bytes[4..WORD].try_into().expect("4 bytes")) as usize;
         if bytes.len() == WORD + size * WORD {
-            let arena = SegmentReader::new(&bytes[WORD..], bytes.len() / WORD + 8, NESTING_LIMIT);
-            return read_root2(&arena, bytes.as_ptr() as usize, WORD, visit);
+            let arena = SegmentReader::new(&bytes[WORD..], traversal_limit, NESTING_LIMIT);
+            let batch: batch::Reader<'_> = capnp::private::layout::PointerReader::get_root_from_arena(&arena)
+                .and_then(|root| capnp::any_pointer::Reader::new(root).get_as())
+                .map_err(|e| root_error(WORD, e))?;
+            return read_messages(batch, bytes, WORD, visit);
         }
     }
+    let mut options = ReaderOptions::new();
+    options.traversal_limit_in_words(Some(traversal_limit)).nesting_limit(NESTING_LIMIT);
     let mut rest = bytes;
     let message = capnp::serialize::read_message_from_flat_slice_no_alloc(&mut rest, options)
         .map_err(|e| ReadError { offset: 0, what: format!("segment table: {e}") })?;
@@ -510,38 +563,89 @@ fn read_batch<F: FnMut(&Message<'_>)>(bytes: &[u8], visit: F) -> Result<BatchHea
         });
     }
     let segments = u32::from_le_bytes(bytes[..4].try_into().expect("the table was read")) as usize + 1;
-    read_root(&message, (segments / 2 + 1) * WORD, visit)
+    let table_len = (segments / 2 + 1) * WORD;
+    let batch: batch::Reader<'_> = message.get_root().map_err(|e| root_error(table_len, e))?;
+    read_messages(batch, bytes, table_len, visit)
 }
 
-/// A reader arena over one aligned segment.
+/// Visits the messages of `batch`, read from `bytes` (whose segment table is `table_len` bytes).
+fn read_messages<F: FnMut(&Message<'_>)>(
+    batch: batch::Reader<'_>,
+    bytes: &[u8],
+    table_len: usize,
+    mut visit: F,
+) -> Result<BatchHeader, ReadError> {
+    let list =
+        batch.get_messages().map_err(|e| ReadError { offset: table_len, what: format!("Batch.messages: {e}") })?;
+    let count = list.len();
+    if count as usize > MAX_BATCH {
+        return Err(ReadError {
+            offset: table_len,
+            what: format!("Batch.messages has {count} messages; at most {MAX_BATCH}"),
+        });
+    }
+    let header = BatchHeader {
+        protocol_id: batch.get_protocol_id(),
+        channel_id: batch.get_channel_id(),
+        session_id: batch.get_session_id(),
+        first_sequence: batch.get_first_sequence(),
+        message_count: count,
+        send_time: batch.get_send_time(),
+        publish_time: batch.get_publish_time(),
+    };
+    for index in 0..count {
+        let m = list.get(index);
+        match read_message(m) {
+            Ok(message) => visit(&message),
+            Err(what) => {
+                let data = capnp::raw::get_struct_data_section(m);
+                let offset = (data.as_ptr() as usize).wrapping_sub(bytes.as_ptr() as usize);
+                return Err(ReadError { offset, what: format!("Batch.messages[{index}]: {what}") });
+            }
+        }
+    }
+    Ok(header)
+}
+
+/// The reader arena of a one-segment frame: what `capnp::serialize`'s flat-slice readers give
+/// the layout code, minus their work on every pointer (they re-read the segment table, or index
+/// a list of segments, each time the layout code asks for the segment; about 250 instructions a
+/// frame). Checks every pointer's target against the segment and counts the words read against
+/// the traversal limit, as the `capnp` crate's reader arena does.
 struct SegmentReader<'a> {
     start: *const u8,
     words: u32,
-    limit: std::cell::Cell<usize>,
+    limit: Cell<usize>,
     nesting_limit: i32,
-    _bytes: PhantomData<&'a [u8]>,
+    _segment: PhantomData<&'a [u8]>,
 }
 
 impl<'a> SegmentReader<'a> {
-    fn new(segment: &'a [u8], limit: usize, nesting_limit: i32) -> Self {
+    /// `segment` must be 8-byte aligned, and shorter than 2^32 words (frames are limited far
+    /// below that).
+    fn new(segment: &'a [u8], traversal_limit: usize, nesting_limit: i32) -> Self {
+        debug_assert_eq!(segment.as_ptr() as usize % WORD, 0);
         SegmentReader {
             start: segment.as_ptr(),
-            words: (segment.len() / WORD) as u32,
-            limit: std::cell::Cell::new(limit),
+            words: u32::try_from(segment.len() / WORD).unwrap_or(u32::MAX),
+            limit: Cell::new(traversal_limit),
             nesting_limit,
-            _bytes: PhantomData,
+            _segment: PhantomData,
         }
     }
-    fn can_read(&self, amount: usize) -> capnp::Result<()> {
+
+    fn can_read(&self, words: usize) -> capnp::Result<()> {
         let left = self.limit.get();
-        if amount > left {
+        if words > left {
             return Err(capnp::Error::from_kind(capnp::ErrorKind::ReadLimitExceeded));
         }
-        self.limit.set(left - amount);
+        self.limit.set(left - words);
         Ok(())
     }
 }
 
+// SAFETY: `get_segment` describes exactly the borrowed segment, and `contains_interval` accepts
+// only intervals inside it (the default `check_offset` keeps offsets inside it too).
 unsafe impl ReaderArena for SegmentReader<'_> {
     fn get_segment(&self, id: u32) -> capnp::Result<(*const u8, u32)> {
         if id == 0 {
@@ -550,117 +654,46 @@ unsafe impl ReaderArena for SegmentReader<'_> {
             Err(capnp::Error::from_kind(capnp::ErrorKind::InvalidSegmentId(id)))
         }
     }
+
     fn contains_interval(&self, id: u32, start: *const u8, size_in_words: usize) -> capnp::Result<()> {
         if id != 0 {
             return Err(capnp::Error::from_kind(capnp::ErrorKind::InvalidSegmentId(id)));
         }
-        let this_size = self.words as usize * WORD;
-        let ok = size_in_words.checked_mul(WORD).is_some_and(|size| {
-            let start = start as usize;
-            let seg = self.start as usize;
-            start >= seg && size <= this_size && start - seg <= this_size - size
+        let segment_bytes = self.words as usize * WORD;
+        let inside = size_in_words.checked_mul(WORD).is_some_and(|size| {
+            let (start, segment) = (start as usize, self.start as usize);
+            start >= segment && size <= segment_bytes && start - segment <= segment_bytes - size
         });
-        if !ok {
+        if !inside {
             return Err(capnp::Error::from_kind(capnp::ErrorKind::MessageContainsOutOfBoundsPointer));
         }
         self.can_read(size_in_words)
     }
+
     fn amplified_read(&self, virtual_amount: u64) -> capnp::Result<()> {
         self.can_read(usize::try_from(virtual_amount).unwrap_or(usize::MAX))
     }
+
     fn nesting_limit(&self) -> i32 {
         self.nesting_limit
     }
+
     fn size_in_words(&self) -> usize {
         self.words as usize
     }
 }
 
-fn read_root2<F: FnMut(&Message<'_>)>(
-    arena: &SegmentReader<'_>,
-    bytes_start: usize,
-    table_len: usize,
-    mut visit: F,
-) -> Result<BatchHeader, ReadError> {
-    let at = |e: capnp::Error, what: &str| ReadError { offset: table_len, what: format!("{what}: {e}") };
-    let root = capnp::private::layout::PointerReader::get_root_from_arena(arena).map_err(|e| at(e, "root pointer"))?;
-    let batch: batch::Reader<'_> = capnp::any_pointer::Reader::new(root).get_as().map_err(|e| at(e, "root Batch"))?;
-    let list = batch.get_messages().map_err(|e| at(e, "Batch.messages"))?;
-    let count = list.len();
-    if count as usize > MAX_BATCH {
-        return Err(ReadError {
-            offset: table_len,
-            what: format!("Batch.messages has {count} messages; at most {MAX_BATCH}"),
-        });
-    }
-    let header = BatchHeader {
-        protocol_id: batch.get_protocol_id(),
-        channel_id: batch.get_channel_id(),
-        session_id: batch.get_session_id(),
-        first_sequence: batch.get_first_sequence(),
-        message_count: count,
-        send_time: batch.get_send_time(),
-        publish_time: batch.get_publish_time(),
-    };
-    for index in 0..count {
-        let m = list.get(index);
-        match read_message(m) {
-            Ok(message) => visit(&message),
-            Err(what) => {
-                let data = capnp::raw::get_struct_data_section(m);
-                let offset = (data.as_ptr() as usize).wrapping_sub(bytes_start);
-                return Err(ReadError { offset, what: format!("Batch.messages[{index}]: {what}") });
-            }
-        }
-    }
-    Ok(header)
-}
-
-fn read_root<S: capnp::message::ReaderSegments, F: FnMut(&Message<'_>)>(
-    message: &capnp::message::Reader<S>,
-    table_len: usize,
-    mut visit: F,
-) -> Result<BatchHeader, ReadError> {
-    let bytes_start = message.get_segments().get_segment(0).map_or(0, |s| s.as_ptr() as usize) - table_len;
-    let at = |e: capnp::Error, what: &str| ReadError { offset: table_len, what: format!("{what}: {e}") };
-    let batch: batch::Reader<'_> = message.get_root().map_err(|e| at(e, "root Batch"))?;
-    let list = batch.get_messages().map_err(|e| at(e, "Batch.messages"))?;
-    let count = list.len();
-    if count as usize > MAX_BATCH {
-        return Err(ReadError {
-            offset: table_len,
-            what: format!("Batch.messages has {count} messages; at most {MAX_BATCH}"),
-        });
-    }
-    let header = BatchHeader {
-        protocol_id: batch.get_protocol_id(),
-        channel_id: batch.get_channel_id(),
-        session_id: batch.get_session_id(),
-        first_sequence: batch.get_first_sequence(),
-        message_count: count,
-        send_time: batch.get_send_time(),
-        publish_time: batch.get_publish_time(),
-    };
-    for index in 0..count {
-        let m = list.get(index);
-        match read_message(m) {
-            Ok(message) => visit(&message),
-            Err(what) => {
-                let data = capnp::raw::get_struct_data_section(m);
-                let offset = (data.as_ptr() as usize).wrapping_sub(bytes_start);
-                return Err(ReadError { offset, what: format!("Batch.messages[{index}]: {what}") });
-            }
-        }
-    }
-    Ok(header)
-}
-
 #[inline(always)]
 fn read_message<'a>(m: wire::Reader<'a>) -> Result<Message<'a>, String> {
-    use wire::Which;
-    if let Some(message) = read_common(m) {
-        return Ok(message);
+    match read_common(m) {
+        Some(message) => Ok(message),
+        None => read_generated(m),
     }
+}
+
+/// Reads any message through the generated accessors.
+fn read_generated<'a>(m: wire::Reader<'a>) -> Result<Message<'a>, String> {
+    use wire::Which;
     let timestamp = m.get_timestamp();
     let symbol = Symbol(m.get_symbol().to_le_bytes());
     let which = m.which().map_err(|e| format!("union tag {} is no message type of this schema", e.0))?;
@@ -1361,104 +1394,145 @@ impl<'a> PackedTable<'a> {
 /// Unpacks the packed message that `frame` holds into `buffer` (grown when too small, up to the
 /// frame limit) and returns its length in words. The frame must end with the message.
 fn unpack(frame: &[u8], buffer: &mut Vec<Word>, max_frame: usize, ssse3: bool) -> Result<usize, DecodeError> {
+    match unpack_message(frame, buffer, max_frame, ssse3)? {
+        Some((len, words)) if len == frame.len() => Ok(words),
+        Some((len, _)) => Err(DecodeError::new(
+            Format::CapnpPacked,
+            len,
+            format!("{} bytes after the end of the packed message", frame.len() - len),
+        )),
+        None => Err(DecodeError::new(Format::CapnpPacked, frame.len(), "the frame ends inside the packed message")),
+    }
+}
+
+/// Unpacks the packed message at the start of `src` into `buffer` (grown when too small, up to
+/// the frame limit): its length in packed bytes and in words, or `None` if `src` ends first.
+fn unpack_message(
+    src: &[u8],
+    buffer: &mut Vec<Word>,
+    max_frame: usize,
+    ssse3: bool,
+) -> Result<Option<(usize, usize)>, DecodeError> {
     #[cfg(target_arch = "x86_64")]
     if ssse3 {
-        // SAFETY: `ssse3` says the CPU has SSSE3.
-        return unsafe { unpack_ssse3(frame, buffer, max_frame) };
+        // SAFETY: `ssse3` says the CPU has SSSE3 and POPCNT.
+        return unsafe { unpack_ssse3(src, buffer, max_frame) };
     }
     let _ = ssse3;
-    unpack_with::<Portable>(frame, buffer, max_frame)
+    unpack_with::<Portable>(src, buffer, max_frame)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "ssse3,popcnt")]
-unsafe fn unpack_ssse3(frame: &[u8], buffer: &mut Vec<Word>, max_frame: usize) -> Result<usize, DecodeError> {
-    unpack_with::<Ssse3>(frame, buffer, max_frame)
+unsafe fn unpack_ssse3(
+    src: &[u8],
+    buffer: &mut Vec<Word>,
+    max_frame: usize,
+) -> Result<Option<(usize, usize)>, DecodeError> {
+    unpack_with::<Ssse3>(src, buffer, max_frame)
 }
 
 #[inline(always)]
-fn unpack_with<B: ByteMoves>(frame: &[u8], buffer: &mut Vec<Word>, max_frame: usize) -> Result<usize, DecodeError> {
+fn unpack_with<B: ByteMoves>(
+    src: &[u8],
+    buffer: &mut Vec<Word>,
+    max_frame: usize,
+) -> Result<Option<(usize, usize)>, DecodeError> {
     let bad = |at: usize, what: &'static str| DecodeError::new(Format::CapnpPacked, at, what);
-    let cut = || bad(frame.len(), "the frame ends inside the packed message");
-    let Some(table) = PackedTable::read(frame, max_frame)? else { return Err(cut()) };
+    let Some(table) = PackedTable::read(src, max_frame)? else { return Ok(None) };
     let total = table.total_words;
-    if buffer.len() < total {
-        buffer.resize(total, word_of(0));
+    // 4 words of slack past the message, for the fixed-size writes of short runs.
+    if buffer.len() < total + 4 {
+        buffer.resize(total + 4, word_of(0));
     }
-    let out = &mut Word::words_to_bytes_mut(buffer)[..total * WORD];
+    let out = &mut Word::words_to_bytes_mut(buffer)[..(total + 4) * WORD];
+    let end = total * WORD;
     out[..WORD].copy_from_slice(&table.first.to_le_bytes());
     if table.table_words > 1 {
         // The table's other words again, from the start.
-        let mut head = Unpacker::new(frame);
+        let mut head = Unpacker::new(src);
         for word in out[..table.table_words * WORD].chunks_exact_mut(WORD) {
-            let Step::Word(value) = head.next_word() else { return Err(cut()) };
+            let Step::Word(value) = head.next_word() else { return Ok(None) };
             word.copy_from_slice(&value.to_le_bytes());
         }
     }
     let Unpacker { mut pos, zeros, raw, .. } = table.rest;
     let mut o = table.table_words * WORD;
     // The rest of a run begun in the table.
-    if (zeros + raw) * WORD > out.len() - o {
+    if (zeros + raw) * WORD > end - o {
         return Err(bad(pos, RUN_PAST_END));
     }
-    out[o..o + zeros * WORD].fill(0);
-    o += zeros * WORD;
-    let Some(bytes) = frame.get(pos..pos + raw * WORD) else { return Err(cut()) };
-    out[o..o + raw * WORD].copy_from_slice(bytes);
-    o += raw * WORD;
-    pos += raw * WORD;
-    // Where every read of the fast loop stays within the frame; the last few bytes are unpacked
-    // the same way from a copy padded with zeros.
-    unpack_fast::<B>(frame, frame.len().saturating_sub(9), &mut pos, out, &mut o)
-        .map_err(|(at, what)| bad(at, what))?;
-    if o < out.len() {
-        // Fewer than 10 bytes are left: the frame's last 16 bytes (a fixed-size copy) or all of
-        // a shorter frame, then zeros.
-        let (tail, start) = padded_tail(frame, pos);
-        let stop = start + (frame.len() - pos);
+    if zeros > 0 {
+        out[o..o + zeros * WORD].fill(0);
+        o += zeros * WORD;
+    }
+    if raw > 0 {
+        let Some(bytes) = src.get(pos..pos + raw * WORD) else { return Ok(None) };
+        out[o..o + raw * WORD].copy_from_slice(bytes);
+        o += raw * WORD;
+        pos += raw * WORD;
+    }
+    // Where every read of the fast loop stays within `src`; the last few bytes are unpacked the
+    // same way from a copy padded with zeros.
+    match unpack_fast::<B>(src, src.len().saturating_sub(9), &mut pos, out, end, &mut o) {
+        Ok(()) => {}
+        Err(Fault::Cut) => return Ok(None),
+        Err(Fault::RunPastEnd(at)) => return Err(bad(at, RUN_PAST_END)),
+    }
+    if o < end {
+        // Fewer than 10 bytes are left: the last 16 bytes of `src` (a fixed-size copy) or all of
+        // a shorter `src`, then zeros.
+        let (tail, start) = padded_tail(src, pos);
+        let stop = start + (src.len() - pos);
         let mut at = start;
-        unpack_fast::<B>(&tail, stop, &mut at, out, &mut o).map_err(|(at, what)| bad(pos + at - start, what))?;
-        // Past `stop`, the words came from padding, not from the frame.
-        if o < out.len() || at > stop {
-            return Err(cut());
+        match unpack_fast::<B>(&tail, stop, &mut at, out, end, &mut o) {
+            Ok(()) => {}
+            Err(Fault::Cut) => return Ok(None),
+            Err(Fault::RunPastEnd(bad_at)) => return Err(bad(pos + bad_at - start, RUN_PAST_END)),
+        }
+        // Past `stop`, the words came from padding, not from `src`.
+        if o < end || at > stop {
+            return Ok(None);
         }
         pos += at - start;
     }
-    if pos != frame.len() {
-        return Err(DecodeError::new(
-            Format::CapnpPacked,
-            pos,
-            format!("{} bytes after the end of the packed message", frame.len() - pos),
-        ));
-    }
-    Ok(total)
+    Ok(Some((pos, total)))
 }
 
-/// Unpacks words into `out` from `*o` on while any are due and the position in `src` is below
-/// `stop`; `src` must have 10 bytes from any position below `stop`.
+/// Why [`unpack_fast`] stopped early.
+enum Fault {
+    /// A raw run's words are not all there.
+    Cut,
+    /// A run at this position goes on past the words due.
+    RunPastEnd(usize),
+}
+
+/// Unpacks words into `out` from `*o` on while any are due (up to `end`) and the position in
+/// `src` is below `stop`; `src` must have 10 bytes from any position below `stop`, and `out` 4
+/// words past `end`.
 #[inline(always)]
 fn unpack_fast<B: ByteMoves>(
     src: &[u8],
     stop: usize,
     pos: &mut usize,
     out: &mut [u8],
+    end: usize,
     o: &mut usize,
-) -> Result<(), (usize, &'static str)> {
-    let end = out.len();
+) -> Result<(), Fault> {
     let (mut p, mut q) = (*pos, *o);
     while q < end && p < stop {
         let tag = src[p];
         let window = u64::from_le_bytes(src[p + 1..p + 1 + WORD].try_into().expect("8 bytes"));
         match tag {
-            // Short runs are written as 4 words at once where `out` has room: a fixed-size write,
-            // where an exact one is a call to `memset` or `memcpy`. The words past the run are
-            // written again by the words that follow.
+            // Short runs are written as 4 words at once: a fixed-size write, where an exact one
+            // is a call to `memset` or `memcpy`. The words past the run are written again by the
+            // words that follow, or are the slack past `end`.
             0 => {
                 let n = (1 + usize::from(src[p + 1])) * WORD;
                 if n > end - q {
-                    return Err((p, RUN_PAST_END));
+                    return Err(Fault::RunPastEnd(p));
                 }
-                if n <= 4 * WORD && 4 * WORD <= end - q {
+                if n <= 4 * WORD {
                     out[q..q + 4 * WORD].copy_from_slice(&[0; 4 * WORD]);
                 } else {
                     out[q..q + n].fill(0);
@@ -1469,14 +1543,12 @@ fn unpack_fast<B: ByteMoves>(
             0xff => {
                 let n = usize::from(src[p + 9]) * WORD;
                 if WORD + n > end - q {
-                    return Err((p, RUN_PAST_END));
+                    return Err(Fault::RunPastEnd(p));
                 }
                 out[q..q + WORD].copy_from_slice(&window.to_le_bytes());
-                let Some(raw) = src.get(p + 10..p + 10 + n) else {
-                    return Err((src.len(), "the frame ends inside the packed message"));
-                };
+                let Some(raw) = src.get(p + 10..p + 10 + n) else { return Err(Fault::Cut) };
                 match src.get(p + 10..p + 10 + 3 * WORD) {
-                    Some(words) if n <= 3 * WORD && 4 * WORD <= end - q => {
+                    Some(words) if n <= 3 * WORD => {
                         out[q + WORD..q + 4 * WORD].copy_from_slice(words);
                     }
                     _ => out[q + WORD..q + WORD + n].copy_from_slice(raw),
@@ -1509,4 +1581,404 @@ fn packed_offset(frame: &[u8], offset: usize) -> usize {
         }
     }
     if unpacker.zeros > 0 { last_tag } else { unpacker.pos }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+    use rand_pcg::Pcg64;
+
+    fn symbol(s: &str) -> Symbol {
+        Symbol::new(s).unwrap()
+    }
+
+    /// One message of every type, an unknown one included.
+    fn every_type() -> Vec<Message<'static>> {
+        let (timestamp, s) = (1_493_127_000_123_456_789, symbol("ZIEXT"));
+        let trade =
+            Trade { sale_condition: 0x40, timestamp, symbol: s, size: 100, price: Price(1_234_500), trade_id: 42 };
+        vec![
+            Message::SystemEvent(SystemEvent { event: b'R', timestamp }),
+            Message::SecurityDirectory(SecurityDirectory {
+                flags: 0x80,
+                timestamp,
+                symbol: s,
+                round_lot_size: 100,
+                adjusted_poc_price: Price(99_0500),
+                luld_tier: 1,
+            }),
+            Message::TradingStatus(TradingStatus { status: b'H', timestamp, symbol: s, reason: *b"T1  " }),
+            Message::RetailLiquidityIndicator(RetailLiquidityIndicator { indicator: b'A', timestamp, symbol: s }),
+            Message::OperationalHaltStatus(OperationalHaltStatus { status: b'O', timestamp, symbol: s }),
+            Message::ShortSalePriceTestStatus(ShortSalePriceTestStatus {
+                in_effect: 1,
+                timestamp,
+                symbol: s,
+                detail: b'A',
+            }),
+            Message::SecurityEvent(SecurityEvent { event: b'C', timestamp, symbol: s }),
+            Message::PriceLevelUpdate(PriceLevelUpdate {
+                side: Side::Buy,
+                event_flags: 1,
+                timestamp,
+                symbol: s,
+                size: 300,
+                price: Price(99_0400),
+            }),
+            Message::PriceLevelUpdate(PriceLevelUpdate {
+                side: Side::Sell,
+                event_flags: 0,
+                timestamp,
+                symbol: s,
+                size: 0,
+                price: Price(99_0600),
+            }),
+            Message::QuoteUpdate(QuoteUpdate {
+                flags: 0x40,
+                timestamp,
+                symbol: s,
+                bid_size: 1,
+                bid_price: Price(2),
+                ask_price: Price(3),
+                ask_size: 4,
+            }),
+            Message::TradeReport(trade),
+            Message::TradeBreak(trade),
+            Message::OfficialPrice(OfficialPrice { price_type: b'Q', timestamp, symbol: s, price: Price(-5) }),
+            Message::AuctionInformation(AuctionInformation {
+                auction_type: b'C',
+                timestamp,
+                symbol: s,
+                paired_shares: 1,
+                reference_price: Price(2),
+                indicative_clearing_price: Price(3),
+                imbalance_shares: 4,
+                imbalance_side: b'B',
+                extension_number: 5,
+                scheduled_auction_time: 6,
+                auction_book_clearing_price: Price(7),
+                collar_reference_price: Price(8),
+                lower_auction_collar: Price(9),
+                upper_auction_collar: Price(10),
+            }),
+            Message::Unknown(UnknownMessage { kind: b'z', bytes: b"zunknown bytes" }),
+        ]
+    }
+
+    fn header() -> BatchHeader {
+        BatchHeader {
+            protocol_id: 0x8004,
+            channel_id: 1,
+            session_id: 1_150_681_088,
+            first_sequence: 7,
+            message_count: 0,
+            send_time: 1_493_127_000_123_456_000,
+            publish_time: 1_493_127_000_123_999_000,
+        }
+    }
+
+    fn encode(packed: bool, messages: &[Message<'_>]) -> Vec<u8> {
+        let mut out = Vec::new();
+        CapnpCodec::new(Limits::default(), packed).encode(&header(), messages, &mut out).unwrap();
+        out
+    }
+
+    fn decode(codec: &mut CapnpCodec, frame: &[u8]) -> Result<(BatchHeader, Vec<String>), DecodeError> {
+        let mut seen = Vec::new();
+        let header = codec.decode(frame, |m| seen.push(format!("{m:?}")))?;
+        Ok((header, seen))
+    }
+
+    fn debug(messages: &[Message<'_>]) -> Vec<String> {
+        messages.iter().map(|m| format!("{m:?}")).collect()
+    }
+
+    /// A one-segment unpacked frame of `words` (the segment) behind its table.
+    fn unpacked(words: &[u64]) -> Vec<u8> {
+        let mut frame = Vec::new();
+        frame.extend_from_slice(&0u32.to_le_bytes());
+        frame.extend_from_slice(&(words.len() as u32).to_le_bytes());
+        for w in words {
+            frame.extend_from_slice(&w.to_le_bytes());
+        }
+        frame
+    }
+
+    fn packed(frame: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        pack(frame, &mut out, false);
+        out
+    }
+
+    /// The same bytes at an address that is 8-byte aligned plus `offset`.
+    fn at_offset(bytes: &[u8], offset: usize, backing: &mut Vec<Word>) -> std::ops::Range<usize> {
+        backing.clear();
+        backing.resize((bytes.len() + offset).div_ceil(WORD) + 1, word_of(0));
+        let all = Word::words_to_bytes_mut(backing);
+        all[offset..offset + bytes.len()].copy_from_slice(bytes);
+        offset..offset + bytes.len()
+    }
+
+    #[test]
+    fn every_type_round_trips_unpacked_and_packed() {
+        let messages = every_type();
+        for packed in [false, true] {
+            let frame = encode(packed, &messages);
+            let mut codec = CapnpCodec::new(Limits::default(), packed);
+            assert_eq!(codec.frame_len(&frame).unwrap(), Some(frame.len()));
+            let (decoded, seen) = decode(&mut codec, &frame).unwrap();
+            assert_eq!(seen, debug(&messages));
+            assert_eq!(decoded, BatchHeader { message_count: messages.len() as u32, ..header() });
+        }
+    }
+
+    #[test]
+    fn the_encoding_is_what_capnps_own_builder_and_packer_write() {
+        let messages = every_type();
+        let mut builder = capnp::message::Builder::new_default();
+        fill_batch(builder.init_root(), &header(), &messages);
+        assert_eq!(encode(false, &messages), capnp::serialize::write_message_to_words(&builder));
+        let mut theirs = Vec::new();
+        capnp::serialize_packed::write_message(&mut theirs, &builder).unwrap();
+        assert_eq!(encode(true, &messages), theirs);
+        // And capnp's own reader reads ours.
+        let frame = encode(true, &messages);
+        let reader = capnp::serialize_packed::read_message(&frame[..], ReaderOptions::new()).unwrap();
+        let batch: batch::Reader<'_> = reader.get_root().unwrap();
+        assert_eq!(batch.get_messages().unwrap().len() as usize, messages.len());
+    }
+
+    #[test]
+    fn the_fast_reads_agree_with_the_generated_accessors() {
+        let messages = every_type();
+        let frame = encode(false, &messages);
+        let arena = SegmentReader::new(&frame[WORD..], usize::MAX, NESTING_LIMIT);
+        let root = capnp::private::layout::PointerReader::get_root_from_arena(&arena).unwrap();
+        let batch: batch::Reader<'_> = capnp::any_pointer::Reader::new(root).get_as().unwrap();
+        let mut fast = 0;
+        for (m, want) in batch.get_messages().unwrap().iter().zip(&messages) {
+            assert_eq!(read_generated(m).as_ref(), Ok(want));
+            if let Some(got) = read_common(m) {
+                assert_eq!(&got, want);
+                fast += 1;
+            }
+        }
+        assert_eq!(fast, 3, "trade reports and both sides of price level updates");
+    }
+
+    #[test]
+    fn a_huge_segment_count_is_refused_by_the_framer_and_the_decoder() {
+        for count_minus_one in [u32::MAX, u32::MAX - 1, MAX_SEGMENTS as u32, 1 << 20] {
+            let mut frame = count_minus_one.to_le_bytes().to_vec();
+            frame.extend_from_slice(&[1, 0, 0, 0]);
+            frame.extend_from_slice(&[0; 64]);
+            for packed in [false, true] {
+                let bytes = if packed { self::packed(&frame) } else { frame.clone() };
+                let mut codec = CapnpCodec::new(Limits::default(), packed);
+                let err = codec.frame_len(&bytes).unwrap_err();
+                assert!(err.what.contains("segments; at most 511"), "{err}");
+                assert!(codec.decode(&bytes, |_| {}).is_err());
+            }
+        }
+    }
+
+    #[test]
+    fn segment_sizes_over_the_limit_are_refused_before_anything_is_allocated() {
+        let limits = Limits { max_frame: 1024, ..Limits::default() };
+        // One segment of 200 words, and three whose third size crosses the limit.
+        let one = unpacked(&[0; 4])[..WORD].to_vec();
+        let mut one = one;
+        one[4..8].copy_from_slice(&200u32.to_le_bytes());
+        let mut three = Vec::new();
+        for v in [2u32, 60, 60, 60] {
+            three.extend_from_slice(&v.to_le_bytes());
+        }
+        for (frame, offset) in [(one, 0), (three, 12)] {
+            for packed in [false, true] {
+                let bytes = if packed { self::packed(&frame) } else { frame.clone() };
+                let mut codec = CapnpCodec::new(limits, packed);
+                // Only the table is there: the limit is checked on it, not on the bytes.
+                let err = codec.frame_len(&bytes).unwrap_err();
+                assert!(err.what.contains("1024-byte limit"), "{err}");
+                if !packed {
+                    assert_eq!(err.offset, offset, "{err}");
+                }
+                assert!(codec.decode(&bytes, |_| {}).is_err());
+                assert_eq!(codec.read.capacity(), 0, "nothing was sized from the table");
+            }
+        }
+        // A size near 2^32 words, with the default limit.
+        let huge = unpacked(&[0])[..WORD].iter().copied().chain([0xff; 0]).collect::<Vec<_>>();
+        let mut huge = huge;
+        huge[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(CapnpCodec::new(Limits::default(), false).frame_len(&huge).is_err());
+        assert!(CapnpCodec::new(Limits::default(), true).frame_len(&self::packed(&huge)).is_err());
+    }
+
+    #[test]
+    fn the_traversal_limit_stops_a_list_of_empty_structs() {
+        // Root pointer to a Batch (5 data words, 1 pointer) whose `messages` is an inline-composite
+        // list of a million zero-sized structs: 9 words that would make the reader visit a
+        // million elements.
+        let root = (5u64 << 32) | (1 << 48);
+        let list = 1 | (7u64 << 32);
+        let tag = 1u64 << 20 << 2;
+        let frame = unpacked(&[root, 0, 0, 0, 0, 0, list, tag]);
+        for packed in [false, true] {
+            let bytes = if packed { self::packed(&frame) } else { frame.clone() };
+            let mut codec = CapnpCodec::new(Limits::default(), packed);
+            assert_eq!(codec.frame_len(&bytes).unwrap(), Some(bytes.len()));
+            let err = decode(&mut codec, &bytes).unwrap_err();
+            assert!(err.what.starts_with("Batch.messages: "), "{err}");
+            assert!(err.what.to_lowercase().contains("read limit"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_packed_stream_cut_anywhere_needs_more_bytes_and_is_no_frame() {
+        let messages = every_type();
+        let frame = encode(true, &messages);
+        // Runs of both kinds are in there: zero words and raw words (the timestamps).
+        let mut codec = CapnpCodec::new(Limits::default(), true);
+        for cut in 0..frame.len() {
+            assert_eq!(codec.frame_len(&frame[..cut]).unwrap(), None, "cut at {cut} of {}", frame.len());
+            assert!(codec.decode(&frame[..cut], |_| {}).is_err(), "cut at {cut}");
+        }
+        // Followed by the start of the next frame, it is delimited exactly.
+        let mut stream = frame.clone();
+        stream.extend_from_slice(&frame[..5]);
+        assert_eq!(codec.frame_len(&stream).unwrap(), Some(frame.len()));
+        assert_eq!(decode(&mut codec, &frame).unwrap().1, debug(&messages));
+    }
+
+    #[test]
+    fn misaligned_frames_decode_like_aligned_ones() {
+        let messages = every_type();
+        let frame = encode(false, &messages);
+        let mut codec = CapnpCodec::new(Limits::default(), false);
+        let want = decode(&mut codec, &frame).unwrap();
+        let mut backing = Vec::new();
+        for offset in 0..WORD {
+            let range = at_offset(&frame, offset, &mut backing);
+            let bytes = &Word::words_to_bytes(&backing)[range];
+            assert_eq!(bytes.as_ptr() as usize % WORD, offset);
+            assert_eq!(codec.frame_len(bytes).unwrap(), Some(frame.len()));
+            assert_eq!(decode(&mut codec, bytes).unwrap(), want, "offset {offset}");
+        }
+    }
+
+    #[test]
+    fn an_unknown_union_tag_is_an_error_naming_the_message() {
+        let messages = every_type();
+        let frame = encode(false, &messages);
+        let mut codec = CapnpCodec::new(Limits::default(), false);
+        // The list elements start after the table, root pointer, Batch (6 words) and list tag.
+        let element = WORD * (1 + 1 + 6 + 1) + 2 * message_words() * WORD;
+        let mut bad = frame.clone();
+        bad[element + 18..element + 20].copy_from_slice(&99u16.to_le_bytes());
+        let err = codec.decode(&bad, |_| {}).unwrap_err();
+        assert_eq!(err.offset, element, "{err}");
+        assert!(err.what.contains("Batch.messages[2]: union tag 99"), "{err}");
+        // Packed, the offset is where that element's first word is encoded.
+        let packed = self::packed(&bad);
+        let err = CapnpCodec::new(Limits::default(), true).decode(&packed, |_| {}).unwrap_err();
+        assert!(err.what.contains("union tag 99"), "{err}");
+        assert!(err.offset > 0 && err.offset < packed.len(), "{err}");
+    }
+
+    #[test]
+    fn unknown_messages_the_schema_cannot_carry_are_refused() {
+        let mut codec = CapnpCodec::new(Limits::default(), false);
+        let long = vec![b'z'; MAX_UNKNOWN_LEN + 1];
+        for (bytes, kind) in [(&b""[..], b'z'), (&b"yabc"[..], b'z'), (&long[..], b'z')] {
+            let mut out = vec![1, 2, 3];
+            let message = Message::Unknown(UnknownMessage { kind, bytes });
+            assert!(codec.encode(&header(), &[message], &mut out).is_err());
+            assert_eq!(out, [1, 2, 3], "nothing appended");
+        }
+    }
+
+    #[test]
+    fn decode_unpacks_a_frame_again_when_it_is_not_the_one_just_delimited() {
+        let messages = every_type();
+        // The same bytes but one, so the same length: another trade id.
+        let other: Vec<Message<'_>> = messages
+            .iter()
+            .map(|m| match m {
+                Message::TradeReport(t) => Message::TradeReport(Trade { trade_id: 43, ..*t }),
+                other => *other,
+            })
+            .collect();
+        let (a, b) = (encode(true, &messages), encode(true, &other));
+        assert_eq!(a.len(), b.len());
+        assert_ne!(a, b);
+        let mut codec = CapnpCodec::new(Limits::default(), true);
+        assert_eq!(codec.frame_len(&a).unwrap(), Some(a.len()));
+        assert_eq!(decode(&mut codec, &b).unwrap().1, debug(&other));
+        assert_eq!(decode(&mut codec, &a).unwrap().1, debug(&messages));
+    }
+
+    #[test]
+    fn byte_moves_match_a_plain_loop_for_every_tag() {
+        let mut rng = Pcg64::seed_from_u64(1);
+        for tag in 0..=255u8 {
+            let window: u64 = rng.random();
+            let mut expanded = [0u8; WORD];
+            let mut k = 0;
+            for (b, out) in expanded.iter_mut().enumerate() {
+                if tag & (1 << b) != 0 {
+                    *out = window.to_le_bytes()[k];
+                    k += 1;
+                }
+            }
+            let expanded = u64::from_le_bytes(expanded);
+            assert_eq!(Portable::expand(tag, window), expanded, "tag {tag:#x}");
+            assert_eq!(usize::from(NONZERO[usize::from(tag)]), k);
+            // Compacting the expanded word gives back the window's first k bytes.
+            let low = if k == WORD { u64::MAX } else { (1u64 << (8 * k)) - 1 };
+            assert_eq!(Portable::compact(tag, expanded) & low, window & low, "tag {tag:#x}");
+            if expanded.to_le_bytes().iter().all(|&b| b != 0) || tag == 0 {
+                assert_eq!(tag_of(expanded), if tag == 0 { 0 } else { tag });
+            }
+            #[cfg(target_arch = "x86_64")]
+            if has_ssse3() {
+                assert_eq!(Ssse3::expand(tag, window), expanded, "tag {tag:#x}");
+                assert_eq!(Ssse3::compact(tag, expanded) & low, window & low, "tag {tag:#x}");
+            }
+        }
+        for _ in 0..10_000 {
+            let word: u64 = rng.random::<u64>() & rng.random::<u64>() & rng.random::<u64>();
+            let tag = word.to_le_bytes().iter().enumerate().fold(0u8, |t, (b, &v)| t | (u8::from(v != 0) << b));
+            assert_eq!(tag_of(word), tag, "{word:#x}");
+            assert_eq!(at_most_one_zero_byte(word), tag.count_zeros() <= 1, "{word:#x}");
+        }
+    }
+
+    #[test]
+    fn corrupt_and_cut_frames_are_errors_never_panics() {
+        let mut rng = Pcg64::seed_from_u64(7);
+        let all = every_type();
+        for round in 0..20_000 {
+            let messages: Vec<Message<'_>> =
+                (0..rng.random_range(0..6)).map(|_| all[rng.random_range(0..all.len())]).collect();
+            for packed in [false, true] {
+                let mut bytes = encode(packed, &messages);
+                for _ in 0..rng.random_range(1..4) {
+                    let at = rng.random_range(0..bytes.len());
+                    bytes[at] =
+                        if rng.random_bool(0.5) { rng.random() } else { bytes[at] ^ (1 << rng.random_range(0..8)) };
+                }
+                if round % 3 == 0 {
+                    bytes.truncate(rng.random_range(0..=bytes.len()));
+                }
+                let mut codec = CapnpCodec::new(Limits { max_frame: 4096, ..Limits::default() }, packed);
+                if let Ok(Some(len)) = codec.frame_len(&bytes) {
+                    assert!(len <= bytes.len());
+                    let _ = codec.decode(&bytes[..len], |_| {});
+                }
+                let _ = codec.decode(&bytes, |_| {});
+            }
+        }
+    }
 }
