@@ -10,149 +10,6 @@ pub mod mdrelay {
 pub mod fbs {
 
 
-#[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
-pub const ENUM_MIN_BODY: u8 = 0;
-#[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
-pub const ENUM_MAX_BODY: u8 = 15;
-#[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
-#[allow(non_camel_case_types)]
-pub const ENUM_VALUES_BODY: [Body; 16] = [
-  Body::NONE,
-  Body::SystemEvent,
-  Body::SecurityDirectory,
-  Body::TradingStatus,
-  Body::RetailLiquidityIndicator,
-  Body::OperationalHaltStatus,
-  Body::ShortSalePriceTestStatus,
-  Body::SecurityEvent,
-  Body::PriceLevelBuy,
-  Body::PriceLevelSell,
-  Body::QuoteUpdate,
-  Body::TradeReport,
-  Body::TradeBreak,
-  Body::OfficialPrice,
-  Body::AuctionInformation,
-  Body::Unknown,
-];
-
-/// One message: the member says its IEX type.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-#[repr(transparent)]
-pub struct Body(pub u8);
-#[allow(non_upper_case_globals)]
-impl Body {
-  pub const NONE: Self = Self(0);
-  pub const SystemEvent: Self = Self(1);
-  pub const SecurityDirectory: Self = Self(2);
-  pub const TradingStatus: Self = Self(3);
-  pub const RetailLiquidityIndicator: Self = Self(4);
-  pub const OperationalHaltStatus: Self = Self(5);
-  pub const ShortSalePriceTestStatus: Self = Self(6);
-  pub const SecurityEvent: Self = Self(7);
-  pub const PriceLevelBuy: Self = Self(8);
-  pub const PriceLevelSell: Self = Self(9);
-  pub const QuoteUpdate: Self = Self(10);
-  pub const TradeReport: Self = Self(11);
-  pub const TradeBreak: Self = Self(12);
-  pub const OfficialPrice: Self = Self(13);
-  pub const AuctionInformation: Self = Self(14);
-  pub const Unknown: Self = Self(15);
-
-  pub const ENUM_MIN: u8 = 0;
-  pub const ENUM_MAX: u8 = 15;
-  pub const ENUM_VALUES: &'static [Self] = &[
-    Self::NONE,
-    Self::SystemEvent,
-    Self::SecurityDirectory,
-    Self::TradingStatus,
-    Self::RetailLiquidityIndicator,
-    Self::OperationalHaltStatus,
-    Self::ShortSalePriceTestStatus,
-    Self::SecurityEvent,
-    Self::PriceLevelBuy,
-    Self::PriceLevelSell,
-    Self::QuoteUpdate,
-    Self::TradeReport,
-    Self::TradeBreak,
-    Self::OfficialPrice,
-    Self::AuctionInformation,
-    Self::Unknown,
-  ];
-  /// Returns the variant's name or "" if unknown.
-  pub fn variant_name(self) -> Option<&'static str> {
-    match self {
-      Self::NONE => Some("NONE"),
-      Self::SystemEvent => Some("SystemEvent"),
-      Self::SecurityDirectory => Some("SecurityDirectory"),
-      Self::TradingStatus => Some("TradingStatus"),
-      Self::RetailLiquidityIndicator => Some("RetailLiquidityIndicator"),
-      Self::OperationalHaltStatus => Some("OperationalHaltStatus"),
-      Self::ShortSalePriceTestStatus => Some("ShortSalePriceTestStatus"),
-      Self::SecurityEvent => Some("SecurityEvent"),
-      Self::PriceLevelBuy => Some("PriceLevelBuy"),
-      Self::PriceLevelSell => Some("PriceLevelSell"),
-      Self::QuoteUpdate => Some("QuoteUpdate"),
-      Self::TradeReport => Some("TradeReport"),
-      Self::TradeBreak => Some("TradeBreak"),
-      Self::OfficialPrice => Some("OfficialPrice"),
-      Self::AuctionInformation => Some("AuctionInformation"),
-      Self::Unknown => Some("Unknown"),
-      _ => None,
-    }
-  }
-}
-impl ::core::fmt::Debug for Body {
-  fn fmt(&self, f: &mut ::core::fmt::Formatter) -> ::core::fmt::Result {
-    if let Some(name) = self.variant_name() {
-      f.write_str(name)
-    } else {
-      f.write_fmt(format_args!("<UNKNOWN {:?}>", self.0))
-    }
-  }
-}
-impl<'a> ::flatbuffers::Follow<'a> for Body {
-  type Inner = Self;
-  #[inline]
-  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    let b = unsafe { ::flatbuffers::read_scalar_at::<u8>(buf, loc) };
-    Self(b)
-  }
-}
-
-impl ::flatbuffers::Push for Body {
-    type Output = Body;
-    #[inline]
-    unsafe fn push(&self, dst: &mut [u8], _written_len: usize) {
-        unsafe { ::flatbuffers::emplace_scalar::<u8>(dst, self.0) };
-    }
-}
-
-impl ::flatbuffers::EndianScalar for Body {
-  type Scalar = u8;
-  #[inline]
-  fn to_little_endian(self) -> u8 {
-    self.0.to_le()
-  }
-  #[inline]
-  #[allow(clippy::wrong_self_convention)]
-  fn from_little_endian(v: u8) -> Self {
-    let b = u8::from_le(v);
-    Self(b)
-  }
-}
-
-impl<'a> ::flatbuffers::Verifiable for Body {
-  #[inline]
-  fn run_verifier(
-    v: &mut ::flatbuffers::Verifier, pos: usize
-  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
-    u8::run_verifier(v, pos)
-  }
-}
-
-impl ::flatbuffers::SimpleToVerifyInSlice for Body {}
-pub struct BodyUnionTableOffset {}
-
 /// A ticker symbol: 8 ASCII bytes, padded on the right with spaces.
 // struct Symbol, aligned to 1
 #[repr(transparent)]
@@ -498,44 +355,44 @@ impl<'a> Header {
 }
 
 /// S: system event.
-// struct SystemEventFields, aligned to 8
+// struct SystemEvent, aligned to 8
 #[repr(transparent)]
 #[derive(Clone, Copy, PartialEq)]
-pub struct SystemEventFields(pub [u8; 16]);
-impl Default for SystemEventFields { 
+pub struct SystemEvent(pub [u8; 16]);
+impl Default for SystemEvent { 
   fn default() -> Self { 
     Self([0; 16])
   }
 }
-impl ::core::fmt::Debug for SystemEventFields {
+impl ::core::fmt::Debug for SystemEvent {
   fn fmt(&self, f: &mut ::core::fmt::Formatter) -> ::core::fmt::Result {
-    f.debug_struct("SystemEventFields")
+    f.debug_struct("SystemEvent")
       .field("timestamp", &self.timestamp())
       .field("event", &self.event())
       .finish()
   }
 }
 
-impl ::flatbuffers::SimpleToVerifyInSlice for SystemEventFields {}
-impl<'a> ::flatbuffers::Follow<'a> for SystemEventFields {
-  type Inner = &'a SystemEventFields;
+impl ::flatbuffers::SimpleToVerifyInSlice for SystemEvent {}
+impl<'a> ::flatbuffers::Follow<'a> for SystemEvent {
+  type Inner = &'a SystemEvent;
   #[inline]
   unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    unsafe { <&'a SystemEventFields>::follow(buf, loc) }
+    unsafe { <&'a SystemEvent>::follow(buf, loc) }
   }
 }
-impl<'a> ::flatbuffers::Follow<'a> for &'a SystemEventFields {
-  type Inner = &'a SystemEventFields;
+impl<'a> ::flatbuffers::Follow<'a> for &'a SystemEvent {
+  type Inner = &'a SystemEvent;
   #[inline]
   unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    unsafe { ::flatbuffers::follow_cast_ref::<SystemEventFields>(buf, loc) }
+    unsafe { ::flatbuffers::follow_cast_ref::<SystemEvent>(buf, loc) }
   }
 }
-impl<'b> ::flatbuffers::Push for SystemEventFields {
-    type Output = SystemEventFields;
+impl<'b> ::flatbuffers::Push for SystemEvent {
+    type Output = SystemEvent;
     #[inline]
     unsafe fn push(&self, dst: &mut [u8], _written_len: usize) {
-        let src = unsafe { ::core::slice::from_raw_parts(self as *const SystemEventFields as *const u8, <Self as ::flatbuffers::Push>::size()) };
+        let src = unsafe { ::core::slice::from_raw_parts(self as *const SystemEvent as *const u8, <Self as ::flatbuffers::Push>::size()) };
         dst.copy_from_slice(src);
     }
     #[inline]
@@ -544,7 +401,7 @@ impl<'b> ::flatbuffers::Push for SystemEventFields {
     }
 }
 
-impl<'a> ::flatbuffers::Verifiable for SystemEventFields {
+impl<'a> ::flatbuffers::Verifiable for SystemEvent {
   #[inline]
   fn run_verifier(
     v: &mut ::flatbuffers::Verifier, pos: usize
@@ -553,7 +410,7 @@ impl<'a> ::flatbuffers::Verifiable for SystemEventFields {
   }
 }
 
-impl<'a> SystemEventFields {
+impl<'a> SystemEvent {
   #[allow(clippy::too_many_arguments)]
   pub fn new(
     timestamp: i64,
@@ -626,18 +483,18 @@ impl<'a> SystemEventFields {
 }
 
 /// D: security directory.
-// struct SecurityDirectoryFields, aligned to 8
+// struct SecurityDirectory, aligned to 8
 #[repr(transparent)]
 #[derive(Clone, Copy, PartialEq)]
-pub struct SecurityDirectoryFields(pub [u8; 32]);
-impl Default for SecurityDirectoryFields { 
+pub struct SecurityDirectory(pub [u8; 32]);
+impl Default for SecurityDirectory { 
   fn default() -> Self { 
     Self([0; 32])
   }
 }
-impl ::core::fmt::Debug for SecurityDirectoryFields {
+impl ::core::fmt::Debug for SecurityDirectory {
   fn fmt(&self, f: &mut ::core::fmt::Formatter) -> ::core::fmt::Result {
-    f.debug_struct("SecurityDirectoryFields")
+    f.debug_struct("SecurityDirectory")
       .field("timestamp", &self.timestamp())
       .field("adjusted_poc_price", &self.adjusted_poc_price())
       .field("symbol", &self.symbol())
@@ -648,26 +505,26 @@ impl ::core::fmt::Debug for SecurityDirectoryFields {
   }
 }
 
-impl ::flatbuffers::SimpleToVerifyInSlice for SecurityDirectoryFields {}
-impl<'a> ::flatbuffers::Follow<'a> for SecurityDirectoryFields {
-  type Inner = &'a SecurityDirectoryFields;
+impl ::flatbuffers::SimpleToVerifyInSlice for SecurityDirectory {}
+impl<'a> ::flatbuffers::Follow<'a> for SecurityDirectory {
+  type Inner = &'a SecurityDirectory;
   #[inline]
   unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    unsafe { <&'a SecurityDirectoryFields>::follow(buf, loc) }
+    unsafe { <&'a SecurityDirectory>::follow(buf, loc) }
   }
 }
-impl<'a> ::flatbuffers::Follow<'a> for &'a SecurityDirectoryFields {
-  type Inner = &'a SecurityDirectoryFields;
+impl<'a> ::flatbuffers::Follow<'a> for &'a SecurityDirectory {
+  type Inner = &'a SecurityDirectory;
   #[inline]
   unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    unsafe { ::flatbuffers::follow_cast_ref::<SecurityDirectoryFields>(buf, loc) }
+    unsafe { ::flatbuffers::follow_cast_ref::<SecurityDirectory>(buf, loc) }
   }
 }
-impl<'b> ::flatbuffers::Push for SecurityDirectoryFields {
-    type Output = SecurityDirectoryFields;
+impl<'b> ::flatbuffers::Push for SecurityDirectory {
+    type Output = SecurityDirectory;
     #[inline]
     unsafe fn push(&self, dst: &mut [u8], _written_len: usize) {
-        let src = unsafe { ::core::slice::from_raw_parts(self as *const SecurityDirectoryFields as *const u8, <Self as ::flatbuffers::Push>::size()) };
+        let src = unsafe { ::core::slice::from_raw_parts(self as *const SecurityDirectory as *const u8, <Self as ::flatbuffers::Push>::size()) };
         dst.copy_from_slice(src);
     }
     #[inline]
@@ -676,7 +533,7 @@ impl<'b> ::flatbuffers::Push for SecurityDirectoryFields {
     }
 }
 
-impl<'a> ::flatbuffers::Verifiable for SecurityDirectoryFields {
+impl<'a> ::flatbuffers::Verifiable for SecurityDirectory {
   #[inline]
   fn run_verifier(
     v: &mut ::flatbuffers::Verifier, pos: usize
@@ -685,7 +542,7 @@ impl<'a> ::flatbuffers::Verifiable for SecurityDirectoryFields {
   }
 }
 
-impl<'a> SecurityDirectoryFields {
+impl<'a> SecurityDirectory {
   #[allow(clippy::too_many_arguments)]
   pub fn new(
     timestamp: i64,
@@ -865,18 +722,18 @@ impl<'a> SecurityDirectoryFields {
 }
 
 /// H: trading status.
-// struct TradingStatusFields, aligned to 8
+// struct TradingStatus, aligned to 8
 #[repr(transparent)]
 #[derive(Clone, Copy, PartialEq)]
-pub struct TradingStatusFields(pub [u8; 24]);
-impl Default for TradingStatusFields { 
+pub struct TradingStatus(pub [u8; 24]);
+impl Default for TradingStatus { 
   fn default() -> Self { 
     Self([0; 24])
   }
 }
-impl ::core::fmt::Debug for TradingStatusFields {
+impl ::core::fmt::Debug for TradingStatus {
   fn fmt(&self, f: &mut ::core::fmt::Formatter) -> ::core::fmt::Result {
-    f.debug_struct("TradingStatusFields")
+    f.debug_struct("TradingStatus")
       .field("timestamp", &self.timestamp())
       .field("symbol", &self.symbol())
       .field("reason", &self.reason())
@@ -885,26 +742,26 @@ impl ::core::fmt::Debug for TradingStatusFields {
   }
 }
 
-impl ::flatbuffers::SimpleToVerifyInSlice for TradingStatusFields {}
-impl<'a> ::flatbuffers::Follow<'a> for TradingStatusFields {
-  type Inner = &'a TradingStatusFields;
+impl ::flatbuffers::SimpleToVerifyInSlice for TradingStatus {}
+impl<'a> ::flatbuffers::Follow<'a> for TradingStatus {
+  type Inner = &'a TradingStatus;
   #[inline]
   unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    unsafe { <&'a TradingStatusFields>::follow(buf, loc) }
+    unsafe { <&'a TradingStatus>::follow(buf, loc) }
   }
 }
-impl<'a> ::flatbuffers::Follow<'a> for &'a TradingStatusFields {
-  type Inner = &'a TradingStatusFields;
+impl<'a> ::flatbuffers::Follow<'a> for &'a TradingStatus {
+  type Inner = &'a TradingStatus;
   #[inline]
   unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    unsafe { ::flatbuffers::follow_cast_ref::<TradingStatusFields>(buf, loc) }
+    unsafe { ::flatbuffers::follow_cast_ref::<TradingStatus>(buf, loc) }
   }
 }
-impl<'b> ::flatbuffers::Push for TradingStatusFields {
-    type Output = TradingStatusFields;
+impl<'b> ::flatbuffers::Push for TradingStatus {
+    type Output = TradingStatus;
     #[inline]
     unsafe fn push(&self, dst: &mut [u8], _written_len: usize) {
-        let src = unsafe { ::core::slice::from_raw_parts(self as *const TradingStatusFields as *const u8, <Self as ::flatbuffers::Push>::size()) };
+        let src = unsafe { ::core::slice::from_raw_parts(self as *const TradingStatus as *const u8, <Self as ::flatbuffers::Push>::size()) };
         dst.copy_from_slice(src);
     }
     #[inline]
@@ -913,7 +770,7 @@ impl<'b> ::flatbuffers::Push for TradingStatusFields {
     }
 }
 
-impl<'a> ::flatbuffers::Verifiable for TradingStatusFields {
+impl<'a> ::flatbuffers::Verifiable for TradingStatus {
   #[inline]
   fn run_verifier(
     v: &mut ::flatbuffers::Verifier, pos: usize
@@ -922,7 +779,7 @@ impl<'a> ::flatbuffers::Verifiable for TradingStatusFields {
   }
 }
 
-impl<'a> TradingStatusFields {
+impl<'a> TradingStatus {
   #[allow(clippy::too_many_arguments)]
   pub fn new(
     timestamp: i64,
@@ -1026,18 +883,18 @@ impl<'a> TradingStatusFields {
 }
 
 /// I: retail liquidity indicator.
-// struct RetailLiquidityIndicatorFields, aligned to 8
+// struct RetailLiquidityIndicator, aligned to 8
 #[repr(transparent)]
 #[derive(Clone, Copy, PartialEq)]
-pub struct RetailLiquidityIndicatorFields(pub [u8; 24]);
-impl Default for RetailLiquidityIndicatorFields { 
+pub struct RetailLiquidityIndicator(pub [u8; 24]);
+impl Default for RetailLiquidityIndicator { 
   fn default() -> Self { 
     Self([0; 24])
   }
 }
-impl ::core::fmt::Debug for RetailLiquidityIndicatorFields {
+impl ::core::fmt::Debug for RetailLiquidityIndicator {
   fn fmt(&self, f: &mut ::core::fmt::Formatter) -> ::core::fmt::Result {
-    f.debug_struct("RetailLiquidityIndicatorFields")
+    f.debug_struct("RetailLiquidityIndicator")
       .field("timestamp", &self.timestamp())
       .field("symbol", &self.symbol())
       .field("indicator", &self.indicator())
@@ -1045,26 +902,26 @@ impl ::core::fmt::Debug for RetailLiquidityIndicatorFields {
   }
 }
 
-impl ::flatbuffers::SimpleToVerifyInSlice for RetailLiquidityIndicatorFields {}
-impl<'a> ::flatbuffers::Follow<'a> for RetailLiquidityIndicatorFields {
-  type Inner = &'a RetailLiquidityIndicatorFields;
+impl ::flatbuffers::SimpleToVerifyInSlice for RetailLiquidityIndicator {}
+impl<'a> ::flatbuffers::Follow<'a> for RetailLiquidityIndicator {
+  type Inner = &'a RetailLiquidityIndicator;
   #[inline]
   unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    unsafe { <&'a RetailLiquidityIndicatorFields>::follow(buf, loc) }
+    unsafe { <&'a RetailLiquidityIndicator>::follow(buf, loc) }
   }
 }
-impl<'a> ::flatbuffers::Follow<'a> for &'a RetailLiquidityIndicatorFields {
-  type Inner = &'a RetailLiquidityIndicatorFields;
+impl<'a> ::flatbuffers::Follow<'a> for &'a RetailLiquidityIndicator {
+  type Inner = &'a RetailLiquidityIndicator;
   #[inline]
   unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    unsafe { ::flatbuffers::follow_cast_ref::<RetailLiquidityIndicatorFields>(buf, loc) }
+    unsafe { ::flatbuffers::follow_cast_ref::<RetailLiquidityIndicator>(buf, loc) }
   }
 }
-impl<'b> ::flatbuffers::Push for RetailLiquidityIndicatorFields {
-    type Output = RetailLiquidityIndicatorFields;
+impl<'b> ::flatbuffers::Push for RetailLiquidityIndicator {
+    type Output = RetailLiquidityIndicator;
     #[inline]
     unsafe fn push(&self, dst: &mut [u8], _written_len: usize) {
-        let src = unsafe { ::core::slice::from_raw_parts(self as *const RetailLiquidityIndicatorFields as *const u8, <Self as ::flatbuffers::Push>::size()) };
+        let src = unsafe { ::core::slice::from_raw_parts(self as *const RetailLiquidityIndicator as *const u8, <Self as ::flatbuffers::Push>::size()) };
         dst.copy_from_slice(src);
     }
     #[inline]
@@ -1073,7 +930,7 @@ impl<'b> ::flatbuffers::Push for RetailLiquidityIndicatorFields {
     }
 }
 
-impl<'a> ::flatbuffers::Verifiable for RetailLiquidityIndicatorFields {
+impl<'a> ::flatbuffers::Verifiable for RetailLiquidityIndicator {
   #[inline]
   fn run_verifier(
     v: &mut ::flatbuffers::Verifier, pos: usize
@@ -1082,7 +939,7 @@ impl<'a> ::flatbuffers::Verifiable for RetailLiquidityIndicatorFields {
   }
 }
 
-impl<'a> RetailLiquidityIndicatorFields {
+impl<'a> RetailLiquidityIndicator {
   #[allow(clippy::too_many_arguments)]
   pub fn new(
     timestamp: i64,
@@ -1169,18 +1026,18 @@ impl<'a> RetailLiquidityIndicatorFields {
 }
 
 /// O: operational halt status.
-// struct OperationalHaltStatusFields, aligned to 8
+// struct OperationalHaltStatus, aligned to 8
 #[repr(transparent)]
 #[derive(Clone, Copy, PartialEq)]
-pub struct OperationalHaltStatusFields(pub [u8; 24]);
-impl Default for OperationalHaltStatusFields { 
+pub struct OperationalHaltStatus(pub [u8; 24]);
+impl Default for OperationalHaltStatus { 
   fn default() -> Self { 
     Self([0; 24])
   }
 }
-impl ::core::fmt::Debug for OperationalHaltStatusFields {
+impl ::core::fmt::Debug for OperationalHaltStatus {
   fn fmt(&self, f: &mut ::core::fmt::Formatter) -> ::core::fmt::Result {
-    f.debug_struct("OperationalHaltStatusFields")
+    f.debug_struct("OperationalHaltStatus")
       .field("timestamp", &self.timestamp())
       .field("symbol", &self.symbol())
       .field("status", &self.status())
@@ -1188,26 +1045,26 @@ impl ::core::fmt::Debug for OperationalHaltStatusFields {
   }
 }
 
-impl ::flatbuffers::SimpleToVerifyInSlice for OperationalHaltStatusFields {}
-impl<'a> ::flatbuffers::Follow<'a> for OperationalHaltStatusFields {
-  type Inner = &'a OperationalHaltStatusFields;
+impl ::flatbuffers::SimpleToVerifyInSlice for OperationalHaltStatus {}
+impl<'a> ::flatbuffers::Follow<'a> for OperationalHaltStatus {
+  type Inner = &'a OperationalHaltStatus;
   #[inline]
   unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    unsafe { <&'a OperationalHaltStatusFields>::follow(buf, loc) }
+    unsafe { <&'a OperationalHaltStatus>::follow(buf, loc) }
   }
 }
-impl<'a> ::flatbuffers::Follow<'a> for &'a OperationalHaltStatusFields {
-  type Inner = &'a OperationalHaltStatusFields;
+impl<'a> ::flatbuffers::Follow<'a> for &'a OperationalHaltStatus {
+  type Inner = &'a OperationalHaltStatus;
   #[inline]
   unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    unsafe { ::flatbuffers::follow_cast_ref::<OperationalHaltStatusFields>(buf, loc) }
+    unsafe { ::flatbuffers::follow_cast_ref::<OperationalHaltStatus>(buf, loc) }
   }
 }
-impl<'b> ::flatbuffers::Push for OperationalHaltStatusFields {
-    type Output = OperationalHaltStatusFields;
+impl<'b> ::flatbuffers::Push for OperationalHaltStatus {
+    type Output = OperationalHaltStatus;
     #[inline]
     unsafe fn push(&self, dst: &mut [u8], _written_len: usize) {
-        let src = unsafe { ::core::slice::from_raw_parts(self as *const OperationalHaltStatusFields as *const u8, <Self as ::flatbuffers::Push>::size()) };
+        let src = unsafe { ::core::slice::from_raw_parts(self as *const OperationalHaltStatus as *const u8, <Self as ::flatbuffers::Push>::size()) };
         dst.copy_from_slice(src);
     }
     #[inline]
@@ -1216,7 +1073,7 @@ impl<'b> ::flatbuffers::Push for OperationalHaltStatusFields {
     }
 }
 
-impl<'a> ::flatbuffers::Verifiable for OperationalHaltStatusFields {
+impl<'a> ::flatbuffers::Verifiable for OperationalHaltStatus {
   #[inline]
   fn run_verifier(
     v: &mut ::flatbuffers::Verifier, pos: usize
@@ -1225,7 +1082,7 @@ impl<'a> ::flatbuffers::Verifiable for OperationalHaltStatusFields {
   }
 }
 
-impl<'a> OperationalHaltStatusFields {
+impl<'a> OperationalHaltStatus {
   #[allow(clippy::too_many_arguments)]
   pub fn new(
     timestamp: i64,
@@ -1312,18 +1169,18 @@ impl<'a> OperationalHaltStatusFields {
 }
 
 /// P: short-sale price test status.
-// struct ShortSalePriceTestStatusFields, aligned to 8
+// struct ShortSalePriceTestStatus, aligned to 8
 #[repr(transparent)]
 #[derive(Clone, Copy, PartialEq)]
-pub struct ShortSalePriceTestStatusFields(pub [u8; 24]);
-impl Default for ShortSalePriceTestStatusFields { 
+pub struct ShortSalePriceTestStatus(pub [u8; 24]);
+impl Default for ShortSalePriceTestStatus { 
   fn default() -> Self { 
     Self([0; 24])
   }
 }
-impl ::core::fmt::Debug for ShortSalePriceTestStatusFields {
+impl ::core::fmt::Debug for ShortSalePriceTestStatus {
   fn fmt(&self, f: &mut ::core::fmt::Formatter) -> ::core::fmt::Result {
-    f.debug_struct("ShortSalePriceTestStatusFields")
+    f.debug_struct("ShortSalePriceTestStatus")
       .field("timestamp", &self.timestamp())
       .field("symbol", &self.symbol())
       .field("in_effect", &self.in_effect())
@@ -1332,26 +1189,26 @@ impl ::core::fmt::Debug for ShortSalePriceTestStatusFields {
   }
 }
 
-impl ::flatbuffers::SimpleToVerifyInSlice for ShortSalePriceTestStatusFields {}
-impl<'a> ::flatbuffers::Follow<'a> for ShortSalePriceTestStatusFields {
-  type Inner = &'a ShortSalePriceTestStatusFields;
+impl ::flatbuffers::SimpleToVerifyInSlice for ShortSalePriceTestStatus {}
+impl<'a> ::flatbuffers::Follow<'a> for ShortSalePriceTestStatus {
+  type Inner = &'a ShortSalePriceTestStatus;
   #[inline]
   unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    unsafe { <&'a ShortSalePriceTestStatusFields>::follow(buf, loc) }
+    unsafe { <&'a ShortSalePriceTestStatus>::follow(buf, loc) }
   }
 }
-impl<'a> ::flatbuffers::Follow<'a> for &'a ShortSalePriceTestStatusFields {
-  type Inner = &'a ShortSalePriceTestStatusFields;
+impl<'a> ::flatbuffers::Follow<'a> for &'a ShortSalePriceTestStatus {
+  type Inner = &'a ShortSalePriceTestStatus;
   #[inline]
   unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    unsafe { ::flatbuffers::follow_cast_ref::<ShortSalePriceTestStatusFields>(buf, loc) }
+    unsafe { ::flatbuffers::follow_cast_ref::<ShortSalePriceTestStatus>(buf, loc) }
   }
 }
-impl<'b> ::flatbuffers::Push for ShortSalePriceTestStatusFields {
-    type Output = ShortSalePriceTestStatusFields;
+impl<'b> ::flatbuffers::Push for ShortSalePriceTestStatus {
+    type Output = ShortSalePriceTestStatus;
     #[inline]
     unsafe fn push(&self, dst: &mut [u8], _written_len: usize) {
-        let src = unsafe { ::core::slice::from_raw_parts(self as *const ShortSalePriceTestStatusFields as *const u8, <Self as ::flatbuffers::Push>::size()) };
+        let src = unsafe { ::core::slice::from_raw_parts(self as *const ShortSalePriceTestStatus as *const u8, <Self as ::flatbuffers::Push>::size()) };
         dst.copy_from_slice(src);
     }
     #[inline]
@@ -1360,7 +1217,7 @@ impl<'b> ::flatbuffers::Push for ShortSalePriceTestStatusFields {
     }
 }
 
-impl<'a> ::flatbuffers::Verifiable for ShortSalePriceTestStatusFields {
+impl<'a> ::flatbuffers::Verifiable for ShortSalePriceTestStatus {
   #[inline]
   fn run_verifier(
     v: &mut ::flatbuffers::Verifier, pos: usize
@@ -1369,7 +1226,7 @@ impl<'a> ::flatbuffers::Verifiable for ShortSalePriceTestStatusFields {
   }
 }
 
-impl<'a> ShortSalePriceTestStatusFields {
+impl<'a> ShortSalePriceTestStatus {
   #[allow(clippy::too_many_arguments)]
   pub fn new(
     timestamp: i64,
@@ -1487,18 +1344,18 @@ impl<'a> ShortSalePriceTestStatusFields {
 }
 
 /// E: security event.
-// struct SecurityEventFields, aligned to 8
+// struct SecurityEvent, aligned to 8
 #[repr(transparent)]
 #[derive(Clone, Copy, PartialEq)]
-pub struct SecurityEventFields(pub [u8; 24]);
-impl Default for SecurityEventFields { 
+pub struct SecurityEvent(pub [u8; 24]);
+impl Default for SecurityEvent { 
   fn default() -> Self { 
     Self([0; 24])
   }
 }
-impl ::core::fmt::Debug for SecurityEventFields {
+impl ::core::fmt::Debug for SecurityEvent {
   fn fmt(&self, f: &mut ::core::fmt::Formatter) -> ::core::fmt::Result {
-    f.debug_struct("SecurityEventFields")
+    f.debug_struct("SecurityEvent")
       .field("timestamp", &self.timestamp())
       .field("symbol", &self.symbol())
       .field("event", &self.event())
@@ -1506,26 +1363,26 @@ impl ::core::fmt::Debug for SecurityEventFields {
   }
 }
 
-impl ::flatbuffers::SimpleToVerifyInSlice for SecurityEventFields {}
-impl<'a> ::flatbuffers::Follow<'a> for SecurityEventFields {
-  type Inner = &'a SecurityEventFields;
+impl ::flatbuffers::SimpleToVerifyInSlice for SecurityEvent {}
+impl<'a> ::flatbuffers::Follow<'a> for SecurityEvent {
+  type Inner = &'a SecurityEvent;
   #[inline]
   unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    unsafe { <&'a SecurityEventFields>::follow(buf, loc) }
+    unsafe { <&'a SecurityEvent>::follow(buf, loc) }
   }
 }
-impl<'a> ::flatbuffers::Follow<'a> for &'a SecurityEventFields {
-  type Inner = &'a SecurityEventFields;
+impl<'a> ::flatbuffers::Follow<'a> for &'a SecurityEvent {
+  type Inner = &'a SecurityEvent;
   #[inline]
   unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    unsafe { ::flatbuffers::follow_cast_ref::<SecurityEventFields>(buf, loc) }
+    unsafe { ::flatbuffers::follow_cast_ref::<SecurityEvent>(buf, loc) }
   }
 }
-impl<'b> ::flatbuffers::Push for SecurityEventFields {
-    type Output = SecurityEventFields;
+impl<'b> ::flatbuffers::Push for SecurityEvent {
+    type Output = SecurityEvent;
     #[inline]
     unsafe fn push(&self, dst: &mut [u8], _written_len: usize) {
-        let src = unsafe { ::core::slice::from_raw_parts(self as *const SecurityEventFields as *const u8, <Self as ::flatbuffers::Push>::size()) };
+        let src = unsafe { ::core::slice::from_raw_parts(self as *const SecurityEvent as *const u8, <Self as ::flatbuffers::Push>::size()) };
         dst.copy_from_slice(src);
     }
     #[inline]
@@ -1534,7 +1391,7 @@ impl<'b> ::flatbuffers::Push for SecurityEventFields {
     }
 }
 
-impl<'a> ::flatbuffers::Verifiable for SecurityEventFields {
+impl<'a> ::flatbuffers::Verifiable for SecurityEvent {
   #[inline]
   fn run_verifier(
     v: &mut ::flatbuffers::Verifier, pos: usize
@@ -1543,7 +1400,7 @@ impl<'a> ::flatbuffers::Verifiable for SecurityEventFields {
   }
 }
 
-impl<'a> SecurityEventFields {
+impl<'a> SecurityEvent {
   #[allow(clippy::too_many_arguments)]
   pub fn new(
     timestamp: i64,
@@ -1629,19 +1486,19 @@ impl<'a> SecurityEventFields {
 
 }
 
-/// 8 / 5: price level update (the side is the union member).
-// struct PriceLevelFields, aligned to 8
+/// 8 / 5: price level update (the side is the message's `kinds` byte).
+// struct PriceLevel, aligned to 8
 #[repr(transparent)]
 #[derive(Clone, Copy, PartialEq)]
-pub struct PriceLevelFields(pub [u8; 32]);
-impl Default for PriceLevelFields { 
+pub struct PriceLevel(pub [u8; 32]);
+impl Default for PriceLevel { 
   fn default() -> Self { 
     Self([0; 32])
   }
 }
-impl ::core::fmt::Debug for PriceLevelFields {
+impl ::core::fmt::Debug for PriceLevel {
   fn fmt(&self, f: &mut ::core::fmt::Formatter) -> ::core::fmt::Result {
-    f.debug_struct("PriceLevelFields")
+    f.debug_struct("PriceLevel")
       .field("timestamp", &self.timestamp())
       .field("price", &self.price())
       .field("symbol", &self.symbol())
@@ -1651,26 +1508,26 @@ impl ::core::fmt::Debug for PriceLevelFields {
   }
 }
 
-impl ::flatbuffers::SimpleToVerifyInSlice for PriceLevelFields {}
-impl<'a> ::flatbuffers::Follow<'a> for PriceLevelFields {
-  type Inner = &'a PriceLevelFields;
+impl ::flatbuffers::SimpleToVerifyInSlice for PriceLevel {}
+impl<'a> ::flatbuffers::Follow<'a> for PriceLevel {
+  type Inner = &'a PriceLevel;
   #[inline]
   unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    unsafe { <&'a PriceLevelFields>::follow(buf, loc) }
+    unsafe { <&'a PriceLevel>::follow(buf, loc) }
   }
 }
-impl<'a> ::flatbuffers::Follow<'a> for &'a PriceLevelFields {
-  type Inner = &'a PriceLevelFields;
+impl<'a> ::flatbuffers::Follow<'a> for &'a PriceLevel {
+  type Inner = &'a PriceLevel;
   #[inline]
   unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    unsafe { ::flatbuffers::follow_cast_ref::<PriceLevelFields>(buf, loc) }
+    unsafe { ::flatbuffers::follow_cast_ref::<PriceLevel>(buf, loc) }
   }
 }
-impl<'b> ::flatbuffers::Push for PriceLevelFields {
-    type Output = PriceLevelFields;
+impl<'b> ::flatbuffers::Push for PriceLevel {
+    type Output = PriceLevel;
     #[inline]
     unsafe fn push(&self, dst: &mut [u8], _written_len: usize) {
-        let src = unsafe { ::core::slice::from_raw_parts(self as *const PriceLevelFields as *const u8, <Self as ::flatbuffers::Push>::size()) };
+        let src = unsafe { ::core::slice::from_raw_parts(self as *const PriceLevel as *const u8, <Self as ::flatbuffers::Push>::size()) };
         dst.copy_from_slice(src);
     }
     #[inline]
@@ -1679,7 +1536,7 @@ impl<'b> ::flatbuffers::Push for PriceLevelFields {
     }
 }
 
-impl<'a> ::flatbuffers::Verifiable for PriceLevelFields {
+impl<'a> ::flatbuffers::Verifiable for PriceLevel {
   #[inline]
   fn run_verifier(
     v: &mut ::flatbuffers::Verifier, pos: usize
@@ -1688,7 +1545,7 @@ impl<'a> ::flatbuffers::Verifiable for PriceLevelFields {
   }
 }
 
-impl<'a> PriceLevelFields {
+impl<'a> PriceLevel {
   #[allow(clippy::too_many_arguments)]
   pub fn new(
     timestamp: i64,
@@ -1837,18 +1694,18 @@ impl<'a> PriceLevelFields {
 }
 
 /// Q: quote update.
-// struct QuoteUpdateFields, aligned to 8
+// struct QuoteUpdate, aligned to 8
 #[repr(transparent)]
 #[derive(Clone, Copy, PartialEq)]
-pub struct QuoteUpdateFields(pub [u8; 48]);
-impl Default for QuoteUpdateFields { 
+pub struct QuoteUpdate(pub [u8; 48]);
+impl Default for QuoteUpdate { 
   fn default() -> Self { 
     Self([0; 48])
   }
 }
-impl ::core::fmt::Debug for QuoteUpdateFields {
+impl ::core::fmt::Debug for QuoteUpdate {
   fn fmt(&self, f: &mut ::core::fmt::Formatter) -> ::core::fmt::Result {
-    f.debug_struct("QuoteUpdateFields")
+    f.debug_struct("QuoteUpdate")
       .field("timestamp", &self.timestamp())
       .field("bid_price", &self.bid_price())
       .field("ask_price", &self.ask_price())
@@ -1860,26 +1717,26 @@ impl ::core::fmt::Debug for QuoteUpdateFields {
   }
 }
 
-impl ::flatbuffers::SimpleToVerifyInSlice for QuoteUpdateFields {}
-impl<'a> ::flatbuffers::Follow<'a> for QuoteUpdateFields {
-  type Inner = &'a QuoteUpdateFields;
+impl ::flatbuffers::SimpleToVerifyInSlice for QuoteUpdate {}
+impl<'a> ::flatbuffers::Follow<'a> for QuoteUpdate {
+  type Inner = &'a QuoteUpdate;
   #[inline]
   unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    unsafe { <&'a QuoteUpdateFields>::follow(buf, loc) }
+    unsafe { <&'a QuoteUpdate>::follow(buf, loc) }
   }
 }
-impl<'a> ::flatbuffers::Follow<'a> for &'a QuoteUpdateFields {
-  type Inner = &'a QuoteUpdateFields;
+impl<'a> ::flatbuffers::Follow<'a> for &'a QuoteUpdate {
+  type Inner = &'a QuoteUpdate;
   #[inline]
   unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    unsafe { ::flatbuffers::follow_cast_ref::<QuoteUpdateFields>(buf, loc) }
+    unsafe { ::flatbuffers::follow_cast_ref::<QuoteUpdate>(buf, loc) }
   }
 }
-impl<'b> ::flatbuffers::Push for QuoteUpdateFields {
-    type Output = QuoteUpdateFields;
+impl<'b> ::flatbuffers::Push for QuoteUpdate {
+    type Output = QuoteUpdate;
     #[inline]
     unsafe fn push(&self, dst: &mut [u8], _written_len: usize) {
-        let src = unsafe { ::core::slice::from_raw_parts(self as *const QuoteUpdateFields as *const u8, <Self as ::flatbuffers::Push>::size()) };
+        let src = unsafe { ::core::slice::from_raw_parts(self as *const QuoteUpdate as *const u8, <Self as ::flatbuffers::Push>::size()) };
         dst.copy_from_slice(src);
     }
     #[inline]
@@ -1888,7 +1745,7 @@ impl<'b> ::flatbuffers::Push for QuoteUpdateFields {
     }
 }
 
-impl<'a> ::flatbuffers::Verifiable for QuoteUpdateFields {
+impl<'a> ::flatbuffers::Verifiable for QuoteUpdate {
   #[inline]
   fn run_verifier(
     v: &mut ::flatbuffers::Verifier, pos: usize
@@ -1897,7 +1754,7 @@ impl<'a> ::flatbuffers::Verifiable for QuoteUpdateFields {
   }
 }
 
-impl<'a> QuoteUpdateFields {
+impl<'a> QuoteUpdate {
   #[allow(clippy::too_many_arguments)]
   pub fn new(
     timestamp: i64,
@@ -2107,19 +1964,19 @@ impl<'a> QuoteUpdateFields {
 
 }
 
-/// T / B: trade report or trade break (the kind is the union member).
-// struct TradeFields, aligned to 8
+/// T / B: trade report or trade break (which one is the message's `kinds` byte).
+// struct Trade, aligned to 8
 #[repr(transparent)]
 #[derive(Clone, Copy, PartialEq)]
-pub struct TradeFields(pub [u8; 40]);
-impl Default for TradeFields { 
+pub struct Trade(pub [u8; 40]);
+impl Default for Trade { 
   fn default() -> Self { 
     Self([0; 40])
   }
 }
-impl ::core::fmt::Debug for TradeFields {
+impl ::core::fmt::Debug for Trade {
   fn fmt(&self, f: &mut ::core::fmt::Formatter) -> ::core::fmt::Result {
-    f.debug_struct("TradeFields")
+    f.debug_struct("Trade")
       .field("timestamp", &self.timestamp())
       .field("price", &self.price())
       .field("trade_id", &self.trade_id())
@@ -2130,26 +1987,26 @@ impl ::core::fmt::Debug for TradeFields {
   }
 }
 
-impl ::flatbuffers::SimpleToVerifyInSlice for TradeFields {}
-impl<'a> ::flatbuffers::Follow<'a> for TradeFields {
-  type Inner = &'a TradeFields;
+impl ::flatbuffers::SimpleToVerifyInSlice for Trade {}
+impl<'a> ::flatbuffers::Follow<'a> for Trade {
+  type Inner = &'a Trade;
   #[inline]
   unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    unsafe { <&'a TradeFields>::follow(buf, loc) }
+    unsafe { <&'a Trade>::follow(buf, loc) }
   }
 }
-impl<'a> ::flatbuffers::Follow<'a> for &'a TradeFields {
-  type Inner = &'a TradeFields;
+impl<'a> ::flatbuffers::Follow<'a> for &'a Trade {
+  type Inner = &'a Trade;
   #[inline]
   unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    unsafe { ::flatbuffers::follow_cast_ref::<TradeFields>(buf, loc) }
+    unsafe { ::flatbuffers::follow_cast_ref::<Trade>(buf, loc) }
   }
 }
-impl<'b> ::flatbuffers::Push for TradeFields {
-    type Output = TradeFields;
+impl<'b> ::flatbuffers::Push for Trade {
+    type Output = Trade;
     #[inline]
     unsafe fn push(&self, dst: &mut [u8], _written_len: usize) {
-        let src = unsafe { ::core::slice::from_raw_parts(self as *const TradeFields as *const u8, <Self as ::flatbuffers::Push>::size()) };
+        let src = unsafe { ::core::slice::from_raw_parts(self as *const Trade as *const u8, <Self as ::flatbuffers::Push>::size()) };
         dst.copy_from_slice(src);
     }
     #[inline]
@@ -2158,7 +2015,7 @@ impl<'b> ::flatbuffers::Push for TradeFields {
     }
 }
 
-impl<'a> ::flatbuffers::Verifiable for TradeFields {
+impl<'a> ::flatbuffers::Verifiable for Trade {
   #[inline]
   fn run_verifier(
     v: &mut ::flatbuffers::Verifier, pos: usize
@@ -2167,7 +2024,7 @@ impl<'a> ::flatbuffers::Verifiable for TradeFields {
   }
 }
 
-impl<'a> TradeFields {
+impl<'a> Trade {
   #[allow(clippy::too_many_arguments)]
   pub fn new(
     timestamp: i64,
@@ -2347,18 +2204,18 @@ impl<'a> TradeFields {
 }
 
 /// X: official price.
-// struct OfficialPriceFields, aligned to 8
+// struct OfficialPrice, aligned to 8
 #[repr(transparent)]
 #[derive(Clone, Copy, PartialEq)]
-pub struct OfficialPriceFields(pub [u8; 32]);
-impl Default for OfficialPriceFields { 
+pub struct OfficialPrice(pub [u8; 32]);
+impl Default for OfficialPrice { 
   fn default() -> Self { 
     Self([0; 32])
   }
 }
-impl ::core::fmt::Debug for OfficialPriceFields {
+impl ::core::fmt::Debug for OfficialPrice {
   fn fmt(&self, f: &mut ::core::fmt::Formatter) -> ::core::fmt::Result {
-    f.debug_struct("OfficialPriceFields")
+    f.debug_struct("OfficialPrice")
       .field("timestamp", &self.timestamp())
       .field("price", &self.price())
       .field("symbol", &self.symbol())
@@ -2367,26 +2224,26 @@ impl ::core::fmt::Debug for OfficialPriceFields {
   }
 }
 
-impl ::flatbuffers::SimpleToVerifyInSlice for OfficialPriceFields {}
-impl<'a> ::flatbuffers::Follow<'a> for OfficialPriceFields {
-  type Inner = &'a OfficialPriceFields;
+impl ::flatbuffers::SimpleToVerifyInSlice for OfficialPrice {}
+impl<'a> ::flatbuffers::Follow<'a> for OfficialPrice {
+  type Inner = &'a OfficialPrice;
   #[inline]
   unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    unsafe { <&'a OfficialPriceFields>::follow(buf, loc) }
+    unsafe { <&'a OfficialPrice>::follow(buf, loc) }
   }
 }
-impl<'a> ::flatbuffers::Follow<'a> for &'a OfficialPriceFields {
-  type Inner = &'a OfficialPriceFields;
+impl<'a> ::flatbuffers::Follow<'a> for &'a OfficialPrice {
+  type Inner = &'a OfficialPrice;
   #[inline]
   unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    unsafe { ::flatbuffers::follow_cast_ref::<OfficialPriceFields>(buf, loc) }
+    unsafe { ::flatbuffers::follow_cast_ref::<OfficialPrice>(buf, loc) }
   }
 }
-impl<'b> ::flatbuffers::Push for OfficialPriceFields {
-    type Output = OfficialPriceFields;
+impl<'b> ::flatbuffers::Push for OfficialPrice {
+    type Output = OfficialPrice;
     #[inline]
     unsafe fn push(&self, dst: &mut [u8], _written_len: usize) {
-        let src = unsafe { ::core::slice::from_raw_parts(self as *const OfficialPriceFields as *const u8, <Self as ::flatbuffers::Push>::size()) };
+        let src = unsafe { ::core::slice::from_raw_parts(self as *const OfficialPrice as *const u8, <Self as ::flatbuffers::Push>::size()) };
         dst.copy_from_slice(src);
     }
     #[inline]
@@ -2395,7 +2252,7 @@ impl<'b> ::flatbuffers::Push for OfficialPriceFields {
     }
 }
 
-impl<'a> ::flatbuffers::Verifiable for OfficialPriceFields {
+impl<'a> ::flatbuffers::Verifiable for OfficialPrice {
   #[inline]
   fn run_verifier(
     v: &mut ::flatbuffers::Verifier, pos: usize
@@ -2404,7 +2261,7 @@ impl<'a> ::flatbuffers::Verifiable for OfficialPriceFields {
   }
 }
 
-impl<'a> OfficialPriceFields {
+impl<'a> OfficialPrice {
   #[allow(clippy::too_many_arguments)]
   pub fn new(
     timestamp: i64,
@@ -2522,18 +2379,18 @@ impl<'a> OfficialPriceFields {
 }
 
 /// A: auction information.
-// struct AuctionInformationFields, aligned to 8
+// struct AuctionInformation, aligned to 8
 #[repr(transparent)]
 #[derive(Clone, Copy, PartialEq)]
-pub struct AuctionInformationFields(pub [u8; 80]);
-impl Default for AuctionInformationFields { 
+pub struct AuctionInformation(pub [u8; 80]);
+impl Default for AuctionInformation { 
   fn default() -> Self { 
     Self([0; 80])
   }
 }
-impl ::core::fmt::Debug for AuctionInformationFields {
+impl ::core::fmt::Debug for AuctionInformation {
   fn fmt(&self, f: &mut ::core::fmt::Formatter) -> ::core::fmt::Result {
-    f.debug_struct("AuctionInformationFields")
+    f.debug_struct("AuctionInformation")
       .field("timestamp", &self.timestamp())
       .field("reference_price", &self.reference_price())
       .field("indicative_clearing_price", &self.indicative_clearing_price())
@@ -2552,26 +2409,26 @@ impl ::core::fmt::Debug for AuctionInformationFields {
   }
 }
 
-impl ::flatbuffers::SimpleToVerifyInSlice for AuctionInformationFields {}
-impl<'a> ::flatbuffers::Follow<'a> for AuctionInformationFields {
-  type Inner = &'a AuctionInformationFields;
+impl ::flatbuffers::SimpleToVerifyInSlice for AuctionInformation {}
+impl<'a> ::flatbuffers::Follow<'a> for AuctionInformation {
+  type Inner = &'a AuctionInformation;
   #[inline]
   unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    unsafe { <&'a AuctionInformationFields>::follow(buf, loc) }
+    unsafe { <&'a AuctionInformation>::follow(buf, loc) }
   }
 }
-impl<'a> ::flatbuffers::Follow<'a> for &'a AuctionInformationFields {
-  type Inner = &'a AuctionInformationFields;
+impl<'a> ::flatbuffers::Follow<'a> for &'a AuctionInformation {
+  type Inner = &'a AuctionInformation;
   #[inline]
   unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    unsafe { ::flatbuffers::follow_cast_ref::<AuctionInformationFields>(buf, loc) }
+    unsafe { ::flatbuffers::follow_cast_ref::<AuctionInformation>(buf, loc) }
   }
 }
-impl<'b> ::flatbuffers::Push for AuctionInformationFields {
-    type Output = AuctionInformationFields;
+impl<'b> ::flatbuffers::Push for AuctionInformation {
+    type Output = AuctionInformation;
     #[inline]
     unsafe fn push(&self, dst: &mut [u8], _written_len: usize) {
-        let src = unsafe { ::core::slice::from_raw_parts(self as *const AuctionInformationFields as *const u8, <Self as ::flatbuffers::Push>::size()) };
+        let src = unsafe { ::core::slice::from_raw_parts(self as *const AuctionInformation as *const u8, <Self as ::flatbuffers::Push>::size()) };
         dst.copy_from_slice(src);
     }
     #[inline]
@@ -2580,7 +2437,7 @@ impl<'b> ::flatbuffers::Push for AuctionInformationFields {
     }
 }
 
-impl<'a> ::flatbuffers::Verifiable for AuctionInformationFields {
+impl<'a> ::flatbuffers::Verifiable for AuctionInformation {
   #[inline]
   fn run_verifier(
     v: &mut ::flatbuffers::Verifier, pos: usize
@@ -2589,7 +2446,7 @@ impl<'a> ::flatbuffers::Verifiable for AuctionInformationFields {
   }
 }
 
-impl<'a> AuctionInformationFields {
+impl<'a> AuctionInformation {
   #[allow(clippy::too_many_arguments)]
   pub fn new(
     timestamp: i64,
@@ -3016,1350 +2873,6 @@ impl<'a> AuctionInformationFields {
 
 }
 
-pub enum SystemEventOffset {}
-#[derive(Copy, Clone, PartialEq)]
-
-pub struct SystemEvent<'a> {
-  pub _tab: ::flatbuffers::Table<'a>,
-}
-
-impl<'a> ::flatbuffers::Follow<'a> for SystemEvent<'a> {
-  type Inner = SystemEvent<'a>;
-  #[inline]
-  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
-  }
-}
-
-impl<'a> SystemEvent<'a> {
-  pub const VT_FIELDS: ::flatbuffers::VOffsetT = 4;
-
-  #[inline]
-  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
-    SystemEvent { _tab: table }
-  }
-  #[allow(unused_mut)]
-  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
-    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
-    args: &'args SystemEventArgs<'args>
-  ) -> ::flatbuffers::WIPOffset<SystemEvent<'bldr>> {
-    let mut builder = SystemEventBuilder::new(_fbb);
-    if let Some(x) = args.fields { builder.add_fields(x); }
-    builder.finish()
-  }
-
-
-  #[inline]
-  pub fn fields(&self) -> Option<&'a SystemEventFields> {
-    // Safety:
-    // Created from valid Table for this object
-    // which contains a valid value in this slot
-    unsafe { self._tab.get::<SystemEventFields>(SystemEvent::VT_FIELDS, None)}
-  }
-}
-
-impl ::flatbuffers::Verifiable for SystemEvent<'_> {
-  #[inline]
-  fn run_verifier(
-    v: &mut ::flatbuffers::Verifier, pos: usize
-  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
-    v.visit_table(pos)?
-     .visit_field::<SystemEventFields>("fields", Self::VT_FIELDS, false)?
-     .finish();
-    Ok(())
-  }
-}
-pub struct SystemEventArgs<'a> {
-    pub fields: Option<&'a SystemEventFields>,
-}
-impl<'a> Default for SystemEventArgs<'a> {
-  #[inline]
-  fn default() -> Self {
-    SystemEventArgs {
-      fields: None,
-    }
-  }
-}
-
-pub struct SystemEventBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
-  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
-  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
-}
-impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> SystemEventBuilder<'a, 'b, A> {
-  #[inline]
-  pub fn add_fields(&mut self, fields: &SystemEventFields) {
-    self.fbb_.push_slot_always::<&SystemEventFields>(SystemEvent::VT_FIELDS, fields);
-  }
-  #[inline]
-  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> SystemEventBuilder<'a, 'b, A> {
-    let start = _fbb.start_table();
-    SystemEventBuilder {
-      fbb_: _fbb,
-      start_: start,
-    }
-  }
-  #[inline]
-  pub fn finish(self) -> ::flatbuffers::WIPOffset<SystemEvent<'a>> {
-    let o = self.fbb_.end_table(self.start_);
-    ::flatbuffers::WIPOffset::new(o.value())
-  }
-}
-
-impl ::core::fmt::Debug for SystemEvent<'_> {
-  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
-    let mut ds = f.debug_struct("SystemEvent");
-      ds.field("fields", &self.fields());
-      ds.finish()
-  }
-}
-pub enum SecurityDirectoryOffset {}
-#[derive(Copy, Clone, PartialEq)]
-
-pub struct SecurityDirectory<'a> {
-  pub _tab: ::flatbuffers::Table<'a>,
-}
-
-impl<'a> ::flatbuffers::Follow<'a> for SecurityDirectory<'a> {
-  type Inner = SecurityDirectory<'a>;
-  #[inline]
-  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
-  }
-}
-
-impl<'a> SecurityDirectory<'a> {
-  pub const VT_FIELDS: ::flatbuffers::VOffsetT = 4;
-
-  #[inline]
-  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
-    SecurityDirectory { _tab: table }
-  }
-  #[allow(unused_mut)]
-  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
-    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
-    args: &'args SecurityDirectoryArgs<'args>
-  ) -> ::flatbuffers::WIPOffset<SecurityDirectory<'bldr>> {
-    let mut builder = SecurityDirectoryBuilder::new(_fbb);
-    if let Some(x) = args.fields { builder.add_fields(x); }
-    builder.finish()
-  }
-
-
-  #[inline]
-  pub fn fields(&self) -> Option<&'a SecurityDirectoryFields> {
-    // Safety:
-    // Created from valid Table for this object
-    // which contains a valid value in this slot
-    unsafe { self._tab.get::<SecurityDirectoryFields>(SecurityDirectory::VT_FIELDS, None)}
-  }
-}
-
-impl ::flatbuffers::Verifiable for SecurityDirectory<'_> {
-  #[inline]
-  fn run_verifier(
-    v: &mut ::flatbuffers::Verifier, pos: usize
-  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
-    v.visit_table(pos)?
-     .visit_field::<SecurityDirectoryFields>("fields", Self::VT_FIELDS, false)?
-     .finish();
-    Ok(())
-  }
-}
-pub struct SecurityDirectoryArgs<'a> {
-    pub fields: Option<&'a SecurityDirectoryFields>,
-}
-impl<'a> Default for SecurityDirectoryArgs<'a> {
-  #[inline]
-  fn default() -> Self {
-    SecurityDirectoryArgs {
-      fields: None,
-    }
-  }
-}
-
-pub struct SecurityDirectoryBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
-  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
-  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
-}
-impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> SecurityDirectoryBuilder<'a, 'b, A> {
-  #[inline]
-  pub fn add_fields(&mut self, fields: &SecurityDirectoryFields) {
-    self.fbb_.push_slot_always::<&SecurityDirectoryFields>(SecurityDirectory::VT_FIELDS, fields);
-  }
-  #[inline]
-  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> SecurityDirectoryBuilder<'a, 'b, A> {
-    let start = _fbb.start_table();
-    SecurityDirectoryBuilder {
-      fbb_: _fbb,
-      start_: start,
-    }
-  }
-  #[inline]
-  pub fn finish(self) -> ::flatbuffers::WIPOffset<SecurityDirectory<'a>> {
-    let o = self.fbb_.end_table(self.start_);
-    ::flatbuffers::WIPOffset::new(o.value())
-  }
-}
-
-impl ::core::fmt::Debug for SecurityDirectory<'_> {
-  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
-    let mut ds = f.debug_struct("SecurityDirectory");
-      ds.field("fields", &self.fields());
-      ds.finish()
-  }
-}
-pub enum TradingStatusOffset {}
-#[derive(Copy, Clone, PartialEq)]
-
-pub struct TradingStatus<'a> {
-  pub _tab: ::flatbuffers::Table<'a>,
-}
-
-impl<'a> ::flatbuffers::Follow<'a> for TradingStatus<'a> {
-  type Inner = TradingStatus<'a>;
-  #[inline]
-  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
-  }
-}
-
-impl<'a> TradingStatus<'a> {
-  pub const VT_FIELDS: ::flatbuffers::VOffsetT = 4;
-
-  #[inline]
-  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
-    TradingStatus { _tab: table }
-  }
-  #[allow(unused_mut)]
-  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
-    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
-    args: &'args TradingStatusArgs<'args>
-  ) -> ::flatbuffers::WIPOffset<TradingStatus<'bldr>> {
-    let mut builder = TradingStatusBuilder::new(_fbb);
-    if let Some(x) = args.fields { builder.add_fields(x); }
-    builder.finish()
-  }
-
-
-  #[inline]
-  pub fn fields(&self) -> Option<&'a TradingStatusFields> {
-    // Safety:
-    // Created from valid Table for this object
-    // which contains a valid value in this slot
-    unsafe { self._tab.get::<TradingStatusFields>(TradingStatus::VT_FIELDS, None)}
-  }
-}
-
-impl ::flatbuffers::Verifiable for TradingStatus<'_> {
-  #[inline]
-  fn run_verifier(
-    v: &mut ::flatbuffers::Verifier, pos: usize
-  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
-    v.visit_table(pos)?
-     .visit_field::<TradingStatusFields>("fields", Self::VT_FIELDS, false)?
-     .finish();
-    Ok(())
-  }
-}
-pub struct TradingStatusArgs<'a> {
-    pub fields: Option<&'a TradingStatusFields>,
-}
-impl<'a> Default for TradingStatusArgs<'a> {
-  #[inline]
-  fn default() -> Self {
-    TradingStatusArgs {
-      fields: None,
-    }
-  }
-}
-
-pub struct TradingStatusBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
-  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
-  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
-}
-impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> TradingStatusBuilder<'a, 'b, A> {
-  #[inline]
-  pub fn add_fields(&mut self, fields: &TradingStatusFields) {
-    self.fbb_.push_slot_always::<&TradingStatusFields>(TradingStatus::VT_FIELDS, fields);
-  }
-  #[inline]
-  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> TradingStatusBuilder<'a, 'b, A> {
-    let start = _fbb.start_table();
-    TradingStatusBuilder {
-      fbb_: _fbb,
-      start_: start,
-    }
-  }
-  #[inline]
-  pub fn finish(self) -> ::flatbuffers::WIPOffset<TradingStatus<'a>> {
-    let o = self.fbb_.end_table(self.start_);
-    ::flatbuffers::WIPOffset::new(o.value())
-  }
-}
-
-impl ::core::fmt::Debug for TradingStatus<'_> {
-  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
-    let mut ds = f.debug_struct("TradingStatus");
-      ds.field("fields", &self.fields());
-      ds.finish()
-  }
-}
-pub enum RetailLiquidityIndicatorOffset {}
-#[derive(Copy, Clone, PartialEq)]
-
-pub struct RetailLiquidityIndicator<'a> {
-  pub _tab: ::flatbuffers::Table<'a>,
-}
-
-impl<'a> ::flatbuffers::Follow<'a> for RetailLiquidityIndicator<'a> {
-  type Inner = RetailLiquidityIndicator<'a>;
-  #[inline]
-  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
-  }
-}
-
-impl<'a> RetailLiquidityIndicator<'a> {
-  pub const VT_FIELDS: ::flatbuffers::VOffsetT = 4;
-
-  #[inline]
-  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
-    RetailLiquidityIndicator { _tab: table }
-  }
-  #[allow(unused_mut)]
-  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
-    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
-    args: &'args RetailLiquidityIndicatorArgs<'args>
-  ) -> ::flatbuffers::WIPOffset<RetailLiquidityIndicator<'bldr>> {
-    let mut builder = RetailLiquidityIndicatorBuilder::new(_fbb);
-    if let Some(x) = args.fields { builder.add_fields(x); }
-    builder.finish()
-  }
-
-
-  #[inline]
-  pub fn fields(&self) -> Option<&'a RetailLiquidityIndicatorFields> {
-    // Safety:
-    // Created from valid Table for this object
-    // which contains a valid value in this slot
-    unsafe { self._tab.get::<RetailLiquidityIndicatorFields>(RetailLiquidityIndicator::VT_FIELDS, None)}
-  }
-}
-
-impl ::flatbuffers::Verifiable for RetailLiquidityIndicator<'_> {
-  #[inline]
-  fn run_verifier(
-    v: &mut ::flatbuffers::Verifier, pos: usize
-  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
-    v.visit_table(pos)?
-     .visit_field::<RetailLiquidityIndicatorFields>("fields", Self::VT_FIELDS, false)?
-     .finish();
-    Ok(())
-  }
-}
-pub struct RetailLiquidityIndicatorArgs<'a> {
-    pub fields: Option<&'a RetailLiquidityIndicatorFields>,
-}
-impl<'a> Default for RetailLiquidityIndicatorArgs<'a> {
-  #[inline]
-  fn default() -> Self {
-    RetailLiquidityIndicatorArgs {
-      fields: None,
-    }
-  }
-}
-
-pub struct RetailLiquidityIndicatorBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
-  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
-  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
-}
-impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> RetailLiquidityIndicatorBuilder<'a, 'b, A> {
-  #[inline]
-  pub fn add_fields(&mut self, fields: &RetailLiquidityIndicatorFields) {
-    self.fbb_.push_slot_always::<&RetailLiquidityIndicatorFields>(RetailLiquidityIndicator::VT_FIELDS, fields);
-  }
-  #[inline]
-  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> RetailLiquidityIndicatorBuilder<'a, 'b, A> {
-    let start = _fbb.start_table();
-    RetailLiquidityIndicatorBuilder {
-      fbb_: _fbb,
-      start_: start,
-    }
-  }
-  #[inline]
-  pub fn finish(self) -> ::flatbuffers::WIPOffset<RetailLiquidityIndicator<'a>> {
-    let o = self.fbb_.end_table(self.start_);
-    ::flatbuffers::WIPOffset::new(o.value())
-  }
-}
-
-impl ::core::fmt::Debug for RetailLiquidityIndicator<'_> {
-  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
-    let mut ds = f.debug_struct("RetailLiquidityIndicator");
-      ds.field("fields", &self.fields());
-      ds.finish()
-  }
-}
-pub enum OperationalHaltStatusOffset {}
-#[derive(Copy, Clone, PartialEq)]
-
-pub struct OperationalHaltStatus<'a> {
-  pub _tab: ::flatbuffers::Table<'a>,
-}
-
-impl<'a> ::flatbuffers::Follow<'a> for OperationalHaltStatus<'a> {
-  type Inner = OperationalHaltStatus<'a>;
-  #[inline]
-  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
-  }
-}
-
-impl<'a> OperationalHaltStatus<'a> {
-  pub const VT_FIELDS: ::flatbuffers::VOffsetT = 4;
-
-  #[inline]
-  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
-    OperationalHaltStatus { _tab: table }
-  }
-  #[allow(unused_mut)]
-  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
-    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
-    args: &'args OperationalHaltStatusArgs<'args>
-  ) -> ::flatbuffers::WIPOffset<OperationalHaltStatus<'bldr>> {
-    let mut builder = OperationalHaltStatusBuilder::new(_fbb);
-    if let Some(x) = args.fields { builder.add_fields(x); }
-    builder.finish()
-  }
-
-
-  #[inline]
-  pub fn fields(&self) -> Option<&'a OperationalHaltStatusFields> {
-    // Safety:
-    // Created from valid Table for this object
-    // which contains a valid value in this slot
-    unsafe { self._tab.get::<OperationalHaltStatusFields>(OperationalHaltStatus::VT_FIELDS, None)}
-  }
-}
-
-impl ::flatbuffers::Verifiable for OperationalHaltStatus<'_> {
-  #[inline]
-  fn run_verifier(
-    v: &mut ::flatbuffers::Verifier, pos: usize
-  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
-    v.visit_table(pos)?
-     .visit_field::<OperationalHaltStatusFields>("fields", Self::VT_FIELDS, false)?
-     .finish();
-    Ok(())
-  }
-}
-pub struct OperationalHaltStatusArgs<'a> {
-    pub fields: Option<&'a OperationalHaltStatusFields>,
-}
-impl<'a> Default for OperationalHaltStatusArgs<'a> {
-  #[inline]
-  fn default() -> Self {
-    OperationalHaltStatusArgs {
-      fields: None,
-    }
-  }
-}
-
-pub struct OperationalHaltStatusBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
-  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
-  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
-}
-impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> OperationalHaltStatusBuilder<'a, 'b, A> {
-  #[inline]
-  pub fn add_fields(&mut self, fields: &OperationalHaltStatusFields) {
-    self.fbb_.push_slot_always::<&OperationalHaltStatusFields>(OperationalHaltStatus::VT_FIELDS, fields);
-  }
-  #[inline]
-  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> OperationalHaltStatusBuilder<'a, 'b, A> {
-    let start = _fbb.start_table();
-    OperationalHaltStatusBuilder {
-      fbb_: _fbb,
-      start_: start,
-    }
-  }
-  #[inline]
-  pub fn finish(self) -> ::flatbuffers::WIPOffset<OperationalHaltStatus<'a>> {
-    let o = self.fbb_.end_table(self.start_);
-    ::flatbuffers::WIPOffset::new(o.value())
-  }
-}
-
-impl ::core::fmt::Debug for OperationalHaltStatus<'_> {
-  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
-    let mut ds = f.debug_struct("OperationalHaltStatus");
-      ds.field("fields", &self.fields());
-      ds.finish()
-  }
-}
-pub enum ShortSalePriceTestStatusOffset {}
-#[derive(Copy, Clone, PartialEq)]
-
-pub struct ShortSalePriceTestStatus<'a> {
-  pub _tab: ::flatbuffers::Table<'a>,
-}
-
-impl<'a> ::flatbuffers::Follow<'a> for ShortSalePriceTestStatus<'a> {
-  type Inner = ShortSalePriceTestStatus<'a>;
-  #[inline]
-  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
-  }
-}
-
-impl<'a> ShortSalePriceTestStatus<'a> {
-  pub const VT_FIELDS: ::flatbuffers::VOffsetT = 4;
-
-  #[inline]
-  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
-    ShortSalePriceTestStatus { _tab: table }
-  }
-  #[allow(unused_mut)]
-  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
-    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
-    args: &'args ShortSalePriceTestStatusArgs<'args>
-  ) -> ::flatbuffers::WIPOffset<ShortSalePriceTestStatus<'bldr>> {
-    let mut builder = ShortSalePriceTestStatusBuilder::new(_fbb);
-    if let Some(x) = args.fields { builder.add_fields(x); }
-    builder.finish()
-  }
-
-
-  #[inline]
-  pub fn fields(&self) -> Option<&'a ShortSalePriceTestStatusFields> {
-    // Safety:
-    // Created from valid Table for this object
-    // which contains a valid value in this slot
-    unsafe { self._tab.get::<ShortSalePriceTestStatusFields>(ShortSalePriceTestStatus::VT_FIELDS, None)}
-  }
-}
-
-impl ::flatbuffers::Verifiable for ShortSalePriceTestStatus<'_> {
-  #[inline]
-  fn run_verifier(
-    v: &mut ::flatbuffers::Verifier, pos: usize
-  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
-    v.visit_table(pos)?
-     .visit_field::<ShortSalePriceTestStatusFields>("fields", Self::VT_FIELDS, false)?
-     .finish();
-    Ok(())
-  }
-}
-pub struct ShortSalePriceTestStatusArgs<'a> {
-    pub fields: Option<&'a ShortSalePriceTestStatusFields>,
-}
-impl<'a> Default for ShortSalePriceTestStatusArgs<'a> {
-  #[inline]
-  fn default() -> Self {
-    ShortSalePriceTestStatusArgs {
-      fields: None,
-    }
-  }
-}
-
-pub struct ShortSalePriceTestStatusBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
-  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
-  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
-}
-impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> ShortSalePriceTestStatusBuilder<'a, 'b, A> {
-  #[inline]
-  pub fn add_fields(&mut self, fields: &ShortSalePriceTestStatusFields) {
-    self.fbb_.push_slot_always::<&ShortSalePriceTestStatusFields>(ShortSalePriceTestStatus::VT_FIELDS, fields);
-  }
-  #[inline]
-  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> ShortSalePriceTestStatusBuilder<'a, 'b, A> {
-    let start = _fbb.start_table();
-    ShortSalePriceTestStatusBuilder {
-      fbb_: _fbb,
-      start_: start,
-    }
-  }
-  #[inline]
-  pub fn finish(self) -> ::flatbuffers::WIPOffset<ShortSalePriceTestStatus<'a>> {
-    let o = self.fbb_.end_table(self.start_);
-    ::flatbuffers::WIPOffset::new(o.value())
-  }
-}
-
-impl ::core::fmt::Debug for ShortSalePriceTestStatus<'_> {
-  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
-    let mut ds = f.debug_struct("ShortSalePriceTestStatus");
-      ds.field("fields", &self.fields());
-      ds.finish()
-  }
-}
-pub enum SecurityEventOffset {}
-#[derive(Copy, Clone, PartialEq)]
-
-pub struct SecurityEvent<'a> {
-  pub _tab: ::flatbuffers::Table<'a>,
-}
-
-impl<'a> ::flatbuffers::Follow<'a> for SecurityEvent<'a> {
-  type Inner = SecurityEvent<'a>;
-  #[inline]
-  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
-  }
-}
-
-impl<'a> SecurityEvent<'a> {
-  pub const VT_FIELDS: ::flatbuffers::VOffsetT = 4;
-
-  #[inline]
-  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
-    SecurityEvent { _tab: table }
-  }
-  #[allow(unused_mut)]
-  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
-    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
-    args: &'args SecurityEventArgs<'args>
-  ) -> ::flatbuffers::WIPOffset<SecurityEvent<'bldr>> {
-    let mut builder = SecurityEventBuilder::new(_fbb);
-    if let Some(x) = args.fields { builder.add_fields(x); }
-    builder.finish()
-  }
-
-
-  #[inline]
-  pub fn fields(&self) -> Option<&'a SecurityEventFields> {
-    // Safety:
-    // Created from valid Table for this object
-    // which contains a valid value in this slot
-    unsafe { self._tab.get::<SecurityEventFields>(SecurityEvent::VT_FIELDS, None)}
-  }
-}
-
-impl ::flatbuffers::Verifiable for SecurityEvent<'_> {
-  #[inline]
-  fn run_verifier(
-    v: &mut ::flatbuffers::Verifier, pos: usize
-  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
-    v.visit_table(pos)?
-     .visit_field::<SecurityEventFields>("fields", Self::VT_FIELDS, false)?
-     .finish();
-    Ok(())
-  }
-}
-pub struct SecurityEventArgs<'a> {
-    pub fields: Option<&'a SecurityEventFields>,
-}
-impl<'a> Default for SecurityEventArgs<'a> {
-  #[inline]
-  fn default() -> Self {
-    SecurityEventArgs {
-      fields: None,
-    }
-  }
-}
-
-pub struct SecurityEventBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
-  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
-  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
-}
-impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> SecurityEventBuilder<'a, 'b, A> {
-  #[inline]
-  pub fn add_fields(&mut self, fields: &SecurityEventFields) {
-    self.fbb_.push_slot_always::<&SecurityEventFields>(SecurityEvent::VT_FIELDS, fields);
-  }
-  #[inline]
-  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> SecurityEventBuilder<'a, 'b, A> {
-    let start = _fbb.start_table();
-    SecurityEventBuilder {
-      fbb_: _fbb,
-      start_: start,
-    }
-  }
-  #[inline]
-  pub fn finish(self) -> ::flatbuffers::WIPOffset<SecurityEvent<'a>> {
-    let o = self.fbb_.end_table(self.start_);
-    ::flatbuffers::WIPOffset::new(o.value())
-  }
-}
-
-impl ::core::fmt::Debug for SecurityEvent<'_> {
-  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
-    let mut ds = f.debug_struct("SecurityEvent");
-      ds.field("fields", &self.fields());
-      ds.finish()
-  }
-}
-pub enum PriceLevelBuyOffset {}
-#[derive(Copy, Clone, PartialEq)]
-
-pub struct PriceLevelBuy<'a> {
-  pub _tab: ::flatbuffers::Table<'a>,
-}
-
-impl<'a> ::flatbuffers::Follow<'a> for PriceLevelBuy<'a> {
-  type Inner = PriceLevelBuy<'a>;
-  #[inline]
-  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
-  }
-}
-
-impl<'a> PriceLevelBuy<'a> {
-  pub const VT_FIELDS: ::flatbuffers::VOffsetT = 4;
-
-  #[inline]
-  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
-    PriceLevelBuy { _tab: table }
-  }
-  #[allow(unused_mut)]
-  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
-    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
-    args: &'args PriceLevelBuyArgs<'args>
-  ) -> ::flatbuffers::WIPOffset<PriceLevelBuy<'bldr>> {
-    let mut builder = PriceLevelBuyBuilder::new(_fbb);
-    if let Some(x) = args.fields { builder.add_fields(x); }
-    builder.finish()
-  }
-
-
-  #[inline]
-  pub fn fields(&self) -> Option<&'a PriceLevelFields> {
-    // Safety:
-    // Created from valid Table for this object
-    // which contains a valid value in this slot
-    unsafe { self._tab.get::<PriceLevelFields>(PriceLevelBuy::VT_FIELDS, None)}
-  }
-}
-
-impl ::flatbuffers::Verifiable for PriceLevelBuy<'_> {
-  #[inline]
-  fn run_verifier(
-    v: &mut ::flatbuffers::Verifier, pos: usize
-  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
-    v.visit_table(pos)?
-     .visit_field::<PriceLevelFields>("fields", Self::VT_FIELDS, false)?
-     .finish();
-    Ok(())
-  }
-}
-pub struct PriceLevelBuyArgs<'a> {
-    pub fields: Option<&'a PriceLevelFields>,
-}
-impl<'a> Default for PriceLevelBuyArgs<'a> {
-  #[inline]
-  fn default() -> Self {
-    PriceLevelBuyArgs {
-      fields: None,
-    }
-  }
-}
-
-pub struct PriceLevelBuyBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
-  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
-  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
-}
-impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> PriceLevelBuyBuilder<'a, 'b, A> {
-  #[inline]
-  pub fn add_fields(&mut self, fields: &PriceLevelFields) {
-    self.fbb_.push_slot_always::<&PriceLevelFields>(PriceLevelBuy::VT_FIELDS, fields);
-  }
-  #[inline]
-  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> PriceLevelBuyBuilder<'a, 'b, A> {
-    let start = _fbb.start_table();
-    PriceLevelBuyBuilder {
-      fbb_: _fbb,
-      start_: start,
-    }
-  }
-  #[inline]
-  pub fn finish(self) -> ::flatbuffers::WIPOffset<PriceLevelBuy<'a>> {
-    let o = self.fbb_.end_table(self.start_);
-    ::flatbuffers::WIPOffset::new(o.value())
-  }
-}
-
-impl ::core::fmt::Debug for PriceLevelBuy<'_> {
-  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
-    let mut ds = f.debug_struct("PriceLevelBuy");
-      ds.field("fields", &self.fields());
-      ds.finish()
-  }
-}
-pub enum PriceLevelSellOffset {}
-#[derive(Copy, Clone, PartialEq)]
-
-pub struct PriceLevelSell<'a> {
-  pub _tab: ::flatbuffers::Table<'a>,
-}
-
-impl<'a> ::flatbuffers::Follow<'a> for PriceLevelSell<'a> {
-  type Inner = PriceLevelSell<'a>;
-  #[inline]
-  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
-  }
-}
-
-impl<'a> PriceLevelSell<'a> {
-  pub const VT_FIELDS: ::flatbuffers::VOffsetT = 4;
-
-  #[inline]
-  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
-    PriceLevelSell { _tab: table }
-  }
-  #[allow(unused_mut)]
-  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
-    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
-    args: &'args PriceLevelSellArgs<'args>
-  ) -> ::flatbuffers::WIPOffset<PriceLevelSell<'bldr>> {
-    let mut builder = PriceLevelSellBuilder::new(_fbb);
-    if let Some(x) = args.fields { builder.add_fields(x); }
-    builder.finish()
-  }
-
-
-  #[inline]
-  pub fn fields(&self) -> Option<&'a PriceLevelFields> {
-    // Safety:
-    // Created from valid Table for this object
-    // which contains a valid value in this slot
-    unsafe { self._tab.get::<PriceLevelFields>(PriceLevelSell::VT_FIELDS, None)}
-  }
-}
-
-impl ::flatbuffers::Verifiable for PriceLevelSell<'_> {
-  #[inline]
-  fn run_verifier(
-    v: &mut ::flatbuffers::Verifier, pos: usize
-  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
-    v.visit_table(pos)?
-     .visit_field::<PriceLevelFields>("fields", Self::VT_FIELDS, false)?
-     .finish();
-    Ok(())
-  }
-}
-pub struct PriceLevelSellArgs<'a> {
-    pub fields: Option<&'a PriceLevelFields>,
-}
-impl<'a> Default for PriceLevelSellArgs<'a> {
-  #[inline]
-  fn default() -> Self {
-    PriceLevelSellArgs {
-      fields: None,
-    }
-  }
-}
-
-pub struct PriceLevelSellBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
-  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
-  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
-}
-impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> PriceLevelSellBuilder<'a, 'b, A> {
-  #[inline]
-  pub fn add_fields(&mut self, fields: &PriceLevelFields) {
-    self.fbb_.push_slot_always::<&PriceLevelFields>(PriceLevelSell::VT_FIELDS, fields);
-  }
-  #[inline]
-  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> PriceLevelSellBuilder<'a, 'b, A> {
-    let start = _fbb.start_table();
-    PriceLevelSellBuilder {
-      fbb_: _fbb,
-      start_: start,
-    }
-  }
-  #[inline]
-  pub fn finish(self) -> ::flatbuffers::WIPOffset<PriceLevelSell<'a>> {
-    let o = self.fbb_.end_table(self.start_);
-    ::flatbuffers::WIPOffset::new(o.value())
-  }
-}
-
-impl ::core::fmt::Debug for PriceLevelSell<'_> {
-  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
-    let mut ds = f.debug_struct("PriceLevelSell");
-      ds.field("fields", &self.fields());
-      ds.finish()
-  }
-}
-pub enum QuoteUpdateOffset {}
-#[derive(Copy, Clone, PartialEq)]
-
-pub struct QuoteUpdate<'a> {
-  pub _tab: ::flatbuffers::Table<'a>,
-}
-
-impl<'a> ::flatbuffers::Follow<'a> for QuoteUpdate<'a> {
-  type Inner = QuoteUpdate<'a>;
-  #[inline]
-  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
-  }
-}
-
-impl<'a> QuoteUpdate<'a> {
-  pub const VT_FIELDS: ::flatbuffers::VOffsetT = 4;
-
-  #[inline]
-  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
-    QuoteUpdate { _tab: table }
-  }
-  #[allow(unused_mut)]
-  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
-    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
-    args: &'args QuoteUpdateArgs<'args>
-  ) -> ::flatbuffers::WIPOffset<QuoteUpdate<'bldr>> {
-    let mut builder = QuoteUpdateBuilder::new(_fbb);
-    if let Some(x) = args.fields { builder.add_fields(x); }
-    builder.finish()
-  }
-
-
-  #[inline]
-  pub fn fields(&self) -> Option<&'a QuoteUpdateFields> {
-    // Safety:
-    // Created from valid Table for this object
-    // which contains a valid value in this slot
-    unsafe { self._tab.get::<QuoteUpdateFields>(QuoteUpdate::VT_FIELDS, None)}
-  }
-}
-
-impl ::flatbuffers::Verifiable for QuoteUpdate<'_> {
-  #[inline]
-  fn run_verifier(
-    v: &mut ::flatbuffers::Verifier, pos: usize
-  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
-    v.visit_table(pos)?
-     .visit_field::<QuoteUpdateFields>("fields", Self::VT_FIELDS, false)?
-     .finish();
-    Ok(())
-  }
-}
-pub struct QuoteUpdateArgs<'a> {
-    pub fields: Option<&'a QuoteUpdateFields>,
-}
-impl<'a> Default for QuoteUpdateArgs<'a> {
-  #[inline]
-  fn default() -> Self {
-    QuoteUpdateArgs {
-      fields: None,
-    }
-  }
-}
-
-pub struct QuoteUpdateBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
-  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
-  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
-}
-impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> QuoteUpdateBuilder<'a, 'b, A> {
-  #[inline]
-  pub fn add_fields(&mut self, fields: &QuoteUpdateFields) {
-    self.fbb_.push_slot_always::<&QuoteUpdateFields>(QuoteUpdate::VT_FIELDS, fields);
-  }
-  #[inline]
-  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> QuoteUpdateBuilder<'a, 'b, A> {
-    let start = _fbb.start_table();
-    QuoteUpdateBuilder {
-      fbb_: _fbb,
-      start_: start,
-    }
-  }
-  #[inline]
-  pub fn finish(self) -> ::flatbuffers::WIPOffset<QuoteUpdate<'a>> {
-    let o = self.fbb_.end_table(self.start_);
-    ::flatbuffers::WIPOffset::new(o.value())
-  }
-}
-
-impl ::core::fmt::Debug for QuoteUpdate<'_> {
-  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
-    let mut ds = f.debug_struct("QuoteUpdate");
-      ds.field("fields", &self.fields());
-      ds.finish()
-  }
-}
-pub enum TradeReportOffset {}
-#[derive(Copy, Clone, PartialEq)]
-
-pub struct TradeReport<'a> {
-  pub _tab: ::flatbuffers::Table<'a>,
-}
-
-impl<'a> ::flatbuffers::Follow<'a> for TradeReport<'a> {
-  type Inner = TradeReport<'a>;
-  #[inline]
-  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
-  }
-}
-
-impl<'a> TradeReport<'a> {
-  pub const VT_FIELDS: ::flatbuffers::VOffsetT = 4;
-
-  #[inline]
-  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
-    TradeReport { _tab: table }
-  }
-  #[allow(unused_mut)]
-  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
-    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
-    args: &'args TradeReportArgs<'args>
-  ) -> ::flatbuffers::WIPOffset<TradeReport<'bldr>> {
-    let mut builder = TradeReportBuilder::new(_fbb);
-    if let Some(x) = args.fields { builder.add_fields(x); }
-    builder.finish()
-  }
-
-
-  #[inline]
-  pub fn fields(&self) -> Option<&'a TradeFields> {
-    // Safety:
-    // Created from valid Table for this object
-    // which contains a valid value in this slot
-    unsafe { self._tab.get::<TradeFields>(TradeReport::VT_FIELDS, None)}
-  }
-}
-
-impl ::flatbuffers::Verifiable for TradeReport<'_> {
-  #[inline]
-  fn run_verifier(
-    v: &mut ::flatbuffers::Verifier, pos: usize
-  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
-    v.visit_table(pos)?
-     .visit_field::<TradeFields>("fields", Self::VT_FIELDS, false)?
-     .finish();
-    Ok(())
-  }
-}
-pub struct TradeReportArgs<'a> {
-    pub fields: Option<&'a TradeFields>,
-}
-impl<'a> Default for TradeReportArgs<'a> {
-  #[inline]
-  fn default() -> Self {
-    TradeReportArgs {
-      fields: None,
-    }
-  }
-}
-
-pub struct TradeReportBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
-  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
-  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
-}
-impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> TradeReportBuilder<'a, 'b, A> {
-  #[inline]
-  pub fn add_fields(&mut self, fields: &TradeFields) {
-    self.fbb_.push_slot_always::<&TradeFields>(TradeReport::VT_FIELDS, fields);
-  }
-  #[inline]
-  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> TradeReportBuilder<'a, 'b, A> {
-    let start = _fbb.start_table();
-    TradeReportBuilder {
-      fbb_: _fbb,
-      start_: start,
-    }
-  }
-  #[inline]
-  pub fn finish(self) -> ::flatbuffers::WIPOffset<TradeReport<'a>> {
-    let o = self.fbb_.end_table(self.start_);
-    ::flatbuffers::WIPOffset::new(o.value())
-  }
-}
-
-impl ::core::fmt::Debug for TradeReport<'_> {
-  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
-    let mut ds = f.debug_struct("TradeReport");
-      ds.field("fields", &self.fields());
-      ds.finish()
-  }
-}
-pub enum TradeBreakOffset {}
-#[derive(Copy, Clone, PartialEq)]
-
-pub struct TradeBreak<'a> {
-  pub _tab: ::flatbuffers::Table<'a>,
-}
-
-impl<'a> ::flatbuffers::Follow<'a> for TradeBreak<'a> {
-  type Inner = TradeBreak<'a>;
-  #[inline]
-  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
-  }
-}
-
-impl<'a> TradeBreak<'a> {
-  pub const VT_FIELDS: ::flatbuffers::VOffsetT = 4;
-
-  #[inline]
-  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
-    TradeBreak { _tab: table }
-  }
-  #[allow(unused_mut)]
-  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
-    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
-    args: &'args TradeBreakArgs<'args>
-  ) -> ::flatbuffers::WIPOffset<TradeBreak<'bldr>> {
-    let mut builder = TradeBreakBuilder::new(_fbb);
-    if let Some(x) = args.fields { builder.add_fields(x); }
-    builder.finish()
-  }
-
-
-  #[inline]
-  pub fn fields(&self) -> Option<&'a TradeFields> {
-    // Safety:
-    // Created from valid Table for this object
-    // which contains a valid value in this slot
-    unsafe { self._tab.get::<TradeFields>(TradeBreak::VT_FIELDS, None)}
-  }
-}
-
-impl ::flatbuffers::Verifiable for TradeBreak<'_> {
-  #[inline]
-  fn run_verifier(
-    v: &mut ::flatbuffers::Verifier, pos: usize
-  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
-    v.visit_table(pos)?
-     .visit_field::<TradeFields>("fields", Self::VT_FIELDS, false)?
-     .finish();
-    Ok(())
-  }
-}
-pub struct TradeBreakArgs<'a> {
-    pub fields: Option<&'a TradeFields>,
-}
-impl<'a> Default for TradeBreakArgs<'a> {
-  #[inline]
-  fn default() -> Self {
-    TradeBreakArgs {
-      fields: None,
-    }
-  }
-}
-
-pub struct TradeBreakBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
-  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
-  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
-}
-impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> TradeBreakBuilder<'a, 'b, A> {
-  #[inline]
-  pub fn add_fields(&mut self, fields: &TradeFields) {
-    self.fbb_.push_slot_always::<&TradeFields>(TradeBreak::VT_FIELDS, fields);
-  }
-  #[inline]
-  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> TradeBreakBuilder<'a, 'b, A> {
-    let start = _fbb.start_table();
-    TradeBreakBuilder {
-      fbb_: _fbb,
-      start_: start,
-    }
-  }
-  #[inline]
-  pub fn finish(self) -> ::flatbuffers::WIPOffset<TradeBreak<'a>> {
-    let o = self.fbb_.end_table(self.start_);
-    ::flatbuffers::WIPOffset::new(o.value())
-  }
-}
-
-impl ::core::fmt::Debug for TradeBreak<'_> {
-  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
-    let mut ds = f.debug_struct("TradeBreak");
-      ds.field("fields", &self.fields());
-      ds.finish()
-  }
-}
-pub enum OfficialPriceOffset {}
-#[derive(Copy, Clone, PartialEq)]
-
-pub struct OfficialPrice<'a> {
-  pub _tab: ::flatbuffers::Table<'a>,
-}
-
-impl<'a> ::flatbuffers::Follow<'a> for OfficialPrice<'a> {
-  type Inner = OfficialPrice<'a>;
-  #[inline]
-  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
-  }
-}
-
-impl<'a> OfficialPrice<'a> {
-  pub const VT_FIELDS: ::flatbuffers::VOffsetT = 4;
-
-  #[inline]
-  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
-    OfficialPrice { _tab: table }
-  }
-  #[allow(unused_mut)]
-  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
-    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
-    args: &'args OfficialPriceArgs<'args>
-  ) -> ::flatbuffers::WIPOffset<OfficialPrice<'bldr>> {
-    let mut builder = OfficialPriceBuilder::new(_fbb);
-    if let Some(x) = args.fields { builder.add_fields(x); }
-    builder.finish()
-  }
-
-
-  #[inline]
-  pub fn fields(&self) -> Option<&'a OfficialPriceFields> {
-    // Safety:
-    // Created from valid Table for this object
-    // which contains a valid value in this slot
-    unsafe { self._tab.get::<OfficialPriceFields>(OfficialPrice::VT_FIELDS, None)}
-  }
-}
-
-impl ::flatbuffers::Verifiable for OfficialPrice<'_> {
-  #[inline]
-  fn run_verifier(
-    v: &mut ::flatbuffers::Verifier, pos: usize
-  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
-    v.visit_table(pos)?
-     .visit_field::<OfficialPriceFields>("fields", Self::VT_FIELDS, false)?
-     .finish();
-    Ok(())
-  }
-}
-pub struct OfficialPriceArgs<'a> {
-    pub fields: Option<&'a OfficialPriceFields>,
-}
-impl<'a> Default for OfficialPriceArgs<'a> {
-  #[inline]
-  fn default() -> Self {
-    OfficialPriceArgs {
-      fields: None,
-    }
-  }
-}
-
-pub struct OfficialPriceBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
-  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
-  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
-}
-impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> OfficialPriceBuilder<'a, 'b, A> {
-  #[inline]
-  pub fn add_fields(&mut self, fields: &OfficialPriceFields) {
-    self.fbb_.push_slot_always::<&OfficialPriceFields>(OfficialPrice::VT_FIELDS, fields);
-  }
-  #[inline]
-  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> OfficialPriceBuilder<'a, 'b, A> {
-    let start = _fbb.start_table();
-    OfficialPriceBuilder {
-      fbb_: _fbb,
-      start_: start,
-    }
-  }
-  #[inline]
-  pub fn finish(self) -> ::flatbuffers::WIPOffset<OfficialPrice<'a>> {
-    let o = self.fbb_.end_table(self.start_);
-    ::flatbuffers::WIPOffset::new(o.value())
-  }
-}
-
-impl ::core::fmt::Debug for OfficialPrice<'_> {
-  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
-    let mut ds = f.debug_struct("OfficialPrice");
-      ds.field("fields", &self.fields());
-      ds.finish()
-  }
-}
-pub enum AuctionInformationOffset {}
-#[derive(Copy, Clone, PartialEq)]
-
-pub struct AuctionInformation<'a> {
-  pub _tab: ::flatbuffers::Table<'a>,
-}
-
-impl<'a> ::flatbuffers::Follow<'a> for AuctionInformation<'a> {
-  type Inner = AuctionInformation<'a>;
-  #[inline]
-  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
-    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
-  }
-}
-
-impl<'a> AuctionInformation<'a> {
-  pub const VT_FIELDS: ::flatbuffers::VOffsetT = 4;
-
-  #[inline]
-  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
-    AuctionInformation { _tab: table }
-  }
-  #[allow(unused_mut)]
-  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
-    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
-    args: &'args AuctionInformationArgs<'args>
-  ) -> ::flatbuffers::WIPOffset<AuctionInformation<'bldr>> {
-    let mut builder = AuctionInformationBuilder::new(_fbb);
-    if let Some(x) = args.fields { builder.add_fields(x); }
-    builder.finish()
-  }
-
-
-  #[inline]
-  pub fn fields(&self) -> Option<&'a AuctionInformationFields> {
-    // Safety:
-    // Created from valid Table for this object
-    // which contains a valid value in this slot
-    unsafe { self._tab.get::<AuctionInformationFields>(AuctionInformation::VT_FIELDS, None)}
-  }
-}
-
-impl ::flatbuffers::Verifiable for AuctionInformation<'_> {
-  #[inline]
-  fn run_verifier(
-    v: &mut ::flatbuffers::Verifier, pos: usize
-  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
-    v.visit_table(pos)?
-     .visit_field::<AuctionInformationFields>("fields", Self::VT_FIELDS, false)?
-     .finish();
-    Ok(())
-  }
-}
-pub struct AuctionInformationArgs<'a> {
-    pub fields: Option<&'a AuctionInformationFields>,
-}
-impl<'a> Default for AuctionInformationArgs<'a> {
-  #[inline]
-  fn default() -> Self {
-    AuctionInformationArgs {
-      fields: None,
-    }
-  }
-}
-
-pub struct AuctionInformationBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
-  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
-  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
-}
-impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> AuctionInformationBuilder<'a, 'b, A> {
-  #[inline]
-  pub fn add_fields(&mut self, fields: &AuctionInformationFields) {
-    self.fbb_.push_slot_always::<&AuctionInformationFields>(AuctionInformation::VT_FIELDS, fields);
-  }
-  #[inline]
-  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> AuctionInformationBuilder<'a, 'b, A> {
-    let start = _fbb.start_table();
-    AuctionInformationBuilder {
-      fbb_: _fbb,
-      start_: start,
-    }
-  }
-  #[inline]
-  pub fn finish(self) -> ::flatbuffers::WIPOffset<AuctionInformation<'a>> {
-    let o = self.fbb_.end_table(self.start_);
-    ::flatbuffers::WIPOffset::new(o.value())
-  }
-}
-
-impl ::core::fmt::Debug for AuctionInformation<'_> {
-  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
-    let mut ds = f.debug_struct("AuctionInformation");
-      ds.field("fields", &self.fields());
-      ds.finish()
-  }
-}
 pub enum UnknownOffset {}
 #[derive(Copy, Clone, PartialEq)]
 
@@ -4394,7 +2907,8 @@ impl<'a> Unknown<'a> {
   }
 
 
-  /// The whole message, type byte first: at least 1 and at most 65535 bytes.
+  /// The whole message, type byte first (the same byte as its `kinds` entry): at least 1 and at
+  /// most 65535 bytes.
   #[inline]
   pub fn bytes(&self) -> Option<::flatbuffers::Vector<'a, u8>> {
     // Safety:
@@ -4458,477 +2972,271 @@ impl ::core::fmt::Debug for Unknown<'_> {
       ds.finish()
   }
 }
-pub enum MessageOffset {}
+pub enum OtherOffset {}
 #[derive(Copy, Clone, PartialEq)]
 
-/// A list entry holding one message (Rust's FlatBuffers has no vectors of unions).
-pub struct Message<'a> {
+/// The vectors of the rare message types, in `Batch.other`.
+pub struct Other<'a> {
   pub _tab: ::flatbuffers::Table<'a>,
 }
 
-impl<'a> ::flatbuffers::Follow<'a> for Message<'a> {
-  type Inner = Message<'a>;
+impl<'a> ::flatbuffers::Follow<'a> for Other<'a> {
+  type Inner = Other<'a>;
   #[inline]
   unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
     Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
   }
 }
 
-impl<'a> Message<'a> {
-  pub const VT_BODY_TYPE: ::flatbuffers::VOffsetT = 4;
-  pub const VT_BODY: ::flatbuffers::VOffsetT = 6;
+impl<'a> Other<'a> {
+  pub const VT_SYSTEM_EVENTS: ::flatbuffers::VOffsetT = 4;
+  pub const VT_SECURITY_DIRECTORY: ::flatbuffers::VOffsetT = 6;
+  pub const VT_TRADING_STATUS: ::flatbuffers::VOffsetT = 8;
+  pub const VT_RETAIL_LIQUIDITY_INDICATORS: ::flatbuffers::VOffsetT = 10;
+  pub const VT_OPERATIONAL_HALT_STATUS: ::flatbuffers::VOffsetT = 12;
+  pub const VT_SHORT_SALE_PRICE_TEST_STATUS: ::flatbuffers::VOffsetT = 14;
+  pub const VT_SECURITY_EVENTS: ::flatbuffers::VOffsetT = 16;
+  pub const VT_OFFICIAL_PRICES: ::flatbuffers::VOffsetT = 18;
+  pub const VT_AUCTION_INFORMATION: ::flatbuffers::VOffsetT = 20;
+  pub const VT_UNKNOWN: ::flatbuffers::VOffsetT = 22;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
-    Message { _tab: table }
+    Other { _tab: table }
   }
   #[allow(unused_mut)]
   pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
     _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
-    args: &'args MessageArgs
-  ) -> ::flatbuffers::WIPOffset<Message<'bldr>> {
-    let mut builder = MessageBuilder::new(_fbb);
-    if let Some(x) = args.body { builder.add_body(x); }
-    builder.add_body_type(args.body_type);
+    args: &'args OtherArgs<'args>
+  ) -> ::flatbuffers::WIPOffset<Other<'bldr>> {
+    let mut builder = OtherBuilder::new(_fbb);
+    if let Some(x) = args.unknown { builder.add_unknown(x); }
+    if let Some(x) = args.auction_information { builder.add_auction_information(x); }
+    if let Some(x) = args.official_prices { builder.add_official_prices(x); }
+    if let Some(x) = args.security_events { builder.add_security_events(x); }
+    if let Some(x) = args.short_sale_price_test_status { builder.add_short_sale_price_test_status(x); }
+    if let Some(x) = args.operational_halt_status { builder.add_operational_halt_status(x); }
+    if let Some(x) = args.retail_liquidity_indicators { builder.add_retail_liquidity_indicators(x); }
+    if let Some(x) = args.trading_status { builder.add_trading_status(x); }
+    if let Some(x) = args.security_directory { builder.add_security_directory(x); }
+    if let Some(x) = args.system_events { builder.add_system_events(x); }
     builder.finish()
   }
 
 
+  /// S.
   #[inline]
-  pub fn body_type(&self) -> Body {
+  pub fn system_events(&self) -> Option<::flatbuffers::Vector<'a, SystemEvent>> {
     // Safety:
     // Created from valid Table for this object
     // which contains a valid value in this slot
-    unsafe { self._tab.get::<Body>(Message::VT_BODY_TYPE, Some(Body::NONE)).unwrap()}
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, SystemEvent>>>(Other::VT_SYSTEM_EVENTS, None)}
   }
+  /// D.
   #[inline]
-  pub fn body(&self) -> Option<::flatbuffers::Table<'a>> {
+  pub fn security_directory(&self) -> Option<::flatbuffers::Vector<'a, SecurityDirectory>> {
     // Safety:
     // Created from valid Table for this object
     // which contains a valid value in this slot
-    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Table<'a>>>(Message::VT_BODY, None)}
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, SecurityDirectory>>>(Other::VT_SECURITY_DIRECTORY, None)}
   }
+  /// H.
   #[inline]
-  #[allow(non_snake_case)]
-  pub fn body_as_system_event(&self) -> Option<SystemEvent<'a>> {
-    if self.body_type() == Body::SystemEvent {
-      self.body().map(|t| {
-       // Safety:
-       // Created from a valid Table for this object
-       // Which contains a valid union in this slot
-       unsafe { SystemEvent::init_from_table(t) }
-     })
-    } else {
-      None
-    }
+  pub fn trading_status(&self) -> Option<::flatbuffers::Vector<'a, TradingStatus>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, TradingStatus>>>(Other::VT_TRADING_STATUS, None)}
   }
-
+  /// I.
   #[inline]
-  #[allow(non_snake_case)]
-  pub fn body_as_security_directory(&self) -> Option<SecurityDirectory<'a>> {
-    if self.body_type() == Body::SecurityDirectory {
-      self.body().map(|t| {
-       // Safety:
-       // Created from a valid Table for this object
-       // Which contains a valid union in this slot
-       unsafe { SecurityDirectory::init_from_table(t) }
-     })
-    } else {
-      None
-    }
+  pub fn retail_liquidity_indicators(&self) -> Option<::flatbuffers::Vector<'a, RetailLiquidityIndicator>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, RetailLiquidityIndicator>>>(Other::VT_RETAIL_LIQUIDITY_INDICATORS, None)}
   }
-
+  /// O.
   #[inline]
-  #[allow(non_snake_case)]
-  pub fn body_as_trading_status(&self) -> Option<TradingStatus<'a>> {
-    if self.body_type() == Body::TradingStatus {
-      self.body().map(|t| {
-       // Safety:
-       // Created from a valid Table for this object
-       // Which contains a valid union in this slot
-       unsafe { TradingStatus::init_from_table(t) }
-     })
-    } else {
-      None
-    }
+  pub fn operational_halt_status(&self) -> Option<::flatbuffers::Vector<'a, OperationalHaltStatus>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, OperationalHaltStatus>>>(Other::VT_OPERATIONAL_HALT_STATUS, None)}
   }
-
+  /// P.
   #[inline]
-  #[allow(non_snake_case)]
-  pub fn body_as_retail_liquidity_indicator(&self) -> Option<RetailLiquidityIndicator<'a>> {
-    if self.body_type() == Body::RetailLiquidityIndicator {
-      self.body().map(|t| {
-       // Safety:
-       // Created from a valid Table for this object
-       // Which contains a valid union in this slot
-       unsafe { RetailLiquidityIndicator::init_from_table(t) }
-     })
-    } else {
-      None
-    }
+  pub fn short_sale_price_test_status(&self) -> Option<::flatbuffers::Vector<'a, ShortSalePriceTestStatus>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, ShortSalePriceTestStatus>>>(Other::VT_SHORT_SALE_PRICE_TEST_STATUS, None)}
   }
-
+  /// E.
   #[inline]
-  #[allow(non_snake_case)]
-  pub fn body_as_operational_halt_status(&self) -> Option<OperationalHaltStatus<'a>> {
-    if self.body_type() == Body::OperationalHaltStatus {
-      self.body().map(|t| {
-       // Safety:
-       // Created from a valid Table for this object
-       // Which contains a valid union in this slot
-       unsafe { OperationalHaltStatus::init_from_table(t) }
-     })
-    } else {
-      None
-    }
+  pub fn security_events(&self) -> Option<::flatbuffers::Vector<'a, SecurityEvent>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, SecurityEvent>>>(Other::VT_SECURITY_EVENTS, None)}
   }
-
+  /// X.
   #[inline]
-  #[allow(non_snake_case)]
-  pub fn body_as_short_sale_price_test_status(&self) -> Option<ShortSalePriceTestStatus<'a>> {
-    if self.body_type() == Body::ShortSalePriceTestStatus {
-      self.body().map(|t| {
-       // Safety:
-       // Created from a valid Table for this object
-       // Which contains a valid union in this slot
-       unsafe { ShortSalePriceTestStatus::init_from_table(t) }
-     })
-    } else {
-      None
-    }
+  pub fn official_prices(&self) -> Option<::flatbuffers::Vector<'a, OfficialPrice>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, OfficialPrice>>>(Other::VT_OFFICIAL_PRICES, None)}
   }
-
+  /// A.
   #[inline]
-  #[allow(non_snake_case)]
-  pub fn body_as_security_event(&self) -> Option<SecurityEvent<'a>> {
-    if self.body_type() == Body::SecurityEvent {
-      self.body().map(|t| {
-       // Safety:
-       // Created from a valid Table for this object
-       // Which contains a valid union in this slot
-       unsafe { SecurityEvent::init_from_table(t) }
-     })
-    } else {
-      None
-    }
+  pub fn auction_information(&self) -> Option<::flatbuffers::Vector<'a, AuctionInformation>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, AuctionInformation>>>(Other::VT_AUCTION_INFORMATION, None)}
   }
-
+  /// Every type byte the model does not know.
   #[inline]
-  #[allow(non_snake_case)]
-  pub fn body_as_price_level_buy(&self) -> Option<PriceLevelBuy<'a>> {
-    if self.body_type() == Body::PriceLevelBuy {
-      self.body().map(|t| {
-       // Safety:
-       // Created from a valid Table for this object
-       // Which contains a valid union in this slot
-       unsafe { PriceLevelBuy::init_from_table(t) }
-     })
-    } else {
-      None
-    }
+  pub fn unknown(&self) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<Unknown<'a>>>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<Unknown>>>>(Other::VT_UNKNOWN, None)}
   }
-
-  #[inline]
-  #[allow(non_snake_case)]
-  pub fn body_as_price_level_sell(&self) -> Option<PriceLevelSell<'a>> {
-    if self.body_type() == Body::PriceLevelSell {
-      self.body().map(|t| {
-       // Safety:
-       // Created from a valid Table for this object
-       // Which contains a valid union in this slot
-       unsafe { PriceLevelSell::init_from_table(t) }
-     })
-    } else {
-      None
-    }
-  }
-
-  #[inline]
-  #[allow(non_snake_case)]
-  pub fn body_as_quote_update(&self) -> Option<QuoteUpdate<'a>> {
-    if self.body_type() == Body::QuoteUpdate {
-      self.body().map(|t| {
-       // Safety:
-       // Created from a valid Table for this object
-       // Which contains a valid union in this slot
-       unsafe { QuoteUpdate::init_from_table(t) }
-     })
-    } else {
-      None
-    }
-  }
-
-  #[inline]
-  #[allow(non_snake_case)]
-  pub fn body_as_trade_report(&self) -> Option<TradeReport<'a>> {
-    if self.body_type() == Body::TradeReport {
-      self.body().map(|t| {
-       // Safety:
-       // Created from a valid Table for this object
-       // Which contains a valid union in this slot
-       unsafe { TradeReport::init_from_table(t) }
-     })
-    } else {
-      None
-    }
-  }
-
-  #[inline]
-  #[allow(non_snake_case)]
-  pub fn body_as_trade_break(&self) -> Option<TradeBreak<'a>> {
-    if self.body_type() == Body::TradeBreak {
-      self.body().map(|t| {
-       // Safety:
-       // Created from a valid Table for this object
-       // Which contains a valid union in this slot
-       unsafe { TradeBreak::init_from_table(t) }
-     })
-    } else {
-      None
-    }
-  }
-
-  #[inline]
-  #[allow(non_snake_case)]
-  pub fn body_as_official_price(&self) -> Option<OfficialPrice<'a>> {
-    if self.body_type() == Body::OfficialPrice {
-      self.body().map(|t| {
-       // Safety:
-       // Created from a valid Table for this object
-       // Which contains a valid union in this slot
-       unsafe { OfficialPrice::init_from_table(t) }
-     })
-    } else {
-      None
-    }
-  }
-
-  #[inline]
-  #[allow(non_snake_case)]
-  pub fn body_as_auction_information(&self) -> Option<AuctionInformation<'a>> {
-    if self.body_type() == Body::AuctionInformation {
-      self.body().map(|t| {
-       // Safety:
-       // Created from a valid Table for this object
-       // Which contains a valid union in this slot
-       unsafe { AuctionInformation::init_from_table(t) }
-     })
-    } else {
-      None
-    }
-  }
-
-  #[inline]
-  #[allow(non_snake_case)]
-  pub fn body_as_unknown(&self) -> Option<Unknown<'a>> {
-    if self.body_type() == Body::Unknown {
-      self.body().map(|t| {
-       // Safety:
-       // Created from a valid Table for this object
-       // Which contains a valid union in this slot
-       unsafe { Unknown::init_from_table(t) }
-     })
-    } else {
-      None
-    }
-  }
-
 }
 
-impl ::flatbuffers::Verifiable for Message<'_> {
+impl ::flatbuffers::Verifiable for Other<'_> {
   #[inline]
   fn run_verifier(
     v: &mut ::flatbuffers::Verifier, pos: usize
   ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
     v.visit_table(pos)?
-     .visit_union::<Body, _>("body_type", Self::VT_BODY_TYPE, "body", Self::VT_BODY, false, |key, v, pos| {
-        match key {
-          Body::SystemEvent => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<SystemEvent>>("Body::SystemEvent", pos),
-          Body::SecurityDirectory => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<SecurityDirectory>>("Body::SecurityDirectory", pos),
-          Body::TradingStatus => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<TradingStatus>>("Body::TradingStatus", pos),
-          Body::RetailLiquidityIndicator => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<RetailLiquidityIndicator>>("Body::RetailLiquidityIndicator", pos),
-          Body::OperationalHaltStatus => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<OperationalHaltStatus>>("Body::OperationalHaltStatus", pos),
-          Body::ShortSalePriceTestStatus => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<ShortSalePriceTestStatus>>("Body::ShortSalePriceTestStatus", pos),
-          Body::SecurityEvent => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<SecurityEvent>>("Body::SecurityEvent", pos),
-          Body::PriceLevelBuy => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<PriceLevelBuy>>("Body::PriceLevelBuy", pos),
-          Body::PriceLevelSell => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<PriceLevelSell>>("Body::PriceLevelSell", pos),
-          Body::QuoteUpdate => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<QuoteUpdate>>("Body::QuoteUpdate", pos),
-          Body::TradeReport => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<TradeReport>>("Body::TradeReport", pos),
-          Body::TradeBreak => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<TradeBreak>>("Body::TradeBreak", pos),
-          Body::OfficialPrice => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<OfficialPrice>>("Body::OfficialPrice", pos),
-          Body::AuctionInformation => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<AuctionInformation>>("Body::AuctionInformation", pos),
-          Body::Unknown => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<Unknown>>("Body::Unknown", pos),
-          _ => Ok(()),
-        }
-     })?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, SystemEvent>>>("system_events", Self::VT_SYSTEM_EVENTS, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, SecurityDirectory>>>("security_directory", Self::VT_SECURITY_DIRECTORY, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, TradingStatus>>>("trading_status", Self::VT_TRADING_STATUS, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, RetailLiquidityIndicator>>>("retail_liquidity_indicators", Self::VT_RETAIL_LIQUIDITY_INDICATORS, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, OperationalHaltStatus>>>("operational_halt_status", Self::VT_OPERATIONAL_HALT_STATUS, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ShortSalePriceTestStatus>>>("short_sale_price_test_status", Self::VT_SHORT_SALE_PRICE_TEST_STATUS, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, SecurityEvent>>>("security_events", Self::VT_SECURITY_EVENTS, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, OfficialPrice>>>("official_prices", Self::VT_OFFICIAL_PRICES, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, AuctionInformation>>>("auction_information", Self::VT_AUCTION_INFORMATION, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<Unknown>>>>("unknown", Self::VT_UNKNOWN, false)?
      .finish();
     Ok(())
   }
 }
-pub struct MessageArgs {
-    pub body_type: Body,
-    pub body: Option<::flatbuffers::WIPOffset<::flatbuffers::UnionWIPOffset>>,
+pub struct OtherArgs<'a> {
+    pub system_events: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, SystemEvent>>>,
+    pub security_directory: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, SecurityDirectory>>>,
+    pub trading_status: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, TradingStatus>>>,
+    pub retail_liquidity_indicators: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, RetailLiquidityIndicator>>>,
+    pub operational_halt_status: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, OperationalHaltStatus>>>,
+    pub short_sale_price_test_status: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ShortSalePriceTestStatus>>>,
+    pub security_events: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, SecurityEvent>>>,
+    pub official_prices: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, OfficialPrice>>>,
+    pub auction_information: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, AuctionInformation>>>,
+    pub unknown: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<Unknown<'a>>>>>,
 }
-impl<'a> Default for MessageArgs {
+impl<'a> Default for OtherArgs<'a> {
   #[inline]
   fn default() -> Self {
-    MessageArgs {
-      body_type: Body::NONE,
-      body: None,
+    OtherArgs {
+      system_events: None,
+      security_directory: None,
+      trading_status: None,
+      retail_liquidity_indicators: None,
+      operational_halt_status: None,
+      short_sale_price_test_status: None,
+      security_events: None,
+      official_prices: None,
+      auction_information: None,
+      unknown: None,
     }
   }
 }
 
-pub struct MessageBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+pub struct OtherBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
   fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
   start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
 }
-impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> MessageBuilder<'a, 'b, A> {
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> OtherBuilder<'a, 'b, A> {
   #[inline]
-  pub fn add_body_type(&mut self, body_type: Body) {
-    self.fbb_.push_slot::<Body>(Message::VT_BODY_TYPE, body_type, Body::NONE);
+  pub fn add_system_events(&mut self, system_events: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , SystemEvent>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Other::VT_SYSTEM_EVENTS, system_events);
   }
   #[inline]
-  pub fn add_body(&mut self, body: ::flatbuffers::WIPOffset<::flatbuffers::UnionWIPOffset>) {
-    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Message::VT_BODY, body);
+  pub fn add_security_directory(&mut self, security_directory: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , SecurityDirectory>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Other::VT_SECURITY_DIRECTORY, security_directory);
   }
   #[inline]
-  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> MessageBuilder<'a, 'b, A> {
+  pub fn add_trading_status(&mut self, trading_status: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , TradingStatus>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Other::VT_TRADING_STATUS, trading_status);
+  }
+  #[inline]
+  pub fn add_retail_liquidity_indicators(&mut self, retail_liquidity_indicators: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , RetailLiquidityIndicator>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Other::VT_RETAIL_LIQUIDITY_INDICATORS, retail_liquidity_indicators);
+  }
+  #[inline]
+  pub fn add_operational_halt_status(&mut self, operational_halt_status: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , OperationalHaltStatus>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Other::VT_OPERATIONAL_HALT_STATUS, operational_halt_status);
+  }
+  #[inline]
+  pub fn add_short_sale_price_test_status(&mut self, short_sale_price_test_status: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , ShortSalePriceTestStatus>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Other::VT_SHORT_SALE_PRICE_TEST_STATUS, short_sale_price_test_status);
+  }
+  #[inline]
+  pub fn add_security_events(&mut self, security_events: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , SecurityEvent>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Other::VT_SECURITY_EVENTS, security_events);
+  }
+  #[inline]
+  pub fn add_official_prices(&mut self, official_prices: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , OfficialPrice>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Other::VT_OFFICIAL_PRICES, official_prices);
+  }
+  #[inline]
+  pub fn add_auction_information(&mut self, auction_information: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , AuctionInformation>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Other::VT_AUCTION_INFORMATION, auction_information);
+  }
+  #[inline]
+  pub fn add_unknown(&mut self, unknown: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , ::flatbuffers::ForwardsUOffset<Unknown<'b >>>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Other::VT_UNKNOWN, unknown);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> OtherBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
-    MessageBuilder {
+    OtherBuilder {
       fbb_: _fbb,
       start_: start,
     }
   }
   #[inline]
-  pub fn finish(self) -> ::flatbuffers::WIPOffset<Message<'a>> {
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<Other<'a>> {
     let o = self.fbb_.end_table(self.start_);
     ::flatbuffers::WIPOffset::new(o.value())
   }
 }
 
-impl ::core::fmt::Debug for Message<'_> {
+impl ::core::fmt::Debug for Other<'_> {
   fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
-    let mut ds = f.debug_struct("Message");
-      ds.field("body_type", &self.body_type());
-      match self.body_type() {
-        Body::SystemEvent => {
-          if let Some(x) = self.body_as_system_event() {
-            ds.field("body", &x)
-          } else {
-            ds.field("body", &"InvalidFlatbuffer: Union discriminant does not match value.")
-          }
-        },
-        Body::SecurityDirectory => {
-          if let Some(x) = self.body_as_security_directory() {
-            ds.field("body", &x)
-          } else {
-            ds.field("body", &"InvalidFlatbuffer: Union discriminant does not match value.")
-          }
-        },
-        Body::TradingStatus => {
-          if let Some(x) = self.body_as_trading_status() {
-            ds.field("body", &x)
-          } else {
-            ds.field("body", &"InvalidFlatbuffer: Union discriminant does not match value.")
-          }
-        },
-        Body::RetailLiquidityIndicator => {
-          if let Some(x) = self.body_as_retail_liquidity_indicator() {
-            ds.field("body", &x)
-          } else {
-            ds.field("body", &"InvalidFlatbuffer: Union discriminant does not match value.")
-          }
-        },
-        Body::OperationalHaltStatus => {
-          if let Some(x) = self.body_as_operational_halt_status() {
-            ds.field("body", &x)
-          } else {
-            ds.field("body", &"InvalidFlatbuffer: Union discriminant does not match value.")
-          }
-        },
-        Body::ShortSalePriceTestStatus => {
-          if let Some(x) = self.body_as_short_sale_price_test_status() {
-            ds.field("body", &x)
-          } else {
-            ds.field("body", &"InvalidFlatbuffer: Union discriminant does not match value.")
-          }
-        },
-        Body::SecurityEvent => {
-          if let Some(x) = self.body_as_security_event() {
-            ds.field("body", &x)
-          } else {
-            ds.field("body", &"InvalidFlatbuffer: Union discriminant does not match value.")
-          }
-        },
-        Body::PriceLevelBuy => {
-          if let Some(x) = self.body_as_price_level_buy() {
-            ds.field("body", &x)
-          } else {
-            ds.field("body", &"InvalidFlatbuffer: Union discriminant does not match value.")
-          }
-        },
-        Body::PriceLevelSell => {
-          if let Some(x) = self.body_as_price_level_sell() {
-            ds.field("body", &x)
-          } else {
-            ds.field("body", &"InvalidFlatbuffer: Union discriminant does not match value.")
-          }
-        },
-        Body::QuoteUpdate => {
-          if let Some(x) = self.body_as_quote_update() {
-            ds.field("body", &x)
-          } else {
-            ds.field("body", &"InvalidFlatbuffer: Union discriminant does not match value.")
-          }
-        },
-        Body::TradeReport => {
-          if let Some(x) = self.body_as_trade_report() {
-            ds.field("body", &x)
-          } else {
-            ds.field("body", &"InvalidFlatbuffer: Union discriminant does not match value.")
-          }
-        },
-        Body::TradeBreak => {
-          if let Some(x) = self.body_as_trade_break() {
-            ds.field("body", &x)
-          } else {
-            ds.field("body", &"InvalidFlatbuffer: Union discriminant does not match value.")
-          }
-        },
-        Body::OfficialPrice => {
-          if let Some(x) = self.body_as_official_price() {
-            ds.field("body", &x)
-          } else {
-            ds.field("body", &"InvalidFlatbuffer: Union discriminant does not match value.")
-          }
-        },
-        Body::AuctionInformation => {
-          if let Some(x) = self.body_as_auction_information() {
-            ds.field("body", &x)
-          } else {
-            ds.field("body", &"InvalidFlatbuffer: Union discriminant does not match value.")
-          }
-        },
-        Body::Unknown => {
-          if let Some(x) = self.body_as_unknown() {
-            ds.field("body", &x)
-          } else {
-            ds.field("body", &"InvalidFlatbuffer: Union discriminant does not match value.")
-          }
-        },
-        _ => {
-          let x: Option<()> = None;
-          ds.field("body", &x)
-        },
-      };
+    let mut ds = f.debug_struct("Other");
+      ds.field("system_events", &self.system_events());
+      ds.field("security_directory", &self.security_directory());
+      ds.field("trading_status", &self.trading_status());
+      ds.field("retail_liquidity_indicators", &self.retail_liquidity_indicators());
+      ds.field("operational_halt_status", &self.operational_halt_status());
+      ds.field("short_sale_price_test_status", &self.short_sale_price_test_status());
+      ds.field("security_events", &self.security_events());
+      ds.field("official_prices", &self.official_prices());
+      ds.field("auction_information", &self.auction_information());
+      ds.field("unknown", &self.unknown());
       ds.finish()
   }
 }
 pub enum BatchOffset {}
 #[derive(Copy, Clone, PartialEq)]
 
-/// One frame: the messages of one IEX-TP segment, in order.
+/// One frame: the messages of one IEX-TP segment, in order. Each vector holds the messages of its
+/// types in their order in the batch; absent when there are none.
 pub struct Batch<'a> {
   pub _tab: ::flatbuffers::Table<'a>,
 }
@@ -4943,7 +3251,11 @@ impl<'a> ::flatbuffers::Follow<'a> for Batch<'a> {
 
 impl<'a> Batch<'a> {
   pub const VT_HEADER: ::flatbuffers::VOffsetT = 4;
-  pub const VT_MESSAGES: ::flatbuffers::VOffsetT = 6;
+  pub const VT_KINDS: ::flatbuffers::VOffsetT = 6;
+  pub const VT_PRICE_LEVELS: ::flatbuffers::VOffsetT = 8;
+  pub const VT_TRADES: ::flatbuffers::VOffsetT = 10;
+  pub const VT_QUOTE_UPDATES: ::flatbuffers::VOffsetT = 12;
+  pub const VT_OTHER: ::flatbuffers::VOffsetT = 14;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -4955,7 +3267,11 @@ impl<'a> Batch<'a> {
     args: &'args BatchArgs<'args>
   ) -> ::flatbuffers::WIPOffset<Batch<'bldr>> {
     let mut builder = BatchBuilder::new(_fbb);
-    if let Some(x) = args.messages { builder.add_messages(x); }
+    if let Some(x) = args.other { builder.add_other(x); }
+    if let Some(x) = args.quote_updates { builder.add_quote_updates(x); }
+    if let Some(x) = args.trades { builder.add_trades(x); }
+    if let Some(x) = args.price_levels { builder.add_price_levels(x); }
+    if let Some(x) = args.kinds { builder.add_kinds(x); }
     if let Some(x) = args.header { builder.add_header(x); }
     builder.finish()
   }
@@ -4968,13 +3284,45 @@ impl<'a> Batch<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<Header>(Batch::VT_HEADER, None)}
   }
-  /// Absent for an empty batch.
+  /// The IEX type byte of every message, in order: at most 65535 entries.
   #[inline]
-  pub fn messages(&self) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<Message<'a>>>> {
+  pub fn kinds(&self) -> Option<::flatbuffers::Vector<'a, u8>> {
     // Safety:
     // Created from valid Table for this object
     // which contains a valid value in this slot
-    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<Message>>>>(Batch::VT_MESSAGES, None)}
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u8>>>(Batch::VT_KINDS, None)}
+  }
+  /// 8 and 5: DEEP's most frequent messages.
+  #[inline]
+  pub fn price_levels(&self) -> Option<::flatbuffers::Vector<'a, PriceLevel>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, PriceLevel>>>(Batch::VT_PRICE_LEVELS, None)}
+  }
+  /// T and B.
+  #[inline]
+  pub fn trades(&self) -> Option<::flatbuffers::Vector<'a, Trade>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, Trade>>>(Batch::VT_TRADES, None)}
+  }
+  /// Q: TOPS's most frequent messages.
+  #[inline]
+  pub fn quote_updates(&self) -> Option<::flatbuffers::Vector<'a, QuoteUpdate>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, QuoteUpdate>>>(Batch::VT_QUOTE_UPDATES, None)}
+  }
+  /// Every other type; absent when the batch holds none.
+  #[inline]
+  pub fn other(&self) -> Option<Other<'a>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<Other>>(Batch::VT_OTHER, None)}
   }
 }
 
@@ -4985,21 +3333,33 @@ impl ::flatbuffers::Verifiable for Batch<'_> {
   ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
     v.visit_table(pos)?
      .visit_field::<Header>("header", Self::VT_HEADER, false)?
-     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<Message>>>>("messages", Self::VT_MESSAGES, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u8>>>("kinds", Self::VT_KINDS, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, PriceLevel>>>("price_levels", Self::VT_PRICE_LEVELS, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, Trade>>>("trades", Self::VT_TRADES, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, QuoteUpdate>>>("quote_updates", Self::VT_QUOTE_UPDATES, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<Other>>("other", Self::VT_OTHER, false)?
      .finish();
     Ok(())
   }
 }
 pub struct BatchArgs<'a> {
     pub header: Option<&'a Header>,
-    pub messages: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<Message<'a>>>>>,
+    pub kinds: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u8>>>,
+    pub price_levels: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, PriceLevel>>>,
+    pub trades: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, Trade>>>,
+    pub quote_updates: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, QuoteUpdate>>>,
+    pub other: Option<::flatbuffers::WIPOffset<Other<'a>>>,
 }
 impl<'a> Default for BatchArgs<'a> {
   #[inline]
   fn default() -> Self {
     BatchArgs {
       header: None,
-      messages: None,
+      kinds: None,
+      price_levels: None,
+      trades: None,
+      quote_updates: None,
+      other: None,
     }
   }
 }
@@ -5014,8 +3374,24 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> BatchBuilder<'a, 'b, A> {
     self.fbb_.push_slot_always::<&Header>(Batch::VT_HEADER, header);
   }
   #[inline]
-  pub fn add_messages(&mut self, messages: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , ::flatbuffers::ForwardsUOffset<Message<'b >>>>) {
-    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Batch::VT_MESSAGES, messages);
+  pub fn add_kinds(&mut self, kinds: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , u8>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Batch::VT_KINDS, kinds);
+  }
+  #[inline]
+  pub fn add_price_levels(&mut self, price_levels: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , PriceLevel>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Batch::VT_PRICE_LEVELS, price_levels);
+  }
+  #[inline]
+  pub fn add_trades(&mut self, trades: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , Trade>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Batch::VT_TRADES, trades);
+  }
+  #[inline]
+  pub fn add_quote_updates(&mut self, quote_updates: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , QuoteUpdate>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Batch::VT_QUOTE_UPDATES, quote_updates);
+  }
+  #[inline]
+  pub fn add_other(&mut self, other: ::flatbuffers::WIPOffset<Other<'b >>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<Other>>(Batch::VT_OTHER, other);
   }
   #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> BatchBuilder<'a, 'b, A> {
@@ -5036,7 +3412,11 @@ impl ::core::fmt::Debug for Batch<'_> {
   fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
     let mut ds = f.debug_struct("Batch");
       ds.field("header", &self.header());
-      ds.field("messages", &self.messages());
+      ds.field("kinds", &self.kinds());
+      ds.field("price_levels", &self.price_levels());
+      ds.field("trades", &self.trades());
+      ds.field("quote_updates", &self.quote_updates());
+      ds.field("other", &self.other());
       ds.finish()
   }
 }
