@@ -115,10 +115,43 @@ pub struct CapnpCodec {
 /// [`Unpacker::skip_words`].)
 #[derive(Default)]
 struct Delimited {
+    /// The packed frame (its first `packed_len` bytes).
     packed: Vec<u8>,
+    packed_len: usize,
+    /// The unpacked message (its first `len` words).
     words: Vec<Word>,
     len: usize,
     valid: bool,
+}
+
+/// Frames up to this long (nearly all) are remembered and compared in fixed-size steps, with no
+/// call to `memcpy` or `memcmp`.
+const SHORT_FRAME: usize = 128;
+
+impl Delimited {
+    /// Keeps `buf[..len]`, the packed frame just unpacked into `words`.
+    fn remember(&mut self, buf: &[u8], len: usize, words: usize) {
+        let copy = if len <= SHORT_FRAME && buf.len() >= SHORT_FRAME { SHORT_FRAME } else { len };
+        if self.packed.len() < copy {
+            self.packed.resize(copy, 0);
+        }
+        self.packed[..copy].copy_from_slice(&buf[..copy]);
+        (self.packed_len, self.len, self.valid) = (len, words, true);
+    }
+
+    /// Whether `frame` is the frame remembered.
+    fn holds(&self, frame: &[u8]) -> bool {
+        self.valid && frame.len() == self.packed_len && same_bytes(frame, &self.packed[..self.packed_len])
+    }
+}
+
+/// `a == b` for slices of the same length, a word at a time without an early exit, which the
+/// compiler keeps inline where it turns `==` into a call to `memcmp`.
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    let word = |c: &[u8]| u64::from_le_bytes(c.try_into().expect("8 bytes"));
+    let (a_words, b_words) = (a.chunks_exact(WORD), b.chunks_exact(WORD));
+    let rest = a_words.remainder() == b_words.remainder();
+    rest && a_words.zip(b_words).fold(0, |diff, (x, y)| diff | (word(x) ^ word(y))) == 0
 }
 
 impl CapnpCodec {
@@ -217,7 +250,8 @@ impl CapnpCodec {
         // One segment, the usual case: its size is in the first word.
         if let Some(first) = buf.get(..WORD) {
             if first[..4] == [0; 4] {
-                let len = WORD + u32::from_le_bytes(first[4..].try_into().expect("4 bytes")) as usize * WORD;
+                let size = u32::from_le_bytes(first[4..].try_into().expect("4 bytes")) as usize;
+                let len = size.saturating_mul(WORD).saturating_add(WORD);
                 if len > self.limits.max_frame {
                     return Err(too_long(Format::Capnp, len, self.limits.max_frame));
                 }
@@ -243,10 +277,7 @@ impl CapnpCodec {
             return match unpack_message(buf, &mut delimited.words, max_frame, self.ssse3)? {
                 Some((len, _)) if len > max_frame => Err(too_long(Format::CapnpPacked, len, max_frame)),
                 Some((len, words)) => {
-                    delimited.packed.clear();
-                    delimited.packed.extend_from_slice(&buf[..len]);
-                    delimited.len = words;
-                    delimited.valid = true;
+                    delimited.remember(buf, len, words);
                     Ok(Some(len))
                 }
                 None if buf.len() > max_frame => Err(too_long(Format::CapnpPacked, buf.len(), max_frame)),
@@ -281,7 +312,7 @@ impl CapnpCodec {
         }
         if self.packed {
             let delimited = self.delimited.get_mut().unwrap_or_else(PoisonError::into_inner);
-            let bytes = if delimited.valid && delimited.packed == frame {
+            let bytes = if delimited.holds(frame) {
                 Word::words_to_bytes(&delimited.words[..delimited.len])
             } else {
                 let words = unpack(frame, &mut self.read, self.limits.max_frame, self.ssse3)?;
@@ -389,7 +420,7 @@ unsafe impl BuilderArena for FlatArena<'_> {
     }
 
     fn get_segment_mut(&mut self, id: u32) -> (*mut u8, u32) {
-        assert_eq!(id, 0, "a one-segment arena");
+        debug_assert_eq!(id, 0, "a one-segment arena");
         (self.base, self.capacity)
     }
 
@@ -557,7 +588,7 @@ fn read_batch<F: FnMut(&Message<'_>)>(bytes: &[u8], visit: F) -> Result<BatchHea
     // One segment, the usual case: its size is the table's second half.
     if bytes.len() >= WORD && bytes[..4] == [0; 4] {
         let size = u32::from_le_bytes(bytes[4..WORD].try_into().expect("4 bytes")) as usize;
-        if bytes.len() == WORD + size * WORD {
+        if bytes.len() == size.saturating_mul(WORD).saturating_add(WORD) {
             let arena = SegmentReader::new(&bytes[WORD..], traversal_limit, NESTING_LIMIT);
             let batch: batch::Reader<'_> = capnp::private::layout::PointerReader::get_root_from_arena(&arena)
                 .and_then(|root| capnp::any_pointer::Reader::new(root).get_as())
@@ -867,6 +898,7 @@ fn read_common<'a>(m: wire::Reader<'a>) -> Option<Message<'a>> {
 /// is known, so a frame too long is refused from its first bytes.
 struct TableReader {
     format: Format,
+    max_frame: usize,
     max_words: usize,
     segments: usize,
     sizes_seen: usize,
@@ -876,7 +908,15 @@ struct TableReader {
 
 impl TableReader {
     fn new(format: Format, max_frame: usize) -> Self {
-        TableReader { format, max_words: max_frame / WORD, segments: 0, sizes_seen: 0, words_seen: 0, total_words: 0 }
+        TableReader {
+            format,
+            max_frame,
+            max_words: max_frame / WORD,
+            segments: 0,
+            sizes_seen: 0,
+            words_seen: 0,
+            total_words: 0,
+        }
     }
 
     /// Words of the table itself (valid once the first word is in).
@@ -898,7 +938,7 @@ impl TableReader {
         let halves = [word as u32, (word >> 32) as u32];
         let mut sizes: &[u32] = &halves;
         if self.words_seen == 0 {
-            let segments = halves[0] as usize + 1;
+            let segments = (halves[0] as usize).saturating_add(1);
             if segments > MAX_SEGMENTS {
                 return Err(DecodeError::new(
                     self.format,
@@ -925,7 +965,7 @@ impl TableReader {
                         "segment table: size of segment {} makes the message at least {} bytes, over the {}-byte limit",
                         self.sizes_seen,
                         self.total_words * WORD,
-                        self.max_words * WORD
+                        self.max_frame
                     ),
                 ));
             }
@@ -1151,9 +1191,10 @@ fn pack_with<B: ByteMoves>(frame: &[u8], out: &mut Vec<u8>) {
     out.reserve(room);
     let dst = &mut out.spare_capacity_mut()[..room];
     let mut put = |at: usize, value: u64| {
-        for (d, b) in dst[at..at + WORD].iter_mut().zip(value.to_le_bytes()) {
-            d.write(b);
-        }
+        let d = &mut dst[at..at + WORD];
+        // SAFETY: `d` is 8 bytes of `out`'s spare capacity (the slice is bounds-checked); one
+        // unaligned 8-byte write initialises them all, where 8 byte writes are 8 stores.
+        unsafe { d.as_mut_ptr().cast::<u64>().write_unaligned(value.to_le()) };
     };
     let mut j = 0;
     let mut i = 0;
@@ -1208,6 +1249,7 @@ enum Step<T> {
     Bad(Cow<'static, str>),
 }
 
+/// What a run of words that overshoots the message is.
 const RUN_PAST_END: &str = "a packed run goes on past the end of the message";
 
 /// Reads packed bytes from the start of a frame, a word at a time (for the segment table).
