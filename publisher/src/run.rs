@@ -272,9 +272,10 @@ async fn relay(args: RunArgs, config: config::Config) -> Result<RunSummary> {
         Ok(r) => r?,
         Err(_) => anyhow::bail!("the hot path panicked"),
     };
-    // Let subscribers drain their queues and send their last echoes.
+    // Let subscribers drain their queues and send their last echoes; a stalled one is not
+    // waited for past the deadline (its connection closes when the process exits).
     if let Some(fanout) = &fanout {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while Arc::strong_count(fanout) > 2 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

@@ -18,6 +18,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
+/// How long a control record (format switch, end of stream) waits for room in a queue.
+pub const RELIABLE_SEND_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How long a connecting subscriber has to answer the greeting.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -119,12 +122,32 @@ impl Fanout {
         });
     }
 
-    /// Sends a record every subscriber must get (format switch, end of stream), waiting for room.
+    /// Sends a record every subscriber must get (format switch, end of stream), waiting for room
+    /// in each queue, but not forever: a subscriber that takes no record for
+    /// [`RELIABLE_SEND_TIMEOUT`] is stalled and is disconnected.
     pub fn send_reliably(&self, record: Bytes, next_sequence: u64, format: Format) {
         let mut state = self.state.lock().expect("fanout lock");
         state.next_sequence = next_sequence;
         state.format = format;
-        state.subscribers.retain(|sub| sub.tx.blocking_send(record.clone()).is_ok());
+        let deadline = std::time::Instant::now() + RELIABLE_SEND_TIMEOUT;
+        state.subscribers.retain(|sub| {
+            loop {
+                match sub.tx.try_send(record.clone()) {
+                    Ok(()) => return true,
+                    Err(mpsc::error::TrySendError::Closed(_)) => return false,
+                    Err(mpsc::error::TrySendError::Full(_)) if std::time::Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    Err(mpsc::error::TrySendError::Full(_)) => {
+                        let mut summary = sub.summary.lock().expect("summary lock");
+                        summary.disconnected_slow = true;
+                        tracing::warn!(peer = %summary.peer, "subscriber stalled; disconnected");
+                        self.disconnects.fetch_add(1, Ordering::Relaxed);
+                        return false;
+                    }
+                }
+            }
+        });
     }
 
     /// Closes every queue: the tasks write what is queued, then close their sockets.
