@@ -183,8 +183,7 @@ fn cutting_proxy(target: String, cut_after: usize) -> u16 {
             std::thread::spawn(move || {
                 let mut buf = [0u8; 16384];
                 let mut sent = 0;
-                loop {
-                    let Ok(k) = u_read.read(&mut buf) else { break };
+                while let Ok(k) = u_read.read(&mut buf) {
                     if k == 0 || c_write.write_all(&buf[..k]).is_err() {
                         break;
                     }
