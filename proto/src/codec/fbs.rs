@@ -385,7 +385,7 @@ impl FlatBuffersCodec {
         let kinds_at = (kinds.as_ptr() as usize).wrapping_sub(frame.as_ptr() as usize);
         let mut next = Cursors::new(&batch);
         for (i, &kind) in kinds.iter().enumerate() {
-            visit(&next.message(kind, kinds_at + i)?);
+            next.visit(kind, kinds_at + i, &mut visit)?;
         }
         next.check_all_taken(frame)?;
         Ok(BatchHeader {
@@ -441,6 +441,7 @@ fn trade_struct(m: &Trade) -> wire::Trade {
     wire::Trade::new(m.timestamp, m.price.0, m.trade_id, &wire::Symbol(m.symbol.0), m.size, m.sale_condition)
 }
 
+#[inline(always)]
 fn trade(f: &wire::Trade) -> Trade {
     Trade {
         sale_condition: f.sale_condition(),
@@ -638,31 +639,35 @@ impl<'a> Cursors<'a> {
         }
     }
 
-    /// The message a `kinds` entry (at `at` in the frame) names, from its vector's next entry.
+    /// Hands `visit` the message a `kinds` entry (at `at` in the frame) names, from its vector's
+    /// next entry.
     ///
     /// Trade reports and price level updates, nearly all of a DEEP feed, are tested for first: a
     /// predictable branch, where a `match` over every type byte is an indirect jump that
-    /// mispredicts as the two alternate.
-    #[inline]
-    fn message(&mut self, kind: u8, at: usize) -> Result<Message<'a>, DecodeError> {
+    /// mispredicts as the two alternate. Each branch calls `visit` itself, and this is always
+    /// inlined: a message returned from a call, or passed on from where branches meet, is stored
+    /// field by field and loaded back whole, a store-forwarding stall per message.
+    #[inline(always)]
+    fn visit<F: FnMut(&Message<'_>)>(&mut self, kind: u8, at: usize, visit: &mut F) -> Result<(), DecodeError> {
         if kind == kind::TRADE_REPORT {
-            Ok(Message::TradeReport(trade(self.trades.take(kind, at)?)))
+            visit(&Message::TradeReport(trade(self.trades.take(kind, at)?)));
         } else if kind == kind::PRICE_LEVEL_BUY || kind == kind::PRICE_LEVEL_SELL {
             let f = self.price_levels.take(kind, at)?;
-            Ok(Message::PriceLevelUpdate(PriceLevelUpdate {
+            visit(&Message::PriceLevelUpdate(PriceLevelUpdate {
                 side: if kind == kind::PRICE_LEVEL_BUY { Side::Buy } else { Side::Sell },
                 event_flags: f.event_flags(),
                 timestamp: f.timestamp(),
                 symbol: symbol(f.symbol()),
                 size: f.size(),
                 price: Price(f.price()),
-            }))
+            }));
         } else {
-            self.other_message(kind, at)
+            visit(&self.other_message(kind, at)?);
         }
+        Ok(())
     }
 
-    /// Every type but the two of [`Cursors::message`]'s fast path.
+    /// Every type but the two of [`Cursors::visit`]'s fast path.
     fn other_message(&mut self, kind: u8, at: usize) -> Result<Message<'a>, DecodeError> {
         match kind {
             kind::TRADE_BREAK => return Ok(Message::TradeBreak(trade(self.trades.take(kind, at)?))),
