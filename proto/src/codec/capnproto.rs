@@ -700,6 +700,26 @@ unsafe impl ReaderArena for SegmentReader<'_> {
         }
     }
 
+    // The trait's default asks `get_segment` first, through the same dynamic dispatch; this is
+    // its check (the target stays within the segment, or just past its end) without that call.
+    unsafe fn check_offset(&self, id: u32, start: *const u8, offset_in_words: i32) -> capnp::Result<*const u8> {
+        if id != 0 {
+            return Err(capnp::Error::from_kind(capnp::ErrorKind::InvalidSegmentId(id)));
+        }
+        let segment_bytes = self.words as usize * WORD;
+        let from = (start as usize).wrapping_sub(self.start as usize);
+        let offset = i64::from(offset_in_words) * WORD as i64;
+        let inside = from <= segment_bytes
+            && i64::try_from(from)
+                .ok()
+                .and_then(|from| from.checked_add(offset))
+                .is_some_and(|to| usize::try_from(to).is_ok_and(|to| to <= segment_bytes));
+        if !inside {
+            return Err(capnp::Error::from_kind(capnp::ErrorKind::MessageContainsOutOfBoundsPointer));
+        }
+        Ok(start.wrapping_offset(offset as isize))
+    }
+
     fn contains_interval(&self, id: u32, start: *const u8, size_in_words: usize) -> capnp::Result<()> {
         if id != 0 {
             return Err(capnp::Error::from_kind(capnp::ErrorKind::InvalidSegmentId(id)));
