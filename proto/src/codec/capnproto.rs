@@ -126,7 +126,7 @@ struct Delimited {
 
 /// Frames up to this long (nearly all) are remembered and compared in fixed-size steps, with no
 /// call to `memcpy` or `memcmp`.
-const SHORT_FRAME: usize = 128;
+const SHORT_FRAME: usize = 64;
 
 impl Delimited {
     /// Keeps `buf[..len]`, the packed frame just unpacked into `words`.
@@ -1426,7 +1426,7 @@ struct PackedTable<'a> {
 impl<'a> PackedTable<'a> {
     /// Reads the table from the start of `buf`, checking it against the frame limit; `None`
     /// while more bytes are needed.
-    #[inline]
+    #[inline(always)]
     fn read(buf: &'a [u8], max_frame: usize) -> Result<Option<PackedTable<'a>>, DecodeError> {
         // One segment, the usual case: a tag with the low four bits clear (segment count - 1 is
         // zero) and the size's non-zero bytes.
