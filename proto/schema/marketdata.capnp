@@ -19,9 +19,9 @@
 #   (the largest inline type) 6; a message is 6 data words and 1 pointer, 56 bytes. The unused
 #   words of smaller types are at the end of the struct, next to the pointer, so packing turns
 #   them into one run of zero words (2 bytes).
-# - Auction information would need 11 data words inline and make every message twice as large;
-#   it is rare (a few hundred a day), so it is a pointer to its own struct. Unknown messages, also
-#   rare, share that pointer slot as Data.
+# - Auction information would need 11 data words inline and make every message nearly twice as
+#   large; it is rare (a few hundred a day), so it is a pointer to its own struct. Unknown
+#   messages, also rare, share that pointer slot as Data.
 # - The 8-byte symbol is a UInt64 (its bytes, space-padded as IEX sends them, little-endian), not
 #   Data: it is read and written as one word inside the message struct, where Data would add a
 #   pointer and an 8-byte object per message. Its bytes are kept as they are: a timestamp and a
@@ -31,6 +31,10 @@
 # - Prices are Int64 in IEX's fixed point (4 implied decimals), sizes UInt32, timestamps Int64 ns
 #   since the Unix epoch, flags and codes UInt8: the IEX values as they are, so no conversion can
 #   lose anything.
+#
+# proto/src/codec/capnproto.rs reads trade reports and price level updates at the offsets above,
+# straight from the message's data section; its tests check them against the generated accessors,
+# so a change here that moves them fails there.
 
 @0x8fc9f1fde08a9dfb;
 
@@ -65,7 +69,7 @@ struct Batch {
   # In feed order; the message count is the list's length.
 }
 
-# One IEX message. The union tag says the type; `flag` names the type's one-byte field at byte 16.
+# One IEX message. The union tag says the type; every type's one-byte flag or code is at byte 16.
 struct Message {
   timestamp @0 :Int64;
   # ns since the Unix epoch (unused by `unknown`).
