@@ -134,7 +134,7 @@ impl Aggregator {
     }
 
     /// Applies one message; messages that carry no trade or quote are ignored.
-    #[inline]
+    #[inline(always)]
     pub fn apply(&mut self, message: &Message<'_>) {
         match message {
             Message::TradeReport(t) => {
