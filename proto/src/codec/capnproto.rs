@@ -150,8 +150,8 @@ impl Delimited {
 fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     let word = |c: &[u8]| u64::from_le_bytes(c.try_into().expect("8 bytes"));
     let (a_words, b_words) = (a.chunks_exact(WORD), b.chunks_exact(WORD));
-    let rest = a_words.remainder() == b_words.remainder();
-    rest && a_words.zip(b_words).fold(0, |diff, (x, y)| diff | (word(x) ^ word(y))) == 0
+    let rest = a_words.remainder().iter().zip(b_words.remainder()).fold(0, |diff, (x, y)| diff | (x ^ y));
+    a.len() == b.len() && a_words.zip(b_words).fold(u64::from(rest), |diff, (x, y)| diff | (word(x) ^ word(y))) == 0
 }
 
 impl CapnpCodec {
