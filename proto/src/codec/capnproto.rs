@@ -11,14 +11,14 @@
 //! No heap allocation once the buffers are warm, either way:
 //! - `capnp::message::Builder` allocates the `Vec` of its arena's segment list for every message
 //!   (its arena starts empty and has no reset), whatever `Allocator` it is given. So encoding
-//!   builds through the generated builders on an arena of its own, [`FlatArena`]: one segment
+//!   builds through the generated builders on an arena of its own, `FlatArena`: one segment
 //!   over a reused word buffer, sized beforehand from the messages so it cannot run out. The
 //!   segment table goes in the buffer's first word, so the frame is contiguous there and reaches
 //!   `out` in one copy (unpacked) or one packing pass (packed).
 //! - Decoding reads through the generated readers and capnp's layout code: a one-segment frame
-//!   through a minimal reader arena ([`SegmentReader`]), any other through
+//!   through a minimal reader arena (`SegmentReader`), any other through
 //!   `capnp::serialize::read_message_from_flat_slice_no_alloc`; zero-copy when the frame is 8-byte
-//!   aligned. A packed frame is unpacked into a reused aligned buffer, once (see [`Delimited`]).
+//!   aligned. A packed frame is unpacked into a reused aligned buffer, once (see `Delimited`).
 //!
 //! Alignment: a misaligned unpacked frame is copied into the reused aligned buffer. Measured on
 //! the trades-and-price-levels subset of DEEP10 (about 110,000 frames), decode and aggregate
@@ -241,7 +241,7 @@ impl CapnpCodec {
     /// Length of the first frame in `buf`, from its segment table; `None` while more bytes are
     /// needed. The table is checked against the frame limit before anything else. A packed frame
     /// ends where its tags say; it is unpacked as they are walked, for `decode` (see
-    /// [`Delimited`]), or only walked when another thread is using that buffer.
+    /// `Delimited`), or only walked when another thread is using that buffer.
     pub fn frame_len(&self, buf: &[u8]) -> Result<Option<usize>, DecodeError> {
         if self.packed { self.packed_frame_len(buf) } else { self.unpacked_frame_len(buf) }
     }
