@@ -444,3 +444,46 @@ fn a_subscriber_speaking_another_protocol_version_is_refused_with_a_reason() {
     assert_eq!(report["messages"], 20000);
     assert_eq!(report["totals_match"], true);
 }
+
+#[test]
+fn round_trip_mode_echoes_reach_the_publisher_over_tcp_and_udp() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    for transport in ["tcp", "udp"] {
+        let pub_json = dir.path().join(format!("pub-{transport}.json"));
+        let sub_json = dir.path().join(format!("sub-{transport}.json"));
+        let mut p = args(&["run", "--synthetic", "--messages", "30000", "--symbols", "20", "--format", "capnp"]);
+        p.extend(args(&["--pacing", "rate", "--rate", "50000", "--json", pub_json.to_str().unwrap()]));
+        let mut s = args(&["--latency", "round-trip", "--echo-every", "10", "--report-interval", "0"]);
+        s.extend(args(&["--json", sub_json.to_str().unwrap()]));
+        let (publisher, subscriber) = if transport == "tcp" {
+            let port = tcp_port();
+            p.extend(args(&["--tcp", &format!("127.0.0.1:{port}"), "--wait-subscribers", "1"]));
+            s.extend(args(&["--connect", &format!("127.0.0.1:{port}")]));
+            let publisher = Proc::start("mdrelay-pub", &publisher_bin(), &p);
+            (publisher, Proc::start("mdrelay-sub", &subscriber_bin(), &s))
+        } else {
+            let port = udp_port();
+            s.extend(args(&["--listen", &format!("127.0.0.1:{port}")]));
+            p.extend(args(&["--udp", &format!("127.0.0.1:{port}")]));
+            let subscriber = Proc::start("mdrelay-sub", &subscriber_bin(), &s);
+            std::thread::sleep(Duration::from_millis(400));
+            (Proc::start("mdrelay-pub", &publisher_bin(), &p), subscriber)
+        };
+        let published = publisher.wait(Duration::from_secs(60));
+        assert_eq!(published.code, Some(0), "{}", published.stderr);
+        let report = sub_report(&subscriber.wait(Duration::from_secs(30)), &sub_json, transport);
+        let publ = json_file(&pub_json);
+        let frames = report["frames"].as_u64().unwrap();
+        let echoes = publ["round_trip_ns"]["count"].as_u64().unwrap();
+        assert!(frames > 1000, "{transport}: {report}");
+        // One echo per ten frames, all of them measured by the publisher (loopback loses none).
+        assert_eq!(echoes, report["echoes_sent"].as_u64().unwrap(), "{transport}");
+        assert!(
+            echoes >= frames / 10 - 1 && echoes <= frames / 10 + 1,
+            "{transport}: {echoes} echoes for {frames} frames"
+        );
+        let p50 = publ["round_trip_ns"]["p50"].as_u64().unwrap();
+        assert!(p50 > 0 && p50 < 10_000_000_000, "{transport}: a plausible round trip, {p50} ns");
+    }
+}
