@@ -149,15 +149,7 @@ impl Columns {
                 kind::TRADE_BREAK
             }
             Message::QuoteUpdate(m) => {
-                self.quote_updates.push(wire::QuoteUpdate::new(
-                    m.timestamp,
-                    m.bid_price.0,
-                    m.ask_price.0,
-                    &wire::Symbol(m.symbol.0),
-                    m.bid_size,
-                    m.ask_size,
-                    m.flags,
-                ));
+                self.quote_updates.push(quote_struct(m));
                 kind::QUOTE_UPDATE
             }
             Message::SystemEvent(m) => {
@@ -304,6 +296,21 @@ impl FlatBuffersCodec {
         if messages.len() > MAX_BATCH {
             return Err(EncodeError::TooManyMessages(messages.len()));
         }
+        if let Some(counts) = direct::Counts::of(messages) {
+            direct::encode(header, messages, &counts, out);
+            return Ok(());
+        }
+        self.encode_with_builder(header, messages, out)
+    }
+
+    /// [`FlatBuffersCodec::encode`] through the flatbuffers builder: any batch, and the only way
+    /// for those with a type that goes into `Batch.other`.
+    fn encode_with_builder(
+        &mut self,
+        header: &BatchHeader,
+        messages: &[Message<'_>],
+        out: &mut Vec<u8>,
+    ) -> Result<(), EncodeError> {
         let Self { builder: fbb, columns: c, .. } = self;
         fbb.reset();
         c.clear();
@@ -416,36 +423,188 @@ impl FlatBuffersCodec {
             return Err(error(head, "Batch.header past the frame"));
         };
         let head = wire::Header(*head);
-        let kinds = batch.column::<1>(KINDS, "Batch.kinds")?;
-        if kinds.rest.len() > MAX_BATCH {
+        let kinds = batch.vector::<1>(KINDS, "Batch.kinds")?.unwrap_or_default();
+        if kinds.len() > MAX_BATCH {
             return Err(error(
                 batch.at,
-                format!("Batch.kinds holds {} messages; at most {MAX_BATCH} fit", kinds.rest.len()),
+                format!("Batch.kinds holds {} messages; at most {MAX_BATCH} fit", kinds.len()),
             ));
         }
         let mut next = Cursors {
             price_levels: batch.column(PRICE_LEVELS, "Batch.price_levels")?,
             trades: batch.column(TRADES, "Batch.trades")?,
             quote_updates: batch.column(QUOTE_UPDATES, "Batch.quote_updates")?,
-            other: match batch.table(OTHER, "Batch.other")? {
-                Some(other) => Some(OtherCursors::new(&other)?),
-                None => None,
-            },
+            other_table: batch.table(OTHER, "Batch.other")?,
+            other: None,
             strict,
         };
-        for (i, &kind) in kinds.rest.iter().enumerate() {
-            next.visit(kind, kinds.at + i, &mut visit)?;
+        let kinds_at = position(frame, kinds);
+        for (i, &kind) in kinds.iter().enumerate() {
+            next.visit(kind, kinds_at + i, &mut visit)?;
         }
-        next.check_all_taken()?;
+        next.check_all_taken(frame, kinds)?;
         Ok(BatchHeader {
             protocol_id: head.protocol_id(),
             channel_id: head.channel_id(),
             session_id: head.session_id(),
             first_sequence: head.first_sequence(),
-            message_count: kinds.rest.len() as u32,
+            message_count: kinds.len() as u32,
             send_time: head.send_time(),
             publish_time: head.publish_time(),
         })
+    }
+}
+
+/// Frames of trade reports and breaks, price level updates and quote updates only (nearly every
+/// frame of a DEEP or TOPS feed), written straight into the output: the layout the builder would
+/// produce, without its per-object bookkeeping (vtable search, alignment tracking, a scratch copy
+/// of every struct and a final copy of the frame). Front to back:
+///
+/// - size prefix, root offset, then the batch's vtable (trailing absent fields omitted);
+/// - the batch table at 4 mod 8, so that its soffset is followed by the 8-aligned header struct,
+///   then one uoffset per present vector, in field order;
+/// - each present struct vector, its length at 4 mod 8 so its structs are 8-aligned; `kinds` last,
+///   which needs no padding after it.
+///
+/// Every offset points forward except the soffset, which points back at the vtable.
+mod direct {
+    use super::{kind, price_level_struct, quote_struct, side_kind, trade_struct, wire};
+    use crate::codec::BatchHeader;
+    use crate::message::Message;
+
+    /// Vtable slots of `Batch` written here: header, kinds, price_levels, trades, quote_updates.
+    const FIELDS: usize = 5;
+
+    /// Counts of one batch's messages per vector, or `None` if it holds another type.
+    #[derive(Default)]
+    pub(super) struct Counts {
+        price_levels: usize,
+        trades: usize,
+        quote_updates: usize,
+    }
+
+    impl Counts {
+        /// The counts of `messages`, `None` if one of them needs `Batch.other`.
+        #[inline(always)]
+        pub(super) fn of(messages: &[Message<'_>]) -> Option<Counts> {
+            let mut c = Counts::default();
+            for m in messages {
+                match m {
+                    Message::TradeReport(_) | Message::TradeBreak(_) => c.trades += 1,
+                    Message::PriceLevelUpdate(_) => c.price_levels += 1,
+                    Message::QuoteUpdate(_) => c.quote_updates += 1,
+                    _ => return None,
+                }
+            }
+            Some(c)
+        }
+    }
+
+    /// Rounds `at` up to `r` mod `m` (`m` a power of two).
+    #[inline(always)]
+    fn align(at: usize, m: usize, r: usize) -> usize {
+        at + (r.wrapping_sub(at) & (m - 1))
+    }
+
+    /// Appends the frame of `header` and `messages`, whose per-vector counts are `c`, to `out`.
+    #[inline(always)]
+    pub(super) fn encode(header: &BatchHeader, messages: &[Message<'_>], c: &Counts, out: &mut Vec<u8>) {
+        let lens = [messages.len(), c.price_levels, c.trades, c.quote_updates];
+        let sizes = [1, size_of::<wire::PriceLevel>(), size_of::<wire::Trade>(), size_of::<wire::QuoteUpdate>()];
+        // Vtable: 2 u16 of header, one slot per field up to the last present one.
+        let last = (0..4).rev().find(|&i| lens[i] > 0).map_or(0, |i| i + 1);
+        let vtable_len = 4 + 2 * (last + 1);
+        let table = align(8 + vtable_len, 8, 4);
+        // Table: soffset, header, one uoffset per present vector.
+        let mut slots = [0u16; FIELDS];
+        slots[0] = 4;
+        let mut inline = 4 + size_of::<wire::Header>();
+        let mut offset_at = [0usize; 4];
+        for i in 0..4 {
+            if lens[i] > 0 {
+                slots[i + 1] = inline as u16;
+                offset_at[i] = table + inline;
+                inline += 4;
+            }
+        }
+        // Vectors: the structs, 8-aligned, then kinds.
+        let mut end = table + inline;
+        let mut length_at = [0usize; 4];
+        for i in [1, 2, 3, 0] {
+            if lens[i] > 0 {
+                let at = if i == 0 { end } else { align(end, 8, 4) };
+                length_at[i] = at;
+                end = at + 4 + lens[i] * sizes[i];
+            }
+        }
+
+        let base = out.len();
+        out.reserve(end);
+        let put = |out: &mut Vec<u8>, bytes: &[u8]| out.extend_from_slice(bytes);
+        put(out, &((end - 4) as u32).to_le_bytes());
+        put(out, &((table - 4) as u32).to_le_bytes());
+        put(out, &(vtable_len as u16).to_le_bytes());
+        put(out, &(inline as u16).to_le_bytes());
+        for slot in &slots[..=last] {
+            put(out, &slot.to_le_bytes());
+        }
+        out.resize(base + table, 0);
+        put(out, &((table - 8) as i32).to_le_bytes());
+        let head = wire::Header::new(
+            header.first_sequence,
+            header.send_time,
+            header.publish_time,
+            header.channel_id,
+            header.session_id,
+            header.protocol_id,
+        );
+        put(out, &head.0);
+        for i in 0..4 {
+            if lens[i] > 0 {
+                put(out, &((length_at[i] - offset_at[i]) as u32).to_le_bytes());
+            }
+        }
+        // Each vector in the order laid out above: padding, length, entries.
+        let start = |out: &mut Vec<u8>, i: usize| {
+            out.resize(base + length_at[i], 0);
+            out.extend_from_slice(&(lens[i] as u32).to_le_bytes());
+        };
+        if c.price_levels > 0 {
+            start(out, 1);
+            for m in messages {
+                if let Message::PriceLevelUpdate(m) = m {
+                    put(out, &price_level_struct(m).0);
+                }
+            }
+        }
+        if c.trades > 0 {
+            start(out, 2);
+            for m in messages {
+                if let Message::TradeReport(m) | Message::TradeBreak(m) = m {
+                    put(out, &trade_struct(m).0);
+                }
+            }
+        }
+        if c.quote_updates > 0 {
+            start(out, 3);
+            for m in messages {
+                if let Message::QuoteUpdate(m) = m {
+                    put(out, &quote_struct(m).0);
+                }
+            }
+        }
+        if !messages.is_empty() {
+            start(out, 0);
+            for m in messages {
+                out.push(match m {
+                    Message::TradeReport(_) => kind::TRADE_REPORT,
+                    Message::PriceLevelUpdate(m) => side_kind(m.side),
+                    Message::TradeBreak(_) => kind::TRADE_BREAK,
+                    _ => kind::QUOTE_UPDATE,
+                });
+            }
+        }
+        debug_assert_eq!(out.len(), base + end);
     }
 }
 
@@ -484,6 +643,18 @@ fn side_kind(side: Side) -> u8 {
         Side::Buy => kind::PRICE_LEVEL_BUY,
         Side::Sell => kind::PRICE_LEVEL_SELL,
     }
+}
+
+fn quote_struct(m: &QuoteUpdate) -> wire::QuoteUpdate {
+    wire::QuoteUpdate::new(
+        m.timestamp,
+        m.bid_price.0,
+        m.ask_price.0,
+        &wire::Symbol(m.symbol.0),
+        m.bid_size,
+        m.ask_size,
+        m.flags,
+    )
 }
 
 fn trade_struct(m: &Trade) -> wire::Trade {
@@ -646,11 +817,11 @@ impl<'a> Table<'a> {
         }
     }
 
-    /// Field `index`, a vector of `N`-byte elements, from its first entry; an absent one is empty.
+    /// The entries of field `index`, a vector of `N`-byte elements, `None` if it is absent.
     #[inline(always)]
-    fn column<const N: usize>(&self, index: usize, field: &'static str) -> Result<Column<'a, N>, DecodeError> {
+    fn vector<const N: usize>(&self, index: usize, field: &'static str) -> Result<Option<&'a [u8]>, DecodeError> {
         let Some((from, offset)) = self.target(index, field)? else {
-            return Ok(Column::EMPTY);
+            return Ok(None);
         };
         let at = match from.checked_add(offset as usize) {
             Some(at) if !self.strict || at % 4 == 0 => at,
@@ -660,15 +831,20 @@ impl<'a> Table<'a> {
         let Some(len) = read_u32(self.frame, at) else {
             return Err(field_error(from, field, format_args!("offset {offset} points past the frame")));
         };
-        let data = (len as usize).checked_mul(N).and_then(|bytes| self.frame.get(at + 4..)?.get(..bytes));
-        match data {
-            Some(rest) => Ok(Column { rest, at: at + 4, start: at + 4 }),
+        match (len as usize).checked_mul(N).and_then(|bytes| self.frame.get(at + 4..)?.get(..bytes)) {
+            Some(entries) => Ok(Some(entries)),
             None => Err(field_error(
                 at,
                 field,
                 format_args!("{len} entries of {N} bytes run past the frame's {} bytes", self.frame.len()),
             )),
         }
+    }
+
+    /// Field `index`, a vector of `N`-byte elements, from its first entry; an absent one is empty.
+    #[inline(always)]
+    fn column<const N: usize>(&self, index: usize, field: &'static str) -> Result<Column<'a, N>, DecodeError> {
+        Ok(Column { rest: self.vector::<N>(index, field)?.unwrap_or_default() })
     }
 
     /// Field `index`, a table, if present.
@@ -730,23 +906,15 @@ fn exhausted(kind: u8, at: usize) -> DecodeError {
 struct Column<'a, const N: usize> {
     /// The entries not yet taken: a whole number of them.
     rest: &'a [u8],
-    /// Position in the frame of the next entry.
-    at: usize,
-    /// Position in the frame of the first entry.
-    start: usize,
 }
 
 impl<'a, const N: usize> Column<'a, N> {
-    /// An absent vector: empty.
-    const EMPTY: Self = Column { rest: &[], at: 0, start: 0 };
-
     /// The next entry, for the `kinds` entry `kind` at `at` in the frame, or an error if none is left.
     #[inline(always)]
     fn take(&mut self, kind: u8, at: usize) -> Result<&'a [u8; N], DecodeError> {
         match self.rest.split_first_chunk() {
             Some((entry, rest)) => {
                 self.rest = rest;
-                self.at += N;
                 Ok(entry)
             }
             None => Err(exhausted(kind, at)),
@@ -755,15 +923,25 @@ impl<'a, const N: usize> Column<'a, N> {
 
     /// An error if entries are left that no `kinds` entry took; `field` names the vector.
     #[inline(always)]
-    fn check_all_taken(&self, field: &'static str) -> Result<(), DecodeError> {
-        if self.rest.is_empty() { Ok(()) } else { Err(self.left_over(field)) }
+    fn check_all_taken(&self, field: &'static str, frame: &[u8], kinds: &[u8]) -> Result<(), DecodeError> {
+        if self.rest.is_empty() { Ok(()) } else { Err(self.left_over(field, frame, kinds)) }
     }
 
     #[cold]
-    fn left_over(&self, field: &'static str) -> DecodeError {
-        let (left, taken) = (self.rest.len() / N, (self.at - self.start) / N);
-        error(self.at, format!("{field} holds {left} entries more than Batch.kinds names ({taken} taken)"))
+    fn left_over(&self, field: &'static str, frame: &[u8], kinds: &[u8]) -> DecodeError {
+        // Every kinds entry of this vector took one entry.
+        let taken = kinds.iter().filter(|&&k| field_of(k) == field).count();
+        let left = self.rest.len() / N;
+        error(
+            position(frame, self.rest),
+            format!("{field} holds {left} entries more than Batch.kinds names ({taken} taken)"),
+        )
     }
+}
+
+/// Where `part`, a slice of `frame`, starts in it.
+fn position(frame: &[u8], part: &[u8]) -> usize {
+    (part.as_ptr() as usize).wrapping_sub(frame.as_ptr() as usize)
 }
 
 /// Per message type, its vector and the next entry to take.
@@ -771,7 +949,9 @@ struct Cursors<'a> {
     price_levels: Column<'a, { size_of::<wire::PriceLevel>() }>,
     trades: Column<'a, { size_of::<wire::Trade>() }>,
     quote_updates: Column<'a, { size_of::<wire::QuoteUpdate>() }>,
-    /// The vectors of the batch's `other` table, absent when it holds no rare type.
+    /// The batch's `other` table, absent when it holds no rare type.
+    other_table: Option<Table<'a>>,
+    /// Its vectors, read at the first rare message: most batches have none.
     other: Option<OtherCursors<'a>>,
     /// Check alignment too.
     strict: bool,
@@ -813,26 +993,27 @@ impl<'a> OtherCursors<'a> {
     }
 
     /// An error if a vector holds more entries than `kinds` took from it, naming the first.
-    fn check_all_taken(&self) -> Result<(), DecodeError> {
-        self.system_events.check_all_taken("Batch.other.system_events")?;
-        self.security_directory.check_all_taken("Batch.other.security_directory")?;
-        self.trading_status.check_all_taken("Batch.other.trading_status")?;
-        self.retail_liquidity_indicators.check_all_taken("Batch.other.retail_liquidity_indicators")?;
-        self.operational_halt_status.check_all_taken("Batch.other.operational_halt_status")?;
-        self.short_sale_price_test_status.check_all_taken("Batch.other.short_sale_price_test_status")?;
-        self.security_events.check_all_taken("Batch.other.security_events")?;
-        self.official_prices.check_all_taken("Batch.other.official_prices")?;
-        self.auction_information.check_all_taken("Batch.other.auction_information")?;
-        self.unknown.check_all_taken("Batch.other.unknown")
+    fn check_all_taken(&self, kinds: &[u8]) -> Result<(), DecodeError> {
+        let f = self.frame;
+        self.system_events.check_all_taken("Batch.other.system_events", f, kinds)?;
+        self.security_directory.check_all_taken("Batch.other.security_directory", f, kinds)?;
+        self.trading_status.check_all_taken("Batch.other.trading_status", f, kinds)?;
+        self.retail_liquidity_indicators.check_all_taken("Batch.other.retail_liquidity_indicators", f, kinds)?;
+        self.operational_halt_status.check_all_taken("Batch.other.operational_halt_status", f, kinds)?;
+        self.short_sale_price_test_status.check_all_taken("Batch.other.short_sale_price_test_status", f, kinds)?;
+        self.security_events.check_all_taken("Batch.other.security_events", f, kinds)?;
+        self.official_prices.check_all_taken("Batch.other.official_prices", f, kinds)?;
+        self.auction_information.check_all_taken("Batch.other.auction_information", f, kinds)?;
+        self.unknown.check_all_taken("Batch.other.unknown", f, kinds)
     }
 
     /// The next unknown entry as the message of type `kind` (its `kinds` entry at `at`),
     /// borrowing its bytes from the frame.
     fn unknown(&mut self, kind: u8, at: usize, strict: bool) -> Result<UnknownMessage<'a>, DecodeError> {
-        let from = self.unknown.at;
+        let from = position(self.frame, self.unknown.rest);
         let offset = u32::from_le_bytes(*self.unknown.take(kind, at)?);
         let entry = Table::at(self.frame, from, offset, "Batch.other.unknown entry", strict)?;
-        let Some(bytes) = entry.column::<1>(0, "Unknown.bytes")?.into_present() else {
+        let Some(bytes) = entry.vector::<1>(0, "Unknown.bytes")? else {
             return Err(error(entry.at, "Unknown.bytes missing"));
         };
         match bytes.first() {
@@ -846,14 +1027,6 @@ impl<'a> OtherCursors<'a> {
             }
             Some(_) => Ok(UnknownMessage { kind, bytes }),
         }
-    }
-}
-
-impl<'a> Column<'a, 1> {
-    /// The bytes of a vector of bytes, `None` if the field was absent (a present vector's
-    /// entries never start at position 0, where the size prefix is).
-    fn into_present(self) -> Option<&'a [u8]> {
-        (self.start != 0).then_some(self.rest)
     }
 }
 
@@ -888,13 +1061,15 @@ impl<'a> Cursors<'a> {
 
     /// An error if a vector holds more entries than `kinds` took from it, naming the first.
     #[inline]
-    fn check_all_taken(&self) -> Result<(), DecodeError> {
-        self.price_levels.check_all_taken("Batch.price_levels")?;
-        self.trades.check_all_taken("Batch.trades")?;
-        self.quote_updates.check_all_taken("Batch.quote_updates")?;
-        match &self.other {
-            Some(o) => o.check_all_taken(),
-            None => Ok(()),
+    fn check_all_taken(&self, frame: &[u8], kinds: &[u8]) -> Result<(), DecodeError> {
+        self.price_levels.check_all_taken("Batch.price_levels", frame, kinds)?;
+        self.trades.check_all_taken("Batch.trades", frame, kinds)?;
+        self.quote_updates.check_all_taken("Batch.quote_updates", frame, kinds)?;
+        match (&self.other, &self.other_table) {
+            (Some(o), _) => o.check_all_taken(kinds),
+            // Present, and no message took from it: each of its vectors must be empty.
+            (None, Some(table)) => OtherCursors::new(table)?.check_all_taken(kinds),
+            (None, None) => Ok(()),
         }
     }
 
@@ -918,8 +1093,10 @@ impl<'a> Cursors<'a> {
             }
             _ => {}
         }
-        let Some(o) = &mut self.other else {
-            return Err(exhausted(kind, at));
+        let o = match (&mut self.other, &self.other_table) {
+            (Some(o), _) => o,
+            (other, Some(table)) => other.insert(OtherCursors::new(table)?),
+            (None, None) => return Err(exhausted(kind, at)),
         };
         Ok(match kind {
             kind::SYSTEM_EVENT => {
@@ -1416,12 +1593,66 @@ mod tests {
     }
 
     #[test]
+    fn frames_written_directly_pass_the_library_verifier_and_read_as_the_builder_writes_them() {
+        let level = |side, n| {
+            Message::PriceLevelUpdate(PriceLevelUpdate {
+                side,
+                event_flags: 1,
+                timestamp: n,
+                symbol: Symbol::new("ZIEXT").unwrap(),
+                size: 100,
+                price: Price(n),
+            })
+        };
+        let quote = |n| {
+            Message::QuoteUpdate(QuoteUpdate {
+                flags: 0,
+                timestamp: n,
+                symbol: Symbol::new("ZXIET").unwrap(),
+                bid_size: 1,
+                bid_price: Price(n),
+                ask_price: Price(n + 1),
+                ask_size: 2,
+            })
+        };
+        let broken = |n| match trade(n) {
+            Message::TradeReport(t) => Message::TradeBreak(t),
+            _ => unreachable!(),
+        };
+        let kinds = [trade(1), level(Side::Buy, 2), level(Side::Sell, 3), broken(4), quote(5)];
+        let header = BatchHeader { first_sequence: 7, send_time: 8, publish_time: 9, ..BatchHeader::default() };
+        // Every subset of the five kinds, each once, then twice over in another order.
+        for subset in 0u32..32 {
+            let mut messages: Vec<_> = (0..5).filter(|i| subset & (1 << i) != 0).map(|i| kinds[i]).collect();
+            let reversed: Vec<_> = messages.iter().rev().copied().collect();
+            messages.extend(reversed);
+            let mut codec = FlatBuffersCodec::new(Limits::default());
+            let (mut direct, mut built) = (Vec::new(), Vec::new());
+            codec.encode(&header, &messages, &mut direct).unwrap();
+            codec.encode_with_builder(&header, &messages, &mut built).unwrap();
+            // Padding falls differently; never much more.
+            assert!(direct.len() <= built.len() + 8, "{} against {}", direct.len(), built.len());
+            let expected: Vec<_> = messages.iter().map(|m| format!("{m:?}")).collect();
+            for (mut codec, mode) in every_codec() {
+                for frame in [&direct, &built] {
+                    let mut seen = Vec::new();
+                    let h = codec.decode(frame, |m| seen.push(format!("{m:?}"))).unwrap();
+                    assert_eq!(seen, expected, "{mode}");
+                    assert_eq!(h, BatchHeader { message_count: messages.len() as u32, ..header });
+                }
+            }
+        }
+    }
+
+    #[test]
     fn columns_are_cleared_between_batches_and_keep_their_capacity() {
         let mut codec = FlatBuffersCodec::new(Limits::default());
         let mut out = Vec::new();
-        codec.encode(&BatchHeader::default(), &[trade(1), trade(2)], &mut out).unwrap();
+        // Frames with a rare type go through the builder and the columns.
+        let event = Message::SystemEvent(SystemEvent { event: b'O', timestamp: 1 });
+        codec.encode(&BatchHeader::default(), &[trade(1), trade(2), event], &mut out).unwrap();
         let capacity = codec.columns.trades.capacity();
-        codec.encode(&BatchHeader::default(), &[trade(3)], &mut out).unwrap();
+        codec.encode(&BatchHeader::default(), &[trade(3), event], &mut out).unwrap();
         assert_eq!(codec.columns.trades.capacity(), capacity);
         assert_eq!(codec.columns.trades.len(), 1, "cleared between batches");
     }
