@@ -192,9 +192,8 @@ impl DecodeError {
 pub struct Limits {
     /// Largest frame in bytes; longer ones are rejected before anything is allocated.
     pub max_frame: usize,
-    /// FlatBuffers only: skip the verifier. Only for frames from a trusted publisher over a
-    /// checksummed transport: without verification a corrupt frame is undefined behaviour in the
-    /// FlatBuffers runtime. Off by default.
+    /// FlatBuffers only: skip the checks that memory safety does not need (alignment, the
+    /// library verifier when it was asked for). Bounds are always checked; see [`fbs`].
     pub trust_flatbuffers: bool,
 }
 
