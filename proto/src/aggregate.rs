@@ -99,15 +99,28 @@ impl Running {
     }
 }
 
+/// Entries in the direct-mapped symbol cache in front of the hash map.
+const CACHE: usize = 256;
+/// A cache entry's slot when it holds nothing.
+const NO_SLOT: u32 = u32::MAX;
+
 /// Aggregates for every symbol seen.
 ///
-/// Symbols map to slots in a dense table; the last symbol's slot is remembered, since feeds send
-/// runs of messages for one symbol (a trade and the level it took out, several levels at once).
-#[derive(Clone, Debug, Default)]
+/// Symbols map to slots in a dense table. A small direct-mapped cache sits in front of the hash
+/// map: the symbols that trade and quote at any moment are few (20 in a day of DEEP), and one
+/// multiply and compare finds them, where a hash map probe costs several times that on every
+/// message.
+#[derive(Clone, Debug)]
 pub struct Aggregator {
     slots: FxHashMap<Symbol, u32>,
     entries: Vec<(Symbol, Running)>,
-    last: Option<(Symbol, u32)>,
+    cache: Box<[(u64, u32); CACHE]>,
+}
+
+impl Default for Aggregator {
+    fn default() -> Self {
+        Aggregator { slots: FxHashMap::default(), entries: Vec::new(), cache: Box::new([(0, NO_SLOT); CACHE]) }
+    }
 }
 
 impl Aggregator {
@@ -118,19 +131,24 @@ impl Aggregator {
 
     #[inline(always)]
     fn running(&mut self, symbol: Symbol) -> &mut Running {
-        let slot = match self.last {
-            Some((s, slot)) if s == symbol => slot,
-            _ => {
-                let next = self.entries.len() as u32;
-                let slot = *self.slots.entry(symbol).or_insert(next);
-                if slot == next {
-                    self.entries.push((symbol, Running::EMPTY));
-                }
-                self.last = Some((symbol, slot));
-                slot
-            }
-        };
+        let key = u64::from_le_bytes(symbol.0);
+        // Fibonacci hashing: the top bits of the product spread similar tickers apart.
+        let line = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - CACHE.trailing_zeros())) as usize;
+        let (cached, slot) = self.cache[line];
+        let slot = if cached == key && slot != NO_SLOT { slot } else { self.slot_slow(symbol, line) };
         &mut self.entries[slot as usize].1
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn slot_slow(&mut self, symbol: Symbol, line: usize) -> u32 {
+        let next = self.entries.len() as u32;
+        let slot = *self.slots.entry(symbol).or_insert(next);
+        if slot == next {
+            self.entries.push((symbol, Running::EMPTY));
+        }
+        self.cache[line] = (u64::from_le_bytes(symbol.0), slot);
+        slot
     }
 
     /// Applies one message; messages that carry no trade or quote are ignored.
@@ -262,5 +280,31 @@ mod tests {
         merged.merge(&agg);
         assert_eq!(merged.get(&sym("AA")).unwrap().trade_volume, 240);
         assert_eq!(merged.get(&sym("AA")).unwrap().trade_high, Some(Price(70)));
+    }
+
+    #[test]
+    fn many_symbols_sharing_cache_lines_keep_their_own_figures() {
+        // Far more symbols than cache lines, interleaved, so lines are evicted and refilled.
+        let symbols: Vec<Symbol> = (0..2000).map(|i| sym(&format!("S{i}"))).collect();
+        let mut agg = Aggregator::new();
+        for round in 0..3u32 {
+            for (i, &symbol) in symbols.iter().enumerate() {
+                let trade = Trade {
+                    sale_condition: 0,
+                    timestamp: 0,
+                    symbol,
+                    size: i as u32 + round,
+                    price: Price(i as i64),
+                    trade_id: 0,
+                };
+                agg.apply(&Message::TradeReport(trade));
+            }
+        }
+        for (i, symbol) in symbols.iter().enumerate() {
+            let a = agg.get(symbol).unwrap();
+            assert_eq!((a.trades, a.trade_volume), (3, 3 * i as u64 + 3), "{symbol}");
+            assert_eq!(a.trade_high, Some(Price(i as i64)));
+        }
+        assert_eq!(agg.active().len(), 2000);
     }
 }
