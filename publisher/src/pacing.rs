@@ -86,7 +86,10 @@ impl Pacer {
                 self.anchor_realtime + (target - anchor).as_nanos() as i64
             }
         };
-        self.messages += messages;
+        // A heartbeat (no messages) weighs as one: otherwise the idle seconds of a capture (9,000
+        // heartbeats before a synthetic day's open) would be scheduled at a single instant and
+        // go out as one burst, whose tail then reads as latency.
+        self.messages += messages.max(1);
         publish_time
     }
 
@@ -122,8 +125,10 @@ mod tests {
     fn fixed_rate_schedules_by_messages_sent() {
         let mut p = Pacer::new(pacing(PacingMode::Rate));
         let t0 = p.wait(0, 5);
-        let t1 = p.wait(0, 5);
-        // 5 messages at 1000/s is 5 ms.
+        let t1 = p.wait(0, 0);
+        let t2 = p.wait(0, 5);
+        // 5 messages at 1000/s is 5 ms; the heartbeat between counts as one message.
         assert_eq!(t1 - t0, 5_000_000);
+        assert_eq!(t2 - t1, 1_000_000);
     }
 }
