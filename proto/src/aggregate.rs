@@ -45,6 +45,54 @@ impl SymbolAggregate {
     }
 }
 
+/// Writes symbols and their aggregates as an aligned text table, prices in dollars; nothing for
+/// an empty list.
+pub fn write_symbol_table(f: &mut impl std::fmt::Write, symbols: &[(Symbol, SymbolAggregate)]) -> std::fmt::Result {
+    if symbols.is_empty() {
+        return Ok(());
+    }
+    let row = |f: &mut dyn std::fmt::Write, cells: [&str; 10]| {
+        writeln!(
+            f,
+            "  {:<8} {:>12} {:>8} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
+            cells[0], cells[1], cells[2], cells[3], cells[4], cells[5], cells[6], cells[7], cells[8], cells[9]
+        )
+    };
+    writeln!(f)?;
+    row(
+        f,
+        [
+            "symbol",
+            "volume",
+            "trades",
+            "breaks",
+            "trade high",
+            "trade low",
+            "bid high",
+            "bid low",
+            "ask high",
+            "ask low",
+        ],
+    )?;
+    let p = |p: Option<Price>| p.map_or_else(|| "-".to_string(), |p| p.to_string());
+    for (symbol, a) in symbols {
+        let cells = [
+            symbol.to_text(),
+            a.trade_volume.to_string(),
+            a.trades.to_string(),
+            a.broken_trades.to_string(),
+            p(a.trade_high),
+            p(a.trade_low),
+            p(a.bid_high),
+            p(a.bid_low),
+            p(a.ask_high),
+            p(a.ask_low),
+        ];
+        row(f, cells.each_ref().map(String::as_str))?;
+    }
+    Ok(())
+}
+
 /// Running figures for one symbol, in the shape that is cheapest to update: highs and lows start
 /// at the extremes so updating them is a branch-free max/min, and a bit per side records whether
 /// it was ever set (a price may legitimately equal an extreme).

@@ -275,40 +275,7 @@ impl fmt::Display for InspectReport {
             "  total trade volume {}   symbols with trades or quotes {}",
             self.total_trade_volume, self.symbols_with_trades_or_quotes
         )?;
-        if !self.symbols.is_empty() {
-            writeln!(f)?;
-            writeln!(
-                f,
-                "  {:<8} {:>12} {:>8} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
-                "symbol",
-                "volume",
-                "trades",
-                "breaks",
-                "trade high",
-                "trade low",
-                "bid high",
-                "bid low",
-                "ask high",
-                "ask low"
-            )?;
-            let p = |p: Option<crate::price::Price>| p.map_or_else(|| "-".to_string(), |p| p.to_string());
-            for (symbol, a) in &self.symbols {
-                writeln!(
-                    f,
-                    "  {:<8} {:>12} {:>8} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
-                    symbol.to_text(),
-                    a.trade_volume,
-                    a.trades,
-                    a.broken_trades,
-                    p(a.trade_high),
-                    p(a.trade_low),
-                    p(a.bid_high),
-                    p(a.bid_low),
-                    p(a.ask_high),
-                    p(a.ask_low)
-                )?;
-            }
-        }
+        crate::aggregate::write_symbol_table(f, &self.symbols)?;
         Ok(())
     }
 }

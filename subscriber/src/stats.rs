@@ -7,7 +7,7 @@ use hdrhistogram::Histogram;
 use mdrelay_proto::aggregate::{Aggregator, SymbolAggregate};
 use mdrelay_proto::codec::Format;
 use mdrelay_proto::message::Message;
-use mdrelay_proto::price::{Price, Symbol};
+use mdrelay_proto::price::Symbol;
 use mdrelay_proto::relay::Totals;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -463,40 +463,7 @@ impl fmt::Display for Report {
             "  total trade volume {}   symbols with trades or quotes {}",
             self.total_trade_volume, self.symbols_with_trades_or_quotes
         )?;
-        if !self.symbols.is_empty() {
-            writeln!(f)?;
-            writeln!(
-                f,
-                "  {:<8} {:>12} {:>8} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
-                "symbol",
-                "volume",
-                "trades",
-                "breaks",
-                "trade high",
-                "trade low",
-                "bid high",
-                "bid low",
-                "ask high",
-                "ask low"
-            )?;
-            let p = |p: Option<Price>| p.map_or_else(|| "-".to_string(), |p| p.to_string());
-            for (symbol, a) in &self.symbols {
-                writeln!(
-                    f,
-                    "  {:<8} {:>12} {:>8} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
-                    symbol.to_text(),
-                    a.trade_volume,
-                    a.trades,
-                    a.broken_trades,
-                    p(a.trade_high),
-                    p(a.trade_low),
-                    p(a.bid_high),
-                    p(a.bid_low),
-                    p(a.ask_high),
-                    p(a.ask_low)
-                )?;
-            }
-        }
+        mdrelay_proto::aggregate::write_symbol_table(f, &self.symbols)?;
         Ok(())
     }
 }
@@ -505,6 +472,7 @@ impl fmt::Display for Report {
 mod tests {
     use super::*;
     use mdrelay_proto::message::{Trade, TradingStatus};
+    use mdrelay_proto::price::Price;
 
     fn trade(symbol: &str, size: u32) -> Message<'static> {
         Message::TradeReport(Trade {
