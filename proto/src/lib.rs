@@ -15,6 +15,8 @@
 //! - [`codec`]: the wire formats (raw, SBE, FlatBuffers, Cap'n Proto) and their framing;
 //! - [`capture_writer`]: segments out to pcap / pcapng, with Ethernet, IPv4 and UDP headers.
 
+#![warn(missing_docs)]
+
 pub mod aggregate;
 pub mod capture;
 pub mod capture_writer;

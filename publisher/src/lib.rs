@@ -12,6 +12,8 @@
 //! - [`stats`]: round trips and latency summaries;
 //! - [`commands`]: the capture tools (`inspect`, `synth`, `convert`, `demo`).
 
+#![warn(missing_docs)]
+
 pub mod commands;
 pub mod config;
 pub mod engine;
