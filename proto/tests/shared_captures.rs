@@ -227,3 +227,68 @@ fn non_iex_packets_are_counted_and_the_rest_kept() {
     assert_eq!(got.messages, expected.messages);
     assert_eq!(got.symbols, expected.symbols);
 }
+
+/// pcapng built by hand: a millisecond `if_tsresol`, a simple packet block, and a second section
+/// whose interface keeps the default microseconds.
+#[test]
+fn pcapng_resolutions_simple_packets_and_sections() {
+    fn block(kind: u32, body: &[u8]) -> Vec<u8> {
+        let padded = body.len().div_ceil(4) * 4;
+        let len = (12 + padded) as u32;
+        let mut b = kind.to_le_bytes().to_vec();
+        b.extend_from_slice(&len.to_le_bytes());
+        b.extend_from_slice(body);
+        b.resize(8 + padded, 0);
+        b.extend_from_slice(&len.to_le_bytes());
+        b
+    }
+    let section =
+        || block(0x0A0D_0D0A, &[0x4d, 0x3c, 0x2b, 0x1a, 1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
+    let interface = |tsresol: Option<u8>| {
+        let mut body = vec![1, 0, 0, 0, 0xff, 0xff, 0, 0];
+        if let Some(r) = tsresol {
+            body.extend_from_slice(&[9, 0, 1, 0, r, 0, 0, 0, 0, 0, 0, 0]);
+        }
+        block(1, &body)
+    };
+    let enhanced = |ticks: u64, data: &[u8]| {
+        let mut body = 0u32.to_le_bytes().to_vec();
+        body.extend_from_slice(&((ticks >> 32) as u32).to_le_bytes());
+        body.extend_from_slice(&(ticks as u32).to_le_bytes());
+        body.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        body.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        body.extend_from_slice(data);
+        block(6, &body)
+    };
+    let simple = |data: &[u8]| {
+        let mut body = (data.len() as u32).to_le_bytes().to_vec();
+        body.extend_from_slice(data);
+        block(3, &body)
+    };
+    let mut reader = CaptureReader::open(iex_data().join("TOPS16.pcap.gz")).unwrap();
+    let mut frames = Vec::new();
+    let mut expected = Inspector::new("expected");
+    while frames.len() < 3 {
+        let p = reader.next_packet().unwrap().unwrap();
+        expected.packet(&p);
+        frames.push(p.data.to_vec());
+    }
+    let mut bytes = section();
+    bytes.extend(interface(Some(3)));
+    bytes.extend(enhanced(1_500_000_000_123, &frames[0]));
+    bytes.extend(simple(&frames[1]));
+    bytes.extend(section());
+    bytes.extend(interface(None));
+    bytes.extend(enhanced(1_500_000_000_123_456, &frames[2]));
+    let mut reader = CaptureReader::new("hand-built.pcapng", std::io::Cursor::new(bytes)).unwrap();
+    let mut got = Inspector::new("hand-built");
+    let mut stamps = Vec::new();
+    while let Some(p) = reader.next_packet().unwrap() {
+        stamps.push(p.timestamp_ns);
+        got.packet(&p);
+    }
+    assert_eq!(stamps, vec![1_500_000_000_123_000_000, 0, 1_500_000_000_123_456_000], "ms, none (simple block), µs");
+    let (got, expected) = (got.finish(), expected.finish());
+    assert_eq!((got.packets, got.segments, got.messages), (3, expected.segments, expected.messages));
+    assert_eq!(got.message_types, expected.message_types);
+}

@@ -54,6 +54,14 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // `mdrelay-pub inspect big.pcap | head`: the reader left; that is not a failure.
+        Err(error)
+            if error.chain().any(|e| {
+                e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(error) => {
             eprintln!("mdrelay-pub: error: {error:#}");
             ExitCode::FAILURE
