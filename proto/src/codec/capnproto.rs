@@ -1623,12 +1623,16 @@ fn unpack_fast<B: ByteMoves>(
                     return Err(Fault::RunPastEnd(p));
                 }
                 out[q..q + WORD].copy_from_slice(&window.to_le_bytes());
-                let Some(raw) = src.get(p + 10..p + 10 + n) else { return Err(Fault::Cut) };
-                match src.get(p + 10..p + 10 + 3 * WORD) {
-                    Some(words) if n <= 3 * WORD => {
-                        out[q + WORD..q + 4 * WORD].copy_from_slice(words);
+                // Most runs are the one word (a timestamp, say): nothing more to copy, and near the
+                // end of the bytes the fixed-size copy below would not fit and become a call.
+                if n > 0 {
+                    let Some(raw) = src.get(p + 10..p + 10 + n) else { return Err(Fault::Cut) };
+                    match src.get(p + 10..p + 10 + 3 * WORD) {
+                        Some(words) if n <= 3 * WORD => {
+                            out[q + WORD..q + 4 * WORD].copy_from_slice(words);
+                        }
+                        _ => out[q + WORD..q + WORD + n].copy_from_slice(raw),
                     }
-                    _ => out[q + WORD..q + WORD + n].copy_from_slice(raw),
                 }
                 q += WORD + n;
                 p += 10 + n;
