@@ -1638,9 +1638,25 @@ fn unpack_fast<B: ByteMoves>(
                 p += 10 + n;
             }
             _ => {
-                out[q..q + WORD].copy_from_slice(&B::expand(tag, window).to_le_bytes());
-                q += WORD;
-                p += 1 + B::nonzero(tag);
+                // A run of words that are neither zero nor raw, the common case: the next tag is
+                // in this word's window (a tag other than 0xff has at most 7 non-zero bytes), so it
+                // is shifted out of a register rather than loaded again, which takes a load off
+                // the chain from one tag to the next.
+                let (mut tag, mut window) = (tag, window);
+                loop {
+                    out[q..q + WORD].copy_from_slice(&B::expand(tag, window).to_le_bytes());
+                    q += WORD;
+                    let n = B::nonzero(tag);
+                    p += 1 + n;
+                    if q >= end || p >= stop {
+                        break;
+                    }
+                    tag = (window >> (8 * n)) as u8;
+                    if tag == 0 || tag == 0xff {
+                        break;
+                    }
+                    window = u64::from_le_bytes(src[p + 1..p + 1 + WORD].try_into().expect("8 bytes"));
+                }
             }
         }
     }
