@@ -1597,8 +1597,10 @@ fn unpack_fast<B: ByteMoves>(
     o: &mut usize,
 ) -> Result<(), Fault> {
     let (mut p, mut q) = (*pos, *o);
+    // Each word's tag is taken from the bytes already loaded where it can be (see the arms), so
+    // the chain from one tag to the next has no load in it but after a raw run.
+    let mut tag = src.get(p).copied().unwrap_or_default();
     while q < end && p < stop {
-        let tag = src[p];
         let window = u64::from_le_bytes(src[p + 1..p + 1 + WORD].try_into().expect("8 bytes"));
         match tag {
             // Short runs are written as 4 words at once: a fixed-size write, where an exact one
@@ -1616,6 +1618,8 @@ fn unpack_fast<B: ByteMoves>(
                 }
                 q += n;
                 p += 2;
+                // After the tag and the count.
+                tag = (window >> 8) as u8;
             }
             0xff => {
                 let n = usize::from(src[p + 9]) * WORD;
@@ -1636,27 +1640,15 @@ fn unpack_fast<B: ByteMoves>(
                 }
                 q += WORD + n;
                 p += 10 + n;
+                tag = src.get(p).copied().unwrap_or_default();
             }
             _ => {
-                // A run of words that are neither zero nor raw, the common case: the next tag is
-                // in this word's window (a tag other than 0xff has at most 7 non-zero bytes), so it
-                // is shifted out of a register rather than loaded again, which takes a load off
-                // the chain from one tag to the next.
-                let (mut tag, mut window) = (tag, window);
-                loop {
-                    out[q..q + WORD].copy_from_slice(&B::expand(tag, window).to_le_bytes());
-                    q += WORD;
-                    let n = B::nonzero(tag);
-                    p += 1 + n;
-                    if q >= end || p >= stop {
-                        break;
-                    }
-                    tag = (window >> (8 * n)) as u8;
-                    if tag == 0 || tag == 0xff {
-                        break;
-                    }
-                    window = u64::from_le_bytes(src[p + 1..p + 1 + WORD].try_into().expect("8 bytes"));
-                }
+                out[q..q + WORD].copy_from_slice(&B::expand(tag, window).to_le_bytes());
+                q += WORD;
+                let n = B::nonzero(tag);
+                p += 1 + n;
+                // A tag other than 0xff has at most 7 non-zero bytes: the next tag is in the window.
+                tag = (window >> (8 * n)) as u8;
             }
         }
     }
