@@ -7,6 +7,8 @@
 //! `mdrelay-bench loopback` runs the real publisher and subscriber over loopback once per format
 //! at the same fixed rate and tabulates end-to-end latency percentiles, to choose a format.
 
+#![forbid(unsafe_code)]
+
 mod codecs;
 mod loopback;
 

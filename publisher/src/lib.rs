@@ -12,6 +12,7 @@
 //! - [`stats`]: round trips and latency summaries;
 //! - [`commands`]: the capture tools (`inspect`, `synth`, `convert`, `demo`).
 
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod commands;

@@ -5,6 +5,8 @@
 //! - `synth`: writes a synthetic IEX DEEP capture;
 //! - `convert`: rewrites a capture in another container (pcap / pcapng, µs / ns, gzip).
 
+#![forbid(unsafe_code)]
+
 use mdrelay_publisher::{commands, run};
 
 use clap::{Parser, Subcommand};

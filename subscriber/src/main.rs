@@ -1,41 +1,12 @@
-//! `mdrelay-sub`: the subscriber. It receives a publisher's stream over TCP, UDP unicast or UDP
-//! multicast, follows the wire format the publisher announces (switching mid-stream without a
-//! restart), aggregates volume and high/low prices per symbol, tracks frame loss, duplicates and
-//! reordering, measures one-way latency (and echoes publish times back in round-trip mode), and
-//! reports at intervals and at the end, as text and JSON.
-//!
-//! Layout:
-//! - [`config`]: the TOML file and command-line flags, validated into `Settings`;
-//! - [`control`]: report ticks, `--duration`, Ctrl-C / SIGTERM: what interrupts receiving;
-//! - [`tcp`]: connect, handshake, records, reconnection with backoff, ECHO records;
-//! - [`udp`]: the socket (unicast or multicast), datagrams, publisher sessions, echo datagrams;
-//! - [`buffer`]: the reusable, 8-aligned read buffer;
-//! - [`frames`]: codecs per format, walking and decoding frames, the report ticks;
-//! - [`sequence`]: the bounded window counting lost, duplicate and reordered frames;
-//! - [`stats`]: counters, aggregates, latency histograms, the text and JSON reports;
-//! - [`histlog`]: the HdrHistogram interval log;
-//! - [`warnings`]: a log budget for bad input.
-//!
-//! Exit codes: 0 after a normal stop (end of stream, `--count`, `--duration`, a signal);
-//! 1 when the transport cannot be set up; 2 for a configuration error; 3 when the publisher
-//! refuses the subscriber or speaks another protocol version.
+//! `mdrelay-sub`: the subscriber's command line; the work is in the `mdrelay_subscriber` library.
 
-mod buffer;
-mod config;
-mod control;
-mod frames;
-mod histlog;
-mod sequence;
-mod stats;
-mod tcp;
-mod udp;
-mod warnings;
+#![forbid(unsafe_code)]
 
 use clap::Parser;
-use config::{Cli, JsonTarget, Settings, Transport};
-use control::{Control, RunError};
-use frames::Pipeline;
-use histlog::HistogramLog;
+use mdrelay_subscriber::config::{Cli, JsonTarget, Settings, Transport};
+use mdrelay_subscriber::control::{Control, RunError};
+use mdrelay_subscriber::frames::Pipeline;
+use mdrelay_subscriber::histlog::HistogramLog;
 use std::fs::File;
 use std::io::Write;
 use std::process::ExitCode;
@@ -108,9 +79,9 @@ async fn run(settings: Settings) -> u8 {
     let result = match Control::new(settings.report_interval, settings.duration) {
         Err(error) => Err(RunError::Fatal(anyhow::anyhow!("cannot install the signal handlers: {error}"))),
         Ok(mut control) => match &settings.transport {
-            Transport::Tcp(addr) => tcp::run(addr, settings.reconnect_max, &mut pipeline, &mut control).await,
-            udp_or_multicast => match udp::open(udp_or_multicast) {
-                Ok(socket) => udp::run(socket, &mut pipeline, &mut control).await,
+            Transport::Tcp(addr) => mdrelay_subscriber::tcp::run(addr, settings.reconnect_max, &mut pipeline, &mut control).await,
+            udp_or_multicast => match mdrelay_subscriber::udp::open(udp_or_multicast) {
+                Ok(socket) => mdrelay_subscriber::udp::run(socket, &mut pipeline, &mut control).await,
                 Err(error) => Err(RunError::Fatal(error)),
             },
         },

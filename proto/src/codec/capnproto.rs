@@ -52,7 +52,7 @@ use std::cell::RefCell;
 use std::marker::PhantomData;
 
 #[rustfmt::skip]
-#[allow(clippy::all, clippy::pedantic, clippy::nursery, dead_code, unused_imports, unused_parens,
+#[allow(clippy::all, clippy::pedantic, clippy::nursery, clippy::undocumented_unsafe_blocks, dead_code, unused_imports, unused_parens,
     non_camel_case_types, non_snake_case, non_upper_case_globals, missing_docs)]
 #[path = "../generated/capnp/marketdata_capnp.rs"]
 mod marketdata_capnp;

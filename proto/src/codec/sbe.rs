@@ -25,7 +25,7 @@ use crate::price::{Price, Symbol};
 /// The codecs `proto/schema/gen-sbe.sh` generates from `proto/schema/marketdata.xml`; generated
 /// code is neither formatted nor linted.
 #[rustfmt::skip]
-#[allow(dead_code, unused_imports, clippy::all, clippy::pedantic, clippy::nursery)]
+#[allow(dead_code, unused_imports, clippy::all, clippy::pedantic, clippy::nursery, clippy::undocumented_unsafe_blocks)]
 #[path = "../generated/sbe/mod.rs"]
 mod generated;
 

@@ -1,0 +1,4 @@
+//! Fuzz target bodies.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]

@@ -1,0 +1,35 @@
+//! mdrelay's subscriber (`mdrelay-sub`). It receives a publisher's stream over TCP, UDP unicast
+//! or UDP multicast, follows the wire format the publisher announces (switching mid-stream without a
+//! restart), aggregates volume and high/low prices per symbol, tracks frame loss, duplicates and
+//! reordering, measures one-way latency (and echoes publish times back in round-trip mode), and
+//! reports at intervals and at the end, as text and JSON.
+//!
+//! Layout:
+//! - [`config`]: the TOML file and command-line flags, validated into `Settings`;
+//! - [`control`]: report ticks, `--duration`, Ctrl-C / SIGTERM: what interrupts receiving;
+//! - [`tcp`]: connect, handshake, records, reconnection with backoff, ECHO records;
+//! - [`udp`]: the socket (unicast or multicast), datagrams, publisher sessions, echo datagrams;
+//! - [`buffer`]: the reusable, 8-aligned read buffer;
+//! - [`frames`]: codecs per format, walking and decoding frames, the report ticks;
+//! - [`sequence`]: the bounded window counting lost, duplicate and reordered frames;
+//! - [`stats`]: counters, aggregates, latency histograms, the text and JSON reports;
+//! - [`histlog`]: the HdrHistogram interval log;
+//! - [`warnings`]: a log budget for bad input.
+//!
+//! Exit codes: 0 after a normal stop (end of stream, `--count`, `--duration`, a signal);
+//! 1 when the transport cannot be set up; 2 for a configuration error; 3 when the publisher
+//! refuses the subscriber or speaks another protocol version.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod buffer;
+pub mod config;
+pub mod control;
+pub mod frames;
+pub mod histlog;
+pub mod sequence;
+pub mod stats;
+pub mod tcp;
+pub mod udp;
+pub mod warnings;
