@@ -229,6 +229,10 @@ pub fn run(args: &RunArgs) -> Result<()> {
 }
 
 async fn relay(args: RunArgs, config: config::Config) -> Result<RunSummary> {
+    // Installed before anything starts, so a signal is never missed; tests and scripts wait for
+    // this line before signalling.
+    let handlers = Signals::install().context("installing the signal handlers")?;
+    tracing::info!("signal handlers installed");
     let session: u64 = rand::random();
     let round_trips = Arc::new(RoundTrips::default());
     let controls =
@@ -259,7 +263,7 @@ async fn relay(args: RunArgs, config: config::Config) -> Result<RunSummary> {
         }
         None => None,
     };
-    tokio::spawn(signals(args, controls.clone()));
+    tokio::spawn(signals(handlers, args, controls.clone()));
     let outputs = Outputs { fanout: fanout.clone(), udp };
     let engine_config = config.clone();
     let engine_controls = controls.clone();
@@ -294,15 +298,27 @@ async fn relay(args: RunArgs, config: config::Config) -> Result<RunSummary> {
     })
 }
 
+/// The signals the publisher handles.
+struct Signals {
+    hup: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            hup: signal(SignalKind::hangup())?,
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+        })
+    }
+}
+
 /// SIGHUP reloads the configuration; SIGINT / SIGTERM end the stream (a second one exits).
-async fn signals(args: RunArgs, controls: Controls) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut hup), Ok(mut int), Ok(mut term)) =
-        (signal(SignalKind::hangup()), signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
-    else {
-        tracing::warn!("cannot install signal handlers; SIGHUP reload is unavailable");
-        return;
-    };
+async fn signals(signals: Signals, args: RunArgs, controls: Controls) {
+    let Signals { mut hup, mut int, mut term } = signals;
     loop {
         tokio::select! {
             _ = hup.recv() => reload(&args, &controls),

@@ -262,6 +262,12 @@ impl Settings {
         Settings::build(cli, file, &origin)
     }
 
+    /// Checks the text of a configuration file named `path` (for messages), with no flags over it.
+    pub fn from_toml(path: &Path, text: &str) -> Result<Settings, ConfigError> {
+        let file: FileConfig = toml::from_str(text).map_err(|e| file_error(path, text, &e))?;
+        Settings::build(Cli::default(), file, &Origin { file: Some((path, text)) })
+    }
+
     fn build(cli: Cli, file: FileConfig, origin: &Origin<'_>) -> Result<Settings, ConfigError> {
         if cli.format.is_some() {
             return Err(ConfigError(
@@ -506,8 +512,7 @@ mod tests {
     use super::*;
 
     fn from_file(text: &str) -> Result<Settings, ConfigError> {
-        let file: FileConfig = toml::from_str(text).map_err(|e| file_error(Path::new("sub.toml"), text, &e))?;
-        Settings::build(Cli::default(), file, &Origin { file: Some((Path::new("sub.toml"), text)) })
+        Settings::from_toml(Path::new("sub.toml"), text)
     }
 
     fn err(text: &str) -> String {

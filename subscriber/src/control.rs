@@ -74,12 +74,15 @@ impl Control {
             t.set_missed_tick_behavior(MissedTickBehavior::Delay);
             t
         });
-        Ok(Control {
+        let control = Control {
             ticker,
             deadline: duration.map(|d| Box::pin(tokio::time::sleep_until(start + d))),
             interrupt: signal(SignalKind::interrupt())?,
             terminate: signal(SignalKind::terminate())?,
-        })
+        };
+        // Scripts and tests wait for this line before signalling.
+        tracing::info!("signal handlers installed");
+        Ok(control)
     }
 
     /// The next event; cancel-safe, so it can sit in a `select!` beside a socket read.
