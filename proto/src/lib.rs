@@ -10,25 +10,35 @@
 //! - [`aggregate`]: per-symbol volume and high/low prices;
 //! - [`sequence`]: gaps and restarts per (protocol, session);
 //! - [`inspect`]: a whole capture into counts and aggregates;
-//! - [`relay`]: the publisher/subscriber protocol: handshake, records, datagram header, totals;
+//! - [`relay`]: the publisher/subscriber protocol: its bytes (handshake, records, datagrams,
+//!   totals) and its state machines (coalescing, sessions, frame accounting, echo checks);
+//! - [`clock`]: the wall clock publish and receive times are read from;
+//! - [`latency`]: latency histograms and their percentiles;
+//! - [`counts`]: messages counted by type;
+//! - [`warn`]: the process's budget for warnings about bad input;
 //! - [`synth`]: a realistic synthetic trading day of IEX DEEP;
 //! - [`codec`]: the wire formats (raw, SBE, FlatBuffers, Cap'n Proto) and their framing;
 //! - [`capture_writer`]: segments out to pcap / pcapng, with Ethernet, IPv4 and UDP headers.
 
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod aggregate;
 pub mod capture;
 pub mod capture_writer;
+pub mod clock;
 pub mod codec;
+pub mod counts;
 pub mod iextp;
 pub mod inspect;
+pub mod latency;
 pub mod link;
 pub mod message;
 pub mod price;
 pub mod relay;
 pub mod sequence;
 pub mod synth;
+pub mod warn;
 
 pub use aggregate::{Aggregator, SymbolAggregate};
 pub use message::Message;
