@@ -1,5 +1,14 @@
 //! Process harness for mdrelay's tests and benchmarks.
 //!
+//! - [`process`]: a binary run as a child process, its stderr read line by line as it comes, so
+//!   a test waits for the readiness lines the programs print instead of sleeping;
+//! - [`bins`]: the paths of `mdrelay-pub`, `mdrelay-sub` and `mdrelay-bench` from the running
+//!   build, built on demand;
+//! - [`net`]: free loopback ports and an accept with a deadline;
+//! - [`data`]: the shared IEX captures and their independent reference outputs;
+//! - [`report`]: reading JSON reports and comparing them with the references;
+//! - [`formats`]: the wire formats a test covers;
+//! - [`serial`]: one process-heavy test at a time;
 //! - [`alloc`]: a counting global allocator, for tests that assert what is (not) allocated.
 
 #![deny(unsafe_code)]
@@ -7,3 +16,18 @@
 
 #[allow(unsafe_code)]
 pub mod alloc;
+pub mod bins;
+pub mod data;
+pub mod formats;
+pub mod net;
+pub mod process;
+pub mod report;
+pub mod serial;
+
+pub use bins::{bench_bin, publisher_bin, subscriber_bin};
+pub use data::{expected, iex_data, reference_output, reference_reader};
+pub use formats::formats;
+pub use net::{accept_within, free_tcp_port, free_udp_port};
+pub use process::{Failure, Finished, Process, STEP, Signal};
+pub use report::{assert_aggregates, assert_matches_reference, json_file};
+pub use serial::serial;

@@ -1,0 +1,86 @@
+//! The binaries under test, from the same target directory and profile as the running
+//! executable, built on demand when missing (a package tested alone builds only its own).
+
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+
+/// `mdrelay-pub`; panics when it cannot be found or built.
+pub fn publisher_bin() -> PathBuf {
+    expect_binary("mdrelay-publisher", "mdrelay-pub")
+}
+
+/// `mdrelay-sub`; panics when it cannot be found or built.
+pub fn subscriber_bin() -> PathBuf {
+    expect_binary("mdrelay-subscriber", "mdrelay-sub")
+}
+
+/// `mdrelay-bench`; panics when it cannot be found or built.
+pub fn bench_bin() -> PathBuf {
+    expect_binary("mdrelay-bench", "mdrelay-bench")
+}
+
+fn expect_binary(package: &str, name: &str) -> PathBuf {
+    binary(package, name).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// The binary `name` of `package` beside the running executable (a test's `deps/` counts as
+/// beside), built with `cargo build` in the same profile and target directory when missing.
+/// Looked up once per process.
+pub fn binary(package: &str, name: &str) -> io::Result<PathBuf> {
+    static FOUND: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    // Held while building, so two threads do not run cargo for the same binary at once.
+    let mut found = FOUND.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(path) = found.get(name) {
+        return Ok(path.clone());
+    }
+    let dir = profile_dir()?;
+    let path = dir.join(name);
+    if !path.is_file() {
+        build(&dir, package, name)?;
+    }
+    if !path.is_file() {
+        return Err(io::Error::new(io::ErrorKind::NotFound, format!("{} missing after building it", path.display())));
+    }
+    found.insert(name.to_string(), path.clone());
+    Ok(path)
+}
+
+/// `<target>/<profile>`: where cargo puts binaries, and test executables under `deps/`.
+fn profile_dir() -> io::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let mut dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    Ok(dir)
+}
+
+/// `cargo build -p package --bin name` into `dir`'s target directory and profile.
+fn build(dir: &Path, package: &str, name: &str) -> io::Result<()> {
+    let cargo = std::env::var_os("CARGO").or_else(|| option_env!("CARGO").map(Into::into)).unwrap_or("cargo".into());
+    let mut command = Command::new(cargo);
+    command.args(["build", "--quiet", "-p", package, "--bin", name]);
+    match dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => {}
+        Some("release") => {
+            command.arg("--release");
+        }
+        Some(profile) => {
+            command.args(["--profile", profile]);
+        }
+        None => return Err(io::Error::other(format!("{} is not a cargo profile directory", dir.display()))),
+    }
+    if let Some(target) = dir.parent() {
+        command.arg("--target-dir").arg(target);
+    }
+    // From the workspace, whatever the current directory of the caller.
+    command.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    let status = command.status().map_err(|e| io::Error::other(format!("running cargo to build {name}: {e}")))?;
+    if !status.success() {
+        return Err(io::Error::other(format!("building {name} failed ({status})")));
+    }
+    Ok(())
+}
