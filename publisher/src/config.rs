@@ -8,6 +8,7 @@ use mdrelay_proto::codec::Format;
 use serde::Deserialize;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -101,6 +102,9 @@ pub struct PacingSection {
     pub max_messages: Option<u64>,
     /// Stop after this many seconds (0: no limit).
     pub duration: Option<f64>,
+    /// `original`: a wait longer than this many seconds (a jump in the capture's clock) is not
+    /// waited out: the schedule starts again from the next segment.
+    pub max_gap: Option<f64>,
 }
 
 /// `[batching]`.
@@ -136,6 +140,14 @@ pub struct TcpSection {
     pub slow_subscriber: Option<SlowPolicy>,
     /// Wait for this many subscribers before sending.
     pub wait_subscribers: Option<usize>,
+    /// Bytes queued per subscriber, at most (a full queue is a slow subscriber).
+    pub queue_bytes: Option<u64>,
+    /// Connections at once, handshaking or subscribed; more are told to retry later.
+    pub max_connections: Option<usize>,
+    /// Seconds a connection has to answer the greeting.
+    pub handshake_timeout: Option<f64>,
+    /// Seconds subscribers get at the end of the stream to take what is queued for them.
+    pub drain_timeout: Option<f64>,
 }
 
 /// `[udp]`.
@@ -165,7 +177,7 @@ pub struct MulticastSection {
 }
 
 /// Where segments come from, checked.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Source {
     /// A capture file.
     Capture(PathBuf),
@@ -176,7 +188,7 @@ pub enum Source {
 }
 
 /// A live feed, checked.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Live {
     /// Receive address.
     pub listen: SocketAddr,
@@ -189,7 +201,7 @@ pub struct Live {
 }
 
 /// Pacing, checked.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Pacing {
     /// The mode.
     pub mode: PacingMode,
@@ -203,10 +215,12 @@ pub struct Pacing {
     pub max_messages: u64,
     /// Seconds limit (0: none).
     pub duration: f64,
+    /// `original`: the longest wait, in seconds, before the schedule is re-anchored.
+    pub max_gap: f64,
 }
 
 /// The TCP server, checked.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Tcp {
     /// Listen address.
     pub listen: SocketAddr,
@@ -216,10 +230,18 @@ pub struct Tcp {
     pub slow: SlowPolicy,
     /// Subscribers to wait for before sending.
     pub wait_subscribers: usize,
+    /// Bytes queued per subscriber, at most.
+    pub queue_bytes: u64,
+    /// Connections at once.
+    pub max_connections: usize,
+    /// Time a connection has to answer the greeting.
+    pub handshake_timeout: Duration,
+    /// Time subscribers get at the end to take what is queued for them.
+    pub drain_timeout: Duration,
 }
 
 /// UDP destinations, checked.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Udp {
     /// Unicast destinations.
     pub destinations: Vec<SocketAddr>,
@@ -230,7 +252,7 @@ pub struct Udp {
 }
 
 /// Multicast settings, checked.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Multicast {
     /// Group and port.
     pub group: SocketAddr,
@@ -243,7 +265,7 @@ pub struct Multicast {
 }
 
 /// The publisher's settings, checked.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// Wire format.
     pub format: Format,
@@ -280,15 +302,35 @@ pub fn ipv4(name: &str, text: &str) -> Result<Ipv4Addr> {
     text.parse().with_context(|| format!("{name}: {text:?} is not an IPv4 address"))
 }
 
-fn positive(name: &str, v: f64) -> Result<f64> {
-    if !(v.is_finite() && v > 0.0) {
-        bail!("{name}: must be a positive number, got {v}");
+/// `v`, when it is a finite number from `low` to `high`; else an error naming the setting.
+fn within(name: &str, v: f64, low: f64, high: f64, unit: &str) -> Result<f64> {
+    if !(v.is_finite() && (low..=high).contains(&v)) {
+        bail!("{name}: {v} is out of range: give a number from {low} to {high} {unit}");
     }
     Ok(v)
 }
 
+/// `v` seconds, from `low` to `high`, as a duration.
+fn seconds(name: &str, v: f64, low: f64, high: f64) -> Result<Duration> {
+    Ok(Duration::from_secs_f64(within(name, v, low, high, "seconds")?))
+}
+
+/// `v`, when it is a whole number from `low` to `high`.
+fn count_within<T: Into<u64> + Copy + std::fmt::Display>(name: &str, v: T, low: u64, high: u64) -> Result<T> {
+    if !(low..=high).contains(&v.into()) {
+        bail!("{name}: {v} is out of range: give a whole number from {low} to {high}");
+    }
+    Ok(v)
+}
+
+/// A year: the longest time limit a setting takes (0 still means none where it is allowed).
+const YEAR: f64 = 365.0 * 86_400.0;
+/// Largest coalescing budget: a TCP record's payload limit.
+const MAX_COALESCE: u64 = mdrelay_proto::relay::MAX_RECORD as u64;
+
 impl FileConfig {
-    /// Checks every value and fills in defaults.
+    /// Checks every value and fills in defaults. Every number is checked against bounds at
+    /// start, so no value can fail (or panic) the relay after it has begun.
     pub fn check(self) -> Result<Config> {
         let format = self.format.unwrap_or(Format::Sbe);
         let s = self.source;
@@ -320,25 +362,36 @@ impl FileConfig {
                 .map(|i| ipv4("source.live.interface", i))
                 .transpose()?
                 .unwrap_or(Ipv4Addr::UNSPECIFIED);
-            Source::Live(Live { listen, group, interface, idle_timeout: live.idle_timeout.unwrap_or(0.0).max(0.0) })
+            let idle_timeout = within(
+                "source.live.idle_timeout",
+                live.idle_timeout.unwrap_or(0.0),
+                0.0,
+                86_400.0,
+                "seconds (0: never)",
+            )?;
+            Source::Live(Live { listen, group, interface, idle_timeout })
         } else {
             let defaults = mdrelay_proto::synth::SynthConfig::default();
             let syn = s.synthetic.unwrap_or_default();
-            Source::Synthetic(mdrelay_proto::synth::SynthConfig {
+            let config = mdrelay_proto::synth::SynthConfig {
                 messages: syn.messages.unwrap_or(defaults.messages),
                 symbols: syn.symbols.unwrap_or(defaults.symbols),
                 seed: syn.seed.unwrap_or(defaults.seed),
                 ..defaults
-            })
+            };
+            // The generator checks its own limits (symbols, the fewest messages a day needs).
+            mdrelay_proto::synth::SyntheticDay::new(config).context("source.synthetic")?;
+            Source::Synthetic(config)
         };
         let p = self.pacing;
         let pacing = Pacing {
             mode: p.mode.unwrap_or_default(),
-            speed: positive("pacing.speed", p.speed.unwrap_or(1.0))?,
-            rate: positive("pacing.rate", p.rate.unwrap_or(100_000.0))?,
+            speed: within("pacing.speed", p.speed.unwrap_or(1.0), 0.001, 1e6, "(times the capture's pace)")?,
+            rate: within("pacing.rate", p.rate.unwrap_or(100_000.0), 1.0, 1e9, "messages per second")?,
             loops: p.loops.unwrap_or(1),
             max_messages: p.max_messages.unwrap_or(0),
-            duration: p.duration.unwrap_or(0.0).max(0.0),
+            duration: within("pacing.duration", p.duration.unwrap_or(0.0), 0.0, YEAR, "seconds (0: no limit)")?,
+            max_gap: within("pacing.max_gap", p.max_gap.unwrap_or(60.0), 0.001, 86_400.0, "seconds")?,
         };
         let tcp = match self.tcp {
             Some(t) => {
@@ -346,15 +399,33 @@ impl FileConfig {
                 if listen.ip().is_multicast() {
                     bail!("tcp.listen: {listen} is a multicast address; TCP needs a unicast address");
                 }
-                let queue = t.queue.unwrap_or(65_536);
-                if queue == 0 {
-                    bail!("tcp.queue: must be at least 1");
+                let max_connections =
+                    count_within("tcp.max_connections", t.max_connections.unwrap_or(64) as u64, 1, 65_535)? as usize;
+                let wait_subscribers = t.wait_subscribers.unwrap_or(0);
+                if wait_subscribers > max_connections {
+                    bail!(
+                        "tcp.wait_subscribers: {wait_subscribers} is more than tcp.max_connections ({max_connections}) allows"
+                    );
                 }
                 Some(Tcp {
                     listen,
-                    queue,
+                    queue: count_within("tcp.queue", t.queue.unwrap_or(65_536) as u64, 1, 1 << 20)? as usize,
                     slow: t.slow_subscriber.unwrap_or_default(),
-                    wait_subscribers: t.wait_subscribers.unwrap_or(0),
+                    wait_subscribers,
+                    queue_bytes: count_within(
+                        "tcp.queue_bytes",
+                        t.queue_bytes.unwrap_or(64 << 20),
+                        64 << 10,
+                        16 << 30,
+                    )?,
+                    max_connections,
+                    handshake_timeout: seconds(
+                        "tcp.handshake_timeout",
+                        t.handshake_timeout.unwrap_or(5.0),
+                        0.01,
+                        300.0,
+                    )?,
+                    drain_timeout: seconds("tcp.drain_timeout", t.drain_timeout.unwrap_or(10.0), 0.0, 3_600.0)?,
                 })
             }
             None => None,
@@ -388,13 +459,13 @@ impl FileConfig {
                     .transpose()?
                     .unwrap_or(Ipv4Addr::UNSPECIFIED);
                 max_datagram = m.max_datagram.unwrap_or(max_datagram);
-                Some(Multicast { group, interface, ttl: m.ttl.unwrap_or(1), loopback: m.loopback.unwrap_or(true) })
+                let ttl = count_within("multicast.ttl", m.ttl.unwrap_or(1), 0, 255)?;
+                Some(Multicast { group, interface, ttl, loopback: m.loopback.unwrap_or(true) })
             }
             None => None,
         };
-        if !(28..=65_507).contains(&max_datagram) {
-            bail!("max_datagram: {max_datagram} is outside 28..=65507");
-        }
+        // Room for the relay header and the smallest frame.
+        count_within("max_datagram", max_datagram as u64, 64, mdrelay_proto::relay::MAX_DATAGRAM as u64)?;
         let udp =
             (!destinations.is_empty() || multicast.is_some()).then_some(Udp { destinations, multicast, max_datagram });
         if tcp.is_none() && udp.is_none() {
@@ -402,14 +473,29 @@ impl FileConfig {
                 "no transport: configure [tcp], [udp] destinations or [multicast] (or pass --tcp, --udp, --multicast)"
             );
         }
-        Ok(Config {
-            format,
-            stream: self.stream.unwrap_or(1),
-            source,
-            pacing,
-            coalesce_bytes: self.batching.coalesce_bytes.unwrap_or(0),
-            tcp,
-            udp,
-        })
+        let coalesce_bytes =
+            count_within("batching.coalesce_bytes", self.batching.coalesce_bytes.unwrap_or(0) as u64, 0, MAX_COALESCE)?
+                as usize;
+        Ok(Config { format, stream: self.stream.unwrap_or(1), source, pacing, coalesce_bytes, tcp, udp })
+    }
+}
+
+impl Config {
+    /// The settings that differ between `self` and `new` and take effect only at a restart: all
+    /// but the format.
+    pub fn restart_required(&self, new: &Config) -> Vec<&'static str> {
+        let mut changed = Vec::new();
+        let mut check = |name: &'static str, same: bool| {
+            if !same {
+                changed.push(name);
+            }
+        };
+        check("stream", self.stream == new.stream);
+        check("source", self.source == new.source);
+        check("pacing", self.pacing == new.pacing);
+        check("batching.coalesce_bytes", self.coalesce_bytes == new.coalesce_bytes);
+        check("tcp", self.tcp == new.tcp);
+        check("udp / multicast", self.udp == new.udp);
+        changed
     }
 }

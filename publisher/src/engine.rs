@@ -2,18 +2,21 @@
 //!
 //! It runs outside the async runtime on purpose: pacing spins for the last stretch of each wait
 //! (an async timer's millisecond granularity is far coarser than gaps between packets), and
-//! capture reading and gunzip are blocking work. The runtime keeps the sockets of subscribers.
+//! capture reading and gunzip are blocking work. The runtime keeps the subscribers' sockets; the
+//! hot path owns the subscriber list (see [`crate::fanout`]) and never shares a lock with them.
 
 use crate::config::Config;
+use crate::fanout::Fanout;
 use crate::pacing::Pacer;
-use crate::source::SegmentSource;
-use crate::tcp::Fanout;
+use crate::source::{SegmentSource, SourceSkips};
+use crate::stats::Echoes;
 use crate::udp::UdpOut;
 use anyhow::Result;
-use bytes::{BufMut, Bytes, BytesMut};
-use mdrelay_proto::codec::{BatchHeader, Codec, Format, Limits, MessageScratch, collect_segment};
+use bytes::Bytes;
+use mdrelay_proto::codec::{Codec, Format, Limits, MessageScratch, collect_segment};
+use mdrelay_proto::counts::TypeCounts;
 use mdrelay_proto::iextp::Segment;
-use mdrelay_proto::relay::{RecordHeader, RecordTag, Totals};
+use mdrelay_proto::relay::{Coalescer, Envelope, RecordTag, Sealed, Totals, control_record};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
@@ -38,168 +41,131 @@ pub struct EngineSummary {
     pub skipped_segments: u64,
     /// Messages inside segments that did not decode (not relayed in schema formats).
     pub undecodable_messages: u64,
+    /// Segments no format could carry (skipped; each logged).
+    pub unencodable_segments: u64,
+    /// Input the source skipped.
+    pub source_skipped: SourceSkips,
     /// Format switches.
     pub format_switches: u64,
     /// Passes over the source.
     pub passes: u64,
     /// Wall time of the stream, seconds.
     pub seconds: f64,
+    /// Times `original` pacing started its schedule again at a jump in the capture's clock.
+    pub pacing_reanchors: u64,
     /// UDP sends that failed.
     pub udp_send_errors: u64,
+    /// Frames too large for a UDP datagram, not sent over UDP.
+    pub udp_oversized_frames: u64,
 }
 
-/// The TCP record being built: frames of one format, back to back.
-struct PendingRecord {
-    buf: BytesMut,
-    frames: u16,
-    first_sequence: u64,
-    format: Format,
-}
-
-impl PendingRecord {
-    fn new() -> Self {
-        PendingRecord { buf: BytesMut::with_capacity(256 * 1024), frames: 0, first_sequence: 0, format: Format::Raw }
-    }
-
-    fn push(&mut self, sequence: u64, format: Format, frame: &[u8]) {
-        if self.frames == 0 {
-            self.buf.clear();
-            self.buf.put_bytes(0, RecordHeader::LEN);
-            self.first_sequence = sequence;
-            self.format = format;
-        }
-        self.buf.extend_from_slice(frame);
-        self.frames += 1;
-    }
-
-    fn take(&mut self) -> Option<(Bytes, u64)> {
-        if self.frames == 0 {
-            return None;
-        }
-        let header = RecordHeader {
-            tag: RecordTag::Data,
-            format: self.format,
-            frame_count: self.frames,
-            length: (self.buf.len() - RecordHeader::LEN) as u32,
-            sequence: self.first_sequence,
-        };
-        self.buf[..RecordHeader::LEN].copy_from_slice(&header.to_bytes());
-        let frames = u64::from(self.frames);
-        self.frames = 0;
-        Some((self.buf.split().freeze(), frames))
-    }
-}
-
-fn control_record(tag: RecordTag, format: Format, sequence: u64, payload: &[u8]) -> Bytes {
-    let header = RecordHeader { tag, format, frame_count: 0, length: payload.len() as u32, sequence };
-    let mut b = BytesMut::with_capacity(RecordHeader::LEN + payload.len());
-    b.extend_from_slice(&header.to_bytes());
-    b.extend_from_slice(payload);
-    b.freeze()
-}
-
-/// The outputs of one run.
+/// The outputs of one run, each behind the coalescer that groups its frames.
 pub struct Outputs {
     /// TCP subscribers, if a server is configured.
-    pub fanout: Option<Arc<Fanout>>,
+    pub tcp: Option<(Coalescer, Fanout)>,
     /// UDP destinations, if any.
-    pub udp: Option<UdpOut>,
+    pub udp: Option<(Coalescer, UdpOut)>,
 }
 
-struct Sender {
-    outputs: Outputs,
-    record: PendingRecord,
-    coalesce: usize,
-}
+impl Outputs {
+    /// The outputs for `config`: coalescing up to its budget (a datagram at most `max_datagram`).
+    pub fn new(config: &Config, fanout: Option<Fanout>, udp: Option<UdpOut>, session: u64) -> Outputs {
+        let tcp =
+            fanout.map(|f| (Coalescer::new(Envelope::Record, budget(config.coalesce_bytes, Envelope::Record)), f));
+        let udp = udp.map(|u| {
+            let envelope = Envelope::Datagram { session };
+            let limit = config.udp.as_ref().map_or(0, |u| u.max_datagram);
+            let budget = if config.coalesce_bytes == 0 { 0 } else { config.coalesce_bytes.min(limit) };
+            (Coalescer::new(envelope, budget), u)
+        });
+        Outputs { tcp, udp }
+    }
 
-impl Sender {
-    fn frame(&mut self, sequence: u64, format: Format, frame: &[u8]) {
-        if let Some(udp) = &mut self.outputs.udp {
-            udp.push(sequence, format, frame);
-        }
-        if self.outputs.fanout.is_some() {
-            if self.record.frames > 0
-                && (self.record.format != format
-                    || self.record.buf.len() + frame.len() > self.coalesce
-                    || self.record.frames == u16::MAX)
-            {
-                self.flush_tcp(sequence);
+    fn frame(&mut self, sequence: u64, format: Format, frame: &[u8], stop: &AtomicBool, summary: &mut EngineSummary) {
+        if let Some((coalescer, out)) = &mut self.udp {
+            let pushed = coalescer.push(sequence, format, frame, |d| out.send(&d.bytes));
+            if let Err(too_large) = pushed {
+                summary.udp_oversized_frames += 1;
+                if mdrelay_proto::warn::allow("udp oversized") {
+                    tracing::warn!(sequence, %too_large, "frame not sent over UDP");
+                }
             }
-            self.record.push(sequence, format, frame);
-            if self.coalesce == 0 {
-                self.flush_tcp(sequence + 1);
-            }
+        }
+        if let Some((coalescer, fanout)) = &mut self.tcp {
+            // A frame within the record limit always fits: frames are limited far below it.
+            let _ = coalescer.push(sequence, format, frame, |r| seal_tcp(fanout, &r, stop));
         }
     }
 
-    fn flush_tcp(&mut self, next_sequence: u64) {
-        if let (Some(fanout), Some((record, frames))) = (&self.outputs.fanout, self.record.take()) {
-            let format = self.record.format;
-            fanout.send(record, frames, next_sequence, format);
+    /// Sends whatever waits in a coalescer, and tells greetings where the stream is.
+    fn flush(&mut self, next_sequence: u64, format: Format, stop: &AtomicBool) {
+        if let Some((coalescer, out)) = &mut self.udp {
+            coalescer.flush(|d| out.send(&d.bytes));
         }
-    }
-
-    fn flush(&mut self, next_sequence: u64) {
-        self.flush_tcp(next_sequence);
-        if let Some(udp) = &mut self.outputs.udp {
-            udp.flush();
+        if let Some((coalescer, fanout)) = &mut self.tcp {
+            coalescer.flush(|r| seal_tcp(fanout, &r, stop));
+            fanout.set_position(next_sequence, format);
+            fanout.admit(next_sequence, format);
         }
     }
 }
 
-fn wait_for_subscribers(fanout: &Fanout, wanted: usize, stop: &AtomicBool, listen: std::net::SocketAddr) {
+/// Sends a sealed record to the subscribers, then takes in those whose handshake completed: the
+/// next record starts with the frame after this one, so that is exactly where they begin.
+fn seal_tcp(fanout: &mut Fanout, record: &Sealed, stop: &AtomicBool) {
+    fanout.send(record, stop);
+    fanout.set_position(record.next_sequence(), record.format);
+    fanout.admit(record.next_sequence(), record.format);
+}
+
+/// A coalescing budget in envelope bytes (the setting counts frame bytes).
+fn budget(coalesce: usize, envelope: Envelope) -> usize {
+    if coalesce == 0 { 0 } else { coalesce.saturating_add(envelope.header_len()) }
+}
+
+fn wait_for_subscribers(outputs: &mut Outputs, wanted: usize, stop: &AtomicBool, format: Format) {
+    let Some((_, fanout)) = &mut outputs.tcp else { return };
     if wanted == 0 {
         return;
     }
-    tracing::info!(%listen, wanted, "waiting for subscribers before sending");
-    while fanout.ready() < wanted && !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(5));
+    tracing::info!(wanted, "waiting for subscribers before sending");
+    while fanout.admit(1, format) < wanted && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 
 /// Runs the stream to its end: every pass of the source, then the totals.
-pub fn run(config: &Config, mut outputs: Outputs, controls: &Controls) -> Result<EngineSummary> {
-    let mut source = SegmentSource::open(&config.source)?;
-    if let SegmentSource::Live(live) = &mut source {
-        live.set_stop(controls.stop.clone());
-    }
+pub fn run(config: &Config, mut outputs: Outputs, controls: &Controls, echoes: &Echoes) -> Result<EngineSummary> {
+    let mut source = SegmentSource::open(&config.source, controls.stop.clone())?;
     tracing::info!(source = %source.describe(), format = %config.format, "publishing");
-    if let (Some(fanout), Some(tcp)) = (&outputs.fanout, &config.tcp) {
-        wait_for_subscribers(fanout, tcp.wait_subscribers, &controls.stop, tcp.listen);
+    let mut format = Format::from_id(controls.format.load(Ordering::Relaxed)).unwrap_or(config.format);
+    if let Some(tcp) = &config.tcp {
+        wait_for_subscribers(&mut outputs, tcp.wait_subscribers, &controls.stop, format);
     }
     let limits = Limits::default();
-    let mut format = Format::from_id(controls.format.load(Ordering::Relaxed)).unwrap_or(config.format);
     let mut codec = Codec::new(format, limits);
     let mut scratch = MessageScratch::new();
     let mut frame = Vec::with_capacity(1 << 20);
     let mut pacer = Pacer::new(config.pacing);
     let mut summary = EngineSummary::default();
-    let mut by_type = [0u64; 256];
+    let mut by_type = TypeCounts::new();
     let mut sequence = 1u64;
-    let coalesce = config.coalesce_bytes;
-    let mut sender = Sender {
-        outputs: Outputs { fanout: outputs.fanout.take(), udp: outputs.udp.take() },
-        record: PendingRecord::new(),
-        coalesce,
-    };
+    let stop = &*controls.stop;
     let started = Instant::now();
     let deadline = (config.pacing.duration > 0.0).then(|| started + Duration::from_secs_f64(config.pacing.duration));
     'stream: loop {
         summary.passes += 1;
         while let Some(item) = source.next_item()? {
-            if controls.stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
+            if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
                 break 'stream;
             }
             let wanted = Format::from_id(controls.format.load(Ordering::Relaxed)).unwrap_or(format);
             if wanted != format {
-                sender.flush(sequence);
+                outputs.flush(sequence, format, stop);
                 tracing::info!(from = %format, to = %wanted, sequence, "format switch");
                 format = wanted;
                 codec = Codec::new(format, limits);
                 summary.format_switches += 1;
-                if let Some(fanout) = &sender.outputs.fanout {
-                    fanout.send_reliably(control_record(RecordTag::Format, format, sequence, &[]), sequence, format);
-                }
             }
             let Ok(segment) = Segment::parse(item.bytes) else {
                 summary.skipped_segments += 1;
@@ -207,36 +173,30 @@ pub fn run(config: &Config, mut outputs: Outputs, controls: &Controls) -> Result
             };
             if pacer.due(item.time_ns).is_some() {
                 // Nothing waits in a coalescing buffer while the pacer sleeps.
-                sender.flush(sequence);
+                outputs.flush(sequence, format, stop);
             }
             frame.clear();
+            let mut publish_time = 0;
             let encoded = scratch.with(|list| {
                 summary.undecodable_messages += collect_segment(&segment, list) as u64;
-                let publish_time = pacer.wait(item.time_ns, list.len() as u64);
+                publish_time = pacer.wait(item.time_ns, list.len() as u64);
                 for m in list.iter() {
-                    by_type[usize::from(m.kind())] += 1;
+                    by_type.add(m.kind());
                 }
                 summary.totals.messages += list.len() as u64;
-                match &mut codec {
-                    // Raw relays the segment's bytes as they came.
-                    Codec::Raw(raw) => {
-                        raw.encode_segment(publish_time, item.bytes, &mut frame);
-                        Ok(())
-                    }
-                    codec => codec.encode(
-                        &BatchHeader { publish_time, ..BatchHeader::from_segment(&segment.header) },
-                        list,
-                        &mut frame,
-                    ),
-                }
+                codec.encode_segment(publish_time, &segment, item.bytes, list, &mut frame)
             });
             if let Err(e) = encoded {
-                tracing::warn!(sequence, error = %e, "segment not encodable; skipped");
+                summary.unencodable_segments += 1;
+                if mdrelay_proto::warn::allow("encode") {
+                    tracing::warn!(sequence, error = %e, "segment not encodable; skipped");
+                }
                 continue;
             }
+            echoes.sent.record(sequence, publish_time);
             summary.totals.frames += 1;
             summary.frame_bytes += frame.len() as u64;
-            sender.frame(sequence, format, &frame);
+            outputs.frame(sequence, format, &frame, stop, &mut summary);
             sequence += 1;
             if config.pacing.max_messages > 0 && summary.totals.messages >= config.pacing.max_messages {
                 break 'stream;
@@ -250,17 +210,18 @@ pub fn run(config: &Config, mut outputs: Outputs, controls: &Controls) -> Result
         }
         pacer.rewind();
     }
-    sender.flush(sequence);
+    outputs.flush(sequence, format, stop);
     summary.seconds = started.elapsed().as_secs_f64();
-    summary.totals.by_type = by_type.iter().enumerate().filter(|(_, n)| **n > 0).map(|(k, n)| (k as u8, *n)).collect();
+    summary.totals.by_type = by_type.by_byte();
+    summary.source_skipped = source.skipped();
+    summary.pacing_reanchors = pacer.reanchors;
     let mut totals = Vec::new();
     summary.totals.write(&mut totals);
-    if let Some(fanout) = &sender.outputs.fanout {
-        fanout.send_reliably(control_record(RecordTag::End, format, sequence, &totals), sequence, format);
-        fanout.close();
+    if let Some((_, fanout)) = &mut outputs.tcp {
+        fanout.end(Bytes::from(control_record(RecordTag::End, format, sequence, &totals)));
     }
-    if let Some(udp) = &mut sender.outputs.udp {
-        udp.end(sequence, &totals);
+    if let Some((_, udp)) = &mut outputs.udp {
+        udp.end(format, sequence, &totals);
         summary.udp_send_errors = udp.send_errors;
     }
     tracing::info!(

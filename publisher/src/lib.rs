@@ -7,9 +7,10 @@
 //! - [`engine`]: the hot path on its own thread: source → pacing → encoding → outputs;
 //! - [`source`]: capture files, synthetic days, live UDP feeds;
 //! - [`pacing`]: original timing, fixed rate, top speed, anchored against drift;
-//! - [`tcp`]: the subscriber server with per-subscriber queues and slow-subscriber policies;
+//! - [`fanout`]: the subscriber list, owned by the hot path, with the slow-subscriber policies;
+//! - [`tcp`]: the server's tasks: accepting, handshakes, writing each subscriber's queue;
 //! - [`udp`]: unicast and multicast datagrams with the relay header;
-//! - [`stats`]: round trips and latency summaries;
+//! - [`stats`]: echoes checked against the frames sent, and round trips;
 //! - [`commands`]: the capture tools (`inspect`, `synth`, `convert`, `demo`).
 
 #![forbid(unsafe_code)]
@@ -18,6 +19,7 @@
 pub mod commands;
 pub mod config;
 pub mod engine;
+pub mod fanout;
 pub mod pacing;
 pub mod run;
 pub mod source;

@@ -9,7 +9,8 @@
 //! on the same host.
 
 use crate::config::{Pacing, PacingMode};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use mdrelay_proto::clock::wall_clock_ns;
+use std::time::{Duration, Instant};
 
 /// Spin instead of sleeping for the last stretch of a wait (a little above the default 50 µs
 /// timer slack).
@@ -23,11 +24,10 @@ pub struct Pacer {
     /// Wall clock (ns since the epoch) at the anchor instant, to turn schedules into timestamps.
     anchor_realtime: i64,
     messages: u64,
-}
-
-/// Nanoseconds since the Unix epoch, CLOCK_REALTIME.
-pub fn realtime_ns() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
+    /// `original`: the previous segment's capture time, to notice jumps in the capture's clock.
+    last_capture: Option<i64>,
+    /// Times the schedule started again at a jump in the capture's clock.
+    pub reanchors: u64,
 }
 
 fn wait_until(target: Instant) {
@@ -48,7 +48,7 @@ fn wait_until(target: Instant) {
 impl Pacer {
     /// A pacer for `pacing`.
     pub fn new(pacing: Pacing) -> Pacer {
-        Pacer { pacing, anchor: None, anchor_realtime: 0, messages: 0 }
+        Pacer { pacing, anchor: None, anchor_realtime: 0, messages: 0, last_capture: None, reanchors: 0 }
     }
 
     /// The time the next segment is due, if it is in the future (so pending output can be
@@ -63,10 +63,11 @@ impl Pacer {
         match self.pacing.mode {
             PacingMode::TopSpeed => None,
             PacingMode::Original => {
-                let offset = (capture_time - anchor_capture).max(0) as f64 / self.pacing.speed;
-                Some(anchor + Duration::from_nanos(offset as u64))
+                // `as u64` saturates: the max_gap check keeps offsets far from the limits anyway.
+                let offset = capture_time.saturating_sub(anchor_capture).max(0) as f64 / self.pacing.speed;
+                anchor.checked_add(Duration::from_nanos(offset as u64))
             }
-            PacingMode::Rate => Some(anchor + Duration::from_secs_f64(self.messages as f64 / self.pacing.rate)),
+            PacingMode::Rate => anchor.checked_add(Duration::from_secs_f64(self.messages as f64 / self.pacing.rate)),
         }
     }
 
@@ -74,16 +75,36 @@ impl Pacer {
     /// its publish time: the scheduled time when paced (so a publisher stall shows up as latency
     /// instead of being hidden: no coordinated omission), the current time at top speed.
     pub fn wait(&mut self, capture_time: i64, messages: u64) -> i64 {
+        if self.pacing.mode == PacingMode::Original {
+            if let Some(last) = self.last_capture {
+                // A jump in the capture's clock (a far-future timestamp, a capture spanning days,
+                // a clock stepped back) is not waited out: the schedule starts again here.
+                let jump = capture_time.saturating_sub(last) as f64 / self.pacing.speed;
+                if self.anchor.is_some() && jump.abs() > self.pacing.max_gap * 1e9 {
+                    self.anchor = None;
+                    self.reanchors += 1;
+                    if self.reanchors <= 3 || self.reanchors.is_power_of_two() {
+                        tracing::info!(
+                            jump_s = jump / 1e9,
+                            reanchors = self.reanchors,
+                            "capture clock jumped beyond pacing.max_gap; pacing continues from this segment"
+                        );
+                    }
+                }
+            }
+            self.last_capture = Some(capture_time);
+        }
         if self.anchor.is_none() {
             self.anchor = Some((Instant::now(), capture_time));
-            self.anchor_realtime = realtime_ns();
+            self.anchor_realtime = wall_clock_ns();
         }
         let publish_time = match self.target(capture_time) {
-            None => realtime_ns(),
+            None => wall_clock_ns(),
             Some(target) => {
                 wait_until(target);
                 let (anchor, _) = self.anchor.expect("set above");
-                self.anchor_realtime + (target - anchor).as_nanos() as i64
+                let since = i64::try_from((target - anchor).as_nanos()).unwrap_or(i64::MAX);
+                self.anchor_realtime.saturating_add(since)
             }
         };
         // A heartbeat (no messages) weighs as one: otherwise the idle seconds of a capture (9,000
@@ -98,6 +119,7 @@ impl Pacer {
     pub fn rewind(&mut self) {
         if self.pacing.mode == PacingMode::Original {
             self.anchor = None;
+            self.last_capture = None;
         }
     }
 }
@@ -107,7 +129,7 @@ mod tests {
     use super::*;
 
     fn pacing(mode: PacingMode) -> Pacing {
-        Pacing { mode, speed: 10.0, rate: 1000.0, loops: 1, max_messages: 0, duration: 0.0 }
+        Pacing { mode, speed: 10.0, rate: 1000.0, loops: 1, max_messages: 0, duration: 0.0, max_gap: 1.0 }
     }
 
     #[test]
@@ -130,5 +152,22 @@ mod tests {
         // 5 messages at 1000/s is 5 ms; the heartbeat between counts as one message.
         assert_eq!(t1 - t0, 5_000_000);
         assert_eq!(t2 - t1, 1_000_000);
+    }
+
+    #[test]
+    fn a_jump_in_the_capture_clock_is_not_waited_out() {
+        let mut p = Pacer::new(pacing(PacingMode::Original));
+        let start = Instant::now();
+        p.wait(0, 1);
+        // A century ahead, then back: neither parks the publisher (max_gap is 1 s here).
+        p.wait(100 * 365 * 86_400 * 1_000_000_000, 1);
+        p.wait(1_000_000, 1);
+        assert!(start.elapsed() < Duration::from_secs(1));
+        assert_eq!(p.reanchors, 2);
+        // An ordinary step of the clock is still paced: 100 ms at speed 10 is 10 ms.
+        let t0 = p.wait(2_000_000, 1);
+        let t1 = p.wait(102_000_000, 1);
+        assert_eq!(t1 - t0, 10_000_000);
+        assert_eq!(p.reanchors, 2);
     }
 }

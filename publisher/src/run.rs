@@ -4,16 +4,20 @@
 
 use crate::config::{self, FileConfig, PacingMode, SlowPolicy};
 use crate::engine::{self, Controls, EngineSummary, Outputs};
-use crate::stats::{LatencySummary, RoundTrips};
-use crate::tcp::{Fanout, SubscriberSummary};
+use crate::fanout::{Fanout, ServerCounters, Shared, SubscriberSummary};
+use crate::stats::Echoes;
+use crate::tcp::Server;
 use crate::udp::UdpOut;
 use anyhow::{Context, Result};
 use clap::Args;
 use mdrelay_proto::codec::Format;
+use mdrelay_proto::latency::LatencySummary;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// Flags of `run`; each overrides the same setting of the configuration file.
 #[derive(Debug, Args, Clone, Default)]
@@ -201,10 +205,18 @@ pub struct RunSummary {
     /// The engine's figures.
     #[serde(flatten)]
     pub engine: EngineSummary,
-    /// TCP subscribers.
+    /// The most recent TCP subscribers (at most [`crate::fanout::KEPT_SUMMARIES`]).
     pub subscribers: Vec<SubscriberSummary>,
+    /// Subscribers before those, left out of the list.
+    pub subscribers_omitted: u64,
+    /// Counters over every TCP connection.
+    pub connections: Option<ServerCounters>,
     /// Round trips measured from subscribers' echoes, ns.
     pub round_trip_ns: LatencySummary,
+    /// Echoes that named no frame sent, with another publish time, or out of order.
+    pub echoes_rejected: u64,
+    /// Warnings about bad input counted but not logged (the log budget).
+    pub warnings_suppressed: u64,
 }
 
 /// Runs the publisher until the stream ends.
@@ -228,74 +240,116 @@ pub fn run(args: &RunArgs) -> Result<()> {
     Ok(())
 }
 
+/// The TCP server while it runs: what shutdown needs.
+struct Serving {
+    shared: Arc<Shared>,
+    accepting: CancellationToken,
+    abort: CancellationToken,
+    tracker: TaskTracker,
+    drain: Duration,
+}
+
 async fn relay(args: RunArgs, config: config::Config) -> Result<RunSummary> {
     // Installed before anything starts, so a signal is never missed; tests and scripts wait for
     // this line before signalling.
     let handlers = Signals::install().context("installing the signal handlers")?;
     tracing::info!("signal handlers installed");
     let session: u64 = rand::random();
-    let round_trips = Arc::new(RoundTrips::default());
+    let echoes = Arc::new(Echoes::default());
     let controls =
         Controls { format: Arc::new(AtomicU8::new(config.format.id())), stop: Arc::new(AtomicBool::new(false)) };
-    let fanout = match &config.tcp {
+    let (fanout, serving) = match &config.tcp {
         Some(tcp) => {
             let listener = tokio::net::TcpListener::bind(tcp.listen)
                 .await
                 .with_context(|| format!("tcp.listen: cannot listen on {}", tcp.listen))?;
             tracing::info!(listen = %listener.local_addr()?, "serving subscribers over TCP");
-            let fanout = Fanout::new(tcp, config.format, session, config.stream);
-            tokio::spawn(crate::tcp::serve(listener, fanout.clone(), round_trips.clone()));
-            Some(fanout)
+            let shared = Shared::new(session, config.stream, config.format);
+            let (joins, joined) = std::sync::mpsc::channel();
+            let serving = Serving {
+                shared: shared.clone(),
+                accepting: CancellationToken::new(),
+                abort: CancellationToken::new(),
+                tracker: TaskTracker::new(),
+                drain: tcp.drain_timeout,
+            };
+            let server = Server {
+                shared: shared.clone(),
+                joins,
+                echoes: echoes.clone(),
+                tcp: *tcp,
+                abort: serving.abort.clone(),
+                tracker: serving.tracker.clone(),
+            };
+            tokio::spawn(crate::tcp::serve(listener, server, serving.accepting.clone()));
+            (Some(Fanout::new(tcp, shared, joined)), Some(serving))
         }
-        None => None,
+        None => (None, None),
     };
     let echo_stop = Arc::new(AtomicBool::new(false));
     let mut echo_thread = None;
     let udp = match &config.udp {
         Some(udp) => {
-            let out = UdpOut::open(udp, session, config.coalesce_bytes)?;
+            let out = UdpOut::open(udp, session)?;
             if let config::Source::Live(live) = &config.source {
                 crate::source::check_live_not_self(live, out.targets())?;
             }
             tracing::info!(targets = ?out.targets(), "sending over UDP");
-            echo_thread = Some(out.spawn_echo_reader(round_trips.clone(), echo_stop.clone())?);
+            echo_thread = Some(out.spawn_echo_reader(echoes.clone(), echo_stop.clone())?);
             Some(out)
         }
         None => None,
     };
-    tokio::spawn(signals(handlers, args, controls.clone()));
-    let outputs = Outputs { fanout: fanout.clone(), udp };
+    tokio::spawn(signals(handlers, args, config.clone(), controls.clone()));
+    let outputs = Outputs::new(&config, fanout, udp, session);
     let engine_config = config.clone();
     let engine_controls = controls.clone();
+    let engine_echoes = echoes.clone();
     let engine = std::thread::Builder::new()
         .name("mdrelay-pub-hot".into())
-        .spawn(move || engine::run(&engine_config, outputs, &engine_controls))
+        .spawn(move || engine::run(&engine_config, outputs, &engine_controls, &engine_echoes))
         .context("starting the hot path thread")?;
     let result = tokio::task::spawn_blocking(move || engine.join()).await?;
     let engine = match result {
         Ok(r) => r?,
         Err(_) => anyhow::bail!("the hot path panicked"),
     };
-    // Let subscribers drain their queues and send their last echoes; a stalled one is not
-    // waited for past the deadline (its connection closes when the process exits).
-    if let Some(fanout) = &fanout {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while Arc::strong_count(fanout) > 2 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+    if let Some(serving) = &serving {
+        shut_down(serving).await;
     }
-    tokio::time::sleep(Duration::from_millis(100)).await;
     echo_stop.store(true, Ordering::Relaxed);
     if let Some(t) = echo_thread {
         let _ = tokio::task::spawn_blocking(move || t.join()).await;
     }
     let format = Format::from_id(controls.format.load(Ordering::Relaxed)).unwrap_or(config.format);
+    let (subscribers, subscribers_omitted) = serving.as_ref().map(|s| s.shared.summaries.report()).unwrap_or_default();
     Ok(RunSummary {
         format,
         engine,
-        subscribers: fanout.as_ref().map(|f| f.summaries()).unwrap_or_default(),
-        round_trip_ns: round_trips.summary(),
+        subscribers,
+        subscribers_omitted,
+        connections: serving.map(|s| Arc::try_unwrap(s.shared).map(|s| s.counters).unwrap_or_default()),
+        round_trip_ns: echoes.round_trips.summary(),
+        echoes_rejected: echoes.rejected.load(Ordering::Relaxed),
+        warnings_suppressed: mdrelay_proto::warn::suppressed(),
     })
+}
+
+/// The end of the stream for TCP: no new connections; subscribers get `tcp.drain_timeout` to
+/// take what is queued for them (and END), then every connection still open is cut off.
+async fn shut_down(serving: &Serving) {
+    serving.accepting.cancel();
+    serving.tracker.close();
+    if tokio::time::timeout(serving.drain, serving.tracker.wait()).await.is_err() {
+        tracing::warn!(
+            subscribers = serving.tracker.len(),
+            drain_timeout = ?serving.drain,
+            "subscribers still taking the stream at the end of the drain time; disconnected"
+        );
+        serving.abort.cancel();
+        // Every task returns at once on the abort; bounded all the same.
+        let _ = tokio::time::timeout(Duration::from_secs(2), serving.tracker.wait()).await;
+    }
 }
 
 /// The signals the publisher handles.
@@ -317,11 +371,11 @@ impl Signals {
 }
 
 /// SIGHUP reloads the configuration; SIGINT / SIGTERM end the stream (a second one exits).
-async fn signals(signals: Signals, args: RunArgs, controls: Controls) {
+async fn signals(signals: Signals, args: RunArgs, running: config::Config, controls: Controls) {
     let Signals { mut hup, mut int, mut term } = signals;
     loop {
         tokio::select! {
-            _ = hup.recv() => reload(&args, &controls),
+            _ = hup.recv() => reload(&args, &running, &controls),
             _ = int.recv() => stop(&controls),
             _ = term.recv() => stop(&controls),
         }
@@ -336,7 +390,7 @@ fn stop(controls: &Controls) {
     tracing::info!("stopping: the stream ends with its totals (again to stop at once)");
 }
 
-fn reload(args: &RunArgs, controls: &Controls) {
+fn reload(args: &RunArgs, running: &config::Config, controls: &Controls) {
     let Some(path) = &args.config else {
         tracing::warn!("SIGHUP: no configuration file to re-read (start with --config FILE)");
         return;
@@ -352,6 +406,11 @@ fn reload(args: &RunArgs, controls: &Controls) {
             if args.format.is_some() {
                 tracing::warn!("SIGHUP: --format on the command line overrides the file's format");
             }
+            let ignored = running.restart_required(&new);
+            if !ignored.is_empty() {
+                tracing::warn!(settings = %ignored.join(", "), file = %path.display(),
+                    "SIGHUP: these settings changed but take effect only at a restart; the running values stay");
+            }
         }
         Err(e) => tracing::error!("SIGHUP: keeping the running configuration: {e:#}"),
     }
@@ -366,6 +425,39 @@ fn print_summary(s: &RunSummary) {
     if e.format_switches > 0 {
         println!("  format switches: {}", e.format_switches);
     }
+    let skipped = &e.source_skipped;
+    let skips = [
+        ("non-IEX packets", skipped.non_iex_packets),
+        ("capture records", skipped.capture_records),
+        ("live datagrams rejected", skipped.live_datagrams),
+        ("segments not IEX-TP", e.skipped_segments),
+        ("undecodable messages", e.undecodable_messages),
+        ("unencodable segments", e.unencodable_segments),
+        ("frames too large for UDP", e.udp_oversized_frames),
+        ("UDP send errors", e.udp_send_errors),
+        ("pacing re-anchors", e.pacing_reanchors),
+        ("echoes rejected", s.echoes_rejected),
+        ("warnings not logged", s.warnings_suppressed),
+    ];
+    let skips: Vec<String> = skips.iter().filter(|(_, n)| *n > 0).map(|(what, n)| format!("{what} {n}")).collect();
+    if !skips.is_empty() {
+        println!("  skipped and rejected: {}", skips.join(", "));
+    }
+    if let Some(c) = &s.connections {
+        let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        println!(
+            "  connections {}: busy {}, failed handshakes {}, disconnected slow {}, protocol violations {}, accept errors {}",
+            n(&c.connections),
+            n(&c.busy),
+            n(&c.handshake_failures),
+            n(&c.disconnects_slow),
+            n(&c.protocol_violations),
+            n(&c.accept_errors)
+        );
+    }
+    if s.subscribers_omitted > 0 {
+        println!("  ({} earlier subscribers not listed)", s.subscribers_omitted);
+    }
     for sub in &s.subscribers {
         let fate = if let Some(reason) = &sub.refused {
             format!("refused: {reason}")
@@ -374,13 +466,21 @@ fn print_summary(s: &RunSummary) {
         } else {
             format!("dropped {} frames", sub.dropped_frames)
         };
-        println!("  subscriber {} from frame {}: {fate}", sub.peer, sub.first_sequence);
+        let from = sub.first_sequence.map_or_else(|| "-".to_string(), |f| f.to_string());
+        println!("  subscriber {} from frame {from}: {fate}", sub.peer);
     }
     let rt = &s.round_trip_ns;
     if rt.count > 0 {
+        let v = |x: Option<u64>| x.unwrap_or_default();
         println!(
             "  round trip (ns, {} echoes): p50 {} p90 {} p99 {} p99.9 {} p99.99 {} max {}",
-            rt.count, rt.p50, rt.p90, rt.p99, rt.p999, rt.p9999, rt.max
+            rt.count,
+            v(rt.p50),
+            v(rt.p90),
+            v(rt.p99),
+            v(rt.p999),
+            v(rt.p9999),
+            v(rt.max)
         );
     }
 }

@@ -11,7 +11,9 @@ use mdrelay_proto::relay::{DatagramHeader, DatagramKind};
 use mdrelay_proto::synth::SyntheticDay;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::net::{SocketAddr, UdpSocket};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// One segment from the source.
@@ -25,7 +27,7 @@ pub struct Item<'a> {
 
 /// A source of segments.
 pub enum SegmentSource {
-    /// A capture file, reopened for every pass.
+    /// A capture file, reopened for every pass (a FIFO is read once).
     Capture {
         /// The file.
         path: PathBuf,
@@ -33,6 +35,10 @@ pub enum SegmentSource {
         reader: CaptureReader,
         /// Packets skipped for not being IEX-TP.
         skipped: u64,
+        /// Records the reader skipped in earlier passes (pcapng records of unusable interfaces).
+        skipped_records_before: u64,
+        /// Whether the file is a FIFO, which cannot be replayed.
+        fifo: bool,
     },
     /// A synthetic day, regenerated for every pass.
     Synthetic {
@@ -46,15 +52,29 @@ pub enum SegmentSource {
 }
 
 impl SegmentSource {
-    /// Opens the configured source.
-    pub fn open(source: &Source) -> Result<SegmentSource> {
+    /// Opens the configured source; `stop` ends a wait for a FIFO's writer or a live datagram.
+    pub fn open(source: &Source, stop: Arc<AtomicBool>) -> Result<SegmentSource> {
         Ok(match source {
             Source::Capture(path) => {
-                SegmentSource::Capture { path: path.clone(), reader: CaptureReader::open(path)?, skipped: 0 }
+                let (reader, fifo) = open_capture(path, &stop)?;
+                SegmentSource::Capture { path: path.clone(), reader, skipped: 0, skipped_records_before: 0, fifo }
             }
             Source::Synthetic(config) => SegmentSource::Synthetic { config: *config, day: SyntheticDay::new(*config)? },
-            Source::Live(live) => SegmentSource::Live(LiveSource::bind(live)?),
+            Source::Live(live) => SegmentSource::Live(LiveSource::bind(live, stop)?),
         })
+    }
+
+    /// Counts of input the source skipped, for the run's summary.
+    pub fn skipped(&self) -> SourceSkips {
+        match self {
+            SegmentSource::Capture { reader, skipped, skipped_records_before, .. } => SourceSkips {
+                non_iex_packets: *skipped,
+                capture_records: skipped_records_before + reader.skipped_records(),
+                live_datagrams: 0,
+            },
+            SegmentSource::Synthetic { .. } => SourceSkips::default(),
+            SegmentSource::Live(live) => SourceSkips { live_datagrams: live.rejected, ..SourceSkips::default() },
+        }
     }
 
     /// A short description for logs.
@@ -101,7 +121,9 @@ impl SegmentSource {
     /// Starts another pass; false when the source cannot be replayed (a live feed).
     pub fn rewind(&mut self) -> Result<bool> {
         match self {
-            SegmentSource::Capture { path, reader, .. } => {
+            SegmentSource::Capture { fifo: true, .. } => Ok(false),
+            SegmentSource::Capture { path, reader, skipped_records_before, .. } => {
+                *skipped_records_before += reader.skipped_records();
                 *reader = CaptureReader::open(&*path)?;
                 Ok(true)
             }
@@ -112,6 +134,54 @@ impl SegmentSource {
             SegmentSource::Live(_) => Ok(false),
         }
     }
+}
+
+/// Input a source skipped.
+#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+pub struct SourceSkips {
+    /// Capture packets that are not IEX-TP over UDP.
+    pub non_iex_packets: u64,
+    /// Capture records skipped by the reader (pcapng records naming an unusable interface).
+    pub capture_records: u64,
+    /// Live datagrams that were neither IEX-TP nor the upstream publisher's raw datagrams.
+    pub live_datagrams: u64,
+}
+
+/// Opens a capture. A FIFO (`mkfifo`, a pipe from another program) is opened without blocking
+/// and waited on with `stop` checked, since opening it blocks until a writer appears, and a
+/// publisher waiting there could neither say so nor be stopped.
+fn open_capture(path: &Path, stop: &AtomicBool) -> Result<(CaptureReader, bool)> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let is_fifo = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo());
+    if !is_fifo {
+        return Ok((CaptureReader::open(path)?, false));
+    }
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(OFlag::O_NONBLOCK.bits())
+        .open(path)
+        .with_context(|| format!("{}: cannot open the FIFO", path.display()))?;
+    tracing::info!(file = %path.display(), "the capture is a FIFO: waiting for a writer");
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            bail!("{}: stopped while waiting for a writer on the FIFO", path.display());
+        }
+        let mut fds = [PollFd::new(file.as_fd(), PollFlags::POLLIN)];
+        // Linux reports neither readable nor hung up until a writer has opened the FIFO.
+        match poll(&mut fds, PollTimeout::from(100u16)) {
+            Ok(0) => continue,
+            Ok(_) => break,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e).with_context(|| format!("{}: waiting on the FIFO", path.display())),
+        }
+    }
+    // Blocking reads from here on, as from any file.
+    fcntl(file.as_fd(), FcntlArg::F_SETFL(OFlag::empty()))
+        .with_context(|| format!("{}: cannot make the FIFO blocking", path.display()))?;
+    Ok((CaptureReader::new(path.display().to_string(), file)?, true))
 }
 
 /// A live IEX-TP feed on UDP: bare IEX-TP segments (from the exchange or tcpreplay), or another
@@ -126,14 +196,17 @@ pub struct LiveSource {
     relay_datagram: bool,
     raw: RawCodec,
     idle_timeout: Option<Duration>,
-    stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
-    /// Datagrams that were neither IEX-TP nor raw relay datagrams.
+    stop: Arc<AtomicBool>,
+    /// The upstream publisher's session, from its first raw data datagram: its control datagrams
+    /// (END) are accepted only from that session, so a stray or spoofed END cannot end the stream.
+    upstream_session: Option<u64>,
+    /// Datagrams that were neither IEX-TP nor the upstream's raw relay datagrams.
     pub rejected: u64,
 }
 
 impl LiveSource {
-    /// Binds (and joins the group, if any).
-    pub fn bind(live: &Live) -> Result<LiveSource> {
+    /// Binds (and joins the group, if any); `stop` ends a wait for the next datagram.
+    pub fn bind(live: &Live, stop: Arc<AtomicBool>) -> Result<LiveSource> {
         let socket =
             Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).context("creating the live feed socket")?;
         socket.set_reuse_address(true)?;
@@ -166,14 +239,10 @@ impl LiveSource {
             relay_datagram: false,
             raw: RawCodec::new(Limits::default()),
             idle_timeout: (live.idle_timeout > 0.0).then(|| Duration::from_secs_f64(live.idle_timeout)),
-            stop: None,
+            stop,
+            upstream_session: None,
             rejected: 0,
         })
-    }
-
-    /// Lets a stop request end a wait for the next datagram.
-    pub fn set_stop(&mut self, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) {
-        self.stop = Some(stop);
     }
 
     fn next_item(&mut self) -> Result<Option<Item<'_>>> {
@@ -190,13 +259,16 @@ impl LiveSource {
                         return Ok(Some(Item { time_ns, bytes }));
                     }
                     _ => {
-                        tracing::warn!(feed = %self.describe, offset = self.cursor, "malformed raw frame in a relay datagram; rest of the datagram skipped");
+                        self.rejected += 1;
+                        if mdrelay_proto::warn::allow("live frame") {
+                            tracing::warn!(feed = %self.describe, offset = self.cursor, "malformed raw frame in a relay datagram; rest of the datagram skipped");
+                        }
                         self.cursor = self.len;
                         continue;
                     }
                 }
             }
-            if self.stop.as_ref().is_some_and(|s| s.load(std::sync::atomic::Ordering::Relaxed)) {
+            if self.stop.load(Ordering::Relaxed) {
                 return Ok(None);
             }
             let (n, peer) = match self.socket.recv_from(&mut self.buf) {
@@ -219,22 +291,38 @@ impl LiveSource {
                     Ok(h) => h,
                     Err(e) => {
                         self.rejected += 1;
-                        tracing::warn!(%peer, %e, "relay datagram rejected");
+                        if mdrelay_proto::warn::allow("live datagram") {
+                            tracing::warn!(%peer, %e, "relay datagram rejected");
+                        }
                         continue;
                     }
                 };
                 match header.kind {
-                    DatagramKind::End => {
+                    DatagramKind::End if self.upstream_session == Some(header.session) => {
                         tracing::info!(%peer, "upstream publisher ended its stream");
                         return Ok(None);
                     }
-                    DatagramKind::Echo => continue,
+                    DatagramKind::End | DatagramKind::Echo => {
+                        self.rejected += 1;
+                        if mdrelay_proto::warn::allow("live control") {
+                            tracing::warn!(%peer, kind = ?header.kind, session = format_args!("{:#x}", header.session),
+                                "control datagram not from the upstream session that sends the data; ignored");
+                        }
+                        continue;
+                    }
                     DatagramKind::Data if header.format != Format::Raw => {
                         self.rejected += 1;
-                        tracing::warn!(%peer, format = %header.format, "a live source relays raw IEX-TP; this upstream sends another format");
+                        if mdrelay_proto::warn::allow("live format") {
+                            tracing::warn!(%peer, format = %header.format, "a live source relays raw IEX-TP; this upstream sends another format");
+                        }
                         continue;
                     }
                     DatagramKind::Data => {
+                        if self.upstream_session.is_none() {
+                            tracing::info!(%peer, session = format_args!("{:#x}", header.session), "upstream publisher session");
+                        }
+                        // A restarted upstream's data carries its new session; its END follows.
+                        self.upstream_session = Some(header.session);
                         self.relay_datagram = true;
                         self.cursor = DatagramHeader::LEN;
                         continue;
@@ -249,7 +337,9 @@ impl LiveSource {
                 }
                 Err(e) => {
                     self.rejected += 1;
-                    tracing::warn!(%peer, len = n, %e, "datagram is neither IEX-TP nor an mdrelay raw datagram; skipped");
+                    if mdrelay_proto::warn::allow("live datagram") {
+                        tracing::warn!(%peer, len = n, %e, "datagram is neither IEX-TP nor an mdrelay raw datagram; skipped");
+                    }
                 }
             }
         }

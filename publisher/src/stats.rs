@@ -1,8 +1,15 @@
-//! What the publisher reports: totals sent, round trips measured from subscribers' echoes.
+//! Round trips measured from subscribers' echoes, checked against the frames actually sent.
 
-use crate::pacing::realtime_ns;
 use hdrhistogram::Histogram;
+use mdrelay_proto::clock::wall_clock_ns;
+use mdrelay_proto::latency::{LatencySummary, latency_histogram};
+use mdrelay_proto::relay::echo::SentLog;
 use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
+
+/// Frames whose publish times are kept for checking echoes: at a million frames a second, a
+/// quarter of a second's worth, far more than any round trip worth measuring takes.
+pub const SENT_LOG_FRAMES: usize = 1 << 18;
 
 /// Round-trip times from echoed publish timestamps, in ns.
 pub struct RoundTrips {
@@ -11,53 +18,37 @@ pub struct RoundTrips {
 
 impl Default for RoundTrips {
     fn default() -> Self {
-        RoundTrips { histogram: Mutex::new(Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid bounds")) }
-    }
-}
-
-/// Percentiles of a latency histogram, ns.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize, PartialEq, Eq)]
-pub struct LatencySummary {
-    /// Values recorded.
-    pub count: u64,
-    /// Median.
-    pub p50: u64,
-    /// 90th percentile.
-    pub p90: u64,
-    /// 99th percentile.
-    pub p99: u64,
-    /// 99.9th percentile.
-    pub p999: u64,
-    /// 99.99th percentile.
-    pub p9999: u64,
-    /// Largest.
-    pub max: u64,
-}
-
-impl LatencySummary {
-    /// The summary of `h`.
-    pub fn of(h: &Histogram<u64>) -> LatencySummary {
-        LatencySummary {
-            count: h.len(),
-            p50: h.value_at_quantile(0.5),
-            p90: h.value_at_quantile(0.9),
-            p99: h.value_at_quantile(0.99),
-            p999: h.value_at_quantile(0.999),
-            p9999: h.value_at_quantile(0.9999),
-            max: h.max(),
-        }
+        RoundTrips { histogram: Mutex::new(latency_histogram()) }
     }
 }
 
 impl RoundTrips {
-    /// Records the round trip of a frame published at `publish_time`.
+    /// Records the round trip of a frame published at `publish_time` (already checked to be a
+    /// frame this publisher sent, so the difference is a real round trip; it saturates anyway).
     pub fn record(&self, publish_time: i64) {
-        let rtt = (realtime_ns() - publish_time).max(1) as u64;
-        self.histogram.lock().expect("histogram lock").saturating_record(rtt);
+        let rtt = wall_clock_ns().saturating_sub(publish_time).max(1);
+        let rtt = u64::try_from(rtt).unwrap_or(1);
+        self.histogram.lock().unwrap_or_else(|e| e.into_inner()).saturating_record(rtt);
     }
 
     /// The percentiles so far.
     pub fn summary(&self) -> LatencySummary {
-        LatencySummary::of(&self.histogram.lock().expect("histogram lock"))
+        LatencySummary::of(&self.histogram.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// What the TCP tasks and the UDP echo reader share for echoes.
+pub struct Echoes {
+    /// Publish times of recent frames, written by the hot path.
+    pub sent: SentLog,
+    /// Round trips of echoes that passed their check.
+    pub round_trips: RoundTrips,
+    /// Echoes that failed their check.
+    pub rejected: AtomicU64,
+}
+
+impl Default for Echoes {
+    fn default() -> Self {
+        Echoes { sent: SentLog::new(SENT_LOG_FRAMES), round_trips: RoundTrips::default(), rejected: AtomicU64::new(0) }
     }
 }

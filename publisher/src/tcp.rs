@@ -1,304 +1,428 @@
-//! The TCP server: any number of subscribers, each with its own bounded queue of records, so a
-//! slow subscriber never slows the others (unless the `block` policy asks for exactly that).
+//! The TCP server's tasks: accepting, the handshake, and one task per subscriber that writes its
+//! queue to the socket and reads its echoes.
 //!
-//! The hot path hands each record (an `Arc`-shared `Bytes`, encoded once) to [`Fanout::send`],
-//! which offers it to every subscriber's queue under the chosen policy. A task per subscriber
-//! greets it, checks its answer, then writes its queue to the socket and reads its echoes.
+//! - A connection counts against `tcp.max_connections` from accept to close; beyond it, the
+//!   peer is greeted and told BUSY (retry later) at once, without a task.
+//! - The handshake has `tcp.handshake_timeout`; until it completes, the connection has no queue
+//!   and gets no frames, so a silent or hostile peer can neither hold the stream back nor make
+//!   the publisher keep records for it.
+//! - After it, the subscriber joins the hot path's [`Fanout`](crate::fanout::Fanout), which
+//!   fills its queue. The task writes the queue with vectored writes straight from the shared
+//!   records (no per-connection copy), writes a FORMAT record before the first record of each
+//!   new format, and after the queue closes writes END, shuts down its side and waits briefly
+//!   for the last echoes.
+//! - A subscriber cut off for slowness is reset (SO_LINGER 0): its socket is gone at once, with
+//!   whatever was queued in the kernel.
+//! - Accept errors (out of file descriptors, say) back off from 1 ms to 1 s.
 
-use crate::config::{SlowPolicy, Tcp};
-use crate::stats::RoundTrips;
-use bytes::Bytes;
+use crate::config::Tcp;
+use crate::fanout::{Joined, Shared, SubscriberStats};
+use crate::stats::Echoes;
+use bytes::{Buf, Bytes};
 use mdrelay_proto::codec::Format;
-use mdrelay_proto::relay::{self, Echo, Hello, RecordHeader, RecordTag, Subscribe};
+use mdrelay_proto::relay::echo::EchoGate;
+use mdrelay_proto::relay::{Echo, HandshakeError, Hello, RecordHeader, RecordTag, Subscribe, control_record};
+use std::collections::VecDeque;
+use std::io::{self, IoSlice};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
-/// How long a control record (format switch, end of stream) waits for room in a queue.
-pub const RELIABLE_SEND_TIMEOUT: Duration = Duration::from_secs(5);
+/// Records taken from the queue for one vectored write.
+const BATCH: usize = 64;
+/// How long a finished subscriber's last echoes are waited for.
+const LAST_ECHOES: Duration = Duration::from_secs(2);
 
-/// How long a connecting subscriber has to answer the greeting.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// What the publisher knows about one subscriber, for its summary.
-#[derive(Debug, Default, serde::Serialize, Clone)]
-pub struct SubscriberSummary {
-    /// The subscriber's address.
-    pub peer: String,
-    /// Sequence number of the first frame offered to it.
-    pub first_sequence: u64,
-    /// Frames skipped because its queue was full (`drop` policy).
-    pub dropped_frames: u64,
-    /// Disconnected for being slow (`disconnect` policy).
-    pub disconnected_slow: bool,
-    /// Refused at the handshake, with the reason.
-    pub refused: Option<String>,
+/// Everything a connection task needs.
+#[derive(Clone)]
+pub struct Server {
+    /// Shared with the hot path.
+    pub shared: Arc<Shared>,
+    /// Where handshaken subscribers go.
+    pub joins: std::sync::mpsc::Sender<Joined>,
+    /// Echo checks and round trips.
+    pub echoes: Arc<Echoes>,
+    /// The settings.
+    pub tcp: Tcp,
+    /// Cancelled to cut every connection off at once (the end of the drain time).
+    pub abort: CancellationToken,
+    /// Tracks connection tasks, for shutdown.
+    pub tracker: TaskTracker,
 }
 
-struct Subscriber {
-    id: u64,
-    tx: mpsc::Sender<Bytes>,
-    ready: Arc<AtomicBool>,
-    summary: Arc<Mutex<SubscriberSummary>>,
-}
-
-/// A subscriber just registered: its greeting and the receiving end of its queue.
-struct Registration {
-    hello: Hello,
-    rx: mpsc::Receiver<Bytes>,
-    ready: Arc<AtomicBool>,
-    summary: Arc<Mutex<SubscriberSummary>>,
-    id: u64,
-}
-
-struct State {
-    subscribers: Vec<Subscriber>,
-    next_sequence: u64,
-    format: Format,
-    closed: bool,
-    next_id: u64,
-}
-
-/// The set of connected subscribers, shared by the hot path and the server's tasks.
-pub struct Fanout {
-    state: Mutex<State>,
-    policy: SlowPolicy,
-    queue: usize,
-    session: u64,
-    stream: u32,
-    summaries: Mutex<Vec<Arc<Mutex<SubscriberSummary>>>>,
-    /// Disconnects for slowness.
-    pub disconnects: AtomicU64,
-}
-
-impl Fanout {
-    /// A fanout for the configured server.
-    pub fn new(tcp: &Tcp, format: Format, session: u64, stream: u32) -> Arc<Fanout> {
-        Arc::new(Fanout {
-            state: Mutex::new(State { subscribers: Vec::new(), next_sequence: 1, format, closed: false, next_id: 0 }),
-            policy: tcp.slow,
-            queue: tcp.queue,
-            session,
-            stream,
-            summaries: Mutex::new(Vec::new()),
-            disconnects: AtomicU64::new(0),
-        })
-    }
-
-    /// Subscribers that completed the handshake.
-    pub fn ready(&self) -> usize {
-        self.state.lock().expect("fanout lock").subscribers.iter().filter(|s| s.ready.load(Ordering::Acquire)).count()
-    }
-
-    /// Offers a record to every subscriber. `frames` frames starting at `sequence` are in it;
-    /// `next_sequence` is the number of the frame after it.
-    pub fn send(&self, record: Bytes, frames: u64, next_sequence: u64, format: Format) {
-        let mut state = self.state.lock().expect("fanout lock");
-        state.next_sequence = next_sequence;
-        state.format = format;
-        let policy = self.policy;
-        state.subscribers.retain(|sub| match sub.tx.try_send(record.clone()) {
-            Ok(()) => true,
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
-            Err(mpsc::error::TrySendError::Full(record)) => match policy {
-                SlowPolicy::Drop => {
-                    sub.summary.lock().expect("summary lock").dropped_frames += frames;
-                    true
-                }
-                SlowPolicy::Disconnect => {
-                    let mut summary = sub.summary.lock().expect("summary lock");
-                    summary.disconnected_slow = true;
-                    tracing::warn!(peer = %summary.peer, "subscriber too slow; disconnected");
-                    self.disconnects.fetch_add(1, Ordering::Relaxed);
-                    false
-                }
-                // The hot path runs on its own thread, outside the runtime, so it may block.
-                SlowPolicy::Block => sub.tx.blocking_send(record).is_ok(),
-            },
-        });
-    }
-
-    /// Sends a record every subscriber must get (format switch, end of stream), waiting for room
-    /// in each queue, but not forever: a subscriber that takes no record for
-    /// [`RELIABLE_SEND_TIMEOUT`] is stalled and is disconnected.
-    pub fn send_reliably(&self, record: Bytes, next_sequence: u64, format: Format) {
-        let mut state = self.state.lock().expect("fanout lock");
-        state.next_sequence = next_sequence;
-        state.format = format;
-        let deadline = std::time::Instant::now() + RELIABLE_SEND_TIMEOUT;
-        state.subscribers.retain(|sub| {
-            loop {
-                match sub.tx.try_send(record.clone()) {
-                    Ok(()) => return true,
-                    Err(mpsc::error::TrySendError::Closed(_)) => return false,
-                    Err(mpsc::error::TrySendError::Full(_)) if std::time::Instant::now() < deadline => {
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
-                    Err(mpsc::error::TrySendError::Full(_)) => {
-                        let mut summary = sub.summary.lock().expect("summary lock");
-                        summary.disconnected_slow = true;
-                        tracing::warn!(peer = %summary.peer, "subscriber stalled; disconnected");
-                        self.disconnects.fetch_add(1, Ordering::Relaxed);
-                        return false;
-                    }
-                }
-            }
-        });
-    }
-
-    /// Closes every queue: the tasks write what is queued, then close their sockets.
-    pub fn close(&self) {
-        let mut state = self.state.lock().expect("fanout lock");
-        state.closed = true;
-        state.subscribers.clear();
-    }
-
-    /// What happened to each subscriber.
-    pub fn summaries(&self) -> Vec<SubscriberSummary> {
-        self.summaries.lock().expect("summaries lock").iter().map(|s| s.lock().expect("summary lock").clone()).collect()
-    }
-
-    fn register(&self, peer: SocketAddr) -> Option<Registration> {
-        let mut state = self.state.lock().expect("fanout lock");
-        if state.closed {
-            return None;
-        }
-        let (tx, rx) = mpsc::channel(self.queue);
-        let ready = Arc::new(AtomicBool::new(false));
-        let summary = Arc::new(Mutex::new(SubscriberSummary {
-            peer: peer.to_string(),
-            first_sequence: state.next_sequence,
-            ..Default::default()
-        }));
-        self.summaries.lock().expect("summaries lock").push(summary.clone());
-        let id = state.next_id;
-        state.next_id += 1;
-        state.subscribers.push(Subscriber { id, tx, ready: ready.clone(), summary: summary.clone() });
-        let hello = Hello {
-            protocol_version: relay::PROTOCOL_VERSION,
-            format: state.format,
-            schema_version: relay::SCHEMA_VERSION,
-            session: self.session,
-            stream: self.stream,
-            next_sequence: state.next_sequence,
-        };
-        Some(Registration { hello, rx, ready, summary, id })
-    }
-
-    fn remove(&self, id: u64) {
-        self.state.lock().expect("fanout lock").subscribers.retain(|s| s.id != id);
-    }
-}
-
-/// Accepts subscribers until the fanout closes.
-pub async fn serve(listener: TcpListener, fanout: Arc<Fanout>, round_trips: Arc<RoundTrips>) {
+/// Accepts connections until `stop` is cancelled.
+pub async fn serve(listener: TcpListener, server: Server, stop: CancellationToken) {
+    let live = Arc::new(AtomicUsize::new(0));
+    let mut backoff = Duration::from_millis(1);
     loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+        let accepted = tokio::select! {
+            _ = stop.cancelled() => return,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(error) => {
+                server.shared.counters.accept_errors.fetch_add(1, Ordering::Relaxed);
+                if mdrelay_proto::warn::allow("accept") {
+                    tracing::warn!(%error, retry_in = ?backoff, "accept failed");
+                }
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(1));
                 continue;
             }
         };
-        let Some(Registration { hello, rx, ready, summary, id }) = fanout.register(peer) else {
-            return;
-        };
-        tracing::info!(%peer, next_sequence = hello.next_sequence, "subscriber connected");
-        let fanout = fanout.clone();
-        let round_trips = round_trips.clone();
-        tokio::spawn(async move {
-            if let Err(e) = subscriber(stream, peer, hello, rx, ready, summary, round_trips).await {
-                tracing::info!(%peer, error = %e, "subscriber connection ended");
-            }
-            fanout.remove(id);
+        backoff = Duration::from_millis(1);
+        server.shared.counters.connections.fetch_add(1, Ordering::Relaxed);
+        if live.load(Ordering::Relaxed) >= server.tcp.max_connections {
+            busy(&stream, peer, &server);
+            continue;
+        }
+        live.fetch_add(1, Ordering::Relaxed);
+        let live = LiveGuard(live.clone());
+        let server2 = server.clone();
+        server.tracker.spawn(async move {
+            let _live = live;
+            connection(stream, peer, server2).await;
         });
     }
 }
 
-fn record(tag: RecordTag, format: Format, sequence: u64, payload: &[u8]) -> Vec<u8> {
-    let header = RecordHeader { tag, format, frame_count: 0, length: payload.len() as u32, sequence };
-    let mut out = header.to_bytes().to_vec();
-    out.extend_from_slice(payload);
-    out
+/// Decrements the live connection count when a connection task ends, however it ends.
+struct LiveGuard(Arc<AtomicUsize>);
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
-async fn subscriber(
-    stream: TcpStream,
-    peer: SocketAddr,
-    hello: Hello,
-    mut rx: mpsc::Receiver<Bytes>,
-    ready: Arc<AtomicBool>,
-    summary: Arc<Mutex<SubscriberSummary>>,
-    round_trips: Arc<RoundTrips>,
-) -> std::io::Result<()> {
-    stream.set_nodelay(true)?;
-    let (mut reader, writer) = stream.into_split();
-    let mut writer = BufWriter::with_capacity(256 * 1024, writer);
-    writer.write_all(&hello.to_bytes()).await?;
-    writer.flush().await?;
-    let mut answer = [0u8; Subscribe::LEN];
-    let refusal = match tokio::time::timeout(HANDSHAKE_TIMEOUT, reader.read_exact(&mut answer)).await {
-        Err(_) => Some(format!("no answer to the greeting within {HANDSHAKE_TIMEOUT:?}")),
-        Ok(Err(e)) => Some(format!("connection closed during the handshake: {e}")),
-        Ok(Ok(_)) => match Subscribe::parse(&answer) {
-            Err(e) => Some(format!("not an mdrelay subscriber: {e}")),
-            Ok(s) if s.protocol_version != relay::PROTOCOL_VERSION => Some(format!(
-                "subscriber speaks relay protocol version {}, this publisher speaks {}; use matching releases",
-                s.protocol_version,
-                relay::PROTOCOL_VERSION
-            )),
-            Ok(_) => None,
-        },
-    };
-    if let Some(reason) = refusal {
-        tracing::warn!(%peer, %reason, "subscriber refused");
-        summary.lock().expect("summary lock").refused = Some(reason.clone());
-        let _ =
-            writer.write_all(&record(RecordTag::Refuse, hello.format, hello.next_sequence, reason.as_bytes())).await;
-        let _ = writer.flush().await;
-        return Ok(());
+/// Greets and turns away a connection over the limit, without waiting for anything: what does
+/// not fit the socket's empty send buffer at once is not sent.
+fn busy(stream: &TcpStream, peer: SocketAddr, server: &Server) {
+    server.shared.counters.busy.fetch_add(1, Ordering::Relaxed);
+    let shared = &server.shared;
+    let position = &shared.position;
+    let reason = format!(
+        "this publisher is at its limit of {} connections (tcp.max_connections); retry later",
+        server.tcp.max_connections
+    );
+    let mut bytes =
+        Hello::new(position.format(), shared.session, shared.stream, position.next_sequence()).to_bytes().to_vec();
+    bytes.extend(control_record(RecordTag::Busy, position.format(), position.next_sequence(), reason.as_bytes()));
+    let _ = stream.try_write(&bytes);
+    if mdrelay_proto::warn::allow("busy") {
+        tracing::warn!(%peer, limit = server.tcp.max_connections, "connection refused: at the connection limit");
     }
-    ready.store(true, Ordering::Release);
-    // Echoes come back on the same connection; read them beside the writes.
-    let echo_reader = tokio::spawn(async move {
-        let mut header = [0u8; RecordHeader::LEN];
-        let mut body = [0u8; Echo::LEN];
-        loop {
-            if reader.read_exact(&mut header).await.is_err() {
-                return;
+}
+
+/// Cuts the connection off now: a reset, not an orderly close, so nothing queued in the kernel
+/// is delivered after the decision.
+fn reset(stream: TcpStream) {
+    let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+    drop(stream);
+}
+
+/// One connection: handshake, then the subscriber's records out and echoes in.
+async fn connection(mut stream: TcpStream, peer: SocketAddr, server: Server) {
+    let stats = SubscriberStats::new(peer.to_string());
+    server.shared.summaries.keep(stats.clone());
+    let _ = stream.set_nodelay(true);
+    let subscribe = tokio::select! {
+        _ = server.abort.cancelled() => return reset(stream),
+        answer = handshake(&mut stream, &server) => answer,
+    };
+    let subscribe = match subscribe {
+        Ok(s) => s,
+        Err(reason) => {
+            server.shared.counters.handshake_failures.fetch_add(1, Ordering::Relaxed);
+            if mdrelay_proto::warn::allow("handshake") {
+                tracing::warn!(%peer, %reason, "subscriber refused");
             }
-            let Ok(h) = RecordHeader::parse(&header, Echo::LEN) else {
-                tracing::warn!(%peer, "unexpected bytes from subscriber; no longer reading its echoes");
-                return;
-            };
-            if h.tag != RecordTag::Echo || h.length as usize != Echo::LEN || reader.read_exact(&mut body).await.is_err()
-            {
-                return;
-            }
-            if let Ok(echo) = Echo::parse(&body) {
-                round_trips.record(echo.publish_time);
+            let record = control_record(RecordTag::Refuse, server.shared.position.format(), 0, reason.as_bytes());
+            let _ = stream.try_write(&record);
+            stats.refuse(reason);
+            return;
+        }
+    };
+    let (queue, records) = mpsc::channel(server.tcp.queue);
+    let queued_bytes = Arc::new(AtomicU64::new(0));
+    let kill = server.abort.child_token();
+    let joined = Joined { stats: stats.clone(), queue, queued_bytes: queued_bytes.clone(), kill: kill.clone() };
+    tracing::info!(%peer, echo = subscribe.echo, "subscriber connected");
+    if server.joins.send(joined).is_err() {
+        // The hot path is gone: the stream has ended. `records` reads as closed below.
+    }
+    let mut out = Outgoing { records, queued_bytes, batch: VecDeque::new(), format: None };
+    let mut incoming = Incoming { buf: Vec::with_capacity(1024), gate: EchoGate::default() };
+    match subscriber(&stream, &mut out, &mut incoming, &server, &stats, &kill).await {
+        Ok(Ended::Stream) => {}
+        Ok(Ended::Killed) => reset(stream),
+        Ok(Ended::PeerClosed) => tracing::info!(%peer, "subscriber closed the connection"),
+        Err(error) => tracing::info!(%peer, %error, "subscriber connection ended"),
+    }
+}
+
+/// Greets the peer and reads its answer within the handshake timeout; the reason to refuse it
+/// otherwise.
+async fn handshake(stream: &mut TcpStream, server: &Server) -> Result<Subscribe, String> {
+    let shared = &server.shared;
+    let position = &shared.position;
+    let hello = Hello::new(position.format(), shared.session, shared.stream, position.next_sequence());
+    let timeout = server.tcp.handshake_timeout;
+    let exchange = async {
+        stream.write_all(&hello.to_bytes()).await?;
+        let mut answer = [0u8; Subscribe::LEN];
+        stream.read_exact(&mut answer).await?;
+        Ok::<_, io::Error>(answer)
+    };
+    let answer = match tokio::time::timeout(timeout, exchange).await {
+        Err(_) => return Err(format!("no answer to the greeting within {timeout:?} (tcp.handshake_timeout)")),
+        Ok(Err(e)) => return Err(format!("connection closed during the handshake: {e}")),
+        Ok(Ok(answer)) => answer,
+    };
+    Subscribe::parse(&answer).map_err(|e| match e {
+        HandshakeError::Malformed(e) => format!("not an mdrelay subscriber: {e}"),
+        version => version.to_string(),
+    })
+}
+
+/// How a subscriber's connection ended.
+enum Ended {
+    /// The stream ended and the subscriber got all that was queued, and END.
+    Stream,
+    /// Cut off (slow, or the drain time ran out).
+    Killed,
+    /// The subscriber went away.
+    PeerClosed,
+}
+
+/// The subscriber's side of the fanout: its queue, and the records taken from it.
+struct Outgoing {
+    records: mpsc::Receiver<Bytes>,
+    queued_bytes: Arc<AtomicU64>,
+    /// Records being written: the front may be partly written. Each with the bytes it counts
+    /// against the queue's limit.
+    batch: VecDeque<(Bytes, u64)>,
+    /// The format of the last DATA record queued for writing.
+    format: Option<Format>,
+}
+
+impl Outgoing {
+    /// Queues `record` for writing, after a FORMAT record when it is the first of a new format.
+    fn take(&mut self, record: Bytes) {
+        let counted = record.len() as u64;
+        if let Ok(header) = RecordHeader::parse(&record, usize::MAX) {
+            match header.tag {
+                RecordTag::Format => self.format = Some(header.format),
+                RecordTag::Data if self.format != Some(header.format) => {
+                    self.format = Some(header.format);
+                    let announce = control_record(RecordTag::Format, header.format, header.sequence, &[]);
+                    self.batch.push_back((Bytes::from(announce), 0));
+                }
+                _ => {}
             }
         }
-    });
-    while let Some(record) = rx.recv().await {
-        writer.write_all(&record).await?;
-        // Coalesce writes while more records are already queued; flush when caught up.
-        while let Ok(more) = rx.try_recv() {
-            writer.write_all(&more).await?;
-            if writer.buffer().len() > 128 * 1024 {
+        self.batch.push_back((record, counted));
+    }
+
+    /// Writes what the socket takes now; counts fully written records off the queue's bytes.
+    fn write_some(&mut self, stream: &TcpStream) -> io::Result<()> {
+        loop {
+            if self.batch.is_empty() {
+                return Ok(());
+            }
+            let mut slices = [IoSlice::new(&[]); BATCH];
+            let n = self.batch.len().min(BATCH);
+            for (slot, (bytes, _)) in slices.iter_mut().zip(&self.batch) {
+                *slot = IoSlice::new(bytes);
+            }
+            let mut written = match stream.try_write_vectored(&slices[..n]) {
+                Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "the socket took no bytes")),
+                Ok(w) => w,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) => return Err(e),
+            };
+            while written > 0 {
+                let Some((front, counted)) = self.batch.front_mut() else { break };
+                if written >= front.len() {
+                    written -= front.len();
+                    self.queued_bytes.fetch_sub(*counted, Ordering::Relaxed);
+                    self.batch.pop_front();
+                } else {
+                    front.advance(written);
+                    written = 0;
+                }
+            }
+        }
+    }
+}
+
+/// What the subscriber sends: echo records only.
+struct Incoming {
+    buf: Vec<u8>,
+    gate: EchoGate,
+}
+
+/// Bytes of one ECHO record.
+const ECHO_RECORD: usize = RecordHeader::LEN + Echo::LEN;
+
+impl Incoming {
+    /// Reads what the socket has; `Ok(false)` when the peer closed. Checks every whole ECHO record;
+    /// anything else is a protocol violation.
+    fn read_some(&mut self, stream: &TcpStream, server: &Server, stats: &SubscriberStats) -> io::Result<bool> {
+        let mut chunk = [0u8; 4096];
+        loop {
+            match stream.try_read(&mut chunk) {
+                Ok(0) => return Ok(false),
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            }
+        }
+        let mut at = 0;
+        while self.buf.len() - at >= RecordHeader::LEN {
+            let header = RecordHeader::parse(&self.buf[at..], Echo::LEN).map_err(|e| {
+                io::Error::new(io::ErrorKind::InvalidData, format!("bad record from the subscriber: {e}"))
+            })?;
+            if header.tag != RecordTag::Echo || header.length as usize != Echo::LEN {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "a subscriber sends only ECHO records, this one sent {:?} of {} bytes",
+                        header.tag, header.length
+                    ),
+                ));
+            }
+            if self.buf.len() - at < ECHO_RECORD {
                 break;
             }
+            let echo = Echo::parse(&self.buf[at + RecordHeader::LEN..at + ECHO_RECORD])
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+            match self.gate.admit(&server.echoes.sent, &echo) {
+                Ok(()) => server.echoes.round_trips.record(echo.publish_time),
+                Err(why) => {
+                    stats.echo_rejected();
+                    server.echoes.rejected.fetch_add(1, Ordering::Relaxed);
+                    if mdrelay_proto::warn::allow("echo") {
+                        tracing::warn!(peer = %stats.peer, %why, "echo rejected");
+                    }
+                }
+            }
+            at += ECHO_RECORD;
         }
-        writer.flush().await?;
+        self.buf.drain(..at);
+        Ok(true)
     }
-    writer.flush().await?;
-    writer.into_inner().shutdown().await?;
-    // Give the subscriber a moment to send its last echoes, then stop reading.
-    let _ = tokio::time::timeout(Duration::from_secs(2), echo_reader).await;
-    Ok(())
+}
+
+/// Writes the subscriber's records until its queue closes, reading its echoes meanwhile.
+async fn subscriber(
+    stream: &TcpStream,
+    out: &mut Outgoing,
+    incoming: &mut Incoming,
+    server: &Server,
+    stats: &SubscriberStats,
+    kill: &CancellationToken,
+) -> io::Result<Ended> {
+    let mut open = true;
+    while open || !out.batch.is_empty() {
+        if out.batch.is_empty() {
+            tokio::select! {
+                biased;
+                _ = kill.cancelled() => return Ok(Ended::Killed),
+                record = out.records.recv() => match record {
+                    Some(record) => out.take(record),
+                    None => open = false,
+                },
+                ready = stream.readable() => {
+                    ready?;
+                    if !read_or_violation(stream, incoming, server, stats)? {
+                        return Ok(Ended::PeerClosed);
+                    }
+                }
+            }
+            while out.batch.len() < BATCH {
+                match out.records.try_recv() {
+                    Ok(record) => out.take(record),
+                    Err(_) => break,
+                }
+            }
+            continue;
+        }
+        out.write_some(stream)?;
+        if out.batch.is_empty() {
+            continue;
+        }
+        tokio::select! {
+            biased;
+            _ = kill.cancelled() => return Ok(Ended::Killed),
+            ready = stream.writable() => ready?,
+            ready = stream.readable() => {
+                ready?;
+                if !read_or_violation(stream, incoming, server, stats)? {
+                    return Ok(Ended::PeerClosed);
+                }
+            }
+        }
+    }
+    if stats.disconnected_slow() {
+        return Ok(Ended::Killed);
+    }
+    // The queue closed: the stream ended (or the hot path dropped this subscriber, which only
+    // happens with a kill). END, then an orderly close after the last echoes.
+    if let Some(end) = server.shared.end.get() {
+        out.batch.push_back((end.clone(), 0));
+        while !out.batch.is_empty() {
+            out.write_some(stream)?;
+            if out.batch.is_empty() {
+                break;
+            }
+            tokio::select! {
+                _ = kill.cancelled() => return Ok(Ended::Killed),
+                ready = stream.writable() => ready?,
+            }
+        }
+    }
+    let _ = socket2::SockRef::from(stream).shutdown(std::net::Shutdown::Write);
+    let last_echoes = async {
+        loop {
+            stream.readable().await?;
+            if !read_or_violation(stream, incoming, server, stats)? {
+                return Ok::<_, io::Error>(());
+            }
+        }
+    };
+    tokio::select! {
+        _ = kill.cancelled() => return Ok(Ended::Killed),
+        _ = tokio::time::timeout(LAST_ECHOES, last_echoes) => {}
+    }
+    Ok(Ended::Stream)
+}
+
+/// Reads echoes; a protocol violation disconnects the subscriber (counted).
+fn read_or_violation(
+    stream: &TcpStream,
+    incoming: &mut Incoming,
+    server: &Server,
+    stats: &SubscriberStats,
+) -> io::Result<bool> {
+    match incoming.read_some(stream, server, stats) {
+        Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+            server.shared.counters.protocol_violations.fetch_add(1, Ordering::Relaxed);
+            if mdrelay_proto::warn::allow("protocol violation") {
+                tracing::warn!(peer = %stats.peer, error = %e, "subscriber disconnected");
+            }
+            Err(e)
+        }
+        other => other,
+    }
 }

@@ -257,6 +257,27 @@ impl Codec {
         }
     }
 
+    /// Appends one frame for an IEX-TP segment: `raw` relays the segment's `bytes` as they came
+    /// (whatever they hold), every other format encodes `messages`, the segment's messages that
+    /// decode, under the segment's header.
+    #[inline]
+    pub fn encode_segment(
+        &mut self,
+        publish_time: i64,
+        segment: &crate::iextp::Segment<'_>,
+        bytes: &[u8],
+        messages: &[Message<'_>],
+        out: &mut Vec<u8>,
+    ) -> Result<(), EncodeError> {
+        match self {
+            Codec::Raw(raw) => {
+                raw.encode_segment(publish_time, bytes, out);
+                Ok(())
+            }
+            codec => codec.encode(&BatchHeader { publish_time, ..BatchHeader::from_segment(&segment.header) }, messages, out),
+        }
+    }
+
     /// The length of the first complete frame at the start of `buf`, `None` if more bytes are
     /// needed to know or to hold it.
     #[inline]
