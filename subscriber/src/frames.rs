@@ -4,15 +4,14 @@
 
 use crate::config::{LatencyMode, Settings};
 use crate::histlog::HistogramLog;
-use crate::sequence::Observed;
 use crate::stats::{Report, RunInfo, Stats};
-use crate::warnings::Warnings;
 use mdrelay_proto::codec::{Codec, Format, Limits};
-use mdrelay_proto::relay::Echo;
+use mdrelay_proto::relay::{Echo, Observed, SessionTracker};
+use mdrelay_proto::warn;
 use std::collections::BTreeSet;
 use std::fmt;
 use std::net::SocketAddr;
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 /// Where a payload sits, for error messages: a byte offset in the TCP stream or in a datagram.
 #[derive(Clone, Copy, Debug)]
@@ -69,13 +68,13 @@ pub struct Pipeline {
     format_switches: u64,
     /// The statistics.
     pub stats: Stats,
+    /// The publisher's session and the frames' accounting.
+    pub tracker: SessionTracker,
     /// Round-trip mode: echo every Nth frame.
     echo_every: Option<u64>,
     echo_countdown: u64,
     /// Echoes waiting for the transport to send them.
     pub echoes: Vec<Echo>,
-    /// Budget for warnings about bad input.
-    pub warnings: Warnings,
     count: Option<u64>,
     histogram_log: Option<HistogramLog>,
     print_intervals: bool,
@@ -83,14 +82,6 @@ pub struct Pipeline {
     transport: String,
     started: Instant,
     last_tick: Instant,
-}
-
-/// The receive time for bytes just read: CLOCK_REALTIME in ns, as publish times are.
-pub fn now_ns() -> i64 {
-    match SystemTime::now().duration_since(SystemTime::UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
-        Err(e) => -i64::try_from(e.duration().as_nanos()).unwrap_or(i64::MAX),
-    }
 }
 
 impl Pipeline {
@@ -103,10 +94,10 @@ impl Pipeline {
             formats_seen: BTreeSet::new(),
             format_switches: 0,
             stats: Stats::new(settings.symbols.clone()),
+            tracker: SessionTracker::new(),
             echo_every,
             echo_countdown: echo_every.unwrap_or(0),
             echoes: Vec::new(),
-            warnings: Warnings::default(),
             count: settings.count,
             histogram_log,
             print_intervals: settings.report_interval.is_some(),
@@ -146,19 +137,23 @@ impl Pipeline {
         self.count.is_some_and(|n| self.stats.messages >= n)
     }
 
-    /// Walks and decodes the frames of one record or datagram payload. A frame that does not
-    /// decode is counted and skipped; one that cannot be delimited loses the rest of the
-    /// payload (the frames in it are counted as decode errors), never the stream. A duplicate
-    /// frame is counted and not decoded, so aggregates do not count it twice.
+    /// Walks and decodes the frames of one record or datagram payload: exactly as many as its
+    /// header declares. A frame that does not decode is counted and skipped; one that cannot be
+    /// delimited loses the rest of the payload, never the stream, and those frames are not
+    /// counted as arrived (their content is unknown), so they show as lost. Bytes past the
+    /// declared frames are not read: a frame there would take the sequence number of a frame
+    /// still to come. A duplicate, or a frame too old for the window, is counted and not
+    /// decoded, so aggregates never count a frame twice.
     pub fn data(&mut self, p: Payload<'_>) {
         if self.current != Some(p.format) {
             self.format(p.format, p.peer);
         }
-        let Pipeline { codecs, stats, warnings, echoes, echo_every, echo_countdown, .. } = self;
+        let Pipeline { codecs, stats, tracker, echoes, echo_every, echo_countdown, .. } = self;
         let codec = codecs[usize::from(p.format.id())].get_or_insert_with(|| Codec::new(p.format, Limits::default()));
         let mut offset = 0usize;
         let mut index = 0u64;
-        while offset < p.bytes.len() {
+        let declared = p.declared_frames as u64;
+        while index < declared && offset < p.bytes.len() {
             let rest = &p.bytes[offset..];
             let sequence = p.first_sequence.saturating_add(index);
             let len = match codec.frame_len(rest) {
@@ -169,14 +164,8 @@ impl Pipeline {
                         Ok(None) => format!("{} bytes left, not a whole frame", rest.len()),
                         Ok(Some(n)) => format!("framing says {n} bytes with {} left", rest.len()),
                     };
-                    // The rest of the payload is unreadable; count the frames the header says
-                    // it holds (at least one) as arrived but undecodable.
-                    let lost = (p.declared_frames as u64).saturating_sub(index).max(1);
-                    for i in 0..lost.min(u64::from(u16::MAX)) {
-                        stats.frame_arrived(sequence.saturating_add(i));
-                    }
-                    stats.decode_errors += lost;
-                    if warnings.allow("delimit") {
+                    stats.undelimited_payloads += 1;
+                    if warn::allow("delimit") {
                         tracing::warn!(peer = %p.peer, at = %p.place.at(offset), format = %p.format, frame = index,
                             error = %what, "cannot delimit a frame; rest of the payload skipped");
                     }
@@ -186,23 +175,28 @@ impl Pipeline {
             let frame = &rest[..len];
             offset += len;
             index += 1;
-            match stats.frame_arrived(sequence) {
+            match tracker.observe(sequence) {
                 Observed::InOrder => {}
                 Observed::Gap(n) => {
-                    if warnings.allow("gap") {
+                    if warn::allow("gap") {
                         tracing::warn!(peer = %p.peer, missing = n, before = sequence, "frames missing");
                     }
                 }
                 Observed::Duplicate => {
-                    // Already aggregated once: counting it again would inflate volumes.
-                    if warnings.allow("duplicate") {
+                    if warn::allow("duplicate") {
                         tracing::info!(peer = %p.peer, sequence, "duplicate frame skipped");
                     }
                     continue;
                 }
-                other => {
-                    if warnings.allow("order") {
-                        tracing::info!(peer = %p.peer, sequence, event = ?other, "frame out of order");
+                Observed::TooLate => {
+                    if warn::allow("too late") {
+                        tracing::info!(peer = %p.peer, sequence, "frame older than the sequence window skipped");
+                    }
+                    continue;
+                }
+                Observed::Reordered => {
+                    if warn::allow("order") {
+                        tracing::info!(peer = %p.peer, sequence, "frame out of order");
                     }
                 }
             }
@@ -219,16 +213,22 @@ impl Pipeline {
                 }
                 Err(error) => {
                     stats.decode_errors += 1;
-                    if warnings.allow("decode") {
+                    if warn::allow("decode") {
                         tracing::warn!(peer = %p.peer, at = %p.place.at(offset - len), frame = index - 1, sequence,
                             %error, "frame skipped");
                     }
                 }
             }
         }
-        if index != p.declared_frames as u64 && warnings.allow("frame count") {
+        if offset < p.bytes.len() {
+            stats.excess_payloads += 1;
+            if warn::allow("excess") {
+                tracing::warn!(peer = %p.peer, at = %p.place.at(offset), declared = p.declared_frames, bytes = p.bytes.len() - offset,
+                    "bytes after the frames the header declares; not read");
+            }
+        } else if index < declared && warn::allow("frame count") {
             tracing::warn!(peer = %p.peer, at = %p.place.at(0), declared = p.declared_frames, found = index,
-                "header's frame count differs from the frames found");
+                "fewer frames than the header declares");
         }
     }
 
@@ -236,7 +236,7 @@ impl Pipeline {
     pub fn tick(&mut self) {
         let now = Instant::now();
         self.write_interval(now);
-        let line = self.stats.interval_line(now - self.started, now - self.last_tick);
+        let line = self.stats.interval_line(now - self.started, now - self.last_tick, self.tracker.counts().lost);
         if self.print_intervals {
             eprintln!("{line}");
         }
@@ -259,16 +259,25 @@ impl Pipeline {
         self.write_interval(now);
         self.histogram_log = None;
         self.stats.end_interval();
-        self.stats.report(RunInfo {
-            transport: self.transport.clone(),
-            stop_reason,
-            elapsed: now - self.started,
-            latency_mode: match self.latency_mode {
-                LatencyMode::OneWay => "one-way",
-                LatencyMode::RoundTrip => "round-trip",
+        self.tracker.finish();
+        let raw_skipped_messages = match &self.codecs[usize::from(Format::Raw.id())] {
+            Some(Codec::Raw(raw)) => raw.skipped_messages(),
+            _ => 0,
+        };
+        self.stats.report(
+            &self.tracker,
+            RunInfo {
+                transport: self.transport.clone(),
+                stop_reason,
+                elapsed: now - self.started,
+                latency_mode: match self.latency_mode {
+                    LatencyMode::OneWay => "one-way",
+                    LatencyMode::RoundTrip => "round-trip",
+                },
+                format_switches: self.format_switches,
+                formats_seen: self.formats_seen.clone(),
+                raw_skipped_messages,
             },
-            format_switches: self.format_switches,
-            formats_seen: self.formats_seen.clone(),
-        })
+        )
     }
 }

@@ -10,11 +10,13 @@
 //! - [`tcp`]: connect, handshake, records, reconnection with backoff, ECHO records;
 //! - [`udp`]: the socket (unicast or multicast), datagrams, publisher sessions, echo datagrams;
 //! - [`buffer`]: the reusable, 8-aligned read buffer;
-//! - [`frames`]: codecs per format, walking and decoding frames, the report ticks;
-//! - [`sequence`]: the bounded window counting lost, duplicate and reordered frames;
+//! - [`frames`]: codecs per format, walking and decoding frames, frame accounting, the report
+//!   ticks;
 //! - [`stats`]: counters, aggregates, latency histograms, the text and JSON reports;
-//! - [`histlog`]: the HdrHistogram interval log;
-//! - [`warnings`]: a log budget for bad input.
+//! - [`histlog`]: the HdrHistogram interval log.
+//!
+//! Frame accounting (sessions, loss, duplicates, reordering) and the warning budget are
+//! `mdrelay_proto::relay::SessionTracker` and `mdrelay_proto::warn`.
 //!
 //! Exit codes: 0 after a normal stop (end of stream, `--count`, `--duration`, a signal);
 //! 1 when the transport cannot be set up; 2 for a configuration error; 3 when the publisher
@@ -28,8 +30,6 @@ pub mod config;
 pub mod control;
 pub mod frames;
 pub mod histlog;
-pub mod sequence;
 pub mod stats;
 pub mod tcp;
 pub mod udp;
-pub mod warnings;

@@ -79,7 +79,9 @@ async fn run(settings: Settings) -> u8 {
     let result = match Control::new(settings.report_interval, settings.duration) {
         Err(error) => Err(RunError::Fatal(anyhow::anyhow!("cannot install the signal handlers: {error}"))),
         Ok(mut control) => match &settings.transport {
-            Transport::Tcp(addr) => mdrelay_subscriber::tcp::run(addr, settings.reconnect_max, &mut pipeline, &mut control).await,
+            Transport::Tcp(addr) => {
+                mdrelay_subscriber::tcp::run(addr, settings.reconnect_max, &mut pipeline, &mut control).await
+            }
             udp_or_multicast => match mdrelay_subscriber::udp::open(udp_or_multicast) {
                 Ok(socket) => mdrelay_subscriber::udp::run(socket, &mut pipeline, &mut control).await,
                 Err(error) => Err(RunError::Fatal(error)),

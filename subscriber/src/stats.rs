@@ -2,25 +2,18 @@
 //! optional symbol filter), frame sequence counts, one-way latency; and the reports made of
 //! them: the interval line, the final text report and the JSON report.
 
-use crate::sequence::{Observed, SequenceCounts, SequenceWindow};
 use hdrhistogram::Histogram;
 use mdrelay_proto::aggregate::{Aggregator, SymbolAggregate};
 use mdrelay_proto::codec::Format;
+use mdrelay_proto::counts::TypeCounts;
+use mdrelay_proto::latency::{LatencySummary, latency_histogram};
 use mdrelay_proto::message::Message;
 use mdrelay_proto::price::Symbol;
-use mdrelay_proto::relay::Totals;
+use mdrelay_proto::relay::{SessionTracker, Totals};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::{self, Write as _};
 use std::time::Duration;
-
-/// Largest latency the histograms hold, in ns (an hour); larger values are clamped to it.
-const MAX_LATENCY_NS: u64 = 3_600_000_000_000;
-
-/// A latency histogram in ns with 3 significant digits.
-fn latency_histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, MAX_LATENCY_NS, 3).expect("static histogram bounds are valid")
-}
 
 /// Everything counted over the run.
 pub struct Stats {
@@ -30,8 +23,12 @@ pub struct Stats {
     pub messages: u64,
     /// Bytes received from the network, relay headers included.
     pub bytes: u64,
-    /// Frames that could not be delimited or decoded (skipped).
+    /// Frames delimited but not decodable (skipped).
     pub decode_errors: u64,
+    /// Payloads whose frames could not all be delimited (the rest of the payload is lost).
+    pub undelimited_payloads: u64,
+    /// Payloads with bytes after the frames their header declares (not read).
+    pub excess_payloads: u64,
     /// Records or datagrams refused before any frame was read (bad header, foreign traffic).
     pub invalid_packets: u64,
     /// Connections re-established after one was lost (TCP).
@@ -46,16 +43,10 @@ pub struct Stats {
     pub negative_latencies: u64,
     /// The publisher's END totals.
     pub publisher_totals: Option<Totals>,
-    /// The first frame's sequence when it was above 1.
-    pub late_join_sequence: Option<u64>,
-    types: Box<[u64; 256]>,
+    types: TypeCounts,
     aggregator: Aggregator,
     /// Sorted; `None` aggregates every symbol.
     filter: Option<Vec<Symbol>>,
-    window: SequenceWindow,
-    /// Counts of windows of earlier publisher sessions.
-    earlier_sessions: SequenceCounts,
-    first_frame_seen: bool,
     latency: Histogram<u64>,
     interval_latency: Histogram<u64>,
     interval_frames: u64,
@@ -75,6 +66,8 @@ impl Stats {
             messages: 0,
             bytes: 0,
             decode_errors: 0,
+            undelimited_payloads: 0,
+            excess_payloads: 0,
             invalid_packets: 0,
             reconnects: 0,
             publisher_restarts: 0,
@@ -82,13 +75,9 @@ impl Stats {
             echoes_dropped: 0,
             negative_latencies: 0,
             publisher_totals: None,
-            late_join_sequence: None,
-            types: Box::new([0; 256]),
+            types: TypeCounts::new(),
             aggregator: Aggregator::new(),
             filter,
-            window: SequenceWindow::new(),
-            earlier_sessions: SequenceCounts::default(),
-            first_frame_seen: false,
             latency: latency_histogram(),
             interval_latency: latency_histogram(),
             interval_frames: 0,
@@ -101,7 +90,7 @@ impl Stats {
     pub fn message(&mut self, message: &Message<'_>) {
         self.messages += 1;
         self.interval_messages += 1;
-        self.types[usize::from(message.kind())] += 1;
+        self.types.add(message.kind());
         match &self.filter {
             None => self.aggregator.apply(message),
             Some(filter) => {
@@ -110,18 +99,6 @@ impl Stats {
                 }
             }
         }
-    }
-
-    /// Records that frame `sequence` arrived (decodable or not).
-    pub fn frame_arrived(&mut self, sequence: u64) -> Observed {
-        if !self.first_frame_seen {
-            self.first_frame_seen = true;
-            if sequence > 1 {
-                self.late_join_sequence = Some(sequence);
-                tracing::info!(first_sequence = sequence, "joined late: counts cover the frames from here on");
-            }
-        }
-        self.window.observe(sequence)
     }
 
     /// Records a decoded frame's latency: receive time minus publish time, both ns since the epoch.
@@ -150,37 +127,14 @@ impl Stats {
         self.interval_messages = 0;
     }
 
-    /// A new publisher session: sequence numbers start over, the counts so far are kept.
-    pub fn new_session(&mut self) {
-        let c = self.window.counts();
-        let e = &mut self.earlier_sessions;
-        e.lost += c.lost;
-        e.duplicates += c.duplicates;
-        e.reordered += c.reordered;
-        e.beyond_window += c.beyond_window;
-        self.window = SequenceWindow::new();
-    }
-
-    /// Sequence counts over every session.
-    pub fn sequence(&self) -> SequenceCounts {
-        let c = self.window.counts();
-        let e = self.earlier_sessions;
-        SequenceCounts {
-            lost: e.lost + c.lost,
-            duplicates: e.duplicates + c.duplicates,
-            reordered: e.reordered + c.reordered,
-            beyond_window: e.beyond_window + c.beyond_window,
-        }
-    }
-
     /// The latency histogram of the current interval.
     pub fn interval_latency(&self) -> &Histogram<u64> {
         &self.interval_latency
     }
 
-    /// The line for an interval of length `period` ending `elapsed` after the start; starts the
-    /// next interval.
-    pub fn interval_line(&mut self, elapsed: Duration, period: Duration) -> String {
+    /// The line for an interval of length `period` ending `elapsed` after the start, with
+    /// `lost` frames so far; starts the next interval.
+    pub fn interval_line(&mut self, elapsed: Duration, period: Duration, lost: u64) -> String {
         let secs = period.as_secs_f64().max(1e-9);
         let h = &self.interval_latency;
         let lat = if h.is_empty() {
@@ -201,44 +155,34 @@ impl Stats {
             self.interval_frames,
             self.messages,
             lat,
-            self.sequence().lost
+            lost
         );
         self.end_interval();
         line
     }
 
-    /// Messages by type byte, as `inspect` names them.
-    fn message_types(&self) -> BTreeMap<String, u64> {
-        self.types
-            .iter()
-            .enumerate()
-            .filter(|(_, n)| **n > 0)
-            .map(|(kind, n)| (char::from(kind as u8).to_string(), *n))
-            .collect()
-    }
-
     /// Whether what arrived equals what the publisher says it sent (see [`Report::totals_match`]).
-    fn totals_match(&self) -> Option<bool> {
+    fn totals_match(&self, late_join: Option<u64>) -> Option<bool> {
         let totals = self.publisher_totals.as_ref()?;
-        let ours: BTreeMap<u8, u64> =
-            self.types.iter().enumerate().filter(|(_, n)| **n > 0).map(|(k, n)| (k as u8, *n)).collect();
         Some(
-            self.late_join_sequence.is_none()
+            late_join.is_none()
                 && totals.frames == self.frames
                 && totals.messages == self.messages
-                && totals.by_type.iter().filter(|(_, n)| **n > 0).map(|(k, n)| (*k, *n)).eq(ours),
+                && totals.by_type.iter().filter(|(_, n)| **n > 0).map(|(k, n)| (*k, *n)).eq(self.types.seen()),
         )
     }
 
-    /// The final report (call [`Stats::end_interval`] first, so the last interval counts).
-    pub fn report(&self, run: RunInfo) -> Report {
+    /// The final report (call [`Stats::end_interval`] first, so the last interval counts), with
+    /// the frame accounting of `tracker`.
+    pub fn report(&self, tracker: &SessionTracker, run: RunInfo) -> Report {
         let symbols = self.aggregator.active();
-        let seq = self.sequence();
+        let seq = tracker.counts();
+        let late_join = tracker.late_join();
         Report {
             total_trade_volume: symbols.iter().map(|(_, a)| a.trade_volume).sum(),
             symbols_with_trades_or_quotes: symbols.len() as u64,
             symbols,
-            message_types: self.message_types(),
+            message_types: self.types.by_name(),
             frames: self.frames,
             messages: self.messages,
             bytes: self.bytes,
@@ -246,11 +190,13 @@ impl Stats {
             duplicates: seq.duplicates,
             reordered: seq.reordered,
             decode_errors: self.decode_errors,
+            undelimited_payloads: self.undelimited_payloads,
+            excess_payloads: self.excess_payloads,
             format_switches: run.format_switches,
             formats_seen: run.formats_seen.iter().map(|f| f.name()).collect(),
-            late_join_sequence: self.late_join_sequence,
+            late_join_sequence: late_join,
             publisher_totals: self.publisher_totals.clone(),
-            totals_match: self.totals_match(),
+            totals_match: self.totals_match(late_join),
             latency_ns: LatencySummary::of(&self.latency),
             reconnects: self.reconnects,
             transport: run.transport,
@@ -259,10 +205,13 @@ impl Stats {
             latency_mode: run.latency_mode,
             echoes_sent: self.echoes_sent,
             echoes_dropped: self.echoes_dropped,
-            publisher_restarts: self.publisher_restarts,
+            publisher_restarts: tracker.restarts(),
+            unconfirmed_datagrams: tracker.unconfirmed(),
             invalid_packets: self.invalid_packets,
             negative_latencies: self.negative_latencies,
-            beyond_window: seq.beyond_window,
+            beyond_window: seq.too_late,
+            raw_skipped_messages: run.raw_skipped_messages,
+            warnings_suppressed: mdrelay_proto::warn::suppressed(),
         }
     }
 }
@@ -282,40 +231,8 @@ pub struct RunInfo {
     pub format_switches: u64,
     /// Formats the publisher used.
     pub formats_seen: BTreeSet<Format>,
-}
-
-/// Percentiles of one-way latency in ns; `null` when no frame was measured.
-#[derive(Clone, Debug, Serialize)]
-pub struct LatencySummary {
-    /// Frames measured.
-    pub count: u64,
-    /// Median.
-    pub p50: Option<u64>,
-    /// 90th percentile.
-    pub p90: Option<u64>,
-    /// 99th percentile.
-    pub p99: Option<u64>,
-    /// 99.9th percentile.
-    pub p999: Option<u64>,
-    /// 99.99th percentile.
-    pub p9999: Option<u64>,
-    /// Largest.
-    pub max: Option<u64>,
-}
-
-impl LatencySummary {
-    fn of(h: &Histogram<u64>) -> LatencySummary {
-        let q = |q: f64| (!h.is_empty()).then(|| h.value_at_quantile(q));
-        LatencySummary {
-            count: h.len(),
-            p50: q(0.50),
-            p90: q(0.90),
-            p99: q(0.99),
-            p999: q(0.999),
-            p9999: q(0.9999),
-            max: (!h.is_empty()).then(|| h.max()),
-        }
-    }
+    /// Messages the raw decoder skipped for being shorter than their type's layout.
+    pub raw_skipped_messages: u64,
 }
 
 /// The final report. The first fields carry the names and shapes of `mdrelay-pub inspect --json`.
@@ -342,8 +259,12 @@ pub struct Report {
     pub duplicates: u64,
     /// Frames received after later ones.
     pub reordered: u64,
-    /// Frames that could not be decoded (skipped).
+    /// Frames that arrived but could not be decoded (skipped).
     pub decode_errors: u64,
+    /// Payloads whose frames could not all be delimited; their frames count as lost.
+    pub undelimited_payloads: u64,
+    /// Payloads with bytes after the frames their header declares (not read).
+    pub excess_payloads: u64,
     /// Format changes during the stream.
     pub format_switches: u64,
     /// Formats the publisher used, by name.
@@ -373,12 +294,18 @@ pub struct Report {
     pub echoes_dropped: u64,
     /// Publisher restarts (new sessions) seen.
     pub publisher_restarts: u64,
+    /// Datagrams whose session or sequence number no later datagram confirmed (dropped).
+    pub unconfirmed_datagrams: u64,
     /// Records or datagrams refused before any frame was read.
     pub invalid_packets: u64,
     /// Frames published "after" they were received (clocks apart), counted as 0 ns.
     pub negative_latencies: u64,
-    /// Frames too old for the sequence window, taken as late arrivals.
+    /// Frames too old for the sequence window to tell from duplicates (not taken).
     pub beyond_window: u64,
+    /// Messages the raw decoder skipped for being shorter than their type's layout.
+    pub raw_skipped_messages: u64,
+    /// Warnings about bad input counted but not logged (the log budget).
+    pub warnings_suppressed: u64,
 }
 
 /// `symbols` as `inspect` writes it: a map from symbol text to its aggregate.
@@ -424,6 +351,18 @@ impl fmt::Display for Report {
             self.reconnects,
             self.publisher_restarts
         )?;
+        let odd = [
+            ("undelimited payloads", self.undelimited_payloads),
+            ("payloads with excess bytes", self.excess_payloads),
+            ("unconfirmed datagrams", self.unconfirmed_datagrams),
+            ("frames beyond the window", self.beyond_window),
+            ("raw messages skipped", self.raw_skipped_messages),
+            ("warnings not logged", self.warnings_suppressed),
+        ];
+        let odd: Vec<String> = odd.iter().filter(|(_, n)| *n > 0).map(|(what, n)| format!("{what} {n}")).collect();
+        if !odd.is_empty() {
+            writeln!(f, "  {}", odd.join("   "))?;
+        }
         let formats = if self.formats_seen.is_empty() { "-".to_string() } else { self.formats_seen.join(", ") };
         writeln!(f, "  formats {formats}   switches {}", self.format_switches)?;
         match &self.publisher_totals {
@@ -488,7 +427,9 @@ mod tests {
     #[test]
     fn the_filter_limits_aggregates_but_not_counts_and_totals_compare_by_type() {
         let mut stats = Stats::new(Some(vec![Symbol::new("B").unwrap()]));
-        stats.frame_arrived(1);
+        let mut tracker = SessionTracker::new();
+        tracker.observe(1);
+        tracker.observe(2);
         for m in [trade("A", 5), trade("B", 7)] {
             stats.message(&m);
         }
@@ -510,8 +451,9 @@ mod tests {
             latency_mode: "one-way",
             format_switches: 0,
             formats_seen: [Format::Raw].into_iter().collect(),
+            raw_skipped_messages: 0,
         };
-        let report = stats.report(run);
+        let report = stats.report(&tracker, run);
         assert_eq!(report.total_trade_volume, 7);
         assert_eq!(report.symbols.len(), 1);
         assert_eq!(report.message_types.get("T"), Some(&2));

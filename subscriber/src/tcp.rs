@@ -8,10 +8,11 @@
 
 use crate::buffer::ReadBuf;
 use crate::control::{Control, Event, RunError, Stop};
-use crate::frames::{Payload, Pipeline, Place, now_ns};
+use crate::frames::{Payload, Pipeline, Place};
+use mdrelay_proto::clock::wall_clock_ns as now_ns;
 use mdrelay_proto::codec::Format;
 use mdrelay_proto::relay::{
-    Echo, HELLO_MAGIC, Hello, MAX_RECORD, PROTOCOL_VERSION, RecordHeader, RecordTag, SCHEMA_VERSION, Subscribe, Totals,
+    Echo, Greeted, HandshakeError, Hello, MAX_RECORD, RecordHeader, RecordTag, Subscribe, Totals,
 };
 use std::io;
 use std::net::SocketAddr;
@@ -42,24 +43,37 @@ enum Ended {
     Lost { why: String, greeted: bool },
 }
 
-/// What the connections so far have established.
-struct Link {
-    /// Session of the publisher last greeted by.
-    session: Option<u64>,
-    /// A connection has been established before (the next one is a reconnection).
-    connected_before: bool,
-}
-
-/// Connects to `addr` and receives until a stop, reconnecting as needed.
+/// Connects to `addr` and receives until a stop, reconnecting as needed. A host name that does
+/// not resolve at start is a configuration the user must fix, not a publisher that is away: it
+/// fails the run (later attempts resolve again, so a name that moves is followed).
 pub async fn run(
     addr: &str,
     reconnect_max: Duration,
     pipeline: &mut Pipeline,
     control: &mut Control,
 ) -> Result<Stop, RunError> {
+    let resolve = tokio::net::lookup_host(addr);
+    match control.run(pipeline, timeout(CONNECT_TIMEOUT, resolve)).await {
+        Err(stop) => return Ok(stop),
+        Ok(Ok(Ok(addrs))) => {
+            if addrs.count() == 0 {
+                return Err(RunError::Fatal(anyhow::anyhow!("connect: {addr} resolves to no address")));
+            }
+        }
+        Ok(Ok(Err(error))) => {
+            return Err(RunError::Fatal(anyhow::anyhow!(
+                "connect: cannot resolve the host of {addr}: {error}; check the name (or give an IP address)"
+            )));
+        }
+        Ok(Err(_)) => {
+            return Err(RunError::Fatal(anyhow::anyhow!(
+                "connect: resolving the host of {addr} took longer than {CONNECT_TIMEOUT:?}"
+            )));
+        }
+    }
     let mut buf = ReadBuf::new(READ_BUFFER);
     let mut backoff = INITIAL_BACKOFF.min(reconnect_max);
-    let mut link = Link { session: None, connected_before: false };
+    let mut connected_before = false;
     let mut attempt = 0u64;
     loop {
         attempt += 1;
@@ -71,15 +85,15 @@ pub async fn run(
         match connected {
             Ok(Ok(stream)) => {
                 let peer = stream.peer_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
-                if link.connected_before {
+                if connected_before {
                     pipeline.stats.reconnects += 1;
                     tracing::info!(publisher = %peer, attempt, "reconnected");
                 } else {
                     tracing::info!(publisher = %peer, attempt, "connected");
                 }
-                link.connected_before = true;
+                connected_before = true;
                 attempt = 0;
-                match connection(stream, peer, &mut buf, &mut link, pipeline, control).await? {
+                match connection(stream, peer, &mut buf, pipeline, control).await? {
                     Ended::Stop(stop) => return Ok(stop),
                     Ended::Lost { why, greeted } => {
                         if greeted {
@@ -125,23 +139,10 @@ async fn read_some(stream: &TcpStream, buf: &mut ReadBuf) -> io::Result<usize> {
 
 /// Checks a greeting and says why it cannot be accepted.
 fn check_greeting(bytes: &[u8], peer: SocketAddr) -> Result<Hello, RunError> {
-    if bytes[..8] != HELLO_MAGIC {
-        return Err(RunError::Refused(format!(
-            "{peer} is not an mdrelay publisher: its first bytes are {:02x?}, an mdrelay greeting starts with \"MDRELAY\\0\"",
-            &bytes[..8]
-        )));
-    }
-    // Read the versions before the rest: a publisher of another version may lay out the rest
-    // differently (e.g. a format number this build does not know).
-    let protocol = u16::from_le_bytes([bytes[8], bytes[9]]);
-    let schema = u16::from_le_bytes([bytes[12], bytes[13]]);
-    if protocol != PROTOCOL_VERSION || schema != SCHEMA_VERSION {
-        return Err(RunError::Refused(format!(
-            "publisher {peer} speaks relay protocol version {protocol} (schema version {schema}); this subscriber \
-             speaks relay protocol version {PROTOCOL_VERSION} (schema version {SCHEMA_VERSION}): upgrade one side"
-        )));
-    }
-    Hello::parse(bytes).map_err(|e| RunError::Refused(format!("publisher {peer}: bad greeting: {e}")))
+    Hello::parse(bytes).map_err(|e| match e {
+        HandshakeError::Malformed(e) => RunError::Refused(format!("{peer} is not an mdrelay publisher: {e}")),
+        version => RunError::Refused(format!("publisher {peer}: {version}")),
+    })
 }
 
 /// One connection: handshake, then records until a stop or the connection is lost.
@@ -149,7 +150,6 @@ async fn connection(
     mut stream: TcpStream,
     peer: SocketAddr,
     buf: &mut ReadBuf,
-    link: &mut Link,
     pipeline: &mut Pipeline,
     control: &mut Control,
 ) -> Result<Ended, RunError> {
@@ -180,22 +180,16 @@ async fn connection(
     let hello = check_greeting(&buf.data()[..Hello::LEN], peer)?;
     buf.consume(Hello::LEN);
     let mut stream_offset = Hello::LEN as u64;
-    match link.session {
-        Some(old) if old != hello.session => {
-            pipeline.stats.publisher_restarts += 1;
-            pipeline.stats.new_session();
-            tracing::warn!(publisher = %peer, old_session = format_args!("{old:#x}"), new_session = format_args!("{:#x}", hello.session),
-                "publisher restarted: sequence tracking starts over");
-        }
-        _ => {}
+    if let Greeted::Restarted { old } = pipeline.tracker.greeted(hello.session, hello.next_sequence) {
+        tracing::warn!(publisher = %peer, old_session = format_args!("{old:#x}"), new_session = format_args!("{:#x}", hello.session),
+            "publisher restarted: sequence tracking starts over");
     }
-    link.session = Some(hello.session);
     tracing::info!(publisher = %peer, session = format_args!("{:#x}", hello.session), stream = hello.stream,
         format = %hello.format, next_sequence = hello.next_sequence, "greeted");
     pipeline.format(hello.format, peer);
 
     let echo = pipeline.echoes_wanted();
-    let subscribe = Subscribe { protocol_version: PROTOCOL_VERSION, echo }.to_bytes();
+    let subscribe = Subscribe::new(echo).to_bytes();
     match control.run(pipeline, timeout(HANDSHAKE_TIMEOUT, stream.write_all(&subscribe))).await {
         Err(stop) => return Ok(Ended::Stop(stop)),
         Ok(Err(_)) => return lost("the publisher does not read the subscription".into(), false),
@@ -245,8 +239,13 @@ async fn connection(
                     receive_time,
                     place: Place::Stream(stream_offset + RecordHeader::LEN as u64),
                 }),
-                RecordTag::Format => pipeline.format(header.format, peer),
+                RecordTag::Format => {
+                    // The first record names the first frame offered to this subscriber.
+                    pipeline.tracker.expect_from(header.sequence);
+                    pipeline.format(header.format, peer);
+                }
                 RecordTag::End => {
+                    pipeline.tracker.end(header.sequence);
                     match Totals::parse(payload) {
                         Ok(totals) => {
                             tracing::info!(publisher = %peer, frames = totals.frames, messages = totals.messages, "end of stream");
@@ -266,8 +265,12 @@ async fn connection(
                     let reason = String::from_utf8_lossy(payload);
                     return Err(RunError::Refused(format!("publisher {peer} refused the subscription: {reason}")));
                 }
+                RecordTag::Busy => {
+                    let reason = String::from_utf8_lossy(payload);
+                    return lost(format!("the publisher is busy: {reason}"), false);
+                }
                 RecordTag::Echo => {
-                    if pipeline.warnings.allow("echo from publisher") {
+                    if mdrelay_proto::warn::allow("echo from publisher") {
                         tracing::debug!(publisher = %peer, at = stream_offset, "ECHO record from the publisher ignored");
                     }
                 }

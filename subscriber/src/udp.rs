@@ -5,9 +5,11 @@
 use crate::buffer::ReadBuf;
 use crate::config::Transport;
 use crate::control::{Control, Event, RunError, Stop};
-use crate::frames::{Payload, Pipeline, Place, now_ns};
+use crate::frames::{Payload, Pipeline, Place};
 use anyhow::Context;
-use mdrelay_proto::relay::{DatagramHeader, DatagramKind, Echo, PROTOCOL_VERSION, Totals};
+use mdrelay_proto::clock::wall_clock_ns as now_ns;
+use mdrelay_proto::relay::{Admission, DatagramHeader, DatagramKind, Echo, PROTOCOL_VERSION, Totals};
+use mdrelay_proto::warn;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -31,10 +33,23 @@ pub fn open(transport: &Transport) -> anyhow::Result<UdpSocket> {
     };
     let socket = Socket::new(Domain::for_address(bind), Type::DGRAM, Some(Protocol::UDP))
         .with_context(|| format!("{key}: cannot open a UDP socket"))?;
-    // Several subscribers on one host can join the same group and port.
-    socket.set_reuse_address(true).with_context(|| format!("{key}: cannot set SO_REUSEADDR"))?;
+    // Several subscribers on one host can join the same group and port. A unicast port is one
+    // receiver's: with SO_REUSEADDR a second subscriber would bind it too and silently take the
+    // datagrams from the first, so it is refused instead.
+    let multicast = matches!(transport, Transport::Multicast { .. });
+    if multicast {
+        socket.set_reuse_address(true).with_context(|| format!("{key}: cannot set SO_REUSEADDR"))?;
+    }
     receive_buffer(&socket);
-    socket.bind(&bind.into()).with_context(|| format!("{key}: cannot bind {bind}"))?;
+    socket.bind(&bind.into()).map_err(|error| {
+        if !multicast && error.kind() == io::ErrorKind::AddrInUse {
+            anyhow::anyhow!(
+                "{key}: {bind} is in use by another program (another subscriber?); a unicast port takes one receiver: give each subscriber its own port, or use multicast"
+            )
+        } else {
+            anyhow::Error::new(error).context(format!("{key}: cannot bind {bind}"))
+        }
+    })?;
     if let Transport::Multicast { group, interface } = transport {
         let IpAddr::V4(ip) = group.ip() else { anyhow::bail!("group: {group} is not IPv4") };
         socket
@@ -76,10 +91,18 @@ fn receive_buffer(socket: &Socket) {
     }
 }
 
+/// A datagram held until the next one confirms or refutes it (see
+/// [`SessionTracker`](mdrelay_proto::relay::SessionTracker)).
+struct Held {
+    bytes: Vec<u8>,
+    peer: SocketAddr,
+    receive_time: i64,
+}
+
 /// Receives datagrams until a stop.
 pub async fn run(socket: UdpSocket, pipeline: &mut Pipeline, control: &mut Control) -> Result<Stop, RunError> {
     let mut buf = ReadBuf::new(MAX_DATAGRAM);
-    let mut session: Option<u64> = None;
+    let mut held: Option<Held> = None;
     loop {
         tokio::select! {
             biased;
@@ -95,7 +118,7 @@ pub async fn run(socket: UdpSocket, pipeline: &mut Pipeline, control: &mut Contr
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                         Err(error) => {
                             // E.g. an ICMP error for an echo sent earlier; the socket stays usable.
-                            if pipeline.warnings.allow("receive") {
+                            if warn::allow("receive") {
                                 tracing::warn!(%error, "receive error");
                             }
                             break;
@@ -103,10 +126,10 @@ pub async fn run(socket: UdpSocket, pipeline: &mut Pipeline, control: &mut Contr
                     };
                     let receive_time = now_ns();
                     let datagram = &buf.spare()[..n];
-                    if let Some(stop) = datagram_in(datagram, peer, receive_time, &mut session, pipeline) {
+                    if let Some(stop) = datagram_in(datagram, peer, receive_time, &mut held, pipeline) {
                         return Ok(stop);
                     }
-                    send_echoes(&socket, peer, &mut session, pipeline);
+                    send_echoes(&socket, peer, pipeline);
                     if pipeline.count_reached() {
                         return Ok(Stop::Count);
                     }
@@ -116,18 +139,18 @@ pub async fn run(socket: UdpSocket, pipeline: &mut Pipeline, control: &mut Contr
     }
 }
 
-/// Takes one datagram; `Some(Stop::End)` on the first END.
+/// Takes one datagram; `Some(Stop::End)` on the first END of the stream's session.
 fn datagram_in(
     d: &[u8],
     peer: SocketAddr,
     receive_time: i64,
-    session: &mut Option<u64>,
+    held: &mut Option<Held>,
     pipeline: &mut Pipeline,
 ) -> Option<Stop> {
     pipeline.stats.bytes += d.len() as u64;
     if !DatagramHeader::is_relay_datagram(d) {
         pipeline.stats.invalid_packets += 1;
-        if pipeline.warnings.allow("foreign datagram") {
+        if warn::allow("foreign datagram") {
             let head = &d[..d.len().min(8)];
             tracing::warn!(%peer, len = d.len(), "datagram skipped: not a relay datagram (starts with {head:02x?}, not \"MDRU\")");
         }
@@ -137,64 +160,121 @@ fn datagram_in(
         Ok(h) => h,
         Err(e) => {
             pipeline.stats.invalid_packets += 1;
-            if pipeline.warnings.allow("datagram header") {
+            if warn::allow("datagram header") {
                 tracing::warn!(%peer, at = e.offset, len = d.len(), error = %e.what, "datagram skipped: bad relay header");
             }
             return None;
         }
     };
-    match *session {
-        None => tracing::info!(publisher = %peer, session = format_args!("{:#x}", header.session), "publisher session"),
-        Some(old) if old != header.session => {
-            pipeline.stats.publisher_restarts += 1;
-            pipeline.stats.new_session();
-            tracing::warn!(publisher = %peer, old_session = format_args!("{old:#x}"), new_session = format_args!("{:#x}", header.session),
+    let before = pipeline.tracker.session();
+    match header.kind {
+        DatagramKind::Data => {
+            let admission = pipeline.tracker.datagram(header.session, header.sequence, u64::from(header.frame_count));
+            note_session(before, pipeline, peer);
+            match admission {
+                Admission::Take => {
+                    *held = None;
+                    take(d, &header, peer, receive_time, pipeline);
+                }
+                Admission::TakeHeldThenThis => {
+                    if let Some(h) = held.take() {
+                        if let Ok(held_header) = DatagramHeader::parse(&h.bytes) {
+                            take(&h.bytes, &held_header, h.peer, h.receive_time, pipeline);
+                        }
+                    }
+                    take(d, &header, peer, receive_time, pipeline);
+                }
+                Admission::Hold => {
+                    if warn::allow("held datagram") {
+                        tracing::info!(%peer, session = format_args!("{:#x}", header.session), sequence = header.sequence,
+                            "datagram out of line with the stream (session or sequence): held until the next one confirms it");
+                    }
+                    *held = Some(Held { bytes: d.to_vec(), peer, receive_time });
+                }
+                Admission::Ignore => {}
+            }
+            None
+        }
+        DatagramKind::End => {
+            let totals = match Totals::parse(&d[DatagramHeader::LEN..]) {
+                Ok(t) => t,
+                Err(e) => {
+                    // The publisher repeats its END: wait for a readable one.
+                    pipeline.stats.invalid_packets += 1;
+                    if warn::allow("end totals") {
+                        tracing::warn!(%peer, at = DatagramHeader::LEN + e.offset, error = %e.what, "END datagram with unreadable totals skipped");
+                    }
+                    return None;
+                }
+            };
+            match pipeline.tracker.end_datagram(header.session, header.sequence) {
+                Admission::Take | Admission::Hold => {}
+                Admission::TakeHeldThenThis => {
+                    note_session(before, pipeline, peer);
+                    if let Some(h) = held.take() {
+                        if let Ok(held_header) = DatagramHeader::parse(&h.bytes) {
+                            take(&h.bytes, &held_header, h.peer, h.receive_time, pipeline);
+                        }
+                    }
+                }
+                Admission::Ignore => {
+                    pipeline.stats.invalid_packets += 1;
+                    if warn::allow("foreign end") {
+                        tracing::warn!(%peer, session = format_args!("{:#x}", header.session), next_sequence = header.sequence,
+                            "END datagram that does not fit the stream (another session, or a sequence out of reach); ignored");
+                    }
+                    return None;
+                }
+            }
+            tracing::info!(publisher = %peer, frames = totals.frames, messages = totals.messages, "end of stream");
+            pipeline.stats.publisher_totals = Some(totals);
+            Some(Stop::End)
+        }
+        DatagramKind::Echo => {
+            if warn::allow("echo datagram") {
+                tracing::debug!(%peer, "echo datagram ignored (subscribers send them, not receive them)");
+            }
+            None
+        }
+    }
+}
+
+/// Logs the stream's first session and each confirmed restart.
+fn note_session(before: Option<u64>, pipeline: &Pipeline, peer: SocketAddr) {
+    let now = pipeline.tracker.session();
+    match (before, now) {
+        (None, Some(session)) => {
+            tracing::info!(publisher = %peer, session = format_args!("{session:#x}"), "publisher session")
+        }
+        (Some(old), Some(new)) if old != new => {
+            tracing::warn!(publisher = %peer, old_session = format_args!("{old:#x}"), new_session = format_args!("{new:#x}"),
                 "publisher restarted: sequence tracking starts over");
         }
         _ => {}
     }
-    *session = Some(header.session);
-    let body = &d[DatagramHeader::LEN..];
-    match header.kind {
-        DatagramKind::Data => pipeline.data(Payload {
-            peer,
-            format: header.format,
-            bytes: body,
-            first_sequence: header.sequence,
-            declared_frames: usize::from(header.frame_count),
-            receive_time,
-            place: Place::Datagram(DatagramHeader::LEN as u64),
-        }),
-        DatagramKind::End => match Totals::parse(body) {
-            Ok(totals) => {
-                tracing::info!(publisher = %peer, frames = totals.frames, messages = totals.messages, "end of stream");
-                pipeline.stats.publisher_totals = Some(totals);
-                return Some(Stop::End);
-            }
-            Err(e) => {
-                // The publisher repeats its END: wait for a readable one.
-                pipeline.stats.invalid_packets += 1;
-                if pipeline.warnings.allow("end totals") {
-                    tracing::warn!(%peer, at = DatagramHeader::LEN + e.offset, error = %e.what, "END datagram with unreadable totals skipped");
-                }
-            }
-        },
-        DatagramKind::Echo => {
-            if pipeline.warnings.allow("echo datagram") {
-                tracing::debug!(%peer, "echo datagram ignored (subscribers send them, not receive them)");
-            }
-        }
-    }
-    None
+}
+
+/// Decodes a data datagram's frames.
+fn take(d: &[u8], header: &DatagramHeader, peer: SocketAddr, receive_time: i64, pipeline: &mut Pipeline) {
+    pipeline.data(Payload {
+        peer,
+        format: header.format,
+        bytes: &d[DatagramHeader::LEN..],
+        first_sequence: header.sequence,
+        declared_frames: usize::from(header.frame_count),
+        receive_time,
+        place: Place::Datagram(DatagramHeader::LEN as u64),
+    });
 }
 
 /// Sends the pipeline's echoes to `peer`, the sender of the datagram they answer, without
 /// waiting: one that does not fit the socket's send buffer now is dropped and counted.
-fn send_echoes(socket: &UdpSocket, peer: SocketAddr, session: &mut Option<u64>, pipeline: &mut Pipeline) {
+fn send_echoes(socket: &UdpSocket, peer: SocketAddr, pipeline: &mut Pipeline) {
     if pipeline.echoes.is_empty() {
         return;
     }
     let format = pipeline.current_format().unwrap_or(mdrelay_proto::codec::Format::Raw);
+    let session = pipeline.tracker.session().unwrap_or(0);
     let mut bytes = [0u8; DatagramHeader::LEN + Echo::LEN];
     let echoes = std::mem::take(&mut pipeline.echoes);
     for echo in &echoes {
@@ -203,7 +283,7 @@ fn send_echoes(socket: &UdpSocket, peer: SocketAddr, session: &mut Option<u64>, 
             format,
             kind: DatagramKind::Echo,
             frame_count: 0,
-            session: session.unwrap_or(0),
+            session,
             sequence: echo.sequence,
         };
         bytes[..DatagramHeader::LEN].copy_from_slice(&header.to_bytes());
@@ -212,7 +292,7 @@ fn send_echoes(socket: &UdpSocket, peer: SocketAddr, session: &mut Option<u64>, 
             Ok(_) => pipeline.stats.echoes_sent += 1,
             Err(error) => {
                 pipeline.stats.echoes_dropped += 1;
-                if error.kind() != io::ErrorKind::WouldBlock && pipeline.warnings.allow("echo send") {
+                if error.kind() != io::ErrorKind::WouldBlock && warn::allow("echo send") {
                     tracing::warn!(%peer, %error, "echo not sent");
                 }
             }
