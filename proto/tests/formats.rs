@@ -2,18 +2,7 @@
 //! decoded and aggregated to exactly the reference figures, framing on split and merged reads,
 //! and corrupt frames that give errors, never panics.
 
-mod common;
-
-/// The formats under test: all of them, unless a developer narrows the run with
-/// `MDRELAY_FORMATS=sbe,raw` while working on one format (CI never sets it).
-fn formats() -> Vec<mdrelay_proto::codec::Format> {
-    match std::env::var("MDRELAY_FORMATS") {
-        Ok(list) => list.split(',').map(|f| f.trim().parse().expect("MDRELAY_FORMATS names formats")).collect(),
-        Err(_) => mdrelay_proto::codec::Format::ALL.to_vec(),
-    }
-}
-
-use common::{assert_matches_reference, expected, iex_data};
+use mdrelay_harness::{assert_aggregates, expected, formats, iex_data};
 use mdrelay_proto::capture::CaptureReader;
 use mdrelay_proto::codec::{BatchHeader, Codec, Format, Limits, MessageScratch, collect_segment};
 use mdrelay_proto::iextp::Segment;
@@ -22,6 +11,7 @@ use mdrelay_proto::link;
 use mdrelay_proto::message::*;
 use mdrelay_proto::{Aggregator, Price, Symbol};
 use proptest::prelude::*;
+use std::collections::BTreeMap;
 
 /// A message to generate: a known one, or an unknown type with its bytes.
 #[derive(Clone, Debug)]
@@ -306,14 +296,15 @@ fn framers_handle_split_and_merged_reads_and_refuse_oversized_frames() {
     }
 }
 
-/// Each capture's segments through one format, decoded and aggregated as a subscriber does.
-fn through_format(path: &std::path::Path, format: Format) -> (Aggregator, u64) {
+/// Each capture's segments through one format, decoded and aggregated as a subscriber does;
+/// with the decoded messages counted by type, as `inspect` names the types.
+fn through_format(path: &std::path::Path, format: Format) -> (Aggregator, BTreeMap<String, u64>) {
     let mut reader = CaptureReader::open(path).unwrap();
     let mut codec = Codec::new(format, Limits::default());
     let mut scratch = MessageScratch::new();
     let mut frame = Vec::new();
     let mut aggregator = Aggregator::new();
-    let mut messages = 0u64;
+    let mut types = BTreeMap::new();
     while let Some(packet) = reader.next_packet().unwrap() {
         let Ok(datagram) = link::udp_datagram(packet.link_type, packet.data) else { continue };
         let Ok(segment) = Segment::parse(datagram.payload) else { continue };
@@ -326,12 +317,12 @@ fn through_format(path: &std::path::Path, format: Format) -> (Aggregator, u64) {
         let len = codec.frame_len(&frame).unwrap().unwrap();
         assert_eq!(len, frame.len());
         let header = codec.decode(&frame, |m| {
-            messages += 1;
+            *types.entry(char::from(m.kind()).to_string()).or_insert(0u64) += 1;
             aggregator.apply(m);
         });
         assert_eq!(header.unwrap().session_id, segment.header.session_id);
     }
-    (aggregator, messages)
+    (aggregator, types)
 }
 
 #[test]
@@ -339,23 +330,18 @@ fn the_real_captures_through_every_format_give_the_reference_figures() {
     for (capture, reference) in [("DEEP10.pcap.gz", "DEEP10.json"), ("TOPS16.pcap.gz", "TOPS16.json")] {
         let reference = expected(reference);
         for format in formats() {
-            let (aggregator, messages) = through_format(&iex_data().join(capture), format);
+            let context = format!("{capture} through {format}");
+            let (aggregator, types) = through_format(&iex_data().join(capture), format);
             let report = InspectReport {
                 total_trade_volume: aggregator.total_trade_volume(),
                 symbols: aggregator.active(),
                 symbols_with_trades_or_quotes: aggregator.active().len() as u64,
                 ..InspectReport::default()
             };
-            let ours = serde_json::to_value(&report).unwrap();
-            for key in ["total_trade_volume", "symbols_with_trades_or_quotes", "symbols"] {
-                assert_eq!(ours[key], reference[key], "{capture} through {format}: {key}");
-            }
-            assert_eq!(
-                messages,
-                reference["messages"].as_u64().unwrap(),
-                "{capture} through {format}: every message arrives"
-            );
-            let _ = assert_matches_reference;
+            assert_aggregates(&serde_json::to_value(&report).unwrap(), &reference, &context);
+            // Every message arrives, each as the type it was sent as.
+            assert_eq!(serde_json::json!(types), reference["message_types"], "{context}");
+            assert_eq!(types.values().sum::<u64>(), reference["messages"].as_u64().unwrap(), "{context}");
         }
     }
 }

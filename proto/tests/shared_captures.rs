@@ -1,9 +1,7 @@
 //! The real IEX captures in ../shared: every count and aggregate equals the independent
 //! reference reader's output, whatever the container the capture is written in.
 
-mod common;
-
-use common::{assert_matches_reference, expected, iex_data};
+use mdrelay_harness::{assert_matches_reference, expected, iex_data};
 use mdrelay_proto::capture::CaptureReader;
 use mdrelay_proto::capture_writer::{CaptureWriter, Container, WriterOptions};
 use mdrelay_proto::inspect::{InspectReport, Inspector, inspect_file};

@@ -1,14 +1,11 @@
 //! A synthetic capture of a million messages reads back with the independent reference reader
 //! to exactly the counts and aggregates `inspect` gives.
 
-mod common;
-
-use common::{assert_matches_reference, reference_reader};
+use mdrelay_harness::{assert_matches_reference, reference_output};
 use mdrelay_proto::capture_writer::{CaptureWriter, Container, WriterOptions};
 use mdrelay_proto::inspect::inspect_file;
 use mdrelay_proto::synth::{SynthConfig, SyntheticDay};
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::process::Command;
 
 fn write_synthetic(path: &std::path::Path, config: SynthConfig, container: Container) {
     let file = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
@@ -23,13 +20,6 @@ fn write_synthetic(path: &std::path::Path, config: SynthConfig, container: Conta
     writer.finish().unwrap();
 }
 
-fn reference(path: &std::path::Path) -> serde_json::Value {
-    let output =
-        Command::new("python3").arg(reference_reader()).arg(path).output().expect("python3 runs the reference reader");
-    assert!(output.status.success(), "reference reader failed: {}", String::from_utf8_lossy(&output.stderr));
-    serde_json::from_slice(&output.stdout).unwrap()
-}
-
 #[test]
 fn a_million_synthetic_messages_agree_with_the_reference_reader() {
     let dir = tempfile::tempdir().unwrap();
@@ -39,7 +29,7 @@ fn a_million_synthetic_messages_agree_with_the_reference_reader() {
     let ours = inspect_file(&path).unwrap();
     assert_eq!(ours.messages, 1_000_000);
     assert_eq!(ours.symbols_with_trades_or_quotes, 120);
-    assert_matches_reference(&serde_json::to_value(&ours).unwrap(), &reference(&path));
+    assert_matches_reference(&serde_json::to_value(&ours).unwrap(), &reference_output(&path));
 }
 
 #[test]
@@ -49,5 +39,5 @@ fn synthetic_pcapng_agrees_with_the_reference_reader() {
     let config = SynthConfig { messages: 50_000, symbols: 30, seed: 99, ..Default::default() };
     write_synthetic(&path, config, Container::PcapNg);
     let ours = inspect_file(&path).unwrap();
-    assert_matches_reference(&serde_json::to_value(&ours).unwrap(), &reference(&path));
+    assert_matches_reference(&serde_json::to_value(&ours).unwrap(), &reference_output(&path));
 }
