@@ -2,23 +2,23 @@
 //!
 //! Bad data is counted and skipped, never fatal: a non-IEX packet, a segment whose header
 //! disagrees with its UDP length, a message length that runs past its segment, a message shorter
-//! than its layout, an unknown message type. Each is logged with the file and byte offset (the
-//! first few of each kind; the counts cover all of them).
+//! than its layout, an unknown message type. Each is logged with the file and byte offset (a few
+//! of each kind a minute, from the process's warning budget in [`crate::warn`]; the counts cover
+//! all of them).
 
 use crate::aggregate::{Aggregator, SymbolAggregate};
 use crate::capture::{CaptureError, CaptureReader, Packet};
+use crate::counts::TypeCounts;
 use crate::iextp::{self, Segment};
 use crate::link;
 use crate::message::Message;
 use crate::price::Symbol;
 use crate::sequence::{SequenceCounts, SequenceEvent, SequenceTracker};
+use crate::warn;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
-
-/// How many warnings of one kind are logged before the rest are only counted.
-const WARNINGS_PER_KIND: u32 = 10;
 
 /// Everything `inspect` reports about a capture. The first fields carry the same names and
 /// meanings as the reference reader's JSON; the rest are mdrelay's own counters.
@@ -74,32 +74,14 @@ pub fn serialize_symbols<S: serde::Serializer>(symbols: &[(Symbol, SymbolAggrega
     map.end()
 }
 
-/// Logs the first few warnings of a kind, then only counts them.
-#[derive(Debug, Default)]
-struct Warnings {
-    logged: BTreeMap<&'static str, u32>,
-}
-
-impl Warnings {
-    fn allow(&mut self, kind: &'static str) -> bool {
-        let n = self.logged.entry(kind).or_default();
-        *n += 1;
-        if *n == WARNINGS_PER_KIND + 1 {
-            tracing::info!(kind, "further warnings of this kind are counted, not logged");
-        }
-        *n <= WARNINGS_PER_KIND
-    }
-}
-
 /// Accumulates an [`InspectReport`] packet by packet.
 #[derive(Debug)]
 pub struct Inspector {
     source: String,
     report: InspectReport,
-    types: Box<[u64; 256]>,
+    types: TypeCounts,
     aggregates: Aggregator,
     sequences: SequenceTracker,
-    warnings: Warnings,
 }
 
 impl Inspector {
@@ -108,10 +90,9 @@ impl Inspector {
         Inspector {
             source: source.into(),
             report: InspectReport::default(),
-            types: Box::new([0; 256]),
+            types: TypeCounts::new(),
             aggregates: Aggregator::new(),
             sequences: SequenceTracker::new(),
-            warnings: Warnings::default(),
         }
     }
 
@@ -122,7 +103,7 @@ impl Inspector {
             Ok(datagram) => self.datagram(datagram.payload, packet.offset),
             Err(error) => {
                 self.report.non_iex_packets += 1;
-                if self.warnings.allow("link") {
+                if warn::allow("link") {
                     tracing::warn!(file = %self.source, offset = packet.offset, %error, "packet skipped: no IPv4 UDP datagram");
                 }
             }
@@ -135,7 +116,7 @@ impl Inspector {
             Ok(segment) => self.segment(&segment, offset),
             Err(error) => {
                 self.report.non_iex_packets += 1;
-                if self.warnings.allow("segment") {
+                if warn::allow("segment") {
                     tracing::warn!(file = %self.source, offset, %error, "packet skipped: not an IEX-TP segment");
                 }
             }
@@ -153,7 +134,7 @@ impl Inspector {
         match self.sequences.observe(header) {
             SequenceEvent::InOrder => {}
             event => {
-                if self.warnings.allow("sequence") {
+                if warn::allow("sequence") {
                     tracing::info!(file = %self.source, offset, session = header.session_id, sequence = header.first_sequence, ?event, "sequence break");
                 }
             }
@@ -165,7 +146,7 @@ impl Inspector {
                 Ok(bytes) => bytes,
                 Err(overrun) => {
                     self.report.length_overruns += 1;
-                    if self.warnings.allow("overrun") {
+                    if warn::allow("overrun") {
                         let at = offset_in_payload(overrun.offset);
                         tracing::warn!(file = %self.source, offset, payload_offset = at, %overrun, "rest of segment skipped");
                     }
@@ -178,18 +159,18 @@ impl Inspector {
                 self.report.malformed_messages += 1;
                 continue;
             };
-            self.types[usize::from(kind)] += 1;
+            self.types.add(kind);
             match Message::parse(bytes) {
                 Ok(message @ Message::Unknown(_)) => {
                     self.report.unknown_messages += 1;
-                    if self.warnings.allow("unknown") {
+                    if warn::allow("unknown") {
                         tracing::debug!(file = %self.source, offset, kind = %(message.kind() as char), "unknown message type skipped");
                     }
                 }
                 Ok(message) => self.aggregates.apply(&message),
                 Err(error) => {
                     self.report.malformed_messages += 1;
-                    if self.warnings.allow("malformed") {
+                    if warn::allow("malformed") {
                         tracing::warn!(file = %self.source, offset, %error, "message skipped");
                     }
                 }
@@ -205,13 +186,7 @@ impl Inspector {
         self.report.file = Path::new(&self.source)
             .file_name()
             .map_or_else(|| self.source.clone(), |n| n.to_string_lossy().into_owned());
-        self.report.message_types = self
-            .types
-            .iter()
-            .enumerate()
-            .filter(|(_, n)| **n > 0)
-            .map(|(kind, n)| (char::from(kind as u8).to_string(), *n))
-            .collect();
+        self.report.message_types = self.types.by_name();
         self.report.total_trade_volume = self.aggregates.total_trade_volume();
         self.report.symbols = self.aggregates.active();
         self.report.symbols_with_trades_or_quotes = self.report.symbols.len() as u64;

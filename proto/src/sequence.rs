@@ -68,9 +68,10 @@ impl SequenceTracker {
             self.counts.restarts += 1;
             SequenceEvent::Restart { expected }
         } else if first > expected {
-            let missing = first - expected;
+            // Sequence numbers come from the capture: saturate rather than wrap on wild ones.
+            let missing = first.saturating_sub(expected);
             self.counts.gaps += 1;
-            self.counts.missing_messages += missing as u64;
+            self.counts.missing_messages = self.counts.missing_messages.saturating_add(missing.unsigned_abs());
             SequenceEvent::Gap { expected, missing }
         } else {
             self.counts.behind += 1;
@@ -109,5 +110,17 @@ mod tests {
         assert_eq!(t.observe(&seg(1, 1, 1)), SequenceEvent::Restart { expected: 10 });
         assert_eq!(t.observe(&seg(2, 50, 1)), SequenceEvent::InOrder);
         assert_eq!(t.counts(), SequenceCounts { gaps: 1, missing_messages: 3, restarts: 1, behind: 1 });
+    }
+
+    #[test]
+    fn wild_sequence_numbers_saturate() {
+        let mut t = SequenceTracker::new();
+        t.observe(&seg(1, i64::MIN, 1));
+        assert_eq!(
+            t.observe(&seg(1, i64::MAX, u16::MAX)),
+            SequenceEvent::Gap { expected: i64::MIN + 1, missing: i64::MAX }
+        );
+        t.observe(&seg(1, i64::MAX, 1));
+        assert_eq!(t.counts().missing_messages, i64::MAX as u64);
     }
 }

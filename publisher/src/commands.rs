@@ -40,18 +40,18 @@ pub fn inspect(args: &InspectArgs) -> Result<()> {
 
 /// A capture container on the command line.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
-pub enum FormatArg {
+pub enum ContainerArg {
     /// Classic pcap.
     Pcap,
     /// pcapng.
     Pcapng,
 }
 
-impl From<FormatArg> for Container {
-    fn from(f: FormatArg) -> Container {
+impl From<ContainerArg> for Container {
+    fn from(f: ContainerArg) -> Container {
         match f {
-            FormatArg::Pcap => Container::Pcap,
-            FormatArg::Pcapng => Container::PcapNg,
+            ContainerArg::Pcap => Container::Pcap,
+            ContainerArg::Pcapng => Container::PcapNg,
         }
     }
 }
@@ -71,9 +71,9 @@ pub struct SynthArgs {
     /// Seed; the same seed writes the same file.
     #[arg(long, default_value_t = SynthConfig::default().seed)]
     pub seed: u64,
-    /// Container format.
-    #[arg(long, value_enum, default_value_t = FormatArg::Pcap)]
-    pub format: FormatArg,
+    /// Capture container to write (`--format` is accepted too, as in earlier releases).
+    #[arg(long, alias = "format", value_enum, default_value_t = ContainerArg::Pcap)]
+    pub container: ContainerArg,
     /// Compress with gzip (fast level; IEX's historical files are gzipped too).
     #[arg(long)]
     pub gzip: bool,
@@ -97,7 +97,7 @@ pub fn synth(args: &SynthArgs) -> Result<()> {
     let mut day = SyntheticDay::new(config)?;
     let started = Instant::now();
     let out = create(&args.out, args.gzip)?;
-    let options = WriterOptions { container: args.format.into(), ..WriterOptions::default() };
+    let options = WriterOptions { container: args.container.into(), ..WriterOptions::default() };
     let mut writer = CaptureWriter::new(out, options)?;
     let mut packets = 0u64;
     while let Some(segment) = day.next_segment() {
@@ -128,9 +128,9 @@ pub struct ConvertArgs {
     /// Where to write.
     #[arg(long)]
     pub out: PathBuf,
-    /// Container format to write.
-    #[arg(long, value_enum, default_value_t = FormatArg::Pcap)]
-    pub format: FormatArg,
+    /// Capture container to write (`--format` is accepted too, as in earlier releases).
+    #[arg(long, alias = "format", value_enum, default_value_t = ContainerArg::Pcap)]
+    pub container: ContainerArg,
     /// pcap only: microsecond timestamps instead of nanoseconds.
     #[arg(long)]
     pub microseconds: bool,
@@ -150,7 +150,7 @@ pub fn convert(args: &ConvertArgs) -> Result<()> {
     while let Some(packet) = reader.next_packet()? {
         if writer.is_none() {
             let options = WriterOptions {
-                container: args.format.into(),
+                container: args.container.into(),
                 nanosecond: !args.microseconds,
                 big_endian: args.big_endian,
                 link_type: packet.link_type,

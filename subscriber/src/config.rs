@@ -306,13 +306,20 @@ impl Settings {
             Some(n) => n.value,
         };
 
-        let report_interval = seconds(cli.report_interval, file.report_interval, "report_interval", origin, true)?
-            .unwrap_or(Duration::from_secs_f64(DEFAULT_REPORT_INTERVAL));
+        let report_interval =
+            seconds(cli.report_interval, file.report_interval, "report_interval", origin, true, MIN_TIMER)?
+                .unwrap_or(Duration::from_secs_f64(DEFAULT_REPORT_INTERVAL));
         let report_interval = (!report_interval.is_zero()).then_some(report_interval);
-        let duration = seconds(cli.duration, file.duration, "duration", origin, false)?;
-        let reconnect_max =
-            seconds(cli.reconnect_max_seconds, file.reconnect_max_seconds, "reconnect_max_seconds", origin, false)?
-                .unwrap_or(Duration::from_secs_f64(DEFAULT_RECONNECT_MAX));
+        let duration = seconds(cli.duration, file.duration, "duration", origin, false, 0.0)?;
+        let reconnect_max = seconds(
+            cli.reconnect_max_seconds,
+            file.reconnect_max_seconds,
+            "reconnect_max_seconds",
+            origin,
+            false,
+            MIN_TIMER,
+        )?
+        .unwrap_or(Duration::from_secs_f64(DEFAULT_RECONNECT_MAX));
 
         let count = match pick(cli.count, file.count, "count", origin) {
             Some(Named { value: 0, name }) => {
@@ -344,12 +351,19 @@ impl Settings {
     }
 }
 
+/// The shortest period of a repeating timer (report lines, reconnection attempts): shorter ones
+/// would only busy the subscriber.
+const MIN_TIMER: f64 = 0.01;
+
+/// A number of seconds from the flag or the file: finite, at most a day, at least `min` unless
+/// it is 0 where `zero_ok`.
 fn seconds(
     cli: Option<f64>,
     file: Option<Spanned<Seconds>>,
     key: &str,
     origin: &Origin<'_>,
     zero_ok: bool,
+    min: f64,
 ) -> Result<Option<Duration>, ConfigError> {
     let file = file.map(|s| {
         let span = s.span();
@@ -360,9 +374,14 @@ fn seconds(
     };
     // A day bounds every timer here; larger values are typos, and Duration::from_secs_f64 would
     // panic on infinities.
-    let ok = value.is_finite() && value <= 86_400.0 && (value > 0.0 || (zero_ok && value == 0.0));
+    let ok = value.is_finite() && value <= 86_400.0 && ((value > 0.0 && value >= min) || (zero_ok && value == 0.0));
     if !ok {
-        let range = if zero_ok { "0 to 86400" } else { "above 0 and at most 86400" };
+        let range = match (zero_ok, min > 0.0) {
+            (true, true) => format!("0, or {min} to 86400"),
+            (true, false) => "0 to 86400".to_string(),
+            (false, true) => format!("{min} to 86400"),
+            (false, false) => "above 0 and at most 86400".to_string(),
+        };
         return Err(ConfigError(format!("{name}: {value} seconds is out of range ({range})")));
     }
     Ok(Some(Duration::from_secs_f64(value)))
@@ -557,6 +576,8 @@ mod tests {
         assert!(format.contains("sub.toml: line 2: format") && format.contains("comes from the publisher"), "{format}");
         assert!(err("connect = \"h:1\"\necho_every = 0").contains("echo_every"));
         assert!(err("connect = \"h:1\"\nduration = 0").contains("duration"));
+        assert!(err("connect = \"h:1\"\nreport_interval = 1e-9").contains("report_interval"));
+        assert!(err("connect = \"h:1\"\nreconnect_max_seconds = 0.001").contains("reconnect_max_seconds"));
         assert!(err("connect = \"h:1\"\nsymbols = [\"TOOLONGSYM\"]").contains("symbols"));
         assert!(err("connect = \"h:1\"\ninterface = \"127.0.0.1\"").contains("interface"));
         let unknown = err("connect = \"h:1\"\n\nbogus = 1\n");
