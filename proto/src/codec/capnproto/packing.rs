@@ -715,6 +715,7 @@ pub(super) fn packed_offset(frame: &[u8], offset: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::rounds;
     use super::*;
     use rand::{Rng, SeedableRng};
     use rand_pcg::Pcg64;
@@ -747,11 +748,50 @@ mod tests {
                 assert_eq!(ssse3.compact(tag, expanded) & low, window & low, "tag {tag:#x}");
             }
         }
-        for _ in 0..10_000 {
+        for _ in 0..rounds(500, 10_000) {
             let word: u64 = rng.random::<u64>() & rng.random::<u64>() & rng.random::<u64>();
             let tag = word.to_le_bytes().iter().enumerate().fold(0u8, |t, (b, &v)| t | (u8::from(v != 0) << b));
             assert_eq!(tag_of(word), tag, "{word:#x}");
             assert_eq!(at_most_one_zero_byte(word), tag.count_zeros() <= 1, "{word:#x}");
+        }
+    }
+
+    /// A message of `words` words (the table's included) whose bytes are zero or not at random,
+    /// with runs of zero words and of words without zero bytes, so every kind of tag comes up.
+    fn random_message(rng: &mut Pcg64, words: usize) -> Vec<u8> {
+        let mut frame = (((words - 1) as u64) << 32).to_le_bytes().to_vec();
+        while frame.len() < words * WORD {
+            let word: u64 = match rng.random_range(0..4) {
+                0 => 0,
+                1 => rng.random::<u64>() | 0x0101_0101_0101_0101,
+                _ => rng.random::<u64>() & rng.random::<u64>() & rng.random::<u64>(),
+            };
+            let longest = if rng.random_bool(0.1) { 300 } else { 3 };
+            let run = rng.random_range(1..longest);
+            for _ in 0..run.min(words - frame.len() / WORD) {
+                frame.extend_from_slice(&word.to_le_bytes());
+            }
+        }
+        frame
+    }
+
+    #[test]
+    fn packing_round_trips_with_either_byte_moves() {
+        let mut rng = Pcg64::seed_from_u64(5);
+        let ssse3 = Ssse3Available::detect();
+        let mut buffer = Vec::new();
+        for _ in 0..rounds(30, 2_000) {
+            let words = rng.random_range(1..600);
+            let frame = random_message(&mut rng, words);
+            let (mut portable, mut fast) = (Vec::new(), Vec::new());
+            pack(&frame, &mut portable, None);
+            pack(&frame, &mut fast, ssse3);
+            assert_eq!(portable, fast);
+            for moves in [None, ssse3] {
+                let got = unpack_message(&portable, &mut buffer, usize::MAX, moves).ok().flatten();
+                assert_eq!(got, Some((portable.len(), frame.len() / WORD)));
+                assert_eq!(&Word::words_to_bytes(&buffer)[..frame.len()], &frame[..]);
+            }
         }
     }
 }
