@@ -13,43 +13,15 @@ fn formats() -> Vec<mdrelay_proto::codec::Format> {
 }
 
 use common::iex_data;
+use mdrelay_harness::alloc::{CountingAllocator, count_allocations};
 use mdrelay_proto::capture::CaptureReader;
 use mdrelay_proto::codec::{BatchHeader, Codec, Limits, MessageScratch, collect_segment};
 use mdrelay_proto::iextp::Segment;
 use mdrelay_proto::{Aggregator, link};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-thread_local! {
-    /// Only the measuring thread counts (the test harness has threads of its own).
-    static MEASURING: Cell<bool> = const { Cell::new(false) };
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if MEASURING.with(|m| m.get()) {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if MEASURING.with(|m| m.get()) {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
+// Counts only the thread inside `count_allocations` (the test harness has threads of its own).
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAllocator = CountingAllocator;
 
 fn udp_payloads() -> Vec<Vec<u8>> {
     let mut reader = CaptureReader::open(iex_data().join("DEEP10.pcap.gz")).unwrap();
@@ -97,12 +69,10 @@ impl Pipeline {
 
 #[test]
 fn the_counter_sees_allocations() {
-    ALLOCATIONS.store(0, Ordering::Relaxed);
-    MEASURING.with(|m| m.set(true));
-    let boxed = std::hint::black_box(Box::new([0u8; 64]));
-    MEASURING.with(|m| m.set(false));
+    let (boxed, allocations) = count_allocations(|| std::hint::black_box(Box::new([0u8; 64])));
     drop(boxed);
-    assert!(ALLOCATIONS.load(Ordering::Relaxed) >= 1);
+    assert!(allocations.count >= 1, "{allocations:?}");
+    assert!(allocations.largest >= 64, "{allocations:?}");
 }
 
 #[test]
@@ -119,14 +89,16 @@ fn no_allocation_in_steady_state_for_any_format() {
         };
         pipeline.pass(&payloads);
         let warm = pipeline.messages;
-        ALLOCATIONS.store(0, Ordering::Relaxed);
-        MEASURING.with(|m| m.set(true));
-        pipeline.pass(&payloads);
-        MEASURING.with(|m| m.set(false));
-        let allocations = ALLOCATIONS.load(Ordering::Relaxed);
+        assert!(warm > 0, "{format}: the warm-up pass decoded messages");
+        let ((), allocations) = count_allocations(|| pipeline.pass(&payloads));
         assert_eq!(pipeline.messages, 2 * warm, "{format}: the measured pass saw every message");
-        if allocations != 0 {
-            failures.push(format!("{format}: {allocations} allocations over {} segments", payloads.len()));
+        if allocations.count != 0 {
+            failures.push(format!(
+                "{format}: {} allocations over {} segments, the largest {} bytes",
+                allocations.count,
+                payloads.len(),
+                allocations.largest
+            ));
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");

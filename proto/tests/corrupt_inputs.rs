@@ -4,7 +4,8 @@
 mod common;
 
 use common::iex_data;
-use mdrelay_proto::capture::{CaptureError, CaptureReader};
+use mdrelay_harness::alloc::{CountingAllocator, count_allocations};
+use mdrelay_proto::capture::{CaptureError, CaptureReader, READ_BUFFER};
 use mdrelay_proto::iextp::{Segment, SegmentBuilder, SegmentHeader};
 use mdrelay_proto::inspect::{InspectReport, Inspector, inspect_file};
 use mdrelay_proto::message::{Message, Trade};
@@ -12,7 +13,19 @@ use mdrelay_proto::{Price, Symbol};
 use proptest::prelude::*;
 use std::io::Read;
 
+// Counts only the threads that ask (see `count_allocations`); every other test runs as before.
+#[global_allocator]
+static GLOBAL: CountingAllocator = CountingAllocator;
+
+/// Inspects `bytes` as a capture, checking that nothing it allocated was larger than the reader's
+/// fixed buffer, whatever the length fields in the bytes say.
 fn inspect_bytes(bytes: Vec<u8>) -> Result<(InspectReport, Option<u64>), CaptureError> {
+    let (result, allocations) = count_allocations(|| read_capture(bytes));
+    assert!(allocations.largest <= READ_BUFFER, "{allocations:?}");
+    result
+}
+
+fn read_capture(bytes: Vec<u8>) -> Result<(InspectReport, Option<u64>), CaptureError> {
     let mut reader = CaptureReader::new("bytes", std::io::Cursor::new(bytes))?;
     let mut inspector = Inspector::new("bytes");
     while let Some(packet) = reader.next_packet()? {
@@ -81,11 +94,16 @@ fn a_huge_record_length_is_an_error_not_an_allocation() {
     // incl_len of the first record: 4 GB.
     bytes[24 + 8..24 + 12].copy_from_slice(&u32::MAX.to_le_bytes());
     bytes.extend_from_slice(&[0u8; 100]);
-    match inspect_bytes(bytes) {
+    let (result, allocations) = count_allocations(|| read_capture(bytes));
+    match result {
         Err(CaptureError::Malformed { offset, .. }) => assert_eq!(offset, 24),
         Ok((report, truncated)) => assert!(report.packets == 0 && truncated.is_some()),
         Err(other) => panic!("unexpected {other}"),
     }
+    // The reader allocated (so the counter saw it), and nothing larger than its fixed buffer:
+    // nothing was sized from the record's claim.
+    assert!(allocations.count > 0, "{allocations:?}");
+    assert!(allocations.largest <= READ_BUFFER, "{allocations:?}: the record claims {} bytes", u32::MAX);
 }
 
 fn trade(id: i64) -> Message<'static> {

@@ -1427,20 +1427,37 @@ mod tests {
         assert_navigation_rejects(&frame, "Batch.trades: offset 4294967280 points past the frame");
     }
 
+    /// Position in `frame` of what the uoffset in field `index` of the table at `table` points to.
+    fn follow(frame: &[u8], table: usize, index: usize) -> usize {
+        let vtable = (table as i64 - u32_in(frame, table) as i32 as i64) as usize;
+        let slot = u16::from_le_bytes(frame[vtable + 4 + 2 * index..][..2].try_into().unwrap()) as usize;
+        assert_ne!(slot, 0, "field {index} of the table at {table} is present");
+        table + slot + u32_in(frame, table + slot) as usize
+    }
+
     #[test]
     fn an_unknown_entry_pointing_outside_the_frame_is_an_error() {
         let frame = frame_of(b"z", 0, &[b"z1"]);
-        // The unknown table's offset is the last uoffset the builder wrote before `Other`'s; find
-        // it by rewriting each candidate word and keeping the ones that change the verdict.
-        let mut rejected = 0;
-        for at in (PREFIX_LEN..frame.len() - 4).step_by(4) {
+        // Batch.other, its `unknown` vector (field 9), and that vector's one entry: a uoffset from
+        // the entry's own position to the `Unknown` table.
+        let (batch, _) = batch_and_vtable(&frame);
+        let other = follow(&frame, batch, OTHER);
+        let vector = follow(&frame, other, 9);
+        assert_eq!(u32_in(&frame, vector), 1, "one unknown entry");
+        let entry = vector + 4;
+        let table = entry + u32_in(&frame, entry) as usize;
+        let bytes = follow(&frame, table, 0);
+        assert_eq!(&frame[bytes..bytes + 6], b"\x02\0\0\0z1", "the entry leads to the message's bytes");
+        // Just past the frame's end, far past it, and the largest offset.
+        for offset in [(frame.len() - entry) as u32, 0x7fff_fff0, u32::MAX] {
             let mut bad = frame.clone();
-            bad[at..at + 4].copy_from_slice(&0x7fff_fff0u32.to_le_bytes());
-            for (mut codec, _) in every_codec() {
-                rejected += codec.decode(&bad, |_| {}).is_err() as usize;
+            bad[entry..entry + 4].copy_from_slice(&offset.to_le_bytes());
+            let what = format!("Batch.other.unknown entry: offset {offset} points past the frame");
+            assert_navigation_rejects(&bad, &what);
+            for (mut codec, mode) in every_codec().into_iter().filter(|(_, mode)| *mode != "library verifier") {
+                assert_eq!(codec.decode(&bad, |_| {}).unwrap_err().offset, entry, "{mode}");
             }
         }
-        assert!(rejected > 0);
     }
 
     #[test]
