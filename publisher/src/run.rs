@@ -91,6 +91,21 @@ pub struct RunArgs {
     /// TCP: wait for this many subscribers before sending.
     #[arg(long)]
     pub wait_subscribers: Option<usize>,
+    /// TCP: bytes queued per subscriber, at most.
+    #[arg(long)]
+    pub queue_bytes: Option<u64>,
+    /// TCP: connections at once; more are told to retry later.
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// TCP: seconds a connection has to answer the greeting.
+    #[arg(long)]
+    pub handshake_timeout: Option<f64>,
+    /// TCP: seconds subscribers get at the end to take what is queued for them.
+    #[arg(long)]
+    pub drain_timeout: Option<f64>,
+    /// Original pacing: a wait longer than this many seconds is not waited out.
+    #[arg(long)]
+    pub max_gap: Option<f64>,
     /// Send UDP datagrams to this address:port (repeatable).
     #[arg(long)]
     pub udp: Vec<String>,
@@ -151,17 +166,26 @@ impl RunArgs {
         p.loops = self.loops.or(p.loops);
         p.max_messages = self.max_messages.or(p.max_messages);
         p.duration = self.duration.or(p.duration);
+        p.max_gap = self.max_gap.or(p.max_gap);
         f.batching.coalesce_bytes = self.coalesce_bytes.or(f.batching.coalesce_bytes);
         if self.tcp.is_some()
             || self.queue.is_some()
             || self.slow_subscriber.is_some()
             || self.wait_subscribers.is_some()
+            || self.queue_bytes.is_some()
+            || self.max_connections.is_some()
+            || self.handshake_timeout.is_some()
+            || self.drain_timeout.is_some()
         {
             let t = f.tcp.get_or_insert_with(Default::default);
             t.listen = self.tcp.clone().or(t.listen.take());
             t.queue = self.queue.or(t.queue);
             t.slow_subscriber = self.slow_subscriber.or(t.slow_subscriber);
             t.wait_subscribers = self.wait_subscribers.or(t.wait_subscribers);
+            t.queue_bytes = self.queue_bytes.or(t.queue_bytes);
+            t.max_connections = self.max_connections.or(t.max_connections);
+            t.handshake_timeout = self.handshake_timeout.or(t.handshake_timeout);
+            t.drain_timeout = self.drain_timeout.or(t.drain_timeout);
         }
         if !self.udp.is_empty() {
             let u = f.udp.get_or_insert_with(Default::default);

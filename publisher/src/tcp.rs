@@ -219,7 +219,7 @@ struct Outgoing {
 impl Outgoing {
     /// Queues `record` for writing, after a FORMAT record when it is the first of a new format.
     fn take(&mut self, record: Bytes) {
-        let counted = record.len() as u64;
+        let counted = record.len() as u64 + crate::fanout::RECORD_OVERHEAD;
         if let Ok(header) = RecordHeader::parse(&record, usize::MAX) {
             match header.tag {
                 RecordTag::Format => self.format = Some(header.format),

@@ -274,7 +274,9 @@ impl Codec {
                 raw.encode_segment(publish_time, bytes, out);
                 Ok(())
             }
-            codec => codec.encode(&BatchHeader { publish_time, ..BatchHeader::from_segment(&segment.header) }, messages, out),
+            codec => {
+                codec.encode(&BatchHeader { publish_time, ..BatchHeader::from_segment(&segment.header) }, messages, out)
+            }
         }
     }
 
