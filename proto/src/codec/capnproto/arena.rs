@@ -14,7 +14,7 @@ use std::marker::PhantomData;
 // ---------------------------------------------------------------------------------------------
 // Encoding
 
-/// A builder arena of one segment over a caller's zeroed-on-demand word buffer: what
+/// A builder arena of one segment over a caller's word buffer, zeroed when the arena is made: what
 /// `capnp::message::Builder` does, minus its per-message `Vec` of segments. The buffer is sized
 /// by [`CapnpCodec::segment_words`](super::CapnpCodec) beforehand, exactly, so allocation cannot
 /// fail.
@@ -30,7 +30,15 @@ impl<'a> FlatArena<'a> {
     /// writes through pointers into it, so nothing else may touch it meanwhile.
     pub(super) fn new(buffer: &'a mut [Word]) -> Self {
         let capacity = u32::try_from(buffer.len()).expect("segment_words caps the segment size");
-        FlatArena { base: Word::words_to_bytes_mut(buffer).as_mut_ptr(), capacity, used: 0, _buffer: PhantomData }
+        // The builder expects the words it is handed to be zero. The buffer is zeroed whole, here,
+        // rather than each allocation as it is handed out: it is sized exactly, so the builder
+        // uses all of it, and one fill is safe code where zeroing through the arena's pointer is
+        // not. Measured faster too (DEEP10 trades and quotes, two sets of 21 alternated A/B runs):
+        // Cap'n Proto serialize total 8.58 -> 7.94 ms and 8.46 -> 7.76 ms (medians; -8% paired,
+        // faster in 39 of 42 pairs), packed -1% paired.
+        let bytes = Word::words_to_bytes_mut(buffer);
+        bytes.fill(0);
+        FlatArena { base: bytes.as_mut_ptr(), capacity, used: 0, _buffer: PhantomData }
     }
 
     /// Words handed out so far: the segment's size once the message is built.
@@ -48,8 +56,9 @@ impl<'a> FlatArena<'a> {
     }
 }
 
-// SAFETY: the arena hands out word ranges of its one segment, each once, zeroed, and the segment
-// stays borrowed (and so in place) for the arena's lifetime; that is what the layout code needs.
+// SAFETY: the arena hands out word ranges of its one segment, each once, zeroed (the whole buffer
+// is zeroed in `new`, and `allocate` never hands out a word twice), and the segment stays
+// borrowed (and so in place) for the arena's lifetime; that is what the layout code needs.
 unsafe impl ReaderArena for FlatArena<'_> {
     fn get_segment(&self, id: u32) -> capnp::Result<(*const u8, u32)> {
         if id == 0 {
@@ -88,9 +97,6 @@ unsafe impl BuilderArena for FlatArena<'_> {
             return None;
         }
         let start = self.used;
-        // SAFETY: [start, start + amount) is within the buffer (checked above) and handed out
-        // for the first time, so nothing refers to it yet. The builder expects zeroes.
-        unsafe { std::ptr::write_bytes(self.base.add(start as usize * WORD), 0, amount as usize * WORD) };
         self.used += amount;
         Some(start)
     }
