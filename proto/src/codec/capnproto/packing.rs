@@ -730,6 +730,13 @@ mod tests {
     use rand::{Rng, SeedableRng};
     use rand_pcg::Pcg64;
 
+    /// Miri cannot execute SSSE3 instructions: under it, every test must take the portable path.
+    #[cfg(miri)]
+    #[test]
+    fn miri_runs_the_portable_byte_moves() {
+        assert!(Ssse3Available::detect().is_none());
+    }
+
     #[test]
     fn byte_moves_match_a_plain_loop_for_every_tag() {
         let mut rng = Pcg64::seed_from_u64(1);
