@@ -1,10 +1,6 @@
 //! The example configurations parse and pass their checks; bad settings fail naming the setting.
 
-use std::process::Command;
-
-fn publisher(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_mdrelay-pub")).args(args).output().expect("mdrelay-pub runs")
-}
+use mdrelay_harness::{Process, STEP, publisher_bin};
 
 fn root() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -32,9 +28,11 @@ fn failure(toml: &str, extra: &[&str]) -> String {
     std::fs::write(&path, toml).unwrap();
     let mut args = vec!["run", "--config", path.to_str().unwrap()];
     args.extend_from_slice(extra);
-    let output = publisher(&args);
-    assert!(!output.status.success(), "{toml} should fail");
-    String::from_utf8(output.stderr).unwrap()
+    let output = Process::start(publisher_bin(), &args).finish(STEP);
+    // An error exit (not a crash), before anything is served.
+    assert!(matches!(output.code(), Some(1 | 2)), "{toml} should fail: {output:?}");
+    assert!(!output.stderr.contains("serving subscribers"), "{output:?}");
+    output.stderr
 }
 
 #[test]
