@@ -457,7 +457,8 @@ fn a_subscriber_speaking_another_protocol_version_is_refused_with_a_reason() {
     s.read_exact(&mut reason).unwrap();
     let reason = String::from_utf8(reason).unwrap();
     // It names both versions.
-    assert!(reason.contains("version 99") && reason.contains(&format!("version {PROTOCOL_VERSION}")), "{reason}");
+    let ours = format!("speaks version {PROTOCOL_VERSION}");
+    assert!(reason.contains("protocol version 99") && reason.contains(&ours), "{reason}");
     // Then the connection closes.
     assert_eq!(s.read(&mut [0u8; 1]).unwrap(), 0, "the refused connection closes");
     drop(s);

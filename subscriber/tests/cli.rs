@@ -3,7 +3,8 @@
 
 mod common;
 
-use common::*;
+use common::subscriber;
+use mdrelay_harness::{Finished, STEP};
 use std::path::PathBuf;
 
 fn config_dir() -> PathBuf {
@@ -17,14 +18,14 @@ fn run_with_file(text: &str, extra: &[&str]) -> (Finished, String) {
     let path = path.to_str().unwrap().to_string();
     let mut args = vec!["--config", path.as_str()];
     args.extend_from_slice(extra);
-    (Sub::start(&args).finish(), path)
+    (subscriber(&args).finish(STEP), path)
 }
 
 #[test]
 fn an_unknown_key_fails_naming_the_file_the_key_and_the_line() {
     let (done, path) =
         run_with_file("connect = \"127.0.0.1:9100\"\nreport_interval = 1\nreconect_max_seconds = 2\n", &[]);
-    assert_eq!(done.status.code(), Some(2), "{done:?}");
+    assert_eq!(done.code(), Some(2), "{done:?}");
     assert!(done.stderr.contains(&path), "{}", done.stderr);
     assert!(done.stderr.contains("reconect_max_seconds") && done.stderr.contains("line 3"), "{}", done.stderr);
 }
@@ -56,7 +57,7 @@ fn bad_settings_fail_at_start_naming_the_setting() {
     ];
     for (text, flags, needle) in cases {
         let (done, _) = run_with_file(text, flags);
-        assert_eq!(done.status.code(), Some(2), "{text:?} {flags:?}: {done:?}");
+        assert_eq!(done.code(), Some(2), "{text:?} {flags:?}: {done:?}");
         assert!(done.stderr.contains(needle), "{text:?} {flags:?}: expected {needle:?} in:\n{}", done.stderr);
     }
 }
@@ -71,7 +72,7 @@ fn the_example_files_are_valid() {
             continue;
         }
         seen += 1;
-        let done = Sub::start(&["--config", path.to_str().unwrap(), "--check"]).finish();
+        let done = subscriber(&["--config", path.to_str().unwrap(), "--check"]).finish(STEP);
         assert!(done.status.success(), "{name}: {done:?}");
         assert!(done.stdout.contains("transport"), "{name}: {}", done.stdout);
     }
