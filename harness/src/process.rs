@@ -173,20 +173,32 @@ impl Process {
     }
 
     /// The address `mdrelay-sub` receives on, from its "listening on ADDR" line (UDP and
-    /// multicast, after binding and joining).
+    /// multicast, after binding and joining); panics when it does not come within [`STEP`].
     pub fn listening_on(&mut self) -> SocketAddr {
-        let line = self.wait_for("listening on ");
+        self.try_listening_on(STEP).unwrap_or_else(|f| panic!("{f}"))
+    }
+
+    /// As [`Process::listening_on`], waiting up to `limit`.
+    pub fn try_listening_on(&mut self, limit: Duration) -> Result<SocketAddr, Failure> {
+        let line = self.try_wait_until("\"listening on ADDR\"", limit, |l| l.contains("listening on "))?;
         let rest = &line[line.find("listening on ").expect("matched") + "listening on ".len()..];
         let addr = rest.split_whitespace().next().unwrap_or_default();
-        addr.parse().unwrap_or_else(|e| panic!("{}: {addr:?} in {line:?} is not an address: {e}", self.name))
+        addr.parse().map_err(|e| Failure(format!("{}: {addr:?} in {line:?} is not an address: {e}", self.name)))
     }
 
     /// The address `mdrelay-pub` accepts subscribers on, from its "serving subscribers over
-    /// TCP" line (`listen=ADDR`, the bound address, so `--tcp 127.0.0.1:0` works).
+    /// TCP" line (`listen=ADDR`, the bound address, so `--tcp 127.0.0.1:0` works); panics when
+    /// it does not come within [`STEP`].
     pub fn serving_on(&mut self) -> SocketAddr {
-        let line = self.wait_for("serving subscribers over TCP");
-        let addr = field(&line, "listen").unwrap_or_else(|| panic!("{}: no listen= in {line:?}", self.name));
-        addr.parse().unwrap_or_else(|e| panic!("{}: {addr:?} in {line:?} is not an address: {e}", self.name))
+        self.try_serving_on(STEP).unwrap_or_else(|f| panic!("{f}"))
+    }
+
+    /// As [`Process::serving_on`], waiting up to `limit`.
+    pub fn try_serving_on(&mut self, limit: Duration) -> Result<SocketAddr, Failure> {
+        let what = "\"serving subscribers over TCP\"";
+        let line = self.try_wait_until(what, limit, |l| l.contains("serving subscribers over TCP"))?;
+        let addr = field(&line, "listen").unwrap_or_default();
+        addr.parse().map_err(|e| Failure(format!("{}: listen={addr:?} in {line:?} is not an address: {e}", self.name)))
     }
 
     /// Waits for an `mdrelay-sub` interval line (it needs `--report-interval`) saying at least
@@ -310,8 +322,8 @@ impl fmt::Debug for Finished {
     }
 }
 
-/// The value of a `key=value` field in a log line.
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+/// The value of a `key=value` field in a log line (`granted=33554432`).
+pub fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     line.split_whitespace().find_map(|word| word.strip_prefix(key)?.strip_prefix('='))
 }
 
