@@ -7,12 +7,11 @@
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
+use mdrelay_harness::process::{Finished, Process};
 use mdrelay_proto::codec::Format;
 use serde::Serialize;
-use std::net::{TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Transports the comparison can run over.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq, Serialize)]
@@ -66,61 +65,22 @@ pub struct Row {
     pub latency_ns: serde_json::Value,
 }
 
-fn sibling(name: &str) -> Result<PathBuf> {
-    let exe = std::env::current_exe()?;
-    let dir = exe.parent().context("no directory for the running binary")?;
-    let path = dir.join(name);
-    if !path.is_file() {
-        // Under `cargo run`, build the two binaries of the relay in the same profile.
-        if let Ok(cargo) = std::env::var("CARGO") {
-            let release = dir.ends_with("release");
-            let mut build = Command::new(cargo);
-            build.args(["build", "--quiet", "-p", "mdrelay-publisher", "-p", "mdrelay-subscriber"]);
-            if release {
-                build.arg("--release");
-            }
-            let status = build.status().context("building mdrelay-pub and mdrelay-sub")?;
-            if !status.success() {
-                bail!("building mdrelay-pub and mdrelay-sub failed");
-            }
-        }
-    }
-    if !path.is_file() {
-        bail!("{} not found beside {}; build the workspace first (cargo build --release)", name, exe.display());
-    }
-    Ok(path)
+/// `name` of `package` beside this binary, built in the same profile when missing.
+fn sibling(package: &str, name: &str) -> Result<PathBuf> {
+    mdrelay_harness::bins::binary(package, name)
+        .with_context(|| format!("{name}: build the workspace first (cargo build --release)"))
 }
 
-fn free_tcp_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
+/// How long a process may take to print a readiness line.
+const READY: Duration = Duration::from_secs(30);
 
-fn free_udp_port() -> Result<u16> {
-    Ok(UdpSocket::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+/// Waits for `process` to exit within `limit`; fails with its output unless it succeeded.
+fn finish(process: Process, limit: Duration) -> Result<Finished> {
+    let finished = process.try_finish(limit)?;
+    if !finished.status.success() {
+        bail!("{finished:?}");
     }
-}
-
-fn wait(child: &mut Killed, deadline: Instant, what: &str) -> Result<()> {
-    loop {
-        if let Some(status) = child.0.try_wait()? {
-            if !status.success() {
-                bail!("{what} exited with {status}");
-            }
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("{what} did not finish in time");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    Ok(finished)
 }
 
 fn run_one(args: &LoopbackArgs, format: Format, publisher: &Path, subscriber: &Path, dir: &Path) -> Result<Row> {
@@ -135,62 +95,40 @@ fn run_one(args: &LoopbackArgs, format: Format, publisher: &Path, subscriber: &P
     }
     let mut sub_args: Vec<String> =
         vec!["--json".into(), sub_json.display().to_string(), "--report-interval".into(), "0".into()];
-    let quiet = |c: &mut Command| {
-        c.stdout(Stdio::null()).stderr(Stdio::null()).env("MDRELAY_LOG", "warn");
+    let spawn = |bin: &Path, args: &[String]| {
+        Process::spawn(bin, args, &[]).with_context(|| format!("starting {}", bin.display()))
     };
-    let (publisher_child, subscriber_child);
-    match args.transport {
+    // Each side starts once the other is ready (the lines both print), never after a guess.
+    let (publisher_process, subscriber_process) = match args.transport {
         Transport::Tcp => {
-            let port = free_tcp_port()?;
-            pub_args.extend(["--tcp".into(), format!("127.0.0.1:{port}"), "--wait-subscribers".into(), "1".into()]);
+            pub_args.extend(["--tcp".into(), "127.0.0.1:0".into(), "--wait-subscribers".into(), "1".into()]);
             pub_args.extend(["--slow-subscriber".into(), "block".into()]);
-            let mut p = Command::new(publisher);
-            p.args(&pub_args);
-            quiet(&mut p);
-            publisher_child = Killed(p.spawn()?);
-            sub_args.extend(["--connect".into(), format!("127.0.0.1:{port}")]);
-            let mut s = Command::new(subscriber);
-            s.args(&sub_args);
-            quiet(&mut s);
-            subscriber_child = Killed(s.spawn()?);
+            let mut publisher_process = spawn(publisher, &pub_args)?;
+            let addr = publisher_process.try_serving_on(READY)?;
+            sub_args.extend(["--connect".into(), addr.to_string()]);
+            (publisher_process, spawn(subscriber, &sub_args)?)
         }
         Transport::Udp | Transport::Multicast => {
-            let port = free_udp_port()?;
             if args.transport == Transport::Udp {
-                sub_args.extend(["--listen".into(), format!("127.0.0.1:{port}")]);
-                pub_args.extend(["--udp".into(), format!("127.0.0.1:{port}")]);
+                sub_args.extend(["--listen".into(), "127.0.0.1:0".into()]);
             } else {
-                sub_args.extend([
-                    "--group".into(),
-                    format!("239.255.0.1:{port}"),
-                    "--interface".into(),
-                    "127.0.0.1".into(),
-                ]);
-                pub_args.extend([
-                    "--multicast".into(),
-                    format!("239.255.0.1:{port}"),
-                    "--interface".into(),
-                    "127.0.0.1".into(),
-                    "--ttl".into(),
-                    "0".into(),
-                ]);
+                sub_args.extend(["--group".into(), "239.255.0.1:0".into(), "--interface".into(), "127.0.0.1".into()]);
             }
-            let mut s = Command::new(subscriber);
-            s.args(&sub_args);
-            quiet(&mut s);
-            subscriber_child = Killed(s.spawn()?);
-            // UDP has no handshake: give the subscriber time to bind before anything is sent.
-            std::thread::sleep(Duration::from_millis(300));
-            let mut p = Command::new(publisher);
-            p.args(&pub_args);
-            quiet(&mut p);
-            publisher_child = Killed(p.spawn()?);
+            let mut subscriber_process = spawn(subscriber, &sub_args)?;
+            // UDP has no handshake: nothing is sent before the subscriber has bound (and joined).
+            let addr = subscriber_process.try_listening_on(READY)?.to_string();
+            if args.transport == Transport::Udp {
+                pub_args.extend(["--udp".into(), addr]);
+            } else {
+                pub_args.extend(["--multicast".into(), addr, "--interface".into(), "127.0.0.1".into()]);
+                pub_args.extend(["--ttl".into(), "0".into()]);
+            }
+            (spawn(publisher, &pub_args)?, subscriber_process)
         }
-    }
-    let (mut publisher_child, mut subscriber_child) = (publisher_child, subscriber_child);
-    let deadline = Instant::now() + Duration::from_secs_f64(60.0 + args.messages as f64 / args.rate * 3.0);
-    wait(&mut publisher_child, deadline, "mdrelay-pub")?;
-    wait(&mut subscriber_child, deadline, "mdrelay-sub")?;
+    };
+    let limit = Duration::from_secs_f64(60.0 + args.messages as f64 / args.rate * 3.0);
+    finish(publisher_process, limit).context("mdrelay-pub")?;
+    finish(subscriber_process, limit).context("mdrelay-sub")?;
     let sub: serde_json::Value = serde_json::from_slice(&std::fs::read(&sub_json)?)?;
     let publ: serde_json::Value = serde_json::from_slice(&std::fs::read(&pub_json)?)?;
     let messages = sub["messages"].as_u64().unwrap_or(0);
@@ -212,8 +150,8 @@ fn us(v: &serde_json::Value, key: &str) -> String {
 
 /// Runs the comparison and prints the table.
 pub fn run(args: &LoopbackArgs) -> Result<()> {
-    let publisher = sibling("mdrelay-pub")?;
-    let subscriber = sibling("mdrelay-sub")?;
+    let publisher = sibling("mdrelay-publisher", "mdrelay-pub")?;
+    let subscriber = sibling("mdrelay-subscriber", "mdrelay-sub")?;
     let dir = std::env::temp_dir().join(format!("mdrelay-loopback-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let formats = if args.formats.is_empty() { Format::ALL.to_vec() } else { args.formats.clone() };
