@@ -134,14 +134,12 @@ pub enum SlowPolicy {
 pub struct TcpSection {
     /// Address to listen on (default 127.0.0.1:9100).
     pub listen: Option<String>,
-    /// Records queued per subscriber.
+    /// Records in the queue all subscribers read from; a subscriber this far behind is slow.
     pub queue: Option<usize>,
     /// drop, disconnect or block.
     pub slow_subscriber: Option<SlowPolicy>,
     /// Wait for this many subscribers before sending.
     pub wait_subscribers: Option<usize>,
-    /// Bytes queued per subscriber, at most (a full queue is a slow subscriber).
-    pub queue_bytes: Option<u64>,
     /// Connections at once, handshaking or subscribed; more are told to retry later.
     pub max_connections: Option<usize>,
     /// Seconds a connection has to answer the greeting.
@@ -224,14 +222,12 @@ pub struct Pacing {
 pub struct Tcp {
     /// Listen address.
     pub listen: SocketAddr,
-    /// Records queued per subscriber.
+    /// Records in the shared queue.
     pub queue: usize,
     /// Slow subscriber policy.
     pub slow: SlowPolicy,
     /// Subscribers to wait for before sending.
     pub wait_subscribers: usize,
-    /// Bytes queued per subscriber, at most.
-    pub queue_bytes: u64,
     /// Connections at once.
     pub max_connections: usize,
     /// Time a connection has to answer the greeting.
@@ -325,6 +321,8 @@ fn count_within<T: Into<u64> + Copy + std::fmt::Display>(name: &str, v: T, low: 
 
 /// A year: the longest time limit a setting takes (0 still means none where it is allowed).
 const YEAR: f64 = 365.0 * 86_400.0;
+/// Most memory the shared TCP queue may be configured to hold.
+const MAX_QUEUE_MEMORY: u64 = 16 << 30;
 /// Largest coalescing budget: a TCP record's payload limit.
 const MAX_COALESCE: u64 = mdrelay_proto::relay::MAX_RECORD as u64;
 
@@ -409,15 +407,9 @@ impl FileConfig {
                 }
                 Some(Tcp {
                     listen,
-                    queue: count_within("tcp.queue", t.queue.unwrap_or(65_536) as u64, 1, 1 << 20)? as usize,
+                    queue: count_within("tcp.queue", t.queue.unwrap_or(65_536) as u64, 16, 1 << 22)? as usize,
                     slow: t.slow_subscriber.unwrap_or_default(),
                     wait_subscribers,
-                    queue_bytes: count_within(
-                        "tcp.queue_bytes",
-                        t.queue_bytes.unwrap_or(64 << 20),
-                        64 << 10,
-                        16 << 30,
-                    )?,
                     max_connections,
                     handshake_timeout: seconds(
                         "tcp.handshake_timeout",
@@ -476,6 +468,17 @@ impl FileConfig {
         let coalesce_bytes =
             count_within("batching.coalesce_bytes", self.batching.coalesce_bytes.unwrap_or(0) as u64, 0, MAX_COALESCE)?
                 as usize;
+        if let Some(t) = &tcp {
+            // The shared queue holds up to `queue` records of up to `coalesce_bytes` each.
+            let most = (t.queue as u64).saturating_mul(coalesce_bytes as u64);
+            if most > MAX_QUEUE_MEMORY {
+                bail!(
+                    "tcp.queue: {} records of up to {coalesce_bytes} bytes (batching.coalesce_bytes) could hold {} GiB; lower one of them",
+                    t.queue,
+                    most >> 30
+                );
+            }
+        }
         Ok(Config { format, stream: self.stream.unwrap_or(1), source, pacing, coalesce_bytes, tcp, udp })
     }
 }

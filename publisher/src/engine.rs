@@ -16,7 +16,7 @@ use bytes::Bytes;
 use mdrelay_proto::codec::{Codec, Format, Limits, MessageScratch, collect_segment};
 use mdrelay_proto::counts::TypeCounts;
 use mdrelay_proto::iextp::Segment;
-use mdrelay_proto::relay::{Coalescer, Envelope, RecordTag, Sealed, Totals, control_record};
+use mdrelay_proto::relay::{Coalescer, Envelope, RecordTag, Totals, control_record};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
@@ -93,7 +93,7 @@ impl Outputs {
         }
         if let Some((coalescer, fanout)) = &mut self.tcp {
             // A frame within the record limit always fits: frames are limited far below it.
-            let _ = coalescer.push(sequence, format, frame, |r| seal_tcp(fanout, &r, stop));
+            let _ = coalescer.push(sequence, format, frame, |r| fanout.send(&r, stop));
         }
     }
 
@@ -103,19 +103,10 @@ impl Outputs {
             coalescer.flush(|d| out.send(&d.bytes));
         }
         if let Some((coalescer, fanout)) = &mut self.tcp {
-            coalescer.flush(|r| seal_tcp(fanout, &r, stop));
+            coalescer.flush(|r| fanout.send(&r, stop));
             fanout.set_position(next_sequence, format);
-            fanout.admit(next_sequence, format);
         }
     }
-}
-
-/// Sends a sealed record to the subscribers, then takes in those whose handshake completed: the
-/// next record starts with the frame after this one, so that is exactly where they begin.
-fn seal_tcp(fanout: &mut Fanout, record: &Sealed, stop: &AtomicBool) {
-    fanout.send(record, stop);
-    fanout.set_position(record.next_sequence(), record.format);
-    fanout.admit(record.next_sequence(), record.format);
 }
 
 /// A coalescing budget in envelope bytes (the setting counts frame bytes).
@@ -123,13 +114,13 @@ fn budget(coalesce: usize, envelope: Envelope) -> usize {
     if coalesce == 0 { 0 } else { coalesce.saturating_add(envelope.header_len()) }
 }
 
-fn wait_for_subscribers(outputs: &mut Outputs, wanted: usize, stop: &AtomicBool, format: Format) {
+fn wait_for_subscribers(outputs: &mut Outputs, wanted: usize, stop: &AtomicBool) {
     let Some((_, fanout)) = &mut outputs.tcp else { return };
     if wanted == 0 {
         return;
     }
     tracing::info!(wanted, "waiting for subscribers before sending");
-    while fanout.admit(1, format) < wanted && !stop.load(Ordering::Relaxed) {
+    while fanout.subscriber_count() < wanted && !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(2));
     }
 }
@@ -140,7 +131,7 @@ pub fn run(config: &Config, mut outputs: Outputs, controls: &Controls, echoes: &
     tracing::info!(source = %source.describe(), format = %config.format, "publishing");
     let mut format = Format::from_id(controls.format.load(Ordering::Relaxed)).unwrap_or(config.format);
     if let Some(tcp) = &config.tcp {
-        wait_for_subscribers(&mut outputs, tcp.wait_subscribers, &controls.stop, format);
+        wait_for_subscribers(&mut outputs, tcp.wait_subscribers, &controls.stop);
     }
     let limits = Limits::default();
     let mut codec = Codec::new(format, limits);
@@ -218,7 +209,7 @@ pub fn run(config: &Config, mut outputs: Outputs, controls: &Controls, echoes: &
     let mut totals = Vec::new();
     summary.totals.write(&mut totals);
     if let Some((_, fanout)) = &mut outputs.tcp {
-        fanout.end(Bytes::from(control_record(RecordTag::End, format, sequence, &totals)));
+        fanout.end(Bytes::from(control_record(RecordTag::End, format, sequence, &totals)), stop);
     }
     if let Some((_, udp)) = &mut outputs.udp {
         udp.end(format, sequence, &totals);

@@ -1,31 +1,30 @@
-//! The TCP fanout, owned by the hot path: the list of subscribers and the slow-subscriber
-//! policies.
+//! The TCP fanout: one bounded queue of records shared by every subscriber, fed by the hot path.
 //!
-//! The hot thread owns the subscriber list outright; no lock is shared with the runtime's tasks.
-//! A connection task that completes its handshake sends a [`Joined`] over a channel, which the
-//! hot thread drains between frames ([`Fanout::admit`]); a subscriber leaves when its task drops
-//! its queue, which the hot thread notices at its next offer. So accepting, handshaking and
-//! leaving never wait for the hot path, and the hot path never waits for them: it waits only
-//! for a full queue under `block`, and then only on that queue, with the stop flag checked.
+//! The hot path appends each sealed record, encoded once, to a ring of `tcp.queue` records (a
+//! tokio broadcast channel); each subscriber's task reads the ring at its own pace and writes to
+//! its socket. The hot path never waits for a task and shares no lock with one across a wait:
+//! the ring's own short critical sections are the only synchronisation. Memory is the ring's,
+//! whatever the number of subscribers: 2,000 subscribers that stopped reading hold no more than
+//! one does.
 //!
-//! Each subscriber's queue is bounded in records and in bytes. Records are `Bytes` encoded once
-//! and shared by every queue, so memory is bounded by what the slowest queue holds, not by the
-//! number of subscribers.
+//! A subscriber that falls a whole ring behind is slow, and the policy decides in its task:
+//! `drop` skips it ahead to the oldest record still held (the frames in between are counted as
+//! dropped for it, and it sees them as a gap), `disconnect` resets its connection. Under `block`
+//! the hot path waits instead, before overwriting a record some subscriber has not read, with the
+//! stop flag checked.
+//!
+//! A subscriber joins the ring when its handshake completes, from the next record on; until then
+//! it takes nothing from the stream and holds nothing back.
 
 use crate::config::{SlowPolicy, Tcp};
 use bytes::Bytes;
 use mdrelay_proto::codec::Format;
-use mdrelay_proto::relay::{RecordTag, Sealed, control_record};
+use mdrelay_proto::relay::Sealed;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
-
-/// Bytes a queued record is charged beyond its own: its handle and queue slot. Without it, a
-/// queue of tiny records would hold far more memory than its byte limit says.
-pub const RECORD_OVERHEAD: u64 = 64;
+use tokio::sync::broadcast;
 
 /// Subscriber summaries kept for the run's report; older ones are counted, not listed, so a
 /// stream of short connections cannot grow the publisher's memory.
@@ -54,13 +53,14 @@ impl Position {
         Format::from_id(self.format.load(Ordering::Relaxed)).unwrap_or(Format::Raw)
     }
 
-    fn set(&self, next_sequence: u64, format: Format) {
+    /// Notes where the stream is.
+    pub fn set(&self, next_sequence: u64, format: Format) {
         self.next_sequence.store(next_sequence, Ordering::Relaxed);
         self.format.store(format.id(), Ordering::Relaxed);
     }
 }
 
-/// One subscriber's figures, shared by its task, the hot path and the run's report.
+/// One subscriber's figures, shared by its task and the run's report.
 #[derive(Debug)]
 pub struct SubscriberStats {
     /// The subscriber's address.
@@ -72,15 +72,15 @@ pub struct SubscriberStats {
     refused: OnceLock<String>,
 }
 
-/// `first_sequence` before the subscriber is admitted.
-const NOT_ADMITTED: u64 = u64::MAX;
+/// `first_sequence` before the subscriber's first record.
+const NOT_STARTED: u64 = u64::MAX;
 
 impl SubscriberStats {
     /// Figures for a new connection from `peer`.
     pub fn new(peer: String) -> Arc<SubscriberStats> {
         Arc::new(SubscriberStats {
             peer,
-            first_sequence: AtomicU64::new(NOT_ADMITTED),
+            first_sequence: AtomicU64::new(NOT_STARTED),
             dropped_frames: AtomicU64::new(0),
             disconnected_slow: AtomicBool::new(false),
             echoes_rejected: AtomicU64::new(0),
@@ -93,23 +93,38 @@ impl SubscriberStats {
         let _ = self.refused.set(reason);
     }
 
+    /// Notes the first frame offered to the subscriber.
+    pub fn started_at(&self, sequence: u64) {
+        let _ = self.first_sequence.compare_exchange(NOT_STARTED, sequence, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// Counts frames dropped for the subscriber.
+    pub fn dropped(&self, frames: u64) {
+        self.dropped_frames.fetch_add(frames, Ordering::Relaxed);
+    }
+
+    /// Notes that the subscriber was cut off for being slow.
+    pub fn disconnect_slow(&self) {
+        self.disconnected_slow.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the subscriber was cut off for being slow.
+    pub fn disconnected_slow(&self) -> bool {
+        self.disconnected_slow.load(Ordering::Relaxed)
+    }
+
     /// Counts an echo that failed its check.
     pub fn echo_rejected(&self) {
         self.echoes_rejected.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Whether the hot path cut this subscriber off for being slow.
-    pub fn disconnected_slow(&self) -> bool {
-        self.disconnected_slow.load(Ordering::Relaxed)
     }
 
     fn summary(&self) -> SubscriberSummary {
         let first = self.first_sequence.load(Ordering::Relaxed);
         SubscriberSummary {
             peer: self.peer.clone(),
-            first_sequence: (first != NOT_ADMITTED).then_some(first),
+            first_sequence: (first != NOT_STARTED).then_some(first),
             dropped_frames: self.dropped_frames.load(Ordering::Relaxed),
-            disconnected_slow: self.disconnected_slow(),
+            disconnected_slow: self.disconnected_slow.load(Ordering::Relaxed),
             echoes_rejected: self.echoes_rejected.load(Ordering::Relaxed),
             refused: self.refused.get().cloned(),
         }
@@ -123,7 +138,7 @@ pub struct SubscriberSummary {
     pub peer: String,
     /// Sequence number of the first frame offered to it (none if it never got that far).
     pub first_sequence: Option<u64>,
-    /// Frames skipped because its queue was full (`drop` policy).
+    /// Frames skipped because it was a whole queue behind (`drop` policy).
     pub dropped_frames: u64,
     /// Disconnected for being slow (`disconnect` policy).
     pub disconnected_slow: bool,
@@ -133,7 +148,7 @@ pub struct SubscriberSummary {
     pub refused: Option<String>,
 }
 
-/// The most recent subscribers' figures, and counts over every connection.
+/// The most recent subscribers' figures, and how many older ones were left out.
 #[derive(Debug, Default)]
 pub struct Summaries {
     recent: Mutex<VecDeque<Arc<SubscriberStats>>>,
@@ -159,7 +174,7 @@ impl Summaries {
 }
 
 /// Counters over every connection of the run.
-#[derive(Debug, Default, serde::Serialize)]
+#[derive(Debug, Default)]
 pub struct ServerCounters {
     /// Connections accepted.
     pub connections: AtomicU64,
@@ -175,6 +190,38 @@ pub struct ServerCounters {
     pub accept_errors: AtomicU64,
 }
 
+/// [`ServerCounters`] read at one moment, for reports.
+#[derive(Debug, Default, Clone, Copy, serde::Serialize, PartialEq, Eq)]
+pub struct ConnectionCounts {
+    /// Connections accepted.
+    pub connections: u64,
+    /// Connections told to retry later: the connection limit was reached.
+    pub busy: u64,
+    /// Handshakes that failed: wrong bytes, another version, silence past the timeout.
+    pub handshake_failures: u64,
+    /// Subscribers disconnected for being slow.
+    pub disconnects_slow: u64,
+    /// Subscribers disconnected for sending what the protocol does not allow.
+    pub protocol_violations: u64,
+    /// Accept calls that failed (e.g. out of file descriptors).
+    pub accept_errors: u64,
+}
+
+impl ServerCounters {
+    /// The counts now.
+    pub fn snapshot(&self) -> ConnectionCounts {
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ConnectionCounts {
+            connections: n(&self.connections),
+            busy: n(&self.busy),
+            handshake_failures: n(&self.handshake_failures),
+            disconnects_slow: n(&self.disconnects_slow),
+            protocol_violations: n(&self.protocol_violations),
+            accept_errors: n(&self.accept_errors),
+        }
+    }
+}
+
 /// What the hot path and the connection tasks share.
 #[derive(Debug)]
 pub struct Shared {
@@ -184,7 +231,9 @@ pub struct Shared {
     pub stream: u32,
     /// Where the stream is.
     pub position: Position,
-    /// The END record, once the stream has ended; a queue that closes after it is set ends with it.
+    /// The ring subscribers join; it closes (and joining fails) when the stream ends.
+    pub feed: broadcast::WeakSender<Bytes>,
+    /// The END record, once the stream has ended, for subscribers that join after it was sent.
     pub end: OnceLock<Bytes>,
     /// Every subscriber's figures.
     pub summaries: Summaries,
@@ -192,65 +241,47 @@ pub struct Shared {
     pub counters: ServerCounters,
 }
 
-impl Shared {
-    /// The state of a server for `session` and `stream`, starting in `format`.
-    pub fn new(session: u64, stream: u32, format: Format) -> Arc<Shared> {
-        Arc::new(Shared {
-            session,
-            stream,
-            position: Position::new(format),
-            end: OnceLock::new(),
-            summaries: Summaries::default(),
-            counters: ServerCounters::default(),
-        })
-    }
-}
-
-/// A subscriber that completed its handshake, on its way to the hot path.
-#[derive(Debug)]
-pub struct Joined {
-    /// Its figures.
-    pub stats: Arc<SubscriberStats>,
-    /// Its queue of records.
-    pub queue: mpsc::Sender<Bytes>,
-    /// Bytes in its queue (and its task's hands), not yet written.
-    pub queued_bytes: Arc<AtomicU64>,
-    /// Cancelled to cut it off at once.
-    pub kill: CancellationToken,
-}
-
-struct Active {
-    joined: Joined,
-    /// When its queue was first found full under `block`, and when that was last logged.
+/// The shared queue's sending side and its policy, owned by the hot path.
+pub struct Fanout {
+    shared: Arc<Shared>,
+    sender: Option<broadcast::Sender<Bytes>>,
+    policy: SlowPolicy,
+    capacity: usize,
+    /// Under `block`: records that can be sent before the ring must be looked at again, since
+    /// each send adds at most one unread record.
+    room: usize,
+    /// Under `block`: when the ring was first found full, and when that was last logged.
     full_since: Option<(Instant, Instant)>,
 }
 
-/// What became of one offer.
-enum Offer {
-    Queued,
-    Skipped,
-    Gone,
-    CutOff,
-}
-
-/// The subscriber list and its policies, owned by the hot path.
-pub struct Fanout {
-    shared: Arc<Shared>,
-    joins: std::sync::mpsc::Receiver<Joined>,
-    subscribers: Vec<Active>,
-    policy: SlowPolicy,
-    queue_bytes: u64,
-}
-
 impl Fanout {
-    /// A fanout for the configured server, fed by `joins`.
-    pub fn new(tcp: &Tcp, shared: Arc<Shared>, joins: std::sync::mpsc::Receiver<Joined>) -> Fanout {
-        Fanout { shared, joins, subscribers: Vec::new(), policy: tcp.slow, queue_bytes: tcp.queue_bytes }
+    /// The fanout of the configured server for `session` and `stream`, starting in `format`,
+    /// and the state its connection tasks share.
+    pub fn new(tcp: &Tcp, session: u64, stream: u32, format: Format) -> (Fanout, Arc<Shared>) {
+        let (sender, _) = broadcast::channel(tcp.queue);
+        let shared = Arc::new(Shared {
+            session,
+            stream,
+            position: Position::new(format),
+            feed: sender.downgrade(),
+            end: OnceLock::new(),
+            summaries: Summaries::default(),
+            counters: ServerCounters::default(),
+        });
+        let fanout = Fanout {
+            shared: shared.clone(),
+            sender: Some(sender),
+            policy: tcp.slow,
+            capacity: tcp.queue,
+            room: 0,
+            full_since: None,
+        };
+        (fanout, shared)
     }
 
-    /// Subscribers that completed the handshake and take frames now.
+    /// Subscribers that completed the handshake and take records now.
     pub fn subscriber_count(&self) -> usize {
-        self.subscribers.len()
+        self.sender.as_ref().map_or(0, broadcast::Sender::receiver_count)
     }
 
     /// Notes where the stream is, for greetings.
@@ -258,90 +289,52 @@ impl Fanout {
         self.shared.position.set(next_sequence, format);
     }
 
-    /// Takes in the subscribers that completed their handshake: each is offered frames from
-    /// `next_sequence` on, and first gets a FORMAT record that says so. Returns the count.
-    pub fn admit(&mut self, next_sequence: u64, format: Format) -> usize {
-        while let Ok(joined) = self.joins.try_recv() {
-            let first = Bytes::from(control_record(RecordTag::Format, format, next_sequence, &[]));
-            joined.queued_bytes.fetch_add(first.len() as u64 + RECORD_OVERHEAD, Ordering::Relaxed);
-            // A new queue has room for its first record; a closed one is dropped at the next offer.
-            if joined.queue.try_send(first).is_ok() {
-                joined.stats.first_sequence.store(next_sequence, Ordering::Relaxed);
-                tracing::info!(peer = %joined.stats.peer, first_sequence = next_sequence, "subscriber admitted");
-                self.subscribers.push(Active { joined, full_since: None });
-            }
-        }
-        self.subscribers.len()
-    }
-
-    /// Offers a sealed record to every subscriber under the policy. Under `block`, waits for room
-    /// in a full queue until `stop` is set.
+    /// Appends a sealed record for every subscriber. Under `block`, first waits (until `stop`)
+    /// while some subscriber has not read the record it would overwrite.
     pub fn send(&mut self, sealed: &Sealed, stop: &AtomicBool) {
-        let mut i = 0;
-        while i < self.subscribers.len() {
-            let offer = Fanout::offer(&mut self.subscribers[i], sealed, self.policy, self.queue_bytes, stop);
-            match offer {
-                Offer::Queued | Offer::Skipped => i += 1,
-                Offer::Gone => {
-                    self.subscribers.swap_remove(i);
-                }
-                Offer::CutOff => {
-                    let active = self.subscribers.swap_remove(i);
-                    let stats = &active.joined.stats;
-                    stats.disconnected_slow.store(true, Ordering::Relaxed);
-                    self.shared.counters.disconnects_slow.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(peer = %stats.peer, queued_bytes = active.joined.queued_bytes.load(Ordering::Relaxed),
-                        "subscriber too slow: its queue is full; disconnected (slow_subscriber = disconnect)");
-                    active.joined.kill.cancel();
-                }
-            }
+        self.wait_for_room(stop);
+        if let Some(sender) = &self.sender {
+            // No subscriber: nobody to send to, which is no error.
+            let _ = sender.send(sealed.bytes.clone());
         }
+        self.set_position(sealed.next_sequence(), sealed.format);
     }
 
-    fn offer(active: &mut Active, sealed: &Sealed, policy: SlowPolicy, queue_bytes: u64, stop: &AtomicBool) -> Offer {
-        let len = sealed.bytes.len() as u64 + RECORD_OVERHEAD;
-        let joined = &active.joined;
+    fn wait_for_room(&mut self, stop: &AtomicBool) {
+        if self.policy != SlowPolicy::Block {
+            return;
+        }
+        let Some(sender) = &self.sender else { return };
+        if self.room > 0 {
+            self.room -= 1;
+            return;
+        }
         let mut waited = 0u32;
         loop {
-            if joined.queue.is_closed() {
-                return Offer::Gone;
-            }
-            let queued = joined.queued_bytes.load(Ordering::Relaxed);
-            // An empty queue takes any record, so a record above the byte limit still moves.
-            if queued == 0 || queued + len <= queue_bytes {
-                match joined.queue.try_send(sealed.bytes.clone()) {
-                    Ok(()) => {
-                        joined.queued_bytes.fetch_add(len, Ordering::Relaxed);
-                        active.full_since = None;
-                        return Offer::Queued;
-                    }
-                    Err(mpsc::error::TrySendError::Closed(_)) => return Offer::Gone,
-                    Err(mpsc::error::TrySendError::Full(_)) => {}
-                }
-            }
-            match policy {
-                SlowPolicy::Drop => {
-                    joined.stats.dropped_frames.fetch_add(sealed.frames, Ordering::Relaxed);
-                    return Offer::Skipped;
-                }
-                SlowPolicy::Disconnect => return Offer::CutOff,
-                SlowPolicy::Block => {}
+            let unread = sender.len();
+            if unread < self.capacity || sender.receiver_count() == 0 {
+                self.room = self.capacity - unread.min(self.capacity);
+                self.room = self.room.saturating_sub(1);
+                self.full_since = None;
+                return;
             }
             if stop.load(Ordering::Relaxed) {
-                // The stream is ending on request: do not wait for this subscriber any more.
-                joined.stats.dropped_frames.fetch_add(sealed.frames, Ordering::Relaxed);
-                return Offer::Skipped;
+                // The stream is ending on request: the slowest subscriber loses the oldest record.
+                return;
             }
             let now = Instant::now();
             // Said after a second of waiting, then every 5 s.
             let (since, logged) =
-                active.full_since.get_or_insert((now, now.checked_sub(Duration::from_secs(4)).unwrap_or(now)));
+                self.full_since.get_or_insert((now, now.checked_sub(Duration::from_secs(4)).unwrap_or(now)));
             if now.duration_since(*logged) >= Duration::from_secs(5) {
                 *logged = now;
-                tracing::warn!(peer = %joined.stats.peer, waiting_s = now.duration_since(*since).as_secs(),
-                    "waiting for a subscriber whose queue is full (slow_subscriber = block): every subscriber waits with it");
+                tracing::warn!(
+                    waiting_s = now.duration_since(*since).as_secs(),
+                    queue = self.capacity,
+                    "waiting for a subscriber a whole queue behind (slow_subscriber = block): every subscriber waits with it"
+                );
             }
-            // Spin briefly (the writer usually frees room within microseconds), then sleep in
+            // Spin briefly (a writer usually frees room within microseconds), then sleep in
             // growing steps up to a millisecond: a stalled subscriber costs no CPU.
             waited = waited.saturating_add(1);
             match waited {
@@ -352,12 +345,13 @@ impl Fanout {
         }
     }
 
-    /// Ends the stream: every queue closes after its last record, and each subscriber's task
-    /// writes `end` then. Subscribers still joining get `end` alone.
-    pub fn end(&mut self, end: Bytes) {
-        let _ = self.shared.end.set(end);
-        // Closing the queues is dropping their senders; joins still in flight close too.
-        self.subscribers.clear();
-        while self.joins.try_recv().is_ok() {}
+    /// Ends the stream with `end` (under `block`, after every subscriber has room for it), then
+    /// closes the ring: each task writes what it has left, and END last.
+    pub fn end(&mut self, end: Bytes, stop: &AtomicBool) {
+        let _ = self.shared.end.set(end.clone());
+        self.wait_for_room(stop);
+        if let Some(sender) = self.sender.take() {
+            let _ = sender.send(end);
+        }
     }
 }

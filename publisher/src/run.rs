@@ -4,7 +4,7 @@
 
 use crate::config::{self, FileConfig, PacingMode, SlowPolicy};
 use crate::engine::{self, Controls, EngineSummary, Outputs};
-use crate::fanout::{Fanout, ServerCounters, Shared, SubscriberSummary};
+use crate::fanout::{ConnectionCounts, Fanout, Shared, SubscriberSummary};
 use crate::stats::Echoes;
 use crate::tcp::Server;
 use crate::udp::UdpOut;
@@ -82,7 +82,7 @@ pub struct RunArgs {
     /// Serve subscribers over TCP on this address [config default: 127.0.0.1:9100].
     #[arg(long)]
     pub tcp: Option<String>,
-    /// TCP: records queued per subscriber.
+    /// TCP: records in the queue all subscribers read from.
     #[arg(long)]
     pub queue: Option<usize>,
     /// TCP: what to do with a subscriber whose queue is full.
@@ -91,9 +91,6 @@ pub struct RunArgs {
     /// TCP: wait for this many subscribers before sending.
     #[arg(long)]
     pub wait_subscribers: Option<usize>,
-    /// TCP: bytes queued per subscriber, at most.
-    #[arg(long)]
-    pub queue_bytes: Option<u64>,
     /// TCP: connections at once; more are told to retry later.
     #[arg(long)]
     pub max_connections: Option<usize>,
@@ -172,7 +169,6 @@ impl RunArgs {
             || self.queue.is_some()
             || self.slow_subscriber.is_some()
             || self.wait_subscribers.is_some()
-            || self.queue_bytes.is_some()
             || self.max_connections.is_some()
             || self.handshake_timeout.is_some()
             || self.drain_timeout.is_some()
@@ -182,7 +178,6 @@ impl RunArgs {
             t.queue = self.queue.or(t.queue);
             t.slow_subscriber = self.slow_subscriber.or(t.slow_subscriber);
             t.wait_subscribers = self.wait_subscribers.or(t.wait_subscribers);
-            t.queue_bytes = self.queue_bytes.or(t.queue_bytes);
             t.max_connections = self.max_connections.or(t.max_connections);
             t.handshake_timeout = self.handshake_timeout.or(t.handshake_timeout);
             t.drain_timeout = self.drain_timeout.or(t.drain_timeout);
@@ -234,7 +229,7 @@ pub struct RunSummary {
     /// Subscribers before those, left out of the list.
     pub subscribers_omitted: u64,
     /// Counters over every TCP connection.
-    pub connections: Option<ServerCounters>,
+    pub connections: Option<ConnectionCounts>,
     /// Round trips measured from subscribers' echoes, ns.
     pub round_trip_ns: LatencySummary,
     /// Echoes that named no frame sent, with another publish time, or out of order.
@@ -288,8 +283,7 @@ async fn relay(args: RunArgs, config: config::Config) -> Result<RunSummary> {
                 .await
                 .with_context(|| format!("tcp.listen: cannot listen on {}", tcp.listen))?;
             tracing::info!(listen = %listener.local_addr()?, "serving subscribers over TCP");
-            let shared = Shared::new(session, config.stream, config.format);
-            let (joins, joined) = std::sync::mpsc::channel();
+            let (fanout, shared) = Fanout::new(tcp, session, config.stream, config.format);
             let serving = Serving {
                 shared: shared.clone(),
                 accepting: CancellationToken::new(),
@@ -299,14 +293,13 @@ async fn relay(args: RunArgs, config: config::Config) -> Result<RunSummary> {
             };
             let server = Server {
                 shared: shared.clone(),
-                joins,
                 echoes: echoes.clone(),
                 tcp: *tcp,
                 abort: serving.abort.clone(),
                 tracker: serving.tracker.clone(),
             };
             tokio::spawn(crate::tcp::serve(listener, server, serving.accepting.clone()));
-            (Some(Fanout::new(tcp, shared, joined)), Some(serving))
+            (Some(fanout), Some(serving))
         }
         None => (None, None),
     };
@@ -352,7 +345,7 @@ async fn relay(args: RunArgs, config: config::Config) -> Result<RunSummary> {
         engine,
         subscribers,
         subscribers_omitted,
-        connections: serving.map(|s| Arc::try_unwrap(s.shared).map(|s| s.counters).unwrap_or_default()),
+        connections: serving.map(|s| s.shared.counters.snapshot()),
         round_trip_ns: echoes.round_trips.summary(),
         echoes_rejected: echoes.rejected.load(Ordering::Relaxed),
         warnings_suppressed: mdrelay_proto::warn::suppressed(),
@@ -468,15 +461,9 @@ fn print_summary(s: &RunSummary) {
         println!("  skipped and rejected: {}", skips.join(", "));
     }
     if let Some(c) = &s.connections {
-        let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         println!(
             "  connections {}: busy {}, failed handshakes {}, disconnected slow {}, protocol violations {}, accept errors {}",
-            n(&c.connections),
-            n(&c.busy),
-            n(&c.handshake_failures),
-            n(&c.disconnects_slow),
-            n(&c.protocol_violations),
-            n(&c.accept_errors)
+            c.connections, c.busy, c.handshake_failures, c.disconnects_slow, c.protocol_violations, c.accept_errors
         );
     }
     if s.subscribers_omitted > 0 {

@@ -6,17 +6,18 @@
 //! - The handshake has `tcp.handshake_timeout`; until it completes, the connection has no queue
 //!   and gets no frames, so a silent or hostile peer can neither hold the stream back nor make
 //!   the publisher keep records for it.
-//! - After it, the subscriber joins the hot path's [`Fanout`](crate::fanout::Fanout), which
-//!   fills its queue. The task writes the queue with vectored writes straight from the shared
-//!   records (no per-connection copy), writes a FORMAT record before the first record of each
-//!   new format, and after the queue closes writes END, shuts down its side and waits briefly
-//!   for the last echoes.
-//! - A subscriber cut off for slowness is reset (SO_LINGER 0): its socket is gone at once, with
-//!   whatever was queued in the kernel.
+//! - After it, the subscriber joins the shared queue of the [`Fanout`](crate::fanout::Fanout)
+//!   from the next record on. The task writes records with vectored writes straight from the
+//!   shared buffers (no per-connection copy), a FORMAT record before the first record and before
+//!   each record of a new format, and after END shuts down its side and reads the last echoes
+//!   until the subscriber closes (or the drain time runs out).
+//! - A subscriber a whole queue behind is slow: under `drop` it skips ahead (the frames skipped
+//!   are counted for it), under `disconnect` it is reset (SO_LINGER 0): its socket is gone at
+//!   once, with whatever was queued in the kernel.
 //! - Accept errors (out of file descriptors, say) back off from 1 ms to 1 s.
 
-use crate::config::Tcp;
-use crate::fanout::{Joined, Shared, SubscriberStats};
+use crate::config::{SlowPolicy, Tcp};
+use crate::fanout::{Shared, SubscriberStats};
 use crate::stats::Echoes;
 use bytes::{Buf, Bytes};
 use mdrelay_proto::codec::Format;
@@ -26,26 +27,24 @@ use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// Records taken from the queue for one vectored write.
 const BATCH: usize = 64;
-/// How long a finished subscriber's last echoes are waited for.
-const LAST_ECHOES: Duration = Duration::from_secs(2);
+/// How often a subscriber whose socket is full is checked for having fallen a queue behind.
+const LAG_CHECK: Duration = Duration::from_millis(50);
 
 /// Everything a connection task needs.
 #[derive(Clone)]
 pub struct Server {
     /// Shared with the hot path.
     pub shared: Arc<Shared>,
-    /// Where handshaken subscribers go.
-    pub joins: std::sync::mpsc::Sender<Joined>,
     /// Echo checks and round trips.
     pub echoes: Arc<Echoes>,
     /// The settings.
@@ -153,19 +152,25 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, server: Server) {
             return;
         }
     };
-    let (queue, records) = mpsc::channel(server.tcp.queue);
-    let queued_bytes = Arc::new(AtomicU64::new(0));
+    // Joins the ring from the next record on; once the stream has ended there is no ring to
+    // join, and the subscriber gets END alone.
+    let records = server.shared.feed.upgrade().map(|feed| feed.subscribe());
     let kill = server.abort.child_token();
-    let joined = Joined { stats: stats.clone(), queue, queued_bytes: queued_bytes.clone(), kill: kill.clone() };
-    tracing::info!(%peer, echo = subscribe.echo, "subscriber connected");
-    if server.joins.send(joined).is_err() {
-        // The hot path is gone: the stream has ended. `records` reads as closed below.
-    }
-    let mut out = Outgoing { records, queued_bytes, batch: VecDeque::new(), format: None };
+    tracing::info!(%peer, echo = subscribe.echo, "subscriber admitted");
+    let mut out =
+        Outgoing { records, policy: server.tcp.slow, batch: VecDeque::new(), format: None, next: None, ended: false };
     let mut incoming = Incoming { buf: Vec::with_capacity(1024), gate: EchoGate::default() };
     match subscriber(&stream, &mut out, &mut incoming, &server, &stats, &kill).await {
         Ok(Ended::Stream) => {}
-        Ok(Ended::Killed) => reset(stream),
+        Ok(Ended::Killed) => {
+            // Cut off at the end of the drain time: what it was never given is dropped for it.
+            if !stats.disconnected_slow() {
+                if let Some(next) = out.next {
+                    stats.dropped(server.shared.position.next_sequence().saturating_sub(next));
+                }
+            }
+            reset(stream)
+        }
         Ok(Ended::PeerClosed) => tracing::info!(%peer, "subscriber closed the connection"),
         Err(error) => tracing::info!(%peer, %error, "subscriber connection ended"),
     }
@@ -205,36 +210,105 @@ enum Ended {
     PeerClosed,
 }
 
-/// The subscriber's side of the fanout: its queue, and the records taken from it.
+/// The subscriber's side of the fanout: its place in the shared queue, and the records taken
+/// from it.
 struct Outgoing {
-    records: mpsc::Receiver<Bytes>,
-    queued_bytes: Arc<AtomicU64>,
-    /// Records being written: the front may be partly written. Each with the bytes it counts
-    /// against the queue's limit.
-    batch: VecDeque<(Bytes, u64)>,
-    /// The format of the last DATA record queued for writing.
+    /// `None` when the stream had ended before the subscriber joined.
+    records: Option<broadcast::Receiver<Bytes>>,
+    policy: SlowPolicy,
+    /// Records being written: the front may be partly written.
+    batch: VecDeque<Bytes>,
+    /// The format of the last DATA record taken.
     format: Option<Format>,
+    /// The sequence number the next record should start at, once one was taken.
+    next: Option<u64>,
+    /// END was taken.
+    ended: bool,
+}
+
+/// What came from the shared queue.
+enum Taken {
+    /// Records were taken (or nothing was ready).
+    Some,
+    /// The subscriber was a whole queue behind and the policy is to cut it off.
+    CutOff,
+    /// The queue is closed and drained: the stream is over.
+    Closed,
 }
 
 impl Outgoing {
-    /// Queues `record` for writing, after a FORMAT record when it is the first of a new format.
-    fn take(&mut self, record: Bytes) {
-        let counted = record.len() as u64 + crate::fanout::RECORD_OVERHEAD;
-        if let Ok(header) = RecordHeader::parse(&record, usize::MAX) {
-            match header.tag {
-                RecordTag::Format => self.format = Some(header.format),
-                RecordTag::Data if self.format != Some(header.format) => {
+    /// Takes `record` for writing: a FORMAT record first when it is the first record or the first
+    /// of a new format; frames skipped before it (the subscriber fell a whole queue behind) are
+    /// counted as dropped for it.
+    fn take(&mut self, record: Bytes, stats: &SubscriberStats) {
+        let Ok(header) = RecordHeader::parse(&record, usize::MAX) else { return };
+        match header.tag {
+            RecordTag::Data => {
+                stats.started_at(header.sequence);
+                if let Some(next) = self.next {
+                    if header.sequence > next {
+                        stats.dropped(header.sequence - next);
+                    }
+                }
+                self.next = Some(header.sequence.saturating_add(u64::from(header.frame_count)));
+                if self.format != Some(header.format) {
                     self.format = Some(header.format);
                     let announce = control_record(RecordTag::Format, header.format, header.sequence, &[]);
-                    self.batch.push_back((Bytes::from(announce), 0));
+                    self.batch.push_back(Bytes::from(announce));
                 }
-                _ => {}
             }
+            RecordTag::End => {
+                if let Some(next) = self.next {
+                    if header.sequence > next {
+                        stats.dropped(header.sequence - next);
+                    }
+                }
+                self.ended = true;
+            }
+            _ => {}
         }
-        self.batch.push_back((record, counted));
+        self.batch.push_back(record);
     }
 
-    /// Writes what the socket takes now; counts fully written records off the queue's bytes.
+    /// Waits for the next record (cancel-safe) and takes it with those ready behind it.
+    async fn next_records(&mut self, stats: &SubscriberStats) -> Taken {
+        let Some(records) = &mut self.records else { return Taken::Closed };
+        let first = records.recv().await;
+        let mut taken = match first {
+            Ok(record) => {
+                self.take(record, stats);
+                Taken::Some
+            }
+            Err(RecvError::Lagged(_)) => self.lagged(),
+            Err(RecvError::Closed) => return Taken::Closed,
+        };
+        while matches!(taken, Taken::Some) && self.batch.len() < BATCH {
+            let Some(records) = &mut self.records else { break };
+            match records.try_recv() {
+                Ok(record) => self.take(record, stats),
+                Err(TryRecvError::Lagged(_)) => taken = self.lagged(),
+                Err(TryRecvError::Empty | TryRecvError::Closed) => break,
+            }
+        }
+        taken
+    }
+
+    /// Whether records this subscriber has not read were overwritten: it is more than a whole
+    /// queue (`queue` records, rounded up to a power of two as the ring is) behind.
+    fn behind_by_a_queue(&self, queue: usize) -> bool {
+        self.records.as_ref().is_some_and(|r| r.len() > queue.next_power_of_two())
+    }
+
+    /// The subscriber fell a whole queue behind: under `disconnect` it is cut off; otherwise it
+    /// goes on from the oldest record still queued (the gap is counted when that record comes).
+    fn lagged(&mut self) -> Taken {
+        match self.policy {
+            SlowPolicy::Disconnect => Taken::CutOff,
+            SlowPolicy::Drop | SlowPolicy::Block => Taken::Some,
+        }
+    }
+
+    /// Writes what the socket takes now.
     fn write_some(&mut self, stream: &TcpStream) -> io::Result<()> {
         loop {
             if self.batch.is_empty() {
@@ -242,7 +316,7 @@ impl Outgoing {
             }
             let mut slices = [IoSlice::new(&[]); BATCH];
             let n = self.batch.len().min(BATCH);
-            for (slot, (bytes, _)) in slices.iter_mut().zip(&self.batch) {
+            for (slot, bytes) in slices.iter_mut().zip(&self.batch) {
                 *slot = IoSlice::new(bytes);
             }
             let mut written = match stream.try_write_vectored(&slices[..n]) {
@@ -252,10 +326,9 @@ impl Outgoing {
                 Err(e) => return Err(e),
             };
             while written > 0 {
-                let Some((front, counted)) = self.batch.front_mut() else { break };
+                let Some(front) = self.batch.front_mut() else { break };
                 if written >= front.len() {
                     written -= front.len();
-                    self.queued_bytes.fetch_sub(*counted, Ordering::Relaxed);
                     self.batch.pop_front();
                 } else {
                     front.advance(written);
@@ -324,7 +397,7 @@ impl Incoming {
     }
 }
 
-/// Writes the subscriber's records until its queue closes, reading its echoes meanwhile.
+/// Writes the subscriber's records until END, reading its echoes meanwhile.
 async fn subscriber(
     stream: &TcpStream,
     out: &mut Outgoing,
@@ -339,9 +412,13 @@ async fn subscriber(
             tokio::select! {
                 biased;
                 _ = kill.cancelled() => return Ok(Ended::Killed),
-                record = out.records.recv() => match record {
-                    Some(record) => out.take(record),
-                    None => open = false,
+                taken = out.next_records(stats) => match taken {
+                    Taken::Some => {}
+                    Taken::CutOff => {
+                        disconnect_slow(server, stats);
+                        return Ok(Ended::Killed);
+                    }
+                    Taken::Closed => open = false,
                 },
                 ready = stream.readable() => {
                     ready?;
@@ -350,18 +427,22 @@ async fn subscriber(
                     }
                 }
             }
-            while out.batch.len() < BATCH {
-                match out.records.try_recv() {
-                    Ok(record) => out.take(record),
-                    Err(_) => break,
-                }
-            }
             continue;
         }
         out.write_some(stream)?;
         if out.batch.is_empty() {
             continue;
         }
+        // The socket is full. Under `disconnect`, look now and then whether the subscriber has
+        // fallen a whole queue behind while it does not read: it would only find out at its
+        // next read from the queue, which a subscriber that never reads never makes.
+        let lag_check = async {
+            if out.policy == SlowPolicy::Disconnect {
+                tokio::time::sleep(LAG_CHECK).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
         tokio::select! {
             biased;
             _ = kill.cancelled() => return Ok(Ended::Killed),
@@ -372,15 +453,19 @@ async fn subscriber(
                     return Ok(Ended::PeerClosed);
                 }
             }
+            _ = lag_check => {
+                if out.behind_by_a_queue(server.tcp.queue) {
+                    disconnect_slow(server, stats);
+                    return Ok(Ended::Killed);
+                }
+            }
         }
     }
-    if stats.disconnected_slow() {
-        return Ok(Ended::Killed);
-    }
-    // The queue closed: the stream ended (or the hot path dropped this subscriber, which only
-    // happens with a kill). END, then an orderly close after the last echoes.
-    if let Some(end) = server.shared.end.get() {
-        out.batch.push_back((end.clone(), 0));
+    // The stream is over. A subscriber that joined after END was sent gets it now.
+    if !out.ended {
+        if let Some(end) = server.shared.end.get() {
+            out.batch.push_back(end.clone());
+        }
         while !out.batch.is_empty() {
             out.write_some(stream)?;
             if out.batch.is_empty() {
@@ -392,20 +477,32 @@ async fn subscriber(
             }
         }
     }
+    // Our side is done. Read until the subscriber closes (after END): closing with its last
+    // echoes unread would make the kernel reset the connection, and a reset discards what is
+    // still in our send buffer, END included, for a subscriber that is behind. The drain
+    // timeout (the kill) bounds the wait.
     let _ = socket2::SockRef::from(stream).shutdown(std::net::Shutdown::Write);
-    let last_echoes = async {
-        loop {
-            stream.readable().await?;
-            if !read_or_violation(stream, incoming, server, stats)? {
-                return Ok::<_, io::Error>(());
+    loop {
+        tokio::select! {
+            _ = kill.cancelled() => return Ok(Ended::Killed),
+            ready = stream.readable() => {
+                ready?;
+                if !read_or_violation(stream, incoming, server, stats)? {
+                    return Ok(Ended::Stream);
+                }
             }
         }
-    };
-    tokio::select! {
-        _ = kill.cancelled() => return Ok(Ended::Killed),
-        _ = tokio::time::timeout(LAST_ECHOES, last_echoes) => {}
     }
-    Ok(Ended::Stream)
+}
+
+/// Notes and logs that a subscriber a whole queue behind is cut off.
+fn disconnect_slow(server: &Server, stats: &SubscriberStats) {
+    stats.disconnect_slow();
+    server.shared.counters.disconnects_slow.fetch_add(1, Ordering::Relaxed);
+    if mdrelay_proto::warn::allow("slow subscriber") {
+        tracing::warn!(peer = %stats.peer, queue = server.tcp.queue,
+            "subscriber a whole queue behind: disconnected (slow_subscriber = disconnect)");
+    }
 }
 
 /// Reads echoes; a protocol violation disconnects the subscriber (counted).

@@ -1,0 +1,282 @@
+//! The subscriber's UDP port against what a network or a hostile sender delivers: datagrams
+//! lost at the tail, swapped, duplicated beyond the window, carrying more frames than declared,
+//! with a wild sequence number or session, of other programs, formats and versions, truncated
+//! and bit-flipped. A real `mdrelay-sub` process receives; the test sends crafted datagrams.
+//! Expected figures are computed here from the synthetic feed with proto's aggregator and
+//! message parser, independently of the subscriber.
+
+use mdrelay_harness::{Process, serial, subscriber_bin};
+use mdrelay_proto::codec::{BatchHeader, Codec, Format, Limits, collect_segment};
+use mdrelay_proto::iextp::Segment;
+use mdrelay_proto::relay::{DatagramHeader, DatagramKind, PROTOCOL_VERSION, Totals};
+use mdrelay_proto::synth::{SynthConfig, SyntheticDay};
+use serde_json::Value;
+use std::net::{SocketAddr, UdpSocket};
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(30);
+const SESSION: u64 = 0x5eed;
+
+/// The segments of a small synthetic day.
+fn segments(messages: u64) -> Vec<Vec<u8>> {
+    let mut day = SyntheticDay::new(SynthConfig { messages, symbols: 20, seed: 9, ..SynthConfig::default() }).unwrap();
+    let mut out = Vec::new();
+    while let Some(s) = day.next_segment() {
+        out.push(s.bytes.to_vec());
+    }
+    out
+}
+
+/// Messages in a segment, as proto's parser counts them.
+fn messages_in(segment: &[u8]) -> u64 {
+    let mut list = Vec::new();
+    collect_segment(&Segment::parse(segment).unwrap(), &mut list);
+    list.len() as u64
+}
+
+/// One SBE frame of `segment`, stamped now.
+fn frame(codec: &mut Codec, segment: &[u8]) -> Vec<u8> {
+    let parsed = Segment::parse(segment).unwrap();
+    let mut list = Vec::new();
+    collect_segment(&parsed, &mut list);
+    let now = mdrelay_proto::clock::wall_clock_ns();
+    let mut out = Vec::new();
+    codec
+        .encode(&BatchHeader { publish_time: now, ..BatchHeader::from_segment(&parsed.header) }, &list, &mut out)
+        .unwrap();
+    out
+}
+
+fn header(kind: DatagramKind, frames: u8, session: u64, sequence: u64) -> Vec<u8> {
+    DatagramHeader {
+        version: PROTOCOL_VERSION as u8,
+        format: Format::Sbe,
+        kind,
+        frame_count: frames,
+        session,
+        sequence,
+    }
+    .to_bytes()
+    .to_vec()
+}
+
+/// A data datagram of one frame per segment, frames numbered from `sequence`.
+fn data(frames: &[Vec<u8>], session: u64, sequence: u64) -> Vec<u8> {
+    let mut d = header(DatagramKind::Data, frames.len() as u8, session, sequence);
+    for f in frames {
+        d.extend_from_slice(f);
+    }
+    d
+}
+
+/// The END datagram for `frames` frames of these segments.
+fn end(segments: &[Vec<u8>], next: u64) -> Vec<u8> {
+    let mut totals = Totals { frames: segments.len() as u64, ..Totals::default() };
+    for s in segments {
+        let mut list = Vec::new();
+        collect_segment(&Segment::parse(s).unwrap(), &mut list);
+        for m in &list {
+            totals.messages += 1;
+            *totals.by_type.entry(m.kind()).or_default() += 1;
+        }
+    }
+    let mut d = header(DatagramKind::End, 0, SESSION, next);
+    totals.write(&mut d);
+    d
+}
+
+/// A subscriber on a UDP port of its choosing, and a socket to send to it.
+fn start() -> (Process, SocketAddr, UdpSocket) {
+    let mut sub =
+        Process::start(subscriber_bin(), ["--listen", "127.0.0.1:0", "--report-interval", "0", "--json", "-"]);
+    let addr = sub.listening_on();
+    let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+    (sub, addr, sender)
+}
+
+/// Sends datagrams, pausing now and then so a loopback receiver on a loaded two-core machine
+/// never finds its (16 MiB) receive buffer full: these tests are about what arrives, not speed.
+fn send(sender: &UdpSocket, to: SocketAddr, datagrams: &[Vec<u8>]) {
+    for (i, d) in datagrams.iter().enumerate() {
+        sender.send_to(d, to).unwrap();
+        if i % 256 == 255 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+fn report(sub: Process) -> Value {
+    let finished = sub.finish(LIMIT);
+    finished.assert_success();
+    finished.json()
+}
+
+/// The frames of a synthetic day, one datagram each.
+fn day(messages: u64) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let segments = segments(messages);
+    let mut codec = Codec::new(Format::Sbe, Limits::default());
+    let frames = segments.iter().map(|s| frame(&mut codec, s)).collect();
+    (segments, frames)
+}
+
+#[test]
+fn frames_lost_after_the_last_received_are_counted_from_the_end() {
+    let _serial = serial();
+    let (segments, frames) = day(5_000);
+    let (sub, addr, sender) = start();
+    let n = frames.len();
+    let datagrams: Vec<Vec<u8>> = (0..n - 7).map(|i| data(&frames[i..=i], SESSION, i as u64 + 1)).collect();
+    send(&sender, addr, &datagrams);
+    sender.send_to(&end(&segments, n as u64 + 1), addr).unwrap();
+    let r = report(sub);
+    assert_eq!(r["gaps"], 7, "the 7 frames after the last one received were sent and lost: {r}");
+    assert_eq!(r["frames"], n as u64 - 7);
+    assert_eq!(r["totals_match"], false);
+}
+
+#[test]
+fn a_datagram_with_more_frames_than_declared_costs_no_genuine_frame() {
+    let _serial = serial();
+    let (segments, frames) = day(5_000);
+    let (sub, addr, sender) = start();
+    let n = frames.len();
+    let mut datagrams: Vec<Vec<u8>> = (0..n).map(|i| data(&frames[i..=i], SESSION, i as u64 + 1)).collect();
+    // Datagram 10 declares one frame and carries the next one too.
+    let mut padded = data(&frames[9..=9], SESSION, 10);
+    padded.extend_from_slice(&frames[10]);
+    datagrams[9] = padded;
+    send(&sender, addr, &datagrams);
+    sender.send_to(&end(&segments, n as u64 + 1), addr).unwrap();
+    let r = report(sub);
+    let messages: u64 = segments.iter().map(|s| messages_in(s)).sum();
+    assert_eq!((r["duplicates"].as_u64(), r["gaps"].as_u64()), (Some(0), Some(0)), "{r}");
+    assert_eq!(r["messages"], messages, "every message once, the genuine frame 11 included");
+    assert_eq!(r["excess_payloads"], 1);
+    assert_eq!(r["totals_match"], true);
+}
+
+#[test]
+fn the_first_two_datagrams_swapped_are_reordering_not_a_late_join() {
+    let _serial = serial();
+    let (segments, frames) = day(5_000);
+    let (sub, addr, sender) = start();
+    let n = frames.len();
+    let mut datagrams: Vec<Vec<u8>> = (0..n).map(|i| data(&frames[i..=i], SESSION, i as u64 + 1)).collect();
+    datagrams.swap(0, 1);
+    send(&sender, addr, &datagrams);
+    sender.send_to(&end(&segments, n as u64 + 1), addr).unwrap();
+    let r = report(sub);
+    assert_eq!(r["late_join_sequence"], Value::Null, "{r}");
+    assert_eq!((r["reordered"].as_u64(), r["gaps"].as_u64()), (Some(1), Some(0)));
+    assert_eq!(r["totals_match"], true);
+}
+
+#[test]
+fn a_wild_sequence_number_or_a_flipped_session_bit_costs_one_datagram_not_the_session() {
+    let _serial = serial();
+    let (segments, frames) = day(5_000);
+    let (sub, addr, sender) = start();
+    let n = frames.len();
+    let mut datagrams: Vec<Vec<u8>> = (0..n).map(|i| data(&frames[i..=i], SESSION, i as u64 + 1)).collect();
+    datagrams[100] = data(&frames[100..=100], SESSION, 101 + 1_000_000_000_000);
+    datagrams[200] = data(&frames[200..=200], SESSION ^ (1 << 33), 201);
+    send(&sender, addr, &datagrams);
+    sender.send_to(&end(&segments, n as u64 + 1), addr).unwrap();
+    let r = report(sub);
+    let all: u64 = segments.iter().map(|s| messages_in(s)).sum();
+    let lost = messages_in(&segments[100]) + messages_in(&segments[200]);
+    assert_eq!(r["gaps"], 2, "the two bad datagrams' frames, nothing more: {r}");
+    assert_eq!(r["unconfirmed_datagrams"], 2);
+    assert_eq!(r["publisher_restarts"], 0);
+    assert_eq!(r["messages"], all - lost);
+}
+
+#[test]
+fn a_duplicate_older_than_the_window_is_not_aggregated_twice() {
+    let _serial = serial();
+    let (segments, frames) = day(40_000);
+    let window = mdrelay_proto::relay::window::WINDOW as usize;
+    assert!(frames.len() > window + 100, "a day longer than the window: {}", frames.len());
+    let (sub, addr, sender) = start();
+    let n = frames.len();
+    let mut datagrams: Vec<Vec<u8>> = (0..n).map(|i| data(&frames[i..=i], SESSION, i as u64 + 1)).collect();
+    // A copy of a frame just older than the window, and one of the very first frame, far older:
+    // the first is too late to tell from a duplicate, the second out of line with the stream.
+    let old = n - window - 100;
+    datagrams.push(data(&frames[old..=old], SESSION, old as u64 + 1));
+    datagrams.push(data(&frames[0..=0], SESSION, 1));
+    send(&sender, addr, &datagrams);
+    sender.send_to(&end(&segments, n as u64 + 1), addr).unwrap();
+    let r = report(sub);
+    let all: u64 = segments.iter().map(|s| messages_in(s)).sum();
+    assert_eq!(r["messages"], all, "each frame counted once: {r}");
+    assert_eq!(r["beyond_window"], 1);
+    assert_eq!(r["unconfirmed_datagrams"], 1);
+    assert_eq!(r["totals_match"], true);
+}
+
+#[test]
+fn foreign_corrupt_and_future_datagrams_beside_a_healthy_stream() {
+    let _serial = serial();
+    let (segments, frames) = day(5_000);
+    let (sub, addr, sender) = start();
+    let n = frames.len();
+    let mut datagrams = Vec::new();
+    let mut invalid = 0u64;
+    for i in 0..n {
+        datagrams.push(data(&frames[i..=i], SESSION, i as u64 + 1));
+        if i % 50 != 10 {
+            continue;
+        }
+        // Another program's datagram, garbage that starts like ours, a header cut short.
+        datagrams.push(b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07example\x03com\x00".to_vec());
+        datagrams.push(b"MDRU garbage".to_vec());
+        datagrams.push(data(&frames[i..=i], SESSION, i as u64 + 1)[..20].to_vec());
+        // Another format id, a future version.
+        let mut other_format = data(&frames[i..=i], SESSION, i as u64 + 1);
+        other_format[5] = 200;
+        let mut future = data(&frames[i..=i], SESSION, i as u64 + 1);
+        future[4] = 2;
+        datagrams.push(other_format);
+        datagrams.push(future);
+        invalid += 5;
+        // A truncated and a bit-flipped copy of the frame just sent: duplicates, never decoded.
+        let mut cut = data(&frames[i..=i], SESSION, i as u64 + 1);
+        cut.truncate(cut.len() - 5);
+        let mut flipped = data(&frames[i..=i], SESSION, i as u64 + 1);
+        let last = flipped.len() - 3;
+        flipped[last] ^= 0x10;
+        datagrams.push(cut);
+        datagrams.push(flipped);
+    }
+    send(&sender, addr, &datagrams);
+    sender.send_to(&end(&segments, n as u64 + 1), addr).unwrap();
+    let r = report(sub);
+    let all: u64 = segments.iter().map(|s| messages_in(s)).sum();
+    assert_eq!(r["messages"], all, "{r}");
+    assert_eq!(r["gaps"], 0);
+    assert_eq!(r["decode_errors"], 0, "corrupt copies are duplicates, never decoded");
+    assert_eq!(r["invalid_packets"], invalid);
+    assert_eq!(r["totals_match"], true);
+}
+
+#[test]
+fn a_second_subscriber_on_the_same_unicast_port_is_refused() {
+    let _serial = serial();
+    let (first, addr, _) = start();
+    let second = Process::start(subscriber_bin(), ["--listen", &addr.to_string(), "--report-interval", "0"]);
+    let finished = second.finish(LIMIT);
+    assert_eq!(finished.code(), Some(1), "{finished:?}");
+    assert!(finished.stderr.contains("in use by another program"), "{finished:?}");
+    first.signal(mdrelay_harness::Signal::SIGTERM);
+    assert_eq!(report(first)["stop_reason"], "signal");
+}
+
+#[test]
+fn an_unresolvable_host_fails_at_once() {
+    let finished =
+        Process::start(subscriber_bin(), ["--connect", "no-such-host.invalid:9100", "--report-interval", "0"])
+            .finish(LIMIT);
+    assert_eq!(finished.code(), Some(1), "{finished:?}");
+    assert!(finished.stderr.contains("cannot resolve"), "{finished:?}");
+}
