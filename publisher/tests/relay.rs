@@ -311,16 +311,13 @@ fn sighup_switches_the_format_mid_stream_and_the_aggregates_stay_exact() {
     assert_eq!(report["totals_match"], true);
 }
 
-#[test]
-fn a_live_feed_relayed_from_multicast_raw_to_tcp_sbe() {
-    let _serial = serial();
-    let reference = expected("DEEP10.json");
-    let dir = tempfile::tempdir().unwrap();
+/// DEEP10 as raw relay datagrams over multicast at `rate` into a relay that republishes it as
+/// SBE over TCP to one subscriber: the reports of the subscriber, the relay and the upstream.
+fn live_relay(dir: &Path, rate: &str) -> (Value, Value, Value) {
     // The live input's port must be known to the upstream before the relay prints it.
     let port = free_udp_port();
     let (live, group) = (format!("0.0.0.0:{port}"), format!("239.255.42.7:{port}"));
-    // The relay: joins the group, republishes as SBE over TCP.
-    let relay_json = path(dir.path(), "relay.json");
+    let relay_json = path(dir, &format!("relay-{rate}.json"));
     let (mut relay, addr) = tcp_publisher(&[
         "run",
         "--live",
@@ -340,34 +337,47 @@ fn a_live_feed_relayed_from_multicast_raw_to_tcp_sbe() {
     ]);
     // Printed once the live socket is bound and has joined the group.
     relay.wait_for("publishing");
-    let json = path(dir.path(), "sub.json");
+    let json = path(dir, &format!("sub-{rate}.json"));
     let mut subscriber = tcp_subscriber(addr, &json, &[]);
     subscriber.wait_for("greeted");
-    relay.wait_for("subscriber connected");
-    // The upstream: the capture as raw IEX-TP over multicast, one frame per datagram (46,000 a
-    // second at this rate) into the relay's 8 MiB live buffer (capped at 2 × rmem_max).
-    let upstream_json = path(dir.path(), "upstream.json");
+    relay.wait_for("subscriber admitted");
+    let upstream_json = path(dir, &format!("upstream-{rate}.json"));
     let deep10 = deep10();
     let u = ["run", "--capture", &deep10, "--format", "raw", "--multicast", &group, "--interface", "127.0.0.1"];
-    let u2 = ["--ttl", "0", "--pacing", "rate", "--rate", "150000", "--json", &upstream_json];
+    let u2 = ["--ttl", "0", "--pacing", "rate", "--rate", rate, "--json", &upstream_json];
     Process::start(publisher_bin(), u.iter().chain(&u2)).finish(RUN).assert_success();
     relay.finish(RUN).assert_success();
     let report = sub_report(&subscriber.finish(STEP), &json, "subscriber behind the relay");
-    let relayed = json_file(Path::new(&relay_json));
-    let upstream = json_file(Path::new(&upstream_json));
-    assert_eq!(report["formats_seen"], json!(["sbe"]));
-    // The TCP leg is exact whatever the UDP leg lost.
-    assert_eq!(report["totals_match"], true, "{report}");
-    assert_eq!(report["messages"], relayed["totals"]["messages"]);
-    let (sent, got) = (upstream["totals"]["frames"].as_u64().unwrap(), relayed["totals"]["frames"].as_u64().unwrap());
-    assert!(got <= sent, "the relay relayed {got} frames of {sent}");
-    if got < sent {
-        eprintln!("the relay's live input lost {} of {sent} frames on loopback; the TCP leg is checked", sent - got);
-        return;
+    (report, json_file(Path::new(&relay_json)), json_file(Path::new(&upstream_json)))
+}
+
+#[test]
+fn a_live_feed_relayed_from_multicast_raw_to_tcp_sbe() {
+    let _serial = serial();
+    let reference = expected("DEEP10.json");
+    let dir = tempfile::tempdir().unwrap();
+    // One frame per datagram: 46,000 datagrams a second at 150,000 msg/s into the relay's live
+    // buffer (8 MiB asked for, capped at 2 × net.core.rmem_max: about 130 ms of this stream at
+    // 8 MiB). The relay's input reports no gaps, so a run that lost frames is repeated at a
+    // third of the rate, three times the margin, before the test gives up.
+    for rate in ["150000", "50000"] {
+        let (report, relayed, upstream) = live_relay(dir.path(), rate);
+        assert_eq!(report["formats_seen"], json!(["sbe"]));
+        // The TCP leg is exact whatever the UDP leg lost.
+        assert_eq!(report["totals_match"], true, "{report}");
+        assert_eq!(report["messages"], relayed["totals"]["messages"]);
+        let sent = upstream["totals"]["frames"].as_u64().unwrap();
+        let got = relayed["totals"]["frames"].as_u64().unwrap();
+        assert!(got <= sent, "the relay relayed {got} frames of {sent}");
+        if got == sent {
+            assert_aggregates(&report, &reference, "raw multicast relayed as SBE over TCP");
+            assert_eq!(report["messages"], reference["messages"]);
+            assert_eq!(report["message_types"], reference["message_types"]);
+            return;
+        }
+        eprintln!("at {rate} msg/s the relay's live input lost {} of {sent} frames on loopback", sent - got);
     }
-    assert_aggregates(&report, &reference, "raw multicast relayed as SBE over TCP");
-    assert_eq!(report["messages"], reference["messages"]);
-    assert_eq!(report["message_types"], reference["message_types"]);
+    panic!("the relay's live input lost frames at every rate: is net.core.rmem_max tiny?");
 }
 
 /// Connects, completes the handshake, then never reads: a stalled subscriber.
