@@ -116,9 +116,12 @@ impl Process {
         self.child.id()
     }
 
-    /// Sends `signal`; panics if it cannot be delivered (the process is not reaped before
-    /// [`Process::finish`], so its pid stays its own).
+    /// Sends `signal`; panics if it cannot be delivered, or if a wait saw the process exit
+    /// (until then it is not reaped, so its pid is still its own).
     pub fn signal(&self, signal: Signal) {
+        if let Some(status) = self.status {
+            panic!("{}: sending {signal}: it has exited ({status})", self.name);
+        }
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
         nix::sys::signal::kill(pid, signal).unwrap_or_else(|e| panic!("{}: sending {signal}: {e}", self.name));
     }
@@ -161,7 +164,7 @@ impl Process {
             match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                 Ok(line) => self.stderr.push(line),
                 Err(RecvTimeoutError::Timeout) => {
-                    return Err(self.failure(&format!("no stderr line came with {what} within {limit:?}")));
+                    return Err(self.failure(&format!("{what} did not come on stderr within {limit:?}")));
                 }
                 Err(RecvTimeoutError::Disconnected) => {
                     // Stderr closed: the process exited (or is exiting) without the line.
