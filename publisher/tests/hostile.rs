@@ -27,6 +27,11 @@ fn path(dir: &Path, name: &str) -> String {
     dir.join(name).display().to_string()
 }
 
+/// The words of `args`, split at white space (the paths in these tests hold none).
+fn words(args: &str) -> Vec<&str> {
+    args.split_whitespace().collect()
+}
+
 /// Starts a publisher serving TCP on a port of its choosing; returns it and the address.
 fn publisher(extra: &[&str]) -> (Process, SocketAddr) {
     let mut args = vec!["run", "--tcp", "127.0.0.1:0"];
@@ -64,9 +69,9 @@ fn handshaken(addr: SocketAddr, echo: bool, stalls: bool) -> (TcpStream, Hello) 
         let _ = socket2::SockRef::from(&s).set_recv_buffer_size(4096);
     }
     let mut hello = [0u8; Hello::LEN];
-    s.read_exact(&mut hello).unwrap();
+    s.read_exact(&mut hello).unwrap_or_else(|e| panic!("reading the greeting from {addr}: {e}"));
     let hello = Hello::parse(&hello).unwrap();
-    s.write_all(&Subscribe::new(echo).to_bytes()).unwrap();
+    s.write_all(&Subscribe::new(echo).to_bytes()).unwrap_or_else(|e| panic!("answering {addr}: {e}"));
     (s, hello)
 }
 
@@ -145,19 +150,9 @@ fn block_survives_a_stopped_subscriber_while_another_joins_and_the_stall_ends() 
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let pub_json = path(dir.path(), "pub.json");
-    let (mut publisher, addr) = publisher(&[
-        "--synthetic",
-        "--messages",
-        "2000000",
-        "--slow-subscriber",
-        "block",
-        "--queue",
-        "16",
-        "--wait-subscribers",
-        "2",
-        "--json",
-        &pub_json,
-    ]);
+    let (mut publisher, addr) = publisher(&words(&format!(
+        "--synthetic --messages 2000000 --slow-subscriber block --queue 16 --wait-subscribers 2 --json {pub_json}"
+    )));
     let (a_json, b_json, c_json) = (path(dir.path(), "a.json"), path(dir.path(), "b.json"), path(dir.path(), "c.json"));
     let a = subscriber(addr, &a_json, &[]);
     publisher.wait_for("subscriber admitted");
@@ -191,17 +186,8 @@ fn block_survives_a_stopped_subscriber_while_another_joins_and_the_stall_ends() 
 fn two_interrupts_stop_a_publisher_blocked_on_a_stopped_subscriber() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    let (mut publisher, addr) = publisher(&[
-        "--synthetic",
-        "--messages",
-        "5000000",
-        "--slow-subscriber",
-        "block",
-        "--queue",
-        "16",
-        "--wait-subscribers",
-        "1",
-    ]);
+    let (mut publisher, addr) =
+        publisher(&words("--synthetic --messages 5000000 --slow-subscriber block --queue 16 --wait-subscribers 1"));
     let stopped = subscriber(addr, &path(dir.path(), "s.json"), &[]);
     publisher.wait_for("subscriber admitted");
     stopped.signal(Signal::SIGSTOP);
@@ -224,18 +210,10 @@ fn silent_connections_are_turned_away_and_cost_the_stream_nothing() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let pub_json = path(dir.path(), "pub.json");
-    let (publisher, addr) = publisher(&[
-        "--capture",
-        &deep10(),
-        "--pacing",
-        "rate",
-        "--rate",
-        "100000",
-        "--wait-subscribers",
-        "1",
-        "--json",
-        &pub_json,
-    ]);
+    let deep10 = deep10();
+    let (publisher, addr) = publisher(&words(&format!(
+        "--capture {deep10} --pacing rate --rate 100000 --wait-subscribers 1 --json {pub_json}"
+    )));
     let rss = RssSampler::start(publisher.pid());
     let sub_json = path(dir.path(), "sub.json");
     let mut healthy = subscriber(addr, &sub_json, &["--report-interval", "0.1"]);
@@ -264,26 +242,14 @@ fn handshaken_connections_that_never_read_are_bounded_and_do_not_cut_off_the_hea
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let pub_json = path(dir.path(), "pub.json");
-    let (publisher, addr) = publisher(&[
-        "--capture",
-        &deep10(),
-        "--pacing",
-        "rate",
-        "--rate",
-        "50000",
-        "--wait-subscribers",
-        "1",
-        "--max-connections",
-        "2100",
-        "--drain-timeout",
-        "1",
-        "--json",
-        &pub_json,
-    ]);
+    let deep10 = deep10();
+    let (publisher, addr) = publisher(&words(&format!(
+        "--capture {deep10} --pacing rate --rate 150000 --wait-subscribers 2001 --max-connections 2100 --drain-timeout 1 --json {pub_json}"
+    )));
     let rss = RssSampler::start(publisher.pid());
     let sub_json = path(dir.path(), "sub.json");
-    let mut healthy = subscriber(addr, &sub_json, &["--report-interval", "0.1"]);
-    healthy.wait_for_frames(1);
+    let healthy = subscriber(addr, &sub_json, &[]);
+    // The stream starts once these 2,000, which never read, have joined too.
     let stalled: Vec<TcpStream> = (0..2000).map(|_| handshaken(addr, false, true).0).collect();
     publisher.finish(LIMIT).assert_success();
     healthy.finish(LIMIT).assert_success();
@@ -302,21 +268,9 @@ fn frames_dropped_at_the_tail_for_a_stopped_subscriber_are_reported_as_gaps() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let pub_json = path(dir.path(), "pub.json");
-    let (mut publisher, addr) = publisher(&[
-        "--synthetic",
-        "--messages",
-        "300000",
-        "--pacing",
-        "rate",
-        "--rate",
-        "100000",
-        "--queue",
-        "64",
-        "--wait-subscribers",
-        "1",
-        "--json",
-        &pub_json,
-    ]);
+    let (mut publisher, addr) = publisher(&words(&format!(
+        "--synthetic --messages 300000 --pacing rate --rate 100000 --queue 64 --wait-subscribers 1 --json {pub_json}"
+    )));
     let sub_json = path(dir.path(), "sub.json");
     let mut sub = subscriber(addr, &sub_json, &["--report-interval", "0.1"]);
     sub.wait_for_frames(20_000);
@@ -343,21 +297,9 @@ fn a_slow_subscriber_under_disconnect_is_reset_at_once() {
     let pub_json = path(dir.path(), "pub.json");
     // The default queue (65,536 records) holds about 1.6 s of this stream: the healthy subscriber
     // never falls that far behind, the client that stops reading does after a couple of seconds.
-    let (mut publisher, addr) = publisher(&[
-        "--synthetic",
-        "--messages",
-        "500000",
-        "--pacing",
-        "rate",
-        "--rate",
-        "100000",
-        "--slow-subscriber",
-        "disconnect",
-        "--wait-subscribers",
-        "2",
-        "--json",
-        &pub_json,
-    ]);
+    let (mut publisher, addr) = publisher(&words(&format!(
+        "--synthetic --messages 500000 --pacing rate --rate 100000 --slow-subscriber disconnect --wait-subscribers 2 --json {pub_json}"
+    )));
     let (mut stalled, _) = handshaken(addr, false, true);
     let sub_json = path(dir.path(), "sub.json");
     let healthy = subscriber(addr, &sub_json, &[]);
@@ -425,19 +367,9 @@ fn forged_and_replayed_echoes_are_rejected() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let pub_json = path(dir.path(), "pub.json");
-    let (publisher, addr) = publisher(&[
-        "--synthetic",
-        "--messages",
-        "20000",
-        "--pacing",
-        "rate",
-        "--rate",
-        "20000",
-        "--wait-subscribers",
-        "1",
-        "--json",
-        &pub_json,
-    ]);
+    let (publisher, addr) = publisher(&words(&format!(
+        "--synthetic --messages 20000 --pacing rate --rate 20000 --wait-subscribers 1 --json {pub_json}"
+    )));
     let (mut client, _) = handshaken(addr, true, false);
     let mut genuine = 0u64;
     let mut forged = 0u64;
@@ -503,22 +435,10 @@ fn hostile_peers_on_the_tcp_port_are_refused_with_reasons_and_the_healthy_subscr
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let pub_json = path(dir.path(), "pub.json");
-    let (publisher, addr) = publisher(&[
-        "--capture",
-        &deep10(),
-        "--pacing",
-        "rate",
-        "--rate",
-        "150000",
-        "--wait-subscribers",
-        "1",
-        "--max-connections",
-        "8",
-        "--handshake-timeout",
-        "1",
-        "--json",
-        &pub_json,
-    ]);
+    let deep10 = deep10();
+    let (publisher, addr) = publisher(&words(&format!(
+        "--capture {deep10} --pacing rate --rate 150000 --wait-subscribers 1 --max-connections 8 --handshake-timeout 1 --json {pub_json}"
+    )));
     let sub_json = path(dir.path(), "sub.json");
     let mut healthy = subscriber(addr, &sub_json, &["--report-interval", "0.1"]);
     healthy.wait_for_frames(1);
@@ -571,17 +491,9 @@ fn hostile_peers_on_the_tcp_port_are_refused_with_reasons_and_the_healthy_subscr
 fn a_subscriber_told_busy_retries_and_gets_the_whole_stream() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    let (publisher, addr) = publisher(&[
-        "--synthetic",
-        "--messages",
-        "50000",
-        "--wait-subscribers",
-        "1",
-        "--max-connections",
-        "1",
-        "--handshake-timeout",
-        "1",
-    ]);
+    let (publisher, addr) = publisher(&words(
+        "--synthetic --messages 50000 --wait-subscribers 1 --max-connections 1 --handshake-timeout 1",
+    ));
     // The one place is taken by a connection that never answers, until the handshake times out.
     let holder = raw(addr);
     let sub_json = path(dir.path(), "sub.json");
@@ -602,18 +514,9 @@ fn a_spoofed_end_on_the_live_input_does_not_end_the_relayed_stream() {
     let live = mdrelay_harness::free_udp_port();
     let relay_json = path(dir.path(), "relay.json");
     let live_addr = format!("127.0.0.1:{live}");
-    let (relay, addr) = publisher(&[
-        "--live",
-        &live_addr,
-        "--idle-timeout",
-        "2",
-        "--wait-subscribers",
-        "1",
-        "--slow-subscriber",
-        "block",
-        "--json",
-        &relay_json,
-    ]);
+    let (relay, addr) = publisher(&words(&format!(
+        "--live {live_addr} --idle-timeout 2 --wait-subscribers 1 --slow-subscriber block --json {relay_json}"
+    )));
     let sub_json = path(dir.path(), "sub.json");
     let mut sub = subscriber(addr, &sub_json, &["--report-interval", "0.1"]);
     sub.wait_for("greeted");
@@ -707,17 +610,8 @@ fn connection_churn_keeps_the_subscriber_summaries_bounded() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let pub_json = path(dir.path(), "pub.json");
-    let (publisher, addr) = publisher(&[
-        "--synthetic",
-        "--messages",
-        "2000000",
-        "--pacing",
-        "rate",
-        "--rate",
-        "50000",
-        "--json",
-        &pub_json,
-    ]);
+    let (publisher, addr) =
+        publisher(&words(&format!("--synthetic --messages 2000000 --pacing rate --rate 50000 --json {pub_json}")));
     for _ in 0..300 {
         let (s, _) = handshaken(addr, false, true);
         drop(s);
