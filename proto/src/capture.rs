@@ -124,6 +124,8 @@ pub struct CaptureReader {
     /// Bytes of the block last returned, consumed on the next call so the packet can borrow them.
     pending: usize,
     nanosecond_pcap: bool,
+    /// Byte order of the current pcapng section.
+    big_endian_section: bool,
     interfaces: Vec<Interface>,
     packets: u64,
     truncated_at: Option<u64>,
@@ -192,6 +194,7 @@ impl CaptureReader {
             blocks,
             pending: 0,
             nanosecond_pcap: false,
+            big_endian_section: false,
             interfaces: Vec::new(),
             packets: 0,
             truncated_at: None,
@@ -240,6 +243,10 @@ impl CaptureReader {
                 self.pending = 0;
             }
             let offset = self.blocks.consumed() as u64;
+            if let Some(len) = self.short_pcapng_block() {
+                let what = format!("pcapng block of {len} bytes, shorter than its 12-byte type and length fields");
+                return Err(self.malformed(offset, what));
+            }
             let (len, block) = match self.blocks.next() {
                 Ok(next) => next,
                 Err(PcapError::Eof) => return Ok(None),
@@ -286,7 +293,8 @@ impl CaptureReader {
                     let data = &record.data[..record.data.len().min(record.caplen as usize)];
                     Some((data.as_ptr() as usize, data.len(), timestamp_ns, link_type))
                 }
-                PcapBlockOwned::NG(Block::SectionHeader(_)) => {
+                PcapBlockOwned::NG(Block::SectionHeader(shb)) => {
+                    self.big_endian_section = shb.big_endian();
                     self.interfaces.clear();
                     None
                 }
@@ -308,7 +316,9 @@ impl CaptureReader {
                     _ => {
                         let if_id = epb.if_id;
                         self.skipped_records += 1;
-                        tracing::warn!(file = %self.name, offset, if_id, "packet names an undescribed interface or one with an invalid if_tsresol; skipped");
+                        if crate::warn::allow("capture interface") {
+                            tracing::warn!(file = %self.name, offset, if_id, "packet names an undescribed interface or one with an invalid if_tsresol; skipped");
+                        }
                         None
                     }
                 },
@@ -322,7 +332,9 @@ impl CaptureReader {
                     }
                     None => {
                         self.skipped_records += 1;
-                        tracing::warn!(file = %self.name, offset, "simple packet block before any interface description; skipped");
+                        if crate::warn::allow("capture interface") {
+                            tracing::warn!(file = %self.name, offset, "simple packet block before any interface description; skipped");
+                        }
                         None
                     }
                 },
@@ -340,11 +352,59 @@ impl CaptureReader {
         Ok(self.current_packet())
     }
 
+    /// The length of the next pcapng block when it is below the 12 bytes every block needs.
+    /// pcap-parser 0.17 subtracts 12 from the length of a process information block checked
+    /// only against 4, which overflows on such a block; it is refused here before it is parsed.
+    /// (A section header's length is checked by the parser, in the byte order its magic gives.)
+    fn short_pcapng_block(&self) -> Option<u32> {
+        if self.format != CaptureFormat::PcapNg {
+            return None;
+        }
+        let head = self.blocks.data().first_chunk::<8>()?;
+        if head[..4] == [0x0a, 0x0d, 0x0d, 0x0a] {
+            return None;
+        }
+        let len = [head[4], head[5], head[6], head[7]];
+        let len = if self.big_endian_section { u32::from_be_bytes(len) } else { u32::from_le_bytes(len) };
+        (len < 12).then_some(len)
+    }
+
     /// The packet the last [`CaptureReader::next_packet`] returned, again (`None` before the
     /// first or after the end). Lets a caller that skipped ahead in a loop borrow it afresh.
     pub fn current_packet(&self) -> Option<Packet<'_>> {
         let (found, index, offset) = self.last?;
         let data = &self.blocks.data()[found.start..found.start + found.len];
         Some(Packet { index, offset, timestamp_ns: found.timestamp_ns, link_type: found.link_type, data })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A little-endian section header block with no options.
+    fn section_header() -> Vec<u8> {
+        let mut b = vec![0x0a, 0x0d, 0x0d, 0x0a];
+        b.extend_from_slice(&28u32.to_le_bytes());
+        b.extend_from_slice(&0x1a2b_3c4du32.to_le_bytes());
+        b.extend_from_slice(&[1, 0, 0, 0]);
+        b.extend_from_slice(&u64::MAX.to_le_bytes());
+        b.extend_from_slice(&28u32.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn a_pcapng_block_shorter_than_its_length_fields_is_malformed_not_a_panic() {
+        // Found by fuzzing: a process information block (type 0x80000001) of length 11 made
+        // pcap-parser compute 11 - 12, a panic with overflow checks.
+        for len in [0u32, 4, 8, 11] {
+            let mut bytes = section_header();
+            bytes.extend_from_slice(&0x8000_0001u32.to_le_bytes());
+            bytes.extend_from_slice(&len.to_le_bytes());
+            bytes.extend_from_slice(&[0; 16]);
+            let mut reader = CaptureReader::new("short-block", io::Cursor::new(bytes)).unwrap();
+            let error = reader.next_packet().unwrap_err().to_string();
+            assert!(error.contains(&format!("pcapng block of {len} bytes")) && error.contains("offset 28"), "{error}");
+        }
     }
 }

@@ -246,7 +246,7 @@ fn note_session(before: Option<u64>, pipeline: &Pipeline, peer: SocketAddr) {
         (None, Some(session)) => {
             tracing::info!(publisher = %peer, session = format_args!("{session:#x}"), "publisher session")
         }
-        (Some(old), Some(new)) if old != new => {
+        (Some(old), Some(new)) if old != new && warn::allow("restart") => {
             tracing::warn!(publisher = %peer, old_session = format_args!("{old:#x}"), new_session = format_args!("{new:#x}"),
                 "publisher restarted: sequence tracking starts over");
         }
