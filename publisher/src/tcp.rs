@@ -523,3 +523,148 @@ fn read_or_violation(
         other => other,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The three slow-subscriber policies against an in-process fanout: the hot path's side
+    //! (`Fanout::send`) and a subscriber's side (`Outgoing`), without sockets.
+
+    use super::*;
+    use crate::config::Tcp;
+    use crate::fanout::Fanout;
+    use mdrelay_proto::relay::{Coalescer, Envelope, Sealed};
+    use std::sync::atomic::{AtomicBool, AtomicU64};
+
+    fn tcp(queue: usize, slow: SlowPolicy) -> Tcp {
+        Tcp {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            queue,
+            slow,
+            wait_subscribers: 0,
+            max_connections: 8,
+            handshake_timeout: Duration::from_secs(1),
+            drain_timeout: Duration::from_secs(1),
+        }
+    }
+
+    /// `n` records of one 10-byte frame each, frames 1 to `n`.
+    fn records(n: u64) -> Vec<Sealed> {
+        let mut c = Coalescer::new(Envelope::Record, 0);
+        let mut out = Vec::new();
+        for seq in 1..=n {
+            c.push(seq, Format::Sbe, &[seq as u8; 10], |s| out.push(s)).unwrap();
+        }
+        out
+    }
+
+    fn outgoing(fanout: &Fanout, shared: &Shared, policy: SlowPolicy) -> Outgoing {
+        assert_eq!(fanout.subscriber_count(), 0);
+        let records = shared.feed.upgrade().map(|feed| feed.subscribe());
+        Outgoing { records, policy, batch: VecDeque::new(), format: None, next: None, ended: false }
+    }
+
+    /// Takes everything the subscriber can take now; the headers of what it would write.
+    fn drain(out: &mut Outgoing, stats: &SubscriberStats) -> (Vec<RecordHeader>, bool) {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let mut cut_off = false;
+        runtime.block_on(async {
+            while out.records.as_ref().is_some_and(|r| !r.is_empty()) {
+                if let Taken::CutOff = out.next_records(stats).await {
+                    cut_off = true;
+                    break;
+                }
+            }
+        });
+        let headers = out.batch.iter().map(|b| RecordHeader::parse(b, usize::MAX).unwrap()).collect();
+        (headers, cut_off)
+    }
+
+    #[test]
+    fn drop_skips_a_subscriber_a_queue_behind_and_counts_what_it_missed() {
+        let stop = AtomicBool::new(false);
+        let (mut fanout, shared) = Fanout::new(&tcp(16, SlowPolicy::Drop), 1, 1, Format::Sbe);
+        let stats = SubscriberStats::new("test".into());
+        let mut out = outgoing(&fanout, &shared, SlowPolicy::Drop);
+        for r in records(40) {
+            fanout.send(&r, &stop);
+        }
+        let (headers, cut_off) = drain(&mut out, &stats);
+        assert!(!cut_off);
+        // A FORMAT record names the first frame it gets: the oldest still in the ring.
+        assert_eq!((headers[0].tag, headers[0].sequence), (RecordTag::Format, 25));
+        let data: Vec<u64> = headers[1..].iter().map(|h| h.sequence).collect();
+        assert_eq!(data, (25..=40).collect::<Vec<_>>());
+        // The first record taken sets where it starts; a gap after that is counted.
+        for r in records(60).into_iter().skip(50) {
+            fanout.send(&r, &stop);
+        }
+        drain(&mut out, &stats);
+        // Frames 41 to 50 never reached it.
+        assert_eq!(stats_summary(&shared, &stats).dropped_frames, 10);
+    }
+
+    fn stats_summary(shared: &Shared, stats: &Arc<SubscriberStats>) -> crate::fanout::SubscriberSummary {
+        shared.summaries.keep(stats.clone());
+        shared.summaries.report().0.pop().unwrap()
+    }
+
+    #[test]
+    fn disconnect_cuts_off_a_subscriber_a_queue_behind() {
+        let stop = AtomicBool::new(false);
+        let (mut fanout, shared) = Fanout::new(&tcp(16, SlowPolicy::Disconnect), 1, 1, Format::Sbe);
+        let stats = SubscriberStats::new("test".into());
+        let mut out = outgoing(&fanout, &shared, SlowPolicy::Disconnect);
+        let all = records(40);
+        for r in &all[..16] {
+            fanout.send(r, &stop);
+        }
+        assert!(!out.behind_by_a_queue(16), "a full queue is not yet behind");
+        assert!(!drain(&mut out, &stats).1, "a whole queue, read in time, is fine");
+        for r in &all[16..] {
+            fanout.send(r, &stop);
+        }
+        assert!(out.behind_by_a_queue(16));
+        assert!(drain(&mut out, &stats).1, "more than a queue behind: cut off");
+    }
+
+    #[test]
+    fn block_waits_for_the_slowest_subscriber_and_stops_waiting_on_stop() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (fanout, shared) = Fanout::new(&tcp(16, SlowPolicy::Block), 1, 1, Format::Sbe);
+        let stats = SubscriberStats::new("test".into());
+        let mut out = outgoing(&fanout, &shared, SlowPolicy::Block);
+        let sent = Arc::new(AtomicU64::new(0));
+        let hot = {
+            let (stop, sent) = (stop.clone(), sent.clone());
+            let mut fanout = fanout;
+            std::thread::spawn(move || {
+                for r in records(40) {
+                    fanout.send(&r, &stop);
+                    sent.fetch_add(1, Ordering::Relaxed);
+                }
+                fanout
+            })
+        };
+        // Reading as the hot path fills the ring: every record arrives, none is skipped.
+        let mut seen = Vec::new();
+        while seen.len() < 40 {
+            let (headers, cut_off) = drain(&mut out, &stats);
+            assert!(!cut_off);
+            seen.extend(headers.iter().filter(|h| h.tag == RecordTag::Data).map(|h| h.sequence));
+            out.batch.clear();
+            std::thread::yield_now();
+        }
+        assert_eq!(seen, (1..=40).collect::<Vec<_>>());
+        let mut fanout = hot.join().unwrap();
+        assert_eq!(stats_summary(&shared, &stats).dropped_frames, 0);
+        // A subscriber that stops reading holds the hot path only until stop is set.
+        for r in records(100).into_iter().skip(40) {
+            if sent.load(Ordering::Relaxed) == 40 + 16 {
+                stop.store(true, Ordering::Relaxed);
+            }
+            fanout.send(&r, &stop);
+            sent.fetch_add(1, Ordering::Relaxed);
+        }
+        assert_eq!(sent.load(Ordering::Relaxed), 100);
+    }
+}

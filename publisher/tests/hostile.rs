@@ -646,3 +646,25 @@ fn sighup_names_the_settings_that_need_a_restart() {
     publisher.signal(Signal::SIGINT);
     publisher.finish(LIMIT).assert_success();
 }
+
+#[test]
+fn a_connection_that_never_answers_the_greeting_holds_nothing_back_under_block() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let pub_json = path(dir.path(), "pub.json");
+    let (publisher, addr) = publisher(&words(&format!(
+        "--synthetic --messages 200000 --pacing rate --rate 100000 --slow-subscriber block --wait-subscribers 1 --json {pub_json}"
+    )));
+    // What `nc host 9100` does: connect, then nothing. It has no place in the stream until it
+    // answers, so it cannot hold the stream back, even where every subscriber waits for the slowest.
+    let silent = raw(addr);
+    let sub_json = path(dir.path(), "sub.json");
+    let healthy = subscriber(addr, &sub_json, &[]);
+    publisher.finish(LIMIT).assert_success();
+    healthy.finish(LIMIT).assert_success();
+    drop(silent);
+    let report = json_file(Path::new(&sub_json));
+    assert_matches_publisher(&report, &json_file(Path::new(&pub_json)), "the subscriber beside a silent connection");
+    let max = report["latency_ns"]["max"].as_u64().unwrap();
+    assert!(max < 2_000_000_000, "nothing waited for the silent connection (its handshake time is 5 s): {max} ns");
+}
