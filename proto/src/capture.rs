@@ -397,7 +397,7 @@ mod tests {
     fn a_pcapng_block_shorter_than_its_length_fields_is_malformed_not_a_panic() {
         // Found by fuzzing: a process information block (type 0x80000001) of length 11 made
         // pcap-parser compute 11 - 12, a panic with overflow checks.
-        for len in [0u32, 4, 8, 11] {
+        for len in [11u32, 8, 4, 0] {
             let mut bytes = section_header();
             bytes.extend_from_slice(&0x8000_0001u32.to_le_bytes());
             bytes.extend_from_slice(&len.to_le_bytes());
