@@ -184,6 +184,9 @@ fn open_capture(path: &Path, stop: &AtomicBool) -> Result<(CaptureReader, bool)>
     Ok((CaptureReader::new(path.display().to_string(), file)?, true))
 }
 
+/// Receive buffer asked for on a live feed's socket: a few hundred milliseconds of a busy feed.
+const LIVE_RECEIVE_BUFFER: usize = 16 << 20;
+
 /// A live IEX-TP feed on UDP: bare IEX-TP segments (from the exchange or tcpreplay), or another
 /// mdrelay publisher's raw relay datagrams.
 pub struct LiveSource {
@@ -210,9 +213,19 @@ impl LiveSource {
         let socket =
             Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).context("creating the live feed socket")?;
         socket.set_reuse_address(true)?;
-        // Market data bursts: a large receive buffer rides them out (FORCE needs root; fall back).
-        if socket.set_recv_buffer_size(8 << 20).is_err() {
-            let _ = socket.set_recv_buffer_size(4 << 20);
+        // Market data bursts: a large receive buffer rides them out. SO_RCVBUFFORCE passes
+        // net.core.rmem_max but needs CAP_NET_ADMIN; SO_RCVBUF is capped at rmem_max.
+        use nix::sys::socket::{setsockopt, sockopt::RcvBufForce};
+        if setsockopt(&socket, RcvBufForce, &LIVE_RECEIVE_BUFFER).is_err() {
+            let _ = socket.set_recv_buffer_size(LIVE_RECEIVE_BUFFER);
+        }
+        let granted = socket.recv_buffer_size().unwrap_or(0);
+        if granted < LIVE_RECEIVE_BUFFER {
+            tracing::warn!(
+                requested = LIVE_RECEIVE_BUFFER,
+                granted,
+                "live feed receive buffer below what was asked for: bursts may be dropped; run as root or raise net.core.rmem_max"
+            );
         }
         let bind: SocketAddr = match live.group {
             Some(group) => SocketAddr::new(group.into(), live.listen.port()),
