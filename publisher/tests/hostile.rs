@@ -60,14 +60,24 @@ fn raw(addr: SocketAddr) -> TcpStream {
     s
 }
 
+/// Connects a raw client that will stop reading: its receive buffer is made small before it
+/// connects (afterwards the window is already negotiated and the kernel would take megabytes for
+/// it), so its side is full after a few kilobytes.
+fn raw_stalling(addr: SocketAddr) -> TcpStream {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    socket.connect(&addr.into()).unwrap();
+    let s: TcpStream = socket.into();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(20))).unwrap();
+    s
+}
+
 /// Connects, reads the greeting and answers it; the client then reads nothing more unless asked.
 /// A client that will stop reading gets a small receive buffer (`stalls`), so it is full soon; a
 /// client that reads keeps the default, which a tiny window would slow to a crawl.
 fn handshaken(addr: SocketAddr, echo: bool, stalls: bool) -> (TcpStream, Hello) {
-    let mut s = raw(addr);
-    if stalls {
-        let _ = socket2::SockRef::from(&s).set_recv_buffer_size(4096);
-    }
+    let mut s = if stalls { raw_stalling(addr) } else { raw(addr) };
     let mut hello = [0u8; Hello::LEN];
     s.read_exact(&mut hello).unwrap_or_else(|e| panic!("reading the greeting from {addr}: {e}"));
     let hello = Hello::parse(&hello).unwrap();
@@ -244,12 +254,15 @@ fn handshaken_connections_that_never_read_are_bounded_and_do_not_cut_off_the_hea
     let pub_json = path(dir.path(), "pub.json");
     let deep10 = deep10();
     let (publisher, addr) = publisher(&words(&format!(
-        "--capture {deep10} --pacing rate --rate 150000 --wait-subscribers 2001 --max-connections 2100 --drain-timeout 1 --json {pub_json}"
+        "--capture {deep10} --pacing rate --rate 150000 --wait-subscribers 2001 --max-connections 2100 --queue 262144 --drain-timeout 1 --json {pub_json}"
     )));
     let rss = RssSampler::start(publisher.pid());
     let sub_json = path(dir.path(), "sub.json");
     let healthy = subscriber(addr, &sub_json, &[]);
-    // The stream starts once these 2,000, which never read, have joined too.
+    // The stream starts once these 2,000, which never read, have joined too. Until their
+    // sockets are full (a few kilobytes each), each record wakes 2,000 writers: a burst of work
+    // that a queue of several seconds (262,144 records) lets the healthy subscriber ride out on
+    // a loaded two-core machine.
     let stalled: Vec<TcpStream> = (0..2000).map(|_| handshaken(addr, false, true).0).collect();
     publisher.finish(LIMIT).assert_success();
     healthy.finish(LIMIT).assert_success();
