@@ -33,8 +33,6 @@ pub struct Stats {
     pub invalid_packets: u64,
     /// Connections re-established after one was lost (TCP).
     pub reconnects: u64,
-    /// Publisher restarts seen (a new session).
-    pub publisher_restarts: u64,
     /// Echoes sent back to the publisher (round-trip mode).
     pub echoes_sent: u64,
     /// Echoes dropped because the way back was full.
@@ -70,7 +68,6 @@ impl Stats {
             excess_payloads: 0,
             invalid_packets: 0,
             reconnects: 0,
-            publisher_restarts: 0,
             echoes_sent: 0,
             echoes_dropped: 0,
             negative_latencies: 0,
