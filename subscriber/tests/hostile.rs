@@ -5,7 +5,7 @@
 //! Expected figures are computed here from the synthetic feed with proto's aggregator and
 //! message parser, independently of the subscriber.
 
-use mdrelay_harness::{Process, serial, subscriber_bin};
+use mdrelay_harness::{Process, process::field, serial, subscriber_bin};
 use mdrelay_proto::codec::{BatchHeader, Codec, Format, Limits, collect_segment};
 use mdrelay_proto::iextp::Segment;
 use mdrelay_proto::relay::{DatagramHeader, DatagramKind, PROTOCOL_VERSION, Totals};
@@ -85,30 +85,69 @@ fn end(segments: &[Vec<u8>], next: u64) -> Vec<u8> {
     d
 }
 
-/// A subscriber on a UDP port of its choosing, and a socket to send to it.
-fn start() -> (Process, SocketAddr, UdpSocket) {
-    let mut sub =
-        Process::start(subscriber_bin(), ["--listen", "127.0.0.1:0", "--report-interval", "0", "--json", "-"]);
-    let addr = sub.listening_on();
-    let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
-    (sub, addr, sender)
+/// What a datagram of `len` bytes may cost a loopback receive buffer: the kernel charges the
+/// buffer it allocated (rounded up to a power of two, with its shared info) and the socket
+/// buffer's own header; this errs on the high side.
+fn charge(len: usize) -> usize {
+    (len + 512).next_power_of_two() + 512
 }
 
-/// Sends datagrams, pausing now and then so a loopback receiver on a loaded two-core machine
-/// never finds its (16 MiB) receive buffer full: these tests are about what arrives, not speed.
-fn send(sender: &UdpSocket, to: SocketAddr, datagrams: &[Vec<u8>]) {
-    for (i, d) in datagrams.iter().enumerate() {
-        sender.send_to(d, to).unwrap();
-        if i % 256 == 255 {
-            std::thread::sleep(Duration::from_millis(1));
+/// A subscriber on a UDP port of its choosing, a socket to send to it, and how far ahead of it
+/// the sender may be.
+struct Receiver {
+    process: Process,
+    addr: SocketAddr,
+    sender: UdpSocket,
+    /// A quarter of the receive buffer the kernel granted the subscriber, in bytes.
+    budget: usize,
+}
+
+impl Receiver {
+    fn start() -> Receiver {
+        // Interval lines every 20 ms: the sender's flow control reads them.
+        let mut process = Process::start(
+            subscriber_bin(),
+            ["--listen", "127.0.0.1:0", "--report-interval", "0.02", "--duration", "60", "--json", "-"],
+        );
+        let line = process.wait_for("receive buffer");
+        let granted: usize = field(&line, "granted").and_then(|g| g.parse().ok()).expect("granted=BYTES");
+        let addr = process.listening_on();
+        let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+        Receiver { process, addr, sender, budget: granted / 4 }
+    }
+
+    /// Sends datagrams, each with whether the subscriber counts it as a frame, never more than
+    /// the budget ahead of what its interval lines say it has counted: loopback drops a
+    /// datagram only when the receiver's buffer is full, so however long a loaded machine keeps
+    /// the subscriber off the CPU, nothing is lost that the test did not mean to lose.
+    fn send(&mut self, datagrams: &[(Vec<u8>, bool)]) {
+        let mut counted = 0u64;
+        let mut in_flight = 0;
+        for (d, counts) in datagrams {
+            if in_flight + charge(d.len()) > self.budget {
+                // All but the last frame sent must be in; the last may be waiting for its
+                // interval line.
+                self.process.wait_for_frames(counted.saturating_sub(1));
+                in_flight = 0;
+            }
+            self.sender.send_to(d, self.addr).unwrap();
+            in_flight += charge(d.len());
+            counted += u64::from(*counts);
         }
+    }
+
+    /// Sends the END and returns the subscriber's report.
+    fn end(self, end: &[u8]) -> Value {
+        self.sender.send_to(end, self.addr).unwrap();
+        let finished = self.process.finish(LIMIT);
+        finished.assert_success();
+        finished.json()
     }
 }
 
-fn report(sub: Process) -> Value {
-    let finished = sub.finish(LIMIT);
-    finished.assert_success();
-    finished.json()
+/// Every datagram counted as a frame.
+fn all_counted(datagrams: Vec<Vec<u8>>) -> Vec<(Vec<u8>, bool)> {
+    datagrams.into_iter().map(|d| (d, true)).collect()
 }
 
 /// The frames of a synthetic day, one datagram each.
@@ -123,12 +162,11 @@ fn day(messages: u64) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
 fn frames_lost_after_the_last_received_are_counted_from_the_end() {
     let _serial = serial();
     let (segments, frames) = day(5_000);
-    let (sub, addr, sender) = start();
+    let mut rx = Receiver::start();
     let n = frames.len();
     let datagrams: Vec<Vec<u8>> = (0..n - 7).map(|i| data(&frames[i..=i], SESSION, i as u64 + 1)).collect();
-    send(&sender, addr, &datagrams);
-    sender.send_to(&end(&segments, n as u64 + 1), addr).unwrap();
-    let r = report(sub);
+    rx.send(&all_counted(datagrams));
+    let r = rx.end(&end(&segments, n as u64 + 1));
     assert_eq!(r["gaps"], 7, "the 7 frames after the last one received were sent and lost: {r}");
     assert_eq!(r["frames"], n as u64 - 7);
     assert_eq!(r["totals_match"], false);
@@ -138,16 +176,15 @@ fn frames_lost_after_the_last_received_are_counted_from_the_end() {
 fn a_datagram_with_more_frames_than_declared_costs_no_genuine_frame() {
     let _serial = serial();
     let (segments, frames) = day(5_000);
-    let (sub, addr, sender) = start();
+    let mut rx = Receiver::start();
     let n = frames.len();
     let mut datagrams: Vec<Vec<u8>> = (0..n).map(|i| data(&frames[i..=i], SESSION, i as u64 + 1)).collect();
     // Datagram 10 declares one frame and carries the next one too.
     let mut padded = data(&frames[9..=9], SESSION, 10);
     padded.extend_from_slice(&frames[10]);
     datagrams[9] = padded;
-    send(&sender, addr, &datagrams);
-    sender.send_to(&end(&segments, n as u64 + 1), addr).unwrap();
-    let r = report(sub);
+    rx.send(&all_counted(datagrams));
+    let r = rx.end(&end(&segments, n as u64 + 1));
     let messages: u64 = segments.iter().map(|s| messages_in(s)).sum();
     assert_eq!((r["duplicates"].as_u64(), r["gaps"].as_u64()), (Some(0), Some(0)), "{r}");
     assert_eq!(r["messages"], messages, "every message once, the genuine frame 11 included");
@@ -159,13 +196,12 @@ fn a_datagram_with_more_frames_than_declared_costs_no_genuine_frame() {
 fn the_first_two_datagrams_swapped_are_reordering_not_a_late_join() {
     let _serial = serial();
     let (segments, frames) = day(5_000);
-    let (sub, addr, sender) = start();
+    let mut rx = Receiver::start();
     let n = frames.len();
     let mut datagrams: Vec<Vec<u8>> = (0..n).map(|i| data(&frames[i..=i], SESSION, i as u64 + 1)).collect();
     datagrams.swap(0, 1);
-    send(&sender, addr, &datagrams);
-    sender.send_to(&end(&segments, n as u64 + 1), addr).unwrap();
-    let r = report(sub);
+    rx.send(&all_counted(datagrams));
+    let r = rx.end(&end(&segments, n as u64 + 1));
     assert_eq!(r["late_join_sequence"], Value::Null, "{r}");
     assert_eq!((r["reordered"].as_u64(), r["gaps"].as_u64()), (Some(1), Some(0)));
     assert_eq!(r["totals_match"], true);
@@ -175,14 +211,14 @@ fn the_first_two_datagrams_swapped_are_reordering_not_a_late_join() {
 fn a_wild_sequence_number_or_a_flipped_session_bit_costs_one_datagram_not_the_session() {
     let _serial = serial();
     let (segments, frames) = day(5_000);
-    let (sub, addr, sender) = start();
+    let mut rx = Receiver::start();
     let n = frames.len();
     let mut datagrams: Vec<Vec<u8>> = (0..n).map(|i| data(&frames[i..=i], SESSION, i as u64 + 1)).collect();
     datagrams[100] = data(&frames[100..=100], SESSION, 101 + 1_000_000_000_000);
     datagrams[200] = data(&frames[200..=200], SESSION ^ (1 << 33), 201);
-    send(&sender, addr, &datagrams);
-    sender.send_to(&end(&segments, n as u64 + 1), addr).unwrap();
-    let r = report(sub);
+    let datagrams: Vec<_> = datagrams.into_iter().enumerate().map(|(i, d)| (d, i != 100 && i != 200)).collect();
+    rx.send(&datagrams);
+    let r = rx.end(&end(&segments, n as u64 + 1));
     let all: u64 = segments.iter().map(|s| messages_in(s)).sum();
     let lost = messages_in(&segments[100]) + messages_in(&segments[200]);
     assert_eq!(r["gaps"], 2, "the two bad datagrams' frames, nothing more: {r}");
@@ -197,7 +233,7 @@ fn a_duplicate_older_than_the_window_is_not_aggregated_twice() {
     let (segments, frames) = day(40_000);
     let window = mdrelay_proto::relay::window::WINDOW as usize;
     assert!(frames.len() > window + 100, "a day longer than the window: {}", frames.len());
-    let (sub, addr, sender) = start();
+    let mut rx = Receiver::start();
     let n = frames.len();
     let mut datagrams: Vec<Vec<u8>> = (0..n).map(|i| data(&frames[i..=i], SESSION, i as u64 + 1)).collect();
     // A copy of a frame just older than the window, and one of the very first frame, far older:
@@ -205,9 +241,9 @@ fn a_duplicate_older_than_the_window_is_not_aggregated_twice() {
     let old = n - window - 100;
     datagrams.push(data(&frames[old..=old], SESSION, old as u64 + 1));
     datagrams.push(data(&frames[0..=0], SESSION, 1));
-    send(&sender, addr, &datagrams);
-    sender.send_to(&end(&segments, n as u64 + 1), addr).unwrap();
-    let r = report(sub);
+    let datagrams: Vec<_> = datagrams.into_iter().enumerate().map(|(i, d)| (d, i < n)).collect();
+    rx.send(&datagrams);
+    let r = rx.end(&end(&segments, n as u64 + 1));
     let all: u64 = segments.iter().map(|s| messages_in(s)).sum();
     assert_eq!(r["messages"], all, "each frame counted once: {r}");
     assert_eq!(r["beyond_window"], 1);
@@ -219,26 +255,26 @@ fn a_duplicate_older_than_the_window_is_not_aggregated_twice() {
 fn foreign_corrupt_and_future_datagrams_beside_a_healthy_stream() {
     let _serial = serial();
     let (segments, frames) = day(5_000);
-    let (sub, addr, sender) = start();
+    let mut rx = Receiver::start();
     let n = frames.len();
     let mut datagrams = Vec::new();
     let mut invalid = 0u64;
     for i in 0..n {
-        datagrams.push(data(&frames[i..=i], SESSION, i as u64 + 1));
+        datagrams.push((data(&frames[i..=i], SESSION, i as u64 + 1), true));
         if i % 50 != 10 {
             continue;
         }
         // Another program's datagram, garbage that starts like ours, a header cut short.
-        datagrams.push(b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07example\x03com\x00".to_vec());
-        datagrams.push(b"MDRU garbage".to_vec());
-        datagrams.push(data(&frames[i..=i], SESSION, i as u64 + 1)[..20].to_vec());
+        datagrams.push((b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07example\x03com\x00".to_vec(), false));
+        datagrams.push((b"MDRU garbage".to_vec(), false));
+        datagrams.push((data(&frames[i..=i], SESSION, i as u64 + 1)[..20].to_vec(), false));
         // Another format id, a future version.
         let mut other_format = data(&frames[i..=i], SESSION, i as u64 + 1);
         other_format[5] = 200;
         let mut future = data(&frames[i..=i], SESSION, i as u64 + 1);
         future[4] = 2;
-        datagrams.push(other_format);
-        datagrams.push(future);
+        datagrams.push((other_format, false));
+        datagrams.push((future, false));
         invalid += 5;
         // A truncated and a bit-flipped copy of the frame just sent: duplicates, never decoded.
         let mut cut = data(&frames[i..=i], SESSION, i as u64 + 1);
@@ -246,12 +282,11 @@ fn foreign_corrupt_and_future_datagrams_beside_a_healthy_stream() {
         let mut flipped = data(&frames[i..=i], SESSION, i as u64 + 1);
         let last = flipped.len() - 3;
         flipped[last] ^= 0x10;
-        datagrams.push(cut);
-        datagrams.push(flipped);
+        datagrams.push((cut, false));
+        datagrams.push((flipped, false));
     }
-    send(&sender, addr, &datagrams);
-    sender.send_to(&end(&segments, n as u64 + 1), addr).unwrap();
-    let r = report(sub);
+    rx.send(&datagrams);
+    let r = rx.end(&end(&segments, n as u64 + 1));
     let all: u64 = segments.iter().map(|s| messages_in(s)).sum();
     assert_eq!(r["messages"], all, "{r}");
     assert_eq!(r["gaps"], 0);
@@ -263,13 +298,14 @@ fn foreign_corrupt_and_future_datagrams_beside_a_healthy_stream() {
 #[test]
 fn a_second_subscriber_on_the_same_unicast_port_is_refused() {
     let _serial = serial();
-    let (first, addr, _) = start();
-    let second = Process::start(subscriber_bin(), ["--listen", &addr.to_string(), "--report-interval", "0"]);
+    let first = Receiver::start();
+    let second = Process::start(subscriber_bin(), ["--listen", &first.addr.to_string(), "--report-interval", "0"]);
     let finished = second.finish(LIMIT);
     assert_eq!(finished.code(), Some(1), "{finished:?}");
     assert!(finished.stderr.contains("in use by another program"), "{finished:?}");
-    first.signal(mdrelay_harness::Signal::SIGTERM);
-    assert_eq!(report(first)["stop_reason"], "signal");
+    first.process.signal(mdrelay_harness::Signal::SIGTERM);
+    let report = first.process.finish(LIMIT);
+    assert_eq!(report.assert_success().json()["stop_reason"], "signal");
 }
 
 #[test]
