@@ -149,6 +149,7 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, server: Server) {
             let record = control_record(RecordTag::Refuse, server.shared.position.format(), 0, reason.as_bytes());
             let _ = stream.try_write(&record);
             stats.refuse(reason);
+            close_after_refusal(stream).await;
             return;
         }
     };
@@ -174,6 +175,25 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, server: Server) {
         Ok(Ended::PeerClosed) => tracing::info!(%peer, "subscriber closed the connection"),
         Err(error) => tracing::info!(%peer, %error, "subscriber connection ended"),
     }
+}
+
+/// Closes a refused connection so that the peer can read the reason: closing with bytes of its
+/// unread (the rest of whatever it sent) would reset the connection, and a reset discards the
+/// reason before the peer reads it. So our side is shut down first, and what the peer still
+/// sends is read and dropped until it closes, for a second and 64 KiB at most.
+async fn close_after_refusal(mut stream: TcpStream) {
+    let _ = stream.shutdown().await;
+    let drain = async {
+        let mut sink = [0u8; 4096];
+        let mut left = 64usize << 10;
+        while left > 0 {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
 }
 
 /// Greets the peer and reads its answer within the handshake timeout; the reason to refuse it
