@@ -373,14 +373,31 @@ impl Incoming {
     /// anything else is a protocol violation.
     fn read_some(&mut self, stream: &TcpStream, server: &Server, stats: &SubscriberStats) -> io::Result<bool> {
         let mut chunk = [0u8; 4096];
-        loop {
-            match stream.try_read(&mut chunk) {
-                Ok(0) => return Ok(false),
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+        // At most 16 chunks per call, so a subscriber that floods us cannot keep this task from
+        // yielding; the socket stays readable and the rest is read at the next turn.
+        for _ in 0..16 {
+            // One chunk at a time, each parsed before the next is read: the buffer never holds
+            // more than a chunk and a partial record, however fast the subscriber sends.
+            let open = match stream.try_read(&mut chunk) {
+                Ok(0) => false,
+                Ok(n) => {
+                    self.buf.extend_from_slice(&chunk[..n]);
+                    true
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
                 Err(e) => return Err(e),
+            };
+            // Echoes that came just before the subscriber closed count too.
+            self.take_echoes(server, stats)?;
+            if !open {
+                return Ok(false);
             }
         }
+        Ok(true)
+    }
+
+    /// Checks and records every whole ECHO record in the buffer.
+    fn take_echoes(&mut self, server: &Server, stats: &SubscriberStats) -> io::Result<()> {
         let mut at = 0;
         while self.buf.len() - at >= RecordHeader::LEN {
             let header = RecordHeader::parse(&self.buf[at..], Echo::LEN).map_err(|e| {
@@ -413,7 +430,7 @@ impl Incoming {
             at += ECHO_RECORD;
         }
         self.buf.drain(..at);
-        Ok(true)
+        Ok(())
     }
 }
 
