@@ -682,3 +682,25 @@ fn a_connection_that_never_answers_the_greeting_holds_nothing_back_under_block()
     let max = report["latency_ns"]["max"].as_u64().unwrap();
     assert!(max < 2_000_000_000, "nothing waited for the silent connection (its handshake time is 5 s): {max} ns");
 }
+
+#[test]
+fn a_subscriber_killed_mid_stream_holds_nothing_back_under_block() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let pub_json = path(dir.path(), "pub.json");
+    let (mut publisher, addr) = publisher(&words(&format!(
+        "--synthetic --messages 300000 --pacing rate --rate 100000 --slow-subscriber block --wait-subscribers 2 --json {pub_json}"
+    )));
+    let healthy_json = path(dir.path(), "healthy.json");
+    let healthy = subscriber(addr, &healthy_json, &[]);
+    publisher.wait_for("subscriber admitted");
+    let mut doomed = subscriber(addr, &path(dir.path(), "doomed.json"), &["--report-interval", "0.1"]);
+    doomed.wait_for_frames(10_000);
+    doomed.signal(Signal::SIGKILL);
+    publisher.finish(LIMIT).assert_success();
+    healthy.finish(LIMIT).assert_success();
+    let report = json_file(Path::new(&healthy_json));
+    assert_matches_publisher(&report, &json_file(Path::new(&pub_json)), "the subscriber beside a killed one");
+    let max = report["latency_ns"]["max"].as_u64().unwrap();
+    assert!(max < 2_000_000_000, "the killed subscriber's place was released at once: max latency {max} ns");
+}
