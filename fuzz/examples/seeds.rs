@@ -13,7 +13,7 @@ use mdrelay_proto::iextp::Segment;
 use mdrelay_proto::link;
 use mdrelay_proto::message::Message;
 use mdrelay_proto::relay::{
-    DatagramHeader, DatagramKind, Echo, Hello, PROTOCOL_VERSION, RecordHeader, RecordTag, SCHEMA_VERSION, Subscribe,
+    DatagramHeader, DatagramKind, Echo, Hello, DATAGRAM_VERSION, PROTOCOL_VERSION, RecordHeader, Resume, RecordTag, SCHEMA_VERSION, Subscribe,
     Totals,
 };
 use std::collections::BTreeSet;
@@ -163,12 +163,12 @@ fn main() {
     write(
         &corpus.join("relay_subscribe"),
         "1",
-        &Subscribe { protocol_version: PROTOCOL_VERSION, echo: true }.to_bytes(),
+        &Subscribe { resume: Resume::From(7), ..Subscribe::new(true) }.to_bytes(),
     );
     let record = RecordHeader { tag: RecordTag::Data, format: Format::Capnp, frame_count: 3, length: 100, sequence: 5 };
     write(&corpus.join("relay_record_header"), "1", &record.to_bytes());
     let datagram = DatagramHeader {
-        version: PROTOCOL_VERSION as u8,
+        version: DATAGRAM_VERSION,
         format: Format::FlatBuffers,
         kind: DatagramKind::Data,
         frame_count: 2,

@@ -8,7 +8,7 @@ use crate::stats::Echoes;
 use anyhow::{Context, Result};
 use mdrelay_proto::codec::Format;
 use mdrelay_proto::relay::echo::EchoGate;
-use mdrelay_proto::relay::{DatagramHeader, DatagramKind, Echo, PROTOCOL_VERSION};
+use mdrelay_proto::relay::{DatagramHeader, DatagramKind, Echo, DATAGRAM_VERSION};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
@@ -119,7 +119,7 @@ impl UdpOut {
     /// Sends the end of stream with the publisher's totals, a few times: UDP may lose one.
     pub fn end(&mut self, format: Format, next_sequence: u64, totals: &[u8]) {
         let header = DatagramHeader {
-            version: PROTOCOL_VERSION as u8,
+            version: DATAGRAM_VERSION,
             format,
             kind: DatagramKind::End,
             frame_count: 0,

@@ -6,7 +6,7 @@
 use mdrelay_harness::{Process, Signal, expected, iex_data, json_file, publisher_bin, serial, subscriber_bin};
 use mdrelay_proto::codec::Format;
 use mdrelay_proto::relay::{
-    DatagramHeader, DatagramKind, Echo, Hello, PROTOCOL_VERSION, RecordHeader, RecordTag, Subscribe, Totals,
+    DatagramHeader, DatagramKind, Echo, Hello, DATAGRAM_VERSION, RecordHeader, RecordTag, Subscribe, Totals,
 };
 use serde_json::Value;
 use std::io::{ErrorKind, Read, Write};
@@ -545,7 +545,7 @@ fn a_spoofed_end_on_the_live_input_does_not_end_the_relayed_stream() {
     Totals::default().write(&mut totals);
     for (kind, session) in [(DatagramKind::End, 1u64), (DatagramKind::End, u64::MAX), (DatagramKind::Echo, 7)] {
         let header = DatagramHeader {
-            version: PROTOCOL_VERSION as u8,
+            version: DATAGRAM_VERSION,
             format: Format::Raw,
             kind,
             frame_count: 0,

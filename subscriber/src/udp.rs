@@ -8,7 +8,7 @@ use crate::control::{Control, Event, RunError, Stop};
 use crate::frames::{Payload, Pipeline, Place};
 use anyhow::Context;
 use mdrelay_proto::clock::wall_clock_ns as now_ns;
-use mdrelay_proto::relay::{Admission, DatagramHeader, DatagramKind, Echo, PROTOCOL_VERSION, Totals};
+use mdrelay_proto::relay::{Admission, DatagramHeader, DatagramKind, Echo, DATAGRAM_VERSION, Totals};
 use mdrelay_proto::warn;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
@@ -279,7 +279,7 @@ fn send_echoes(socket: &UdpSocket, peer: SocketAddr, pipeline: &mut Pipeline) {
     let echoes = std::mem::take(&mut pipeline.echoes);
     for echo in &echoes {
         let header = DatagramHeader {
-            version: PROTOCOL_VERSION as u8,
+            version: DATAGRAM_VERSION,
             format,
             kind: DatagramKind::Echo,
             frame_count: 0,

@@ -8,7 +8,7 @@
 use mdrelay_harness::{Process, process::field, serial, subscriber_bin};
 use mdrelay_proto::codec::{BatchHeader, Codec, Format, Limits, collect_segment};
 use mdrelay_proto::iextp::Segment;
-use mdrelay_proto::relay::{DatagramHeader, DatagramKind, PROTOCOL_VERSION, Totals};
+use mdrelay_proto::relay::{DatagramHeader, DatagramKind, DATAGRAM_VERSION, Totals};
 use mdrelay_proto::synth::{SynthConfig, SyntheticDay};
 use serde_json::Value;
 use std::net::{SocketAddr, UdpSocket};
@@ -49,7 +49,7 @@ fn frame(codec: &mut Codec, segment: &[u8]) -> Vec<u8> {
 
 fn header(kind: DatagramKind, frames: u8, session: u64, sequence: u64) -> Vec<u8> {
     DatagramHeader {
-        version: PROTOCOL_VERSION as u8,
+        version: DATAGRAM_VERSION,
         format: Format::Sbe,
         kind,
         frame_count: frames,

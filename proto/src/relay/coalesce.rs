@@ -7,7 +7,7 @@
 //! subscriber without copying, and once every holder has dropped it the buffer's space is reused,
 //! so steady state allocates nothing.
 
-use super::wire::{DatagramHeader, DatagramKind, MAX_DATAGRAM, MAX_RECORD, PROTOCOL_VERSION, RecordHeader, RecordTag};
+use super::wire::{DatagramHeader, DatagramKind, MAX_DATAGRAM, MAX_RECORD, DATAGRAM_VERSION, RecordHeader, RecordTag};
 use crate::codec::Format;
 use bytes::{Bytes, BytesMut};
 
@@ -63,7 +63,7 @@ impl Envelope {
             }
             Envelope::Datagram { session } => {
                 let header = DatagramHeader {
-                    version: PROTOCOL_VERSION as u8,
+                    version: DATAGRAM_VERSION,
                     format,
                     kind: DatagramKind::Data,
                     frame_count: u8::try_from(frames).unwrap_or(u8::MAX),

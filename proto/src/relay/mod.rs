@@ -14,6 +14,9 @@
 //! [`Totals`] and the number the next frame would have had. A subscriber in round-trip mode
 //! sends `ECHO` records back.
 //!
+//! Versions are negotiated: a subscriber answers a greeting with the lower of the two versions,
+//! and a publisher serves a version-1 answer (live only).
+//!
 //! **UDP.** Every datagram starts with a 24-byte [`DatagramHeader`] (magic, version, format,
 //! kind, frame count, session, first frame's sequence number), so receivers detect the format,
 //! loss, duplicates and reordering; then frames (`DATA`), [`Totals`] (`END`) or an echo (`ECHO`).
@@ -27,15 +30,29 @@
 //! - [`window`]: frame accounting for one session: lost, duplicate, reordered, too late;
 //! - [`session`]: publisher sessions, restarts, and datagrams no other datagram backs up
 //!   ([`SessionTracker`]);
-//! - [`echo`]: checking echoes against the frames actually sent.
+//! - [`echo`]: checking echoes against the frames actually sent;
+//! - [`ring`]: the publisher's last frames, bounded in bytes, for retransmission and resume;
+//! - [`recovery`]: the subscriber's missing frames and when to ask for them.
+//!
+//! **Recovery (version 2).** A TCP subscriber that reconnects answers the greeting with
+//! [`Resume::From`] its next frame (or 1, for the whole session): the publisher replays what its
+//! [`FrameRing`] holds from there before the live records, so within the ring the subscriber sees
+//! no gap. A UDP subscriber opens a TCP connection with [`Purpose::Recovery`] to the publisher's
+//! retransmission port and sends `REQUEST` records ([`RetransmitRequest`]); the answers are
+//! `DATA` records of the frames (in their original format), `GONE` for frames the ring no longer
+//! holds, and `BUSY` for a request over the rate limit.
 
 pub mod coalesce;
 pub mod echo;
+pub mod recovery;
+pub mod ring;
 pub mod session;
 pub mod window;
 pub mod wire;
 
 pub use coalesce::{Coalescer, Envelope, Sealed};
+pub use recovery::{GapList, RecoveryCounts, RecoveryPolicy};
+pub use ring::FrameRing;
 pub use session::{Admission, Greeted, SessionTracker};
 pub use window::{Observed, SequenceCounts, SequenceWindow};
 pub use wire::*;

@@ -71,6 +71,8 @@ pub struct SessionTracker {
     restarts: u64,
     held: Option<Held>,
     unconfirmed: u64,
+    /// Bumped whenever the window starts over (a restart, a re-anchored numbering).
+    epoch: u64,
 }
 
 impl SessionTracker {
@@ -90,6 +92,7 @@ impl SessionTracker {
         }
         self.earlier = self.earlier.plus(self.window.counts());
         self.window = SequenceWindow::new();
+        self.epoch += 1;
         self.current = Some(session);
         self.restarts += 1;
     }
@@ -155,6 +158,7 @@ impl SessionTracker {
             // datagram): start the window again from the confirmed numbering.
             self.earlier = self.earlier.plus(self.window.counts());
             self.window = SequenceWindow::new();
+            self.epoch += 1;
         }
         // A confirmed jump ahead stays in the window: the frames in between are lost.
     }
@@ -189,6 +193,22 @@ impl SessionTracker {
     /// Records the arrival of frame `seq` of the current session.
     pub fn observe(&mut self, seq: u64) -> Observed {
         self.window.observe(seq)
+    }
+
+    /// Records a frame that may be a redundant copy (see [`SequenceWindow::observe_copy`]).
+    pub fn observe_copy(&mut self, seq: u64) -> Observed {
+        self.window.observe_copy(seq)
+    }
+
+    /// The highest frame seen in the current session.
+    pub fn highest(&self) -> Option<u64> {
+        self.window.highest()
+    }
+
+    /// Changes whenever sequence tracking starts over (a publisher restart, a corrected
+    /// numbering): state kept per frame number elsewhere must start over with it.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
     }
 
     /// The stream is over: a datagram still held was never confirmed.

@@ -15,8 +15,9 @@
 //! counted as too late and not taken, so a duplicate can never be aggregated twice; if it was a
 //! real late frame, its number stays counted as lost.
 
-/// Sequence numbers remembered up to the highest seen.
-pub const WINDOW: u64 = 4096;
+/// Sequence numbers remembered up to the highest seen: 8 KiB of bitmap, and the time loss
+/// recovery has to fill a hole (0.65 s at 100,000 frames/s) before the frame is too late.
+pub const WINDOW: u64 = 65_536;
 
 const WORDS: usize = (WINDOW / 64) as usize;
 
@@ -219,6 +220,26 @@ impl SequenceWindow {
         Observed::Reordered
     }
 
+    /// Records a frame that may be a redundant copy: a retransmission, or the other line's copy
+    /// of an A/B pair. A frame already held is reported as a duplicate without being counted as
+    /// one (the copy was expected), a hole it fills is not counted as reordering, and one older
+    /// than the window is reported too late without being counted (the caller accounts for it).
+    pub fn observe_copy(&mut self, seq: u64) -> Observed {
+        let Some((low, high)) = self.range else { return self.observe(seq) };
+        if seq > high {
+            return self.observe(seq);
+        }
+        if self.anchor.is_some_and(|anchor| seq < anchor) || high - seq >= WINDOW {
+            return Observed::TooLate;
+        }
+        if self.test_and_set(seq) {
+            return Observed::Duplicate;
+        }
+        self.distinct += 1;
+        self.range = Some((low.min(seq), high));
+        Observed::Reordered
+    }
+
     /// The publisher's END: `next` is the number its next frame would have had, so every frame
     /// owed to this receiver is below it.
     pub fn end(&mut self, next: u64) {
@@ -313,6 +334,20 @@ mod tests {
         let mut w = SequenceWindow::new();
         w.expect_from(50);
         assert_eq!(w.observe(49), Observed::TooLate);
+    }
+
+    #[test]
+    fn copies_are_neither_duplicates_nor_reordering() {
+        let mut w = SequenceWindow::new();
+        w.observe(1);
+        w.observe(4);
+        assert_eq!(w.observe_copy(4), Observed::Duplicate);
+        assert_eq!(w.observe_copy(2), Observed::Reordered);
+        assert_eq!(w.observe_copy(5), Observed::InOrder);
+        assert_eq!(w.counts(), SequenceCounts { lost: 1, ..Default::default() });
+        w.observe(5 + WINDOW);
+        assert_eq!(w.observe_copy(3), Observed::TooLate);
+        assert_eq!(w.counts().too_late, 0);
     }
 
     #[test]

@@ -5,8 +5,15 @@
 use crate::codec::Format;
 use std::collections::BTreeMap;
 
-/// Version of this protocol; a peer with another version is refused.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// Version of this protocol. Version 2 added TCP resume and the retransmission service; a
+/// version-1 subscriber is still served (live, without resume), and a version-1 publisher is
+/// still followed (without resume or recovery). Any other version is refused.
+pub const PROTOCOL_VERSION: u16 = 2;
+/// The oldest protocol version this build still speaks.
+pub const MIN_PROTOCOL_VERSION: u16 = 1;
+/// Version of the datagram header: unchanged since protocol version 1, so UDP receivers of
+/// either version read the datagrams of both.
+pub const DATAGRAM_VERSION: u8 = 1;
 /// Version of the schemas in proto/schema (all formats move together).
 pub const SCHEMA_VERSION: u16 = 1;
 /// First bytes of a publisher's greeting.
@@ -71,7 +78,7 @@ pub enum HandshakeError {
     Malformed(RelayError),
     /// A well-formed greeting or answer of another protocol or schema version.
     #[error(
-        "the peer speaks relay protocol version {protocol}{}; this build speaks version {PROTOCOL_VERSION} (schema version {SCHEMA_VERSION}): use matching releases",
+        "the peer speaks relay protocol version {protocol}{}; this build speaks versions {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION} (schema version {SCHEMA_VERSION}): use matching releases",
         schema.map(|s| format!(" (schema version {s})")).unwrap_or_default()
     )]
     Version {
@@ -151,7 +158,7 @@ impl Hello {
         }
         let protocol = u16_at(b, 8)?;
         let schema = u16_at(b, 12)?;
-        if protocol != PROTOCOL_VERSION || schema != SCHEMA_VERSION {
+        if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&protocol) || schema != SCHEMA_VERSION {
             return Err(HandshakeError::Version { protocol, schema: Some(schema) });
         }
         if b.len() < Hello::LEN {
@@ -168,6 +175,25 @@ impl Hello {
     }
 }
 
+/// What a subscriber's connection is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    /// The stream of records.
+    Stream,
+    /// Retransmission requests (version 2): see [`RetransmitRequest`].
+    Recovery,
+}
+
+/// Where a subscriber wants its stream to start (version 2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resume {
+    /// From the next frame sent.
+    Live,
+    /// From this sequence number of the greeting's session, as far as the publisher still holds
+    /// it: a reconnecting subscriber's next frame, or 1 for the whole session.
+    From(u64),
+}
+
 /// The subscriber's answer to a [`Hello`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Subscribe {
@@ -175,28 +201,60 @@ pub struct Subscribe {
     pub protocol_version: u16,
     /// Send `ECHO` records for round-trip latency.
     pub echo: bool,
+    /// What the connection is for (always the stream in version 1).
+    pub purpose: Purpose,
+    /// Where the stream starts (always live in version 1).
+    pub resume: Resume,
 }
 
 impl Subscribe {
-    /// Bytes on the wire.
+    /// Bytes every version starts with (all of version 1): enough to read the version.
     pub const LEN: usize = 16;
+    /// Bytes of a version-2 answer.
+    pub const V2_LEN: usize = 32;
 
-    /// An answer of this build's protocol version.
+    /// An answer of this build's protocol version for the stream, from the next frame.
     pub fn new(echo: bool) -> Subscribe {
-        Subscribe { protocol_version: PROTOCOL_VERSION, echo }
+        Subscribe { protocol_version: PROTOCOL_VERSION, echo, purpose: Purpose::Stream, resume: Resume::Live }
     }
 
-    /// The answer's bytes.
-    pub fn to_bytes(&self) -> [u8; Subscribe::LEN] {
-        let mut b = [0u8; Subscribe::LEN];
+    /// The answer to a publisher of version `publisher`: the lower of the two versions, and
+    /// what that version can say (a version-1 answer cannot resume or ask for recovery).
+    pub fn negotiated(self, publisher: u16) -> Subscribe {
+        if publisher >= 2 {
+            return self;
+        }
+        Subscribe { protocol_version: 1, purpose: Purpose::Stream, resume: Resume::Live, ..self }
+    }
+
+    /// Bytes of an answer of `version`.
+    pub fn len_of(version: u16) -> usize {
+        if version >= 2 { Subscribe::V2_LEN } else { Subscribe::LEN }
+    }
+
+    /// The answer's bytes: 16 in version 1, 32 in version 2.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut b = vec![0u8; Subscribe::len_of(self.protocol_version)];
         b[..8].copy_from_slice(&SUBSCRIBE_MAGIC);
         b[8..10].copy_from_slice(&self.protocol_version.to_le_bytes());
         b[10..12].copy_from_slice(&u16::from(self.echo).to_le_bytes());
+        if self.protocol_version >= 2 {
+            b[12] = match self.purpose {
+                Purpose::Stream => 0,
+                Purpose::Recovery => 1,
+            };
+            let from = match self.resume {
+                Resume::Live => 0,
+                Resume::From(sequence) => sequence.max(1),
+            };
+            b[16..24].copy_from_slice(&from.to_le_bytes());
+        }
         b
     }
 
-    /// Reads an answer of this build's protocol version.
-    pub fn parse(b: &[u8]) -> Result<Subscribe, HandshakeError> {
+    /// Reads the first [`Subscribe::LEN`] bytes: the magic and the version, which says how many
+    /// bytes the whole answer has.
+    pub fn parse_version(b: &[u8]) -> Result<u16, HandshakeError> {
         let magic: [u8; 8] = bytes_at(b, 0)?;
         if magic != SUBSCRIBE_MAGIC {
             return Err(err(
@@ -208,14 +266,76 @@ impl Subscribe {
             .into());
         }
         let protocol = u16_at(b, 8)?;
-        if protocol != PROTOCOL_VERSION {
+        if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&protocol) {
             return Err(HandshakeError::Version { protocol, schema: None });
         }
-        if b.len() < Subscribe::LEN {
-            return Err(err(b.len(), format!("answer of {} bytes, expected {}", b.len(), Subscribe::LEN)).into());
-        }
-        Ok(Subscribe { protocol_version: protocol, echo: u16_at(b, 10)? & 1 == 1 })
+        Ok(protocol)
     }
+
+    /// Reads an answer of a version this build speaks.
+    pub fn parse(b: &[u8]) -> Result<Subscribe, HandshakeError> {
+        let protocol = Subscribe::parse_version(b)?;
+        let len = Subscribe::len_of(protocol);
+        if b.len() < len {
+            return Err(err(b.len(), format!("answer of {} bytes, version {protocol} has {len}", b.len())).into());
+        }
+        let echo = u16_at(b, 10)? & 1 == 1;
+        if protocol < 2 {
+            return Ok(Subscribe { protocol_version: protocol, echo, purpose: Purpose::Stream, resume: Resume::Live });
+        }
+        let purpose = match u8_at(b, 12)? {
+            0 => Purpose::Stream,
+            1 => Purpose::Recovery,
+            other => return Err(err(12, format!("unknown connection purpose {other}")).into()),
+        };
+        let resume = match u64_at(b, 16)? {
+            0 => Resume::Live,
+            from => Resume::From(from),
+        };
+        Ok(Subscribe { protocol_version: protocol, echo, purpose, resume })
+    }
+}
+
+/// A retransmission request (version 2, on a [`Purpose::Recovery`] connection): the frames
+/// `first..first + count` of the greeting's session. Sent as a `REQUEST` record whose sequence
+/// is `first`; the payload is the count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetransmitRequest {
+    /// The first frame wanted.
+    pub first: u64,
+    /// Frames wanted from `first` on.
+    pub count: u32,
+}
+
+impl RetransmitRequest {
+    /// Payload bytes of a `REQUEST` record.
+    pub const PAYLOAD: usize = 8;
+
+    /// The whole `REQUEST` record.
+    pub fn to_record(&self) -> Vec<u8> {
+        let mut payload = [0u8; RetransmitRequest::PAYLOAD];
+        payload[..4].copy_from_slice(&self.count.to_le_bytes());
+        control_record(RecordTag::Request, Format::Raw, self.first, &payload)
+    }
+
+    /// Reads a request from a `REQUEST` record's header and payload.
+    pub fn parse(header: &RecordHeader, payload: &[u8]) -> Result<RetransmitRequest, RelayError> {
+        if header.tag != RecordTag::Request {
+            return Err(err(0, format!("a {:?} record where a REQUEST was expected", header.tag)));
+        }
+        Ok(RetransmitRequest { first: header.sequence, count: u32_at(payload, 0)? })
+    }
+}
+
+/// The payload of a `GONE` record: the frames from the record's sequence on that the publisher no
+/// longer holds (or never held, for another session).
+pub fn gone_payload(count: u64) -> [u8; 8] {
+    count.to_le_bytes()
+}
+
+/// Reads a `GONE` record's payload: how many frames are gone.
+pub fn parse_gone(payload: &[u8]) -> Result<u64, RelayError> {
+    u64_at(payload, 0)
 }
 
 /// What a TCP record carries.
@@ -233,9 +353,15 @@ pub enum RecordTag {
     Refuse = 4,
     /// Subscriber to publisher: an [`Echo`].
     Echo = 5,
-    /// The publisher cannot take the subscriber now (its connection limit): UTF-8 reason. Retry
-    /// later.
+    /// The publisher cannot take the subscriber now (its connection limit), or on a recovery
+    /// connection the request whose first frame is the record's sequence (its rate limit):
+    /// UTF-8 reason. Retry later.
     Busy = 6,
+    /// Subscriber to publisher, on a recovery connection: a [`RetransmitRequest`].
+    Request = 7,
+    /// Publisher to subscriber, on a recovery connection: frames from the record's sequence on
+    /// that are no longer held ([`parse_gone`]); they cannot be recovered.
+    Gone = 8,
 }
 
 impl RecordTag {
@@ -247,6 +373,8 @@ impl RecordTag {
             4 => RecordTag::Refuse,
             5 => RecordTag::Echo,
             6 => RecordTag::Busy,
+            7 => RecordTag::Request,
+            8 => RecordTag::Gone,
             _ => return None,
         })
     }
@@ -364,8 +492,8 @@ impl DatagramHeader {
             return Err(err(0, "not a relay datagram (bad magic)"));
         }
         let version = u8_at(b, 4)?;
-        if u16::from(version) != PROTOCOL_VERSION {
-            return Err(err(4, format!("relay protocol version {version}, this build speaks {PROTOCOL_VERSION}")));
+        if version != DATAGRAM_VERSION {
+            return Err(err(4, format!("relay datagram version {version}, this build reads {DATAGRAM_VERSION}")));
         }
         let kind = match u8_at(b, 6)? {
             0 => DatagramKind::Data,
@@ -479,9 +607,16 @@ mod tests {
         let sub = Subscribe::new(true);
         assert_eq!(Subscribe::parse(&sub.to_bytes()).unwrap(), sub);
         assert!(Subscribe::parse(b"GET / HTTP/1.1\r\n").is_err());
-        for cut in 0..Subscribe::LEN {
+        for cut in 0..Subscribe::V2_LEN {
             assert!(Subscribe::parse(&sub.to_bytes()[..cut]).is_err(), "cut at {cut}");
         }
+        let resume = Subscribe { purpose: Purpose::Recovery, resume: Resume::From(77), ..Subscribe::new(false) };
+        assert_eq!(Subscribe::parse(&resume.to_bytes()).unwrap(), resume);
+        let request = RetransmitRequest { first: 10, count: 5 };
+        let record = request.to_record();
+        let header = RecordHeader::parse(&record, 100).unwrap();
+        assert_eq!(RetransmitRequest::parse(&header, &record[RecordHeader::LEN..]).unwrap(), request);
+        assert_eq!(parse_gone(&gone_payload(9)).unwrap(), 9);
         let rec =
             RecordHeader { tag: RecordTag::Data, format: Format::Capnp, frame_count: 3, length: 100, sequence: 5 };
         assert_eq!(RecordHeader::parse(&rec.to_bytes(), 1000).unwrap(), rec);
@@ -519,20 +654,34 @@ mod tests {
     #[test]
     fn another_version_is_reported_as_such_before_the_rest_is_read() {
         let mut hello = Hello::new(Format::Sbe, 7, 3, 99).to_bytes();
-        hello[8] = 2;
+        hello[8] = 3;
         // A format number this build does not know: the version is what the user needs to hear.
         hello[10] = 200;
         let e = Hello::parse(&hello).unwrap_err();
-        assert_eq!(e, HandshakeError::Version { protocol: 2, schema: Some(1) });
-        assert!(e.to_string().contains("version 2") && e.to_string().contains("speaks version 1"), "{e}");
+        assert_eq!(e, HandshakeError::Version { protocol: 3, schema: Some(1) });
+        assert!(e.to_string().contains("version 3") && e.to_string().contains("speaks versions 1 to 2"), "{e}");
         let mut hello = Hello::new(Format::Sbe, 7, 3, 99).to_bytes();
         hello[12] = 5;
-        assert_eq!(Hello::parse(&hello).unwrap_err(), HandshakeError::Version { protocol: 1, schema: Some(5) });
-        let sub = Subscribe { protocol_version: 99, echo: false }.to_bytes();
+        assert_eq!(Hello::parse(&hello).unwrap_err(), HandshakeError::Version { protocol: 2, schema: Some(5) });
+        let sub = Subscribe { protocol_version: 99, ..Subscribe::new(false) }.to_bytes();
         assert_eq!(Subscribe::parse(&sub).unwrap_err(), HandshakeError::Version { protocol: 99, schema: None });
         assert!(matches!(
             Hello::parse(b"HTTP/1.1 200 OK\r\n\r\nhello there, this is long"),
             Err(HandshakeError::Malformed(_))
         ));
+    }
+
+    #[test]
+    fn version_one_peers_are_still_spoken_to() {
+        // A version-1 greeting is read; the answer to it is version 1, without resume.
+        let mut hello = Hello::new(Format::Sbe, 7, 3, 99).to_bytes();
+        hello[8] = 1;
+        assert_eq!(Hello::parse(&hello).unwrap().protocol_version, 1);
+        let answer = Subscribe { resume: Resume::From(5), ..Subscribe::new(true) }.negotiated(1);
+        let bytes = answer.to_bytes();
+        assert_eq!(bytes.len(), Subscribe::LEN);
+        let parsed = Subscribe::parse(&bytes).unwrap();
+        assert_eq!((parsed.protocol_version, parsed.echo, parsed.resume), (1, true, Resume::Live));
+        assert_eq!(Subscribe::parse_version(&bytes[..Subscribe::LEN]).unwrap(), 1);
     }
 }

@@ -10,7 +10,7 @@ use mdrelay_proto::iextp::Segment;
 use mdrelay_proto::message::Message;
 use mdrelay_proto::price::Symbol;
 use mdrelay_proto::relay::{
-    Coalescer, DatagramHeader, DatagramKind, Envelope, PROTOCOL_VERSION, RecordTag, Totals, control_record,
+    Coalescer, DatagramHeader, DatagramKind, Envelope, DATAGRAM_VERSION, RecordTag, Totals, control_record,
 };
 use mdrelay_proto::synth::{SynthConfig, SyntheticDay};
 use serde_json::{Value, json};
@@ -101,7 +101,7 @@ pub fn end_record(totals: &Totals, format: Format, next_sequence: u64) -> Vec<u8
 /// An `END` datagram: the totals and the next frame's number.
 pub fn end_datagram(totals: &Totals, session: u64, next_sequence: u64) -> Vec<u8> {
     let header = DatagramHeader {
-        version: PROTOCOL_VERSION as u8,
+        version: DATAGRAM_VERSION,
         format: Format::Raw,
         kind: DatagramKind::End,
         frame_count: 0,

@@ -1,0 +1,248 @@
+//! The subscriber's side of loss recovery, without I/O: which frames are missing, since when,
+//! which to ask the publisher for now, and what became of each.
+//!
+//! A gap is asked for only after a delay (reordering on the way usually fills it first), then
+//! again at the retry interval while it stays open, up to a number of attempts. A frame filled
+//! by a retransmission counts as recovered, with the time since its gap was seen; one filled by
+//! the original arriving late counts as filled by reordering; one the publisher answers "gone"
+//! for, one older than the receiver's window, or one still open when attempts run out counts as
+//! unrecoverable. Memory is bounded: at most [`MAX_GAPS`] ranges are tracked, and a gap seen when
+//! that many are open is unrecoverable at once.
+
+use super::wire::RetransmitRequest;
+use std::collections::BTreeMap;
+
+/// Missing ranges tracked at once.
+pub const MAX_GAPS: usize = 16_384;
+
+/// What became of the frames found missing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RecoveryCounts {
+    /// Gaps seen (runs of consecutive missing frames, each counted once when seen).
+    pub gaps_detected: u64,
+    /// Frames in those gaps.
+    pub frames_missing: u64,
+    /// Frames filled by a retransmission.
+    pub frames_recovered: u64,
+    /// Frames filled by the original arriving late, before or despite a request.
+    pub frames_filled_late: u64,
+    /// Frames given up on: gone from the publisher's ring, too old for the window, past the
+    /// attempts, or still missing at the end.
+    pub frames_unrecoverable: u64,
+    /// Requests sent.
+    pub requests: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Gap {
+    /// One past the last missing frame.
+    end: u64,
+    /// When the gap was seen, ns.
+    seen: i64,
+    /// When it was last asked for, ns.
+    asked: Option<i64>,
+    attempts: u32,
+}
+
+/// When and how often to ask.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecoveryPolicy {
+    /// Wait this long after a gap is seen before asking, ns.
+    pub delay_ns: i64,
+    /// Ask again after this long without an answer, ns.
+    pub retry_ns: i64,
+    /// Requests per gap before it is given up.
+    pub attempts: u32,
+    /// Frames per request at most.
+    pub max_frames: u32,
+}
+
+/// The missing frames of one session.
+#[derive(Clone, Debug, Default)]
+pub struct GapList {
+    gaps: BTreeMap<u64, Gap>,
+    counts: RecoveryCounts,
+}
+
+impl GapList {
+    /// No gaps.
+    pub fn new() -> GapList {
+        GapList::default()
+    }
+
+    /// The counts so far.
+    pub fn counts(&self) -> RecoveryCounts {
+        self.counts
+    }
+
+    /// Frames missing now and not given up on.
+    pub fn open_frames(&self) -> u64 {
+        self.gaps.iter().map(|(first, gap)| gap.end - first).sum()
+    }
+
+    /// True when nothing is missing.
+    pub fn is_empty(&self) -> bool {
+        self.gaps.is_empty()
+    }
+
+    /// Frames `first..end` were found missing at `now`.
+    pub fn open(&mut self, first: u64, end: u64, now: i64) {
+        if end <= first {
+            return;
+        }
+        self.counts.gaps_detected += 1;
+        self.counts.frames_missing += end - first;
+        if self.gaps.len() >= MAX_GAPS {
+            self.counts.frames_unrecoverable += end - first;
+            return;
+        }
+        self.gaps.insert(first, Gap { end, seen: now, asked: None, attempts: 0 });
+    }
+
+    /// The gap holding `seq`, as its first frame.
+    fn holding(&self, seq: u64) -> Option<u64> {
+        let (&first, gap) = self.gaps.range(..=seq).next_back()?;
+        (seq < gap.end).then_some(first)
+    }
+
+    /// Frame `seq` arrived: by retransmission (`recovered`) or late. Returns how long after its
+    /// gap was seen, ns, when it was missing.
+    pub fn fill(&mut self, seq: u64, recovered: bool, now: i64) -> Option<i64> {
+        let first = self.holding(seq)?;
+        let gap = self.gaps.remove(&first)?;
+        if first < seq {
+            self.gaps.insert(first, Gap { end: seq, ..gap });
+        }
+        if seq + 1 < gap.end {
+            self.gaps.insert(seq + 1, gap);
+        }
+        if recovered {
+            self.counts.frames_recovered += 1;
+        } else {
+            self.counts.frames_filled_late += 1;
+        }
+        Some(now.saturating_sub(gap.seen))
+    }
+
+    /// Gives up on every missing frame in `first..end` (the publisher no longer has them).
+    pub fn give_up(&mut self, first: u64, end: u64) -> u64 {
+        let mut given_up = 0;
+        let starts: Vec<u64> = match self.holding(first) {
+            Some(head) => self.gaps.range(head..end).map(|(&s, _)| s).collect(),
+            None => self.gaps.range(first..end).map(|(&s, _)| s).collect(),
+        };
+        for start in starts {
+            let Some(gap) = self.gaps.remove(&start) else { continue };
+            let cut_from = start.max(first);
+            let cut_to = gap.end.min(end);
+            given_up += cut_to.saturating_sub(cut_from);
+            if start < cut_from {
+                self.gaps.insert(start, Gap { end: cut_from, ..gap });
+            }
+            if cut_to < gap.end {
+                self.gaps.insert(cut_to, gap);
+            }
+        }
+        self.counts.frames_unrecoverable += given_up;
+        given_up
+    }
+
+    /// Gives up on every frame below `low` (the receiver's window no longer reaches it).
+    pub fn give_up_below(&mut self, low: u64) -> u64 {
+        match self.gaps.first_key_value() {
+            Some((&first, _)) if first < low => self.give_up(first, low),
+            _ => 0,
+        }
+    }
+
+    /// Gives up on everything still missing (the end of the run).
+    pub fn give_up_all(&mut self) -> u64 {
+        self.give_up(0, u64::MAX)
+    }
+
+    /// The requests due at `now`, at most `max_requests` of them; gaps past their attempts are
+    /// given up.
+    pub fn due(&mut self, now: i64, policy: &RecoveryPolicy, max_requests: usize) -> Vec<RetransmitRequest> {
+        let mut requests = Vec::new();
+        let mut exhausted = Vec::new();
+        for (&first, gap) in self.gaps.iter_mut() {
+            if requests.len() >= max_requests {
+                break;
+            }
+            let waited = match gap.asked {
+                None => now.saturating_sub(gap.seen) >= policy.delay_ns,
+                Some(asked) => now.saturating_sub(asked) >= policy.retry_ns,
+            };
+            if !waited {
+                continue;
+            }
+            if gap.attempts >= policy.attempts {
+                exhausted.push((first, gap.end));
+                continue;
+            }
+            gap.asked = Some(now);
+            gap.attempts += 1;
+            let count = (gap.end - first).min(u64::from(policy.max_frames.max(1))) as u32;
+            requests.push(RetransmitRequest { first, count });
+        }
+        for (first, end) in exhausted {
+            self.give_up(first, end);
+        }
+        self.counts.requests += requests.len() as u64;
+        requests
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POLICY: RecoveryPolicy = RecoveryPolicy { delay_ns: 10, retry_ns: 100, attempts: 2, max_frames: 4 };
+
+    #[test]
+    fn asks_after_the_delay_and_again_after_the_retry() {
+        let mut gaps = GapList::new();
+        gaps.open(10, 20, 0);
+        assert!(gaps.due(5, &POLICY, 10).is_empty());
+        assert_eq!(gaps.due(10, &POLICY, 10), vec![RetransmitRequest { first: 10, count: 4 }]);
+        assert!(gaps.due(50, &POLICY, 10).is_empty());
+        // Recovered frames split the gap; the retry asks for what is still missing.
+        for seq in 10..14 {
+            assert_eq!(gaps.fill(seq, true, 60), Some(60));
+        }
+        assert_eq!(gaps.open_frames(), 6);
+        assert_eq!(gaps.due(110, &POLICY, 10), vec![RetransmitRequest { first: 14, count: 4 }]);
+        // Out of attempts: given up.
+        assert!(gaps.due(300, &POLICY, 10).is_empty());
+        assert_eq!(gaps.counts().frames_unrecoverable, 6);
+        assert_eq!(gaps.counts().frames_recovered, 4);
+        assert!(gaps.is_empty());
+    }
+
+    #[test]
+    fn late_frames_gone_frames_and_old_frames() {
+        let mut gaps = GapList::new();
+        gaps.open(1, 4, 0);
+        gaps.open(10, 20, 0);
+        assert_eq!(gaps.fill(2, false, 5), Some(5));
+        assert_eq!(gaps.fill(2, false, 5), None);
+        assert_eq!(gaps.fill(7, true, 5), None);
+        assert_eq!(gaps.give_up(12, 15), 3);
+        assert_eq!(gaps.give_up_below(11), 3);
+        // Left: 11 and 15..20.
+        assert_eq!(gaps.open_frames(), 6);
+        assert_eq!(gaps.give_up_all(), 6);
+        let c = gaps.counts();
+        assert_eq!((c.gaps_detected, c.frames_missing, c.frames_filled_late, c.frames_unrecoverable), (2, 13, 1, 12));
+    }
+
+    #[test]
+    fn requests_per_call_are_bounded() {
+        let mut gaps = GapList::new();
+        for i in 0..10 {
+            gaps.open(i * 10, i * 10 + 2, 0);
+        }
+        assert_eq!(gaps.due(100, &POLICY, 3).len(), 3);
+        assert_eq!(gaps.counts().requests, 3);
+    }
+}
