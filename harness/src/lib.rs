@@ -5,6 +5,8 @@
 //! - [`bins`]: the paths of `mdrelay-pub`, `mdrelay-sub` and `mdrelay-bench` from the running
 //!   build, built on demand;
 //! - [`net`]: free loopback ports and an accept with a deadline;
+//! - [`netns`]: emulated hosts on this machine (network namespaces), processes started on them,
+//!   and injected loss with a record of every datagram dropped;
 //! - [`data`]: the shared IEX captures and their independent reference outputs;
 //! - [`report`]: reading JSON reports and comparing them with the references;
 //! - [`formats`]: the wire formats a test covers;
@@ -20,6 +22,7 @@ pub mod bins;
 pub mod data;
 pub mod formats;
 pub mod net;
+pub mod netns;
 pub mod process;
 pub mod report;
 pub mod serial;
@@ -28,6 +31,7 @@ pub use bins::{bench_bin, publisher_bin, subscriber_bin};
 pub use data::{expected, iex_data, reference_output, reference_reader};
 pub use formats::formats;
 pub use net::{accept_within, free_tcp_port, free_udp_port};
+pub use netns::{Host, Hosts, Line};
 pub use process::{Failure, Finished, Process, STEP, Signal};
 pub use report::{assert_aggregates, assert_matches_reference, json_file};
 pub use serial::serial;

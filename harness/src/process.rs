@@ -75,17 +75,24 @@ impl Process {
         env: &[(&str, &str)],
     ) -> std::io::Result<Process> {
         let bin = bin.as_ref();
-        let name = bin.file_name().map_or_else(|| bin.display().to_string(), |n| n.to_string_lossy().into_owned());
         let mut command = Command::new(bin);
-        command
-            .args(args)
-            .env("MDRELAY_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        command.args(args).env("MDRELAY_LOG", "info");
         for (key, value) in env {
             command.env(key, value);
         }
+        Process::spawn_command(&program_name(bin), command)
+    }
+
+    /// Starts `command` as it is set up (program, arguments, environment, directory) under
+    /// `name`, with stdin closed and `MDRELAY_LOG=info` unless the command sets it: for a binary
+    /// run through a wrapper, such as `ip netns exec NAMESPACE BIN ...` (which execs `BIN` in
+    /// place, so the pid and signals are still the binary's).
+    pub fn spawn_command(name: &str, mut command: Command) -> std::io::Result<Process> {
+        let name = name.to_string();
+        if !command.get_envs().any(|(key, _)| key == "MDRELAY_LOG") {
+            command.env("MDRELAY_LOG", "info");
+        }
+        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = command.spawn()?;
         let (line_tx, lines) = mpsc::channel();
         let stderr = child.stderr.take().expect("stderr is piped");
@@ -323,6 +330,11 @@ impl fmt::Debug for Finished {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {}\n--- stdout:\n{}\n--- stderr:\n{}", self.name, self.status, self.stdout, self.stderr)
     }
+}
+
+/// A binary's file name, as failures name the process.
+pub(crate) fn program_name(bin: &Path) -> String {
+    bin.file_name().map_or_else(|| bin.display().to_string(), |n| n.to_string_lossy().into_owned())
 }
 
 /// The value of a `key=value` field in a log line (`granted=33554432`).
