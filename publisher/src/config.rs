@@ -33,6 +33,11 @@ pub struct FileConfig {
     pub udp: Option<UdpSection>,
     /// UDP multicast.
     pub multicast: Option<MulticastSection>,
+    /// A second multicast line (B): every datagram is sent to both groups.
+    pub multicast_b: Option<MulticastSection>,
+    /// The retransmission ring and service.
+    #[serde(default)]
+    pub retransmit: RetransmitSection,
 }
 
 /// `[source]`: exactly one of `capture`, `synthetic`, `live` (default: a synthetic day).
@@ -174,6 +179,26 @@ pub struct MulticastSection {
     pub max_datagram: Option<usize>,
 }
 
+/// `[retransmit]`: the ring of the last frames (for TCP resume and retransmission requests) and
+/// the retransmission service for UDP subscribers.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RetransmitSection {
+    /// Bytes the ring may hold, frames and their bookkeeping (default 64 MiB; 0: no ring, so
+    /// no resume and no retransmission).
+    pub ring_bytes: Option<u64>,
+    /// Serve retransmission requests over TCP on this address (none: no service).
+    pub listen: Option<String>,
+    /// Frames one request is served at most.
+    pub max_range: Option<u32>,
+    /// Requests per second per connection (with a burst of as many).
+    pub requests_per_second: Option<u32>,
+    /// Connections to the service at once.
+    pub max_connections: Option<usize>,
+    /// Seconds the service stays up after the end of the stream, for the tail's gaps.
+    pub linger: Option<f64>,
+}
+
 /// Where segments come from, checked.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Source {
@@ -243,6 +268,8 @@ pub struct Udp {
     pub destinations: Vec<SocketAddr>,
     /// Multicast group.
     pub multicast: Option<Multicast>,
+    /// Line B's multicast group: every datagram goes to both.
+    pub multicast_b: Option<Multicast>,
     /// Largest coalesced datagram.
     pub max_datagram: usize,
 }
@@ -258,6 +285,23 @@ pub struct Multicast {
     pub ttl: u32,
     /// Loop back to local receivers.
     pub loopback: bool,
+}
+
+/// The retransmission ring and service, checked.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Retransmit {
+    /// Bytes the ring may hold (0: no ring).
+    pub ring_bytes: usize,
+    /// Where the service listens, if it runs.
+    pub listen: Option<SocketAddr>,
+    /// Frames per request at most.
+    pub max_range: u32,
+    /// Requests per second per connection.
+    pub requests_per_second: u32,
+    /// Connections at once.
+    pub max_connections: usize,
+    /// Time the service stays up after the end of the stream.
+    pub linger: Duration,
 }
 
 /// The publisher's settings, checked.
@@ -277,6 +321,8 @@ pub struct Config {
     pub tcp: Option<Tcp>,
     /// UDP, if any destination.
     pub udp: Option<Udp>,
+    /// The ring and the retransmission service.
+    pub retransmit: Retransmit,
 }
 
 /// Default TCP listen address: loopback, so nothing is exposed unless asked for.
@@ -435,31 +481,25 @@ impl FileConfig {
             }
             max_datagram = u.max_datagram.unwrap_or(max_datagram);
         }
-        let multicast = match &self.multicast {
-            Some(m) => {
-                let group = socket_addr("multicast.group", &m.group)?;
-                if !group.ip().is_multicast() {
-                    bail!("multicast.group: {} is not a multicast address (224.0.0.0/4, e.g. 239.255.0.1)", group.ip());
-                }
-                if !matches!(group.ip(), IpAddr::V4(_)) {
-                    bail!("multicast.group: only IPv4 groups are supported");
-                }
-                let interface = m
-                    .interface
-                    .as_deref()
-                    .map(|i| ipv4("multicast.interface", i))
-                    .transpose()?
-                    .unwrap_or(Ipv4Addr::UNSPECIFIED);
-                max_datagram = m.max_datagram.unwrap_or(max_datagram);
-                let ttl = count_within("multicast.ttl", m.ttl.unwrap_or(1), 0, 255)?;
-                Some(Multicast { group, interface, ttl, loopback: m.loopback.unwrap_or(true) })
+        let multicast =
+            self.multicast.as_ref().map(|m| multicast_line("multicast", m, &mut max_datagram)).transpose()?;
+        let multicast_b =
+            self.multicast_b.as_ref().map(|m| multicast_line("multicast_b", m, &mut max_datagram)).transpose()?;
+        match (&multicast, &multicast_b) {
+            (None, Some(_)) => bail!("multicast_b: line B needs line A: configure [multicast] too"),
+            (Some(a), Some(b)) if a.group == b.group => {
+                bail!("multicast_b.group: {} is line A's group too; give line B its own group", b.group)
             }
-            None => None,
-        };
+            _ => {}
+        }
         // Room for the relay header and the smallest frame.
         count_within("max_datagram", max_datagram as u64, 64, mdrelay_proto::relay::MAX_DATAGRAM as u64)?;
-        let udp =
-            (!destinations.is_empty() || multicast.is_some()).then_some(Udp { destinations, multicast, max_datagram });
+        let udp = (!destinations.is_empty() || multicast.is_some()).then_some(Udp {
+            destinations,
+            multicast,
+            multicast_b,
+            max_datagram,
+        });
         if tcp.is_none() && udp.is_none() {
             bail!(
                 "no transport: configure [tcp], [udp] destinations or [multicast] (or pass --tcp, --udp, --multicast)"
@@ -479,8 +519,64 @@ impl FileConfig {
                 );
             }
         }
-        Ok(Config { format, stream: self.stream.unwrap_or(1), source, pacing, coalesce_bytes, tcp, udp })
+        let r = self.retransmit;
+        let ring_bytes =
+            count_within("retransmit.ring_bytes", r.ring_bytes.unwrap_or(DEFAULT_RING_BYTES), 0, MAX_RING_BYTES)?;
+        let listen = r.listen.as_deref().map(|l| socket_addr("retransmit.listen", l)).transpose()?;
+        if listen.is_some() && ring_bytes == 0 {
+            bail!("retransmit.listen: the service needs the ring; give retransmit.ring_bytes above 0");
+        }
+        if let (Some(l), Some(t)) = (listen, &tcp) {
+            if l == t.listen && l.port() != 0 {
+                bail!("retransmit.listen: {l} is tcp.listen too; give the retransmission service its own port");
+            }
+        }
+        let retransmit = Retransmit {
+            ring_bytes: ring_bytes as usize,
+            listen,
+            max_range: count_within("retransmit.max_range", r.max_range.unwrap_or(1024), 1, u64::from(u16::MAX))?,
+            requests_per_second: count_within(
+                "retransmit.requests_per_second",
+                r.requests_per_second.unwrap_or(10_000),
+                1,
+                1_000_000,
+            )?,
+            max_connections: count_within(
+                "retransmit.max_connections",
+                r.max_connections.unwrap_or(64) as u64,
+                1,
+                65_535,
+            )? as usize,
+            linger: seconds("retransmit.linger", r.linger.unwrap_or(2.0), 0.0, 3_600.0)?,
+        };
+        Ok(Config { format, stream: self.stream.unwrap_or(1), source, pacing, coalesce_bytes, tcp, udp, retransmit })
     }
+}
+
+/// Default bound of the retransmission ring.
+pub const DEFAULT_RING_BYTES: u64 = 64 << 20;
+/// Largest ring that may be configured.
+const MAX_RING_BYTES: u64 = 64 << 30;
+
+/// A `[multicast]`-shaped section `name`, checked; its `max_datagram` (if given) becomes the
+/// datagram limit.
+fn multicast_line(name: &str, m: &MulticastSection, max_datagram: &mut usize) -> Result<Multicast> {
+    let group = socket_addr(&format!("{name}.group"), &m.group)?;
+    if !group.ip().is_multicast() {
+        bail!("{name}.group: {} is not a multicast address (224.0.0.0/4, e.g. 239.255.0.1)", group.ip());
+    }
+    if !matches!(group.ip(), IpAddr::V4(_)) {
+        bail!("{name}.group: only IPv4 groups are supported");
+    }
+    let interface = m
+        .interface
+        .as_deref()
+        .map(|i| ipv4(&format!("{name}.interface"), i))
+        .transpose()?
+        .unwrap_or(Ipv4Addr::UNSPECIFIED);
+    *max_datagram = m.max_datagram.unwrap_or(*max_datagram);
+    let ttl = count_within(&format!("{name}.ttl"), m.ttl.unwrap_or(1), 0, 255)?;
+    Ok(Multicast { group, interface, ttl, loopback: m.loopback.unwrap_or(true) })
 }
 
 impl Config {
@@ -499,6 +595,7 @@ impl Config {
         check("batching.coalesce_bytes", self.coalesce_bytes == new.coalesce_bytes);
         check("tcp", self.tcp == new.tcp);
         check("udp / multicast", self.udp == new.udp);
+        check("retransmit", self.retransmit == new.retransmit);
         changed
     }
 }

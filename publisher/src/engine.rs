@@ -16,9 +16,9 @@ use bytes::Bytes;
 use mdrelay_proto::codec::{Codec, Format, Limits, MessageScratch, collect_segment};
 use mdrelay_proto::counts::TypeCounts;
 use mdrelay_proto::iextp::Segment;
-use mdrelay_proto::relay::{Coalescer, Envelope, RecordTag, Totals, control_record};
-use std::sync::Arc;
+use mdrelay_proto::relay::{Coalescer, Envelope, FrameRing, RecordTag, Sealed, Totals, control_record};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Controls shared with the signal handlers.
@@ -65,11 +65,30 @@ pub struct Outputs {
     pub tcp: Option<(Coalescer, Fanout)>,
     /// UDP destinations, if any.
     pub udp: Option<(Coalescer, UdpOut)>,
+    /// The last frames, for retransmission and resume, if kept.
+    pub ring: Option<SharedRing>,
+}
+
+/// The retransmission ring, shared by the hot path (which fills it) and the connection tasks
+/// (which read it). Each side holds the lock for one frame's copy or one record's copy: never
+/// across a wait.
+pub type SharedRing = Arc<Mutex<FrameRing>>;
+
+/// Locks the ring; a task that panicked while holding it left it consistent (every update is
+/// a single push or mark), so the poison is ignored.
+pub fn lock(ring: &SharedRing) -> std::sync::MutexGuard<'_, FrameRing> {
+    ring.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Outputs {
     /// The outputs for `config`: coalescing up to its budget (a datagram at most `max_datagram`).
-    pub fn new(config: &Config, fanout: Option<Fanout>, udp: Option<UdpOut>, session: u64) -> Outputs {
+    pub fn new(
+        config: &Config,
+        fanout: Option<Fanout>,
+        udp: Option<UdpOut>,
+        session: u64,
+        ring: Option<SharedRing>,
+    ) -> Outputs {
         let tcp =
             fanout.map(|f| (Coalescer::new(Envelope::Record, budget(config.coalesce_bytes, Envelope::Record)), f));
         let udp = udp.map(|u| {
@@ -78,10 +97,14 @@ impl Outputs {
             let budget = if config.coalesce_bytes == 0 { 0 } else { config.coalesce_bytes.min(limit) };
             (Coalescer::new(envelope, budget), u)
         });
-        Outputs { tcp, udp }
+        Outputs { tcp, udp, ring }
     }
 
     fn frame(&mut self, sequence: u64, format: Format, frame: &[u8], stop: &AtomicBool, summary: &mut EngineSummary) {
+        // Held before it is sent anywhere: a request for a frame just received can be served.
+        if let Some(ring) = &self.ring {
+            lock(ring).push(sequence, format, frame);
+        }
         if let Some((coalescer, out)) = &mut self.udp {
             let pushed = coalescer.push(sequence, format, frame, |d| out.send(&d.bytes));
             if let Err(too_large) = pushed {
@@ -93,7 +116,8 @@ impl Outputs {
         }
         if let Some((coalescer, fanout)) = &mut self.tcp {
             // A frame within the record limit always fits: frames are limited far below it.
-            let _ = coalescer.push(sequence, format, frame, |r| fanout.send(&r, stop));
+            let ring = &self.ring;
+            let _ = coalescer.push(sequence, format, frame, |r| publish(ring, fanout, &r, stop));
         }
     }
 
@@ -103,10 +127,22 @@ impl Outputs {
             coalescer.flush(|d| out.send(&d.bytes));
         }
         if let Some((coalescer, fanout)) = &mut self.tcp {
-            coalescer.flush(|r| fanout.send(&r, stop));
+            let ring = &self.ring;
+            coalescer.flush(|r| publish(ring, fanout, &r, stop));
             fanout.set_position(next_sequence, format);
         }
     }
+}
+
+/// Hands a record to the fanout. The ring's mark moves first: a subscriber that resumes reads
+/// the mark and joins the fanout under the ring's lock, so it either joins before this record
+/// is sent (and skips it, as the replay up to the mark covers it) or after the mark moved past
+/// it (and the replay covers it): never neither.
+fn publish(ring: &Option<SharedRing>, fanout: &mut Fanout, record: &Sealed, stop: &AtomicBool) {
+    if let Some(ring) = ring {
+        lock(ring).set_published(record.next_sequence());
+    }
+    fanout.send(record, stop);
 }
 
 /// A coalescing budget in envelope bytes (the setting counts frame bytes).

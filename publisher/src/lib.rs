@@ -8,8 +8,10 @@
 //! - [`source`]: capture files, synthetic days, live UDP feeds;
 //! - [`pacing`]: original timing, fixed rate, top speed, anchored against drift;
 //! - [`fanout`]: the subscriber list, owned by the hot path, with the slow-subscriber policies;
-//! - [`tcp`]: the server's tasks: accepting, handshakes, writing each subscriber's queue;
-//! - [`udp`]: unicast and multicast datagrams with the relay header;
+//! - [`tcp`]: the server's tasks: accepting, handshakes, writing each subscriber's queue, and
+//!   replaying the ring to a subscriber that resumes;
+//! - [`udp`]: unicast and multicast datagrams with the relay header, on one line or two (A/B);
+//! - [`retransmit`]: the retransmission service over TCP, answering from the ring of last frames;
 //! - [`stats`]: echoes checked against the frames sent, and round trips;
 //! - [`commands`]: the capture tools (`inspect`, `synth`, `convert`, `demo`).
 
@@ -21,6 +23,7 @@ pub mod config;
 pub mod engine;
 pub mod fanout;
 pub mod pacing;
+pub mod retransmit;
 pub mod run;
 pub mod source;
 pub mod stats;

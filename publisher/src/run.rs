@@ -3,8 +3,9 @@
 //! next frame) and Ctrl-C (end the stream with its totals), and prints a summary.
 
 use crate::config::{self, FileConfig, PacingMode, SlowPolicy};
-use crate::engine::{self, Controls, EngineSummary, Outputs};
+use crate::engine::{self, Controls, EngineSummary, Outputs, SharedRing};
 use crate::fanout::{ConnectionCounts, Fanout, Shared, SubscriberSummary};
+use crate::retransmit::{RetransmitSummary, Service};
 use crate::stats::Echoes;
 use crate::tcp::Server;
 use crate::udp::UdpOut;
@@ -12,6 +13,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use mdrelay_proto::codec::Format;
 use mdrelay_proto::latency::LatencySummary;
+use mdrelay_proto::relay::FrameRing;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -118,6 +120,27 @@ pub struct RunArgs {
     /// Multicast: deliver to receivers on this host too.
     #[arg(long)]
     pub multicast_loop: Option<bool>,
+    /// Line B: also send every datagram to this multicast group:port.
+    #[arg(long)]
+    pub multicast_b: Option<String>,
+    /// Line B: interface address to send line B from.
+    #[arg(long)]
+    pub interface_b: Option<String>,
+    /// Bytes the retransmission ring holds (0: none; default 64 MiB).
+    #[arg(long)]
+    pub ring_bytes: Option<u64>,
+    /// Serve retransmission requests over TCP on this address:port.
+    #[arg(long)]
+    pub retransmit_listen: Option<String>,
+    /// Retransmission: frames per request at most.
+    #[arg(long)]
+    pub retransmit_max_range: Option<u32>,
+    /// Retransmission: requests per second per connection.
+    #[arg(long)]
+    pub retransmit_rate: Option<u32>,
+    /// Retransmission: seconds the service stays up after the end of the stream.
+    #[arg(long)]
+    pub retransmit_linger: Option<f64>,
     /// UDP: largest coalesced datagram.
     #[arg(long)]
     pub max_datagram: Option<usize>,
@@ -199,6 +222,21 @@ impl RunArgs {
             m.loopback = self.multicast_loop.or(m.loopback);
             m.max_datagram = self.max_datagram.or(m.max_datagram);
         }
+        if let Some(group) = &self.multicast_b {
+            let m = f.multicast_b.get_or_insert_with(Default::default);
+            m.group = group.clone();
+        }
+        if let Some(m) = &mut f.multicast_b {
+            m.interface = self.interface_b.clone().or(m.interface.take());
+            m.ttl = self.ttl.or(m.ttl);
+            m.loopback = self.multicast_loop.or(m.loopback);
+        }
+        let r = &mut f.retransmit;
+        r.ring_bytes = self.ring_bytes.or(r.ring_bytes);
+        r.listen = self.retransmit_listen.clone().or(r.listen.take());
+        r.max_range = self.retransmit_max_range.or(r.max_range);
+        r.requests_per_second = self.retransmit_rate.or(r.requests_per_second);
+        r.linger = self.retransmit_linger.or(r.linger);
         f
     }
 
@@ -236,6 +274,8 @@ pub struct RunSummary {
     pub echoes_rejected: u64,
     /// Warnings about bad input counted but not logged (the log budget).
     pub warnings_suppressed: u64,
+    /// The retransmission service, when it ran.
+    pub retransmit: Option<RetransmitSummary>,
 }
 
 /// Runs the publisher until the stream ends.
@@ -277,6 +317,31 @@ async fn relay(args: RunArgs, config: config::Config) -> Result<RunSummary> {
     let echoes = Arc::new(Echoes::default());
     let controls =
         Controls { format: Arc::new(AtomicU8::new(config.format.id())), stop: Arc::new(AtomicBool::new(false)) };
+    // The ring is kept when someone can read it: resuming TCP subscribers, or the service.
+    let keep_ring = config.retransmit.ring_bytes > 0 && (config.tcp.is_some() || config.retransmit.listen.is_some());
+    let ring: Option<SharedRing> =
+        keep_ring.then(|| Arc::new(std::sync::Mutex::new(FrameRing::new(config.retransmit.ring_bytes))));
+    let retransmit = match (config.retransmit.listen, &ring) {
+        (Some(listen), Some(ring)) => {
+            let listener = tokio::net::TcpListener::bind(listen)
+                .await
+                .with_context(|| format!("retransmit.listen: cannot listen on {listen}"))?;
+            tracing::info!(listen = %listener.local_addr()?, ring_bytes = config.retransmit.ring_bytes, "serving retransmissions over TCP");
+            let service = Service {
+                ring: ring.clone(),
+                settings: config.retransmit,
+                session,
+                stream: config.stream,
+                format: config.format,
+                counters: Default::default(),
+                tracker: TaskTracker::new(),
+            };
+            let stop = CancellationToken::new();
+            tokio::spawn(crate::retransmit::serve(listener, service.clone(), stop.clone()));
+            Some((service, stop))
+        }
+        _ => None,
+    };
     let (fanout, serving) = match &config.tcp {
         Some(tcp) => {
             let listener = tokio::net::TcpListener::bind(tcp.listen)
@@ -297,6 +362,7 @@ async fn relay(args: RunArgs, config: config::Config) -> Result<RunSummary> {
                 tcp: *tcp,
                 abort: serving.abort.clone(),
                 tracker: serving.tracker.clone(),
+                ring: ring.clone(),
             };
             tokio::spawn(crate::tcp::serve(listener, server, serving.accepting.clone()));
             (Some(fanout), Some(serving))
@@ -304,21 +370,21 @@ async fn relay(args: RunArgs, config: config::Config) -> Result<RunSummary> {
         None => (None, None),
     };
     let echo_stop = Arc::new(AtomicBool::new(false));
-    let mut echo_thread = None;
+    let mut echo_threads = Vec::new();
     let udp = match &config.udp {
         Some(udp) => {
             let out = UdpOut::open(udp, session)?;
             if let config::Source::Live(live) = &config.source {
-                crate::source::check_live_not_self(live, out.targets())?;
+                crate::source::check_live_not_self(live, &out.targets())?;
             }
             tracing::info!(targets = ?out.targets(), "sending over UDP");
-            echo_thread = Some(out.spawn_echo_reader(echoes.clone(), echo_stop.clone())?);
+            echo_threads = out.spawn_echo_readers(&echoes, &echo_stop)?;
             Some(out)
         }
         None => None,
     };
     tokio::spawn(signals(handlers, args, config.clone(), controls.clone()));
-    let outputs = Outputs::new(&config, fanout, udp, session);
+    let outputs = Outputs::new(&config, fanout, udp, session, ring);
     let engine_config = config.clone();
     let engine_controls = controls.clone();
     let engine_echoes = echoes.clone();
@@ -335,9 +401,21 @@ async fn relay(args: RunArgs, config: config::Config) -> Result<RunSummary> {
         shut_down(serving).await;
     }
     echo_stop.store(true, Ordering::Relaxed);
-    if let Some(t) = echo_thread {
+    for t in echo_threads {
         let _ = tokio::task::spawn_blocking(move || t.join()).await;
     }
+    let retransmit = match retransmit {
+        Some((service, stop)) => {
+            // Subscribers ask for the tail's gaps after END: the service outlives the stream.
+            tracing::info!(linger = ?config.retransmit.linger, "retransmission service stays up after the end of the stream");
+            tokio::time::sleep(config.retransmit.linger).await;
+            stop.cancel();
+            service.tracker.close();
+            let _ = tokio::time::timeout(Duration::from_secs(2), service.tracker.wait()).await;
+            Some(service.summary())
+        }
+        None => None,
+    };
     let format = Format::from_id(controls.format.load(Ordering::Relaxed)).unwrap_or(config.format);
     let (subscribers, subscribers_omitted) = serving.as_ref().map(|s| s.shared.summaries.report()).unwrap_or_default();
     Ok(RunSummary {
@@ -349,6 +427,7 @@ async fn relay(args: RunArgs, config: config::Config) -> Result<RunSummary> {
         round_trip_ns: echoes.round_trips.summary(),
         echoes_rejected: echoes.rejected.load(Ordering::Relaxed),
         warnings_suppressed: mdrelay_proto::warn::suppressed(),
+        retransmit,
     })
 }
 
@@ -479,6 +558,20 @@ fn print_summary(s: &RunSummary) {
         };
         let from = sub.first_sequence.map_or_else(|| "-".to_string(), |f| f.to_string());
         println!("  subscriber {} from frame {from}: {fate}", sub.peer);
+    }
+    if let Some(r) = &s.retransmit {
+        println!(
+            "  retransmission: {} connections ({} refused), {} requests ({} throttled), {} frames sent, {} gone, ring {}..{} of {} bytes",
+            r.connections,
+            r.refused,
+            r.requests,
+            r.throttled,
+            r.frames_sent,
+            r.frames_gone,
+            r.ring_first,
+            r.ring_next,
+            r.ring_bytes
+        );
     }
     let rt = &s.round_trip_ns;
     if rt.count > 0 {

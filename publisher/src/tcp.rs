@@ -17,12 +17,15 @@
 //! - Accept errors (out of file descriptors, say) back off from 1 ms to 1 s.
 
 use crate::config::{SlowPolicy, Tcp};
+use crate::engine::{SharedRing, lock};
 use crate::fanout::{Shared, SubscriberStats};
 use crate::stats::Echoes;
 use bytes::{Buf, Bytes};
 use mdrelay_proto::codec::Format;
 use mdrelay_proto::relay::echo::EchoGate;
-use mdrelay_proto::relay::{Echo, HandshakeError, Hello, RecordHeader, RecordTag, Subscribe, control_record};
+use mdrelay_proto::relay::{
+    Echo, HandshakeError, Hello, Purpose, RecordHeader, RecordTag, Resume, Subscribe, control_record,
+};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
@@ -53,6 +56,8 @@ pub struct Server {
     pub abort: CancellationToken,
     /// Tracks connection tasks, for shutdown.
     pub tracker: TaskTracker,
+    /// The last frames, for subscribers that resume.
+    pub ring: Option<SharedRing>,
 }
 
 /// Accepts connections until `stop` is cancelled.
@@ -153,13 +158,14 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, server: Server) {
             return;
         }
     };
-    // Joins the ring from the next record on; once the stream has ended there is no ring to
-    // join, and the subscriber gets END alone.
-    let records = server.shared.feed.upgrade().map(|feed| feed.subscribe());
     let kill = server.abort.child_token();
-    tracing::info!(%peer, echo = subscribe.echo, "subscriber admitted");
-    let mut out =
-        Outgoing { records, policy: server.tcp.slow, batch: VecDeque::new(), format: None, next: None, ended: false };
+    let mut out = join(&server, subscribe.resume);
+    match &out.replay {
+        Some(r) => {
+            tracing::info!(%peer, echo = subscribe.echo, from = r.next, to = r.end, "subscriber admitted, resuming")
+        }
+        None => tracing::info!(%peer, echo = subscribe.echo, "subscriber admitted"),
+    }
     let mut incoming = Incoming { buf: Vec::with_capacity(1024), gate: EchoGate::default() };
     match subscriber(&stream, &mut out, &mut incoming, &server, &stats, &kill).await {
         Ok(Ended::Stream) => {}
@@ -202,23 +208,96 @@ async fn handshake(stream: &mut TcpStream, server: &Server) -> Result<Subscribe,
     let shared = &server.shared;
     let position = &shared.position;
     let hello = Hello::new(position.format(), shared.session, shared.stream, position.next_sequence());
-    let timeout = server.tcp.handshake_timeout;
+    let subscribe = greet(stream, &hello, server.tcp.handshake_timeout, "tcp.handshake_timeout").await?;
+    if subscribe.purpose != Purpose::Stream {
+        return Err("this is the stream port; retransmission requests go to the port in retransmit.listen".into());
+    }
+    Ok(subscribe)
+}
+
+/// Sends `hello` and reads the answer, of any version this build speaks (the version, in its
+/// first bytes, says how long the rest is), within `timeout` (the setting `setting`).
+pub async fn greet(
+    stream: &mut TcpStream,
+    hello: &Hello,
+    timeout: Duration,
+    setting: &str,
+) -> Result<Subscribe, String> {
     let exchange = async {
         stream.write_all(&hello.to_bytes()).await?;
-        let mut answer = [0u8; Subscribe::LEN];
-        stream.read_exact(&mut answer).await?;
-        Ok::<_, io::Error>(answer)
+        let mut answer = [0u8; Subscribe::V2_LEN];
+        stream.read_exact(&mut answer[..Subscribe::LEN]).await?;
+        let version = match Subscribe::parse_version(&answer[..Subscribe::LEN]) {
+            Ok(v) => v,
+            Err(e) => return Ok(Err(e)),
+        };
+        let len = Subscribe::len_of(version);
+        stream.read_exact(&mut answer[Subscribe::LEN..len]).await?;
+        Ok::<_, io::Error>(Subscribe::parse(&answer[..len]))
     };
     let answer = match tokio::time::timeout(timeout, exchange).await {
-        Err(_) => return Err(format!("no answer to the greeting within {timeout:?} (tcp.handshake_timeout)")),
+        Err(_) => return Err(format!("no answer to the greeting within {timeout:?} ({setting})")),
         Ok(Err(e)) => return Err(format!("connection closed during the handshake: {e}")),
         Ok(Ok(answer)) => answer,
     };
-    Subscribe::parse(&answer).map_err(|e| match e {
+    answer.map_err(|e| match e {
         HandshakeError::Malformed(e) => format!("not an mdrelay subscriber: {e}"),
         version => version.to_string(),
     })
 }
+
+/// Joins the fanout from the next record on (once the stream has ended there is nothing to join,
+/// and the subscriber gets END alone). A subscriber that resumes from a frame joins under the
+/// ring's lock, with the replay it is owed: the frames from the one it asked for (or the oldest
+/// still held) up to the ring's mark, the first frame not yet handed to the fanout; records of
+/// the fanout that start below the mark are skipped, as the replay covers them.
+fn join(server: &Server, resume: Resume) -> Outgoing {
+    let subscribe = || server.shared.feed.upgrade().map(|feed| feed.subscribe());
+    let mut out = Outgoing {
+        records: None,
+        policy: server.tcp.slow,
+        batch: VecDeque::new(),
+        format: None,
+        next: None,
+        ended: false,
+        replay: None,
+        skip_below: 0,
+    };
+    let (Resume::From(from), Some(ring)) = (resume, &server.ring) else {
+        out.records = subscribe();
+        return out;
+    };
+    let held = lock(ring);
+    out.records = subscribe();
+    let end = held.published();
+    if from > end {
+        // Frames this publisher has not sent: the subscriber's numbers are not ours.
+        tracing::warn!(from, next = end, "resume from a frame not sent yet; served live instead");
+        return out;
+    }
+    let first = from.max(held.first());
+    let format = held.format_of(first).unwrap_or(server.shared.position.format());
+    drop(held);
+    // The first frame owed is the one asked for: frames the ring no longer holds count as lost.
+    out.batch.push_back(Bytes::from(control_record(RecordTag::Format, format, from, &[])));
+    out.format = Some(format);
+    out.next = Some(from);
+    out.skip_below = end;
+    out.replay = Some(Replay { next: first, end });
+    out
+}
+
+/// Frames a resuming subscriber is owed from the ring.
+#[derive(Clone, Copy, Debug)]
+struct Replay {
+    /// The next frame to replay.
+    next: u64,
+    /// The ring's mark when the subscriber joined: the fanout's records bring the rest.
+    end: u64,
+}
+
+/// Payload bytes of replay records taken from the ring at once.
+const REPLAY_BYTES: usize = 256 << 10;
 
 /// How a subscriber's connection ended.
 enum Ended {
@@ -244,6 +323,10 @@ struct Outgoing {
     next: Option<u64>,
     /// END was taken.
     ended: bool,
+    /// Frames still to replay from the ring, for a subscriber that resumed.
+    replay: Option<Replay>,
+    /// Records of the fanout starting below this sequence are covered by the replay.
+    skip_below: u64,
 }
 
 /// What came from the shared queue.
@@ -263,6 +346,8 @@ impl Outgoing {
     fn take(&mut self, record: Bytes, stats: &SubscriberStats) {
         let Ok(header) = RecordHeader::parse(&record, usize::MAX) else { return };
         match header.tag {
+            // Replay records are taken while the replay runs, the fanout's only after it.
+            RecordTag::Data if header.sequence < self.skip_below && self.replay.is_none() => return,
             RecordTag::Data => {
                 stats.started_at(header.sequence);
                 if let Some(next) = self.next {
@@ -288,6 +373,39 @@ impl Outgoing {
             _ => {}
         }
         self.batch.push_back(record);
+    }
+
+    /// Whether frames are still owed from the ring.
+    fn replaying(&self) -> bool {
+        self.replay.is_some()
+    }
+
+    /// Takes the next replay records from the ring, up to [`REPLAY_BYTES`]. Frames that left the
+    /// ring since the subscriber joined are skipped (and counted as dropped for it).
+    fn refill_from(&mut self, ring: &SharedRing, stats: &SubscriberStats) {
+        let Some(mut replay) = self.replay else { return };
+        let mut bytes = Vec::new();
+        let mut records = Vec::new();
+        {
+            let held = lock(ring);
+            replay.next = replay.next.max(held.first());
+            while replay.next < replay.end && bytes.len() < REPLAY_BYTES {
+                let start = bytes.len();
+                let Some(next) = held.copy_record(replay.next, replay.end - replay.next, 64 << 10, &mut bytes) else {
+                    break;
+                };
+                records.push(start..bytes.len());
+                replay.next = next;
+            }
+            if held.first() > replay.end {
+                replay.next = replay.end;
+            }
+        }
+        let bytes = Bytes::from(bytes);
+        for range in records {
+            self.take(bytes.slice(range), stats);
+        }
+        self.replay = (replay.next < replay.end).then_some(replay);
     }
 
     /// Waits for the next record (cancel-safe) and takes it with those ready behind it.
@@ -444,7 +562,14 @@ async fn subscriber(
     kill: &CancellationToken,
 ) -> io::Result<Ended> {
     let mut open = true;
-    while open || !out.batch.is_empty() {
+    while open || !out.batch.is_empty() || out.replaying() {
+        if out.batch.is_empty() && out.replaying() {
+            if let Some(ring) = &server.ring {
+                out.refill_from(ring, stats);
+            }
+            tokio::task::yield_now().await;
+            continue;
+        }
         if out.batch.is_empty() {
             tokio::select! {
                 biased;
@@ -597,7 +722,16 @@ mod tests {
     fn outgoing(fanout: &Fanout, shared: &Shared, policy: SlowPolicy) -> Outgoing {
         assert_eq!(fanout.subscriber_count(), 0);
         let records = shared.feed.upgrade().map(|feed| feed.subscribe());
-        Outgoing { records, policy, batch: VecDeque::new(), format: None, next: None, ended: false }
+        Outgoing {
+            records,
+            policy,
+            batch: VecDeque::new(),
+            format: None,
+            next: None,
+            ended: false,
+            replay: None,
+            skip_below: 0,
+        }
     }
 
     /// Takes everything the subscriber can take now; the headers of what it would write.

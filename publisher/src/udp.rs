@@ -3,12 +3,12 @@
 //! receivers detect the format, loss, duplicates and reordering. Echoes from subscribers in
 //! round-trip mode come back to the sending socket and are read on a thread of their own.
 
-use crate::config::Udp;
+use crate::config::{Multicast, Udp};
 use crate::stats::Echoes;
 use anyhow::{Context, Result};
 use mdrelay_proto::codec::Format;
 use mdrelay_proto::relay::echo::EchoGate;
-use mdrelay_proto::relay::{DatagramHeader, DatagramKind, Echo, DATAGRAM_VERSION};
+use mdrelay_proto::relay::{DATAGRAM_VERSION, DatagramHeader, DatagramKind, Echo};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
@@ -24,6 +24,8 @@ const MAX_ECHO_PEERS: usize = 4096;
 pub struct UdpOut {
     socket: UdpSocket,
     targets: Vec<SocketAddr>,
+    /// Line B: its own socket (it may leave by another interface) and group.
+    line_b: Option<(UdpSocket, SocketAddr)>,
     session: u64,
     /// Datagrams that could not be sent.
     pub send_errors: u64,
@@ -33,34 +35,49 @@ pub struct UdpOut {
 impl UdpOut {
     /// Opens the sending socket.
     pub fn open(udp: &Udp, session: u64) -> Result<UdpOut> {
-        let socket = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).context("creating the UDP socket")?;
-        let _ = socket.set_send_buffer_size(4 << 20);
         let mut targets = udp.destinations.clone();
-        let bind_ip = match &udp.multicast {
+        let socket = match &udp.multicast {
             Some(m) => {
-                socket
-                    .set_multicast_if_v4(&m.interface)
-                    .with_context(|| format!("multicast.interface: cannot send on {}", m.interface))?;
-                socket.set_multicast_ttl_v4(m.ttl).context("multicast.ttl")?;
-                socket.set_multicast_loop_v4(m.loopback).context("multicast.loopback")?;
                 targets.push(m.group);
-                m.interface
+                sending_socket(Some((m, "multicast")))?
             }
-            None => Ipv4Addr::UNSPECIFIED,
+            None => sending_socket(None)?,
         };
-        socket.bind(&SocketAddr::V4(SocketAddrV4::new(bind_ip, 0)).into()).context("binding the UDP socket")?;
-        Ok(UdpOut { socket: socket.into(), targets, session, send_errors: 0, warned_fragmenting: false })
+        let line_b = match &udp.multicast_b {
+            Some(m) => Some((sending_socket(Some((m, "multicast_b")))?, m.group)),
+            None => None,
+        };
+        Ok(UdpOut { socket, targets, line_b, session, send_errors: 0, warned_fragmenting: false })
     }
 
-    /// Where datagrams go.
-    pub fn targets(&self) -> &[SocketAddr] {
-        &self.targets
+    /// Every socket datagrams leave from: line A's, then line B's.
+    fn sockets(&self) -> impl Iterator<Item = &UdpSocket> {
+        std::iter::once(&self.socket).chain(self.line_b.as_ref().map(|(s, _)| s))
     }
 
-    /// Reads echoes arriving on the sending socket until `stop`, on a thread of its own. An echo
-    /// counts only for a frame sent, with its publish time, after its sender's previous echo.
-    pub fn spawn_echo_reader(&self, echoes: Arc<Echoes>, stop: Arc<AtomicBool>) -> Result<std::thread::JoinHandle<()>> {
-        let socket = self.socket.try_clone()?;
+    /// Where datagrams go (line B's group last).
+    pub fn targets(&self) -> Vec<SocketAddr> {
+        self.targets.iter().copied().chain(self.line_b.as_ref().map(|(_, g)| *g)).collect()
+    }
+
+    /// Reads echoes arriving on the sending sockets until `stop`, a thread per socket (a
+    /// subscriber echoes to the line whose copy it took). An echo counts only for a frame sent,
+    /// with its publish time, after its sender's previous echo.
+    pub fn spawn_echo_readers(
+        &self,
+        echoes: &Arc<Echoes>,
+        stop: &Arc<AtomicBool>,
+    ) -> Result<Vec<std::thread::JoinHandle<()>>> {
+        self.sockets().map(|socket| self.spawn_echo_reader(socket, echoes.clone(), stop.clone())).collect()
+    }
+
+    fn spawn_echo_reader(
+        &self,
+        socket: &UdpSocket,
+        echoes: Arc<Echoes>,
+        stop: Arc<AtomicBool>,
+    ) -> Result<std::thread::JoinHandle<()>> {
+        let socket = socket.try_clone()?;
         socket.set_read_timeout(Some(Duration::from_millis(100)))?;
         let session = self.session;
         Ok(std::thread::Builder::new().name("udp-echoes".into()).spawn(move || {
@@ -106,8 +123,9 @@ impl UdpOut {
                 "datagrams above 1472 bytes are fragmented by IP on a 1500-byte MTU"
             );
         }
-        for target in &self.targets {
-            if let Err(error) = self.socket.send_to(datagram, target) {
+        let line_b = self.line_b.as_ref().map(|(socket, group)| (socket, group));
+        for (socket, target) in self.targets.iter().map(|t| (&self.socket, t)).chain(line_b) {
+            if let Err(error) = socket.send_to(datagram, target) {
                 self.send_errors += 1;
                 if mdrelay_proto::warn::allow("udp send") {
                     tracing::warn!(%target, %error, "UDP send failed");
@@ -133,4 +151,26 @@ impl UdpOut {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// A sending socket: bound to the multicast interface of `multicast` (named by its section), or
+/// to any address for unicast only.
+fn sending_socket(multicast: Option<(&Multicast, &str)>) -> Result<UdpSocket> {
+    let socket = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).context("creating the UDP socket")?;
+    let _ = socket.set_send_buffer_size(4 << 20);
+    let bind_ip = match multicast {
+        Some((m, name)) => {
+            socket
+                .set_multicast_if_v4(&m.interface)
+                .with_context(|| format!("{name}.interface: cannot send on {}", m.interface))?;
+            socket.set_multicast_ttl_v4(m.ttl).with_context(|| format!("{name}.ttl"))?;
+            socket.set_multicast_loop_v4(m.loopback).with_context(|| format!("{name}.loopback"))?;
+            m.interface
+        }
+        None => Ipv4Addr::UNSPECIFIED,
+    };
+    socket
+        .bind(&SocketAddr::V4(SocketAddrV4::new(bind_ip, 0)).into())
+        .with_context(|| format!("binding a UDP socket to {bind_ip}"))?;
+    Ok(socket.into())
 }

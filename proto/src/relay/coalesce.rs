@@ -7,7 +7,7 @@
 //! subscriber without copying, and once every holder has dropped it the buffer's space is reused,
 //! so steady state allocates nothing.
 
-use super::wire::{DatagramHeader, DatagramKind, MAX_DATAGRAM, MAX_RECORD, DATAGRAM_VERSION, RecordHeader, RecordTag};
+use super::wire::{DATAGRAM_VERSION, DatagramHeader, DatagramKind, MAX_DATAGRAM, MAX_RECORD, RecordHeader, RecordTag};
 use crate::codec::Format;
 use bytes::{Bytes, BytesMut};
 

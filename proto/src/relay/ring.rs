@@ -130,6 +130,12 @@ impl FrameRing {
         self.published
     }
 
+    /// The format of frame `sequence`, when held.
+    pub fn format_of(&self, sequence: u64) -> Option<Format> {
+        let index = usize::try_from(sequence.checked_sub(self.first)?).ok()?;
+        self.frames.get(index).map(|held| held.format)
+    }
+
     /// Where `first..first + count` stands: gone, held, not sent yet.
     pub fn lookup(&self, first: u64, count: u64) -> Lookup {
         let end = first.saturating_add(count);
