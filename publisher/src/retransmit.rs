@@ -6,9 +6,9 @@
 //! cannot take the stream's connection slots. The handshake is the stream's (greeting, answer,
 //! versions negotiated); a version-1 subscriber cannot ask and is refused with the reason.
 //!
-//! Every request is answered in order: `DATA` records for the frames held (at most
-//! `retransmit.max_range` per request; the rest is asked again), `GONE` for frames the ring no
-//! longer holds (or a session that is not this one), nothing for frames not sent yet, and `BUSY`
+//! Every request is answered in order: `GONE` for the frames the ring no longer holds (all of
+//! them at once), `DATA` records for the frames held (at most `retransmit.max_range` per request;
+//! the rest is asked again), nothing for frames not sent yet, and `BUSY`
 //! for a request over the connection's rate (`retransmit.requests_per_second`, as a token
 //! bucket with a second's burst). A connection that does not read its answers is cut off after
 //! a few seconds, so answers never pile up: each is built, written and dropped before the next
@@ -275,8 +275,9 @@ async fn answer_request(
     answer: &mut Vec<u8>,
 ) -> Result<(), String> {
     let counters = &service.counters;
-    let count = u64::from(asked.count.min(service.settings.max_range));
-    let lookup = lock(&service.ring).lookup(asked.first, count);
+    // What is gone is said at once, however much; the range limit bounds the frames served.
+    let mut lookup = lock(&service.ring).lookup(asked.first, u64::from(asked.count));
+    lookup.held = lookup.held.min(u64::from(service.settings.max_range));
     if lookup.gone > 0 {
         counters.frames_gone.fetch_add(lookup.gone, Ordering::Relaxed);
         answer.extend(control_record(RecordTag::Gone, Format::Raw, asked.first, &gone_payload(lookup.gone)));

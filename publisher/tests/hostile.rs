@@ -6,7 +6,7 @@
 use mdrelay_harness::{Process, Signal, expected, iex_data, json_file, publisher_bin, serial, subscriber_bin};
 use mdrelay_proto::codec::Format;
 use mdrelay_proto::relay::{
-    DatagramHeader, DatagramKind, Echo, Hello, DATAGRAM_VERSION, RecordHeader, RecordTag, Subscribe, Totals,
+    DATAGRAM_VERSION, DatagramHeader, DatagramKind, Echo, Hello, RecordHeader, RecordTag, Subscribe, Totals,
 };
 use serde_json::Value;
 use std::io::{ErrorKind, Read, Write};
@@ -475,10 +475,10 @@ fn hostile_peers_on_the_tcp_port_are_refused_with_reasons_and_the_healthy_subscr
     assert!(refusal(&mut wrong).1.contains("not an mdrelay subscriber"));
     // Another protocol version.
     let mut future = raw(addr);
-    future.write_all(&Subscribe { protocol_version: 99, echo: false }.to_bytes()).unwrap();
+    future.write_all(&Subscribe { protocol_version: 99, ..Subscribe::new(false) }.to_bytes()).unwrap();
     let (tag, reason) = refusal(&mut future);
     assert_eq!(tag, RecordTag::Refuse);
-    assert!(reason.contains("version 99") && reason.contains("speaks version 1"), "{reason}");
+    assert!(reason.contains("version 99") && reason.contains("speaks versions 1 to 2"), "{reason}");
     // Half a handshake, then silence: refused when the handshake time is up.
     let mut partial = raw(addr);
     partial.write_all(&Subscribe::new(false).to_bytes()[..7]).unwrap();

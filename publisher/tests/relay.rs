@@ -21,7 +21,7 @@ use mdrelay_harness::{
     json_file, publisher_bin, serial, subscriber_bin,
 };
 use mdrelay_proto::codec::Format;
-use mdrelay_proto::relay::{Hello, PROTOCOL_VERSION, RecordHeader, RecordTag, Subscribe};
+use mdrelay_proto::relay::{Hello, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, RecordHeader, RecordTag, Subscribe};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -386,7 +386,7 @@ fn stalled_subscriber(addr: SocketAddr) -> TcpStream {
     s.set_read_timeout(Some(STEP)).unwrap();
     let mut hello = [0u8; Hello::LEN];
     s.read_exact(&mut hello).unwrap();
-    s.write_all(&Subscribe { protocol_version: PROTOCOL_VERSION, echo: false }.to_bytes()).unwrap();
+    s.write_all(&Subscribe::new(false).to_bytes()).unwrap();
     s
 }
 
@@ -458,7 +458,7 @@ fn a_subscriber_speaking_another_protocol_version_is_refused_with_a_reason() {
     s.read_exact(&mut hello).unwrap();
     let greeting = Hello::parse(&hello).unwrap();
     assert_eq!(greeting.format, Format::Sbe, "the default format");
-    s.write_all(&Subscribe { protocol_version: 99, echo: false }.to_bytes()).unwrap();
+    s.write_all(&Subscribe { protocol_version: 99, ..Subscribe::new(false) }.to_bytes()).unwrap();
     let mut header = [0u8; RecordHeader::LEN];
     s.read_exact(&mut header).unwrap();
     let record = RecordHeader::parse(&header, 4096).unwrap();
@@ -467,7 +467,7 @@ fn a_subscriber_speaking_another_protocol_version_is_refused_with_a_reason() {
     s.read_exact(&mut reason).unwrap();
     let reason = String::from_utf8(reason).unwrap();
     // It names both versions.
-    let ours = format!("speaks version {PROTOCOL_VERSION}");
+    let ours = format!("speaks versions {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}");
     assert!(reason.contains("protocol version 99") && reason.contains(&ours), "{reason}");
     // Then the connection closes.
     assert_eq!(s.read(&mut [0u8; 1]).unwrap(), 0, "the refused connection closes");
