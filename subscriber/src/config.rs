@@ -58,6 +58,34 @@ pub struct Cli {
     /// TCP: the longest wait between reconnection attempts (default 5).
     #[arg(long, value_name = "SECONDS")]
     pub reconnect_max_seconds: Option<f64>,
+    /// UDP and multicast: the publisher's retransmission service at HOST:PORT; missing frames
+    /// are asked for there.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub recovery: Option<String>,
+    /// Recovery: milliseconds to wait after a gap is seen before asking (default 5).
+    #[arg(long, value_name = "MS")]
+    pub recovery_delay_ms: Option<u64>,
+    /// Recovery: milliseconds without an answer before asking again (default 50).
+    #[arg(long, value_name = "MS")]
+    pub recovery_retry_ms: Option<u64>,
+    /// Recovery: requests per gap before it is given up (default 10).
+    #[arg(long, value_name = "N")]
+    pub recovery_attempts: Option<u64>,
+    /// Recovery: seconds to keep waiting for missing frames after the end of stream (default 2).
+    #[arg(long, value_name = "SECONDS")]
+    pub recovery_linger: Option<f64>,
+    /// TCP: ask for the publisher's session from its first frame (as far as its ring holds it).
+    #[arg(long)]
+    pub from_start: bool,
+    /// Multicast A/B: the second line's GROUP:PORT.
+    #[arg(long, value_name = "GROUP:PORT")]
+    pub group_b: Option<String>,
+    /// Multicast A/B: the local interface address to join the second line on (default 0.0.0.0).
+    #[arg(long, value_name = "ADDR")]
+    pub interface_b: Option<String>,
+    /// UDP A/B: listen for the second line on ADDR:PORT.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen_b: Option<String>,
     /// Check the configuration, print the settings it amounts to and exit.
     #[arg(long)]
     pub check: bool,
@@ -111,6 +139,15 @@ struct FileConfig {
     count: Option<Spanned<u64>>,
     duration: Option<Spanned<Seconds>>,
     reconnect_max_seconds: Option<Spanned<Seconds>>,
+    recovery: Option<Spanned<String>>,
+    recovery_delay_ms: Option<Spanned<u64>>,
+    recovery_retry_ms: Option<Spanned<u64>>,
+    recovery_attempts: Option<Spanned<u64>>,
+    recovery_linger: Option<Spanned<Seconds>>,
+    from_start: Option<Spanned<bool>>,
+    group_b: Option<Spanned<String>>,
+    interface_b: Option<Spanned<String>>,
+    listen_b: Option<Spanned<String>>,
 }
 
 /// Where the stream comes from.
@@ -171,6 +208,27 @@ pub struct Settings {
     pub duration: Option<Duration>,
     /// Cap of the TCP reconnection backoff.
     pub reconnect_max: Duration,
+    /// UDP and multicast: the publisher's retransmission service, and when to ask it.
+    pub recovery: Option<RecoverySettings>,
+    /// TCP: ask for the session from its first frame.
+    pub from_start: bool,
+    /// A/B: the second line, of the same kind as the transport (UDP or multicast).
+    pub line_b: Option<Transport>,
+}
+
+/// Loss recovery through the publisher's retransmission service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecoverySettings {
+    /// The service's `host:port` (resolved at each connection attempt).
+    pub server: String,
+    /// Wait this long after a gap is seen before asking: reordering often fills it first.
+    pub delay: Duration,
+    /// Ask again after this long without an answer.
+    pub retry: Duration,
+    /// Requests per gap before it is given up.
+    pub attempts: u32,
+    /// After the end of stream, wait this long for frames still missing.
+    pub linger: Duration,
 }
 
 /// A configuration that cannot be used; the message names the setting.
@@ -277,7 +335,20 @@ impl Settings {
             ));
         }
 
-        let transport = transport(&cli, &file, origin)?;
+        let (transport, transport_from_file) = transport(&cli, &file, origin)?;
+        let tie = Tie { transport: &transport, from_file: transport_from_file };
+        let line_b = line_b(&cli, &file, origin, &tie)?;
+        let recovery = recovery(&cli, &file, origin, &tie)?;
+        let from_start = match pick(cli.from_start.then_some(true), file.from_start, "from_start", origin) {
+            None => None,
+            Some(n) => tie.keep(n, matches!(transport, Transport::Tcp(_)), |name, t| {
+                format!(
+                    "{name}: only a TCP subscriber can ask for the session from its start, and {t} is not TCP \
+                     (UDP and multicast subscribers can set recovery to ask for missing frames)"
+                )
+            })?,
+        }
+        .is_some_and(|n| n.value);
 
         let symbols = match pick(cli.symbols, file.symbols, "symbols", origin) {
             None => None,
@@ -347,6 +418,9 @@ impl Settings {
             count,
             duration,
             reconnect_max,
+            recovery,
+            from_start,
+            line_b,
         })
     }
 }
@@ -387,7 +461,8 @@ fn seconds(
     Ok(Some(Duration::from_secs_f64(value)))
 }
 
-fn transport(cli: &Cli, file: &FileConfig, origin: &Origin<'_>) -> Result<Transport, ConfigError> {
+/// The transport, and whether it came from the file (no transport flag was given).
+fn transport(cli: &Cli, file: &FileConfig, origin: &Origin<'_>) -> Result<(Transport, bool), ConfigError> {
     let file_given: Vec<(&str, &Spanned<String>)> =
         [("connect", &file.connect), ("listen", &file.listen), ("group", &file.group)]
             .into_iter()
@@ -442,64 +517,252 @@ fn transport(cli: &Cli, file: &FileConfig, origin: &Origin<'_>) -> Result<Transp
         other => other.map(|(text, iname, _)| (text, iname)),
     };
 
-    match key {
+    let transport = match key {
         "connect" => {
             check_host_port(&value).map_err(|why| ConfigError(format!("{name}: {value:?} {why}")))?;
-            Ok(Transport::Tcp(value))
+            Transport::Tcp(value)
         }
-        "listen" => {
-            let addr: SocketAddr = value.parse().map_err(|_| {
+        "listen" => Transport::Udp(listen_addr(&value, &name, "listen", "group")?),
+        _ => multicast(&value, &name, interface, "listen")?,
+    };
+    Ok((transport, transport_from_file))
+}
+
+/// A unicast `addr:port` to listen on (`key` is the setting, `group_key` its multicast twin).
+fn listen_addr(value: &str, name: &str, key: &str, group_key: &str) -> Result<SocketAddr, ConfigError> {
+    let addr: SocketAddr = value.parse().map_err(|_| {
+        ConfigError(format!("{name}: {value:?} is not an address:port (e.g. \"0.0.0.0:9200\" or \"[::]:9200\")"))
+    })?;
+    if addr.ip().is_multicast() {
+        return Err(ConfigError(format!(
+            "{name}: {} is a multicast address; {key} takes a unicast address, use {} to join a multicast group",
+            addr.ip(),
+            suggest(name, group_key, &addr.to_string())
+        )));
+    }
+    Ok(addr)
+}
+
+/// A multicast `group:port` and the interface to join it on (`listen_key`: the unicast twin).
+fn multicast(
+    value: &str,
+    name: &str,
+    interface: Option<(String, String)>,
+    listen_key: &str,
+) -> Result<Transport, ConfigError> {
+    let addr: SocketAddr = value
+        .parse()
+        .map_err(|_| ConfigError(format!("{name}: {value:?} is not a group:port (e.g. \"239.255.0.1:9300\")")))?;
+    let group = match addr.ip() {
+        IpAddr::V4(ip) if ip.is_multicast() => ip,
+        IpAddr::V4(ip) => {
+            return Err(ConfigError(format!(
+                "{name}: {ip} is not a multicast address (224.0.0.0/4); for unicast UDP use {}",
+                suggest(name, listen_key, &addr.to_string())
+            )));
+        }
+        IpAddr::V6(_) => {
+            return Err(ConfigError(format!("{name}: {addr} is IPv6; only IPv4 multicast groups are supported")));
+        }
+    };
+    let interface = match interface {
+        None => Ipv4Addr::UNSPECIFIED,
+        Some((text, iname)) => {
+            let ip: Ipv4Addr = text.parse().map_err(|_| {
                 ConfigError(format!(
-                    "{name}: {value:?} is not an address:port (e.g. \"0.0.0.0:9200\" or \"[::]:9200\")"
+                    "{iname}: {text:?} is not an IPv4 address (the local interface's address, e.g. \"127.0.0.1\")"
                 ))
             })?;
-            if addr.ip().is_multicast() {
+            if ip.is_multicast() {
                 return Err(ConfigError(format!(
-                    "{name}: {} is a multicast address; listen takes a unicast address, use {} to join a multicast \
-                     group",
-                    addr.ip(),
-                    suggest(&name, "group", &addr.to_string())
+                    "{iname}: {ip} is a multicast address; give the local interface's own address"
                 )));
             }
-            Ok(Transport::Udp(addr))
+            ip
         }
-        _ => {
-            let addr: SocketAddr = value.parse().map_err(|_| {
-                ConfigError(format!("{name}: {value:?} is not a group:port (e.g. \"239.255.0.1:9300\")"))
-            })?;
-            let group = match addr.ip() {
-                IpAddr::V4(ip) if ip.is_multicast() => ip,
-                IpAddr::V4(ip) => {
-                    return Err(ConfigError(format!(
-                        "{name}: {ip} is not a multicast address (224.0.0.0/4); for unicast UDP use {}",
-                        suggest(&name, "listen", &addr.to_string())
-                    )));
-                }
-                IpAddr::V6(_) => {
-                    return Err(ConfigError(format!(
-                        "{name}: {addr} is IPv6; only IPv4 multicast groups are supported"
-                    )));
-                }
-            };
-            let interface = match interface {
-                None => Ipv4Addr::UNSPECIFIED,
-                Some((text, iname)) => {
-                    let ip: Ipv4Addr = text.parse().map_err(|_| {
-                        ConfigError(format!(
-                            "{iname}: {text:?} is not an IPv4 address (the local interface's address, e.g. \"127.0.0.1\")"
-                        ))
-                    })?;
-                    if ip.is_multicast() {
-                        return Err(ConfigError(format!(
-                            "{iname}: {ip} is a multicast address; give the local interface's own address"
-                        )));
-                    }
-                    ip
-                }
-            };
-            Ok(Transport::Multicast { group: SocketAddr::new(IpAddr::V4(group), addr.port()), interface })
+    };
+    Ok(Transport::Multicast { group: SocketAddr::new(IpAddr::V4(group), addr.port()), interface })
+}
+
+/// The transport settings that belong with it (recovery, A/B, from-start) are checked against.
+struct Tie<'a> {
+    transport: &'a Transport,
+    /// No transport flag was given: the transport is the file's.
+    from_file: bool,
+}
+
+impl Tie<'_> {
+    /// `setting` if it `fits` the transport. One from the file that does not fit a transport
+    /// given as a flag went with the file's transport, which the flag replaced: it is dropped, as
+    /// the file's interface is. Otherwise a setting that does not fit is an error, `why` says
+    /// (given the setting's name and the transport).
+    fn keep<T>(
+        &self,
+        setting: Named<T>,
+        fits: bool,
+        why: impl FnOnce(&str, &Transport) -> String,
+    ) -> Result<Option<Named<T>>, ConfigError> {
+        if fits {
+            return Ok(Some(setting));
         }
+        let setting_from_file = !setting.name.starts_with("--");
+        if setting_from_file && !self.from_file {
+            return Ok(None);
+        }
+        Err(ConfigError(why(&setting.name, self.transport)))
     }
+}
+
+/// The second line of an A/B pair: `listen_b` for UDP, `group_b` (and `interface_b`) for
+/// multicast; never the first line's address.
+fn line_b(cli: &Cli, file: &FileConfig, origin: &Origin<'_>, tie: &Tie<'_>) -> Result<Option<Transport>, ConfigError> {
+    let is_udp = matches!(tie.transport, Transport::Udp(_));
+    let is_multicast = matches!(tie.transport, Transport::Multicast { .. });
+    let not_for = |want: &'static str, instead: &'static str| {
+        move |name: &str, t: &Transport| {
+            if matches!(t, Transport::Tcp(_)) {
+                format!("{name}: a second line (A/B) is for UDP and multicast; {t} is one TCP connection")
+            } else {
+                format!("{name}: line B of a {want} transport; {t} is not one (its line B is {instead})")
+            }
+        }
+    };
+    let listen_b = pick(cli.listen_b.clone(), file.listen_b.clone(), "listen_b", origin);
+    let listen_b = match listen_b {
+        None => None,
+        Some(n) => tie.keep(n, is_udp, not_for("unicast UDP", "group_b"))?,
+    };
+    let group_b = match pick(cli.group_b.clone(), file.group_b.clone(), "group_b", origin) {
+        None => None,
+        Some(n) => tie.keep(n, is_multicast, not_for("multicast", "listen_b"))?,
+    };
+    let interface_b = match pick(cli.interface_b.clone(), file.interface_b.clone(), "interface_b", origin) {
+        None => None,
+        Some(n) => tie.keep(n, is_multicast, not_for("multicast", "listen_b"))?,
+    };
+    if let Some(Named { name, .. }) = &interface_b
+        && group_b.is_none()
+    {
+        return Err(ConfigError(format!(
+            "{name}: an interface for line B is only used with group_b (line B's multicast group)"
+        )));
+    }
+    if let Some(Named { value, name }) = listen_b {
+        let addr = listen_addr(&value, &name, "listen_b", "group_b")?;
+        if let Transport::Udp(a) = tie.transport
+            && *a == addr
+            && addr.port() != 0
+        {
+            return Err(ConfigError(format!(
+                "{name}: {addr} is line A's address (listen) too; line B needs an address or port of its own"
+            )));
+        }
+        return Ok(Some(Transport::Udp(addr)));
+    }
+    if let Some(Named { value, name }) = group_b {
+        let line = multicast(&value, &name, interface_b.map(|n| (n.value, n.name)), "listen_b")?;
+        if let (Transport::Multicast { group: a, .. }, Transport::Multicast { group: b, .. }) = (tie.transport, &line)
+            && a == b
+            && b.port() != 0
+        {
+            return Err(ConfigError(format!(
+                "{name}: {b} is line A's group and port (group) too; line B needs another group or port (a socket \
+                 bound to a group and port receives it from every interface)"
+            )));
+        }
+        return Ok(Some(line));
+    }
+    Ok(None)
+}
+
+const DEFAULT_RECOVERY_DELAY_MS: u64 = 5;
+const DEFAULT_RECOVERY_RETRY_MS: u64 = 50;
+const DEFAULT_RECOVERY_ATTEMPTS: u64 = 10;
+const DEFAULT_RECOVERY_LINGER: f64 = 2.0;
+
+/// The retransmission service and its timing; the timing settings only go with `recovery`.
+fn recovery(
+    cli: &Cli,
+    file: &FileConfig,
+    origin: &Origin<'_>,
+    tie: &Tie<'_>,
+) -> Result<Option<RecoverySettings>, ConfigError> {
+    let server = match pick(cli.recovery.clone(), file.recovery.clone(), "recovery", origin) {
+        None => None,
+        Some(n) => tie.keep(n, !matches!(tie.transport, Transport::Tcp(_)), |name, _| {
+            format!(
+                "{name}: a TCP subscriber resumes from the publisher's ring when it reconnects; the retransmission \
+                 service (recovery) is for UDP and multicast subscribers"
+            )
+        })?,
+    };
+    let given = server.is_some();
+    let only_with_recovery = |setting: Option<Named<u64>>| -> Result<Option<Named<u64>>, ConfigError> {
+        match setting {
+            None => Ok(None),
+            Some(n) => tie.keep(n, given, |name, _| {
+                format!("{name}: only used with recovery (the publisher's retransmission service), which is not set")
+            }),
+        }
+    };
+    let ranged = |setting: Option<Named<u64>>, min: u64, max: u64, default: u64, unit: &str| match only_with_recovery(
+        setting,
+    )? {
+        None => Ok(default),
+        Some(n) if (min..=max).contains(&n.value) => Ok(n.value),
+        Some(Named { value, name }) => {
+            Err(ConfigError(format!("{name}: {value}{unit} is out of range ({min} to {max})")))
+        }
+    };
+    let delay = ranged(
+        pick(cli.recovery_delay_ms, file.recovery_delay_ms.clone(), "recovery_delay_ms", origin),
+        0,
+        10_000,
+        DEFAULT_RECOVERY_DELAY_MS,
+        " ms",
+    )?;
+    let retry = ranged(
+        pick(cli.recovery_retry_ms, file.recovery_retry_ms.clone(), "recovery_retry_ms", origin),
+        1,
+        60_000,
+        DEFAULT_RECOVERY_RETRY_MS,
+        " ms",
+    )?;
+    let attempts = ranged(
+        pick(cli.recovery_attempts, file.recovery_attempts.clone(), "recovery_attempts", origin),
+        1,
+        1_000,
+        DEFAULT_RECOVERY_ATTEMPTS,
+        "",
+    )?;
+    let linger_setting = file.recovery_linger.clone().map(|s| {
+        let span = s.span();
+        Spanned::new(span, s.into_inner().get())
+    });
+    let linger = match pick(cli.recovery_linger, linger_setting, "recovery_linger", origin) {
+        None => DEFAULT_RECOVERY_LINGER,
+        Some(n) => match tie.keep(n, given, |name, _| {
+            format!("{name}: only used with recovery (the publisher's retransmission service), which is not set")
+        })? {
+            None => DEFAULT_RECOVERY_LINGER,
+            Some(Named { value, name }) => {
+                if !(value.is_finite() && (0.0..=600.0).contains(&value)) {
+                    return Err(ConfigError(format!("{name}: {value} seconds is out of range (0 to 600)")));
+                }
+                value
+            }
+        },
+    };
+    let Some(Named { value: server, name }) = server else { return Ok(None) };
+    check_host_port(&server).map_err(|why| ConfigError(format!("{name}: {server:?} {why}")))?;
+    Ok(Some(RecoverySettings {
+        server,
+        delay: Duration::from_millis(delay),
+        retry: Duration::from_millis(retry),
+        // At most 1000 by the range check.
+        attempts: attempts as u32,
+        linger: Duration::from_secs_f64(linger),
+    }))
 }
 
 /// Checks `host:port` syntax without resolving the name (the publisher may not be up yet).
@@ -584,6 +847,75 @@ mod tests {
         assert!(
             unknown.starts_with("sub.toml: ") && unknown.contains("bogus") && unknown.contains("line 3"),
             "{unknown}"
+        );
+    }
+
+    #[test]
+    fn recovery_from_start_and_a_second_line_go_with_their_transports() {
+        let s =
+            from_file("listen = \"127.0.0.1:9200\"\nrecovery = \"pub:9400\"\nlisten_b = \"127.0.0.1:9201\"\n").unwrap();
+        let r = s.recovery.unwrap();
+        assert_eq!(r.server, "pub:9400");
+        assert_eq!(
+            (r.delay, r.retry, r.attempts, r.linger),
+            (Duration::from_millis(5), Duration::from_millis(50), 10, Duration::from_secs(2))
+        );
+        assert_eq!(s.line_b, Some(Transport::Udp("127.0.0.1:9201".parse().unwrap())));
+        let text = "group = \"239.1.2.3:9300\"\ngroup_b = \"239.1.2.4:9300\"\ninterface_b = \"127.0.0.1\"\n\
+                    recovery = \"pub:9400\"\nrecovery_delay_ms = 0\nrecovery_retry_ms = 7\nrecovery_attempts = 3\n\
+                    recovery_linger = 0.5\n";
+        let s = from_file(text).unwrap();
+        assert_eq!(
+            s.line_b,
+            Some(Transport::Multicast { group: "239.1.2.4:9300".parse().unwrap(), interface: Ipv4Addr::LOCALHOST })
+        );
+        let r = s.recovery.unwrap();
+        assert_eq!(
+            (r.delay, r.retry, r.attempts, r.linger),
+            (Duration::ZERO, Duration::from_millis(7), 3, Duration::from_millis(500))
+        );
+        assert!(from_file("connect = \"h:1\"\nfrom_start = true\n").unwrap().from_start);
+        // The file's UDP-only settings went with its transport, which a flag replaced.
+        let file: FileConfig = toml::from_str(text).unwrap();
+        let cli = Cli { connect: Some("h:1".into()), from_start: true, ..Cli::default() };
+        let s = Settings::build(cli, file, &Origin { file: None }).unwrap();
+        assert_eq!((s.recovery, s.line_b, s.from_start), (None, None, true));
+        // A flag that does not fit the transport is an error all the same.
+        let file: FileConfig = toml::from_str("connect = \"h:1\"\n").unwrap();
+        let cli = Cli { recovery: Some("pub:1".into()), ..Cli::default() };
+        let e = Settings::build(cli, file, &Origin { file: None }).unwrap_err().0;
+        assert!(e.starts_with("--recovery: a TCP subscriber resumes"), "{e}");
+    }
+
+    #[test]
+    fn bad_recovery_and_line_settings_are_named() {
+        let udp = "listen = \"127.0.0.1:9200\"\n";
+        let with = |extra: &str| err(&format!("{udp}recovery = \"pub:9400\"\n{extra}"));
+        assert!(
+            err("connect = \"h:1\"\nrecovery = \"pub:9400\"").contains("line 2: recovery: a TCP subscriber resumes")
+        );
+        assert!(err(&format!("{udp}recovery = \"pub\"")).contains("recovery: \"pub\" is not host:port"));
+        assert!(with("recovery_delay_ms = 10001").contains("recovery_delay_ms: 10001 ms is out of range (0 to 10000)"));
+        assert!(with("recovery_retry_ms = 0").contains("recovery_retry_ms: 0 ms is out of range (1 to 60000)"));
+        assert!(with("recovery_attempts = 1001").contains("recovery_attempts: 1001 is out of range (1 to 1000)"));
+        assert!(with("recovery_linger = 601").contains("recovery_linger: 601 seconds is out of range (0 to 600)"));
+        assert!(with("recovery_linger = -1").contains("recovery_linger"));
+        assert!(err(&format!("{udp}recovery_retry_ms = 9")).contains("recovery_retry_ms: only used with recovery"));
+        assert!(err(&format!("{udp}from_start = true")).contains("from_start: only a TCP subscriber"));
+        assert!(err(&format!("{udp}group_b = \"239.1.1.1:1\"")).contains("group_b: line B of a multicast transport"));
+        assert!(err(&format!("{udp}listen_b = \"127.0.0.1:9200\"")).contains("listen_b: 127.0.0.1:9200 is line A's"));
+        assert!(
+            err(&format!("{udp}listen_b = \"239.1.1.1:1\"")).contains("listen_b: 239.1.1.1 is a multicast address")
+        );
+        let group = "group = \"239.1.1.1:9300\"\n";
+        assert!(
+            err(&format!("{group}listen_b = \"127.0.0.1:1\"")).contains("listen_b: line B of a unicast UDP transport")
+        );
+        assert!(err(&format!("{group}group_b = \"239.1.1.1:9300\"")).contains("group_b: 239.1.1.1:9300 is line A's"));
+        assert!(err(&format!("{group}interface_b = \"127.0.0.1\"")).contains("interface_b: an interface for line B"));
+        assert!(err(&format!("{group}group_b = \"239.1.1.2:1\"\ninterface_b = \"x\"")).contains("interface_b: \"x\""));
+        assert!(
+            err("connect = \"h:1\"\nlisten_b = \"127.0.0.1:1\"").contains("listen_b: a second line (A/B) is for UDP")
         );
     }
 }

@@ -4,9 +4,11 @@
 
 use crate::config::{LatencyMode, Settings};
 use crate::histlog::HistogramLog;
-use crate::stats::{Report, RunInfo, Stats};
+use crate::lines::{Line, Lines};
+use crate::recovery::{RecoveryBook, RecoveryReport};
+use crate::stats::{FromStartReport, Report, RunInfo, Stats};
 use mdrelay_proto::codec::{Codec, Format, Limits};
-use mdrelay_proto::relay::{Echo, Observed, SessionTracker};
+use mdrelay_proto::relay::{Echo, Observed, SequenceCounts, SessionTracker};
 use mdrelay_proto::warn;
 use std::collections::BTreeSet;
 use std::fmt;
@@ -20,6 +22,8 @@ pub enum Place {
     Stream(u64),
     /// The payload starts at this byte of its datagram.
     Datagram(u64),
+    /// The payload starts at this byte of the recovery connection (counted from the greeting).
+    Recovery(u64),
 }
 
 impl Place {
@@ -36,13 +40,27 @@ impl fmt::Display for PlaceAt {
         match self.0 {
             Place::Stream(base) => write!(f, "stream byte {}", base + self.1),
             Place::Datagram(base) => write!(f, "datagram byte {}", base + self.1),
+            Place::Recovery(base) => write!(f, "recovery connection byte {}", base + self.1),
         }
     }
+}
+
+/// Where a payload's frames come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// The stream: TCP, or the one UDP line.
+    Stream,
+    /// One of two redundant UDP lines (A/B).
+    Line(Line),
+    /// The retransmission service, answering a request for missing frames.
+    Recovered,
 }
 
 /// A payload of frames as a transport hands it over.
 #[derive(Clone, Copy, Debug)]
 pub struct Payload<'a> {
+    /// Where the frames come from.
+    pub origin: Origin,
     /// Who sent it.
     pub peer: SocketAddr,
     /// The frames' format, from the record or datagram header.
@@ -70,6 +88,16 @@ pub struct Pipeline {
     pub stats: Stats,
     /// The publisher's session and the frames' accounting.
     pub tracker: SessionTracker,
+    /// A/B: each line's accounting, and the copies arbitrated.
+    pub lines: Option<Lines>,
+    /// UDP loss recovery: the missing frames and what became of them.
+    pub recovery: Option<RecoveryBook>,
+    /// The retransmission service, for the report.
+    recovery_server: Option<String>,
+    /// `--from-start` was asked for.
+    from_start: bool,
+    /// The first frame taken in the run.
+    first_frame: Option<u64>,
     /// Round-trip mode: echo every Nth frame.
     echo_every: Option<u64>,
     echo_countdown: u64,
@@ -95,6 +123,14 @@ impl Pipeline {
             format_switches: 0,
             stats: Stats::new(settings.symbols.clone()),
             tracker: SessionTracker::new(),
+            lines: None,
+            recovery: settings
+                .recovery
+                .as_ref()
+                .map(|r| RecoveryBook::new(crate::recovery::policy(r.delay, r.retry, r.attempts))),
+            recovery_server: settings.recovery.as_ref().map(|r| r.server.clone()),
+            from_start: settings.from_start,
+            first_frame: None,
             echo_every,
             echo_countdown: echo_every.unwrap_or(0),
             echoes: Vec::new(),
@@ -137,6 +173,52 @@ impl Pipeline {
         self.count.is_some_and(|n| self.stats.messages >= n)
     }
 
+    /// True when `--from-start` was asked for.
+    pub fn from_start(&self) -> bool {
+        self.from_start
+    }
+
+    /// The first frame taken in the run, if any.
+    pub fn first_frame(&self) -> Option<u64> {
+        self.first_frame
+    }
+
+    /// The clock of the recovery book: ns since the run started, monotonic.
+    pub fn now_ns(&self) -> i64 {
+        i64::try_from(self.started.elapsed().as_nanos()).unwrap_or(i64::MAX)
+    }
+
+    /// Brings the per-line and recovery accounting to the tracker's epoch: when sequence
+    /// tracking started over, so do they.
+    fn sync_epoch(&mut self) {
+        let epoch = self.tracker.epoch();
+        if let Some(lines) = &mut self.lines {
+            lines.sync(epoch);
+        }
+        if let Some(book) = &mut self.recovery {
+            book.sync(epoch);
+        }
+    }
+
+    /// The publisher's END (after the tracker took it): frames up to `next` were sent, so the
+    /// lines and the recovery book know what is missing at the tail.
+    pub fn end(&mut self, next: u64) {
+        self.sync_epoch();
+        let now = self.now_ns();
+        if let Some(lines) = &mut self.lines {
+            lines.end(next);
+        }
+        if let Some(book) = &mut self.recovery {
+            book.end(next, now);
+        }
+    }
+
+    /// Frames still missing that recovery may yet fill (0 without recovery, or once the
+    /// service refused).
+    pub fn missing(&self) -> u64 {
+        self.recovery.as_ref().filter(|b| !b.is_refused()).map_or(0, |b| b.missing())
+    }
+
     /// Walks and decodes the frames of one record or datagram payload: exactly as many as its
     /// header declares. A frame that does not decode is counted and skipped; one that cannot be
     /// delimited loses the rest of the payload, never the stream, and those frames are not
@@ -144,11 +226,23 @@ impl Pipeline {
     /// declared frames are not read: a frame there would take the sequence number of a frame
     /// still to come. A duplicate, or a frame too old for the window, is counted and not
     /// decoded, so aggregates never count a frame twice.
+    ///
+    /// Retransmitted frames (origin [`Origin::Recovered`]) are in their original format, which
+    /// is not a switch of the stream's, and are taken only while they are missing; their
+    /// latency is the recovery's, not the stream's, and they are not echoed. Frames of an A/B
+    /// line are taken once, from whichever line delivers them first.
     pub fn data(&mut self, p: Payload<'_>) {
-        if self.current != Some(p.format) {
+        let recovered = p.origin == Origin::Recovered;
+        if recovered {
+            self.formats_seen.insert(p.format);
+        } else if self.current != Some(p.format) {
             self.format(p.format, p.peer);
         }
-        let Pipeline { codecs, stats, tracker, echoes, echo_every, echo_countdown, .. } = self;
+        self.sync_epoch();
+        let now = if self.recovery.is_some() { self.now_ns() } else { 0 };
+        let Pipeline {
+            codecs, stats, tracker, lines, recovery, first_frame, echoes, echo_every, echo_countdown, ..
+        } = self;
         let codec = codecs[usize::from(p.format.id())].get_or_insert_with(|| Codec::new(p.format, Limits::default()));
         let mut offset = 0usize;
         let mut index = 0u64;
@@ -175,8 +269,41 @@ impl Pipeline {
             let frame = &rest[..len];
             offset += len;
             index += 1;
-            match tracker.observe(sequence) {
+            let observed = match (p.origin, lines.as_mut(), recovery.as_mut()) {
+                (Origin::Recovered, _, Some(book)) => {
+                    if book.recovered(sequence, now) {
+                        // Missing until now, so new to the window: it fills its hole without
+                        // counting as reordered.
+                        let o = tracker.observe_copy(sequence);
+                        if matches!(o, Observed::InOrder | Observed::Gap(_)) {
+                            book.slide(tracker.highest());
+                        }
+                        o
+                    } else {
+                        continue;
+                    }
+                }
+                // Without recovery there is nothing to fill.
+                (Origin::Recovered, _, None) => continue,
+                (Origin::Line(line), Some(lines), _) => match lines.observe(line, sequence, tracker) {
+                    Some(o) => o,
+                    // The other line's copy of a frame taken already: expected, not a duplicate.
+                    None => continue,
+                },
+                _ => tracker.observe(sequence),
+            };
+            if !recovered
+                && observed.take()
+                && let Some(book) = recovery.as_mut()
+            {
+                book.original(sequence, tracker.highest(), now);
+            }
+            if observed.take() && first_frame.is_none() {
+                *first_frame = Some(sequence);
+            }
+            match observed {
                 Observed::InOrder => {}
+                Observed::Gap(_) if recovered => {}
                 Observed::Gap(n) => {
                     if warn::allow("gap") {
                         tracing::warn!(peer = %p.peer, missing = n, before = sequence, "frames missing");
@@ -194,6 +321,7 @@ impl Pipeline {
                     }
                     continue;
                 }
+                Observed::Reordered if recovered => {}
                 Observed::Reordered => {
                     if warn::allow("order") {
                         tracing::info!(peer = %p.peer, sequence, "frame out of order");
@@ -201,6 +329,9 @@ impl Pipeline {
                 }
             }
             match codec.decode(frame, |m| stats.message(m)) {
+                // Its publish time is as old as the gap: the stream's latency would only show
+                // the recovery's, which the recovery report has.
+                Ok(_) if recovered => stats.frame_recovered(),
                 Ok(header) => {
                     stats.frame_decoded(header.publish_time, p.receive_time);
                     if let Some(every) = *echo_every {
@@ -260,6 +391,21 @@ impl Pipeline {
         self.histogram_log = None;
         self.stats.end_interval();
         self.tracker.finish();
+        // The frames still missing will not come now: they count as lost, and as
+        // unrecoverable.
+        self.sync_epoch();
+        let recovery = match (&mut self.recovery, &self.recovery_server) {
+            (Some(book), Some(server)) => {
+                book.give_up_all();
+                book.report(server)
+            }
+            _ => RecoveryReport::default(),
+        };
+        let from_start = self.from_start.then(|| FromStartReport {
+            requested: true,
+            complete: self.first_frame == Some(1),
+            first_frame: self.first_frame,
+        });
         let raw_skipped_messages = match &self.codecs[usize::from(Format::Raw.id())] {
             Some(Codec::Raw(raw)) => raw.skipped_messages(),
             _ => 0,
@@ -277,6 +423,11 @@ impl Pipeline {
                 format_switches: self.format_switches,
                 formats_seen: self.formats_seen.clone(),
                 raw_skipped_messages,
+                recovery,
+                lines: self.lines.as_ref().map(Lines::report),
+                arbitrated: self.lines.as_ref().map_or(0, Lines::arbitrated),
+                merged_extra: self.lines.as_ref().map_or(SequenceCounts::default(), Lines::merged_extra),
+                from_start,
             },
         )
     }

@@ -7,8 +7,12 @@
 //! Layout:
 //! - [`config`]: the TOML file and command-line flags, validated into `Settings`;
 //! - [`control`]: report ticks, `--duration`, Ctrl-C / SIGTERM: what interrupts receiving;
-//! - [`tcp`]: connect, handshake, records, reconnection with backoff, ECHO records;
-//! - [`udp`]: the socket (unicast or multicast), datagrams, publisher sessions, echo datagrams;
+//! - [`tcp`]: connect, handshake, records, reconnection with backoff and resume, ECHO records;
+//! - [`udp`]: the sockets (unicast or multicast, one line or two), datagrams, publisher sessions,
+//!   echo datagrams, and the loop's side of loss recovery;
+//! - [`lines`]: A/B lines: each line's accounting, and the merged stream's copies arbitrated;
+//! - [`recovery`]: the missing frames' bookkeeping, and the task that asks the publisher's
+//!   retransmission service for them;
 //! - [`buffer`]: the reusable, 8-aligned read buffer;
 //! - [`frames`]: codecs per format, walking and decoding frames, frame accounting, the report
 //!   ticks;
@@ -30,6 +34,8 @@ pub mod config;
 pub mod control;
 pub mod frames;
 pub mod histlog;
+pub mod lines;
+pub mod recovery;
 pub mod stats;
 pub mod tcp;
 pub mod udp;

@@ -7,6 +7,7 @@ use mdrelay_subscriber::config::{Cli, JsonTarget, Settings, Transport};
 use mdrelay_subscriber::control::{Control, RunError};
 use mdrelay_subscriber::frames::Pipeline;
 use mdrelay_subscriber::histlog::HistogramLog;
+use mdrelay_subscriber::lines::Line;
 use std::fs::File;
 use std::io::Write;
 use std::process::ExitCode;
@@ -82,8 +83,10 @@ async fn run(settings: Settings) -> u8 {
             Transport::Tcp(addr) => {
                 mdrelay_subscriber::tcp::run(addr, settings.reconnect_max, &mut pipeline, &mut control).await
             }
-            udp_or_multicast => match mdrelay_subscriber::udp::open(udp_or_multicast) {
-                Ok(socket) => mdrelay_subscriber::udp::run(socket, &mut pipeline, &mut control).await,
+            udp_or_multicast => match open_lines(udp_or_multicast, settings.line_b.as_ref()) {
+                Ok(sockets) => {
+                    mdrelay_subscriber::udp::run(sockets, settings.recovery.as_ref(), &mut pipeline, &mut control).await
+                }
                 Err(error) => Err(RunError::Fatal(error)),
             },
         },
@@ -134,4 +137,13 @@ async fn run(settings: Settings) -> u8 {
         _ => {}
     }
     code
+}
+
+/// The socket of the transport, and of line B when there is one.
+fn open_lines(line_a: &Transport, line_b: Option<&Transport>) -> anyhow::Result<Vec<tokio::net::UdpSocket>> {
+    let mut sockets = vec![mdrelay_subscriber::udp::open(line_a)?];
+    if let Some(b) = line_b {
+        sockets.push(mdrelay_subscriber::udp::open_line(b, Line::B)?);
+    }
+    Ok(sockets)
 }

@@ -2,6 +2,8 @@
 //! optional symbol filter), frame sequence counts, one-way latency; and the reports made of
 //! them: the interval line, the final text report and the JSON report.
 
+use crate::lines::LineReport;
+use crate::recovery::RecoveryReport;
 use hdrhistogram::Histogram;
 use mdrelay_proto::aggregate::{Aggregator, SymbolAggregate};
 use mdrelay_proto::codec::Format;
@@ -9,7 +11,7 @@ use mdrelay_proto::counts::TypeCounts;
 use mdrelay_proto::latency::{LatencySummary, latency_histogram};
 use mdrelay_proto::message::Message;
 use mdrelay_proto::price::Symbol;
-use mdrelay_proto::relay::{SessionTracker, Totals};
+use mdrelay_proto::relay::{SequenceCounts, SessionTracker, Totals};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::{self, Write as _};
@@ -33,6 +35,8 @@ pub struct Stats {
     pub invalid_packets: u64,
     /// Connections re-established after one was lost (TCP).
     pub reconnects: u64,
+    /// Reconnections that asked the publisher to resume after the last frame received (TCP).
+    pub resumes: u64,
     /// Echoes sent back to the publisher (round-trip mode).
     pub echoes_sent: u64,
     /// Echoes dropped because the way back was full.
@@ -68,6 +72,7 @@ impl Stats {
             excess_payloads: 0,
             invalid_packets: 0,
             reconnects: 0,
+            resumes: 0,
             echoes_sent: 0,
             echoes_dropped: 0,
             negative_latencies: 0,
@@ -113,6 +118,14 @@ impl Stats {
         // Only the interval's histogram is written per frame; it is added to the run's at
         // each interval's end, which costs far less than a second record per frame.
         self.interval_latency.saturating_record(ns);
+    }
+
+    /// Counts a retransmitted frame decoded: a frame, without a latency (its publish time is
+    /// as old as its gap).
+    #[inline]
+    pub fn frame_recovered(&mut self) {
+        self.frames += 1;
+        self.interval_frames += 1;
     }
 
     /// Ends the latency interval: its counts join the run's histogram and it starts over.
@@ -173,7 +186,7 @@ impl Stats {
     /// the frame accounting of `tracker`.
     pub fn report(&self, tracker: &SessionTracker, run: RunInfo) -> Report {
         let symbols = self.aggregator.active();
-        let seq = tracker.counts();
+        let seq = tracker.counts().plus(run.merged_extra);
         let late_join = tracker.late_join();
         Report {
             total_trade_volume: symbols.iter().map(|(_, a)| a.trade_volume).sum(),
@@ -196,6 +209,11 @@ impl Stats {
             totals_match: self.totals_match(late_join),
             latency_ns: LatencySummary::of(&self.latency),
             reconnects: self.reconnects,
+            resumes: self.resumes,
+            from_start: run.from_start,
+            recovery: run.recovery,
+            lines: run.lines,
+            arbitrated: run.arbitrated,
             transport: run.transport,
             stop_reason: run.stop_reason,
             elapsed_seconds: run.elapsed.as_secs_f64(),
@@ -230,6 +248,27 @@ pub struct RunInfo {
     pub formats_seen: BTreeSet<Format>,
     /// Messages the raw decoder skipped for being shorter than their type's layout.
     pub raw_skipped_messages: u64,
+    /// Loss recovery (UDP).
+    pub recovery: RecoveryReport,
+    /// A/B: each line's figures.
+    pub lines: Option<Vec<LineReport>>,
+    /// A/B: copies of frames the other line had delivered first.
+    pub arbitrated: u64,
+    /// Sequence counts of the merged A/B stream kept outside the tracker.
+    pub merged_extra: SequenceCounts,
+    /// `--from-start`: whether the whole session came.
+    pub from_start: Option<FromStartReport>,
+}
+
+/// What `--from-start` got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct FromStartReport {
+    /// Always true: the object is there only when asked for.
+    pub requested: bool,
+    /// The first frame taken was the session's first (1): nothing is missing at the head.
+    pub complete: bool,
+    /// The first frame taken, if any.
+    pub first_frame: Option<u64>,
 }
 
 /// The final report. The first fields carry the names and shapes of `mdrelay-pub inspect --json`.
@@ -277,6 +316,16 @@ pub struct Report {
     pub latency_ns: LatencySummary,
     /// Connections re-established after a loss (TCP).
     pub reconnects: u64,
+    /// Reconnections that resumed after the last frame received (TCP, protocol version 2).
+    pub resumes: u64,
+    /// `--from-start` (TCP): `null` when not asked for.
+    pub from_start: Option<FromStartReport>,
+    /// Loss recovery (UDP and multicast): what was missing and what became of it.
+    pub recovery: RecoveryReport,
+    /// A/B: each line's figures; `null` with one line.
+    pub lines: Option<Vec<LineReport>>,
+    /// A/B: copies of frames that the other line had delivered first (taken once).
+    pub arbitrated: u64,
     /// The transport.
     pub transport: String,
     /// `end`, `count`, `duration`, `signal` or `error`.
@@ -340,14 +389,56 @@ impl fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "  gaps {}   duplicates {}   reordered {}   late join {}   reconnects {}   publisher restarts {}",
+            "  gaps {}   duplicates {}   reordered {}   late join {}   reconnects {}   resumes {}   publisher restarts {}",
             self.gaps,
             self.duplicates,
             self.reordered,
             opt(self.late_join_sequence),
             self.reconnects,
+            self.resumes,
             self.publisher_restarts
         )?;
+        if let Some(s) = &self.from_start {
+            match s.first_frame {
+                _ if s.complete => writeln!(f, "  from start: complete (the session from its first frame)")?,
+                Some(first) => writeln!(
+                    f,
+                    "  from start: INCOMPLETE: the first frame received was {first} (the publisher no longer held \
+                     the ones before)"
+                )?,
+                None => writeln!(f, "  from start: INCOMPLETE: no frame received")?,
+            }
+        }
+        let r = &self.recovery;
+        if r.enabled {
+            writeln!(
+                f,
+                "  recovery: gaps {}   missing {}   recovered {}   filled late {}   unrecoverable {}   requests {}   \
+                 busy {}   gone {}   latency p50 {}  p99 {}  max {}{}",
+                r.gaps_detected,
+                r.frames_missing,
+                r.frames_recovered,
+                r.frames_filled_late,
+                r.frames_unrecoverable,
+                r.requests,
+                r.busy_answers,
+                r.gone_frames,
+                r.latency_ns.p50.map_or_else(|| "-".to_string(), human_ns),
+                r.latency_ns.p99.map_or_else(|| "-".to_string(), human_ns),
+                r.latency_ns.max.map_or_else(|| "-".to_string(), human_ns),
+                if r.refused { "   (refused by the service)" } else { "" }
+            )?;
+        }
+        if let Some(lines) = &self.lines {
+            for l in lines {
+                writeln!(
+                    f,
+                    "  line {} {}: datagrams {}   frames {}   lost {}   duplicates {}",
+                    l.line, l.address, l.datagrams, l.frames, l.lost, l.duplicates
+                )?;
+            }
+            writeln!(f, "  arbitrated {} (copies the other line delivered first)", self.arbitrated)?;
+        }
         let odd = [
             ("undelimited payloads", self.undelimited_payloads),
             ("payloads with excess bytes", self.excess_payloads),
@@ -449,6 +540,11 @@ mod tests {
             format_switches: 0,
             formats_seen: [Format::Raw].into_iter().collect(),
             raw_skipped_messages: 0,
+            recovery: RecoveryReport::default(),
+            lines: None,
+            arbitrated: 0,
+            merged_extra: SequenceCounts::default(),
+            from_start: None,
         };
         let report = stats.report(&tracker, run);
         assert_eq!(report.total_trade_volume, 7);

@@ -1,5 +1,8 @@
 //! TCP: connect to a publisher, handshake, read records; reconnect with capped exponential
-//! backoff when the connection is refused or lost (each attempt logged).
+//! backoff when the connection is refused or lost (each attempt logged). A reconnection to the
+//! same publisher run resumes after the last frame received (protocol version 2: the publisher
+//! replays what its ring holds from there), and `--from-start` asks for the session from its
+//! first frame.
 //!
 //! Records are read into one reusable [`ReadBuf`] with as many bytes per read as the socket
 //! has, and parsed out of it: no per-record allocation, and a record's payload starts 8-aligned
@@ -8,11 +11,11 @@
 
 use crate::buffer::ReadBuf;
 use crate::control::{Control, Event, RunError, Stop};
-use crate::frames::{Payload, Pipeline, Place};
+use crate::frames::{Origin, Payload, Pipeline, Place};
 use mdrelay_proto::clock::wall_clock_ns as now_ns;
 use mdrelay_proto::codec::Format;
 use mdrelay_proto::relay::{
-    Echo, Greeted, HandshakeError, Hello, MAX_RECORD, RecordHeader, RecordTag, Subscribe, Totals,
+    Echo, Greeted, HandshakeError, Hello, MAX_RECORD, RecordHeader, RecordTag, Resume, Subscribe, Totals,
 };
 use std::io;
 use std::net::SocketAddr;
@@ -72,6 +75,7 @@ pub async fn run(
         }
     }
     let mut buf = ReadBuf::new(READ_BUFFER);
+    let mut warned_v1 = false;
     let mut backoff = INITIAL_BACKOFF.min(reconnect_max);
     let mut connected_before = false;
     let mut attempt = 0u64;
@@ -93,7 +97,7 @@ pub async fn run(
                 }
                 connected_before = true;
                 attempt = 0;
-                match connection(stream, peer, &mut buf, pipeline, control).await? {
+                match connection(stream, peer, &mut buf, &mut warned_v1, pipeline, control).await? {
                     Ended::Stop(stop) => return Ok(stop),
                     Ended::Lost { why, greeted } => {
                         if greeted {
@@ -119,7 +123,7 @@ pub async fn run(
 
 /// Reads what the socket has into the spare room of `buf`; 0 means the peer closed.
 /// Cancel-safe: bytes are committed in the same poll that reads them.
-async fn read_some(stream: &TcpStream, buf: &mut ReadBuf) -> io::Result<usize> {
+pub(crate) async fn read_some(stream: &TcpStream, buf: &mut ReadBuf) -> io::Result<usize> {
     if buf.spare().is_empty() {
         // reserve_for guarantees room; reading into nothing would look like end of stream.
         return Err(io::Error::other("read buffer full"));
@@ -145,11 +149,24 @@ fn check_greeting(bytes: &[u8], peer: SocketAddr) -> Result<Hello, RunError> {
     })
 }
 
+/// Where to ask the publisher to start, after `greeted`: after the last frame received when
+/// this is the same publisher run (its ring fills what was missed while away), from the
+/// session's first frame for `--from-start` before anything was received, else live.
+fn resume_from(greeted: Greeted, pipeline: &Pipeline) -> Resume {
+    match (greeted, pipeline.tracker.highest()) {
+        (Greeted::Same, Some(high)) => Resume::From(high.saturating_add(1)),
+        _ if pipeline.from_start() && pipeline.first_frame().is_none() => Resume::From(1),
+        _ => Resume::Live,
+    }
+}
+
 /// One connection: handshake, then records until a stop or the connection is lost.
+/// `warned_v1`: a version-1 publisher's missing resume was already reported.
 async fn connection(
     mut stream: TcpStream,
     peer: SocketAddr,
     buf: &mut ReadBuf,
+    warned_v1: &mut bool,
     pipeline: &mut Pipeline,
     control: &mut Control,
 ) -> Result<Ended, RunError> {
@@ -180,16 +197,36 @@ async fn connection(
     let hello = check_greeting(&buf.data()[..Hello::LEN], peer)?;
     buf.consume(Hello::LEN);
     let mut stream_offset = Hello::LEN as u64;
-    if let Greeted::Restarted { old } = pipeline.tracker.greeted(hello.session, hello.next_sequence) {
+    let greeted = pipeline.tracker.greeted(hello.session, hello.next_sequence);
+    if let Greeted::Restarted { old } = greeted {
         tracing::warn!(publisher = %peer, old_session = format_args!("{old:#x}"), new_session = format_args!("{:#x}", hello.session),
             "publisher restarted: sequence tracking starts over");
     }
     tracing::info!(publisher = %peer, session = format_args!("{:#x}", hello.session), stream = hello.stream,
-        format = %hello.format, next_sequence = hello.next_sequence, "greeted");
+        format = %hello.format, next_sequence = hello.next_sequence, version = hello.protocol_version, "greeted");
     pipeline.format(hello.format, peer);
 
     let echo = pipeline.echoes_wanted();
-    let subscribe = Subscribe::new(echo).to_bytes();
+    let wanted = resume_from(greeted, pipeline);
+    let subscribe = Subscribe { resume: wanted, ..Subscribe::new(echo) }.negotiated(hello.protocol_version);
+    match (wanted, subscribe.resume) {
+        (Resume::From(from), Resume::From(_)) => {
+            if greeted == Greeted::Same && pipeline.tracker.highest().is_some() {
+                pipeline.stats.resumes += 1;
+                tracing::info!(publisher = %peer, from, "resuming after the last frame received");
+            } else {
+                tracing::info!(publisher = %peer, from, "asking for the session from its first frame");
+            }
+        }
+        (Resume::From(_), Resume::Live) if !*warned_v1 => {
+            *warned_v1 = true;
+            tracing::warn!(publisher = %peer, version = hello.protocol_version,
+                "the publisher speaks relay protocol version {}: it cannot resume a stream or send it from the start; frames missed while away are lost",
+                hello.protocol_version);
+        }
+        _ => {}
+    }
+    let subscribe = subscribe.to_bytes();
     match control.run(pipeline, timeout(HANDSHAKE_TIMEOUT, stream.write_all(&subscribe))).await {
         Err(stop) => return Ok(Ended::Stop(stop)),
         Ok(Err(_)) => return lost("the publisher does not read the subscription".into(), false),
@@ -231,6 +268,7 @@ async fn connection(
             }
             match header.tag {
                 RecordTag::Data => pipeline.data(Payload {
+                    origin: Origin::Stream,
                     peer,
                     format: header.format,
                     bytes: payload,
@@ -268,6 +306,15 @@ async fn connection(
                 RecordTag::Busy => {
                     let reason = String::from_utf8_lossy(payload);
                     return lost(format!("the publisher is busy: {reason}"), false);
+                }
+                RecordTag::Request | RecordTag::Gone => {
+                    // Records of a recovery connection: a publisher never sends them on the
+                    // stream. The length still frames them, so the stream goes on.
+                    pipeline.stats.invalid_packets += 1;
+                    if mdrelay_proto::warn::allow("recovery record on the stream") {
+                        tracing::warn!(publisher = %peer, at = stream_offset, tag = ?header.tag,
+                            "a recovery record on the stream connection; skipped");
+                    }
                 }
                 RecordTag::Echo => {
                     if mdrelay_proto::warn::allow("echo from publisher") {

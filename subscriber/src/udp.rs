@@ -1,19 +1,28 @@
-//! UDP, unicast or multicast: the socket (SO_REUSEADDR, a large receive buffer, the group
-//! joined on the configured interface) and the datagram loop: relay header, publisher session,
-//! frames, the first END, echoes back to each datagram's sender.
+//! UDP, unicast or multicast: the sockets (SO_REUSEADDR, a large receive buffer, the group
+//! joined on the configured interface; two of them for A/B lines) and the datagram loop: relay
+//! header, publisher session, frames, the END, echoes back to each datagram's sender.
+//!
+//! With recovery, the loop also asks for missing frames (a timer looks at the gaps twice per
+//! delay) and takes the retransmission service's answers; after the END it keeps receiving
+//! until nothing is missing or the linger time has passed.
 
 use crate::buffer::ReadBuf;
-use crate::config::Transport;
+use crate::config::{RecoverySettings, Transport};
 use crate::control::{Control, Event, RunError, Stop};
-use crate::frames::{Payload, Pipeline, Place};
+use crate::frames::{Origin, Payload, Pipeline, Place};
+use crate::lines::{Line, Lines};
+use crate::recovery::{Answer, Ask, Client, MAX_REQUESTS_PER_TICK};
 use anyhow::Context;
 use mdrelay_proto::clock::wall_clock_ns as now_ns;
-use mdrelay_proto::relay::{Admission, DatagramHeader, DatagramKind, Echo, DATAGRAM_VERSION, Totals};
+use mdrelay_proto::codec::Format;
+use mdrelay_proto::relay::{Admission, DATAGRAM_VERSION, DatagramHeader, DatagramKind, Echo, Totals};
 use mdrelay_proto::warn;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
 use tokio::net::UdpSocket;
+use tokio::time::{Instant, MissedTickBehavior};
 
 /// Receive buffer asked for: deep enough to ride out a scheduling hiccup at full rate.
 const RECEIVE_BUFFER: usize = 16 << 20;
@@ -24,12 +33,20 @@ const BURST: usize = 256;
 
 /// Opens the socket for a UDP or multicast transport and logs where it listens.
 pub fn open(transport: &Transport) -> anyhow::Result<UdpSocket> {
-    let (bind, key) = match transport {
-        Transport::Udp(addr) => (*addr, "listen"),
+    open_line(transport, Line::A)
+}
+
+/// Opens the socket of one line of a UDP or multicast transport (line B of an A/B pair: its
+/// settings are named `listen_b` and `group_b`) and logs where it listens.
+pub fn open_line(transport: &Transport, line: Line) -> anyhow::Result<UdpSocket> {
+    let (bind, key) = match (transport, line) {
+        (Transport::Udp(addr), Line::A) => (*addr, "listen"),
+        (Transport::Udp(addr), Line::B) => (*addr, "listen_b"),
         // Bound to the group address, the socket gets only this group's datagrams, not those of
         // every group (or unicast) sent to the same port.
-        Transport::Multicast { group, .. } => (*group, "group"),
-        Transport::Tcp(_) => anyhow::bail!("not a UDP transport"),
+        (Transport::Multicast { group, .. }, Line::A) => (*group, "group"),
+        (Transport::Multicast { group, .. }, Line::B) => (*group, "group_b"),
+        (Transport::Tcp(_), _) => anyhow::bail!("not a UDP transport"),
     };
     let socket = Socket::new(Domain::for_address(bind), Type::DGRAM, Some(Protocol::UDP))
         .with_context(|| format!("{key}: cannot open a UDP socket"))?;
@@ -51,18 +68,24 @@ pub fn open(transport: &Transport) -> anyhow::Result<UdpSocket> {
         }
     })?;
     if let Transport::Multicast { group, interface } = transport {
-        let IpAddr::V4(ip) = group.ip() else { anyhow::bail!("group: {group} is not IPv4") };
+        let IpAddr::V4(ip) = group.ip() else { anyhow::bail!("{key}: {group} is not IPv4") };
         socket
             .join_multicast_v4(&ip, interface)
-            .with_context(|| format!("group: cannot join {ip} on interface {interface}"))?;
+            .with_context(|| format!("{key}: cannot join {ip} on interface {interface}"))?;
     }
     socket.set_nonblocking(true).context("cannot make the socket non-blocking")?;
     let socket = UdpSocket::from_std(socket.into()).context("cannot register the socket with the runtime")?;
     let local = socket.local_addr().context("cannot read the socket's address")?;
+    // Tests and scripts read the address after "listening on"; line A's comes first.
+    let which = match line {
+        Line::A => "",
+        Line::B => "line B, ",
+    };
     match transport {
         Transport::Multicast { interface, .. } => {
-            tracing::info!("listening on {local} (multicast, interface {interface})")
+            tracing::info!("listening on {local} ({which}multicast, interface {interface})")
         }
+        _ if line == Line::B => tracing::info!("listening on {local} (line B)"),
         _ => tracing::info!("listening on {local}"),
     }
     Ok(socket)
@@ -97,53 +120,222 @@ struct Held {
     bytes: Vec<u8>,
     peer: SocketAddr,
     receive_time: i64,
+    origin: Origin,
 }
 
-/// Receives datagrams until a stop.
-pub async fn run(socket: UdpSocket, pipeline: &mut Pipeline, control: &mut Control) -> Result<Stop, RunError> {
+/// Receives datagrams on `sockets` (one, or two for A/B lines, A first) until a stop, asking
+/// the retransmission service for missing frames when `recovery` is set.
+pub async fn run(
+    sockets: Vec<UdpSocket>,
+    recovery: Option<&RecoverySettings>,
+    pipeline: &mut Pipeline,
+    control: &mut Control,
+) -> Result<Stop, RunError> {
+    let lines: Vec<(UdpSocket, Origin)> = match <[UdpSocket; 2]>::try_from(sockets) {
+        Ok([a, b]) => {
+            let name = |s: &UdpSocket| s.local_addr().map_or_else(|_| "-".to_string(), |a| a.to_string());
+            pipeline.lines = Some(Lines::new(name(&a), name(&b)));
+            vec![(a, Origin::Line(Line::A)), (b, Origin::Line(Line::B))]
+        }
+        Err(one) => one.into_iter().map(|s| (s, Origin::Stream)).take(1).collect(),
+    };
+    if lines.is_empty() {
+        return Err(RunError::Fatal(anyhow::anyhow!("no socket to receive on")));
+    }
+    let mut client = recovery.map(|r| Client::start(r.server.clone()));
+    let linger = recovery.map_or(Duration::ZERO, |r| r.linger);
+    // Gaps are looked at twice per delay: a request goes out at most half a delay late.
+    let period = recovery.map_or(Duration::from_millis(1), |r| (r.delay / 2).max(Duration::from_millis(1)));
+    let mut timer = tokio::time::interval(period);
+    timer.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut buf = ReadBuf::new(MAX_DATAGRAM);
+    let mut scratch = ReadBuf::new(0);
     let mut held: Option<Held> = None;
+    let mut turn = 0usize;
+    // After the END, with frames missing: until when to wait for them.
+    let mut lingering: Option<Instant> = None;
     loop {
+        let missing = pipeline.missing();
+        if lingering.is_some() && missing == 0 {
+            tracing::info!("every missing frame is in: end of stream");
+            return Ok(Stop::End);
+        }
+        let b = lines.get(1).map(|(socket, _)| socket);
         tokio::select! {
             biased;
             event = control.next() => match event {
                 Event::Tick => pipeline.tick(),
                 Event::Stop(stop) => return Ok(stop),
             },
-            received = socket.recv_from(buf.spare()) => {
-                let mut received = Some(received);
-                for _ in 0..BURST {
-                    let (n, peer) = match received.take().unwrap_or_else(|| socket.try_recv_from(buf.spare())) {
-                        Ok(r) => r,
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                        Err(error) => {
-                            // E.g. an ICMP error for an echo sent earlier; the socket stays usable.
-                            if warn::allow("receive") {
-                                tracing::warn!(%error, "receive error");
-                            }
-                            break;
-                        }
-                    };
-                    let receive_time = now_ns();
-                    let datagram = &buf.spare()[..n];
-                    if let Some(stop) = datagram_in(datagram, peer, receive_time, &mut held, pipeline) {
-                        return Ok(stop);
-                    }
-                    send_echoes(&socket, peer, pipeline);
-                    if pipeline.count_reached() {
-                        return Ok(Stop::Count);
+            _ = timer.tick(), if missing > 0 && client.is_some() => {
+                if let Some(c) = &client {
+                    ask(pipeline, c);
+                }
+            }
+            _ = tokio::time::sleep_until(lingering.unwrap_or_else(Instant::now)), if lingering.is_some() => {
+                let given_up = pipeline.recovery.as_mut().map_or(0, |b| b.give_up_all());
+                tracing::warn!(frames = given_up, linger = ?linger, "frames still missing after the end of stream; given up");
+                return Ok(Stop::End);
+            }
+            answer = next_answer(&mut client), if client.is_some() => match answer {
+                Some(answer) => on_answer(answer, pipeline, &mut scratch, &mut client),
+                None => {
+                    tracing::warn!("the recovery task ended; missing frames are no longer asked for");
+                    client = None;
+                    if let Some(book) = &mut pipeline.recovery {
+                        book.refuse();
                     }
                 }
+            },
+            _ = lines[0].0.readable() => {}
+            _ = async { b.expect("guarded").readable().await }, if b.is_some() => {}
+        }
+        // Whichever socket woke the loop, both are read, in turn, so neither line waits behind
+        // the other.
+        let mut idle = [false, lines.len() < 2];
+        let mut taken = 0;
+        while taken < BURST && !(idle[0] && idle[1]) {
+            let i = turn % 2;
+            turn = turn.wrapping_add(1);
+            if idle[i] {
+                continue;
+            }
+            let (socket, origin) = &lines[i];
+            let (n, peer) = match socket.try_recv_from(buf.spare()) {
+                Ok(r) => r,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    idle[i] = true;
+                    continue;
+                }
+                Err(error) => {
+                    // E.g. an ICMP error for an echo sent earlier; the socket stays usable.
+                    if warn::allow("receive") {
+                        tracing::warn!(%error, "receive error");
+                    }
+                    idle[i] = true;
+                    continue;
+                }
+            };
+            taken += 1;
+            let receive_time = now_ns();
+            if let (Some(lines), Origin::Line(line)) = (&mut pipeline.lines, origin) {
+                lines.datagram(*line);
+            }
+            let datagram = &buf.spare()[..n];
+            if let Some(stop) = datagram_in(datagram, peer, receive_time, *origin, &mut held, pipeline) {
+                if lingering.is_some() {
+                    // The END repeated, or the other line's copy: already ending.
+                } else if pipeline.missing() > 0 && !linger.is_zero() {
+                    tracing::info!(missing = pipeline.missing(), linger = ?linger,
+                        "end of stream; waiting for the frames still missing");
+                    lingering = Some(Instant::now() + linger);
+                } else {
+                    return Ok(stop);
+                }
+            }
+            send_echoes(socket, peer, pipeline);
+            if pipeline.count_reached() {
+                return Ok(Stop::Count);
             }
         }
     }
 }
 
-/// Takes one datagram; `Some(Stop::End)` on the first END of the stream's session.
+/// The next answer of the recovery client; never, without one. Cancel-safe.
+async fn next_answer(client: &mut Option<Client>) -> Option<Answer> {
+    match client {
+        Some(c) => c.answer().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Asks for the frames due (those that do not fit the queue are asked again at their retry).
+fn ask(pipeline: &mut Pipeline, client: &Client) {
+    let Some(session) = pipeline.tracker.session() else { return };
+    let now = pipeline.now_ns();
+    let Some(book) = &mut pipeline.recovery else { return };
+    for request in book.due(now, MAX_REQUESTS_PER_TICK) {
+        if !client.ask(Ask { session, request }) {
+            book.deferred();
+        }
+    }
+}
+
+/// Takes one answer of the recovery client.
+fn on_answer(answer: Answer, pipeline: &mut Pipeline, scratch: &mut ReadBuf, client: &mut Option<Client>) {
+    let session = pipeline.tracker.session();
+    match answer {
+        Answer::Connected { peer, session: served } => {
+            if let Some(book) = &mut pipeline.recovery {
+                book.connected();
+            }
+            if let Some(stream) = session
+                && stream != served
+                && warn::allow("recovery session")
+            {
+                tracing::warn!(service = %peer, serves = format_args!("{served:#x}"), stream = format_args!("{stream:#x}"),
+                    "the retransmission service serves another publisher session than the stream's: the stream's gaps cannot be recovered from it");
+            }
+        }
+        Answer::Data { peer, session: of, header, payload, offset, receive_time } => {
+            if session != Some(of) {
+                // Frames of a session the stream has left (or not reached): nothing to fill.
+                if let Some(book) = &mut pipeline.recovery {
+                    book.not_taken(u64::from(header.frame_count));
+                }
+                return;
+            }
+            // Formats that read words in place get an aligned copy, as on the stream.
+            let bytes = if header.format != Format::Raw && payload.as_ptr() as usize % 8 != 0 {
+                scratch.hold(&payload)
+            } else {
+                &payload
+            };
+            pipeline.data(Payload {
+                origin: Origin::Recovered,
+                peer,
+                format: header.format,
+                bytes,
+                first_sequence: header.sequence,
+                declared_frames: usize::from(header.frame_count),
+                receive_time,
+                place: Place::Recovery(offset),
+            });
+        }
+        Answer::Gone { session: of, first, count } => {
+            if session == Some(of)
+                && let Some(book) = &mut pipeline.recovery
+            {
+                if warn::allow("recovery gone") {
+                    tracing::info!(first, count, "frames no longer held by the publisher: unrecoverable");
+                }
+                book.gone(first, count);
+            }
+        }
+        Answer::Busy { first } => {
+            if let Some(book) = &mut pipeline.recovery {
+                book.busy();
+            }
+            if warn::allow("recovery busy") {
+                tracing::info!(first, "the retransmission service is over its rate limit; asking again later");
+            }
+        }
+        Answer::Refused(why) => {
+            tracing::warn!("recovery is off: {why}");
+            if let Some(book) = &mut pipeline.recovery {
+                book.refuse();
+            }
+            *client = None;
+        }
+    }
+}
+
+/// Takes one datagram; `Some(Stop::End)` on an END of the stream's session.
 fn datagram_in(
     d: &[u8],
     peer: SocketAddr,
     receive_time: i64,
+    origin: Origin,
     held: &mut Option<Held>,
     pipeline: &mut Pipeline,
 ) -> Option<Stop> {
@@ -174,22 +366,18 @@ fn datagram_in(
             match admission {
                 Admission::Take => {
                     *held = None;
-                    take(d, &header, peer, receive_time, pipeline);
+                    take(d, &header, peer, receive_time, origin, pipeline);
                 }
                 Admission::TakeHeldThenThis => {
-                    if let Some(h) = held.take() {
-                        if let Ok(held_header) = DatagramHeader::parse(&h.bytes) {
-                            take(&h.bytes, &held_header, h.peer, h.receive_time, pipeline);
-                        }
-                    }
-                    take(d, &header, peer, receive_time, pipeline);
+                    take_held(held, pipeline);
+                    take(d, &header, peer, receive_time, origin, pipeline);
                 }
                 Admission::Hold => {
                     if warn::allow("held datagram") {
                         tracing::info!(%peer, session = format_args!("{:#x}", header.session), sequence = header.sequence,
                             "datagram out of line with the stream (session or sequence): held until the next one confirms it");
                     }
-                    *held = Some(Held { bytes: d.to_vec(), peer, receive_time });
+                    *held = Some(Held { bytes: d.to_vec(), peer, receive_time, origin });
                 }
                 Admission::Ignore => {}
             }
@@ -211,11 +399,7 @@ fn datagram_in(
                 Admission::Take | Admission::Hold => {}
                 Admission::TakeHeldThenThis => {
                     note_session(before, pipeline, peer);
-                    if let Some(h) = held.take() {
-                        if let Ok(held_header) = DatagramHeader::parse(&h.bytes) {
-                            take(&h.bytes, &held_header, h.peer, h.receive_time, pipeline);
-                        }
-                    }
+                    take_held(held, pipeline);
                 }
                 Admission::Ignore => {
                     pipeline.stats.invalid_packets += 1;
@@ -226,7 +410,10 @@ fn datagram_in(
                     return None;
                 }
             }
-            tracing::info!(publisher = %peer, frames = totals.frames, messages = totals.messages, "end of stream");
+            pipeline.end(header.sequence);
+            if pipeline.stats.publisher_totals.is_none() {
+                tracing::info!(publisher = %peer, frames = totals.frames, messages = totals.messages, "end of stream");
+            }
             pipeline.stats.publisher_totals = Some(totals);
             Some(Stop::End)
         }
@@ -236,6 +423,15 @@ fn datagram_in(
             }
             None
         }
+    }
+}
+
+/// Takes the held datagram, which the one after it confirmed.
+fn take_held(held: &mut Option<Held>, pipeline: &mut Pipeline) {
+    if let Some(h) = held.take()
+        && let Ok(header) = DatagramHeader::parse(&h.bytes)
+    {
+        take(&h.bytes, &header, h.peer, h.receive_time, h.origin, pipeline);
     }
 }
 
@@ -255,8 +451,16 @@ fn note_session(before: Option<u64>, pipeline: &Pipeline, peer: SocketAddr) {
 }
 
 /// Decodes a data datagram's frames.
-fn take(d: &[u8], header: &DatagramHeader, peer: SocketAddr, receive_time: i64, pipeline: &mut Pipeline) {
+fn take(
+    d: &[u8],
+    header: &DatagramHeader,
+    peer: SocketAddr,
+    receive_time: i64,
+    origin: Origin,
+    pipeline: &mut Pipeline,
+) {
     pipeline.data(Payload {
+        origin,
         peer,
         format: header.format,
         bytes: &d[DatagramHeader::LEN..],
@@ -273,7 +477,7 @@ fn send_echoes(socket: &UdpSocket, peer: SocketAddr, pipeline: &mut Pipeline) {
     if pipeline.echoes.is_empty() {
         return;
     }
-    let format = pipeline.current_format().unwrap_or(mdrelay_proto::codec::Format::Raw);
+    let format = pipeline.current_format().unwrap_or(Format::Raw);
     let session = pipeline.tracker.session().unwrap_or(0);
     let mut bytes = [0u8; DatagramHeader::LEN + Echo::LEN];
     let echoes = std::mem::take(&mut pipeline.echoes);

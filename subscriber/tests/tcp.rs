@@ -7,7 +7,9 @@ mod common;
 use common::*;
 use mdrelay_harness::{STEP, accept_within, free_tcp_port};
 use mdrelay_proto::codec::{Codec, Format, Limits};
-use mdrelay_proto::relay::{Echo, Hello, PROTOCOL_VERSION, RecordHeader, RecordTag, Subscribe, control_record};
+use mdrelay_proto::relay::{
+    Echo, Hello, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, RecordHeader, RecordTag, Subscribe, control_record,
+};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::thread::{self, JoinHandle};
@@ -21,8 +23,11 @@ fn accept(listener: &TcpListener) -> TcpStream {
 /// Greets, reads the subscriber's answer and names the first frame offered, as a publisher does.
 fn handshake(stream: &mut TcpStream, format: Format, session: u64, next_sequence: u64) -> Subscribe {
     stream.write_all(&Hello::new(format, session, 1, next_sequence).to_bytes()).unwrap();
-    let mut answer = [0u8; Subscribe::LEN];
+    let mut answer = vec![0u8; Subscribe::LEN];
     stream.read_exact(&mut answer).unwrap();
+    let version = Subscribe::parse_version(&answer).unwrap();
+    answer.resize(Subscribe::len_of(version), 0);
+    stream.read_exact(&mut answer[Subscribe::LEN..]).unwrap();
     stream.write_all(&control_record(RecordTag::Format, format, next_sequence, &[])).unwrap();
     Subscribe::parse(&answer).unwrap()
 }
@@ -79,7 +84,8 @@ fn a_tcp_stream_aggregates_as_proto_does_and_matches_the_publishers_totals() {
     let done =
         subscriber(&["--connect", &addr, "--json", "-", "--report-interval", "0", "--duration", "60"]).finish(STEP);
     let subscribe = publisher.join().unwrap();
-    assert_eq!(subscribe, Subscribe { protocol_version: PROTOCOL_VERSION, echo: false });
+    assert_eq!(subscribe, Subscribe::new(false));
+    assert_eq!(subscribe.protocol_version, PROTOCOL_VERSION);
     assert!(done.status.success(), "{done:?}");
     let r = done.json();
     assert_fields(&r, &expected_report(&refs(&segments), None));
@@ -179,7 +185,7 @@ fn another_protocol_version_is_refused_with_exit_code_3_naming_both_versions() {
     assert_eq!(done.code(), Some(3), "{done:?}");
     // It names both versions, and the publisher.
     let theirs = format!("protocol version {}", PROTOCOL_VERSION + 1);
-    let ours = format!("speaks version {PROTOCOL_VERSION}");
+    let ours = format!("speaks versions {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}");
     assert!(
         done.stderr.contains(&theirs) && done.stderr.contains(&ours) && done.stderr.contains(&addr),
         "{}",

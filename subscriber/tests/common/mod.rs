@@ -10,7 +10,7 @@ use mdrelay_proto::iextp::Segment;
 use mdrelay_proto::message::Message;
 use mdrelay_proto::price::Symbol;
 use mdrelay_proto::relay::{
-    Coalescer, DatagramHeader, DatagramKind, Envelope, DATAGRAM_VERSION, RecordTag, Totals, control_record,
+    Coalescer, DATAGRAM_VERSION, DatagramHeader, DatagramKind, Envelope, RecordTag, Totals, control_record,
 };
 use mdrelay_proto::synth::{SynthConfig, SyntheticDay};
 use serde_json::{Value, json};
