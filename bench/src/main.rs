@@ -6,11 +6,15 @@
 //!
 //! `mdrelay-bench loopback` runs the real publisher and subscriber over loopback once per format
 //! at the same fixed rate and tabulates end-to-end latency percentiles, to choose a format.
+//!
+//! `mdrelay-bench recovery` multicasts across emulated hosts with loss injected by nftables and
+//! tabulates recovery latency percentiles per loss rate (root).
 
 #![forbid(unsafe_code)]
 
 mod codecs;
 mod loopback;
+mod recovery;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -29,6 +33,8 @@ enum Command {
     Codecs(codecs::CodecArgs),
     /// Run publisher and subscriber over loopback once per format and compare their latency.
     Loopback(loopback::LoopbackArgs),
+    /// Recovery latency under injected loss, across emulated hosts (root).
+    Recovery(recovery::RecoveryArgs),
 }
 
 fn main() -> ExitCode {
@@ -36,6 +42,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Codecs(args) => codecs::run(&args),
         Command::Loopback(args) => loopback::run(&args),
+        Command::Recovery(args) => recovery::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
