@@ -62,13 +62,15 @@ pub struct Lines {
     too_late: u64,
     /// The tracker's epoch the windows belong to.
     epoch: u64,
+    /// The lowest frame either line delivered in this epoch: the first a line owed.
+    low: Option<u64>,
 }
 
 impl Lines {
     /// Two lines receiving on these addresses.
     pub fn new(a: String, b: String) -> Lines {
         let line = |address| LineState { address, ..LineState::default() };
-        Lines { lines: [line(a), line(b)], arbitrated: 0, reordered: 0, too_late: 0, epoch: 0 }
+        Lines { lines: [line(a), line(b)], arbitrated: 0, reordered: 0, too_late: 0, epoch: 0, low: None }
     }
 
     /// Follows the tracker's `epoch`: when sequence tracking starts over, so do the lines'.
@@ -81,6 +83,7 @@ impl Lines {
             line.window = SequenceWindow::new();
         }
         self.epoch = epoch;
+        self.low = None;
     }
 
     /// A datagram arrived on `line`.
@@ -92,6 +95,7 @@ impl Lines {
     /// [`Observed::take`] says so), or `None` when the other line delivered it first (it is
     /// arbitrated: not taken).
     pub fn observe(&mut self, line: Line, seq: u64, tracker: &mut SessionTracker) -> Option<Observed> {
+        self.low = Some(self.low.map_or(seq, |low| low.min(seq)));
         let own = &mut self.lines[line.index()];
         Some(match own.window.observe(seq) {
             // Seen before on this very line: a duplicate, counted as on a single line (or too
@@ -118,12 +122,15 @@ impl Lines {
         })
     }
 
-    /// The publisher's END: both lines owed every frame below `next`.
+    /// The publisher's END: both lines owed every frame below `next`. A line that delivered
+    /// nothing owed every frame from the first the other delivered.
     pub fn end(&mut self, next: u64) {
         for line in &mut self.lines {
-            if !line.window.is_empty() {
-                line.window.end(next);
+            if line.window.is_empty() {
+                let Some(low) = self.low else { continue };
+                line.window.expect_from(low);
             }
+            line.window.end(next);
         }
     }
 
@@ -222,6 +229,14 @@ mod tests {
         let c = t.counts().plus(lines.merged_extra());
         assert_eq!((c.lost, c.reordered, c.duplicates), (0, 1, 0));
         assert_eq!(lines.arbitrated(), 2);
+        // A line that delivered nothing lost every frame.
+        let mut dead = Lines::new("a".into(), "b".into());
+        let mut t2 = SessionTracker::new();
+        for seq in 3..=5 {
+            dead.observe(Line::A, seq, &mut t2);
+        }
+        dead.end(7);
+        assert_eq!((dead.report()[0].lost, dead.report()[1].lost), (1, 4));
         // A new session starts the lines' windows over, and keeps what they counted.
         lines.sync(1);
         lines.observe(Line::A, 1, &mut t);

@@ -22,8 +22,8 @@ use mdrelay_proto::clock::wall_clock_ns;
 use mdrelay_proto::latency::{LatencySummary, latency_histogram};
 use mdrelay_proto::relay::window::WINDOW;
 use mdrelay_proto::relay::{
-    GapList, HELLO_MAGIC, HandshakeError, Hello, MAX_RECORD, Purpose, RecordHeader, RecordTag, RecoveryCounts,
-    RecoveryPolicy, RetransmitRequest, Subscribe, parse_gone,
+    GapList, HELLO_MAGIC, HandshakeError, Hello, Purpose, RecordHeader, RecordTag, RecoveryCounts, RecoveryPolicy,
+    RetransmitRequest, Subscribe, parse_gone,
 };
 use mdrelay_proto::warn;
 use serde::Serialize;
@@ -59,6 +59,10 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_REASON: usize = 4096;
 /// Read buffer of the connection; grows (doubling) only for records larger than this.
 const READ_BUFFER: usize = 128 << 10;
+/// Largest answer record taken. A publisher's records hold up to 64 KiB of frames, or one frame
+/// of a datagram's size at most; the bound keeps the answers queued to the loop within
+/// [`ANSWER_QUEUE`] MiB whatever a service sends.
+const MAX_ANSWER_RECORD: usize = 1 << 20;
 
 /// When to ask, from the settings.
 pub fn policy(delay: Duration, retry: Duration, attempts: u32) -> RecoveryPolicy {
@@ -468,6 +472,9 @@ async fn serve(server: String, mut asks: mpsc::Receiver<Ask>, answers: mpsc::Sen
                 if warn::allow("recovery connection") {
                     tracing::warn!(service = %server, retry_in = ?backoff, "recovery connection: {why}");
                 }
+                // The next connection waits for the next request: the frames still missing are
+                // asked again at their retry, and ones given up meanwhile need no connection.
+                pending = None;
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
@@ -491,7 +498,7 @@ async fn connect(server: &str) -> Result<(TcpStream, SocketAddr, Hello), Ended> 
     };
     if hello.protocol_version < 2 {
         return Err(Ended::Refused(format!(
-            "{peer} speaks relay protocol version {}, which has no retransmission service; recovery is off",
+            "{peer} speaks relay protocol version {}, which has no retransmission service",
             hello.protocol_version
         )));
     }
@@ -531,10 +538,10 @@ async fn greeting(stream: &mut TcpStream, peer: SocketAddr) -> Result<Hello, End
         }
     }
     Hello::parse(&bytes[..have]).map_err(|e| match e {
-        HandshakeError::Malformed(e) => Ended::Refused(format!(
-            "{peer} is not an mdrelay retransmission service: {e}; recovery is off (check the recovery setting)"
-        )),
-        version => Ended::Refused(format!("retransmission service {peer}: {version}; recovery is off")),
+        HandshakeError::Malformed(e) => {
+            Ended::Refused(format!("{peer} is not an mdrelay retransmission service: {e} (check the recovery setting)"))
+        }
+        version => Ended::Refused(format!("retransmission service {peer}: {version}")),
     })
 }
 
@@ -592,7 +599,7 @@ async fn session(
                 buf.reserve_for(RecordHeader::LEN, RecordHeader::LEN);
                 break;
             }
-            let header = match RecordHeader::parse(data, MAX_RECORD) {
+            let header = match RecordHeader::parse(data, MAX_ANSWER_RECORD) {
                 Ok(h) => h,
                 Err(e) => {
                     let at = offset + e.offset as u64;
@@ -601,7 +608,7 @@ async fn session(
             };
             let total = RecordHeader::LEN + header.length as usize;
             if data.len() < total {
-                buf.reserve_for(total, RecordHeader::LEN + MAX_RECORD);
+                buf.reserve_for(total, RecordHeader::LEN + MAX_ANSWER_RECORD);
                 break;
             }
             let payload = &data[RecordHeader::LEN..total];

@@ -30,6 +30,9 @@ const RECEIVE_BUFFER: usize = 16 << 20;
 const MAX_DATAGRAM: usize = 65_536;
 /// Datagrams taken without waiting after a wake-up, before ticks and stops are looked at again.
 const BURST: usize = 256;
+/// A/B: how long after one line's END the other line's is waited for (its last frames are still
+/// on their way over a slower network; a line that is down never sends it).
+const AB_END_GRACE: Duration = Duration::from_secs(1);
 
 /// Opens the socket for a UDP or multicast transport and logs where it listens.
 pub fn open(transport: &Transport) -> anyhow::Result<UdpSocket> {
@@ -152,12 +155,13 @@ pub async fn run(
     let mut scratch = ReadBuf::new(0);
     let mut held: Option<Held> = None;
     let mut turn = 0usize;
-    // After the END, with frames missing: until when to wait for them.
-    let mut lingering: Option<Instant> = None;
+    // The lines whose END has come (one line: B never comes, and need not).
+    let mut ended = [false, lines.len() < 2];
+    // After the first END: when to stop at the latest, frames still missing or not.
+    let mut ending: Option<Instant> = None;
     loop {
         let missing = pipeline.missing();
-        if lingering.is_some() && missing == 0 {
-            tracing::info!("every missing frame is in: end of stream");
+        if ending.is_some() && missing == 0 && ended == [true, true] {
             return Ok(Stop::End);
         }
         let b = lines.get(1).map(|(socket, _)| socket);
@@ -172,13 +176,23 @@ pub async fn run(
                     ask(pipeline, c);
                 }
             }
-            _ = tokio::time::sleep_until(lingering.unwrap_or_else(Instant::now)), if lingering.is_some() => {
+            _ = tokio::time::sleep_until(ending.unwrap_or_else(Instant::now)), if ending.is_some() => {
+                if ended != [true, true] {
+                    tracing::warn!(grace = ?AB_END_GRACE, "no end of stream on one of the lines; stopping");
+                }
                 let given_up = pipeline.recovery.as_mut().map_or(0, |b| b.give_up_all());
-                tracing::warn!(frames = given_up, linger = ?linger, "frames still missing after the end of stream; given up");
+                if given_up > 0 {
+                    tracing::warn!(frames = given_up, linger = ?linger, "frames still missing after the end of stream; given up");
+                }
                 return Ok(Stop::End);
             }
             answer = next_answer(&mut client), if client.is_some() => match answer {
-                Some(answer) => on_answer(answer, pipeline, &mut scratch, &mut client),
+                Some(answer) => {
+                    on_answer(answer, pipeline, &mut scratch, &mut client);
+                    if pipeline.count_reached() {
+                        return Ok(Stop::Count);
+                    }
+                }
                 None => {
                     tracing::warn!("the recovery task ended; missing frames are no longer asked for");
                     client = None;
@@ -222,15 +236,23 @@ pub async fn run(
                 lines.datagram(*line);
             }
             let datagram = &buf.spare()[..n];
-            if let Some(stop) = datagram_in(datagram, peer, receive_time, *origin, &mut held, pipeline) {
-                if lingering.is_some() {
-                    // The END repeated, or the other line's copy: already ending.
-                } else if pipeline.missing() > 0 && !linger.is_zero() {
-                    tracing::info!(missing = pipeline.missing(), linger = ?linger,
-                        "end of stream; waiting for the frames still missing");
-                    lingering = Some(Instant::now() + linger);
-                } else {
-                    return Ok(stop);
+            if datagram_in(datagram, peer, receive_time, *origin, &mut held, pipeline).is_some() {
+                ended[i] = true;
+                if ended == [true, true] && pipeline.missing() == 0 {
+                    return Ok(Stop::End);
+                }
+                if ending.is_none() {
+                    // The other line's last frames may still be on their way, and with recovery
+                    // the frames still missing: wait for them, for a while.
+                    let missing = pipeline.missing();
+                    let mut grace = if missing > 0 { linger } else { Duration::ZERO };
+                    if ended != [true, true] {
+                        grace = grace.max(AB_END_GRACE);
+                    }
+                    if !grace.is_zero() {
+                        tracing::info!(missing, wait = ?grace, "end of stream; waiting for what is still on its way");
+                    }
+                    ending = Some(Instant::now() + grace);
                 }
             }
             send_echoes(socket, peer, pipeline);

@@ -54,6 +54,15 @@ fn bad_settings_fail_at_start_naming_the_setting() {
         ),
         ("connect = \"127.0.0.1:9100\"\n", &["--duration", "-1"], "--duration: -1 seconds is out of range"),
         ("connect = \"127.0.0.1:9100\"\n", &["--format", "sbe"], "the format comes from the publisher"),
+        ("connect = \"127.0.0.1:9100\"\n", &["--recovery", "127.0.0.1:9400"], "--recovery: a TCP subscriber resumes"),
+        ("listen = \"127.0.0.1:0\"\n", &["--from-start"], "--from-start: only a TCP subscriber"),
+        (
+            "listen = \"127.0.0.1:0\"\nrecovery = \"127.0.0.1:9400\"\n",
+            &["--recovery-attempts", "0"],
+            "--recovery-attempts: 0 is out of range (1 to 1000)",
+        ),
+        ("listen = \"127.0.0.1:0\"\n", &["--recovery-linger", "3"], "--recovery-linger: only used with recovery"),
+        ("listen = \"127.0.0.1:0\"\n", &["--group-b", "239.1.1.1:1"], "--group-b: line B of a multicast transport"),
     ];
     for (text, flags, needle) in cases {
         let (done, _) = run_with_file(text, flags);
@@ -77,4 +86,26 @@ fn the_example_files_are_valid() {
         assert!(done.stdout.contains("transport"), "{name}: {}", done.stdout);
     }
     assert!(seen >= 3, "the example subscriber configurations are missing");
+}
+
+#[test]
+fn check_prints_the_recovery_and_line_b_settings() {
+    let args = [
+        "--listen",
+        "127.0.0.1:9200",
+        "--listen-b",
+        "127.0.0.1:9201",
+        "--recovery",
+        "127.0.0.1:9400",
+        "--recovery-delay-ms",
+        "3",
+        "--check",
+    ];
+    let done = subscriber(&args).finish(STEP);
+    assert!(done.status.success(), "{done:?}");
+    for needle in
+        ["server: \"127.0.0.1:9400\"", "delay: 3ms", "retry: 50ms", "attempts: 10", "linger: 2s", "127.0.0.1:9201"]
+    {
+        assert!(done.stdout.contains(needle), "{needle:?} in:\n{}", done.stdout);
+    }
 }
