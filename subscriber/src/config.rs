@@ -74,7 +74,9 @@ pub struct Cli {
     /// Recovery: seconds to keep waiting for missing frames after the end of stream (default 2).
     #[arg(long, value_name = "SECONDS")]
     pub recovery_linger: Option<f64>,
-    /// TCP: ask for the publisher's session from its first frame (as far as its ring holds it).
+    /// The whole session from its first frame: over TCP the publisher is asked for it (as far as
+    /// its ring holds it); over UDP every frame from the first is owed, so frames lost before the
+    /// first received count (and, with recovery, are asked for).
     #[arg(long)]
     pub from_start: bool,
     /// Multicast A/B: the second line's GROUP:PORT.
@@ -210,7 +212,7 @@ pub struct Settings {
     pub reconnect_max: Duration,
     /// UDP and multicast: the publisher's retransmission service, and when to ask it.
     pub recovery: Option<RecoverySettings>,
-    /// TCP: ask for the session from its first frame.
+    /// The whole session from its first frame is wanted (TCP: asked for; UDP: owed).
     pub from_start: bool,
     /// A/B: the second line, of the same kind as the transport (UDP or multicast).
     pub line_b: Option<Transport>,
@@ -339,16 +341,8 @@ impl Settings {
         let tie = Tie { transport: &transport, from_file: transport_from_file };
         let line_b = line_b(&cli, &file, origin, &tie)?;
         let recovery = recovery(&cli, &file, origin, &tie)?;
-        let from_start = match pick(cli.from_start.then_some(true), file.from_start, "from_start", origin) {
-            None => None,
-            Some(n) => tie.keep(n, matches!(transport, Transport::Tcp(_)), |name, t| {
-                format!(
-                    "{name}: only a TCP subscriber can ask for the session from its start, and {t} is not TCP \
-                     (UDP and multicast subscribers can set recovery to ask for missing frames)"
-                )
-            })?,
-        }
-        .is_some_and(|n| n.value);
+        let from_start =
+            pick(cli.from_start.then_some(true), file.from_start, "from_start", origin).is_some_and(|n| n.value);
 
         let symbols = match pick(cli.symbols, file.symbols, "symbols", origin) {
             None => None,
@@ -875,6 +869,7 @@ mod tests {
             (Duration::ZERO, Duration::from_millis(7), 3, Duration::from_millis(500))
         );
         assert!(from_file("connect = \"h:1\"\nfrom_start = true\n").unwrap().from_start);
+        assert!(from_file("listen = \"127.0.0.1:1\"\nfrom_start = true\n").unwrap().from_start);
         // The file's UDP-only settings went with its transport, which a flag replaced.
         let file: FileConfig = toml::from_str(text).unwrap();
         let cli = Cli { connect: Some("h:1".into()), from_start: true, ..Cli::default() };
@@ -901,7 +896,6 @@ mod tests {
         assert!(with("recovery_linger = 601").contains("recovery_linger: 601 seconds is out of range (0 to 600)"));
         assert!(with("recovery_linger = -1").contains("recovery_linger"));
         assert!(err(&format!("{udp}recovery_retry_ms = 9")).contains("recovery_retry_ms: only used with recovery"));
-        assert!(err(&format!("{udp}from_start = true")).contains("from_start: only a TCP subscriber"));
         assert!(err(&format!("{udp}group_b = \"239.1.1.1:1\"")).contains("group_b: line B of a multicast transport"));
         assert!(err(&format!("{udp}listen_b = \"127.0.0.1:9200\"")).contains("listen_b: 127.0.0.1:9200 is line A's"));
         assert!(

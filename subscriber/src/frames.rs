@@ -2,7 +2,7 @@
 //! mid-stream loses nothing and rebuilds nothing), walking the frames of a record or datagram,
 //! handing messages to [`Stats`], queueing echoes, and the periodic and final reports.
 
-use crate::config::{LatencyMode, Settings};
+use crate::config::{LatencyMode, Settings, Transport};
 use crate::histlog::HistogramLog;
 use crate::lines::{Line, Lines};
 use crate::recovery::{RecoveryBook, RecoveryReport};
@@ -96,8 +96,8 @@ pub struct Pipeline {
     recovery_server: Option<String>,
     /// `--from-start` was asked for.
     from_start: bool,
-    /// The first frame taken in the run.
-    first_frame: Option<u64>,
+    /// The lowest frame taken in the run's first session (with that session's epoch).
+    first_frame: Option<(u64, u64)>,
     /// Round-trip mode: echo every Nth frame.
     echo_every: Option<u64>,
     echo_countdown: u64,
@@ -116,7 +116,7 @@ impl Pipeline {
     /// A pipeline for `settings`, writing intervals to `histogram_log` if given.
     pub fn new(settings: &Settings, histogram_log: Option<HistogramLog>, started: Instant) -> Pipeline {
         let echo_every = (settings.latency == LatencyMode::RoundTrip).then_some(settings.echo_every.max(1));
-        Pipeline {
+        let mut pipeline = Pipeline {
             codecs: Default::default(),
             current: None,
             formats_seen: BTreeSet::new(),
@@ -141,7 +141,17 @@ impl Pipeline {
             transport: settings.transport.to_string(),
             started,
             last_tick: started,
+        };
+        // A TCP publisher names the first frame it offers; over UDP, from the start means
+        // every frame of the session is owed, so frames lost before the first received count
+        // (and, with recovery, are asked for).
+        if settings.from_start && !matches!(settings.transport, Transport::Tcp(_)) {
+            pipeline.tracker.expect_from(1);
+            if let Some(book) = &mut pipeline.recovery {
+                book.expect_from(1);
+            }
         }
+        pipeline
     }
 
     /// The format now in use, if any was announced.
@@ -178,9 +188,9 @@ impl Pipeline {
         self.from_start
     }
 
-    /// The first frame taken in the run, if any.
+    /// The lowest frame taken in the run's first session, if any.
     pub fn first_frame(&self) -> Option<u64> {
-        self.first_frame
+        self.first_frame.map(|(_, seq)| seq)
     }
 
     /// The clock of the recovery book: ns since the run started, monotonic.
@@ -298,8 +308,13 @@ impl Pipeline {
             {
                 book.original(sequence, tracker.highest(), now);
             }
-            if observed.take() && first_frame.is_none() {
-                *first_frame = Some(sequence);
+            if observed.take() {
+                let epoch = tracker.epoch();
+                match first_frame {
+                    None => *first_frame = Some((epoch, sequence)),
+                    Some((e, low)) if *e == epoch && sequence < *low => *low = sequence,
+                    _ => {}
+                }
             }
             match observed {
                 Observed::InOrder => {}
@@ -403,8 +418,8 @@ impl Pipeline {
         };
         let from_start = self.from_start.then(|| FromStartReport {
             requested: true,
-            complete: self.first_frame == Some(1),
-            first_frame: self.first_frame,
+            complete: self.first_frame() == Some(1),
+            first_frame: self.first_frame(),
         });
         let raw_skipped_messages = match &self.codecs[usize::from(Format::Raw.id())] {
             Some(Codec::Raw(raw)) => raw.skipped_messages(),

@@ -73,6 +73,17 @@ impl Lines {
         Lines { lines: [line(a), line(b)], arbitrated: 0, reordered: 0, too_late: 0, epoch: 0, low: None }
     }
 
+    /// Both lines owe every frame from `first` on (`--from-start`: from the session's first),
+    /// so frames lost before the first one a line delivers count too.
+    pub fn expect_from(&mut self, first: u64) {
+        for line in &mut self.lines {
+            line.window.expect_from(first);
+        }
+        if self.low.is_none() {
+            self.low = Some(first);
+        }
+    }
+
     /// Follows the tracker's `epoch`: when sequence tracking starts over, so do the lines'.
     pub fn sync(&mut self, epoch: u64) {
         if epoch == self.epoch {
@@ -146,30 +157,34 @@ impl Lines {
     }
 
     /// The report's `lines`.
-    pub fn report(&self) -> Vec<LineReport> {
-        [Line::A, Line::B]
-            .into_iter()
-            .map(|l| {
-                let line = &self.lines[l.index()];
-                let counts = line.earlier.plus(line.window.counts());
-                LineReport {
-                    line: l.name(),
-                    address: line.address.clone(),
-                    datagrams: line.datagrams,
-                    frames: line.frames,
-                    lost: counts.lost,
-                    duplicates: counts.duplicates,
-                }
-            })
-            .collect()
+    pub fn report(&self) -> LinesReport {
+        let line = |l: Line| {
+            let line = &self.lines[l.index()];
+            let counts = line.earlier.plus(line.window.counts());
+            LineReport {
+                address: line.address.clone(),
+                datagrams: line.datagrams,
+                frames: line.frames,
+                lost: counts.lost,
+                duplicates: counts.duplicates,
+            }
+        };
+        LinesReport { a: line(Line::A), b: line(Line::B) }
     }
+}
+
+/// Both lines in the report.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LinesReport {
+    /// Line A (`listen` or `group`).
+    pub a: LineReport,
+    /// Line B (`listen_b` or `group_b`).
+    pub b: LineReport,
 }
 
 /// One line in the report.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct LineReport {
-    /// `A` or `B`.
-    pub line: &'static str,
     /// Where it was received.
     pub address: String,
     /// Datagrams received on it.
@@ -215,8 +230,8 @@ mod tests {
         let c = t.counts();
         assert_eq!((c.lost, c.duplicates, c.reordered), (1, 1, 0), "only 4 is lost; B's second 2 a duplicate");
         let r = lines.report();
-        assert_eq!((r[0].frames, r[0].lost, r[0].duplicates), (4, 2, 0));
-        assert_eq!((r[1].frames, r[1].lost, r[1].duplicates), (4, 2, 1));
+        assert_eq!((r.a.frames, r.a.lost, r.a.duplicates), (4, 2, 0));
+        assert_eq!((r.b.frames, r.b.lost, r.b.duplicates), (4, 2, 1));
     }
 
     #[test]
@@ -236,10 +251,19 @@ mod tests {
             dead.observe(Line::A, seq, &mut t2);
         }
         dead.end(7);
-        assert_eq!((dead.report()[0].lost, dead.report()[1].lost), (1, 4));
+        assert_eq!((dead.report().a.lost, dead.report().b.lost), (1, 4));
+        // From the start, frames 1 and 2 were owed as well.
+        let mut from_start = Lines::new("a".into(), "b".into());
+        let mut t3 = SessionTracker::new();
+        from_start.expect_from(1);
+        for seq in 3..=5 {
+            from_start.observe(Line::A, seq, &mut t3);
+        }
+        from_start.end(7);
+        assert_eq!((from_start.report().a.lost, from_start.report().b.lost), (3, 6));
         // A new session starts the lines' windows over, and keeps what they counted.
         lines.sync(1);
         lines.observe(Line::A, 1, &mut t);
-        assert_eq!(lines.report()[1].frames, 2);
+        assert_eq!(lines.report().b.frames, 2);
     }
 }

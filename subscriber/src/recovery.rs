@@ -134,6 +134,15 @@ impl RecoveryBook {
         }
     }
 
+    /// Every frame from `first` on is owed (`--from-start`: from the session's first), so the
+    /// frames before the first one taken are missing too. Only before anything is taken.
+    pub fn expect_from(&mut self, first: u64) {
+        if self.low.is_none() {
+            self.low = Some(first);
+            self.opened_to = first;
+        }
+    }
+
     /// Follows the tracker's `epoch`: when sequence tracking started over (a publisher restart,
     /// a corrected numbering), the old numbers mean nothing any more and their gaps are given up.
     pub fn sync(&mut self, epoch: u64) {
@@ -875,6 +884,20 @@ mod tests {
         assert_eq!((c.frames_recovered, c.frames_unrecoverable, c.frames_missing), (1, 1, 2));
         assert_eq!(t.counts().lost, 1);
         assert_eq!(b.report("h:1").frames_redundant, 2);
+    }
+
+    #[test]
+    fn from_the_start_the_frames_before_the_first_taken_are_missing() {
+        let mut t = SessionTracker::new();
+        let mut b = RecoveryBook::new(POLICY);
+        t.expect_from(1);
+        b.expect_from(1);
+        t.datagram(1, 3, 1);
+        assert!(original(&mut t, &mut b, 3, 0));
+        assert_eq!((b.missing(), t.counts().lost), (2, 2));
+        assert!(retransmitted(&mut t, &mut b, 1, 1));
+        b.give_up_all();
+        assert_eq!((t.counts().lost, b.counts().frames_unrecoverable, b.counts().frames_recovered), (1, 1, 1));
     }
 
     #[test]

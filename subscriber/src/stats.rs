@@ -2,7 +2,7 @@
 //! optional symbol filter), frame sequence counts, one-way latency; and the reports made of
 //! them: the interval line, the final text report and the JSON report.
 
-use crate::lines::LineReport;
+use crate::lines::LinesReport;
 use crate::recovery::RecoveryReport;
 use hdrhistogram::Histogram;
 use mdrelay_proto::aggregate::{Aggregator, SymbolAggregate};
@@ -251,7 +251,7 @@ pub struct RunInfo {
     /// Loss recovery (UDP).
     pub recovery: RecoveryReport,
     /// A/B: each line's figures.
-    pub lines: Option<Vec<LineReport>>,
+    pub lines: Option<LinesReport>,
     /// A/B: copies of frames the other line had delivered first.
     pub arbitrated: u64,
     /// Sequence counts of the merged A/B stream kept outside the tracker.
@@ -265,9 +265,9 @@ pub struct RunInfo {
 pub struct FromStartReport {
     /// Always true: the object is there only when asked for.
     pub requested: bool,
-    /// The first frame taken was the session's first (1): nothing is missing at the head.
+    /// The session's first frame (1) was taken: nothing is missing at the head.
     pub complete: bool,
-    /// The first frame taken, if any.
+    /// The lowest frame taken in the first session, if any.
     pub first_frame: Option<u64>,
 }
 
@@ -322,8 +322,8 @@ pub struct Report {
     pub from_start: Option<FromStartReport>,
     /// Loss recovery (UDP and multicast): what was missing and what became of it.
     pub recovery: RecoveryReport,
-    /// A/B: each line's figures; `null` with one line.
-    pub lines: Option<Vec<LineReport>>,
+    /// A/B: each line's figures (`a` and `b`); `null` with one line.
+    pub lines: Option<LinesReport>,
     /// A/B: copies of frames that the other line had delivered first (taken once).
     pub arbitrated: u64,
     /// The transport.
@@ -403,8 +403,7 @@ impl fmt::Display for Report {
                 _ if s.complete => writeln!(f, "  from start: complete (the session from its first frame)")?,
                 Some(first) => writeln!(
                     f,
-                    "  from start: INCOMPLETE: the first frame received was {first} (the publisher no longer held \
-                     the ones before)"
+                    "  from start: INCOMPLETE: the first frame received was {first}; the ones before it never came"
                 )?,
                 None => writeln!(f, "  from start: INCOMPLETE: no frame received")?,
             }
@@ -430,11 +429,11 @@ impl fmt::Display for Report {
             )?;
         }
         if let Some(lines) = &self.lines {
-            for l in lines {
+            for (name, l) in [("A", &lines.a), ("B", &lines.b)] {
                 writeln!(
                     f,
-                    "  line {} {}: datagrams {}   frames {}   lost {}   duplicates {}",
-                    l.line, l.address, l.datagrams, l.frames, l.lost, l.duplicates
+                    "  line {name} {}: datagrams {}   frames {}   lost {}   duplicates {}",
+                    l.address, l.datagrams, l.frames, l.lost, l.duplicates
                 )?;
             }
             writeln!(f, "  arbitrated {} (copies the other line delivered first)", self.arbitrated)?;

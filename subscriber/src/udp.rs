@@ -137,7 +137,11 @@ pub async fn run(
     let lines: Vec<(UdpSocket, Origin)> = match <[UdpSocket; 2]>::try_from(sockets) {
         Ok([a, b]) => {
             let name = |s: &UdpSocket| s.local_addr().map_or_else(|_| "-".to_string(), |a| a.to_string());
-            pipeline.lines = Some(Lines::new(name(&a), name(&b)));
+            let mut lines = Lines::new(name(&a), name(&b));
+            if pipeline.from_start() {
+                lines.expect_from(1);
+            }
+            pipeline.lines = Some(lines);
             vec![(a, Origin::Line(Line::A)), (b, Origin::Line(Line::B))]
         }
         Err(one) => one.into_iter().map(|s| (s, Origin::Stream)).take(1).collect(),

@@ -55,7 +55,6 @@ fn bad_settings_fail_at_start_naming_the_setting() {
         ("connect = \"127.0.0.1:9100\"\n", &["--duration", "-1"], "--duration: -1 seconds is out of range"),
         ("connect = \"127.0.0.1:9100\"\n", &["--format", "sbe"], "the format comes from the publisher"),
         ("connect = \"127.0.0.1:9100\"\n", &["--recovery", "127.0.0.1:9400"], "--recovery: a TCP subscriber resumes"),
-        ("listen = \"127.0.0.1:0\"\n", &["--from-start"], "--from-start: only a TCP subscriber"),
         (
             "listen = \"127.0.0.1:0\"\nrecovery = \"127.0.0.1:9400\"\n",
             &["--recovery-attempts", "0"],

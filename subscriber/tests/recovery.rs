@@ -374,6 +374,32 @@ fn a_version_1_service_turns_recovery_off_and_the_run_ends_at_once() {
     );
 }
 
+#[test]
+fn from_the_start_over_udp_the_frames_before_the_first_received_are_asked_for() {
+    let feed = Feed::new(600, 47);
+    let n = feed.len();
+    let head: BTreeSet<u64> = (1..=3).collect();
+    let (addr, log) = service(&feed, 2, |_| Serve::Frame, None);
+    let args = ["--listen", "127.0.0.1:0", "--recovery", &addr, "--from-start", "--recovery-linger", "20"];
+    let mut sub = Receiver::start(&args, 1);
+    let socket = sender();
+    for seq in 4..=n {
+        sub.send(&socket, 0, &feed.datagram(seq), seq);
+    }
+    for _ in 0..3 {
+        sub.send(&socket, 0, &feed.end(), 0);
+    }
+    let done = sub.process.finish(STEP);
+    let log = log.join().unwrap();
+    assert_eq!(log.served, head);
+    let r = done.json();
+    assert_fields(&r, &feed.expected_without(&BTreeSet::new()));
+    assert_eq!(r["from_start"], serde_json::json!({"requested": true, "complete": true, "first_frame": 1}));
+    assert_eq!((r["gaps"].as_u64(), r["late_join_sequence"].as_u64()), (Some(0), None));
+    assert_eq!(r["totals_match"], true);
+    assert_eq!(r["recovery"]["frames_recovered"], head.len());
+}
+
 /// Sends every frame of `feed` to both lines of `sub`, except `not_a` on line A and `not_b` on
 /// line B; line B delivers `twice_on_b` twice, and every 7th frame goes to line B first.
 fn send_both_lines(
@@ -419,6 +445,7 @@ fn a_b_lines(args: &[&str], round_trip: bool) {
         all.extend_from_slice(&["--latency", "round-trip"]);
     }
     let mut sub = Receiver::start(&all, 2);
+    let sub_lines = sub.lines.clone();
     let socket = sender();
     // Echoes come back to the sender, one per frame taken: no more frames are in flight than
     // its buffer holds echoes of, and the echoes of the frames counted are read before more
@@ -466,18 +493,17 @@ fn a_b_lines(args: &[&str], round_trip: bool) {
     assert_eq!(r["arbitrated"], n - either.len() as u64, "every frame both lines delivered");
     assert_eq!(r["duplicates"], 1);
     assert_eq!(r["stop_reason"], "end");
-    let lines = r["lines"].as_array().expect("a lines array");
-    assert_eq!(lines.len(), 2);
-    for (line, name, lost) in [(&lines[0], "A", &not_a), (&lines[1], "B", &not_b)] {
-        assert_eq!(line["line"], name);
-        assert_eq!(line["lost"], lost.len(), "line {name}");
-        assert_eq!(line["frames"], n - lost.len() as u64, "line {name}");
+    let lines = &r["lines"];
+    for (name, lost) in [("a", &not_a), ("b", &not_b)] {
+        assert_eq!(lines[name]["lost"], lost.len(), "line {name}: {lines}");
+        assert_eq!(lines[name]["frames"], n - lost.len() as u64, "line {name}: {lines}");
+        assert_eq!(lines[name]["address"], sub_lines[usize::from(name == "b")].to_string());
     }
-    assert_eq!(lines[0]["duplicates"], 0);
-    assert_eq!(lines[1]["duplicates"], 1);
+    assert_eq!(lines["a"]["duplicates"], 0);
+    assert_eq!(lines["b"]["duplicates"], 1);
     // Each line's data, B's duplicate, and the END (its repetitions may come after the stop).
-    assert!(lines[0]["datagrams"].as_u64().unwrap() > n - not_a.len() as u64);
-    assert!(lines[1]["datagrams"].as_u64().unwrap() > n - not_b.len() as u64 + 1);
+    assert!(lines["a"]["datagrams"].as_u64().unwrap() > n - not_a.len() as u64);
+    assert!(lines["b"]["datagrams"].as_u64().unwrap() > n - not_b.len() as u64 + 1);
     assert!(done.stderr.contains("arbitrated"), "{}", done.stderr);
     if round_trip {
         assert_eq!(r["echoes_sent"], taken, "only the first copy of a frame is echoed");
