@@ -8,10 +8,12 @@
 //! at the same fixed rate and tabulates end-to-end latency percentiles, to choose a format.
 //!
 //! `mdrelay-bench recovery` multicasts across emulated hosts with loss injected by nftables and
-//! tabulates recovery latency percentiles per loss rate (root).
+//! tabulates recovery latency percentiles per loss rate (root); `mdrelay-bench arbitration`
+//! measures what A/B line arbitration costs the receive path per datagram.
 
 #![forbid(unsafe_code)]
 
+mod arbitration;
 mod codecs;
 mod loopback;
 mod recovery;
@@ -35,6 +37,8 @@ enum Command {
     Loopback(loopback::LoopbackArgs),
     /// Recovery latency under injected loss, across emulated hosts (root).
     Recovery(recovery::RecoveryArgs),
+    /// What A/B line arbitration costs the receive path, per datagram.
+    Arbitration(arbitration::ArbitrationArgs),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +47,7 @@ fn main() -> ExitCode {
         Command::Codecs(args) => codecs::run(&args),
         Command::Loopback(args) => loopback::run(&args),
         Command::Recovery(args) => recovery::run(&args),
+        Command::Arbitration(args) => arbitration::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
