@@ -85,6 +85,11 @@ impl GapList {
         self.gaps.is_empty()
     }
 
+    /// True when frame `seq` is missing and not given up on.
+    pub fn is_missing(&self, seq: u64) -> bool {
+        self.holding(seq).is_some()
+    }
+
     /// Frames `first..end` were found missing at `now`.
     pub fn open(&mut self, first: u64, end: u64, now: i64) {
         if end <= first {
