@@ -101,6 +101,8 @@ pub struct RecoveryBook {
     /// Frames given up and then taken after all: counted unrecoverable by the gap list, they
     /// are reported as filled late.
     arrived_after_give_up: u64,
+    /// Frames given up, by cause (those out of attempts are the rest).
+    given_up: GivenUp,
     /// Retransmitted frames not missing (any more): already there, given up, or of a request
     /// answered twice.
     redundant: u64,
@@ -124,6 +126,7 @@ impl RecoveryBook {
             low: None,
             opened_to: 0,
             arrived_after_give_up: 0,
+            given_up: GivenUp::default(),
             redundant: 0,
             busy_answers: 0,
             gone_frames: 0,
@@ -149,7 +152,7 @@ impl RecoveryBook {
         if epoch == self.epoch {
             return;
         }
-        self.gaps.give_up_all();
+        self.given_up.other_session += self.gaps.give_up_all();
         self.earlier = plus(self.earlier, self.gaps.counts());
         self.gaps = GapList::new();
         self.epoch = epoch;
@@ -183,6 +186,14 @@ impl RecoveryBook {
             }
         }
         self.slide(highest);
+        self.refused_gives_up();
+    }
+
+    /// Once the service refused, a gap is given up as soon as it is found.
+    fn refused_gives_up(&mut self) {
+        if self.refused && !self.gaps.is_empty() {
+            self.given_up.refused += self.gaps.give_up_all();
+        }
     }
 
     /// A retransmitted frame arrived: true when it was missing (take it), false when it is not
@@ -205,7 +216,7 @@ impl RecoveryBook {
         if let Some(high) = highest
             && high >= WINDOW
         {
-            self.gaps.give_up_below(high + 1 - WINDOW);
+            self.given_up.too_old += self.gaps.give_up_below(high + 1 - WINDOW);
         }
     }
 
@@ -215,12 +226,13 @@ impl RecoveryBook {
             self.gaps.open(self.opened_to, next, now);
             self.opened_to = next;
         }
+        self.refused_gives_up();
     }
 
     /// The requests due now (none once the service refused).
     pub fn due(&mut self, now: i64, max: usize) -> Vec<RetransmitRequest> {
         if self.refused {
-            self.gaps.give_up_all();
+            self.refused_gives_up();
             return Vec::new();
         }
         self.gaps.due(now, &self.policy, max)
@@ -239,7 +251,7 @@ impl RecoveryBook {
     /// The service no longer holds `count` frames from `first`.
     pub fn gone(&mut self, first: u64, count: u64) {
         self.gone_frames = self.gone_frames.saturating_add(count);
-        self.gaps.give_up(first, first.saturating_add(count));
+        self.given_up.gone += self.gaps.give_up(first, first.saturating_add(count));
     }
 
     /// The service was over its rate limit; the request is asked again at its retry.
@@ -256,7 +268,7 @@ impl RecoveryBook {
     /// every gap found from now on.
     pub fn refuse(&mut self) {
         self.refused = true;
-        self.gaps.give_up_all();
+        self.refused_gives_up();
     }
 
     /// True once the service refused.
@@ -276,7 +288,9 @@ impl RecoveryBook {
 
     /// Gives up everything still missing (the end of the run); returns how many frames.
     pub fn give_up_all(&mut self) -> u64 {
-        self.gaps.give_up_all()
+        let frames = self.gaps.give_up_all();
+        self.given_up.at_end += frames;
+        frames
     }
 
     /// The counts over every session, with frames given up and taken after all counted as
@@ -291,6 +305,17 @@ impl RecoveryBook {
     /// The report's `recovery` object.
     pub fn report(&self, server: &str) -> RecoveryReport {
         let c = self.counts();
+        let all = plus(self.earlier, self.gaps.counts()).frames_unrecoverable;
+        let g = self.given_up;
+        let named = g.gone + g.too_old + g.other_session + g.refused + g.at_end;
+        let causes = UnrecoverableCauses {
+            gone: g.gone,
+            too_old: g.too_old,
+            out_of_attempts: all.saturating_sub(named),
+            other_session: g.other_session,
+            refused: g.refused,
+            at_end: g.at_end,
+        };
         RecoveryReport {
             enabled: true,
             server: Some(server.to_string()),
@@ -299,6 +324,7 @@ impl RecoveryBook {
             frames_recovered: c.frames_recovered,
             frames_filled_late: c.frames_filled_late,
             frames_unrecoverable: c.frames_unrecoverable,
+            unrecoverable_causes: causes,
             frames_still_missing: self.missing(),
             requests: c.requests,
             requests_deferred: self.requests_deferred,
@@ -330,6 +356,9 @@ pub struct RecoveryReport {
     /// Frames given up: gone from the publisher's ring, out of attempts, too old for the
     /// window, or still missing at the end. Equals the stream's `gaps` at the end of a run.
     pub frames_unrecoverable: u64,
+    /// Why frames were given up (one given up and then taken after all, its original late,
+    /// is counted here all the same).
+    pub unrecoverable_causes: UnrecoverableCauses,
     /// Frames missing when the report was made and not given up (0 in a final report).
     pub frames_still_missing: u64,
     /// Requests sent.
@@ -348,6 +377,34 @@ pub struct RecoveryReport {
     pub refused: bool,
     /// Time from a gap being seen to its frame's retransmission arriving.
     pub latency_ns: LatencySummary,
+}
+
+/// Frames given up, by cause, as the book counts them.
+#[derive(Clone, Copy, Debug, Default)]
+struct GivenUp {
+    gone: u64,
+    too_old: u64,
+    other_session: u64,
+    refused: u64,
+    at_end: u64,
+}
+
+/// Why frames were given up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct UnrecoverableCauses {
+    /// The service answered GONE: its ring no longer held them.
+    pub gone: u64,
+    /// The sequence window moved past them: a retransmission could no longer be taken.
+    pub too_old: u64,
+    /// Asked for as many times as `recovery_attempts` allows without an answer, or found
+    /// missing while too many gaps were open already.
+    pub out_of_attempts: u64,
+    /// Their session ended (a publisher restart) before they came.
+    pub other_session: u64,
+    /// The service refused this subscriber, or cannot serve it.
+    pub refused: u64,
+    /// Still missing when the run ended (after the linger, or at a stop).
+    pub at_end: u64,
 }
 
 /// A request for the client task: frames of the stream's `session`.
@@ -882,6 +939,7 @@ mod tests {
         b.give_up_all();
         let c = b.counts();
         assert_eq!((c.frames_recovered, c.frames_unrecoverable, c.frames_missing), (1, 1, 2));
+        assert_eq!(b.report("h:1").unrecoverable_causes.other_session, 1);
         assert_eq!(t.counts().lost, 1);
         assert_eq!(b.report("h:1").frames_redundant, 2);
     }
@@ -910,6 +968,7 @@ mod tests {
         assert!(original(&mut t, &mut b, far, 0));
         assert_eq!(b.missing(), WINDOW - 1);
         assert_eq!(b.counts().frames_unrecoverable, 100);
+        assert_eq!(b.report("h:1").unrecoverable_causes.too_old, 100);
         b.give_up_all();
         assert_eq!(t.counts().lost, b.counts().frames_unrecoverable);
     }

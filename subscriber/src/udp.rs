@@ -3,7 +3,7 @@
 //! header, publisher session, frames, the END, echoes back to each datagram's sender.
 //!
 //! With recovery, the loop also asks for missing frames (a timer looks at the gaps twice per
-//! delay) and takes the retransmission service's answers; after the END it keeps receiving
+//! delay or retry, every 1 to 10 ms) and takes the retransmission service's answers; after the END it keeps receiving
 //! until nothing is missing or the linger time has passed.
 
 use crate::buffer::ReadBuf;
@@ -126,6 +126,18 @@ struct Held {
     origin: Origin,
 }
 
+/// The longest time between looks at the gaps: each look sends at most
+/// [`MAX_REQUESTS_PER_TICK`] requests, so this also sets how many go out per second when many
+/// frames are missing at once.
+const MAX_ASK_PERIOD: Duration = Duration::from_millis(10);
+
+/// How often the gaps are looked at: twice per delay or retry, whichever is shorter, so a
+/// request goes out at most half of it late; at least every millisecond, at most every
+/// [`MAX_ASK_PERIOD`].
+fn ask_period(delay: Duration, retry: Duration) -> Duration {
+    (delay.min(retry) / 2).clamp(Duration::from_millis(1), MAX_ASK_PERIOD)
+}
+
 /// Receives datagrams on `sockets` (one, or two for A/B lines, A first) until a stop, asking
 /// the retransmission service for missing frames when `recovery` is set.
 pub async fn run(
@@ -151,8 +163,7 @@ pub async fn run(
     }
     let mut client = recovery.map(|r| Client::start(r.server.clone()));
     let linger = recovery.map_or(Duration::ZERO, |r| r.linger);
-    // Gaps are looked at twice per delay: a request goes out at most half a delay late.
-    let period = recovery.map_or(Duration::from_millis(1), |r| (r.delay / 2).max(Duration::from_millis(1)));
+    let period = recovery.map_or(MAX_ASK_PERIOD, |r| ask_period(r.delay, r.retry));
     let mut timer = tokio::time::interval(period);
     timer.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut buf = ReadBuf::new(MAX_DATAGRAM);

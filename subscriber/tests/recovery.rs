@@ -326,6 +326,8 @@ fn withheld_frames_are_recovered_or_counted_unrecoverable_exactly() {
     assert_eq!(rec["frames_filled_late"], 2);
     assert_eq!(rec["frames_unrecoverable"], gone.len());
     assert_eq!(rec["frames_unrecoverable"], r["gaps"], "lost frames are the unrecoverable ones");
+    let causes = serde_json::json!({"gone": 2, "too_old": 0, "out_of_attempts": 0, "other_session": 0, "refused": 0, "at_end": 0});
+    assert_eq!(rec["unrecoverable_causes"], causes);
     assert_eq!(rec["frames_still_missing"], 0);
     assert_eq!(rec["gone_frames"], gone.len());
     assert_eq!(rec["busy_answers"], 1);
@@ -366,6 +368,7 @@ fn a_version_1_service_turns_recovery_off_and_the_run_ends_at_once() {
     let rec = &r["recovery"];
     assert_eq!(rec["refused"], true);
     assert_eq!(rec["frames_unrecoverable"], withheld.len());
+    assert_eq!(rec["unrecoverable_causes"]["refused"], withheld.len());
     assert_eq!(rec["frames_recovered"], 0);
     assert!(
         done.stderr.contains("recovery is off") && done.stderr.contains("no retransmission service"),
