@@ -216,7 +216,8 @@ impl RecoveryBook {
         if let Some(high) = highest
             && high >= WINDOW
         {
-            self.given_up.too_old += self.gaps.give_up_below(high + 1 - WINDOW);
+            // Frames at or below `high - WINDOW` are too late for the window.
+            self.given_up.too_old += self.gaps.give_up_below(high - (WINDOW - 1));
         }
     }
 
@@ -956,6 +957,20 @@ mod tests {
         assert!(retransmitted(&mut t, &mut b, 1, 1));
         b.give_up_all();
         assert_eq!((t.counts().lost, b.counts().frames_unrecoverable, b.counts().frames_recovered), (1, 1, 1));
+    }
+
+    #[test]
+    fn sequence_numbers_at_the_top_of_the_range_do_not_overflow() {
+        let mut t = SessionTracker::new();
+        let mut b = RecoveryBook::new(POLICY);
+        t.datagram(1, u64::MAX - 3, 1);
+        assert!(original(&mut t, &mut b, u64::MAX - 3, 0));
+        assert!(original(&mut t, &mut b, u64::MAX, 0));
+        b.end(u64::MAX, 0);
+        assert_eq!(b.missing(), 2);
+        assert!(retransmitted(&mut t, &mut b, u64::MAX - 1, 1));
+        b.give_up_all();
+        assert_eq!(t.counts().lost, b.counts().frames_unrecoverable);
     }
 
     #[test]

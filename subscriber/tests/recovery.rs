@@ -403,6 +403,72 @@ fn from_the_start_over_udp_the_frames_before_the_first_received_are_asked_for() 
     assert_eq!(r["recovery"]["frames_recovered"], head.len());
 }
 
+#[test]
+fn a_service_sending_a_record_too_large_is_left_and_connected_to_again() {
+    let feed = Feed::new(600, 48);
+    let n = feed.len();
+    let withheld: BTreeSet<u64> = [10, 11].into_iter().collect();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let frames = feed.frames.clone();
+    let service = thread::spawn(move || {
+        let greet = |s: &mut TcpStream| {
+            s.write_all(&Hello::new(Format::Raw, SESSION, 1, 1).to_bytes()).unwrap();
+            let mut answer = [0u8; Subscribe::V2_LEN];
+            s.read_exact(&mut answer).unwrap();
+            let mut request = [0u8; RecordHeader::LEN + RetransmitRequest::PAYLOAD];
+            s.read_exact(&mut request).unwrap();
+            let header = RecordHeader::parse(&request, RetransmitRequest::PAYLOAD).unwrap();
+            RetransmitRequest::parse(&header, &request[RecordHeader::LEN..]).unwrap()
+        };
+        // First: a DATA record claiming 2 GiB. Nothing is allocated for it; the connection is
+        // given up and the subscriber's side closed.
+        let mut s = accept_within(&listener, STEP);
+        greet(&mut s);
+        let mut huge =
+            RecordHeader { tag: RecordTag::Data, format: Format::Raw, frame_count: 1, length: 0, sequence: 10 }
+                .to_bytes();
+        huge[4..8].copy_from_slice(&0x8000_0000u32.to_le_bytes());
+        s.write_all(&huge).unwrap();
+        drain(&mut s);
+        // Then a good connection.
+        let mut s = accept_within(&listener, STEP);
+        let mut asked = greet(&mut s);
+        loop {
+            for seq in asked.first..asked.first + u64::from(asked.count) {
+                let (format, frame) = &frames[seq as usize - 1];
+                s.write_all(&data_record(*format, seq, std::slice::from_ref(frame))).unwrap();
+            }
+            let mut request = [0u8; RecordHeader::LEN + RetransmitRequest::PAYLOAD];
+            if s.read_exact(&mut request).is_err() {
+                return;
+            }
+            let header = RecordHeader::parse(&request, RetransmitRequest::PAYLOAD).unwrap();
+            asked = RetransmitRequest::parse(&header, &request[RecordHeader::LEN..]).unwrap();
+        }
+    });
+    let mut sub = Receiver::start(&["--listen", "127.0.0.1:0", "--recovery", &addr, "--recovery-linger", "20"], 1);
+    let socket = sender();
+    for seq in (1..=n).filter(|s| !withheld.contains(s)) {
+        sub.send(&socket, 0, &feed.datagram(seq), seq);
+    }
+    for _ in 0..3 {
+        sub.send(&socket, 0, &feed.end(), 0);
+    }
+    let done = sub.process.finish(STEP);
+    service.join().unwrap();
+    let r = done.json();
+    assert_fields(&r, &feed.expected_without(&BTreeSet::new()));
+    assert_eq!(r["gaps"], 0);
+    assert_eq!((r["recovery"]["connections"].as_u64(), r["recovery"]["frames_recovered"].as_u64()), (Some(2), Some(2)));
+    assert!(
+        done.stderr.contains("bad record header from 127.0.0.1:")
+            && done.stderr.contains("exceeds the 1048576-byte limit"),
+        "{}",
+        done.stderr
+    );
+}
+
 /// Sends every frame of `feed` to both lines of `sub`, except `not_a` on line A and `not_b` on
 /// line B; line B delivers `twice_on_b` twice, and every 7th frame goes to line B first.
 fn send_both_lines(
