@@ -255,6 +255,12 @@ impl RecoveryBook {
         self.given_up.gone += self.gaps.give_up(first, first.saturating_add(count));
     }
 
+    /// The service serves another session than the stream's: it cannot have these `count`
+    /// frames from `first`.
+    pub fn other_session(&mut self, first: u64, count: u64) {
+        self.given_up.other_session += self.gaps.give_up(first, first.saturating_add(count));
+    }
+
     /// The service was over its rate limit; the request is asked again at its retry.
     pub fn busy(&mut self) {
         self.busy_answers += 1;
@@ -400,7 +406,8 @@ pub struct UnrecoverableCauses {
     /// Asked for as many times as `recovery_attempts` allows without an answer, or found
     /// missing while too many gaps were open already.
     pub out_of_attempts: u64,
-    /// Their session ended (a publisher restart) before they came.
+    /// Their session ended (a publisher restart) before they came, or the service serves
+    /// another session.
     pub other_session: u64,
     /// The service refused this subscriber, or cannot serve it.
     pub refused: u64,
@@ -445,6 +452,16 @@ pub enum Answer {
     /// `count` frames of `session` from `first` cannot be had.
     Gone {
         /// The session they belong to.
+        session: u64,
+        /// The first.
+        first: u64,
+        /// How many.
+        count: u64,
+    },
+    /// The service serves another session than `session`, so it cannot have `count` frames
+    /// from `first` (never asked: a publisher serves its own session only).
+    OtherSession {
+        /// The session the frames belong to.
         session: u64,
         /// The first.
         first: u64,
@@ -761,11 +778,11 @@ async fn session(
 }
 
 /// Adds a request to the bytes going out; one for another session than the service's is
-/// answered GONE at once (the service cannot have those frames). False when the loop is gone.
+/// answered at once (the service cannot have those frames). False when the loop is gone.
 async fn queue(ask: Ask, service_session: u64, out: &mut Vec<u8>, answers: &mpsc::Sender<Answer>) -> bool {
     if ask.session != service_session {
-        let gone = Answer::Gone { session: ask.session, first: ask.request.first, count: u64::from(ask.request.count) };
-        return answers.send(gone).await.is_ok();
+        let (first, count) = (ask.request.first, u64::from(ask.request.count));
+        return answers.send(Answer::OtherSession { session: ask.session, first, count }).await.is_ok();
     }
     out.extend_from_slice(&ask.request.to_record());
     true

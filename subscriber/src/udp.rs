@@ -349,6 +349,13 @@ fn on_answer(answer: Answer, pipeline: &mut Pipeline, scratch: &mut ReadBuf, cli
                 book.gone(first, count);
             }
         }
+        Answer::OtherSession { session: of, first, count } => {
+            if session == Some(of)
+                && let Some(book) = &mut pipeline.recovery
+            {
+                book.other_session(first, count);
+            }
+        }
         Answer::Busy { first } => {
             if let Some(book) = &mut pipeline.recovery {
                 book.busy();

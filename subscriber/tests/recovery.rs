@@ -174,12 +174,13 @@ struct ServiceLog {
     busy: u64,
 }
 
-/// A fake retransmission service on 127.0.0.1: greets with protocol `version`, reads the
-/// answer, then answers each request by `serve` frame by frame, except the first request that
+/// A fake retransmission service on 127.0.0.1: greets with protocol `version` for `session`,
+/// reads the answer, then answers each request by `serve` frame by frame, except the first request that
 /// asks for `busy_for`, which it answers BUSY. Ends when the subscriber closes the connection.
 fn service(
     feed: &Feed,
     version: u16,
+    session: u64,
     serve: impl Fn(u64) -> Serve + Send + 'static,
     busy_for: Option<u64>,
 ) -> (String, JoinHandle<ServiceLog>) {
@@ -191,7 +192,7 @@ fn service(
         let mut s = accept_within(&listener, STEP);
         // Answers go out at once, as a publisher's do.
         s.set_nodelay(true).unwrap();
-        let hello = Hello { protocol_version: version, ..Hello::new(Format::Raw, SESSION, 1, 1) };
+        let hello = Hello { protocol_version: version, ..Hello::new(Format::Raw, session, 1, 1) };
         s.write_all(&hello.to_bytes()).unwrap();
         let mut busy_for = busy_for;
         loop {
@@ -263,6 +264,7 @@ fn withheld_frames_are_recovered_or_counted_unrecoverable_exactly() {
     let (addr, log) = service(
         &feed,
         2,
+        SESSION,
         move |seq| {
             if service_serves.contains(&seq) || service_tail.contains(&seq) {
                 Serve::Frame
@@ -347,7 +349,7 @@ fn a_version_1_service_turns_recovery_off_and_the_run_ends_at_once() {
     let feed = Feed::new(600, 42);
     let n = feed.len();
     let withheld: BTreeSet<u64> = [5, 6, 50].into_iter().chain(n - 1..=n).collect();
-    let (addr, log) = service(&feed, 1, |_| Serve::Frame, None);
+    let (addr, log) = service(&feed, 1, SESSION, |_| Serve::Frame, None);
     let mut sub = Receiver::start(&["--listen", "127.0.0.1:0", "--recovery", &addr, "--recovery-linger", "30"], 1);
     let socket = sender();
     for seq in (1..=n).filter(|s| !withheld.contains(s)) {
@@ -378,11 +380,38 @@ fn a_version_1_service_turns_recovery_off_and_the_run_ends_at_once() {
 }
 
 #[test]
+fn a_service_of_another_session_is_not_asked_and_the_gaps_are_given_up() {
+    let feed = Feed::new(600, 49);
+    let n = feed.len();
+    let withheld: BTreeSet<u64> = [20, 21, 300].into_iter().collect();
+    let (addr, log) = service(&feed, 2, SESSION + 1, |_| Serve::Frame, None);
+    let mut sub = Receiver::start(&["--listen", "127.0.0.1:0", "--recovery", &addr, "--recovery-linger", "30"], 1);
+    let socket = sender();
+    for seq in (1..=n).filter(|s| !withheld.contains(s)) {
+        sub.send(&socket, 0, &feed.datagram(seq), seq);
+    }
+    for _ in 0..3 {
+        sub.send(&socket, 0, &feed.end(), 0);
+    }
+    let started = Instant::now();
+    let done = sub.process.finish(STEP);
+    let log = log.join().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10), "nothing left to wait for: {}", done.stderr);
+    assert!(log.requests.is_empty(), "frames of another session are never asked for: {log:?}");
+    let r = done.json();
+    assert_fields(&r, &feed.expected_without(&withheld));
+    let rec = &r["recovery"];
+    assert_eq!((r["gaps"].as_u64(), rec["frames_unrecoverable"].as_u64()), (Some(3), Some(3)));
+    assert_eq!(rec["unrecoverable_causes"]["other_session"], 3);
+    assert!(done.stderr.contains("serves another publisher session"), "{}", done.stderr);
+}
+
+#[test]
 fn from_the_start_over_udp_the_frames_before_the_first_received_are_asked_for() {
     let feed = Feed::new(600, 47);
     let n = feed.len();
     let head: BTreeSet<u64> = (1..=3).collect();
-    let (addr, log) = service(&feed, 2, |_| Serve::Frame, None);
+    let (addr, log) = service(&feed, 2, SESSION, |_| Serve::Frame, None);
     let args = ["--listen", "127.0.0.1:0", "--recovery", &addr, "--from-start", "--recovery-linger", "20"];
     let mut sub = Receiver::start(&args, 1);
     let socket = sender();
