@@ -13,8 +13,8 @@ use mdrelay_proto::iextp::Segment;
 use mdrelay_proto::link;
 use mdrelay_proto::message::Message;
 use mdrelay_proto::relay::{
-    DatagramHeader, DatagramKind, Echo, Hello, DATAGRAM_VERSION, PROTOCOL_VERSION, RecordHeader, Resume, RecordTag, SCHEMA_VERSION, Subscribe,
-    Totals,
+    DATAGRAM_VERSION, DatagramHeader, DatagramKind, Echo, Hello, PROTOCOL_VERSION, RecordHeader, RecordTag, Resume,
+    RetransmitRequest, SCHEMA_VERSION, Subscribe, Totals,
 };
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -181,6 +181,13 @@ fn main() {
     let mut bytes = Vec::new();
     totals.write(&mut bytes);
     write(&corpus.join("relay_totals"), "1", &bytes);
+    write(&corpus.join("relay_recovery"), "1", &RetransmitRequest { first: 3, count: 9 }.to_record());
+    // Ring pushes, lookups, gaps opened, filled, given up and asked for.
+    write(
+        &corpus.join("relay_recovery"),
+        "2",
+        &[0, 4, 0, 0, 9, 0, 1, 1, 3, 2, 5, 4, 3, 6, 0, 5, 0, 0, 4, 5, 2, 5, 0, 0],
+    );
 
     // The example configurations, each to the program that reads it.
     let mut configs: Vec<_> = std::fs::read_dir(root.join("../config")).expect("config").flatten().collect();

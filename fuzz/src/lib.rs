@@ -13,7 +13,10 @@ use mdrelay_proto::codec::{BatchHeader, Codec, Format, Limits, fbs};
 use mdrelay_proto::iextp::{HEADER_LEN, Segment};
 use mdrelay_proto::link;
 use mdrelay_proto::message::{Message, UnknownMessage};
-use mdrelay_proto::relay::{DatagramHeader, Echo, Hello, MAX_RECORD, RecordHeader, Subscribe, Totals};
+use mdrelay_proto::relay::{
+    DatagramHeader, Echo, FrameRing, GapList, Hello, MAX_RECORD, RecordHeader, RecoveryPolicy, RetransmitRequest,
+    Subscribe, Totals, parse_gone,
+};
 use std::path::Path;
 
 /// A fuzz target's body.
@@ -33,6 +36,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("relay_subscribe", relay_subscribe),
     ("relay_echo", relay_echo),
     ("relay_totals", relay_totals),
+    ("relay_recovery", relay_recovery),
     ("capture", capture),
     ("iextp", iextp),
     ("message", message),
@@ -207,6 +211,68 @@ pub fn relay_hello(data: &[u8]) {
 pub fn relay_subscribe(data: &[u8]) {
     if let Ok(subscribe) = Subscribe::parse(data) {
         assert_eq!(Subscribe::parse(&subscribe.to_bytes()), Ok(subscribe));
+    }
+}
+
+/// The recovery side: a retransmission request and a GONE answer as a client or the service
+/// parses them, then the input as operations on the publisher's ring and the subscriber's gap
+/// list, whose invariants must hold whatever the operations (a ring never over its bound, every
+/// missing frame accounted for once).
+pub fn relay_recovery(data: &[u8]) {
+    if let Ok(header) = RecordHeader::parse(data, 64) {
+        let payload = data.get(RecordHeader::LEN..).unwrap_or_default();
+        if let Ok(request) = RetransmitRequest::parse(&header, payload) {
+            let record = request.to_record();
+            let reparsed = RecordHeader::parse(&record, 64).expect("a request's own header");
+            assert_eq!(RetransmitRequest::parse(&reparsed, &record[RecordHeader::LEN..]), Ok(request));
+        }
+        let _ = parse_gone(payload);
+    }
+    let mut ring = FrameRing::new(data.first().map_or(64, |&b| usize::from(b) * 64 + 64));
+    let mut gaps = GapList::new();
+    let policy = RecoveryPolicy { delay_ns: 2, retry_ns: 3, attempts: 2, max_frames: 5 };
+    let mut seq = 1u64;
+    let mut opened_to = 0u64;
+    for (now, op) in data.chunks(3).enumerate() {
+        let now = now as i64;
+        let [kind, a, b] = [op[0], op.get(1).copied().unwrap_or(0), op.get(2).copied().unwrap_or(0)];
+        let (a, b) = (u64::from(a), u64::from(b));
+        match kind % 6 {
+            0 => {
+                ring.push(seq, Format::Raw, &vec![kind; (a * 8) as usize]);
+                seq += 1;
+            }
+            1 => {
+                let lookup = ring.lookup(a, b);
+                assert_eq!(lookup.gone + lookup.held + lookup.ahead, b, "{lookup:?} of {b} frames from {a}");
+                let mut out = Vec::new();
+                if let Some(next) = ring.copy_record(a, b.max(1), 256, &mut out) {
+                    assert!(next > a && RecordHeader::parse(&out, usize::MAX).is_ok());
+                }
+            }
+            2 => {
+                let first = opened_to.max(a);
+                gaps.open(first, first + b, now);
+                opened_to = first + b;
+            }
+            3 => {
+                gaps.fill(a, b % 2 == 0, now);
+            }
+            4 => {
+                gaps.give_up(a, a + b);
+            }
+            _ => {
+                for r in gaps.due(now, &policy, 8) {
+                    assert!(gaps.is_missing(r.first) && r.count >= 1 && r.count <= policy.max_frames);
+                }
+            }
+        }
+        assert!(ring.charged() <= ring.limit());
+        let c = gaps.counts();
+        assert_eq!(
+            c.frames_missing,
+            c.frames_recovered + c.frames_filled_late + c.frames_unrecoverable + gaps.open_frames()
+        );
     }
 }
 
