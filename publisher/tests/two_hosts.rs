@@ -476,21 +476,31 @@ fn the_readme_two_host_steps_run_as_written() {
     assert!(tcp["echoes_sent"].as_u64().is_some_and(|n| n > 0), "{tcp}");
     // The multicast run under 5 % loss: the gaps are what the loss rule dropped.
     let lossy = json_file(&work.path().join("sub-loss.json"));
-    let output_of = |command: &str| {
+    // The output of the `nth` step (from 0) starting with `command`.
+    let output_of = |command: &str, nth: usize| {
         outputs
             .iter()
-            .find(|(s, _)| s.starts_with(command))
+            .filter(|(s, _)| s.starts_with(command))
+            .nth(nth)
             .map(|(_, o)| o.clone())
-            .unwrap_or_else(|| panic!("the steps run {command:?}: {steps:?}"))
+            .unwrap_or_else(|| panic!("the steps run {command:?} {} times: {steps:?}", nth + 1))
     };
-    let counter = output_of("deploy/netns-hosts.sh counter sub1");
-    let drops: u64 = counter
-        .trim()
-        .strip_prefix("a=")
-        .and_then(|rest| rest.strip_suffix(" b=0"))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("counter prints a=N b=0: {counter:?}"));
-    assert!(drops > 0, "5 % of the day's datagrams were dropped: {counter:?}");
+    let drops_of = |counter: String| -> u64 {
+        counter
+            .trim()
+            .strip_prefix("a=")
+            .and_then(|rest| rest.strip_suffix(" b=0"))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("counter prints a=N b=0: {counter:?}"))
+    };
+    let drops = drops_of(output_of("deploy/netns-hosts.sh counter sub1", 0));
+    assert!(drops > 0, "5 % of the day's datagrams were dropped");
     assert_eq!(missed(&lossy), drops, "{lossy}");
-    assert_eq!(output_of("deploy/netns-hosts.sh dropped sub1 a").lines().count() as u64, drops);
+    assert_eq!(output_of("deploy/netns-hosts.sh dropped sub1 a", 0).lines().count() as u64, drops);
+    // The multicast run with recovery: every frame dropped came back, and the day is whole.
+    let recovered = json_file(&work.path().join("sub-recovered.json"));
+    let drops = drops_of(output_of("deploy/netns-hosts.sh counter sub1", 1));
+    assert!(drops > 0, "5 % of the day's datagrams were dropped again");
+    assert_eq!(recovered["recovery"]["frames_recovered"].as_u64(), Some(drops), "{recovered}");
+    assert_eq!((&recovered["gaps"], &recovered["totals_match"]), (&json!(0), &json!(true)), "{recovered}");
 }
