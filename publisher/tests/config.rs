@@ -51,4 +51,35 @@ fn bad_settings_fail_at_start_naming_the_setting() {
     assert!(e.contains("no transport"), "{e}");
     let e = failure("[tcp]\n", &["--format", "json"]);
     assert!(e.contains("json"), "{e}");
+    // The ring, the retransmission service and line B: absurd values are refused by name.
+    for (toml, names) in [
+        ("[tcp]\n[retransmit]\nring_bytes = 1_000_000_000_000_000\n", &["retransmit.ring_bytes", "out of range"][..]),
+        ("[tcp]\n[retransmit]\nlisten = \"127.0.0.1:9101\"\nmax_range = 0\n", &["retransmit.max_range"]),
+        (
+            "[tcp]\n[retransmit]\nlisten = \"127.0.0.1:9101\"\nrequests_per_second = 0\n",
+            &["retransmit.requests_per_second"],
+        ),
+        ("[tcp]\n[retransmit]\nlisten = \"127.0.0.1:9101\"\nlinger = -1\n", &["retransmit.linger"]),
+        ("[tcp]\n[retransmit]\nlisten = \"here\"\n", &["retransmit.listen"]),
+        (
+            "[tcp]\n[retransmit]\nlisten = \"127.0.0.1:9101\"\nring_bytes = 0\n",
+            &["retransmit.listen", "ring_bytes above 0"],
+        ),
+        (
+            "[tcp]\nlisten = \"127.0.0.1:9100\"\n[retransmit]\nlisten = \"127.0.0.1:9100\"\n",
+            &["retransmit.listen", "own port"],
+        ),
+        ("[multicast_b]\ngroup = \"239.255.1.1:9300\"\n", &["multicast_b", "line A"]),
+        (
+            "[multicast]\ngroup = \"239.255.1.1:9300\"\n[multicast_b]\ngroup = \"239.255.1.1:9300\"\n",
+            &["multicast_b.group", "line A's group"],
+        ),
+        (
+            "[multicast]\ngroup = \"239.255.1.1:9300\"\n[multicast_b]\ngroup = \"10.0.0.1:9300\"\n",
+            &["multicast_b.group", "not a multicast"],
+        ),
+    ] {
+        let e = failure(toml, &[]);
+        assert!(names.iter().all(|n| e.contains(n)), "{toml}: {e}");
+    }
 }

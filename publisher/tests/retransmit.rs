@@ -49,7 +49,9 @@ fn recovery_answer() -> Subscribe {
 fn record(s: &mut TcpStream) -> Option<(RecordHeader, Vec<u8>)> {
     let mut header = [0u8; RecordHeader::LEN];
     if let Err(e) = s.read_exact(&mut header) {
-        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof, "reading a record: {e}");
+        // Closed, or reset (closed with bytes of ours unread, as after a protocol violation).
+        let closed = matches!(e.kind(), std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset);
+        assert!(closed, "reading a record: {e}");
         return None;
     }
     let header = RecordHeader::parse(&header, 64 << 20).unwrap();
@@ -535,4 +537,99 @@ fn memory_stays_within_the_ring_bound_while_a_client_requests_all_the_time() {
         ring >> 20
     );
     assert!(grown <= ring + MARGIN, "grew {grown} bytes, over the ring's {ring} plus {MARGIN}");
+}
+
+#[test]
+fn a_client_that_stops_reading_is_cut_off_and_others_are_served_meanwhile() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("pub.json").display().to_string();
+    let (socket, target) = receiver();
+    let (publisher, service) = publisher_with_service(&[
+        "run",
+        "--synthetic",
+        "--messages",
+        "200000",
+        "--format",
+        "capnp",
+        "--udp",
+        &target,
+        "--retransmit-linger",
+        "30",
+        "--json",
+        &json,
+    ]);
+    let (_, _, next) = receive_all(&socket);
+    let last = next - 1;
+    // Asks for the newest 1,024 frames over and over and never reads: the answers fill its
+    // socket, and the publisher's write waits, then gives up on it.
+    let (mut stalled, _) = greeted(service, &recovery_answer());
+    socket2::SockRef::from(&stalled).set_recv_buffer_size(4096).unwrap();
+    stalled.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+    let request = RetransmitRequest { first: last - 1023, count: 1024 }.to_record();
+    for _ in 0..200 {
+        if stalled.write_all(&request).is_err() {
+            break;
+        }
+    }
+    // Meanwhile another client is answered at once.
+    let started = Instant::now();
+    let (mut healthy, _) = greeted(service, &recovery_answer());
+    let answer = ask(&mut healthy, &[RetransmitRequest { first: last - 9, count: 10 }], last);
+    assert_eq!(answer.frames.len(), 10);
+    assert!(started.elapsed() < Duration::from_secs(2), "served in {:?} beside a stalled client", started.elapsed());
+    // Within the write timeout (5 s) and a little, the stalled client's connection is gone: what
+    // it reads now ends in a close or a reset, after whatever was in its socket.
+    std::thread::sleep(Duration::from_secs(7));
+    stalled.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut sink = vec![0u8; 1 << 20];
+    let ended = loop {
+        match stalled.read(&mut sink) {
+            Ok(0) => break true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
+            Err(e) => break panic!("the stalled client's connection is still open: {e}"),
+        }
+    };
+    assert!(ended);
+    drop((healthy, stalled));
+    publisher.signal(mdrelay_harness::Signal::SIGINT);
+    publisher.finish(RUN).assert_success();
+}
+
+#[test]
+fn connections_over_the_limit_are_told_busy_and_a_one_byte_ring_says_everything_is_gone() {
+    let _serial = serial();
+    let (socket, target) = receiver();
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("pub.toml");
+    std::fs::write(&toml, "[retransmit]\nmax_connections = 2\nring_bytes = 1\n").unwrap();
+    let toml = toml.display().to_string();
+    let (publisher, service) = publisher_with_service(&[
+        "run",
+        "--config",
+        &toml,
+        "--synthetic",
+        "--messages",
+        "20000",
+        "--udp",
+        &target,
+        "--retransmit-linger",
+        "20",
+    ]);
+    let (_, _, next) = receive_all(&socket);
+    let (mut first, _) = greeted(service, &recovery_answer());
+    let (_second, _) = greeted(service, &recovery_answer());
+    // The third is told at once, without a greeting.
+    let mut third = TcpStream::connect(service).unwrap();
+    third.set_read_timeout(Some(STEP)).unwrap();
+    let (header, reason) = record(&mut third).unwrap();
+    assert_eq!(header.tag, RecordTag::Busy);
+    assert!(String::from_utf8_lossy(&reason).contains("retransmit.max_connections"));
+    // A ring too small for any frame holds none: every frame asked for is gone.
+    first.write_all(&RetransmitRequest { first: next - 10, count: 10 }.to_record()).unwrap();
+    let (header, payload) = record(&mut first).unwrap();
+    assert_eq!((header.tag, header.sequence, parse_gone(&payload).unwrap()), (RecordTag::Gone, next - 10, 10));
+    drop(first);
+    publisher.finish(RUN).assert_success();
 }

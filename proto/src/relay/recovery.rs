@@ -114,7 +114,12 @@ impl GapList {
     /// gap was seen, ns, when it was missing.
     pub fn fill(&mut self, seq: u64, recovered: bool, now: i64) -> Option<i64> {
         let first = self.holding(seq)?;
-        let gap = self.gaps.remove(&first)?;
+        let mut gap = self.gaps.remove(&first)?;
+        if recovered {
+            // The service answers: attempts count from here, so a gap larger than a request's
+            // range, served a part per request, never runs out of them while it progresses.
+            gap.attempts = 0;
+        }
         if first < seq {
             self.gaps.insert(first, Gap { end: seq, ..gap });
         }
@@ -217,8 +222,9 @@ mod tests {
         }
         assert_eq!(gaps.open_frames(), 6);
         assert_eq!(gaps.due(110, &POLICY, 10), vec![RetransmitRequest { first: 14, count: 4 }]);
-        // Out of attempts: given up.
-        assert!(gaps.due(300, &POLICY, 10).is_empty());
+        // Progress reset the attempts: two more without an answer, then it is given up.
+        assert_eq!(gaps.due(210, &POLICY, 10), vec![RetransmitRequest { first: 14, count: 4 }]);
+        assert!(gaps.due(310, &POLICY, 10).is_empty());
         assert_eq!(gaps.counts().frames_unrecoverable, 6);
         assert_eq!(gaps.counts().frames_recovered, 4);
         assert!(gaps.is_empty());
@@ -239,6 +245,25 @@ mod tests {
         assert_eq!(gaps.give_up_all(), 6);
         let c = gaps.counts();
         assert_eq!((c.gaps_detected, c.frames_missing, c.frames_filled_late, c.frames_unrecoverable), (2, 13, 1, 12));
+    }
+
+    #[test]
+    fn a_gap_served_a_part_at_a_time_never_runs_out_of_attempts() {
+        let mut gaps = GapList::new();
+        gaps.open(0, 40, 0);
+        let mut now = 10;
+        let mut served = 0;
+        while !gaps.is_empty() {
+            let asked = gaps.due(now, &POLICY, 10);
+            for r in asked {
+                for seq in r.first..r.first + u64::from(r.count) {
+                    gaps.fill(seq, true, now);
+                    served += 1;
+                }
+            }
+            now += 100;
+        }
+        assert_eq!((served, gaps.counts().frames_unrecoverable), (40, 0));
     }
 
     #[test]
