@@ -60,8 +60,8 @@ fn one_line(args: &ArbitrationArgs, clock: &Clock, per_datagram: &mut Histogram<
             taken += u64::from(tracker.observe(s).take());
         }
         let ns = clock.delta_as_nanos(start, clock.raw());
-        if received > 0 {
-            per_datagram.saturating_record((ns / received).max(1));
+        if let Some(each) = ns.checked_div(received) {
+            per_datagram.saturating_record(each.max(1));
         }
         seq += args.batch;
     }
@@ -89,8 +89,8 @@ fn two_lines(args: &ArbitrationArgs, clock: &Clock, per_datagram: &mut Histogram
             }
         }
         let ns = clock.delta_as_nanos(start, clock.raw());
-        if received > 0 {
-            per_datagram.saturating_record((ns / received).max(1));
+        if let Some(each) = ns.checked_div(received) {
+            per_datagram.saturating_record(each.max(1));
         }
         seq += args.batch;
     }
