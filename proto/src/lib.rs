@@ -13,6 +13,7 @@
 //! - [`relay`]: the publisher/subscriber protocol: its bytes (handshake, records, datagrams,
 //!   totals) and its state machines (coalescing, sessions, frame accounting, echo checks);
 //! - [`clock`]: the wall clock publish and receive times are read from;
+//! - [`idle`]: idle strategies (spin, yield, backoff, sleep) and profiles for hot threads;
 //! - [`latency`]: latency histograms and their percentiles;
 //! - [`counts`]: messages counted by type;
 //! - [`warn`]: the process's budget for warnings about bad input;
@@ -29,6 +30,7 @@ pub mod capture_writer;
 pub mod clock;
 pub mod codec;
 pub mod counts;
+pub mod idle;
 pub mod iextp;
 pub mod inspect;
 pub mod latency;

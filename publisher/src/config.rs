@@ -5,6 +5,7 @@
 
 use anyhow::{Context, Result, bail};
 use mdrelay_proto::codec::Format;
+use mdrelay_proto::idle::{IdleStrategy, Profile};
 use serde::Deserialize;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -14,6 +15,8 @@ use std::time::Duration;
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
+    /// default or low-latency: the idle strategy and core pinning unless set explicitly.
+    pub profile: Option<Profile>,
     /// Wire format: raw, sbe, flatbuffers, capnp or capnp-packed.
     pub format: Option<Format>,
     /// Stream number announced in the TCP greeting.
@@ -38,6 +41,17 @@ pub struct FileConfig {
     /// The retransmission ring and service.
     #[serde(default)]
     pub retransmit: RetransmitSection,
+    /// Where the hot thread runs.
+    #[serde(default)]
+    pub cpu: CpuSection,
+}
+
+/// `[cpu]`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct CpuSection {
+    /// Pin the hot thread (`mdrelay-pub-hot`) to this CPU (none: the scheduler's choice).
+    pub hot_core: Option<usize>,
 }
 
 /// `[source]`: exactly one of `capture`, `synthetic`, `live` (default: a synthetic day).
@@ -110,6 +124,8 @@ pub struct PacingSection {
     /// `original`: a wait longer than this many seconds (a jump in the capture's clock) is not
     /// waited out: the schedule starts again from the next segment.
     pub max_gap: Option<f64>,
+    /// How the hot thread waits: spin, yield, backoff or sleep (default: the profile's).
+    pub idle: Option<IdleStrategy>,
 }
 
 /// `[batching]`.
@@ -240,6 +256,8 @@ pub struct Pacing {
     pub duration: f64,
     /// `original`: the longest wait, in seconds, before the schedule is re-anchored.
     pub max_gap: f64,
+    /// How waits wait.
+    pub idle: IdleStrategy,
 }
 
 /// The TCP server, checked.
@@ -323,6 +341,10 @@ pub struct Config {
     pub udp: Option<Udp>,
     /// The ring and the retransmission service.
     pub retransmit: Retransmit,
+    /// The profile the idle strategy and pinning defaulted from.
+    pub profile: Profile,
+    /// The CPU the hot thread is pinned to, if any.
+    pub hot_core: Option<usize>,
 }
 
 /// Default TCP listen address: loopback, so nothing is exposed unless asked for.
@@ -377,6 +399,8 @@ impl FileConfig {
     /// start, so no value can fail (or panic) the relay after it has begun.
     pub fn check(self) -> Result<Config> {
         let format = self.format.unwrap_or(Format::Sbe);
+        let profile = self.profile.unwrap_or_default();
+        let hot_core = self.cpu.hot_core.map(|c| crate::cpu::check_core("cpu.hot_core", c)).transpose()?;
         let s = self.source;
         let chosen =
             usize::from(s.capture.is_some()) + usize::from(s.synthetic.is_some()) + usize::from(s.live.is_some());
@@ -436,6 +460,10 @@ impl FileConfig {
             max_messages: p.max_messages.unwrap_or(0),
             duration: within("pacing.duration", p.duration.unwrap_or(0.0), 0.0, YEAR, "seconds (0: no limit)")?,
             max_gap: within("pacing.max_gap", p.max_gap.unwrap_or(60.0), 0.001, 86_400.0, "seconds")?,
+            idle: p.idle.unwrap_or(match profile {
+                Profile::Default => IdleStrategy::Backoff,
+                Profile::LowLatency => IdleStrategy::Spin,
+            }),
         };
         let tcp = match self.tcp {
             Some(t) => {
@@ -549,7 +577,18 @@ impl FileConfig {
             )? as usize,
             linger: seconds("retransmit.linger", r.linger.unwrap_or(2.0), 0.0, 3_600.0)?,
         };
-        Ok(Config { format, stream: self.stream.unwrap_or(1), source, pacing, coalesce_bytes, tcp, udp, retransmit })
+        Ok(Config {
+            format,
+            stream: self.stream.unwrap_or(1),
+            source,
+            pacing,
+            coalesce_bytes,
+            tcp,
+            udp,
+            retransmit,
+            profile,
+            hot_core,
+        })
     }
 }
 
@@ -596,6 +635,8 @@ impl Config {
         check("tcp", self.tcp == new.tcp);
         check("udp / multicast", self.udp == new.udp);
         check("retransmit", self.retransmit == new.retransmit);
+        check("profile", self.profile == new.profile);
+        check("cpu.hot_core", self.hot_core == new.hot_core);
         changed
     }
 }

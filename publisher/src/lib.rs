@@ -6,6 +6,7 @@
 //! - [`run`]: the `run` command: runtime, signals, summary;
 //! - [`engine`]: the hot path on its own thread: source → pacing → encoding → outputs;
 //! - [`source`]: capture files, synthetic days, live UDP feeds;
+//! - [`cpu`]: the hot thread's core and timer slack;
 //! - [`pacing`]: original timing, fixed rate, top speed, anchored against drift;
 //! - [`fanout`]: the subscriber list, owned by the hot path, with the slow-subscriber policies;
 //! - [`tcp`]: the server's tasks: accepting, handshakes, writing each subscriber's queue, and
@@ -20,6 +21,7 @@
 
 pub mod commands;
 pub mod config;
+pub mod cpu;
 pub mod engine;
 pub mod fanout;
 pub mod pacing;

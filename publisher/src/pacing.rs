@@ -3,18 +3,15 @@
 //!
 //! Every target time is computed from one anchor (the first segment's wall-clock time and
 //! capture time), never from the previous send, so sleep error does not accumulate into drift.
-//! Waits sleep until shortly before the target and spin the rest, yielding the CPU on each turn:
-//! a sleep overshoots by tens of microseconds (timer slack), more than the gaps between market
-//! data packets, while a bare spin would take a core from the subscribers and the network stack
-//! on the same host.
+//! Waits follow `[pacing] idle` ([`mdrelay_proto::idle`]): the default `backoff` sleeps until
+//! just before the target (by how late sleeps have been waking) and spins the rest, so the hot
+//! thread takes little CPU between segments and still sends on time; `spin` and `yield` take a
+//! core for the lowest jitter; `sleep` wakes when the kernel's timer does.
 
 use crate::config::{Pacing, PacingMode};
 use mdrelay_proto::clock::wall_clock_ns;
+use mdrelay_proto::idle::Idler;
 use std::time::{Duration, Instant};
-
-/// Spin instead of sleeping for the last stretch of a wait (a little above the default 50 µs
-/// timer slack).
-const SPIN: Duration = Duration::from_micros(120);
 
 /// Paces segments and stamps their publish time.
 #[derive(Debug)]
@@ -28,27 +25,15 @@ pub struct Pacer {
     last_capture: Option<i64>,
     /// Times the schedule started again at a jump in the capture's clock.
     pub reanchors: u64,
-}
-
-fn wait_until(target: Instant) {
-    loop {
-        let now = Instant::now();
-        if now >= target {
-            return;
-        }
-        let left = target - now;
-        if left > SPIN * 2 {
-            std::thread::sleep(left - SPIN);
-        } else {
-            std::thread::yield_now();
-        }
-    }
+    /// How the waits wait.
+    idler: Idler,
 }
 
 impl Pacer {
     /// A pacer for `pacing`.
     pub fn new(pacing: Pacing) -> Pacer {
-        Pacer { pacing, anchor: None, anchor_realtime: 0, messages: 0, last_capture: None, reanchors: 0 }
+        let idler = Idler::new(pacing.idle);
+        Pacer { pacing, anchor: None, anchor_realtime: 0, messages: 0, last_capture: None, reanchors: 0, idler }
     }
 
     /// The time the next segment is due, if it is in the future (so pending output can be
@@ -101,7 +86,7 @@ impl Pacer {
         let publish_time = match self.target(capture_time) {
             None => wall_clock_ns(),
             Some(target) => {
-                wait_until(target);
+                self.idler.wait_until(target);
                 let (anchor, _) = self.anchor.expect("set above");
                 let since = i64::try_from((target - anchor).as_nanos()).unwrap_or(i64::MAX);
                 self.anchor_realtime.saturating_add(since)
@@ -129,7 +114,16 @@ mod tests {
     use super::*;
 
     fn pacing(mode: PacingMode) -> Pacing {
-        Pacing { mode, speed: 10.0, rate: 1000.0, loops: 1, max_messages: 0, duration: 0.0, max_gap: 1.0 }
+        Pacing {
+            mode,
+            speed: 10.0,
+            rate: 1000.0,
+            loops: 1,
+            max_messages: 0,
+            duration: 0.0,
+            max_gap: 1.0,
+            idle: Default::default(),
+        }
     }
 
     #[test]

@@ -33,6 +33,16 @@ pub struct RunArgs {
     /// Stream number announced to subscribers.
     #[arg(long)]
     pub stream: Option<u32>,
+    /// Profile: default (backoff waits) or low-latency (spin waits, the hot thread pinned to
+    /// --hot-core) [default: default].
+    #[arg(long)]
+    pub profile: Option<mdrelay_proto::idle::Profile>,
+    /// How the hot thread waits: spin, yield, backoff, sleep [default: the profile's].
+    #[arg(long)]
+    pub idle: Option<mdrelay_proto::idle::IdleStrategy>,
+    /// Pin the hot thread to this CPU.
+    #[arg(long)]
+    pub hot_core: Option<usize>,
     /// Replay this capture (pcap / pcapng, gzipped or not).
     #[arg(long, conflicts_with_all = ["synthetic", "live"])]
     pub capture: Option<PathBuf>,
@@ -158,6 +168,9 @@ impl RunArgs {
         if self.stream.is_some() {
             f.stream = self.stream;
         }
+        f.profile = self.profile.or(f.profile);
+        f.pacing.idle = self.idle.or(f.pacing.idle);
+        f.cpu.hot_core = self.hot_core.or(f.cpu.hot_core);
         if let Some(path) = &self.capture {
             f.source = config::SourceSection { capture: Some(path.clone()), ..Default::default() };
         }
@@ -390,7 +403,10 @@ async fn relay(args: RunArgs, config: config::Config) -> Result<RunSummary> {
     let engine_echoes = echoes.clone();
     let engine = std::thread::Builder::new()
         .name("mdrelay-pub-hot".into())
-        .spawn(move || engine::run(&engine_config, outputs, &engine_controls, &engine_echoes))
+        .spawn(move || {
+            hot_thread_setup(&engine_config)?;
+            engine::run(&engine_config, outputs, &engine_controls, &engine_echoes)
+        })
         .context("starting the hot path thread")?;
     let result = tokio::task::spawn_blocking(move || engine.join()).await?;
     let engine = match result {
@@ -429,6 +445,30 @@ async fn relay(args: RunArgs, config: config::Config) -> Result<RunSummary> {
         warnings_suppressed: mdrelay_proto::warn::suppressed(),
         retransmit,
     })
+}
+
+/// Puts the calling (hot) thread where the configuration says: on its core, with precise
+/// timers when it sleeps.
+fn hot_thread_setup(config: &config::Config) -> Result<()> {
+    let idle = config.pacing.idle;
+    if !idle.busy() {
+        crate::cpu::precise_timers();
+    }
+    match config.hot_core {
+        Some(core) => {
+            crate::cpu::pin_current_thread(core)
+                .with_context(|| format!("cpu.hot_core: cannot pin the hot thread to CPU {core}"))?;
+            tracing::info!(%idle, profile = %config.profile, core, "hot thread pinned");
+        }
+        None if config.profile == mdrelay_proto::idle::Profile::LowLatency => {
+            tracing::warn!(%idle, "profile low-latency without [cpu] hot_core (--hot-core): the hot thread is not pinned");
+        }
+        None => tracing::info!(%idle, profile = %config.profile, "hot thread"),
+    }
+    if idle.busy() && crate::cpu::allowed_cpus().len() < 2 {
+        tracing::warn!(%idle, "a busy idle strategy on a single CPU competes with every other thread of the relay");
+    }
+    Ok(())
 }
 
 /// The end of the stream for TCP: no new connections; subscribers get `tcp.drain_timeout` to
