@@ -1,17 +1,34 @@
 //! `mdrelay-bench loopback`: the relay end to end on this host, once per format, to choose one.
 //!
-//! For each format it starts a real `mdrelay-pub` and a real `mdrelay-sub` (the binaries beside
-//! this one), streams the same data at the same fixed rate over loopback TCP, UDP or multicast,
-//! and tabulates the subscriber's one-way latency percentiles, its totals check and the bytes
-//! per message. At a fixed rate every format carries the same load, so the percentiles compare.
+//! For each transport asked for, it first measures the latency floor (`floor`: a plain socket
+//! ping-pong over the same transport, at the same rate, with a frame-sized message), then starts
+//! a real `mdrelay-pub` and a real `mdrelay-sub` (the binaries beside this one) per format,
+//! streams the same data at the same fixed rate, and tabulates the subscriber's one-way latency
+//! percentiles, also as multiples of the floor's, with each process's CPU time and peak memory.
+//! At a fixed rate every format carries the same load, so the percentiles compare.
+//!
+//! `--top-speed` measures throughput instead: the publisher sends as fast as it can (TCP with
+//! `--slow-subscriber block`, so nothing is dropped; UDP reports what was lost), and the table
+//! gives messages and megabytes per second delivered.
+//!
+//! Plots (SVG) and the table go to `--plots DIR`; everything measured to `--json FILE`.
 
+use crate::floor::{self, FloorSpec};
+use crate::plots::{self, Bar, Curve};
+use crate::procstat::{Sampler, Usage};
 use anyhow::{Context, Result, bail};
+use base64::Engine;
 use clap::{Args, ValueEnum};
+use hdrhistogram::Histogram;
+use hdrhistogram::serialization::Deserializer;
+use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
+use indicatif::{ProgressBar, ProgressStyle};
 use mdrelay_harness::process::{Finished, Process};
 use mdrelay_proto::codec::Format;
 use serde::Serialize;
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Transports the comparison can run over.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq, Serialize)]
@@ -23,6 +40,38 @@ pub enum Transport {
     Udp,
     /// UDP multicast to 239.255.0.1 on interface 127.0.0.1.
     Multicast,
+    /// Each of the above in turn.
+    All,
+}
+
+impl Transport {
+    /// The transports `self` stands for.
+    fn each(self) -> Vec<Transport> {
+        match self {
+            Transport::All => vec![Transport::Tcp, Transport::Udp, Transport::Multicast],
+            t => vec![t],
+        }
+    }
+
+    /// The name on the command line.
+    fn name(self) -> &'static str {
+        match self {
+            Transport::Tcp => "tcp",
+            Transport::Udp => "udp",
+            Transport::Multicast => "multicast",
+            Transport::All => "all",
+        }
+    }
+}
+
+/// The publisher's and subscriber's settings profile.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Profile {
+    /// The programs' defaults: no `--profile` is passed.
+    Default,
+    /// `--profile low-latency` to both programs.
+    LowLatency,
 }
 
 /// Arguments of `loopback`.
@@ -31,44 +80,252 @@ pub struct LoopbackArgs {
     /// Formats to compare (default: all).
     #[arg(long, value_delimiter = ',')]
     pub formats: Vec<Format>,
-    /// Transport.
+    /// Transport: tcp, udp, multicast, or all (each in turn).
     #[arg(long, value_enum, default_value_t = Transport::Tcp)]
     pub transport: Transport,
     /// Replay this capture instead of the built-in synthetic day.
     #[arg(long)]
     pub capture: Option<PathBuf>,
-    /// Synthetic day: messages.
-    #[arg(long, default_value_t = 300_000)]
-    pub messages: u64,
-    /// Messages per second.
+    /// Synthetic day: messages [default: 300000, or 5000000 with --top-speed].
+    #[arg(long)]
+    pub messages: Option<u64>,
+    /// Messages per second (ignored with --top-speed).
     #[arg(long, default_value_t = 100_000.0)]
     pub rate: f64,
-    /// Write the table as JSON to this file.
+    /// Throughput instead of latency: the publisher sends as fast as it can.
+    #[arg(long)]
+    pub top_speed: bool,
+    /// The publisher coalesces frames into records / datagrams up to this many bytes (0: off;
+    /// UDP datagrams stop at 1472 bytes). Several values run one after the other.
+    #[arg(long, value_delimiter = ',', default_values_t = [0usize])]
+    pub coalesce_bytes: Vec<usize>,
+    /// Settings profile passed to both programs as `--profile` (default passes nothing).
+    #[arg(long, value_enum, default_value_t = Profile::Default)]
+    pub profile: Profile,
+    /// Bytes per ping of the latency floor, about one relay frame.
+    #[arg(long, default_value_t = 128)]
+    pub floor_bytes: usize,
+    /// Write everything measured as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Directory for the SVG plots and the table (loopback.md).
+    #[arg(long, default_value = "target/mdrelay-bench")]
+    pub plots: PathBuf,
 }
 
-/// One format's result.
+impl LoopbackArgs {
+    fn messages(&self) -> u64 {
+        self.messages.unwrap_or(if self.top_speed { 5_000_000 } else { 300_000 })
+    }
+}
+
+/// Latency percentiles, ns.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Percentiles {
+    /// Median.
+    pub p50: u64,
+    /// 90th percentile.
+    pub p90: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// 99.9th percentile.
+    pub p999: u64,
+    /// 99.99th percentile.
+    pub p9999: u64,
+    /// Largest.
+    pub max: u64,
+    /// Values recorded.
+    pub count: u64,
+}
+
+impl Percentiles {
+    fn of(h: &Histogram<u64>) -> Percentiles {
+        Percentiles {
+            p50: h.value_at_quantile(0.5),
+            p90: h.value_at_quantile(0.9),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            p9999: h.value_at_quantile(0.9999),
+            max: h.max(),
+            count: h.len(),
+        }
+    }
+
+    /// From the subscriber's report (`latency_ns`).
+    fn from_report(v: &serde_json::Value) -> Percentiles {
+        let get = |k: &str| v[k].as_u64().unwrap_or(0);
+        Percentiles {
+            p50: get("p50"),
+            p90: get("p90"),
+            p99: get("p99"),
+            p999: get("p999"),
+            p9999: get("p9999"),
+            max: get("max"),
+            count: get("count"),
+        }
+    }
+}
+
+/// The latency floor of one transport: a plain socket ping-pong, one-way = half the round trip.
+#[derive(Debug, Serialize)]
+pub struct FloorRow {
+    /// The transport.
+    pub transport: Transport,
+    /// Bytes per ping.
+    pub message_bytes: usize,
+    /// Pings per second asked for.
+    pub requested_rate: f64,
+    /// Pings per second sent.
+    pub achieved_rate: f64,
+    /// Whether at least 97 % of the rate was sent.
+    pub rate_reached: bool,
+    /// Pings sent.
+    pub pings: u64,
+    /// Echoes received.
+    pub echoes: u64,
+    /// One-way time, ns.
+    pub one_way_ns: Percentiles,
+    /// (percentile %, ns) along the percentile axis.
+    pub curve: Vec<(f64, u64)>,
+}
+
+/// One format over one transport.
 #[derive(Debug, Serialize)]
 pub struct Row {
+    /// The transport.
+    pub transport: Transport,
     /// The format.
     pub format: Format,
+    /// The profile as applied (says when a program has no `--profile` yet).
+    pub profile: String,
+    /// The publisher's `--coalesce-bytes`.
+    pub coalesce_bytes: usize,
+    /// `latency` (fixed rate) or `top-speed`.
+    pub mode: &'static str,
+    /// Messages per second asked for (none at top speed).
+    pub requested_rate: Option<f64>,
+    /// Messages per second the publisher sent (its messages over its stream's seconds).
+    pub sent_rate: f64,
+    /// Messages per second delivered: received over the stream's wall time (TCP: the
+    /// subscriber's whole run, connection and drain included; UDP: the publisher's stream, as
+    /// nothing arrives later than its socket buffer allows).
+    pub delivered_rate: f64,
+    /// Whether at least 97 % of the requested rate was sent (none at top speed).
+    pub rate_reached: Option<bool>,
+    /// Messages the publisher sent.
+    pub messages_sent: u64,
     /// Messages the subscriber decoded.
-    pub messages: u64,
+    pub messages_received: u64,
+    /// Frames the publisher sent.
+    pub frames_sent: u64,
+    /// Frames the subscriber never received.
+    pub frames_lost: u64,
+    /// Frames lost, percent of those sent.
+    pub loss_percent: f64,
     /// Whether the subscriber's counts equal the publisher's totals.
     pub totals_match: Option<bool>,
-    /// Frames lost.
-    pub gaps: u64,
     /// Frame bytes per message (publisher side).
     pub bytes_per_message: f64,
-    /// One-way latency, ns.
-    pub latency_ns: serde_json::Value,
+    /// Frame megabytes (10^6) per second delivered.
+    pub megabytes_per_second: f64,
+    /// The publisher's stream, seconds.
+    pub publisher_seconds: f64,
+    /// The subscriber's run, seconds.
+    pub subscriber_seconds: f64,
+    /// One-way latency, ns (the subscriber's report).
+    pub latency_ns: Percentiles,
+    /// (percentile %, ns) along the percentile axis, from the subscriber's histogram log.
+    pub curve: Vec<(f64, u64)>,
+    /// p50 over the floor's one-way p50 (latency mode).
+    pub p50_vs_floor: Option<f64>,
+    /// p99 over the floor's one-way p99 (latency mode).
+    pub p99_vs_floor: Option<f64>,
+    /// What `mdrelay-pub` used.
+    pub publisher: Usage,
+    /// What `mdrelay-sub` used.
+    pub subscriber: Usage,
+}
+
+/// The host the figures come from.
+#[derive(Debug, Serialize)]
+pub struct Machine {
+    /// CPU model, from /proc/cpuinfo.
+    pub cpu: String,
+    /// CPUs available to this process.
+    pub cpus: usize,
+    /// Kernel release.
+    pub kernel: String,
+}
+
+/// Everything a run measured.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// The host.
+    pub machine: Machine,
+    /// `latency` or `top-speed`.
+    pub mode: &'static str,
+    /// What was replayed.
+    pub source: String,
+    /// Messages per second asked for (latency mode).
+    pub rate: Option<f64>,
+    /// The profile asked for.
+    pub profile_requested: Profile,
+    /// Whether `mdrelay-pub run --help` lists `--profile`.
+    pub publisher_has_profile: bool,
+    /// Whether `mdrelay-sub --help` lists `--profile`.
+    pub subscriber_has_profile: bool,
+    /// The latency floor per transport (latency mode).
+    pub floors: Vec<FloorRow>,
+    /// One row per transport, coalescing setting and format.
+    pub rows: Vec<Row>,
+    /// The SVG files written.
+    pub plots: Vec<PathBuf>,
 }
 
 /// `name` of `package` beside this binary, built in the same profile when missing.
 fn sibling(package: &str, name: &str) -> Result<PathBuf> {
     mdrelay_harness::bins::binary(package, name)
         .with_context(|| format!("{name}: build the workspace first (cargo build --release)"))
+}
+
+/// Whether `bin args --help` lists a `--profile` flag: the flag is new, and a binary without it
+/// would reject it, so the benchmark asks first and says so instead of failing.
+fn has_profile_flag(bin: &Path, args: &[&str]) -> bool {
+    std::process::Command::new(bin)
+        .args(args)
+        .arg("--help")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("--profile"))
+}
+
+/// Which programs get `--profile`, and how the tables name what was applied.
+struct ProfileUse {
+    requested: Profile,
+    publisher: bool,
+    subscriber: bool,
+}
+
+impl ProfileUse {
+    fn flag(&self, supported: bool) -> Vec<String> {
+        match self.requested {
+            Profile::LowLatency if supported => vec!["--profile".into(), "low-latency".into()],
+            _ => Vec::new(),
+        }
+    }
+
+    fn label(&self) -> String {
+        match (self.requested, self.publisher, self.subscriber) {
+            (Profile::Default, ..) => "default".into(),
+            (Profile::LowLatency, true, true) => "low-latency".into(),
+            (Profile::LowLatency, true, false) => {
+                "low-latency (mdrelay-sub has no --profile yet: default there)".into()
+            }
+            (Profile::LowLatency, false, true) => {
+                "low-latency (mdrelay-pub has no --profile yet: default there)".into()
+            }
+            (Profile::LowLatency, false, false) => "default (no --profile in mdrelay-pub or mdrelay-sub yet)".into(),
+        }
+    }
 }
 
 /// How long a process may take to print a readiness line.
@@ -83,113 +340,554 @@ fn finish(process: Process, limit: Duration) -> Result<Finished> {
     Ok(finished)
 }
 
-fn run_one(args: &LoopbackArgs, format: Format, publisher: &Path, subscriber: &Path, dir: &Path) -> Result<Row> {
-    let sub_json = dir.join(format!("sub-{format}.json"));
-    let pub_json = dir.join(format!("pub-{format}.json"));
-    let mut pub_args: Vec<String> =
-        vec!["run".into(), "--format".into(), format.name().into(), "--pacing".into(), "rate".into()];
-    pub_args.extend(["--rate".into(), args.rate.to_string(), "--json".into(), pub_json.display().to_string()]);
+/// The percentiles of the x axis' grid (1 / (1 − p) from 1 to 10^5, 20 points a decade).
+fn grid() -> impl Iterator<Item = f64> {
+    (0..=100).map(|k| 100.0 * (1.0 - 1.0 / 10f64.powf(f64::from(k) / 20.0)))
+}
+
+/// (percentile %, ns) of `h` along the grid.
+fn curve(h: &Histogram<u64>) -> Vec<(f64, u64)> {
+    if h.is_empty() {
+        return Vec::new();
+    }
+    grid().map(|p| (p, h.value_at_quantile(p / 100.0))).collect()
+}
+
+/// The whole run's histogram: every interval of the subscriber's HdrHistogram interval log.
+fn read_histogram_log(path: &Path) -> Result<Histogram<u64>> {
+    let text = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut total = floor::histogram();
+    let mut deserializer = Deserializer::new();
+    for entry in IntervalLogIterator::new(&text) {
+        let entry = entry.map_err(|e| anyhow::anyhow!("{}: {e:?}", path.display()))?;
+        if let LogEntry::Interval(interval) = entry {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(interval.encoded_histogram())
+                .with_context(|| format!("{}: an interval is not base64", path.display()))?;
+            let h: Histogram<u64> = deserializer
+                .deserialize(&mut bytes.as_slice())
+                .map_err(|e| anyhow::anyhow!("{}: {e:?}", path.display()))?;
+            total.add(&h).map_err(|e| anyhow::anyhow!("{}: {e:?}", path.display()))?;
+        }
+    }
+    Ok(total)
+}
+
+/// Everything one format's run needs to know.
+struct Plan<'a> {
+    args: &'a LoopbackArgs,
+    transport: Transport,
+    format: Format,
+    coalesce: usize,
+    publisher: &'a Path,
+    subscriber: &'a Path,
+    dir: &'a Path,
+    profile: &'a ProfileUse,
+}
+
+fn run_one(plan: &Plan<'_>) -> Result<Row> {
+    let Plan { args, transport, format, coalesce, .. } = *plan;
+    let name = format!("{}-{format}-{coalesce}", transport.name());
+    let sub_json = plan.dir.join(format!("sub-{name}.json"));
+    let pub_json = plan.dir.join(format!("pub-{name}.json"));
+    let hlog = plan.dir.join(format!("sub-{name}.hlog"));
+    let messages = args.messages();
+    let mut pub_args: Vec<String> = vec!["run".into(), "--format".into(), format.name().into()];
+    if args.top_speed {
+        pub_args.extend(["--pacing".into(), "top-speed".into()]);
+    } else {
+        pub_args.extend(["--pacing".into(), "rate".into(), "--rate".into(), args.rate.to_string()]);
+    }
+    pub_args.extend(["--coalesce-bytes".into(), coalesce.to_string()]);
+    pub_args.extend(["--json".into(), pub_json.display().to_string()]);
     match &args.capture {
         Some(path) => pub_args.extend(["--capture".into(), path.display().to_string()]),
-        None => pub_args.extend(["--messages".into(), args.messages.to_string()]),
+        None => pub_args.extend(["--messages".into(), messages.to_string()]),
     }
-    let mut sub_args: Vec<String> =
-        vec!["--json".into(), sub_json.display().to_string(), "--report-interval".into(), "0".into()];
+    pub_args.extend(plan.profile.flag(plan.profile.publisher));
+    let mut sub_args: Vec<String> = vec!["--json".into(), sub_json.display().to_string()];
+    sub_args.extend(["--report-interval".into(), "0".into(), "--histogram-log".into(), hlog.display().to_string()]);
+    sub_args.extend(plan.profile.flag(plan.profile.subscriber));
     let spawn = |bin: &Path, args: &[String]| {
         Process::spawn(bin, args, &[]).with_context(|| format!("starting {}", bin.display()))
     };
+    let expected_seconds = if args.top_speed { messages as f64 / 200_000.0 } else { messages as f64 / args.rate };
+    let deadline = Instant::now() + Duration::from_secs_f64(60.0 + expected_seconds * 3.0);
     // Each side starts once the other is ready (the lines both print), never after a guess.
-    let (publisher_process, subscriber_process) = match args.transport {
+    let (publisher, pub_sampler, subscriber, sub_sampler) = match transport {
         Transport::Tcp => {
             pub_args.extend(["--tcp".into(), "127.0.0.1:0".into(), "--wait-subscribers".into(), "1".into()]);
+            // Lossless: at top speed the subscriber sets the pace instead of skipping ahead.
             pub_args.extend(["--slow-subscriber".into(), "block".into()]);
-            let mut publisher_process = spawn(publisher, &pub_args)?;
-            let addr = publisher_process.try_serving_on(READY)?;
+            let mut publisher = spawn(plan.publisher, &pub_args)?;
+            let pub_sampler = Sampler::start(publisher.pid(), deadline);
+            let addr = publisher.try_serving_on(READY)?;
             sub_args.extend(["--connect".into(), addr.to_string()]);
-            (publisher_process, spawn(subscriber, &sub_args)?)
+            let subscriber = spawn(plan.subscriber, &sub_args)?;
+            let sub_sampler = Sampler::start(subscriber.pid(), deadline);
+            (publisher, pub_sampler, subscriber, sub_sampler)
         }
         Transport::Udp | Transport::Multicast => {
-            if args.transport == Transport::Udp {
+            if transport == Transport::Udp {
                 sub_args.extend(["--listen".into(), "127.0.0.1:0".into()]);
             } else {
                 sub_args.extend(["--group".into(), "239.255.0.1:0".into(), "--interface".into(), "127.0.0.1".into()]);
             }
-            let mut subscriber_process = spawn(subscriber, &sub_args)?;
+            let mut subscriber = spawn(plan.subscriber, &sub_args)?;
+            let sub_sampler = Sampler::start(subscriber.pid(), deadline);
             // UDP has no handshake: nothing is sent before the subscriber has bound (and joined).
-            let addr = subscriber_process.try_listening_on(READY)?.to_string();
-            if args.transport == Transport::Udp {
+            let addr = subscriber.try_listening_on(READY)?.to_string();
+            if transport == Transport::Udp {
                 pub_args.extend(["--udp".into(), addr]);
             } else {
                 pub_args.extend(["--multicast".into(), addr, "--interface".into(), "127.0.0.1".into()]);
                 pub_args.extend(["--ttl".into(), "0".into()]);
             }
-            (spawn(publisher, &pub_args)?, subscriber_process)
+            let publisher = spawn(plan.publisher, &pub_args)?;
+            let pub_sampler = Sampler::start(publisher.pid(), deadline);
+            (publisher, pub_sampler, subscriber, sub_sampler)
         }
+        Transport::All => bail!("one transport at a time"),
     };
-    let limit = Duration::from_secs_f64(60.0 + args.messages as f64 / args.rate * 3.0);
-    finish(publisher_process, limit).context("mdrelay-pub")?;
-    finish(subscriber_process, limit).context("mdrelay-sub")?;
+    // The samplers return at each exit, before the harness reaps: see `procstat`.
+    let pub_usage = pub_sampler.finish();
+    finish(publisher, Duration::from_secs(10)).context("mdrelay-pub")?;
+    let sub_usage = sub_sampler.finish();
+    finish(subscriber, Duration::from_secs(10)).context("mdrelay-sub")?;
     let sub: serde_json::Value = serde_json::from_slice(&std::fs::read(&sub_json)?)?;
     let publ: serde_json::Value = serde_json::from_slice(&std::fs::read(&pub_json)?)?;
-    let messages = sub["messages"].as_u64().unwrap_or(0);
+    let messages_received = sub["messages"].as_u64().unwrap_or(0);
+    let messages_sent = publ["totals"]["messages"].as_u64().unwrap_or(0);
+    let frames_sent = publ["totals"]["frames"].as_u64().unwrap_or(0);
+    let frames_lost = sub["gaps"].as_u64().unwrap_or(0);
     let frame_bytes = publ["frame_bytes"].as_f64().unwrap_or(0.0);
-    let sent = publ["totals"]["messages"].as_f64().unwrap_or(1.0).max(1.0);
+    let publisher_seconds = publ["seconds"].as_f64().unwrap_or(0.0);
+    let subscriber_seconds = sub["elapsed_seconds"].as_f64().unwrap_or(0.0);
+    let wall = if transport == Transport::Tcp { subscriber_seconds } else { publisher_seconds };
+    let per_second = |n: f64, s: f64| if s > 0.0 { n / s } else { 0.0 };
+    let sent_rate = per_second(messages_sent as f64, publisher_seconds);
+    let delivered_rate = per_second(messages_received as f64, wall);
+    let bytes_per_message = per_second(frame_bytes, messages_sent.max(1) as f64);
+    // The histogram log holds every value; without it (an older subscriber), the report's
+    // percentiles are what there is.
+    let curve = match read_histogram_log(&hlog) {
+        Ok(h) => curve(&h),
+        Err(e) => {
+            eprintln!("mdrelay-bench: {e:#}; plotting the report's percentiles");
+            let p = Percentiles::from_report(&sub["latency_ns"]);
+            vec![(50.0, p.p50), (90.0, p.p90), (99.0, p.p99), (99.9, p.p999), (99.99, p.p9999)]
+        }
+    };
     Ok(Row {
+        transport,
         format,
-        messages,
+        profile: plan.profile.label(),
+        coalesce_bytes: coalesce,
+        mode: if args.top_speed { "top-speed" } else { "latency" },
+        requested_rate: (!args.top_speed).then_some(args.rate),
+        sent_rate,
+        delivered_rate,
+        rate_reached: (!args.top_speed).then_some(sent_rate >= 0.97 * args.rate),
+        messages_sent,
+        messages_received,
+        frames_sent,
+        frames_lost,
+        loss_percent: per_second(100.0 * frames_lost as f64, frames_sent.max(1) as f64),
         totals_match: sub["totals_match"].as_bool(),
-        gaps: sub["gaps"].as_u64().unwrap_or(0),
-        bytes_per_message: frame_bytes / sent,
-        latency_ns: sub["latency_ns"].clone(),
+        bytes_per_message,
+        megabytes_per_second: delivered_rate * bytes_per_message / 1e6,
+        publisher_seconds,
+        subscriber_seconds,
+        latency_ns: Percentiles::from_report(&sub["latency_ns"]),
+        curve,
+        p50_vs_floor: None,
+        p99_vs_floor: None,
+        publisher: pub_usage,
+        subscriber: sub_usage,
     })
 }
 
-fn us(v: &serde_json::Value, key: &str) -> String {
-    v[key].as_f64().map_or_else(|| "-".into(), |ns| format!("{:.1}", ns / 1000.0))
+fn run_floor(args: &LoopbackArgs, transport: Transport) -> Result<FloorRow> {
+    let spec = FloorSpec { transport, rate: args.rate, count: args.messages().max(1_000), bytes: args.floor_bytes };
+    let result = floor::run(spec).with_context(|| format!("the {} latency floor", transport.name()))?;
+    let achieved_rate = if result.send_seconds > 0.0 { result.sent as f64 / result.send_seconds } else { 0.0 };
+    Ok(FloorRow {
+        transport,
+        message_bytes: args.floor_bytes,
+        requested_rate: args.rate,
+        achieved_rate,
+        rate_reached: achieved_rate >= 0.97 * args.rate,
+        pings: result.sent,
+        echoes: result.received,
+        one_way_ns: Percentiles::of(&result.one_way),
+        curve: curve(&result.one_way),
+    })
 }
 
-/// Runs the comparison and prints the table.
-pub fn run(args: &LoopbackArgs) -> Result<()> {
-    let publisher = sibling("mdrelay-publisher", "mdrelay-pub")?;
-    let subscriber = sibling("mdrelay-subscriber", "mdrelay-sub")?;
-    let dir = std::env::temp_dir().join(format!("mdrelay-loopback-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let formats = if args.formats.is_empty() { Format::ALL.to_vec() } else { args.formats.clone() };
-    let source = match &args.capture {
-        Some(p) => p.display().to_string(),
-        None => format!("synthetic day of {} messages", args.messages),
-    };
-    eprintln!("loopback {:?}: {source} at {} messages/s, one format at a time", args.transport, args.rate);
-    let mut rows = Vec::new();
-    for format in formats {
-        let row = run_one(args, format, &publisher, &subscriber, &dir).with_context(|| format!("format {format}"))?;
-        eprintln!("  {format}: done");
-        rows.push(row);
+fn machine() -> Machine {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split_once(':')).map(|(_, v)| v.trim().to_string()))
+        .unwrap_or_else(|| "unknown".into());
+    Machine {
+        cpu,
+        cpus: std::thread::available_parallelism().map_or(0, usize::from),
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string(),
     }
-    let _ = std::fs::remove_dir_all(&dir);
-    println!(
-        "| format | messages | totals match | frames lost | bytes/message | p50 µs | p90 µs | p99 µs | p99.9 µs | p99.99 µs | max µs |"
+}
+
+/// A progress bar over the steps, or a plain line per step when stderr is not a terminal.
+struct Progress(ProgressBar);
+
+impl Progress {
+    fn new(steps: u64) -> Progress {
+        let bar = ProgressBar::new(steps);
+        let style = ProgressStyle::with_template("[{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar());
+        bar.set_style(style);
+        Progress(bar)
+    }
+
+    fn step(&self, what: &str) {
+        if self.0.is_hidden() {
+            eprintln!("  [{}/{}] {what}", self.0.position() + 1, self.0.length().unwrap_or(0));
+        }
+        self.0.set_message(what.to_string());
+    }
+
+    fn done(&self, what: &str) {
+        self.0.inc(1);
+        if self.0.is_hidden() {
+            eprintln!("        {what}");
+        } else {
+            self.0.println(format!("  {what}"));
+        }
+    }
+}
+
+/// "100,000": thousands separated, as the tables print counts and rates.
+fn thousands(v: f64) -> String {
+    let digits = format!("{:.0}", v.max(0.0));
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn us(ns: u64) -> String {
+    let us = ns as f64 / 1000.0;
+    if us >= 100.0 { format!("{us:.0}") } else { format!("{us:.1}") }
+}
+
+fn ratio(r: Option<f64>) -> String {
+    r.map_or("-".into(), |r| format!("{r:.2}×"))
+}
+
+fn mib(kib: u64) -> String {
+    format!("{:.1}", kib as f64 / 1024.0)
+}
+
+/// The requested rate as reached, or plainly not: "78,000 of 100,000".
+fn rate_text(achieved: f64, requested: f64, reached: bool) -> String {
+    if reached {
+        thousands(requested)
+    } else {
+        format!("{} of {} (not reached)", thousands(achieved), thousands(requested))
+    }
+}
+
+fn latency_table(report: &Report, out: &mut String) {
+    for floor_row in &report.floors {
+        let t = floor_row.transport;
+        let _ = writeln!(out, "\n### {} at {} msg/s\n", t.name(), thousands(floor_row.requested_rate));
+        let _ = writeln!(
+            out,
+            "| row | profile | msg/s | messages | lost | totals | bytes/msg | p50 µs | p90 µs | p99 µs | p99.9 µs | p99.99 µs | max µs | p50 / floor | p99 / floor | pub CPU s | pub RSS MiB | sub CPU s | sub RSS MiB |"
+        );
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        let f = &floor_row.one_way_ns;
+        let _ = writeln!(
+            out,
+            "| floor (socket ping-pong, ½ RTT) | - | {} | {} | {} | - | {} | {} | {} | {} | {} | {} | {} | 1.00× | 1.00× | - | - | - | - |",
+            rate_text(floor_row.achieved_rate, floor_row.requested_rate, floor_row.rate_reached),
+            thousands(floor_row.pings as f64),
+            floor_row.pings - floor_row.echoes.min(floor_row.pings),
+            floor_row.message_bytes,
+            us(f.p50),
+            us(f.p90),
+            us(f.p99),
+            us(f.p999),
+            us(f.p9999),
+            us(f.max)
+        );
+        for r in report.rows.iter().filter(|r| r.transport == t) {
+            let l = &r.latency_ns;
+            let format = if r.coalesce_bytes > 0 {
+                format!("{} (coalesce {})", r.format, r.coalesce_bytes)
+            } else {
+                r.format.to_string()
+            };
+            let _ = writeln!(
+                out,
+                "| {format} | {} | {} | {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {} | {:.2} | {} |",
+                r.profile,
+                rate_text(r.sent_rate, r.requested_rate.unwrap_or(0.0), r.rate_reached.unwrap_or(true)),
+                thousands(r.messages_received as f64),
+                r.frames_lost,
+                r.totals_match.map_or("-", |b| if b { "match" } else { "DIFFER" }),
+                r.bytes_per_message,
+                us(l.p50),
+                us(l.p90),
+                us(l.p99),
+                us(l.p999),
+                us(l.p9999),
+                us(l.max),
+                ratio(r.p50_vs_floor),
+                ratio(r.p99_vs_floor),
+                r.publisher.cpu_seconds,
+                mib(r.publisher.peak_rss_kib),
+                r.subscriber.cpu_seconds,
+                mib(r.subscriber.peak_rss_kib)
+            );
+        }
+    }
+}
+
+fn throughput_table(report: &Report, out: &mut String) {
+    let _ = writeln!(out, "\n### top speed\n");
+    let _ = writeln!(
+        out,
+        "| transport | format | coalesce bytes | profile | sent | received | frames lost | msg/s delivered | MB/s | msg/s sent | bytes/msg | pub CPU s | pub RSS MiB | sub CPU s | sub RSS MiB |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
-    for r in &rows {
-        let l = &r.latency_ns;
-        println!(
-            "| {} | {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} |",
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for r in &report.rows {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} ({:.2} %) | {} | {:.0} | {} | {:.1} | {:.2} | {} | {:.2} | {} |",
+            r.transport.name(),
             r.format,
-            r.messages,
-            r.totals_match.map_or("-".into(), |b| if b { "yes".to_string() } else { "NO".to_string() }),
-            r.gaps,
+            r.coalesce_bytes,
+            r.profile,
+            thousands(r.messages_sent as f64),
+            thousands(r.messages_received as f64),
+            r.frames_lost,
+            r.loss_percent,
+            thousands(r.delivered_rate),
+            r.megabytes_per_second,
+            thousands(r.sent_rate),
             r.bytes_per_message,
-            us(l, "p50"),
-            us(l, "p90"),
-            us(l, "p99"),
-            us(l, "p999"),
-            us(l, "p9999"),
-            us(l, "max")
+            r.publisher.cpu_seconds,
+            mib(r.publisher.peak_rss_kib),
+            r.subscriber.cpu_seconds,
+            mib(r.subscriber.peak_rss_kib)
         );
     }
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&rows)?)?;
+}
+
+fn check(args: &LoopbackArgs) -> Result<()> {
+    if !(args.rate.is_finite() && args.rate > 0.0) {
+        bail!("--rate {}: give a positive number of messages per second", args.rate);
+    }
+    if args.messages() == 0 {
+        bail!("--messages 0: give at least one message");
+    }
+    if !(8..=1472).contains(&args.floor_bytes) {
+        bail!("--floor-bytes {}: give 8 to 1472 (one datagram)", args.floor_bytes);
+    }
+    if args.coalesce_bytes.is_empty() {
+        bail!("--coalesce-bytes: give at least one value");
     }
     Ok(())
+}
+
+/// Runs the comparison, prints the table, writes the plots and the JSON.
+pub fn run(args: &LoopbackArgs) -> Result<()> {
+    check(args)?;
+    let publisher = sibling("mdrelay-publisher", "mdrelay-pub")?;
+    let subscriber = sibling("mdrelay-subscriber", "mdrelay-sub")?;
+    let profile = ProfileUse {
+        requested: args.profile,
+        publisher: has_profile_flag(&publisher, &["run"]),
+        subscriber: has_profile_flag(&subscriber, &[]),
+    };
+    if args.profile != Profile::Default && !(profile.publisher && profile.subscriber) {
+        eprintln!("mdrelay-bench: profile applied: {}", profile.label());
+    }
+    let dir = tempfile::tempdir().context("a directory for the runs' reports")?;
+    std::fs::create_dir_all(&args.plots).with_context(|| format!("creating {}", args.plots.display()))?;
+    let formats = if args.formats.is_empty() { Format::ALL.to_vec() } else { args.formats.clone() };
+    let transports = args.transport.each();
+    let source = match &args.capture {
+        Some(p) => p.display().to_string(),
+        None => format!("synthetic day of {} messages", thousands(args.messages() as f64)),
+    };
+    let pace = if args.top_speed { "top speed".to_string() } else { format!("{} msg/s", thousands(args.rate)) };
+    eprintln!("loopback: {source} at {pace}, profile {}, one format at a time", profile.label());
+    let floors_per_transport = u64::from(!args.top_speed);
+    let steps = transports.len() as u64 * (floors_per_transport + (formats.len() * args.coalesce_bytes.len()) as u64);
+    let progress = Progress::new(steps);
+    let mut report = Report {
+        machine: machine(),
+        mode: if args.top_speed { "top-speed" } else { "latency" },
+        source,
+        rate: (!args.top_speed).then_some(args.rate),
+        profile_requested: args.profile,
+        publisher_has_profile: profile.publisher,
+        subscriber_has_profile: profile.subscriber,
+        floors: Vec::new(),
+        rows: Vec::new(),
+        plots: Vec::new(),
+    };
+    for &transport in &transports {
+        // The floor first, on the same quiet host the formats then get.
+        let floor_row = if args.top_speed {
+            None
+        } else {
+            progress.step(&format!("{}: latency floor", transport.name()));
+            let row = run_floor(args, transport)?;
+            progress.done(&format!(
+                "{} floor: one-way p50 {} µs, p99 {} µs",
+                transport.name(),
+                us(row.one_way_ns.p50),
+                us(row.one_way_ns.p99)
+            ));
+            Some(row)
+        };
+        for &coalesce in &args.coalesce_bytes {
+            for &format in &formats {
+                progress.step(&format!("{}: {format} (coalesce {coalesce})", transport.name()));
+                let plan = Plan {
+                    args,
+                    transport,
+                    format,
+                    coalesce,
+                    publisher: &publisher,
+                    subscriber: &subscriber,
+                    dir: dir.path(),
+                    profile: &profile,
+                };
+                let mut row =
+                    run_one(&plan).with_context(|| format!("{} {format} (coalesce {coalesce})", transport.name()))?;
+                if let Some(f) = &floor_row {
+                    let over = |a: u64, b: u64| (b > 0).then(|| a as f64 / b as f64);
+                    row.p50_vs_floor = over(row.latency_ns.p50, f.one_way_ns.p50);
+                    row.p99_vs_floor = over(row.latency_ns.p99, f.one_way_ns.p99);
+                }
+                progress.done(&if args.top_speed {
+                    format!(
+                        "{} {format}: {} msg/s, {} lost",
+                        transport.name(),
+                        thousands(row.delivered_rate),
+                        row.frames_lost
+                    )
+                } else {
+                    format!(
+                        "{} {format}: p50 {} µs ({}), p99 {} µs ({})",
+                        transport.name(),
+                        us(row.latency_ns.p50),
+                        ratio(row.p50_vs_floor),
+                        us(row.latency_ns.p99),
+                        ratio(row.p99_vs_floor)
+                    )
+                });
+                report.rows.push(row);
+            }
+        }
+        if let Some(f) = floor_row {
+            report.floors.push(f);
+        }
+    }
+    progress.0.finish_and_clear();
+
+    // Plots: latency per transport, or throughput of every run.
+    if args.top_speed {
+        let bars: Vec<Bar> = report
+            .rows
+            .iter()
+            .map(|r| Bar {
+                label: if args.coalesce_bytes.len() > 1 {
+                    format!("{} {} c{}", r.transport.name(), r.format, r.coalesce_bytes)
+                } else {
+                    format!("{} {}", r.transport.name(), r.format)
+                },
+                mmsgs: r.delivered_rate / 1e6,
+            })
+            .collect();
+        let path = args.plots.join("throughput.svg");
+        plots::throughput(&path, &format!("mdrelay loopback top speed, {}", report.source), &bars)?;
+        report.plots.push(path);
+    } else {
+        for f in &report.floors {
+            let mut curves = vec![Curve { name: "floor (socket ping-pong)".into(), points: points(&f.curve) }];
+            for r in report.rows.iter().filter(|r| r.transport == f.transport) {
+                let name = if args.coalesce_bytes.len() > 1 {
+                    format!("{} c{}", r.format, r.coalesce_bytes)
+                } else {
+                    r.format.to_string()
+                };
+                curves.push(Curve { name, points: points(&r.curve) });
+            }
+            let path = args.plots.join(format!("latency-{}.svg", f.transport.name()));
+            let title =
+                format!("mdrelay loopback {}, {} msg/s, one-way latency", f.transport.name(), thousands(args.rate));
+            plots::latency(&path, &title, &curves)?;
+            report.plots.push(path);
+        }
+    }
+
+    let mut table = String::new();
+    let _ = writeln!(
+        table,
+        "mdrelay-bench loopback: {}, {}, profile {}; {} ({} CPUs), Linux {}",
+        report.source,
+        pace,
+        profile.label(),
+        report.machine.cpu,
+        report.machine.cpus,
+        report.machine.kernel
+    );
+    if args.top_speed {
+        throughput_table(&report, &mut table);
+    } else {
+        latency_table(&report, &mut table);
+    }
+    let short: Vec<String> = report
+        .rows
+        .iter()
+        .filter(|r| r.rate_reached == Some(false))
+        .map(|r| {
+            format!(
+                "{} {}: {} of {} msg/s",
+                r.transport.name(),
+                r.format,
+                thousands(r.sent_rate),
+                thousands(r.requested_rate.unwrap_or(0.0))
+            )
+        })
+        .collect();
+    if !short.is_empty() {
+        let _ = writeln!(table, "\nRate not reached: {}.", short.join("; "));
+    }
+    print!("{table}");
+    let table_path = args.plots.join("loopback.md");
+    std::fs::write(&table_path, &table).with_context(|| format!("writing {}", table_path.display()))?;
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    eprintln!("table: {}", table_path.display());
+    for p in &report.plots {
+        eprintln!("plot: {}", p.display());
+    }
+    Ok(())
+}
+
+/// A curve in ns as plot points in µs.
+fn points(curve: &[(f64, u64)]) -> Vec<(f64, f64)> {
+    curve.iter().map(|&(p, ns)| (p, ns as f64 / 1000.0)).collect()
 }

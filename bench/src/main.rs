@@ -4,8 +4,10 @@
 //! decodes and aggregates it, and prints per-batch latency percentiles, whole-capture totals and
 //! bytes as a markdown table (and JSON on request).
 //!
-//! `mdrelay-bench loopback` runs the real publisher and subscriber over loopback once per format
-//! at the same fixed rate and tabulates end-to-end latency percentiles, to choose a format.
+//! `mdrelay-bench loopback` measures a plain socket ping-pong (the latency floor), then runs the
+//! real publisher and subscriber over loopback once per format at the same fixed rate, and
+//! tabulates end-to-end latency percentiles against the floor, CPU time and peak memory, to
+//! choose a format; `--top-speed` measures throughput instead. Plots are written as SVG.
 //!
 //! `mdrelay-bench recovery` multicasts across emulated hosts with loss injected by nftables and
 //! tabulates recovery latency percentiles per loss rate (root); `mdrelay-bench arbitration`
@@ -15,7 +17,10 @@
 
 mod arbitration;
 mod codecs;
+mod floor;
 mod loopback;
+mod plots;
+mod procstat;
 mod recovery;
 
 use clap::{Parser, Subcommand};
@@ -33,7 +38,7 @@ struct Cli {
 enum Command {
     /// Serialize and deserialize+aggregate every batch of a capture in every format.
     Codecs(codecs::CodecArgs),
-    /// Run publisher and subscriber over loopback once per format and compare their latency.
+    /// Run publisher and subscriber over loopback once per format: latency against a socket floor, or top speed.
     Loopback(loopback::LoopbackArgs),
     /// Recovery latency under injected loss, across emulated hosts (root).
     Recovery(recovery::RecoveryArgs),
