@@ -1,0 +1,123 @@
+//! `mdrelay-bench loopback` as users run it: its arguments, and short runs that write the table,
+//! the JSON and the plots. No timing is asserted: the host decides those.
+
+use mdrelay_harness::Process;
+use std::path::Path;
+use std::time::Duration;
+
+const BENCH: &str = env!("CARGO_BIN_EXE_mdrelay-bench");
+
+/// Runs `mdrelay-bench ARGS` to its end (at most two minutes).
+fn bench(args: &[&str]) -> mdrelay_harness::Finished {
+    Process::start(BENCH, args).finish(Duration::from_secs(120))
+}
+
+#[test]
+fn help_lists_the_flags_and_bad_values_fail_with_a_message() {
+    let help = bench(&["loopback", "--help"]);
+    help.assert_success();
+    for flag in ["--transport", "--rate", "--top-speed", "--profile", "--json", "--plots", "--coalesce-bytes"] {
+        assert!(help.stdout.contains(flag), "--help lacks {flag}: {help:?}");
+    }
+    assert!(help.stdout.contains("multicast") && help.stdout.contains("low-latency"), "{help:?}");
+    for (args, says) in [
+        (&["loopback", "--transport", "carrier-pigeon"][..], "carrier-pigeon"),
+        (&["loopback", "--profile", "fastest"][..], "fastest"),
+        (&["loopback", "--rate", "lots"][..], "lots"),
+        (&["loopback", "--rate", "0"][..], "--rate"),
+        (&["loopback", "--floor-bytes", "4"][..], "--floor-bytes"),
+        (&["loopback", "--formats", "morse"][..], "morse"),
+    ] {
+        let done = bench(args);
+        assert_ne!(done.code(), Some(0), "{args:?} succeeded: {done:?}");
+        assert!(done.stderr.contains(says), "{args:?}: the message does not name {says:?}: {done:?}");
+    }
+}
+
+fn read_json(path: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn a_short_latency_run_writes_the_floor_and_every_format() {
+    let _serial = mdrelay_harness::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("loopback.json");
+    let plots = dir.path().join("plots");
+    let done = bench(&[
+        "loopback",
+        "--formats",
+        "sbe,raw",
+        "--transport",
+        "tcp",
+        "--messages",
+        "10000",
+        "--rate",
+        "20000",
+        "--json",
+        json.to_str().unwrap(),
+        "--plots",
+        plots.to_str().unwrap(),
+    ]);
+    done.assert_success();
+    assert!(done.stdout.contains("| floor (socket ping-pong"), "{done:?}");
+    let table = std::fs::read_to_string(plots.join("loopback.md")).unwrap();
+    assert!(table.contains("| sbe |") && table.contains("| raw |"), "{table}");
+    let svg = std::fs::read_to_string(plots.join("latency-tcp.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("99.9%") && svg.contains("floor"), "{svg}");
+
+    let report = read_json(&json);
+    let floors = report["floors"].as_array().unwrap();
+    assert_eq!(floors.len(), 1, "{report}");
+    assert_eq!(floors[0]["transport"], "tcp");
+    assert!(floors[0]["echoes"].as_u64().unwrap() > 0 && floors[0]["one_way_ns"]["p50"].as_u64().unwrap() > 0);
+    let rows = report["rows"].as_array().unwrap();
+    let formats: Vec<&str> = rows.iter().map(|r| r["format"].as_str().unwrap()).collect();
+    assert_eq!(formats, ["sbe", "raw"], "{report}");
+    for row in rows {
+        assert_eq!(row["messages_received"], 10_000, "{row}");
+        assert_eq!(row["totals_match"], true, "{row}");
+        assert!(row["latency_ns"]["p99"].as_u64().unwrap() > 0, "{row}");
+        assert!(row["p50_vs_floor"].as_f64().unwrap() > 0.0, "{row}");
+        assert!(!row["curve"].as_array().unwrap().is_empty(), "{row}");
+        for side in ["publisher", "subscriber"] {
+            assert!(row[side]["peak_rss_kib"].as_u64().unwrap() > 0, "{side}: {row}");
+            assert_eq!(row[side]["complete"], true, "{side}: {row}");
+        }
+    }
+}
+
+#[test]
+fn a_short_top_speed_run_reports_throughput_and_a_bar_chart() {
+    let _serial = mdrelay_harness::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("top.json");
+    let plots = dir.path().join("plots");
+    let done = bench(&[
+        "loopback",
+        "--top-speed",
+        "--formats",
+        "sbe",
+        "--transport",
+        "udp",
+        "--messages",
+        "20000",
+        "--coalesce-bytes",
+        "65536",
+        "--json",
+        json.to_str().unwrap(),
+        "--plots",
+        plots.to_str().unwrap(),
+    ]);
+    done.assert_success();
+    assert!(done.stdout.contains("msg/s delivered"), "{done:?}");
+    assert!(std::fs::read_to_string(plots.join("throughput.svg")).unwrap().starts_with("<svg"));
+    let report = read_json(&json);
+    assert_eq!(report["mode"], "top-speed");
+    assert!(report["floors"].as_array().unwrap().is_empty(), "{report}");
+    let row = &report["rows"][0];
+    assert_eq!((&row["transport"], &row["format"]), (&"udp".into(), &"sbe".into()), "{report}");
+    assert_eq!(row["messages_sent"], 20_000, "{row}");
+    assert!(row["delivered_rate"].as_f64().unwrap() > 0.0 && row["loss_percent"].as_f64().is_some(), "{row}");
+}
