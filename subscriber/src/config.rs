@@ -4,6 +4,7 @@
 
 use clap::{Parser, ValueEnum};
 use mdrelay_proto::Symbol;
+use mdrelay_proto::idle::{IdleStrategy, Profile};
 use serde::Deserialize;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -88,6 +89,17 @@ pub struct Cli {
     /// UDP A/B: listen for the second line on ADDR:PORT.
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen_b: Option<String>,
+    /// Profile: default (wait for readiness) or low-latency (busy-poll the socket, SO_BUSY_POLL,
+    /// the receive thread pinned to --core) [default: default].
+    #[arg(long, value_name = "PROFILE")]
+    pub profile: Option<Profile>,
+    /// How the receive loop waits: spin, yield, backoff (busy-poll, then wait) or sleep (wait for
+    /// readiness) [default: the profile's].
+    #[arg(long, value_name = "STRATEGY")]
+    pub idle: Option<IdleStrategy>,
+    /// Pin the receive thread to this CPU.
+    #[arg(long, value_name = "N")]
+    pub core: Option<usize>,
     /// Check the configuration, print the settings it amounts to and exit.
     #[arg(long)]
     pub check: bool,
@@ -150,6 +162,9 @@ struct FileConfig {
     group_b: Option<Spanned<String>>,
     interface_b: Option<Spanned<String>>,
     listen_b: Option<Spanned<String>>,
+    profile: Option<Profile>,
+    idle: Option<IdleStrategy>,
+    core: Option<Spanned<usize>>,
 }
 
 /// Where the stream comes from.
@@ -216,6 +231,14 @@ pub struct Settings {
     pub from_start: bool,
     /// A/B: the second line, of the same kind as the transport (UDP or multicast).
     pub line_b: Option<Transport>,
+    /// The profile the idle strategy and socket options defaulted from.
+    pub profile: Profile,
+    /// How the receive loop waits for data.
+    pub idle: IdleStrategy,
+    /// The CPU the receive thread is pinned to, if any.
+    pub core: Option<usize>,
+    /// SO_BUSY_POLL on the receive sockets (the low-latency profile).
+    pub busy_poll: bool,
 }
 
 /// Loss recovery through the publisher's retransmission service.
@@ -401,6 +424,26 @@ impl Settings {
         };
         let histogram_log = cli.histogram_log.or(file.histogram_log);
 
+        let profile = cli.profile.or(file.profile).unwrap_or_default();
+        let idle = cli.idle.or(file.idle).unwrap_or(match profile {
+            // Waiting on the kernel costs nothing while the network is quiet.
+            Profile::Default => IdleStrategy::Sleep,
+            Profile::LowLatency => IdleStrategy::Spin,
+        });
+        let core = match pick(cli.core, file.core, "core", origin) {
+            None => None,
+            Some(Named { value, name }) => {
+                let allowed = crate::cpu::allowed_cpus();
+                if !allowed.contains(&value) {
+                    return Err(ConfigError(format!(
+                        "{name}: {value} is not a CPU this process may run on (it may use {})",
+                        crate::cpu::list(&allowed)
+                    )));
+                }
+                Some(value)
+            }
+        };
+
         Ok(Settings {
             transport,
             symbols,
@@ -415,6 +458,10 @@ impl Settings {
             recovery,
             from_start,
             line_b,
+            profile,
+            idle,
+            core,
+            busy_poll: profile == Profile::LowLatency,
         })
     }
 }

@@ -7,6 +7,8 @@
 //! Layout:
 //! - [`config`]: the TOML file and command-line flags, validated into `Settings`;
 //! - [`control`]: report ticks, `--duration`, Ctrl-C / SIGTERM: what interrupts receiving;
+//! - [`poll`]: the idle strategy of the receive loop: busy-polling or waiting for readiness;
+//! - [`cpu`]: pinning the receive thread, SO_BUSY_POLL;
 //! - [`tcp`]: connect, handshake, records, reconnection with backoff and resume, ECHO records;
 //! - [`udp`]: the sockets (unicast or multicast, one line or two), datagrams, publisher sessions,
 //!   echo datagrams, and the loop's side of loss recovery;
@@ -32,9 +34,11 @@
 pub mod buffer;
 pub mod config;
 pub mod control;
+pub mod cpu;
 pub mod frames;
 pub mod histlog;
 pub mod lines;
+pub mod poll;
 pub mod recovery;
 pub mod stats;
 pub mod tcp;

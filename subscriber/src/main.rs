@@ -8,6 +8,7 @@ use mdrelay_subscriber::control::{Control, RunError};
 use mdrelay_subscriber::frames::Pipeline;
 use mdrelay_subscriber::histlog::HistogramLog;
 use mdrelay_subscriber::lines::Line;
+use mdrelay_subscriber::tcp::Receive;
 use std::fs::File;
 use std::io::Write;
 use std::process::ExitCode;
@@ -76,16 +77,32 @@ async fn run(settings: Settings) -> u8 {
         },
         None => None,
     };
+    // This runs on the thread that receives (a current-thread runtime): pinning it pins the
+    // receive loop, and the runtime's helper threads started later keep the whole machine.
+    if let Some(core) = settings.core {
+        if let Err(error) = mdrelay_subscriber::cpu::pin_current_thread(core) {
+            eprintln!("mdrelay-sub: error: core: cannot pin the receive thread to CPU {core}: {error}");
+            return 1;
+        }
+    }
+    tracing::info!(profile = %settings.profile, idle = %settings.idle, core = ?settings.core, busy_poll = settings.busy_poll, "receive loop");
+    let receive = Receive { idle: settings.idle, busy_poll: settings.busy_poll };
     let mut pipeline = Pipeline::new(&settings, histogram_log, started);
     let result = match Control::new(settings.report_interval, settings.duration) {
         Err(error) => Err(RunError::Fatal(anyhow::anyhow!("cannot install the signal handlers: {error}"))),
         Ok(mut control) => match &settings.transport {
             Transport::Tcp(addr) => {
-                mdrelay_subscriber::tcp::run(addr, settings.reconnect_max, &mut pipeline, &mut control).await
+                mdrelay_subscriber::tcp::run(addr, settings.reconnect_max, receive, &mut pipeline, &mut control).await
             }
             udp_or_multicast => match open_lines(udp_or_multicast, settings.line_b.as_ref()) {
                 Ok(sockets) => {
-                    mdrelay_subscriber::udp::run(sockets, settings.recovery.as_ref(), &mut pipeline, &mut control).await
+                    if receive.busy_poll {
+                        for socket in &sockets {
+                            mdrelay_subscriber::cpu::busy_poll(socket, "udp");
+                        }
+                    }
+                    let recovery = settings.recovery.as_ref();
+                    mdrelay_subscriber::udp::run(sockets, recovery, receive.idle, &mut pipeline, &mut control).await
                 }
                 Err(error) => Err(RunError::Fatal(error)),
             },

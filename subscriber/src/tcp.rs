@@ -12,8 +12,10 @@
 use crate::buffer::ReadBuf;
 use crate::control::{Control, Event, RunError, Stop};
 use crate::frames::{Origin, Payload, Pipeline, Place};
+use crate::poll::Poller;
 use mdrelay_proto::clock::wall_clock_ns as now_ns;
 use mdrelay_proto::codec::Format;
+use mdrelay_proto::idle::IdleStrategy;
 use mdrelay_proto::relay::{
     Echo, Greeted, HandshakeError, Hello, MAX_RECORD, RecordHeader, RecordTag, Resume, Subscribe, Totals,
 };
@@ -52,6 +54,7 @@ enum Ended {
 pub async fn run(
     addr: &str,
     reconnect_max: Duration,
+    receive: Receive,
     pipeline: &mut Pipeline,
     control: &mut Control,
 ) -> Result<Stop, RunError> {
@@ -97,7 +100,7 @@ pub async fn run(
                 }
                 connected_before = true;
                 attempt = 0;
-                match connection(stream, peer, &mut buf, &mut warned_v1, pipeline, control).await? {
+                match connection(stream, peer, receive, &mut buf, &mut warned_v1, pipeline, control).await? {
                     Ended::Stop(stop) => return Ok(stop),
                     Ended::Lost { why, greeted } => {
                         if greeted {
@@ -165,6 +168,7 @@ fn resume_from(greeted: Greeted, pipeline: &Pipeline) -> Resume {
 async fn connection(
     mut stream: TcpStream,
     peer: SocketAddr,
+    receive: Receive,
     buf: &mut ReadBuf,
     warned_v1: &mut bool,
     pipeline: &mut Pipeline,
@@ -178,6 +182,9 @@ async fn connection(
     buf.clear();
     // Echo records are small; sending them at once matters more than packing them.
     let _ = stream.set_nodelay(true);
+    if receive.busy_poll {
+        crate::cpu::busy_poll(&stream, "tcp");
+    }
 
     // The greeting.
     let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
@@ -237,6 +244,7 @@ async fn connection(
     let mut out = EchoOut::default();
     let mut scratch = ReadBuf::new(0);
     let mut receive_time = now_ns();
+    let mut poller = Poller::new(receive.idle);
     loop {
         // Every whole record in the buffer.
         loop {
@@ -336,37 +344,81 @@ async fn connection(
             return lost_with_echoes(format!("sending echoes: {e}"), &out, pipeline);
         }
 
-        tokio::select! {
-            biased;
-            event = control.next() => match event {
-                Event::Tick => pipeline.tick(),
-                Event::Stop(stop) => return Ok(Ended::Stop(stop)),
-            },
-            ready = stream.writable(), if !out.is_empty() => {
-                if let Err(e) = ready {
-                    return lost_with_echoes(format!("sending echoes: {e}"), &out, pipeline);
-                }
+        // Parked, the loop waits for the socket beside ticks, stops and room for echoes; busy, it
+        // reads the socket at once and looks at the rest only every few dozen rounds, after
+        // giving the runtime a turn (see crate::poll).
+        let park = poller.park();
+        if park || poller.housekeeping_due() {
+            if !park {
+                tokio::task::yield_now().await;
             }
-            read = read_some(&stream, buf) => match read {
-                Ok(0) => {
-                    let why = if buf.is_empty() {
-                        "the publisher closed the connection without an end of stream".to_string()
-                    } else {
-                        format!("the publisher closed the connection inside a record at stream byte {stream_offset}")
-                    };
-                    return lost_with_echoes(why, &out, pipeline);
+            tokio::select! {
+                biased;
+                event = control.next() => match event {
+                    Event::Tick => pipeline.tick(),
+                    Event::Stop(stop) => return Ok(Ended::Stop(stop)),
+                },
+                ready = stream.writable(), if !out.is_empty() && park => {
+                    if let Err(e) = ready {
+                        return lost_with_echoes(format!("sending echoes: {e}"), &out, pipeline);
+                    }
                 }
+                read = read_some(&stream, buf), if park => match read {
+                    Ok(0) => return lost_with_echoes(closed(buf, stream_offset), &out, pipeline),
+                    Ok(n) => {
+                        receive_time = now_ns();
+                        pipeline.stats.bytes += n as u64;
+                        poller.after(n);
+                    }
+                    Err(e) => {
+                        let why = format!("reading at stream byte {}: {e}", stream_offset + buf.len() as u64);
+                        return lost_with_echoes(why, &out, pipeline);
+                    }
+                },
+                _ = std::future::ready(()), if !park => {}
+            }
+        }
+        if !park {
+            // Busy: whatever the socket has now, without waiting. Echoes that did not fit are
+            // flushed again at the top of the next round.
+            if buf.spare().is_empty() {
+                // reserve_for guarantees room; reading into nothing would look like end of stream.
+                return lost_with_echoes("read buffer full".into(), &out, pipeline);
+            }
+            match stream.try_read(buf.spare()) {
+                Ok(0) => return lost_with_echoes(closed(buf, stream_offset), &out, pipeline),
                 Ok(n) => {
+                    buf.commit(n);
                     receive_time = now_ns();
                     pipeline.stats.bytes += n as u64;
+                    poller.after(n);
                 }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => poller.after(0),
                 Err(e) => {
                     let why = format!("reading at stream byte {}: {e}", stream_offset + buf.len() as u64);
                     return lost_with_echoes(why, &out, pipeline);
                 }
-            },
+            }
         }
     }
+}
+
+/// Why a connection that read end of file is lost: between records or inside one.
+fn closed(buf: &ReadBuf, stream_offset: u64) -> String {
+    if buf.is_empty() {
+        "the publisher closed the connection without an end of stream".to_string()
+    } else {
+        format!("the publisher closed the connection inside a record at stream byte {stream_offset}")
+    }
+}
+
+/// How the receive loop waits for data, and the socket options that go with it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Receive {
+    /// The idle strategy (see [`crate::poll`]).
+    pub idle: IdleStrategy,
+    /// Set SO_BUSY_POLL on the connection.
+    pub busy_poll: bool,
 }
 
 /// Moves the pipeline's echoes into ECHO records waiting in `out`, dropping them (counted)

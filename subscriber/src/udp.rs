@@ -11,10 +11,12 @@ use crate::config::{RecoverySettings, Transport};
 use crate::control::{Control, Event, RunError, Stop};
 use crate::frames::{Origin, Payload, Pipeline, Place};
 use crate::lines::{Line, Lines};
+use crate::poll::Poller;
 use crate::recovery::{Answer, Ask, Client, MAX_REQUESTS_PER_TICK};
 use anyhow::Context;
 use mdrelay_proto::clock::wall_clock_ns as now_ns;
 use mdrelay_proto::codec::Format;
+use mdrelay_proto::idle::IdleStrategy;
 use mdrelay_proto::relay::{Admission, DATAGRAM_VERSION, DatagramHeader, DatagramKind, Echo, Totals};
 use mdrelay_proto::warn;
 use socket2::{Domain, Protocol, Socket, Type};
@@ -139,10 +141,12 @@ fn ask_period(delay: Duration, retry: Duration) -> Duration {
 }
 
 /// Receives datagrams on `sockets` (one, or two for A/B lines, A first) until a stop, asking
-/// the retransmission service for missing frames when `recovery` is set.
+/// the retransmission service for missing frames when `recovery` is set; waits for data the
+/// `idle` way (see [`crate::poll`]).
 pub async fn run(
     sockets: Vec<UdpSocket>,
     recovery: Option<&RecoverySettings>,
+    idle: IdleStrategy,
     pipeline: &mut Pipeline,
     control: &mut Control,
 ) -> Result<Stop, RunError> {
@@ -174,50 +178,65 @@ pub async fn run(
     let mut ended = [false, lines.len() < 2];
     // After the first END: when to stop at the latest, frames still missing or not.
     let mut ending: Option<Instant> = None;
+    let mut poller = Poller::new(idle);
     loop {
         let missing = pipeline.missing();
         if ending.is_some() && missing == 0 && ended == [true, true] {
             return Ok(Stop::End);
         }
         let b = lines.get(1).map(|(socket, _)| socket);
-        tokio::select! {
-            biased;
-            event = control.next() => match event {
-                Event::Tick => pipeline.tick(),
-                Event::Stop(stop) => return Ok(stop),
-            },
-            _ = timer.tick(), if missing > 0 && client.is_some() => {
-                if let Some(c) = &client {
-                    ask(pipeline, c);
-                }
+        // Parked, the loop waits for a socket to be readable beside everything else; busy, it
+        // reads the sockets at once and looks at everything else (without waiting) only every
+        // few dozen rounds, after giving the runtime a turn to run its timers, signals and the
+        // recovery task.
+        let park = poller.park();
+        if park || poller.housekeeping_due() {
+            if !park {
+                tokio::task::yield_now().await;
             }
-            _ = tokio::time::sleep_until(ending.unwrap_or_else(Instant::now)), if ending.is_some() => {
-                if ended != [true, true] {
-                    tracing::warn!(grace = ?AB_END_GRACE, "no end of stream on one of the lines; stopping");
+            let woke = tokio::select! {
+                biased;
+                event = control.next() => Woke::Event(event),
+                _ = timer.tick(), if missing > 0 && client.is_some() => Woke::Timer,
+                _ = tokio::time::sleep_until(ending.unwrap_or_else(Instant::now)), if ending.is_some() => Woke::Ending,
+                answer = next_answer(&mut client), if client.is_some() => Woke::Answer(answer),
+                _ = lines[0].0.readable(), if park => Woke::Socket,
+                _ = async { b.expect("guarded").readable().await }, if park && b.is_some() => Woke::Socket,
+                _ = std::future::ready(()), if !park => Woke::Socket,
+            };
+            match woke {
+                Woke::Event(Event::Tick) => pipeline.tick(),
+                Woke::Event(Event::Stop(stop)) => return Ok(stop),
+                Woke::Timer => {
+                    if let Some(c) = &client {
+                        ask(pipeline, c);
+                    }
                 }
-                let given_up = pipeline.recovery.as_mut().map_or(0, |b| b.give_up_all());
-                if given_up > 0 {
-                    tracing::warn!(frames = given_up, linger = ?linger, "frames still missing after the end of stream; given up");
+                Woke::Ending => {
+                    if ended != [true, true] {
+                        tracing::warn!(grace = ?AB_END_GRACE, "no end of stream on one of the lines; stopping");
+                    }
+                    let given_up = pipeline.recovery.as_mut().map_or(0, |b| b.give_up_all());
+                    if given_up > 0 {
+                        tracing::warn!(frames = given_up, linger = ?linger, "frames still missing after the end of stream; given up");
+                    }
+                    return Ok(Stop::End);
                 }
-                return Ok(Stop::End);
-            }
-            answer = next_answer(&mut client), if client.is_some() => match answer {
-                Some(answer) => {
+                Woke::Answer(Some(answer)) => {
                     on_answer(answer, pipeline, &mut scratch, &mut client);
                     if pipeline.count_reached() {
                         return Ok(Stop::Count);
                     }
                 }
-                None => {
+                Woke::Answer(None) => {
                     tracing::warn!("the recovery task ended; missing frames are no longer asked for");
                     client = None;
                     if let Some(book) = &mut pipeline.recovery {
                         book.refuse();
                     }
                 }
-            },
-            _ = lines[0].0.readable() => {}
-            _ = async { b.expect("guarded").readable().await }, if b.is_some() => {}
+                Woke::Socket => {}
+            }
         }
         // Whichever socket woke the loop, both are read, in turn, so neither line waits behind
         // the other.
@@ -275,7 +294,22 @@ pub async fn run(
                 return Ok(Stop::Count);
             }
         }
+        poller.after(taken);
     }
+}
+
+/// What ended a round's wait.
+enum Woke {
+    /// A tick or a stop.
+    Event(Event),
+    /// Time to look at the gaps.
+    Timer,
+    /// The time after the END is up.
+    Ending,
+    /// The recovery client answered, or ended (`None`).
+    Answer(Option<Answer>),
+    /// A socket is readable, or the loop is busy-polling.
+    Socket,
 }
 
 /// The next answer of the recovery client; never, without one. Cancel-safe.
