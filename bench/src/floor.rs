@@ -5,7 +5,8 @@
 //! options as the relay (loopback, TCP_NODELAY, the publisher's 4 MiB send buffer and the
 //! subscriber's 16 MiB receive buffer for UDP, TTL 0 and loopback delivery for multicast):
 //!
-//! - a sender paces fixed-size pings at the requested rate exactly as the publisher paces
+//! - a sender paces fixed-size pings at the given rate (`loopback` gives the relay's frames per
+//!   second, so both put the same packet rate through the stack) exactly as the publisher paces
 //!   segments (sleep until shortly before the due time, then spin with yields), and stamps
 //!   nothing: ping `i` is due at `start + i / rate`;
 //! - an echo thread sends every byte it receives straight back;

@@ -24,7 +24,11 @@ use hdrhistogram::serialization::Deserializer;
 use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
 use indicatif::{ProgressBar, ProgressStyle};
 use mdrelay_harness::process::{Finished, Process};
+use mdrelay_proto::capture::CaptureReader;
 use mdrelay_proto::codec::Format;
+use mdrelay_proto::iextp::Segment;
+use mdrelay_proto::link;
+use mdrelay_proto::synth::{SynthConfig, SyntheticDay};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -173,7 +177,7 @@ pub struct FloorRow {
     pub transport: Transport,
     /// Bytes per ping.
     pub message_bytes: usize,
-    /// Pings per second asked for.
+    /// Pings per second asked for: the relay's frames per second at the requested message rate.
     pub requested_rate: f64,
     /// Pings per second sent.
     pub achieved_rate: f64,
@@ -507,16 +511,49 @@ fn run_one(plan: &Plan<'_>) -> Result<Row> {
     })
 }
 
-fn run_floor(args: &LoopbackArgs, transport: Transport) -> Result<FloorRow> {
-    let spec = FloorSpec { transport, rate: args.rate, count: args.messages().max(1_000), bytes: args.floor_bytes };
+/// The relay's packet schedule for the source: frames (one per IEX segment, heartbeats
+/// included) and the pacer's units (a segment's messages, or one for a segment without any, as
+/// `mdrelay-pub`'s rate pacing counts them). The floor sends one ping per frame over the same
+/// time, so it carries the same packet rate as the relay does.
+fn frame_schedule(args: &LoopbackArgs) -> Result<(u64, u64)> {
+    let (mut frames, mut units) = (0u64, 0u64);
+    let mut count = |payload: &[u8]| {
+        if let Ok(segment) = Segment::parse(payload) {
+            frames += 1;
+            units += (segment.blocks().count() as u64).max(1);
+        }
+    };
+    match &args.capture {
+        Some(path) => {
+            let mut reader = CaptureReader::open(path).with_context(|| format!("reading {}", path.display()))?;
+            while let Some(packet) = reader.next_packet()? {
+                if let Ok(datagram) = link::udp_datagram(packet.link_type, packet.data) {
+                    count(datagram.payload);
+                }
+            }
+        }
+        None => {
+            let config = SynthConfig { messages: args.messages(), ..SynthConfig::default() };
+            let mut day = SyntheticDay::new(config).context("the synthetic day")?;
+            while let Some(segment) = day.next_segment() {
+                count(segment.bytes);
+            }
+        }
+    }
+    Ok((frames.max(1), units.max(1)))
+}
+
+fn run_floor(args: &LoopbackArgs, transport: Transport, (frames, units): (u64, u64)) -> Result<FloorRow> {
+    let rate = args.rate * frames as f64 / units as f64;
+    let spec = FloorSpec { transport, rate, count: frames.max(1_000), bytes: args.floor_bytes };
     let result = floor::run(spec).with_context(|| format!("the {} latency floor", transport.name()))?;
     let achieved_rate = if result.send_seconds > 0.0 { result.sent as f64 / result.send_seconds } else { 0.0 };
     Ok(FloorRow {
         transport,
         message_bytes: args.floor_bytes,
-        requested_rate: args.rate,
+        requested_rate: rate,
         achieved_rate,
-        rate_reached: achieved_rate >= 0.97 * args.rate,
+        rate_reached: achieved_rate >= 0.97 * rate,
         pings: result.sent,
         echoes: result.received,
         one_way_ns: Percentiles::of(&result.one_way),
@@ -604,7 +641,14 @@ fn rate_text(achieved: f64, requested: f64, reached: bool) -> String {
 fn latency_table(report: &Report, out: &mut String) {
     for floor_row in &report.floors {
         let t = floor_row.transport;
-        let _ = writeln!(out, "\n### {} at {} msg/s\n", t.name(), thousands(floor_row.requested_rate));
+        let rate = report.rate.unwrap_or(0.0);
+        let _ = writeln!(
+            out,
+            "\n### {} at {} msg/s (floor: {} pings/s, the relay's frame rate)\n",
+            t.name(),
+            thousands(rate),
+            thousands(floor_row.requested_rate)
+        );
         let _ = writeln!(
             out,
             "| row | profile | msg/s | messages | lost | totals | bytes/msg | p50 µs | p90 µs | p99 µs | p99.9 µs | p99.99 µs | max µs | p50 / floor | p99 / floor | pub CPU s | pub RSS MiB | sub CPU s | sub RSS MiB |"
@@ -613,7 +657,7 @@ fn latency_table(report: &Report, out: &mut String) {
         let f = &floor_row.one_way_ns;
         let _ = writeln!(
             out,
-            "| floor (socket ping-pong, ½ RTT) | - | {} | {} | {} | - | {} | {} | {} | {} | {} | {} | {} | 1.00× | 1.00× | - | - | - | - |",
+            "| floor (socket ping-pong, ½ RTT) | - | {} pings/s | {} | {} | - | {} | {} | {} | {} | {} | {} | {} | 1.00× | 1.00× | - | - | - | - |",
             rate_text(floor_row.achieved_rate, floor_row.requested_rate, floor_row.rate_reached),
             thousands(floor_row.pings as f64),
             floor_row.pings - floor_row.echoes.min(floor_row.pings),
@@ -743,13 +787,14 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
         rows: Vec::new(),
         plots: Vec::new(),
     };
+    let schedule = if args.top_speed { (1, 1) } else { frame_schedule(args)? };
     for &transport in &transports {
         // The floor first, on the same quiet host the formats then get.
         let floor_row = if args.top_speed {
             None
         } else {
             progress.step(&format!("{}: latency floor", transport.name()));
-            let row = run_floor(args, transport)?;
+            let row = run_floor(args, transport, schedule)?;
             progress.done(&format!(
                 "{} floor: one-way p50 {} µs, p99 {} µs",
                 transport.name(),
