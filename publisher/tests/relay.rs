@@ -255,25 +255,38 @@ fn cutting_proxy(target: SocketAddr, cut_after: usize) -> (u16, JoinHandle<()>) 
 }
 
 #[test]
-fn a_tcp_subscriber_that_loses_its_connection_reconnects() {
+fn a_tcp_subscriber_that_loses_its_connection_reconnects_and_resumes_from_the_ring() {
     let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
+    let reference = expected("DEEP10.json");
     let deep10 = deep10();
-    let p = ["run", "--capture", &deep10, "--format", "sbe", "--wait-subscribers", "1"];
-    let (publisher, addr) = tcp_publisher(&[&p[..], &["--pacing", "rate", "--rate", "150000"]].concat());
-    let (proxy, proxy_thread) = cutting_proxy(addr, 200_000);
-    let json = path(dir.path(), "sub.json");
-    let subscriber = tcp_subscriber(SocketAddr::from(([127, 0, 0, 1], proxy)), &json, &[]);
-    publisher.finish(RUN).assert_success();
-    let report = sub_report(&subscriber.finish(STEP), &json, "reconnecting subscriber");
-    proxy_thread.join().expect("the subscriber connected twice");
-    assert_eq!(report["reconnects"], 1, "{report}");
-    assert_eq!(report["stop_reason"], "end", "it reconnected and saw the end of the stream");
-    assert!(
-        report["gaps"].as_u64().unwrap() > 0 || report["late_join_sequence"].as_u64().is_some(),
-        "the frames missed while away are reported: {report}"
-    );
-    assert_eq!(report["totals_match"], false, "frames were missed");
+    // With the ring (the default), the reconnection resumes where the subscriber stopped: the
+    // whole stream arrives. Without it (`--ring-bytes 0`), the frames sent meanwhile are missed,
+    // and reported.
+    for ring in ["67108864", "0"] {
+        let dir = tempfile::tempdir().unwrap();
+        let p = ["run", "--capture", &deep10, "--format", "sbe", "--wait-subscribers", "1", "--ring-bytes", ring];
+        let (publisher, addr) = tcp_publisher(&[&p[..], &["--pacing", "rate", "--rate", "150000"]].concat());
+        let (proxy, proxy_thread) = cutting_proxy(addr, 200_000);
+        let json = path(dir.path(), "sub.json");
+        let subscriber = tcp_subscriber(SocketAddr::from(([127, 0, 0, 1], proxy)), &json, &[]);
+        publisher.finish(RUN).assert_success();
+        let report = sub_report(&subscriber.finish(STEP), &json, "reconnecting subscriber");
+        proxy_thread.join().expect("the subscriber connected twice");
+        assert_eq!(report["reconnects"], 1, "{report}");
+        assert_eq!(report["stop_reason"], "end", "it reconnected and saw the end of the stream");
+        if ring == "0" {
+            assert!(
+                report["gaps"].as_u64().unwrap() > 0 || report["late_join_sequence"].as_u64().is_some(),
+                "the frames missed while away are reported: {report}"
+            );
+            assert_eq!(report["totals_match"], false, "frames were missed");
+        } else {
+            assert_eq!(report["resumes"], 1, "{report}");
+            assert_eq!((&report["gaps"], &report["duplicates"]), (&json!(0), &json!(0)), "{report}");
+            assert_aggregates(&report, &reference, "resumed after a cut");
+            assert_eq!(report["totals_match"], true, "{report}");
+        }
+    }
 }
 
 #[test]
