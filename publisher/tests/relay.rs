@@ -275,6 +275,7 @@ fn a_tcp_subscriber_that_loses_its_connection_reconnects_and_resumes_from_the_ri
         assert_eq!(report["reconnects"], 1, "{report}");
         assert_eq!(report["stop_reason"], "end", "it reconnected and saw the end of the stream");
         if ring == "0" {
+            assert_eq!(report["resumes"], 0, "nothing to resume from: {report}");
             assert!(
                 report["gaps"].as_u64().unwrap() > 0 || report["late_join_sequence"].as_u64().is_some(),
                 "the frames missed while away are reported: {report}"

@@ -216,10 +216,13 @@ async fn connection(
     let echo = pipeline.echoes_wanted();
     let wanted = resume_from(greeted, pipeline);
     let subscribe = Subscribe { resume: wanted, ..Subscribe::new(echo) }.negotiated(hello.protocol_version);
+    // A resume counts once the publisher's first record starts the stream where it was asked
+    // to: a publisher without a ring serves the live stream instead.
+    let mut resuming = None;
     match (wanted, subscribe.resume) {
         (Resume::From(from), Resume::From(_)) => {
             if greeted == Greeted::Same && pipeline.tracker.highest().is_some() {
-                pipeline.stats.resumes += 1;
+                resuming = Some(from);
                 tracing::info!(publisher = %peer, from, "resuming after the last frame received");
             } else {
                 tracing::info!(publisher = %peer, from, "asking for the session from its first frame");
@@ -289,6 +292,12 @@ async fn connection(
                     // The first record names the first frame offered to this subscriber.
                     pipeline.tracker.expect_from(header.sequence);
                     pipeline.format(header.format, peer);
+                    match resuming.take() {
+                        Some(from) if from == header.sequence => pipeline.stats.resumes += 1,
+                        Some(from) => tracing::warn!(publisher = %peer, asked = from, offered = header.sequence,
+                            "the publisher could not resume (it keeps no ring of frames): the frames sent while away are lost"),
+                        None => {}
+                    }
                 }
                 RecordTag::End => {
                     pipeline.tracker.end(header.sequence);
