@@ -11,6 +11,7 @@ use pcap_parser::{Block, PcapBlockOwned, PcapError};
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 /// Buffer size of the block reader; also the largest record it accepts.
 pub const READ_BUFFER: usize = 1 << 20;
@@ -97,6 +98,100 @@ impl<R: Read> Read for ReadFully<R> {
     }
 }
 
+/// Bytes per block of decompressed data handed from the inflating thread to the reader.
+const INFLATE_BLOCK: usize = 256 * 1024;
+/// Blocks in flight between the two threads: enough to ride out a pause on either side, while
+/// memory stays bounded (about 1 MiB).
+const INFLATE_BLOCKS: usize = 4;
+
+/// Gunzip on a thread of its own, handing decompressed blocks to the reader through a bounded
+/// channel: inflating costs about as much as parsing and relaying the packets, so on a second
+/// core it comes off the hot thread's critical path. Blocks go back for reuse, so nothing is
+/// allocated per block once the pipeline is full.
+struct InflateThread {
+    blocks: Receiver<io::Result<Vec<u8>>>,
+    spare: SyncSender<Vec<u8>>,
+    current: Vec<u8>,
+    at: usize,
+    done: bool,
+}
+
+impl InflateThread {
+    fn spawn<R: Read + Send + 'static>(mut source: R) -> io::Result<InflateThread> {
+        let (full_tx, blocks) = sync_channel::<io::Result<Vec<u8>>>(INFLATE_BLOCKS);
+        // One more spare than blocks in flight: the reader holds one while the channel is full.
+        let (spare, spare_rx) = sync_channel::<Vec<u8>>(INFLATE_BLOCKS + 2);
+        std::thread::Builder::new().name("capture-gunzip".into()).spawn(move || {
+            loop {
+                let mut block = spare_rx.try_recv().unwrap_or_else(|_| Vec::with_capacity(INFLATE_BLOCK));
+                block.resize(INFLATE_BLOCK, 0);
+                let mut filled = 0;
+                let result = loop {
+                    match source.read(&mut block[filled..]) {
+                        Ok(0) => break Ok(()),
+                        Ok(n) => {
+                            filled += n;
+                            if filled == block.len() {
+                                break Ok(());
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => break Err(e),
+                    }
+                };
+                block.truncate(filled);
+                let last = filled < INFLATE_BLOCK || result.is_err();
+                // An empty block marks the end; a send fails once the reader is gone, which
+                // ends this thread.
+                let sent = match result {
+                    Ok(()) => full_tx.send(Ok(block)),
+                    Err(e) if filled > 0 => full_tx.send(Ok(block)).and_then(|()| full_tx.send(Err(e))),
+                    Err(e) => full_tx.send(Err(e)),
+                };
+                if sent.is_err() || last {
+                    if last {
+                        let _ = full_tx.send(Ok(Vec::new()));
+                    }
+                    return;
+                }
+            }
+        })?;
+        Ok(InflateThread { blocks, spare, current: Vec::new(), at: 0, done: false })
+    }
+}
+
+impl Read for InflateThread {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.at == self.current.len() {
+            if self.done {
+                return Ok(0);
+            }
+            let next = match self.blocks.recv() {
+                Ok(Ok(block)) => block,
+                Ok(Err(e)) => {
+                    self.done = true;
+                    return Err(e);
+                }
+                // The thread ended without its end marker: it panicked.
+                Err(_) => {
+                    self.done = true;
+                    return Err(io::Error::other("the gunzip thread stopped"));
+                }
+            };
+            if next.is_empty() {
+                self.done = true;
+            }
+            let used = std::mem::replace(&mut self.current, next);
+            let _ = self.spare.try_send(used);
+            self.at = 0;
+        }
+        let n = buf.len().min(self.current.len() - self.at);
+        buf[..n].copy_from_slice(&self.current[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Interface {
     link_type: i32,
@@ -158,8 +253,12 @@ impl CaptureReader {
             return Err(CaptureError::Empty { name });
         }
         let compressed = head.len() >= 2 && head[0] == 0x1f && head[1] == 0x8b;
-        let mut stream: Box<dyn Read + Send> =
-            if compressed { Box::new(ReadFully(MultiGzDecoder::new(buffered))) } else { Box::new(ReadFully(buffered)) };
+        let mut stream: Box<dyn Read + Send> = if !compressed {
+            Box::new(ReadFully(buffered))
+        } else {
+            let inflate = InflateThread::spawn(MultiGzDecoder::new(buffered)).map_err(|e| io_err(&name, e))?;
+            Box::new(ReadFully(inflate))
+        };
         // Peek the inner magic to name the format (and to give a clear error), then hand the
         // peeked bytes back in front of the stream.
         let mut magic = [0u8; 4];
