@@ -106,7 +106,7 @@ impl Outputs {
             lock(ring).push(sequence, format, frame);
         }
         if let Some((coalescer, out)) = &mut self.udp {
-            let pushed = coalescer.push(sequence, format, frame, |d| out.send(&d.bytes));
+            let pushed = coalescer.push(sequence, format, frame, |d| out.send(d.bytes));
             if let Err(too_large) = pushed {
                 summary.udp_oversized_frames += 1;
                 if mdrelay_proto::warn::allow("udp oversized") {
@@ -124,7 +124,8 @@ impl Outputs {
     /// Sends whatever waits in a coalescer, and tells greetings where the stream is.
     fn flush(&mut self, next_sequence: u64, format: Format, stop: &AtomicBool) {
         if let Some((coalescer, out)) = &mut self.udp {
-            coalescer.flush(|d| out.send(&d.bytes));
+            coalescer.flush(|d| out.send(d.bytes));
+            out.flush();
         }
         if let Some((coalescer, fanout)) = &mut self.tcp {
             let ring = &self.ring;
