@@ -2,6 +2,8 @@
 
 use crate::config::{Live, Source};
 use anyhow::{Context, Result, bail};
+use bytes::Bytes;
+use flate2::read::MultiGzDecoder;
 use mdrelay_proto::capture::CaptureReader;
 use mdrelay_proto::codec::raw::{PREFIX_LEN, RawCodec};
 use mdrelay_proto::codec::{Format, Limits};
@@ -10,6 +12,7 @@ use mdrelay_proto::link;
 use mdrelay_proto::relay::{DatagramHeader, DatagramKind};
 use mdrelay_proto::synth::SyntheticDay;
 use socket2::{Domain, Protocol, Socket, Type};
+use std::io::{self, Read};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -39,6 +42,9 @@ pub enum SegmentSource {
         skipped_records_before: u64,
         /// Whether the file is a FIFO, which cannot be replayed.
         fifo: bool,
+        /// The decompressed capture, kept in memory when it is replayed in a loop (see
+        /// [`SegmentSource::keep_for_loops`]).
+        inflated: Option<Bytes>,
     },
     /// A synthetic day, regenerated for every pass.
     Synthetic {
@@ -57,11 +63,56 @@ impl SegmentSource {
         Ok(match source {
             Source::Capture(path) => {
                 let (reader, fifo) = open_capture(path, &stop)?;
-                SegmentSource::Capture { path: path.clone(), reader, skipped: 0, skipped_records_before: 0, fifo }
+                SegmentSource::Capture {
+                    path: path.clone(),
+                    reader,
+                    skipped: 0,
+                    skipped_records_before: 0,
+                    fifo,
+                    inflated: None,
+                }
             }
             Source::Synthetic(config) => SegmentSource::Synthetic { config: *config, day: SyntheticDay::new(*config)? },
             Source::Live(live) => SegmentSource::Live(LiveSource::bind(live, stop)?),
         })
+    }
+
+    /// Before a run that replays the source more than once: a gzipped capture is inflated once
+    /// into memory and every pass reads it from there, since inflating costs about as much as
+    /// relaying (DEEP10 looped at top speed: bound by gunzip). Only a file of at most
+    /// [`KEEP_COMPRESSED_MAX`] inflating to at most [`KEEP_INFLATED_MAX`] is kept; a larger one
+    /// is inflated again on every pass, as before, so memory stays bounded.
+    pub fn keep_for_loops(&mut self) -> Result<()> {
+        let SegmentSource::Capture { path, reader, fifo: false, inflated, .. } = self else { return Ok(()) };
+        if !reader.compressed() || inflated.is_some() {
+            return Ok(());
+        }
+        let name = path.display().to_string();
+        let size = std::fs::metadata(&*path).with_context(|| format!("{name}: cannot read its size"))?.len();
+        if size > KEEP_COMPRESSED_MAX {
+            return Ok(());
+        }
+        let started = std::time::Instant::now();
+        let file = std::fs::File::open(&*path).with_context(|| format!("{name}: cannot open"))?;
+        let mut bytes = Vec::new();
+        MultiGzDecoder::new(io::BufReader::with_capacity(1 << 16, file))
+            .take(KEEP_INFLATED_MAX + 1)
+            .read_to_end(&mut bytes)
+            .with_context(|| format!("{name}: cannot inflate"))?;
+        if bytes.len() as u64 > KEEP_INFLATED_MAX {
+            tracing::info!(file = %name, "capture too large to keep inflated in memory; inflating it on every pass");
+            return Ok(());
+        }
+        tracing::info!(
+            file = %name,
+            mib = bytes.len() >> 20,
+            seconds = started.elapsed().as_secs_f64(),
+            "capture inflated into memory for the loop"
+        );
+        let bytes = Bytes::from(bytes);
+        *reader = CaptureReader::new(name, io::Cursor::new(bytes.clone()))?;
+        *inflated = Some(bytes);
+        Ok(())
     }
 
     /// Counts of input the source skipped, for the run's summary.
@@ -122,9 +173,12 @@ impl SegmentSource {
     pub fn rewind(&mut self) -> Result<bool> {
         match self {
             SegmentSource::Capture { fifo: true, .. } => Ok(false),
-            SegmentSource::Capture { path, reader, skipped_records_before, .. } => {
+            SegmentSource::Capture { path, reader, skipped_records_before, inflated, .. } => {
                 *skipped_records_before += reader.skipped_records();
-                *reader = CaptureReader::open(&*path)?;
+                *reader = match inflated {
+                    Some(bytes) => CaptureReader::new(path.display().to_string(), io::Cursor::new(bytes.clone()))?,
+                    None => CaptureReader::open(&*path)?,
+                };
                 Ok(true)
             }
             SegmentSource::Synthetic { config, day } => {
@@ -135,6 +189,11 @@ impl SegmentSource {
         }
     }
 }
+
+/// Largest gzipped capture inflated into memory for a looped replay.
+pub const KEEP_COMPRESSED_MAX: u64 = 128 << 20;
+/// Largest inflated capture kept in memory for a looped replay.
+pub const KEEP_INFLATED_MAX: u64 = 1 << 30;
 
 /// Input a source skipped.
 #[derive(Debug, Default, Clone, Copy, serde::Serialize)]
