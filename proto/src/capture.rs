@@ -481,6 +481,43 @@ impl CaptureReader {
 mod tests {
     use super::*;
 
+    fn gzip(data: &[u8]) -> Vec<u8> {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        io::Write::write_all(&mut gz, data).unwrap();
+        gz.finish().unwrap()
+    }
+
+    #[test]
+    fn the_gunzip_thread_hands_over_every_byte_in_order_across_blocks() {
+        // Several blocks and a partial last one, in reads of an odd size.
+        let data: Vec<u8> = (0..3 * INFLATE_BLOCK + 12_345).map(|i| (i * 7 + i / 1000) as u8).collect();
+        let gz = gzip(&data);
+        let mut inflate = InflateThread::spawn(MultiGzDecoder::new(io::Cursor::new(gz))).unwrap();
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4099];
+        loop {
+            let n = inflate.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(out, data);
+        assert_eq!(inflate.read(&mut buf).unwrap(), 0, "the end stays the end");
+    }
+
+    #[test]
+    fn a_cut_gzip_stream_gives_its_bytes_then_an_error_not_a_hang() {
+        let data: Vec<u8> = (0..2 * INFLATE_BLOCK).map(|i| (i % 251) as u8).collect();
+        let gz = gzip(&data);
+        let cut = gz[..gz.len() / 2].to_vec();
+        let mut inflate = InflateThread::spawn(MultiGzDecoder::new(io::Cursor::new(cut))).unwrap();
+        let mut out = Vec::new();
+        let result = inflate.read_to_end(&mut out);
+        assert!(result.is_err(), "a cut stream is an error");
+        assert_eq!(out[..], data[..out.len()], "what came before the cut is intact");
+    }
+
     /// A little-endian section header block with no options.
     fn section_header() -> Vec<u8> {
         let mut b = vec![0x0a, 0x0d, 0x0d, 0x0a];
