@@ -95,10 +95,15 @@ impl SegmentSource {
         let started = std::time::Instant::now();
         let file = std::fs::File::open(&*path).with_context(|| format!("{name}: cannot open"))?;
         let mut bytes = Vec::new();
-        MultiGzDecoder::new(io::BufReader::with_capacity(1 << 16, file))
+        let inflating = MultiGzDecoder::new(io::BufReader::with_capacity(1 << 16, file))
             .take(KEEP_INFLATED_MAX + 1)
-            .read_to_end(&mut bytes)
-            .with_context(|| format!("{name}: cannot inflate"))?;
+            .read_to_end(&mut bytes);
+        if let Err(error) = inflating {
+            // A damaged stream is read pass by pass as before, so the packets before the damage
+            // are still relayed (and the damage reported where the reader meets it).
+            tracing::warn!(file = %name, %error, "capture cannot be inflated whole; it is read pass by pass");
+            return Ok(());
+        }
         if bytes.len() as u64 > KEEP_INFLATED_MAX {
             tracing::info!(file = %name, "capture too large to keep inflated in memory; inflating it on every pass");
             return Ok(());
