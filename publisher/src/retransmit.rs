@@ -16,6 +16,7 @@
 
 use crate::config::Retransmit;
 use crate::engine::{SharedRing, lock};
+use crate::tcp::{Acceptor, LiveGuard};
 use mdrelay_proto::codec::Format;
 use mdrelay_proto::relay::{Hello, Purpose, RecordHeader, RecordTag, RetransmitRequest, control_record, gone_payload};
 use std::net::SocketAddr;
@@ -45,6 +46,7 @@ pub struct RetransmitCounters {
     frames_gone: AtomicU64,
     frames_ahead: AtomicU64,
     bytes_sent: AtomicU64,
+    accept_errors: AtomicU64,
 }
 
 /// The service's figures, for the run's summary.
@@ -118,39 +120,21 @@ impl Service {
 /// Accepts connections until `stop` is cancelled; connection tasks end at `stop` too.
 pub async fn serve(listener: TcpListener, service: Service, stop: CancellationToken) {
     let live = Arc::new(AtomicUsize::new(0));
-    let mut backoff = Duration::from_millis(1);
-    loop {
-        let accepted = tokio::select! {
-            _ = stop.cancelled() => return,
-            accepted = listener.accept() => accepted,
-        };
-        let (stream, peer) = match accepted {
-            Ok(a) => a,
-            Err(error) => {
-                if mdrelay_proto::warn::allow("retransmit accept") {
-                    tracing::warn!(%error, retry_in = ?backoff, "retransmission service: accept failed");
-                }
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(backoff) => {}
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-                continue;
-            }
-        };
-        backoff = Duration::from_millis(1);
-        service.counters.connections.fetch_add(1, Ordering::Relaxed);
-        if live.load(Ordering::Relaxed) >= service.settings.max_connections {
-            service.counters.refused.fetch_add(1, Ordering::Relaxed);
+    let mut acceptor = Acceptor::new(listener);
+    let counters = &service.counters;
+    while let Some((stream, peer)) =
+        acceptor.next(&stop, "retransmission service: accept failed", &counters.accept_errors).await
+    {
+        counters.connections.fetch_add(1, Ordering::Relaxed);
+        let Some(guard) = LiveGuard::enter(&live, service.settings.max_connections) else {
+            counters.refused.fetch_add(1, Ordering::Relaxed);
             let reason = format!(
                 "the retransmission service is at its limit of {} connections (retransmit.max_connections); retry later",
                 service.settings.max_connections
             );
             let _ = stream.try_write(&control_record(RecordTag::Busy, Format::Raw, 0, reason.as_bytes()));
             continue;
-        }
-        live.fetch_add(1, Ordering::Relaxed);
-        let guard = LiveGuard(live.clone());
+        };
         let task_service = service.clone();
         let task_stop = stop.clone();
         service.tracker.spawn(async move {
@@ -166,15 +150,6 @@ pub async fn serve(listener: TcpListener, service: Service, stop: CancellationTo
                 }
             }
         });
-    }
-}
-
-/// Decrements the live connection count when a task ends, however it ends.
-struct LiveGuard(Arc<AtomicUsize>);
-
-impl Drop for LiveGuard {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -30,7 +30,7 @@ use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -63,35 +63,14 @@ pub struct Server {
 /// Accepts connections until `stop` is cancelled.
 pub async fn serve(listener: TcpListener, server: Server, stop: CancellationToken) {
     let live = Arc::new(AtomicUsize::new(0));
-    let mut backoff = Duration::from_millis(1);
-    loop {
-        let accepted = tokio::select! {
-            _ = stop.cancelled() => return,
-            accepted = listener.accept() => accepted,
-        };
-        let (stream, peer) = match accepted {
-            Ok(a) => a,
-            Err(error) => {
-                server.shared.counters.accept_errors.fetch_add(1, Ordering::Relaxed);
-                if mdrelay_proto::warn::allow("accept") {
-                    tracing::warn!(%error, retry_in = ?backoff, "accept failed");
-                }
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(backoff) => {}
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-                continue;
-            }
-        };
-        backoff = Duration::from_millis(1);
-        server.shared.counters.connections.fetch_add(1, Ordering::Relaxed);
-        if live.load(Ordering::Relaxed) >= server.tcp.max_connections {
+    let mut acceptor = Acceptor::new(listener);
+    let counters = &server.shared.counters;
+    while let Some((stream, peer)) = acceptor.next(&stop, "accept failed", &counters.accept_errors).await {
+        counters.connections.fetch_add(1, Ordering::Relaxed);
+        let Some(live) = LiveGuard::enter(&live, server.tcp.max_connections) else {
             busy(&stream, peer, &server);
             continue;
-        }
-        live.fetch_add(1, Ordering::Relaxed);
-        let live = LiveGuard(live.clone());
+        };
         let server2 = server.clone();
         server.tracker.spawn(async move {
             let _live = live;
@@ -100,8 +79,67 @@ pub async fn serve(listener: TcpListener, server: Server, stop: CancellationToke
     }
 }
 
-/// Decrements the live connection count when a connection task ends, however it ends.
-struct LiveGuard(Arc<AtomicUsize>);
+/// Accepts from a listener, backing off from 1 ms to 1 s after an accept error (out of file
+/// descriptors, say) instead of spinning on it.
+pub struct Acceptor {
+    listener: TcpListener,
+    backoff: Duration,
+}
+
+impl Acceptor {
+    /// Accepts from `listener`.
+    pub fn new(listener: TcpListener) -> Acceptor {
+        Acceptor { listener, backoff: Duration::from_millis(1) }
+    }
+
+    /// The next connection; `None` once `stop` is cancelled. Errors are counted in `errors`
+    /// and logged as `what` (within the warning budget).
+    pub async fn next(
+        &mut self,
+        stop: &CancellationToken,
+        what: &'static str,
+        errors: &AtomicU64,
+    ) -> Option<(TcpStream, SocketAddr)> {
+        loop {
+            let accepted = tokio::select! {
+                _ = stop.cancelled() => return None,
+                accepted = self.listener.accept() => accepted,
+            };
+            match accepted {
+                Ok(a) => {
+                    self.backoff = Duration::from_millis(1);
+                    return Some(a);
+                }
+                Err(error) => {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                    if mdrelay_proto::warn::allow(what) {
+                        tracing::warn!(%error, retry_in = ?self.backoff, "{what}");
+                    }
+                    tokio::select! {
+                        _ = stop.cancelled() => return None,
+                        _ = tokio::time::sleep(self.backoff) => {}
+                    }
+                    self.backoff = (self.backoff * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+    }
+}
+
+/// A place among at most a limit of live connections, given back when the connection's task
+/// ends, however it ends.
+pub struct LiveGuard(Arc<AtomicUsize>);
+
+impl LiveGuard {
+    /// A place in `live` if fewer than `limit` are taken.
+    pub fn enter(live: &Arc<AtomicUsize>, limit: usize) -> Option<LiveGuard> {
+        if live.load(Ordering::Relaxed) >= limit {
+            return None;
+        }
+        live.fetch_add(1, Ordering::Relaxed);
+        Some(LiveGuard(live.clone()))
+    }
+}
 
 impl Drop for LiveGuard {
     fn drop(&mut self) {
