@@ -42,10 +42,16 @@ impl Drops {
     }
 }
 
-/// One variant's ns per datagram received, per batch.
-fn one_line(args: &ArbitrationArgs, clock: &Clock, per_datagram: &mut Histogram<u64>) -> u64 {
-    let mut tracker = SessionTracker::new();
-    tracker.datagram(1, 1, 1);
+/// Feeds the stream's frames, one copy per line in `lines` (each copy dropped at the loss
+/// rate), to `receive`, timing each batch: ns per datagram received go to `per_datagram`.
+/// Returns the frames `receive` took.
+fn timed(
+    args: &ArbitrationArgs,
+    clock: &Clock,
+    per_datagram: &mut Histogram<u64>,
+    lines: &[Line],
+    mut receive: impl FnMut(Line, u64) -> bool,
+) -> u64 {
     let mut drops = Drops(0x9e37_79b9_7f4a_7c15);
     let mut taken = 0u64;
     let mut seq = 1;
@@ -53,11 +59,13 @@ fn one_line(args: &ArbitrationArgs, clock: &Clock, per_datagram: &mut Histogram<
         let start = clock.raw();
         let mut received = 0u64;
         for s in seq..(seq + args.batch).min(args.frames + 1) {
-            if drops.dropped(args.loss) {
-                continue;
+            for &line in lines {
+                if drops.dropped(args.loss) {
+                    continue;
+                }
+                received += 1;
+                taken += u64::from(receive(line, s));
             }
-            received += 1;
-            taken += u64::from(tracker.observe(s).take());
         }
         let ns = clock.delta_as_nanos(start, clock.raw());
         if let Some(each) = ns.checked_div(received) {
@@ -68,33 +76,22 @@ fn one_line(args: &ArbitrationArgs, clock: &Clock, per_datagram: &mut Histogram<
     taken
 }
 
+/// One line: every frame through the session tracker.
+fn one_line(args: &ArbitrationArgs, clock: &Clock, per_datagram: &mut Histogram<u64>) -> u64 {
+    let mut tracker = SessionTracker::new();
+    tracker.datagram(1, 1, 1);
+    timed(args, clock, per_datagram, &[Line::A], |_, s| tracker.observe(s).take())
+}
+
+/// Two lines: each copy through its line's window, then the merged one.
 fn two_lines(args: &ArbitrationArgs, clock: &Clock, per_datagram: &mut Histogram<u64>) -> u64 {
     let mut tracker = SessionTracker::new();
     tracker.datagram(1, 1, 1);
     let mut lines = Lines::new("a".into(), "b".into());
-    let mut drops = Drops(0x9e37_79b9_7f4a_7c15);
-    let mut taken = 0u64;
-    let mut seq = 1;
-    while seq <= args.frames {
-        let start = clock.raw();
-        let mut received = 0u64;
-        for s in seq..(seq + args.batch).min(args.frames + 1) {
-            for line in [Line::A, Line::B] {
-                if drops.dropped(args.loss) {
-                    continue;
-                }
-                received += 1;
-                lines.datagram(line);
-                taken += u64::from(lines.observe(line, s, &mut tracker).is_some_and(|o| o.take()));
-            }
-        }
-        let ns = clock.delta_as_nanos(start, clock.raw());
-        if let Some(each) = ns.checked_div(received) {
-            per_datagram.saturating_record(each.max(1));
-        }
-        seq += args.batch;
-    }
-    taken
+    timed(args, clock, per_datagram, &[Line::A, Line::B], |line, s| {
+        lines.datagram(line);
+        lines.observe(line, s, &mut tracker).is_some_and(|o| o.take())
+    })
 }
 
 /// Runs both variants and prints their percentiles.
