@@ -18,6 +18,7 @@
 use crate::loopback::Transport;
 use anyhow::{Context, Result, bail};
 use hdrhistogram::Histogram;
+use mdrelay_proto::idle::{IdleStrategy, Idler};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -275,4 +276,64 @@ fn udp(spec: FloorSpec) -> Result<FloorResult> {
     let (one_way, received) = joined?;
     echoed.context("echoing")?;
     Ok(FloorResult { one_way, sent: spec.count, received, send_seconds })
+}
+
+/// The pacing floor: a thread that does nothing but wait for each frame's due time, as the
+/// publisher's hot thread does, with the same idle strategy and timer slack. Its CPU is what
+/// the waits alone cost at that frame rate on this host; the publisher's CPU above it is the
+/// relay's own work (encoding, handing records to the sockets' thread, the writes).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PacingFloor {
+    /// The idle strategy waited with.
+    pub idle: IdleStrategy,
+    /// Due times per second.
+    pub rate: f64,
+    /// Due times waited for.
+    pub waits: u64,
+    /// The thread's CPU (user + system) over the run, percent of one core.
+    pub cpu_percent: f64,
+    /// How late each wait returned after its due time, ns.
+    pub late_ns: crate::loopback::Percentiles,
+}
+
+/// Waits for `count` due times `1 / rate` apart with `idle`, on a thread of its own.
+pub fn pacing(rate: f64, count: u64, idle: IdleStrategy) -> Result<PacingFloor> {
+    let worker = thread::Builder::new().name("pacing-floor".into()).spawn(move || -> Result<PacingFloor> {
+        // As the publisher's hot thread: the kernel's default 50 µs slack would make every
+        // sleep end late on purpose.
+        let _ = nix::sys::prctl::set_timerslack(1);
+        let mut idler = Idler::new(idle);
+        let mut late = histogram();
+        let cpu_before = thread_cpu_seconds()?;
+        let start = Instant::now();
+        for i in 1..=count {
+            let due = start + Duration::from_secs_f64(i as f64 / rate);
+            idler.wait_until(due);
+            let _ = late.record(u64::try_from(due.elapsed().as_nanos()).unwrap_or(u64::MAX).max(1));
+        }
+        let wall = start.elapsed().as_secs_f64();
+        let cpu = thread_cpu_seconds()? - cpu_before;
+        Ok(PacingFloor {
+            idle,
+            rate,
+            waits: count,
+            cpu_percent: if wall > 0.0 { 100.0 * cpu / wall } else { 0.0 },
+            late_ns: crate::loopback::Percentiles::of(&late),
+        })
+    })?;
+    worker.join().map_err(|_| anyhow::anyhow!("the pacing floor's thread panicked"))?
+}
+
+/// The calling thread's user + system CPU time, seconds, from /proc/thread-self/stat.
+fn thread_cpu_seconds() -> Result<f64> {
+    let text = std::fs::read_to_string("/proc/thread-self/stat").context("reading /proc/thread-self/stat")?;
+    // Fields start after the command name's closing parenthesis; utime and stime are the 12th
+    // and 13th after it, in clock ticks.
+    let rest = text.rfind(')').map(|i| &text[i + 1..]).unwrap_or_default();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+    let (Some(utime), Some(stime)) = (ticks(11), ticks(12)) else {
+        bail!("/proc/thread-self/stat: no utime and stime in {text:?}");
+    };
+    Ok((utime + stime) as f64 / crate::procstat::ticks_per_second())
 }

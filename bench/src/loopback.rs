@@ -11,7 +11,10 @@
 //! `--slow-subscriber block`, so nothing is dropped; UDP reports what was lost), and the table
 //! gives messages and megabytes per second delivered.
 //!
-//! Plots (SVG) and the table go to `--plots DIR`; everything measured to `--json FILE`.
+//! Plots (SVG) and the table go to `--plots DIR`, everything measured as JSON to `--json FILE`
+//! (default: `loopback.json` there). In latency mode a pacing floor comes first: a thread that
+//! only waits for each frame's due time as the publisher does, so the publisher's CPU can be read
+//! against what the waits alone cost on this host.
 
 use crate::floor::{self, FloorSpec};
 use crate::plots::{self, Bar, Curve};
@@ -26,6 +29,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use mdrelay_harness::process::{Finished, Process};
 use mdrelay_proto::capture::CaptureReader;
 use mdrelay_proto::codec::Format;
+use mdrelay_proto::idle::IdleStrategy;
 use mdrelay_proto::iextp::Segment;
 use mdrelay_proto::link;
 use mdrelay_proto::synth::{SynthConfig, SyntheticDay};
@@ -109,7 +113,7 @@ pub struct LoopbackArgs {
     /// Bytes per ping of the latency floor, about one relay frame.
     #[arg(long, default_value_t = 128)]
     pub floor_bytes: usize,
-    /// Write everything measured as JSON to this file.
+    /// Write everything measured as JSON to this file [default: loopback.json in --plots].
     #[arg(long)]
     pub json: Option<PathBuf>,
     /// Directory for the SVG plots and the table (loopback.md).
@@ -143,7 +147,8 @@ pub struct Percentiles {
 }
 
 impl Percentiles {
-    fn of(h: &Histogram<u64>) -> Percentiles {
+    /// The percentiles of `h`.
+    pub fn of(h: &Histogram<u64>) -> Percentiles {
         Percentiles {
             p50: h.value_at_quantile(0.5),
             p90: h.value_at_quantile(0.9),
@@ -210,11 +215,14 @@ pub struct Row {
     pub requested_rate: Option<f64>,
     /// Messages per second the publisher sent (its messages over its stream's seconds).
     pub sent_rate: f64,
+    /// The pacer's units per second (messages, and one for each frame without any, such as a
+    /// heartbeat, as `--rate` counts them): what `requested_rate` compares with.
+    pub paced_rate: f64,
     /// Messages per second delivered: received over the stream's wall time (TCP: the
     /// subscriber's whole run, connection and drain included; UDP: the publisher's stream, as
     /// nothing arrives later than its socket buffer allows).
     pub delivered_rate: f64,
-    /// Whether at least 97 % of the requested rate was sent (none at top speed).
+    /// Whether the pacer's rate reached 97 % of the requested rate (none at top speed).
     pub rate_reached: Option<bool>,
     /// Messages the publisher sent.
     pub messages_sent: u64,
@@ -246,6 +254,8 @@ pub struct Row {
     pub p99_vs_floor: Option<f64>,
     /// What `mdrelay-pub` used.
     pub publisher: Usage,
+    /// The publisher's CPU over its stream's seconds, percent of one core.
+    pub publisher_cpu_percent: f64,
     /// What `mdrelay-sub` used.
     pub subscriber: Usage,
 }
@@ -280,6 +290,8 @@ pub struct Report {
     pub subscriber_has_profile: bool,
     /// The latency floor per transport (latency mode).
     pub floors: Vec<FloorRow>,
+    /// What the publisher's waits alone cost at the relay's frame rate (latency mode).
+    pub pacing_floor: Option<floor::PacingFloor>,
     /// One row per transport, coalescing setting and format.
     pub rows: Vec<Row>,
     /// The SVG files written.
@@ -387,6 +399,8 @@ struct Plan<'a> {
     subscriber: &'a Path,
     dir: &'a Path,
     profile: &'a ProfileUse,
+    /// The pacer's units in the source (see [`frame_schedule`]).
+    units: u64,
 }
 
 fn run_one(plan: &Plan<'_>) -> Result<Row> {
@@ -470,6 +484,7 @@ fn run_one(plan: &Plan<'_>) -> Result<Row> {
     let wall = if transport == Transport::Tcp { subscriber_seconds } else { publisher_seconds };
     let per_second = |n: f64, s: f64| if s > 0.0 { n / s } else { 0.0 };
     let sent_rate = per_second(messages_sent as f64, publisher_seconds);
+    let paced_rate = per_second(plan.units as f64, publisher_seconds);
     let delivered_rate = per_second(messages_received as f64, wall);
     let bytes_per_message = per_second(frame_bytes, messages_sent.max(1) as f64);
     // The histogram log holds every value; without it (an older subscriber), the report's
@@ -490,8 +505,9 @@ fn run_one(plan: &Plan<'_>) -> Result<Row> {
         mode: if args.top_speed { "top-speed" } else { "latency" },
         requested_rate: (!args.top_speed).then_some(args.rate),
         sent_rate,
+        paced_rate,
         delivered_rate,
-        rate_reached: (!args.top_speed).then_some(sent_rate >= 0.97 * args.rate),
+        rate_reached: (!args.top_speed).then_some(paced_rate >= 0.97 * args.rate),
         messages_sent,
         messages_received,
         frames_sent,
@@ -506,6 +522,7 @@ fn run_one(plan: &Plan<'_>) -> Result<Row> {
         curve,
         p50_vs_floor: None,
         p99_vs_floor: None,
+        publisher_cpu_percent: per_second(100.0 * pub_usage.cpu_seconds, publisher_seconds),
         publisher: pub_usage,
         subscriber: sub_usage,
     })
@@ -651,13 +668,13 @@ fn latency_table(report: &Report, out: &mut String) {
         );
         let _ = writeln!(
             out,
-            "| row | profile | msg/s | messages | lost | totals | bytes/msg | p50 µs | p90 µs | p99 µs | p99.9 µs | p99.99 µs | max µs | p50 / floor | p99 / floor | pub CPU s | pub RSS MiB | sub CPU s | sub RSS MiB |"
+            "| row | profile | msg/s paced | messages | lost | totals | bytes/msg | p50 µs | p90 µs | p99 µs | p99.9 µs | p99.99 µs | max µs | p50 / floor | p99 / floor | pub CPU s | pub CPU % | pub RSS MiB | sub CPU s | sub RSS MiB |"
         );
-        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         let f = &floor_row.one_way_ns;
         let _ = writeln!(
             out,
-            "| floor (socket ping-pong, ½ RTT) | - | {} pings/s | {} | {} | - | {} | {} | {} | {} | {} | {} | {} | 1.00× | 1.00× | - | - | - | - |",
+            "| floor (socket ping-pong, ½ RTT) | - | {} pings/s | {} | {} | - | {} | {} | {} | {} | {} | {} | {} | 1.00× | 1.00× | - | - | - | - | - |",
             rate_text(floor_row.achieved_rate, floor_row.requested_rate, floor_row.rate_reached),
             thousands(floor_row.pings as f64),
             floor_row.pings - floor_row.echoes.min(floor_row.pings),
@@ -678,9 +695,9 @@ fn latency_table(report: &Report, out: &mut String) {
             };
             let _ = writeln!(
                 out,
-                "| {format} | {} | {} | {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {} | {:.2} | {} |",
+                "| {format} | {} | {} | {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {:.0} | {} | {:.2} | {} |",
                 r.profile,
-                rate_text(r.sent_rate, r.requested_rate.unwrap_or(0.0), r.rate_reached.unwrap_or(true)),
+                rate_text(r.paced_rate, r.requested_rate.unwrap_or(0.0), r.rate_reached.unwrap_or(true)),
                 thousands(r.messages_received as f64),
                 r.frames_lost,
                 r.totals_match.map_or("-", |b| if b { "match" } else { "DIFFER" }),
@@ -694,11 +711,30 @@ fn latency_table(report: &Report, out: &mut String) {
                 ratio(r.p50_vs_floor),
                 ratio(r.p99_vs_floor),
                 r.publisher.cpu_seconds,
+                r.publisher_cpu_percent,
                 mib(r.publisher.peak_rss_kib),
                 r.subscriber.cpu_seconds,
                 mib(r.subscriber.peak_rss_kib)
             );
         }
+    }
+    let _ = writeln!(
+        out,
+        "\n\"msg/s paced\" counts messages and, as `--rate` does, one for each frame without any (a heartbeat). \
+         \"pub CPU %\" is the publisher's CPU over its stream's seconds, percent of one core."
+    );
+    if let Some(p) = &report.pacing_floor {
+        let _ = writeln!(
+            out,
+            "\nPacing floor: a thread that only waits for each of {} frame times per second with `idle = {}`, \
+             as the publisher's hot thread does, used {:.0} % of a core and woke p50 {} µs, p99 {} µs late. \
+             Publisher CPU above it is the relay's own work.",
+            thousands(p.rate),
+            p.idle,
+            p.cpu_percent,
+            us(p.late_ns.p50),
+            us(p.late_ns.p99)
+        );
     }
 }
 
@@ -773,7 +809,8 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
     let pace = if args.top_speed { "top speed".to_string() } else { format!("{} msg/s", thousands(args.rate)) };
     eprintln!("loopback: {source} at {pace}, profile {}, one format at a time", profile.label());
     let floors_per_transport = u64::from(!args.top_speed);
-    let steps = transports.len() as u64 * (floors_per_transport + (formats.len() * args.coalesce_bytes.len()) as u64);
+    let steps = floors_per_transport
+        + transports.len() as u64 * (floors_per_transport + (formats.len() * args.coalesce_bytes.len()) as u64);
     let progress = Progress::new(steps);
     let mut report = Report {
         machine: machine(),
@@ -784,10 +821,27 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
         publisher_has_profile: profile.publisher,
         subscriber_has_profile: profile.subscriber,
         floors: Vec::new(),
+        pacing_floor: None,
         rows: Vec::new(),
         plots: Vec::new(),
     };
     let schedule = if args.top_speed { (1, 1) } else { frame_schedule(args)? };
+    if !args.top_speed {
+        // The waits alone, at the relay's frame rate, with the idle strategy the publisher's
+        // profile picks: what its CPU is compared with.
+        let idle = match args.profile {
+            Profile::Default => IdleStrategy::Backoff,
+            Profile::LowLatency => IdleStrategy::Spin,
+        };
+        let (frames, units) = schedule;
+        let rate = args.rate * frames as f64 / units as f64;
+        // At most 3 seconds of waits: enough for the percentiles, short beside the runs.
+        let waits = frames.min((rate * 3.0) as u64).max(100);
+        progress.step("pacing floor");
+        let p = floor::pacing(rate, waits, idle).context("the pacing floor")?;
+        progress.done(&format!("pacing floor: {:.0} % of a core, late p50 {} µs", p.cpu_percent, us(p.late_ns.p50)));
+        report.pacing_floor = Some(p);
+    }
     for &transport in &transports {
         // The floor first, on the same quiet host the formats then get.
         let floor_row = if args.top_speed {
@@ -815,6 +869,7 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
                     subscriber: &subscriber,
                     dir: dir.path(),
                     profile: &profile,
+                    units: schedule.1,
                 };
                 let mut row =
                     run_one(&plan).with_context(|| format!("{} {format} (coalesce {coalesce})", transport.name()))?;
@@ -910,7 +965,7 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
                 "{} {}: {} of {} msg/s",
                 r.transport.name(),
                 r.format,
-                thousands(r.sent_rate),
+                thousands(r.paced_rate),
                 thousands(r.requested_rate.unwrap_or(0.0))
             )
         })
@@ -921,11 +976,11 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
     print!("{table}");
     let table_path = args.plots.join("loopback.md");
     std::fs::write(&table_path, &table).with_context(|| format!("writing {}", table_path.display()))?;
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&report)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
+    let json_path = args.json.clone().unwrap_or_else(|| args.plots.join("loopback.json"));
+    std::fs::write(&json_path, serde_json::to_string_pretty(&report)?)
+        .with_context(|| format!("writing {}", json_path.display()))?;
     eprintln!("table: {}", table_path.display());
+    eprintln!("json: {}", json_path.display());
     for p in &report.plots {
         eprintln!("plot: {}", p.display());
     }

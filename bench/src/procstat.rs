@@ -41,7 +41,7 @@ impl Sampler {
 }
 
 /// Clock ticks per second, the unit of utime and stime.
-fn ticks_per_second() -> f64 {
+pub fn ticks_per_second() -> f64 {
     match nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK) {
         Ok(Some(t)) if t > 0 => t as f64,
         // 100 on every Linux architecture this runs on.

@@ -72,10 +72,19 @@ fn a_short_latency_run_writes_the_floor_and_every_format() {
     assert_eq!(floors.len(), 1, "{report}");
     assert_eq!(floors[0]["transport"], "tcp");
     assert!(floors[0]["echoes"].as_u64().unwrap() > 0 && floors[0]["one_way_ns"]["p50"].as_u64().unwrap() > 0);
+    // The waits alone, at the relay's frame rate, as the default profile's publisher waits.
+    let pacing = &report["pacing_floor"];
+    assert_eq!(pacing["idle"], "backoff", "{report}");
+    assert!(pacing["waits"].as_u64().unwrap() >= 100 && pacing["late_ns"]["count"] == pacing["waits"], "{pacing}");
+    assert!(pacing["cpu_percent"].as_f64().is_some_and(|c| (0.0..=100.5).contains(&c)), "{pacing}");
+    assert!(table.contains("Pacing floor:"), "{table}");
     let rows = report["rows"].as_array().unwrap();
     let formats: Vec<&str> = rows.iter().map(|r| r["format"].as_str().unwrap()).collect();
     assert_eq!(formats, ["sbe", "raw"], "{report}");
     for row in rows {
+        // Heartbeats weigh one in the pacer, so its rate is at least the messages' rate.
+        assert!(row["paced_rate"].as_f64().unwrap() >= row["sent_rate"].as_f64().unwrap(), "{row}");
+        assert!(row["publisher_cpu_percent"].as_f64().unwrap() > 0.0, "{row}");
         assert_eq!(row["messages_received"], 10_000, "{row}");
         assert_eq!(row["totals_match"], true, "{row}");
         assert!(row["latency_ns"]["p99"].as_u64().unwrap() > 0, "{row}");
@@ -92,8 +101,9 @@ fn a_short_latency_run_writes_the_floor_and_every_format() {
 fn a_short_top_speed_run_reports_throughput_and_a_bar_chart() {
     let _serial = mdrelay_harness::serial();
     let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("top.json");
     let plots = dir.path().join("plots");
+    // Without --json, the JSON goes beside the table and plots.
+    let json = plots.join("loopback.json");
     let done = bench(&[
         "loopback",
         "--top-speed",
@@ -105,8 +115,6 @@ fn a_short_top_speed_run_reports_throughput_and_a_bar_chart() {
         "20000",
         "--coalesce-bytes",
         "65536",
-        "--json",
-        json.to_str().unwrap(),
         "--plots",
         plots.to_str().unwrap(),
     ]);

@@ -41,7 +41,7 @@ pub struct FileConfig {
     /// The retransmission ring and service.
     #[serde(default)]
     pub retransmit: RetransmitSection,
-    /// Where the hot thread runs.
+    /// Threads, and where the hot one runs.
     #[serde(default)]
     pub cpu: CpuSection,
 }
@@ -52,6 +52,8 @@ pub struct FileConfig {
 pub struct CpuSection {
     /// Pin the hot thread (`mdrelay-pub-hot`) to this CPU (none: the scheduler's choice).
     pub hot_core: Option<usize>,
+    /// Threads serving subscribers' sockets (`mdrelay-pub-io`), default 1.
+    pub io_threads: Option<usize>,
 }
 
 /// `[source]`: exactly one of `capture`, `synthetic`, `live` (default: a synthetic day).
@@ -345,6 +347,8 @@ pub struct Config {
     pub profile: Profile,
     /// The CPU the hot thread is pinned to, if any.
     pub hot_core: Option<usize>,
+    /// Threads of the runtime that serves subscribers' sockets.
+    pub io_threads: usize,
 }
 
 /// Default TCP listen address: loopback, so nothing is exposed unless asked for.
@@ -401,6 +405,7 @@ impl FileConfig {
         let format = self.format.unwrap_or(Format::Sbe);
         let profile = self.profile.unwrap_or_default();
         let hot_core = self.cpu.hot_core.map(|c| crate::cpu::check_core("cpu.hot_core", c)).transpose()?;
+        let io_threads = count_within("cpu.io_threads", self.cpu.io_threads.unwrap_or(1) as u64, 1, 256)? as usize;
         let s = self.source;
         let chosen =
             usize::from(s.capture.is_some()) + usize::from(s.synthetic.is_some()) + usize::from(s.live.is_some());
@@ -588,6 +593,7 @@ impl FileConfig {
             retransmit,
             profile,
             hot_core,
+            io_threads,
         })
     }
 }
@@ -637,6 +643,7 @@ impl Config {
         check("retransmit", self.retransmit == new.retransmit);
         check("profile", self.profile == new.profile);
         check("cpu.hot_core", self.hot_core == new.hot_core);
+        check("cpu.io_threads", self.io_threads == new.io_threads);
         changed
     }
 }

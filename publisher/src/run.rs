@@ -43,6 +43,9 @@ pub struct RunArgs {
     /// Pin the hot thread to this CPU.
     #[arg(long)]
     pub hot_core: Option<usize>,
+    /// Threads serving subscribers' sockets [default: 1].
+    #[arg(long)]
+    pub io_threads: Option<usize>,
     /// Replay this capture (pcap / pcapng, gzipped or not).
     #[arg(long, conflicts_with_all = ["synthetic", "live"])]
     pub capture: Option<PathBuf>,
@@ -171,6 +174,7 @@ impl RunArgs {
         f.profile = self.profile.or(f.profile);
         f.pacing.idle = self.idle.or(f.pacing.idle);
         f.cpu.hot_core = self.hot_core.or(f.cpu.hot_core);
+        f.cpu.io_threads = self.io_threads.or(f.cpu.io_threads);
         if let Some(path) = &self.capture {
             f.source = config::SourceSection { capture: Some(path.clone()), ..Default::default() };
         }
@@ -294,8 +298,11 @@ pub struct RunSummary {
 /// Runs the publisher until the stream ends.
 pub fn run(args: &RunArgs) -> Result<()> {
     let config = args.config()?;
+    // One I/O thread by default: with more, a record handed over by the hot thread wakes one
+    // worker, which wakes a sibling to share the work; at 10,000 frames/s those wake-ups cost
+    // more CPU than the writes (docs/idle.md). More threads help only with many subscribers.
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(config.io_threads)
         .enable_all()
         .thread_name("mdrelay-pub-io")
         .build()?;

@@ -69,6 +69,8 @@ fn bad_settings_fail_at_start_naming_the_setting() {
             "[tcp]\nlisten = \"127.0.0.1:9100\"\n[retransmit]\nlisten = \"127.0.0.1:9100\"\n",
             &["retransmit.listen", "own port"],
         ),
+        ("[tcp]\n[cpu]\nio_threads = 0\n", &["cpu.io_threads", "out of range"]),
+        ("[tcp]\n[cpu]\nio_threads = 100000\n", &["cpu.io_threads", "out of range"]),
         ("[multicast_b]\ngroup = \"239.255.1.1:9300\"\n", &["multicast_b", "line A"]),
         (
             "[multicast]\ngroup = \"239.255.1.1:9300\"\n[multicast_b]\ngroup = \"239.255.1.1:9300\"\n",
