@@ -1,28 +1,33 @@
 //! The publisher's retransmission ring: the last frames of the session, bounded in bytes, for
 //! retransmission requests and for TCP subscribers that resume.
 //!
-//! Frames are copied into 1 MiB chunks and held as [`Bytes`] slices of them: one allocation per
-//! chunk, not per frame, and a frame handed to a connection stays valid after the ring lets it
-//! go. The bound counts each frame's bytes plus [`ENTRY_OVERHEAD`] for its bookkeeping, so it is
-//! the ring's memory, not only its payload; what it does not count is at most one chunk at each
-//! end (partly evicted at the head, partly filled at the tail), which is why the publisher's
-//! stated margin is two chunks.
+//! Frames are copied into 1 MiB chunks and held as places in them (chunk, offset, length): one
+//! allocation per chunk, not per frame, and no reference count to touch per frame on the hot
+//! path. Readers copy frames out under the ring's lock ([`FrameRing::copy_record`]), so nothing
+//! points into a chunk once the ring lets it go; the chunk evicted last is kept to be filled
+//! again, so a steady stream allocates nothing. The bound counts each frame's bytes plus
+//! [`ENTRY_OVERHEAD`] for its bookkeeping, so it is the ring's memory, not only its payload; what
+//! it does not count is at most one chunk at each end (partly evicted at the head, partly filled
+//! at the tail) and the spare, which is why the publisher's stated margin is 24 MiB.
 
 use super::wire::{RecordHeader, RecordTag};
 use crate::codec::Format;
-use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 
 /// Bytes of one chunk frames are copied into.
 pub const CHUNK: usize = 1 << 20;
-/// Bytes charged per frame for its entry (a `Bytes` handle and the format), on top of its size.
+/// Bytes charged per frame for its entry (its place and format), on top of its size.
 pub const ENTRY_OVERHEAD: usize = 48;
 
-/// One frame held.
-#[derive(Clone, Debug)]
+/// One frame held: where its bytes are.
+#[derive(Clone, Copy, Debug)]
 struct Held {
     format: Format,
-    bytes: Bytes,
+    /// The chunk's number (chunks are numbered from 0 in the order they were started).
+    chunk: u64,
+    /// Offset in the chunk.
+    start: usize,
+    len: usize,
 }
 
 /// Where a requested range stands against the ring.
@@ -45,7 +50,12 @@ pub struct FrameRing {
     /// Bytes charged for the frames held.
     charged: usize,
     limit: usize,
-    chunk: BytesMut,
+    /// The chunks frames are in; the last one is being filled.
+    chunks: VecDeque<Vec<u8>>,
+    /// The number of `chunks[0]`.
+    first_chunk: u64,
+    /// The chunk released last, kept to be filled again.
+    spare: Option<Vec<u8>>,
     /// Frames below this sequence were handed to the TCP fanout (see [`FrameRing::published`]).
     published: u64,
 }
@@ -53,7 +63,37 @@ pub struct FrameRing {
 impl FrameRing {
     /// An empty ring of at most `limit` bytes (frames plus [`ENTRY_OVERHEAD`] each).
     pub fn new(limit: usize) -> FrameRing {
-        FrameRing { frames: VecDeque::new(), first: 1, charged: 0, limit, chunk: BytesMut::new(), published: 1 }
+        FrameRing {
+            frames: VecDeque::new(),
+            first: 1,
+            charged: 0,
+            limit,
+            chunks: VecDeque::new(),
+            first_chunk: 0,
+            spare: None,
+            published: 1,
+        }
+    }
+
+    /// The bytes of a frame held.
+    fn bytes(&self, held: &Held) -> &[u8] {
+        let chunk = usize::try_from(held.chunk - self.first_chunk).ok().and_then(|i| self.chunks.get(i));
+        // Every frame held is in a chunk held, within what was written to it.
+        chunk.and_then(|c| c.get(held.start..held.start + held.len)).unwrap_or_default()
+    }
+
+    /// Lets go of the chunks before the oldest frame's (all but the last one when no frame is
+    /// held), keeping one as the spare.
+    fn release_chunks(&mut self) {
+        let keep_from = self.frames.front().map_or(self.first_chunk + self.chunks.len() as u64, |f| f.chunk);
+        while self.first_chunk < keep_from && self.chunks.len() > 1 {
+            if let Some(chunk) = self.chunks.pop_front() {
+                if chunk.capacity() == CHUNK {
+                    self.spare = Some(chunk);
+                }
+            }
+            self.first_chunk += 1;
+        }
     }
 
     /// The bound, in bytes.
@@ -101,20 +141,31 @@ impl FrameRing {
             self.frames.clear();
             self.charged = 0;
             self.first = sequence + 1;
+            self.release_chunks();
             return;
         }
         while self.charged + cost > self.limit {
             let Some(old) = self.frames.pop_front() else { break };
-            self.charged -= old.bytes.len() + ENTRY_OVERHEAD;
+            self.charged -= old.len + ENTRY_OVERHEAD;
             self.first += 1;
         }
-        if self.chunk.capacity() - self.chunk.len() < frame.len() {
-            // A new chunk: the old one lives on only through the frames that point into it.
-            self.chunk = BytesMut::with_capacity(CHUNK.max(frame.len()));
+        self.release_chunks();
+        let room = self.chunks.back().map_or(0, |c| c.capacity() - c.len());
+        if room < frame.len() || self.chunks.is_empty() {
+            let chunk = match self.spare.take() {
+                Some(mut spare) if spare.capacity() >= frame.len() => {
+                    spare.clear();
+                    spare
+                }
+                _ => Vec::with_capacity(CHUNK.max(frame.len())),
+            };
+            self.chunks.push_back(chunk);
         }
-        self.chunk.extend_from_slice(frame);
-        let bytes = self.chunk.split().freeze();
-        self.frames.push_back(Held { format, bytes });
+        let chunk = self.first_chunk + self.chunks.len() as u64 - 1;
+        let Some(tail) = self.chunks.back_mut() else { return };
+        let start = tail.len();
+        tail.extend_from_slice(frame);
+        self.frames.push_back(Held { format, chunk, start, len: frame.len() });
         self.charged += cost;
     }
 
@@ -162,11 +213,11 @@ impl FrameRing {
         let mut length = 0usize;
         let limit = max_frames.clamp(1, u64::from(u16::MAX));
         for held in self.frames.range(index..) {
-            if held.format != format || frames >= limit || (frames > 0 && length + held.bytes.len() > max_bytes) {
+            if held.format != format || frames >= limit || (frames > 0 && length + held.len > max_bytes) {
                 break;
             }
-            out.extend_from_slice(&held.bytes);
-            length += held.bytes.len();
+            out.extend_from_slice(self.bytes(held));
+            length += held.len;
             frames += 1;
         }
         let header = RecordHeader {
@@ -239,6 +290,23 @@ mod tests {
         assert_eq!(ring.lookup(8, 1).gone, 1);
         ring.push(9, Format::Raw, &frame(9, 10));
         assert_eq!(ring.lookup(9, 1).held, 1);
+    }
+
+    #[test]
+    fn chunks_are_let_go_with_their_frames_and_the_spare_is_filled_again() {
+        let limit = 4 * CHUNK;
+        let mut ring = FrameRing::new(limit);
+        for seq in 1..=100_000u64 {
+            ring.push(seq, Format::Raw, &frame(seq, 1000));
+            // The frames' chunks, plus at most one partly evicted at the head.
+            assert!(ring.chunks.len() <= limit / CHUNK + 2, "{} chunks", ring.chunks.len());
+        }
+        // 100 MB went through: the chunks were let go as their frames were.
+        assert!(ring.first_chunk > 90, "{}", ring.first_chunk);
+        let mut out = Vec::new();
+        let first = ring.first();
+        assert_eq!(ring.copy_record(first, 1, usize::MAX, &mut out), Some(first + 1));
+        assert_eq!(&out[RecordHeader::LEN..], &frame(first, 1000)[..]);
     }
 
     #[test]
