@@ -110,6 +110,12 @@ pub struct LoopbackArgs {
     /// Settings profile passed to both programs as `--profile` (default passes nothing).
     #[arg(long, value_enum, default_value_t = Profile::Default)]
     pub profile: Profile,
+    /// Pin the publisher's hot thread to this CPU (`mdrelay-pub --hot-core`).
+    #[arg(long)]
+    pub hot_core: Option<usize>,
+    /// Pin the subscriber's receive thread to this CPU (`mdrelay-sub --core`).
+    #[arg(long)]
+    pub sub_core: Option<usize>,
     /// Bytes per ping of the latency floor, about one relay frame.
     #[arg(long, default_value_t = 128)]
     pub floor_bytes: usize,
@@ -284,6 +290,10 @@ pub struct Report {
     pub rate: Option<f64>,
     /// The profile asked for.
     pub profile_requested: Profile,
+    /// The CPU the publisher's hot thread was pinned to, if any.
+    pub hot_core: Option<usize>,
+    /// The CPU the subscriber's receive thread was pinned to, if any.
+    pub sub_core: Option<usize>,
     /// Whether `mdrelay-pub run --help` lists `--profile`.
     pub publisher_has_profile: bool,
     /// Whether `mdrelay-sub --help` lists `--profile`.
@@ -423,9 +433,15 @@ fn run_one(plan: &Plan<'_>) -> Result<Row> {
         None => pub_args.extend(["--messages".into(), messages.to_string()]),
     }
     pub_args.extend(plan.profile.flag(plan.profile.publisher));
+    if let Some(core) = args.hot_core {
+        pub_args.extend(["--hot-core".into(), core.to_string()]);
+    }
     let mut sub_args: Vec<String> = vec!["--json".into(), sub_json.display().to_string()];
     sub_args.extend(["--report-interval".into(), "0".into(), "--histogram-log".into(), hlog.display().to_string()]);
     sub_args.extend(plan.profile.flag(plan.profile.subscriber));
+    if let Some(core) = args.sub_core {
+        sub_args.extend(["--core".into(), core.to_string()]);
+    }
     let spawn = |bin: &Path, args: &[String]| {
         Process::spawn(bin, args, &[]).with_context(|| format!("starting {}", bin.display()))
     };
@@ -806,7 +822,13 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
         Some(p) => p.display().to_string(),
         None => format!("synthetic day of {} messages", thousands(args.messages() as f64)),
     };
-    let pace = if args.top_speed { "top speed".to_string() } else { format!("{} msg/s", thousands(args.rate)) };
+    let mut pace = if args.top_speed { "top speed".to_string() } else { format!("{} msg/s", thousands(args.rate)) };
+    if let Some(core) = args.hot_core {
+        let _ = write!(pace, ", publisher's hot thread on CPU {core}");
+    }
+    if let Some(core) = args.sub_core {
+        let _ = write!(pace, ", subscriber on CPU {core}");
+    }
     eprintln!("loopback: {source} at {pace}, profile {}, one format at a time", profile.label());
     let floors_per_transport = u64::from(!args.top_speed);
     let steps = floors_per_transport
@@ -818,6 +840,8 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
         source,
         rate: (!args.top_speed).then_some(args.rate),
         profile_requested: args.profile,
+        hot_core: args.hot_core,
+        sub_core: args.sub_core,
         publisher_has_profile: profile.publisher,
         subscriber_has_profile: profile.subscriber,
         floors: Vec::new(),

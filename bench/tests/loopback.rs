@@ -16,7 +16,17 @@ fn bench(args: &[&str]) -> mdrelay_harness::Finished {
 fn help_lists_the_flags_and_bad_values_fail_with_a_message() {
     let help = bench(&["loopback", "--help"]);
     help.assert_success();
-    for flag in ["--transport", "--rate", "--top-speed", "--profile", "--json", "--plots", "--coalesce-bytes"] {
+    for flag in [
+        "--transport",
+        "--rate",
+        "--top-speed",
+        "--profile",
+        "--json",
+        "--plots",
+        "--coalesce-bytes",
+        "--hot-core",
+        "--sub-core",
+    ] {
         assert!(help.stdout.contains(flag), "--help lacks {flag}: {help:?}");
     }
     assert!(help.stdout.contains("multicast") && help.stdout.contains("low-latency"), "{help:?}");
