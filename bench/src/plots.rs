@@ -1,9 +1,11 @@
-//! The SVG plots of `loopback`: latency by percentile, and throughput per format and transport.
+//! The SVG plots of `loopback`: latency by percentile, and throughput per format and transport;
+//! and of `scale`: memory and throughput over the run's time.
 //!
 //! Latency uses HdrHistogram's percentile axis: x = 1 / (1 − p) on a log scale, so 50 %, 90 %,
 //! 99 %, 99.9 % and 99.99 % are evenly spaced and the tail gets as much room as the median.
 
 use anyhow::{Result, anyhow};
+use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::Path;
 
@@ -120,5 +122,64 @@ pub fn throughput(path: &Path, title: &str, bars: &[Bar]) -> Result<()> {
         }))
         .map_err(|e| anyhow!("{e}"))?;
     root.present().map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}
+
+/// Writes the `scale` plot to `path`: each process's resident memory (MiB, top) and each
+/// subscriber's throughput (million messages per second, bottom) against seconds since the
+/// publisher started. One time axis for both, so growth and slow-downs line up; both y axes
+/// start at zero, so flat looks flat and a small drift is not magnified.
+pub fn over_time(path: &Path, title: &str, memory: &[Curve], throughput: &[Curve]) -> Result<()> {
+    let end = memory.iter().chain(throughput).flat_map(|c| c.points.iter().map(|p| p.0)).fold(1.0f64, f64::max);
+    let root = SVGBackend::new(path, (960, 760)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    let root = root.titled(title, ("sans-serif", 20)).map_err(|e| anyhow!("{e}"))?;
+    let (upper, lower) = root.split_vertically(360);
+    over_time_panel(&upper, "resident memory, MiB", end, memory, 0)?;
+    // The subscribers come after the publisher among the memory curves: the same colours here.
+    let first_colour = memory.len().saturating_sub(throughput.len());
+    over_time_panel(&lower, "million messages per second", end, throughput, first_colour)?;
+    root.present().map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}
+
+/// One panel of [`over_time`]: a line per curve, x from 0 to `end` seconds, coloured from the
+/// palette's `first_colour` on.
+fn over_time_panel(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    y_desc: &str,
+    end: f64,
+    curves: &[Curve],
+    first_colour: usize,
+) -> Result<()> {
+    let top = curves.iter().flat_map(|c| c.points.iter().map(|p| p.1)).fold(0.0f64, f64::max);
+    let top = if top > 0.0 { top * 1.15 } else { 1.0 };
+    let mut chart = ChartBuilder::on(area)
+        .margin(16)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..end, 0f64..top)
+        .map_err(|e| anyhow!("{e}"))?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds since the publisher started")
+        .y_desc(y_desc)
+        .draw()
+        .map_err(|e| anyhow!("{e}"))?;
+    for (i, curve) in curves.iter().enumerate() {
+        let color = Palette99::pick(first_colour + i).to_rgba();
+        chart
+            .draw_series(LineSeries::new(curve.points.clone(), color.stroke_width(2)))
+            .map_err(|e| anyhow!("{e}"))?
+            .label(curve.name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| anyhow!("{e}"))?;
     Ok(())
 }

@@ -5,6 +5,9 @@
 //! asked to, so the sampler sees it as a zombie first: its stat then holds the final CPU time of
 //! all its threads. VmHWM is gone by then (no memory map), so the last value read while it ran
 //! is kept; it is a high-water mark, so a sample shortly before the exit is enough.
+//!
+//! [`snapshot`] is one look at a process now, resident set included (VmRSS, not only the
+//! high-water mark): `scale` takes one per sample to show whether memory stays flat over a run.
 
 use serde::Serialize;
 use std::thread::JoinHandle;
@@ -88,5 +91,58 @@ fn sample(pid: u32, deadline: Instant) -> Usage {
             return usage;
         }
         std::thread::sleep(PERIOD);
+    }
+}
+
+/// One look at a process: whether it has exited, its CPU time, and its resident memory now.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Snapshot {
+    /// Whether it has exited (a zombie not yet reaped): the CPU time is then final.
+    pub exited: bool,
+    /// User plus system CPU time of all its threads so far, seconds.
+    pub cpu_seconds: f64,
+    /// Resident set now (VmRSS), KiB; none once it has exited.
+    pub rss_kib: Option<u64>,
+    /// The anonymous part of it (RssAnon: heap, stacks), KiB: what a leak grows, where file
+    /// pages come and go with the page cache.
+    pub rss_anon_kib: Option<u64>,
+    /// Peak resident set so far (VmHWM), KiB; none once it has exited.
+    pub peak_rss_kib: Option<u64>,
+}
+
+/// What `pid` uses now; none when there is no such process (never was, or reaped already).
+pub fn snapshot(pid: u32) -> Option<Snapshot> {
+    let (state, ticks) = stat(pid)?;
+    let exited = matches!(state, 'Z' | 'X');
+    // A zombie has no memory map left: its status has no Vm lines to read.
+    let status =
+        if exited { String::new() } else { std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default() };
+    Some(Snapshot {
+        exited,
+        cpu_seconds: ticks as f64 / ticks_per_second(),
+        rss_kib: status_kib(&status, "VmRSS:"),
+        rss_anon_kib: status_kib(&status, "RssAnon:"),
+        peak_rss_kib: status_kib(&status, "VmHWM:"),
+    })
+}
+
+/// The value of a `Key:   1234 kB` line of `/proc/PID/status`, KiB.
+fn status_kib(status: &str, key: &str) -> Option<u64> {
+    status.lines().find(|l| l.starts_with(key))?.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_of_this_process_has_memory_and_none_of_a_missing_pid() {
+        let own = snapshot(std::process::id()).expect("this process exists");
+        assert!(!own.exited);
+        assert!(own.rss_kib.is_some_and(|k| k > 0) && own.peak_rss_kib >= own.rss_kib, "{own:?}");
+        assert!(own.rss_anon_kib.is_some_and(|k| k > 0), "{own:?}");
+        // Above the kernel's pid_max limit (2^22), so never a process.
+        assert!(snapshot(u32::MAX / 2).is_none());
+        assert_eq!(status_kib("Name:\tx\nVmRSS:\t  1234 kB\n", "VmRSS:"), Some(1234));
     }
 }
