@@ -542,8 +542,10 @@ impl FileConfig {
             count_within("batching.coalesce_bytes", self.batching.coalesce_bytes.unwrap_or(0) as u64, 0, MAX_COALESCE)?
                 as usize;
         if let Some(t) = &tcp {
-            // The shared queue holds up to `queue` records of up to `coalesce_bytes` each.
-            let most = (t.queue as u64).saturating_mul(coalesce_bytes as u64);
+            // The shared queue holds up to `queue` records of up to `coalesce_bytes` each, or runs
+            // of small records of about MAX_RUN_BYTES.
+            let item = coalesce_bytes.max(mdrelay_proto::relay::MAX_RUN_BYTES) as u64;
+            let most = (t.queue as u64).saturating_mul(item);
             if most > MAX_QUEUE_MEMORY {
                 bail!(
                     "tcp.queue: {} records of up to {coalesce_bytes} bytes (batching.coalesce_bytes) could hold {} GiB; lower one of them",

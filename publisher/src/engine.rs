@@ -89,8 +89,12 @@ impl Outputs {
         session: u64,
         ring: Option<SharedRing>,
     ) -> Outputs {
-        let tcp =
-            fanout.map(|f| (Coalescer::new(Envelope::Record, budget(config.coalesce_bytes, Envelope::Record)), f));
+        // Records go to the fanout in runs: one queue slot and one wake-up check per run instead
+        // of per frame-sized record (runs end at every flush, so paced frames are not held).
+        let tcp = fanout.map(|f| {
+            let coalescer = Coalescer::new(Envelope::Record, budget(config.coalesce_bytes, Envelope::Record));
+            (coalescer.with_runs(RUN_RECORDS), f)
+        });
         let udp = udp.map(|u| {
             let envelope = Envelope::Datagram { session };
             let limit = config.udp.as_ref().map_or(0, |u| u.max_datagram);
@@ -162,6 +166,9 @@ fn wait_for_subscribers(outputs: &mut Outputs, wanted: usize, stop: &AtomicBool)
     }
 }
 
+/// Records handed to the TCP fanout at once, at most (and at most 64 KiB of them).
+const RUN_RECORDS: usize = 64;
+
 /// Segments between two reads of the clock for `pacing.duration`.
 const DEADLINE_EVERY: u32 = 64;
 
@@ -192,6 +199,9 @@ pub fn run(config: &Config, mut outputs: Outputs, controls: &Controls, echoes: &
     // since 64 segments may be minutes of a capture.
     let deadline_every = if config.pacing.mode == PacingMode::TopSpeed { DEADLINE_EVERY } else { 1 };
     let mut until_clock = 0u32;
+    // A live feed's next segment comes when it comes: nothing may wait for it in a coalescing
+    // buffer, a run or a send batch, so every frame is flushed as it is sent.
+    let live = source.is_live();
     'stream: loop {
         summary.passes += 1;
         while let Some(item) = source.next_item()? {
@@ -246,6 +256,9 @@ pub fn run(config: &Config, mut outputs: Outputs, controls: &Controls, echoes: &
             summary.frame_bytes += frame.len() as u64;
             outputs.frame(sequence, format, &frame, stop, &mut summary);
             sequence += 1;
+            if live {
+                outputs.flush(sequence, format, stop);
+            }
             if config.pacing.max_messages > 0 && summary.totals.messages >= config.pacing.max_messages {
                 break 'stream;
             }

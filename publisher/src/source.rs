@@ -133,6 +133,11 @@ impl SegmentSource {
         }
     }
 
+    /// True for a live feed, whose next segment may be long in coming.
+    pub fn is_live(&self) -> bool {
+        matches!(self, SegmentSource::Live(_))
+    }
+
     /// A short description for logs.
     pub fn describe(&self) -> String {
         match self {

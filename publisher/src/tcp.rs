@@ -378,13 +378,16 @@ enum Taken {
 }
 
 impl Outgoing {
-    /// Takes `record` for writing: a FORMAT record first when it is the first record or the first
-    /// of a new format; frames skipped before it (the subscriber fell a whole queue behind) are
-    /// counted as dropped for it.
+    /// Takes `record` for writing (a control record, a DATA record, or a run of consecutive DATA
+    /// records of one format from the fanout): a FORMAT record first when it is the first record
+    /// or the first of a new format; frames skipped before it (the subscriber fell a whole queue
+    /// behind) are counted as dropped for it.
     fn take(&mut self, record: Bytes, stats: &SubscriberStats) {
         let Ok(header) = RecordHeader::parse(&record, usize::MAX) else { return };
         match header.tag {
-            // Replay records are taken while the replay runs, the fanout's only after it.
+            // Replay records are taken while the replay runs, the fanout's only after it. A run
+            // is handed over whole, after the ring's mark moved past its end (`engine::publish`),
+            // so one that starts below the mark was replayed whole.
             RecordTag::Data if header.sequence < self.skip_below && self.replay.is_none() => return,
             RecordTag::Data => {
                 stats.started_at(header.sequence);
@@ -393,7 +396,8 @@ impl Outgoing {
                         stats.dropped(header.sequence - next);
                     }
                 }
-                self.next = Some(header.sequence.saturating_add(u64::from(header.frame_count)));
+                let last = last_record(&record).unwrap_or(header);
+                self.next = Some(last.sequence.saturating_add(u64::from(last.frame_count)));
                 if self.format != Some(header.format) {
                     self.format = Some(header.format);
                     let announce = control_record(RecordTag::Format, header.format, header.sequence, &[]);
@@ -512,6 +516,19 @@ impl Outgoing {
                 }
             }
         }
+    }
+}
+
+/// The header of the last record in `bytes`, one record or a run of them back to back.
+fn last_record(bytes: &[u8]) -> Option<RecordHeader> {
+    let mut at = 0usize;
+    loop {
+        let header = RecordHeader::parse(bytes.get(at..)?, usize::MAX).ok()?;
+        let next = at.checked_add(RecordHeader::LEN)?.checked_add(header.length as usize)?;
+        if next >= bytes.len() {
+            return Some(header);
+        }
+        at = next;
     }
 }
 
@@ -810,6 +827,37 @@ mod tests {
         drain(&mut out, &stats);
         // Frames 41 to 50 never reached it.
         assert_eq!(stats_summary(&shared, &stats).dropped_frames, 10);
+    }
+
+    #[test]
+    fn runs_of_records_are_written_whole_and_counted_by_their_last_record() {
+        let stop = AtomicBool::new(false);
+        let (mut fanout, shared) = Fanout::new(&tcp(16, SlowPolicy::Drop), 1, 1, Format::Sbe);
+        let stats = SubscriberStats::new("test".into());
+        let mut out = outgoing(&fanout, &shared, SlowPolicy::Drop);
+        let mut c = Coalescer::new(Envelope::Record, 0).with_runs(8);
+        let mut runs = Vec::new();
+        // Frames 1-20, then 31-40: the break ends a run.
+        for seq in (1..=20).chain(31..=40) {
+            c.push(seq, Format::Sbe, &[seq as u8; 10], |s| runs.push(s)).unwrap();
+        }
+        c.flush(|s| runs.push(s));
+        assert_eq!(runs.iter().map(|r| r.envelopes).collect::<Vec<_>>(), [8, 8, 4, 8, 2]);
+        for r in &runs {
+            fanout.send(r, &stop);
+        }
+        let (headers, _) = drain(&mut out, &stats);
+        // One FORMAT record, then each run as one piece, as the fanout handed it over.
+        assert_eq!((headers[0].tag, headers[0].sequence), (RecordTag::Format, 1));
+        assert_eq!(out.batch.len(), 1 + runs.len());
+        for (written, run) in out.batch.iter().skip(1).zip(&runs) {
+            assert_eq!(written, &run.bytes);
+        }
+        // The frames after each run's last record are expected next: 21-30 never came.
+        assert_eq!(out.next, Some(41));
+        assert_eq!(stats_summary(&shared, &stats).dropped_frames, 10);
+        assert_eq!(last_record(&runs[1].bytes).map(|h| h.sequence), Some(16));
+        assert_eq!(last_record(&[0u8; 7]), None);
     }
 
     fn stats_summary(shared: &Shared, stats: &Arc<SubscriberStats>) -> crate::fanout::SubscriberSummary {

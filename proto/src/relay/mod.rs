@@ -50,7 +50,7 @@ pub mod session;
 pub mod window;
 pub mod wire;
 
-pub use coalesce::{Coalescer, Envelope, Sealed};
+pub use coalesce::{Coalescer, Envelope, MAX_RUN_BYTES, Sealed};
 pub use recovery::{GapList, RecoveryCounts, RecoveryPolicy};
 pub use ring::FrameRing;
 pub use session::{Admission, Greeted, SessionTracker};
