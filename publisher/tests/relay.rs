@@ -394,6 +394,59 @@ fn a_live_feed_relayed_from_multicast_raw_to_tcp_sbe() {
     panic!("the relay's live input lost frames at every rate: is net.core.rmem_max tiny?");
 }
 
+/// The first IEX-TP segment of DEEP10 that carries messages, as the exchange sends it.
+fn first_deep10_segment() -> Vec<u8> {
+    let mut reader = mdrelay_proto::capture::CaptureReader::open(Path::new(&deep10())).unwrap();
+    while let Some(packet) = reader.next_packet().unwrap() {
+        if let Ok(datagram) = mdrelay_proto::link::udp_datagram(packet.link_type, packet.data) {
+            let segment = mdrelay_proto::iextp::Segment::parse(datagram.payload);
+            if segment.is_ok_and(|s| s.blocks().count() > 0) {
+                return datagram.payload.to_vec();
+            }
+        }
+    }
+    panic!("DEEP10 has no segment with messages");
+}
+
+/// A live feed's segment goes out as it arrives, with coalescing on and nothing behind it: it
+/// does not wait in a coalescing buffer, a run of records or a send batch for a next segment
+/// that may not come for a long time.
+#[test]
+fn a_lone_live_segment_is_relayed_without_waiting_for_the_next() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let live = format!("127.0.0.1:{}", free_udp_port());
+    let relay_json = path(dir.path(), "relay.json");
+    let (mut relay, addr) = tcp_publisher(&[
+        "run",
+        "--live",
+        &live,
+        "--idle-timeout",
+        "600",
+        "--format",
+        "sbe",
+        "--coalesce-bytes",
+        "65536",
+        "--wait-subscribers",
+        "1",
+        "--json",
+        &relay_json,
+    ]);
+    relay.wait_for("publishing");
+    let json = path(dir.path(), "sub.json");
+    let mut subscriber = tcp_subscriber(addr, &json, &["--report-interval", "0.05"]);
+    subscriber.wait_for("greeted");
+    relay.wait_for("subscriber admitted");
+    std::net::UdpSocket::bind("127.0.0.1:0").unwrap().send_to(&first_deep10_segment(), &live).unwrap();
+    // Within STEP (30 s), while the feed stays open for another 600 s.
+    assert_eq!(subscriber.wait_for_frames(1), 1);
+    relay.signal(Signal::SIGINT);
+    relay.finish(RUN).assert_success();
+    let report = sub_report(&subscriber.finish(STEP), &json, "subscriber behind the live relay");
+    assert_eq!((report["frames"].as_u64(), report["totals_match"].as_bool()), (Some(1), Some(true)), "{report}");
+    assert_eq!(json_file(Path::new(&relay_json))["totals"]["frames"], 1);
+}
+
 /// Connects, completes the handshake, then never reads: a stalled subscriber.
 fn stalled_subscriber(addr: SocketAddr) -> TcpStream {
     let mut s = TcpStream::connect(addr).unwrap();
