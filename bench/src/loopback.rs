@@ -309,7 +309,7 @@ pub struct Report {
 }
 
 /// `name` of `package` beside this binary, built in the same profile when missing.
-fn sibling(package: &str, name: &str) -> Result<PathBuf> {
+pub(crate) fn sibling(package: &str, name: &str) -> Result<PathBuf> {
     mdrelay_harness::bins::binary(package, name)
         .with_context(|| format!("{name}: build the workspace first (cargo build --release)"))
 }
@@ -594,7 +594,8 @@ fn run_floor(args: &LoopbackArgs, transport: Transport, (frames, units): (u64, u
     })
 }
 
-fn machine() -> Machine {
+/// The host's CPU model, CPU count and kernel release.
+pub(crate) fn machine() -> Machine {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let cpu = cpuinfo
         .lines()
@@ -637,7 +638,7 @@ impl Progress {
 }
 
 /// "100,000": thousands separated, as the tables print counts and rates.
-fn thousands(v: f64) -> String {
+pub(crate) fn thousands(v: f64) -> String {
     let digits = format!("{:.0}", v.max(0.0));
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
@@ -658,7 +659,8 @@ fn ratio(r: Option<f64>) -> String {
     r.map_or("-".into(), |r| format!("{r:.2}×"))
 }
 
-fn mib(kib: u64) -> String {
+/// KiB as MiB with one decimal.
+pub(crate) fn mib(kib: u64) -> String {
     format!("{:.1}", kib as f64 / 1024.0)
 }
 

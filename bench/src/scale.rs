@@ -17,7 +17,7 @@
 //! with the summary to `--json`. Every child process is killed when the run fails, times out
 //! (`--timeout`) or is interrupted (Ctrl-C, SIGTERM, SIGHUP).
 
-use crate::loopback::Machine;
+use crate::loopback::{Machine, machine, mib, sibling, thousands};
 use crate::plots::{self, Curve};
 use crate::procstat::{self, Snapshot};
 use anyhow::{Context, Result, bail};
@@ -338,12 +338,6 @@ fn catch_interrupts() -> Result<Arc<AtomicBool>> {
         }
     });
     Ok(flag)
-}
-
-/// `name` of `package` beside this binary, built in the same profile when missing.
-fn sibling(package: &str, name: &str) -> Result<PathBuf> {
-    mdrelay_harness::bins::binary(package, name)
-        .with_context(|| format!("{name}: build the workspace first (cargo build --release)"))
 }
 
 /// Waits (up to `limit`) for a process /proc shows has exited; fails with its output unless it
@@ -1068,36 +1062,6 @@ fn verdict(v: Option<bool>) -> &'static str {
         Some(false) => "NO",
         None => "- (no full interval: a longer run, or a shorter --sample-ms)",
     }
-}
-
-fn machine() -> Machine {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let cpu = cpuinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split_once(':')).map(|(_, v)| v.trim().to_string()))
-        .unwrap_or_else(|| "unknown".into());
-    Machine {
-        cpu,
-        cpus: std::thread::available_parallelism().map_or(0, usize::from),
-        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string(),
-    }
-}
-
-/// "100,000": thousands separated, as the tables print counts and rates.
-fn thousands(v: f64) -> String {
-    let digits = format!("{:.0}", v.max(0.0));
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-fn mib(kib: u64) -> String {
-    format!("{:.1}", kib as f64 / 1024.0)
 }
 
 /// Bytes as "3.61 GB" (10^9) or "143.3 MB".
