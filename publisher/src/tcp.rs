@@ -291,16 +291,7 @@ pub async fn greet(
 /// the fanout that start below the mark are skipped, as the replay covers them.
 fn join(server: &Server, resume: Resume) -> Outgoing {
     let subscribe = || server.shared.feed.upgrade().map(|feed| feed.subscribe());
-    let mut out = Outgoing {
-        records: None,
-        policy: server.tcp.slow,
-        batch: VecDeque::new(),
-        format: None,
-        next: None,
-        ended: false,
-        replay: None,
-        skip_below: 0,
-    };
+    let mut out = Outgoing::new(None, server.tcp.slow);
     let (Resume::From(from), Some(ring)) = (resume, &server.ring) else {
         out.records = subscribe();
         return out;
@@ -378,6 +369,20 @@ enum Taken {
 }
 
 impl Outgoing {
+    /// A subscriber's side of the queue, from `records` on (none: the stream has ended).
+    fn new(records: Option<broadcast::Receiver<Bytes>>, policy: SlowPolicy) -> Outgoing {
+        Outgoing {
+            records,
+            policy,
+            batch: VecDeque::new(),
+            format: None,
+            next: None,
+            ended: false,
+            replay: None,
+            skip_below: 0,
+        }
+    }
+
     /// Takes `record` for writing (a control record, a DATA record, or a run of consecutive DATA
     /// records of one format from the fanout): a FORMAT record first when it is the first record
     /// or the first of a new format; frames skipped before it (the subscriber fell a whole queue
@@ -776,17 +781,7 @@ mod tests {
 
     fn outgoing(fanout: &Fanout, shared: &Shared, policy: SlowPolicy) -> Outgoing {
         assert_eq!(fanout.subscriber_count(), 0);
-        let records = shared.feed.upgrade().map(|feed| feed.subscribe());
-        Outgoing {
-            records,
-            policy,
-            batch: VecDeque::new(),
-            format: None,
-            next: None,
-            ended: false,
-            replay: None,
-            skip_below: 0,
-        }
+        Outgoing::new(shared.feed.upgrade().map(|feed| feed.subscribe()), policy)
     }
 
     /// Takes everything the subscriber can take now; the headers of what it would write.
