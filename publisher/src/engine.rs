@@ -166,7 +166,7 @@ fn wait_for_subscribers(outputs: &mut Outputs, wanted: usize, stop: &AtomicBool)
     }
 }
 
-/// Records handed to the TCP fanout at once, at most (and at most 64 KiB of them).
+/// Records handed to the TCP fanout at once, at most (and about `MAX_RUN_BYTES`, 1 KiB, of them).
 const RUN_RECORDS: usize = 64;
 
 /// Segments between two reads of the clock for `pacing.duration`.
