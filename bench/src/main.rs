@@ -33,7 +33,8 @@ use std::process::ExitCode;
 
 /// mdrelay benchmarks.
 #[derive(Debug, Parser)]
-#[command(name = "mdrelay-bench", version, about)]
+// The version names the git commit built (build.rs), so a result can be traced to its code.
+#[command(name = "mdrelay-bench", version = env!("MDRELAY_VERSION"), about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

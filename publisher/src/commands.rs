@@ -4,15 +4,84 @@ use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use flate2::Compression;
 use flate2::write::GzEncoder;
-use mdrelay_proto::capture::CaptureReader;
+use indicatif::{HumanCount, ProgressBar, ProgressDrawTarget, ProgressFinish, ProgressStyle};
+use mdrelay_proto::capture::{CaptureError, CaptureReader};
 use mdrelay_proto::capture_writer::{CaptureWriter, Container, WriterOptions};
-use mdrelay_proto::inspect::inspect_file;
+use mdrelay_proto::iextp::Segment;
+use mdrelay_proto::inspect::Inspector;
 use mdrelay_proto::synth::{SynthConfig, SyntheticDay};
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
+
+/// Packets or segments between two updates of a progress bar: a day of IEX is tens of millions
+/// of them, so the bar still moves many times a second while its cost stays out of the loop.
+const PROGRESS_EVERY: u64 = 4096;
+
+/// A progress bar on stderr in `template`. indicatif hides it when stderr is not a terminal, so a
+/// piped or logged run prints exactly what it printed before there were bars.
+fn progress_bar(len: Option<u64>, template: &str) -> ProgressBar {
+    // Cleared when dropped too: an error line then starts on a line of its own.
+    let bar = ProgressBar::with_draw_target(len, ProgressDrawTarget::stderr()).with_finish(ProgressFinish::AndClear);
+    bar.set_style(ProgressStyle::with_template(template).expect("the progress templates are valid"));
+    // Drawn at once, so even a short run shows what it is doing.
+    bar.tick();
+    bar
+}
+
+/// Counts the bytes read from a capture file. For a gzipped capture these are compressed bytes,
+/// which is what the file's size, the bar's total, counts too.
+struct Counted<R> {
+    inner: R,
+    read: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        // Relaxed: the bar only needs a recent count, and reads are of 64 KiB or more.
+        self.read.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// Progress through a capture: bytes of the file read against its size, and packets done.
+struct CaptureProgress {
+    bar: ProgressBar,
+    read: Arc<AtomicU64>,
+}
+
+impl CaptureProgress {
+    /// Shows `packets` done and the bytes read so far; call every [`PROGRESS_EVERY`] packets.
+    fn update(&self, packets: u64) {
+        self.bar.set_position(self.read.load(Ordering::Relaxed));
+        self.bar.set_message(format!("{} packets", HumanCount(packets)));
+    }
+
+    /// Removes the bar, so the summary lines that follow stand alone.
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+/// Opens a capture as [`CaptureReader::open`] does (the same errors), counting the bytes read.
+fn open_capture(path: &Path) -> Result<(CaptureReader, CaptureProgress), CaptureError> {
+    let name = path.display().to_string();
+    let file = File::open(path).map_err(|source| CaptureError::Io { name: name.clone(), source })?;
+    // A FIFO or a device has no size: a spinner then, with bytes and packets but no time left.
+    let total = file.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
+    let template = match total {
+        Some(_) => "{spinner} {bytes}/{total_bytes} {wide_bar} {binary_bytes_per_sec}  {msg}  {eta} left",
+        None => "{spinner} {bytes} {binary_bytes_per_sec}  {msg}  {elapsed}",
+    };
+    let read = Arc::new(AtomicU64::new(0));
+    let reader = CaptureReader::new(name, Counted { inner: file, read: Arc::clone(&read) })?;
+    Ok((reader, CaptureProgress { bar: progress_bar(total, template), read }))
+}
 
 /// Arguments of `inspect`.
 #[derive(Debug, Args)]
@@ -26,7 +95,21 @@ pub struct InspectArgs {
 
 /// Prints the counts and per-symbol aggregates of a capture.
 pub fn inspect(args: &InspectArgs) -> Result<()> {
-    let report = inspect_file(&args.file)?;
+    // `mdrelay_proto::inspect::inspect_file`, with a progress bar.
+    let (mut reader, progress) = open_capture(&args.file)?;
+    let mut inspector = Inspector::new(reader.name().to_string());
+    let mut packets = 0u64;
+    while let Some(packet) = reader.next_packet()? {
+        inspector.packet(&packet);
+        packets += 1;
+        if packets % PROGRESS_EVERY == 0 {
+            progress.update(packets);
+        }
+    }
+    progress.finish();
+    let mut report = inspector.finish();
+    report.truncated_records = u64::from(reader.truncated_at().is_some());
+    report.skipped_records = reader.skipped_records();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if args.json {
@@ -99,14 +182,25 @@ pub fn synth(args: &SynthArgs) -> Result<()> {
     let out = create(&args.out, args.gzip)?;
     let options = WriterOptions { container: args.container.into(), ..WriterOptions::default() };
     let mut writer = CaptureWriter::new(out, options)?;
+    let bar = progress_bar(
+        Some(args.messages),
+        "{spinner} {human_pos}/{human_len} messages {wide_bar} {per_sec:0}  {eta} left",
+    );
     let mut packets = 0u64;
+    let mut messages = 0u64;
     while let Some(segment) = day.next_segment() {
         // Captured two microseconds after it was sent.
         writer
             .write_udp(segment.send_time + 2_000, SYNTH_SOURCE, SYNTH_GROUP, segment.bytes)
             .with_context(|| format!("writing {}", args.out.display()))?;
         packets += 1;
+        // The header's count (a 40-byte parse, no message is read); heartbeats count none.
+        messages += Segment::parse(segment.bytes).map_or(0, |s| u64::from(s.header.message_count));
+        if packets % PROGRESS_EVERY == 0 {
+            bar.set_position(messages);
+        }
     }
+    bar.finish_and_clear();
     let out = writer.finish()?;
     drop(out);
     eprintln!(
@@ -144,7 +238,7 @@ pub struct ConvertArgs {
 
 /// Rewrites a capture, packet for packet, in another container.
 pub fn convert(args: &ConvertArgs) -> Result<()> {
-    let mut reader = CaptureReader::open(&args.input)?;
+    let (mut reader, progress) = open_capture(&args.input)?;
     let mut writer: Option<CaptureWriter<Box<dyn Write>>> = None;
     let mut packets = 0u64;
     while let Some(packet) = reader.next_packet()? {
@@ -160,7 +254,11 @@ pub fn convert(args: &ConvertArgs) -> Result<()> {
         let w = writer.as_mut().expect("created above");
         w.write_frame(packet.timestamp_ns, packet.data).with_context(|| format!("writing {}", args.out.display()))?;
         packets += 1;
+        if packets % PROGRESS_EVERY == 0 {
+            progress.update(packets);
+        }
     }
+    progress.finish();
     match writer {
         Some(w) => drop(w.finish()?),
         None => anyhow::bail!("{} holds no packets; nothing to convert", args.input.display()),

@@ -15,7 +15,8 @@ use std::process::ExitCode;
 
 /// mdrelay publisher: replays IEX market data, and the capture tools around it.
 #[derive(Debug, Parser)]
-#[command(name = "mdrelay-pub", version, about)]
+// The version names the git commit built (build.rs), so a report can be traced to its code.
+#[command(name = "mdrelay-pub", version = env!("MDRELAY_VERSION"), about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -2,7 +2,7 @@
 
 #![forbid(unsafe_code)]
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use mdrelay_subscriber::config::{Cli, JsonTarget, Settings, Transport};
 use mdrelay_subscriber::control::{Control, RunError};
 use mdrelay_subscriber::frames::Pipeline;
@@ -15,7 +15,9 @@ use std::process::ExitCode;
 use std::time::SystemTime;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // `--version` names the git commit built (build.rs), so a report can be traced to its code.
+    let matches = Cli::command().version(env!("MDRELAY_VERSION")).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let check = cli.check;
     let settings = match Settings::load(cli) {
         Ok(s) => s,
