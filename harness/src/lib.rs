@@ -11,7 +11,8 @@
 //! - [`report`]: reading JSON reports and comparing them with the references;
 //! - [`formats`]: the wire formats a test covers;
 //! - [`serial`]: one process-heavy test at a time;
-//! - [`alloc`]: a counting global allocator, for tests that assert what is (not) allocated.
+//! - [`alloc`]: a counting global allocator, for tests that assert what is (not) allocated;
+//! - [`version`]: `--version` checked against git.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -26,6 +27,7 @@ pub mod netns;
 pub mod process;
 pub mod report;
 pub mod serial;
+pub mod version;
 
 pub use bins::{bench_bin, publisher_bin, subscriber_bin};
 pub use data::{expected, iex_data, reference_output, reference_reader};
