@@ -202,10 +202,21 @@ fn offset_in_payload(offset: usize) -> usize {
 /// Reads a whole capture and reports on it. Errors only when the file cannot be read as a
 /// capture at all; everything inside it that is bad is counted in the report.
 pub fn inspect_file(path: impl AsRef<Path>) -> Result<InspectReport, CaptureError> {
-    let mut reader = CaptureReader::open(path)?;
+    inspect_reader(CaptureReader::open(path)?, |_| {})
+}
+
+/// [`inspect_file`] on a reader already open; `packets_done` is told the packets read so far
+/// after each one (for a progress display).
+pub fn inspect_reader(
+    mut reader: CaptureReader,
+    mut packets_done: impl FnMut(u64),
+) -> Result<InspectReport, CaptureError> {
     let mut inspector = Inspector::new(reader.name().to_string());
+    let mut packets = 0u64;
     while let Some(packet) = reader.next_packet()? {
         inspector.packet(&packet);
+        packets += 1;
+        packets_done(packets);
     }
     let truncated = reader.truncated_at().is_some();
     let skipped = reader.skipped_records();

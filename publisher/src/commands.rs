@@ -8,7 +8,7 @@ use indicatif::{HumanCount, ProgressBar, ProgressDrawTarget, ProgressFinish, Pro
 use mdrelay_proto::capture::{CaptureError, CaptureReader};
 use mdrelay_proto::capture_writer::{CaptureWriter, Container, WriterOptions};
 use mdrelay_proto::iextp::Segment;
-use mdrelay_proto::inspect::Inspector;
+use mdrelay_proto::inspect::inspect_reader;
 use mdrelay_proto::synth::{SynthConfig, SyntheticDay};
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
@@ -95,21 +95,13 @@ pub struct InspectArgs {
 
 /// Prints the counts and per-symbol aggregates of a capture.
 pub fn inspect(args: &InspectArgs) -> Result<()> {
-    // `mdrelay_proto::inspect::inspect_file`, with a progress bar.
-    let (mut reader, progress) = open_capture(&args.file)?;
-    let mut inspector = Inspector::new(reader.name().to_string());
-    let mut packets = 0u64;
-    while let Some(packet) = reader.next_packet()? {
-        inspector.packet(&packet);
-        packets += 1;
+    let (reader, progress) = open_capture(&args.file)?;
+    let report = inspect_reader(reader, |packets| {
         if packets % PROGRESS_EVERY == 0 {
             progress.update(packets);
         }
-    }
+    })?;
     progress.finish();
-    let mut report = inspector.finish();
-    report.truncated_records = u64::from(reader.truncated_at().is_some());
-    report.skipped_records = reader.skipped_records();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if args.json {
