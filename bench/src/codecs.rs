@@ -7,6 +7,7 @@
 //!
 //! Output buffers are reserved and reused, so no batch pays for a page fault on a fresh buffer.
 
+use crate::loopback::thousands;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use hdrhistogram::Histogram;
@@ -361,7 +362,7 @@ fn markdown(r: &Report) -> String {
             f.deserialize_ns.p999,
             f.serialize_total_ms,
             f.deserialize_total_ms,
-            group(f.bytes)
+            thousands(f.bytes as f64)
         );
     }
     s += &format!(
@@ -369,16 +370,4 @@ fn markdown(r: &Report) -> String {
         r.clock_overhead_ns
     );
     s
-}
-
-fn group(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
