@@ -19,7 +19,8 @@
 //! - [`warn`]: the process's budget for warnings about bad input;
 //! - [`synth`]: a realistic synthetic trading day of IEX DEEP;
 //! - [`codec`]: the wire formats (raw, SBE, FlatBuffers, Cap'n Proto) and their framing;
-//! - [`capture_writer`]: segments out to pcap / pcapng, with Ethernet, IPv4 and UDP headers.
+//! - [`capture_writer`]: segments out to pcap / pcapng, with Ethernet, IPv4 and UDP headers;
+//! - [`resegment`]: a decoded frame of any format back to its IEX-TP segment (for recording).
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -38,6 +39,7 @@ pub mod link;
 pub mod message;
 pub mod price;
 pub mod relay;
+pub mod resegment;
 pub mod sequence;
 pub mod synth;
 pub mod warn;

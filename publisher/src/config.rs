@@ -6,6 +6,7 @@
 use anyhow::{Context, Result, bail};
 use mdrelay_proto::codec::Format;
 use mdrelay_proto::idle::{IdleStrategy, Profile};
+use mdrelay_telemetry::prometheus::{MetricsSection, MetricsSettings};
 use serde::Deserialize;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -44,6 +45,9 @@ pub struct FileConfig {
     /// Threads, and where the hot one runs.
     #[serde(default)]
     pub cpu: CpuSection,
+    /// The Prometheus endpoint.
+    #[serde(default)]
+    pub metrics: MetricsSection,
 }
 
 /// `[cpu]`.
@@ -149,6 +153,17 @@ pub enum SlowPolicy {
     Disconnect,
     /// Wait for it (lossless; every subscriber then goes at the slowest one's pace).
     Block,
+}
+
+impl SlowPolicy {
+    /// The name in configuration files and metrics' labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            SlowPolicy::Drop => "drop",
+            SlowPolicy::Disconnect => "disconnect",
+            SlowPolicy::Block => "block",
+        }
+    }
 }
 
 /// `[tcp]`.
@@ -349,6 +364,8 @@ pub struct Config {
     pub hot_core: Option<usize>,
     /// Threads of the runtime that serves subscribers' sockets.
     pub io_threads: usize,
+    /// The Prometheus endpoint, if any.
+    pub metrics: Option<MetricsSettings>,
 }
 
 /// Default TCP listen address: loopback, so nothing is exposed unless asked for.
@@ -596,6 +613,7 @@ impl FileConfig {
             profile,
             hot_core,
             io_threads,
+            metrics: self.metrics.check(None, None)?,
         })
     }
 }
@@ -646,6 +664,7 @@ impl Config {
         check("profile", self.profile == new.profile);
         check("cpu.hot_core", self.hot_core == new.hot_core);
         check("cpu.io_threads", self.io_threads == new.io_threads);
+        check("metrics", self.metrics == new.metrics);
         changed
     }
 }

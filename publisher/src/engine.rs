@@ -7,6 +7,7 @@
 
 use crate::config::{Config, PacingMode};
 use crate::fanout::Fanout;
+use crate::metrics::{EngineMetrics, FormatCount, PUBLISH_EVERY};
 use crate::pacing::Pacer;
 use crate::source::{SegmentSource, SourceSkips};
 use crate::stats::Echoes;
@@ -199,6 +200,13 @@ pub fn run(config: &Config, mut outputs: Outputs, controls: &Controls, echoes: &
     // since 64 segments may be minutes of a capture.
     let deadline_every = if config.pacing.mode == PacingMode::TopSpeed { DEADLINE_EVERY } else { 1 };
     let mut until_clock = 0u32;
+    let metrics = EngineMetrics::new(&crate::metrics::transports(config));
+    let mut by_format = [FormatCount::default(); Format::ALL.len()];
+    let mut until_metrics = PUBLISH_EVERY;
+    let publish_metrics = |by_format: &[FormatCount], format, summary: &EngineSummary, pacer: &mut Pacer| {
+        let lag = pacer.take_lag();
+        metrics.publish(by_format, format, summary.format_switches, summary.udp_oversized_frames, lag);
+    };
     // A live feed's next segment comes when it comes: nothing may wait for it in a coalescing
     // buffer, a run or a send batch, so every frame is flushed as it is sent.
     let live = source.is_live();
@@ -230,11 +238,15 @@ pub fn run(config: &Config, mut outputs: Outputs, controls: &Controls, echoes: &
                 continue;
             };
             if pacer.due(item.time_ns).is_some() {
-                // Nothing waits in a coalescing buffer while the pacer sleeps.
+                // Nothing waits in a coalescing buffer while the pacer sleeps; the metrics are
+                // brought up to date in the same idle moment.
                 outputs.flush(sequence, format, stop);
+                publish_metrics(&by_format, format, &summary, &mut pacer);
+                until_metrics = PUBLISH_EVERY;
             }
             frame.clear();
             let mut publish_time = 0;
+            let messages_before = summary.totals.messages;
             let encoded = scratch.with(|list| {
                 summary.undecodable_messages += collect_segment(&segment, list) as u64;
                 publish_time = pacer.wait(item.time_ns, list.len() as u64);
@@ -254,6 +266,15 @@ pub fn run(config: &Config, mut outputs: Outputs, controls: &Controls, echoes: &
             echoes.sent.record(sequence, publish_time);
             summary.totals.frames += 1;
             summary.frame_bytes += frame.len() as u64;
+            let count = &mut by_format[usize::from(format.id())];
+            count.frames += 1;
+            count.messages += summary.totals.messages - messages_before;
+            count.bytes += frame.len() as u64;
+            until_metrics -= 1;
+            if until_metrics == 0 {
+                until_metrics = PUBLISH_EVERY;
+                publish_metrics(&by_format, format, &summary, &mut pacer);
+            }
             outputs.frame(sequence, format, &frame, stop, &mut summary);
             sequence += 1;
             if live {
@@ -272,6 +293,7 @@ pub fn run(config: &Config, mut outputs: Outputs, controls: &Controls, echoes: &
         pacer.rewind();
     }
     outputs.flush(sequence, format, stop);
+    publish_metrics(&by_format, format, &summary, &mut pacer);
     summary.seconds = started.elapsed().as_secs_f64();
     summary.totals.by_type = by_type.by_byte();
     summary.source_skipped = source.skipped();

@@ -70,14 +70,21 @@ pub struct SubscriberStats {
     disconnected_slow: AtomicBool,
     echoes_rejected: AtomicU64,
     refused: OnceLock<String>,
+    /// Admitted and not yet gone, for the metrics.
+    connected: AtomicBool,
+    /// Records queued for it that its task has not taken, as of the task's last take.
+    queued: AtomicU64,
+    /// Frames dropped over every subscriber of the run.
+    dropped_total: Arc<AtomicU64>,
 }
 
 /// `first_sequence` before the subscriber's first record.
 const NOT_STARTED: u64 = u64::MAX;
 
 impl SubscriberStats {
-    /// Figures for a new connection from `peer`.
-    pub fn new(peer: String) -> Arc<SubscriberStats> {
+    /// Figures for a new connection from `peer`; frames dropped for it are added to
+    /// `dropped_total` too.
+    pub fn new(peer: String, dropped_total: Arc<AtomicU64>) -> Arc<SubscriberStats> {
         Arc::new(SubscriberStats {
             peer,
             first_sequence: AtomicU64::new(NOT_STARTED),
@@ -85,6 +92,9 @@ impl SubscriberStats {
             disconnected_slow: AtomicBool::new(false),
             echoes_rejected: AtomicU64::new(0),
             refused: OnceLock::new(),
+            connected: AtomicBool::new(false),
+            queued: AtomicU64::new(0),
+            dropped_total,
         })
     }
 
@@ -98,9 +108,20 @@ impl SubscriberStats {
         let _ = self.first_sequence.compare_exchange(NOT_STARTED, sequence, Ordering::Relaxed, Ordering::Relaxed);
     }
 
-    /// Counts frames dropped for the subscriber.
+    /// Counts frames dropped for the subscriber, and in the run's total.
     pub fn dropped(&self, frames: u64) {
         self.dropped_frames.fetch_add(frames, Ordering::Relaxed);
+        self.dropped_total.fetch_add(frames, Ordering::Relaxed);
+    }
+
+    /// Notes whether the subscriber is admitted and connected.
+    pub fn set_connected(&self, connected: bool) {
+        self.connected.store(connected, Ordering::Relaxed);
+    }
+
+    /// Notes how many records wait for the subscriber's task in the shared queue.
+    pub fn set_queued(&self, records: usize) {
+        self.queued.store(records as u64, Ordering::Relaxed);
     }
 
     /// Notes that the subscriber was cut off for being slow.
@@ -166,6 +187,15 @@ impl Summaries {
         recent.push_back(stats);
     }
 
+    /// Calls `each` with the address and queued records of every connected subscriber among
+    /// the kept ones (the most recent [`KEPT_SUMMARIES`]).
+    pub fn connected(&self, mut each: impl FnMut(&str, u64)) {
+        let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        for s in recent.iter().filter(|s| s.connected.load(Ordering::Relaxed)) {
+            each(&s.peer, s.queued.load(Ordering::Relaxed));
+        }
+    }
+
     /// The kept summaries, oldest first, and how many older ones were left out.
     pub fn report(&self) -> (Vec<SubscriberSummary>, u64) {
         let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
@@ -188,6 +218,11 @@ pub struct ServerCounters {
     pub protocol_violations: AtomicU64,
     /// Accept calls that failed (e.g. out of file descriptors).
     pub accept_errors: AtomicU64,
+    /// Frames skipped for subscribers a whole queue behind, over every subscriber (shared with
+    /// each subscriber's figures, which add to it).
+    pub dropped_frames: Arc<AtomicU64>,
+    /// Subscribers admitted and still connected.
+    pub subscribers: AtomicU64,
 }
 
 /// [`ServerCounters`] read at one moment, for reports.
@@ -205,6 +240,10 @@ pub struct ConnectionCounts {
     pub protocol_violations: u64,
     /// Accept calls that failed (e.g. out of file descriptors).
     pub accept_errors: u64,
+    /// Frames skipped for subscribers a whole queue behind, over every subscriber.
+    pub dropped_frames: u64,
+    /// Subscribers admitted and still connected.
+    pub subscribers: u64,
 }
 
 impl ServerCounters {
@@ -218,6 +257,8 @@ impl ServerCounters {
             disconnects_slow: n(&self.disconnects_slow),
             protocol_violations: n(&self.protocol_violations),
             accept_errors: n(&self.accept_errors),
+            dropped_frames: n(&self.dropped_frames),
+            subscribers: n(&self.subscribers),
         }
     }
 }
@@ -239,6 +280,8 @@ pub struct Shared {
     pub summaries: Summaries,
     /// Counters over connections.
     pub counters: ServerCounters,
+    /// The slow-subscriber policy, for the metrics' labels.
+    pub policy: SlowPolicy,
 }
 
 /// The shared queue's sending side and its policy, owned by the hot path.
@@ -267,6 +310,7 @@ impl Fanout {
             end: OnceLock::new(),
             summaries: Summaries::default(),
             counters: ServerCounters::default(),
+            policy: tcp.slow,
         });
         let fanout = Fanout {
             shared: shared.clone(),

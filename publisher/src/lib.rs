@@ -14,6 +14,7 @@
 //! - [`udp`]: unicast and multicast datagrams with the relay header, on one line or two (A/B);
 //! - [`retransmit`]: the retransmission service over TCP, answering from the ring of last frames;
 //! - [`stats`]: echoes checked against the frames sent, and round trips;
+//! - [`metrics`]: the Prometheus metrics, copied from the hot path's and the tasks' own counts;
 //! - [`commands`]: the capture tools (`inspect`, `synth`, `convert`, `demo`).
 
 #![forbid(unsafe_code)]
@@ -24,6 +25,7 @@ pub mod config;
 pub mod cpu;
 pub mod engine;
 pub mod fanout;
+pub mod metrics;
 pub mod pacing;
 pub mod retransmit;
 pub mod run;

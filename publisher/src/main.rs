@@ -10,7 +10,6 @@
 use mdrelay_publisher::{commands, run};
 
 use clap::{Parser, Subcommand};
-use std::io::IsTerminal;
 use std::process::ExitCode;
 
 /// mdrelay publisher: replays IEX market data, and the capture tools around it.
@@ -20,6 +19,8 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    log: mdrelay_telemetry::logs::LogArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -40,14 +41,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // The relay reports its progress; the tools speak only when something is wrong.
     let default_log = if matches!(cli.command, Command::Run(_)) { "info" } else { "warn" };
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("MDRELAY_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log)),
-        )
-        .init();
+    if let Err(error) = mdrelay_telemetry::logs::init(&cli.log, default_log, true) {
+        eprintln!("mdrelay-pub: error: {error:#}");
+        return ExitCode::from(2);
+    }
     let result = match cli.command {
         Command::Run(args) => run::run(&args),
         Command::Inspect(args) => commands::inspect(&args),

@@ -29,6 +29,8 @@ pub struct Pacer {
     idler: Idler,
     /// Stamps at top speed, where a clock read per segment is a measurable share of the work.
     fast_clock: FastWallClock,
+    /// The latest a paced segment went out after its time, since [`Pacer::take_lag`].
+    worst_lag: Duration,
 }
 
 impl Pacer {
@@ -44,6 +46,7 @@ impl Pacer {
             reanchors: 0,
             idler,
             fast_clock: FastWallClock::new(),
+            worst_lag: Duration::ZERO,
         }
     }
 
@@ -98,6 +101,9 @@ impl Pacer {
             None => self.fast_clock.now_ns(),
             Some(target) => {
                 self.idler.wait_until(target);
+                // Behind schedule (a slow source, a descheduled thread, a blocking subscriber):
+                // the operator sees it as `mdrelay_pub_pacing_lag_seconds`.
+                self.worst_lag = self.worst_lag.max(Instant::now().saturating_duration_since(target));
                 let (anchor, _) = self.anchor.expect("set above");
                 let since = i64::try_from((target - anchor).as_nanos()).unwrap_or(i64::MAX);
                 self.anchor_realtime.saturating_add(since)
@@ -108,6 +114,11 @@ impl Pacer {
         // go out as one burst, whose tail then reads as latency.
         self.messages += messages.max(1);
         publish_time
+    }
+
+    /// The most a paced segment was late since the last call (zero at top speed).
+    pub fn take_lag(&mut self) -> Duration {
+        std::mem::take(&mut self.worst_lag)
     }
 
     /// Starts a new pass over the source: the next segment becomes the new anchor, so a loop

@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 /// Flags of `run`; each overrides the same setting of the configuration file.
 #[derive(Debug, Args, Clone, Default)]
@@ -157,6 +158,12 @@ pub struct RunArgs {
     /// UDP: largest coalesced datagram.
     #[arg(long)]
     pub max_datagram: Option<usize>,
+    /// Serve Prometheus metrics on this address:port (e.g. 127.0.0.1:9900).
+    #[arg(long)]
+    pub metrics_listen: Option<String>,
+    /// Metrics: seconds the endpoint stays up after the run, for the last scrape.
+    #[arg(long)]
+    pub metrics_hold: Option<f64>,
     /// Write the run's summary as JSON to this file ("-" for stdout).
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -254,6 +261,8 @@ impl RunArgs {
         r.max_range = self.retransmit_max_range.or(r.max_range);
         r.requests_per_second = self.retransmit_rate.or(r.requests_per_second);
         r.linger = self.retransmit_linger.or(r.linger);
+        f.metrics.listen = self.metrics_listen.clone().or(f.metrics.listen.take());
+        f.metrics.hold = self.metrics_hold.or(f.metrics.hold);
         f
     }
 
@@ -298,6 +307,11 @@ pub struct RunSummary {
 /// Runs the publisher until the stream ends.
 pub fn run(args: &RunArgs) -> Result<()> {
     let config = args.config()?;
+    // Before the runtime exists, so the exporter gets a thread and runtime of its own.
+    let build_info = match &config.metrics {
+        Some(m) => Some(mdrelay_telemetry::prometheus::serve(m, "mdrelay-pub", env!("MDRELAY_VERSION"))?),
+        None => None,
+    };
     // One I/O thread by default: with more, a record handed over by the hot thread wakes one
     // worker, which wakes a sibling to share the work; at 10,000 frames/s those wake-ups cost
     // more CPU than the writes (docs/idle.md). More threads help only with many subscribers.
@@ -306,7 +320,12 @@ pub fn run(args: &RunArgs) -> Result<()> {
         .enable_all()
         .thread_name("mdrelay-pub-io")
         .build()?;
-    let summary = runtime.block_on(relay(args.clone(), config))?;
+    let hold = config.metrics.map(|m| m.hold).unwrap_or_default();
+    let session: u64 = rand::random();
+    // Every line of the run (the hot path's, the connections') names the session through this
+    // span, once.
+    let span = tracing::info_span!("session", id = %format_args!("{session:#x}"));
+    let summary = runtime.block_on(relay(args.clone(), config, build_info, session).instrument(span))?;
     print_summary(&summary);
     if let Some(path) = &args.json {
         let json = serde_json::to_string_pretty(&summary)?;
@@ -316,6 +335,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
             std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
         }
     }
+    runtime.block_on(mdrelay_telemetry::prometheus::hold(hold));
     Ok(())
 }
 
@@ -328,12 +348,17 @@ struct Serving {
     drain: Duration,
 }
 
-async fn relay(args: RunArgs, config: config::Config) -> Result<RunSummary> {
+async fn relay(
+    args: RunArgs,
+    config: config::Config,
+    build_info: Option<metrics::Gauge>,
+    session: u64,
+) -> Result<RunSummary> {
     // Installed before anything starts, so a signal is never missed; tests and scripts wait for
     // this line before signalling.
     let handlers = Signals::install().context("installing the signal handlers")?;
     tracing::info!("signal handlers installed");
-    let session: u64 = rand::random();
+    let session_span = tracing::Span::current();
     let echoes = Arc::new(Echoes::default());
     let controls =
         Controls { format: Arc::new(AtomicU8::new(config.format.id())), stop: Arc::new(AtomicBool::new(false)) };
@@ -357,7 +382,7 @@ async fn relay(args: RunArgs, config: config::Config) -> Result<RunSummary> {
                 tracker: TaskTracker::new(),
             };
             let stop = CancellationToken::new();
-            tokio::spawn(crate::retransmit::serve(listener, service.clone(), stop.clone()));
+            tokio::spawn(crate::retransmit::serve(listener, service.clone(), stop.clone()).instrument(session_span.clone()));
             Some((service, stop))
         }
         _ => None,
@@ -384,7 +409,7 @@ async fn relay(args: RunArgs, config: config::Config) -> Result<RunSummary> {
                 tracker: serving.tracker.clone(),
                 ring: ring.clone(),
             };
-            tokio::spawn(crate::tcp::serve(listener, server, serving.accepting.clone()));
+            tokio::spawn(crate::tcp::serve(listener, server, serving.accepting.clone()).instrument(session_span.clone()));
             (Some(fanout), Some(serving))
         }
         None => (None, None),
@@ -403,14 +428,22 @@ async fn relay(args: RunArgs, config: config::Config) -> Result<RunSummary> {
         }
         None => None,
     };
-    tokio::spawn(signals(handlers, args, config.clone(), controls.clone()));
+    tokio::spawn(signals(handlers, args, config.clone(), controls.clone()).instrument(session_span.clone()));
+    let metrics_sources = build_info.map(|build_info| crate::metrics::Sources {
+        tcp: serving.as_ref().map(|s| s.shared.clone()),
+        retransmit: retransmit.as_ref().map(|(service, _)| service.clone()),
+        build_info,
+    });
+    let sampler = metrics_sources.clone().map(|sources| tokio::spawn(crate::metrics::sample(sources)));
     let outputs = Outputs::new(&config, fanout, udp, session, ring);
     let engine_config = config.clone();
     let engine_controls = controls.clone();
     let engine_echoes = echoes.clone();
+    let engine_span = session_span.clone();
     let engine = std::thread::Builder::new()
         .name("mdrelay-pub-hot".into())
         .spawn(move || {
+            let _session = engine_span.entered();
             hot_thread_setup(&engine_config)?;
             engine::run(&engine_config, outputs, &engine_controls, &engine_echoes)
         })
@@ -439,6 +472,12 @@ async fn relay(args: RunArgs, config: config::Config) -> Result<RunSummary> {
         }
         None => None,
     };
+    if let Some(sampler) = sampler {
+        sampler.abort();
+    }
+    if let Some(sources) = &metrics_sources {
+        crate::metrics::sample_once(sources);
+    }
     let format = Format::from_id(controls.format.load(Ordering::Relaxed)).unwrap_or(config.format);
     let (subscribers, subscribers_omitted) = serving.as_ref().map(|s| s.shared.summaries.report()).unwrap_or_default();
     Ok(RunSummary {

@@ -37,6 +37,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 /// Records taken from the queue for one vectored write.
 const BATCH: usize = 64;
@@ -72,10 +73,15 @@ pub async fn serve(listener: TcpListener, server: Server, stop: CancellationToke
             continue;
         };
         let server2 = server.clone();
-        server.tracker.spawn(async move {
-            let _live = live;
-            connection(stream, peer, server2).await;
-        });
+        // Every line the connection logs names its peer through this span, once.
+        let span = tracing::info_span!("subscriber", %peer);
+        server.tracker.spawn(
+            async move {
+                let _live = live;
+                connection(stream, peer, server2).await;
+            }
+            .instrument(span),
+        );
     }
 }
 
@@ -175,7 +181,7 @@ fn reset(stream: TcpStream) {
 
 /// One connection: handshake, then the subscriber's records out and echoes in.
 async fn connection(mut stream: TcpStream, peer: SocketAddr, server: Server) {
-    let stats = SubscriberStats::new(peer.to_string());
+    let stats = SubscriberStats::new(peer.to_string(), server.shared.counters.dropped_frames.clone());
     server.shared.summaries.keep(stats.clone());
     let _ = stream.set_nodelay(true);
     let subscribe = tokio::select! {
@@ -187,7 +193,7 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, server: Server) {
         Err(reason) => {
             server.shared.counters.handshake_failures.fetch_add(1, Ordering::Relaxed);
             if mdrelay_proto::warn::allow("handshake") {
-                tracing::warn!(%peer, %reason, "subscriber refused");
+                tracing::warn!(%reason, "subscriber refused");
             }
             let record = control_record(RecordTag::Refuse, server.shared.position.format(), 0, reason.as_bytes());
             let _ = stream.try_write(&record);
@@ -199,11 +205,10 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, server: Server) {
     let kill = server.abort.child_token();
     let mut out = join(&server, subscribe.resume);
     match &out.replay {
-        Some(r) => {
-            tracing::info!(%peer, echo = subscribe.echo, from = r.next, to = r.end, "subscriber admitted, resuming")
-        }
-        None => tracing::info!(%peer, echo = subscribe.echo, "subscriber admitted"),
+        Some(r) => tracing::info!(echo = subscribe.echo, from = r.next, to = r.end, "subscriber admitted, resuming"),
+        None => tracing::info!(echo = subscribe.echo, "subscriber admitted"),
     }
+    let _admitted = Admitted::enter(&server.shared, &stats);
     let mut incoming = Incoming { buf: Vec::with_capacity(1024), gate: EchoGate::default() };
     match subscriber(&stream, &mut out, &mut incoming, &server, &stats, &kill).await {
         Ok(Ended::Stream) => {}
@@ -216,8 +221,26 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, server: Server) {
             }
             reset(stream)
         }
-        Ok(Ended::PeerClosed) => tracing::info!(%peer, "subscriber closed the connection"),
-        Err(error) => tracing::info!(%peer, %error, "subscriber connection ended"),
+        Ok(Ended::PeerClosed) => tracing::info!("subscriber closed the connection"),
+        Err(error) => tracing::info!(%error, "subscriber connection ended"),
+    }
+}
+
+/// An admitted subscriber, counted as connected until its task ends, however it ends.
+struct Admitted<'a>(&'a Shared, &'a SubscriberStats);
+
+impl<'a> Admitted<'a> {
+    fn enter(shared: &'a Shared, stats: &'a SubscriberStats) -> Admitted<'a> {
+        shared.counters.subscribers.fetch_add(1, Ordering::Relaxed);
+        stats.set_connected(true);
+        Admitted(shared, stats)
+    }
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        self.0.counters.subscribers.fetch_sub(1, Ordering::Relaxed);
+        self.1.set_connected(false);
     }
 }
 
@@ -475,6 +498,9 @@ impl Outgoing {
                 Err(TryRecvError::Empty | TryRecvError::Closed) => break,
             }
         }
+        if let Some(records) = &self.records {
+            stats.set_queued(records.len());
+        }
         taken
     }
 
@@ -601,7 +627,7 @@ impl Incoming {
                     stats.echo_rejected();
                     server.echoes.rejected.fetch_add(1, Ordering::Relaxed);
                     if mdrelay_proto::warn::allow("echo") {
-                        tracing::warn!(peer = %stats.peer, %why, "echo rejected");
+                        tracing::warn!(%why, "echo rejected");
                     }
                 }
             }
@@ -722,7 +748,7 @@ fn disconnect_slow(server: &Server, stats: &SubscriberStats) {
     stats.disconnect_slow();
     server.shared.counters.disconnects_slow.fetch_add(1, Ordering::Relaxed);
     if mdrelay_proto::warn::allow("slow subscriber") {
-        tracing::warn!(peer = %stats.peer, queue = server.tcp.queue,
+        tracing::warn!(queue = server.tcp.queue,
             "subscriber a whole queue behind: disconnected (slow_subscriber = disconnect)");
     }
 }
@@ -738,7 +764,7 @@ fn read_or_violation(
         Err(e) if e.kind() == io::ErrorKind::InvalidData => {
             server.shared.counters.protocol_violations.fetch_add(1, Ordering::Relaxed);
             if mdrelay_proto::warn::allow("protocol violation") {
-                tracing::warn!(peer = %stats.peer, error = %e, "subscriber disconnected");
+                tracing::warn!(error = %e, "subscriber disconnected");
             }
             Err(e)
         }
@@ -804,7 +830,7 @@ mod tests {
     fn drop_skips_a_subscriber_a_queue_behind_and_counts_what_it_missed() {
         let stop = AtomicBool::new(false);
         let (mut fanout, shared) = Fanout::new(&tcp(16, SlowPolicy::Drop), 1, 1, Format::Sbe);
-        let stats = SubscriberStats::new("test".into());
+        let stats = SubscriberStats::new("test".into(), Default::default());
         let mut out = outgoing(&fanout, &shared, SlowPolicy::Drop);
         for r in records(40) {
             fanout.send(&r, &stop);
@@ -828,7 +854,7 @@ mod tests {
     fn runs_of_records_are_written_whole_and_counted_by_their_last_record() {
         let stop = AtomicBool::new(false);
         let (mut fanout, shared) = Fanout::new(&tcp(16, SlowPolicy::Drop), 1, 1, Format::Sbe);
-        let stats = SubscriberStats::new("test".into());
+        let stats = SubscriberStats::new("test".into(), Default::default());
         let mut out = outgoing(&fanout, &shared, SlowPolicy::Drop);
         let mut c = Coalescer::new(Envelope::Record, 0).with_runs(8);
         let mut runs = Vec::new();
@@ -864,7 +890,7 @@ mod tests {
     fn disconnect_cuts_off_a_subscriber_a_queue_behind() {
         let stop = AtomicBool::new(false);
         let (mut fanout, shared) = Fanout::new(&tcp(16, SlowPolicy::Disconnect), 1, 1, Format::Sbe);
-        let stats = SubscriberStats::new("test".into());
+        let stats = SubscriberStats::new("test".into(), Default::default());
         let mut out = outgoing(&fanout, &shared, SlowPolicy::Disconnect);
         let all = records(40);
         for r in &all[..16] {
@@ -883,7 +909,7 @@ mod tests {
     fn block_waits_for_the_slowest_subscriber_and_stops_waiting_on_stop() {
         let stop = Arc::new(AtomicBool::new(false));
         let (fanout, shared) = Fanout::new(&tcp(16, SlowPolicy::Block), 1, 1, Format::Sbe);
-        let stats = SubscriberStats::new("test".into());
+        let stats = SubscriberStats::new("test".into(), Default::default());
         let mut out = outgoing(&fanout, &shared, SlowPolicy::Block);
         let sent = Arc::new(AtomicU64::new(0));
         let hot = {

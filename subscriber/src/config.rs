@@ -5,6 +5,7 @@
 use clap::{Parser, ValueEnum};
 use mdrelay_proto::Symbol;
 use mdrelay_proto::idle::{IdleStrategy, Profile};
+use mdrelay_telemetry::prometheus::{MetricsSection, MetricsSettings};
 use serde::Deserialize;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -50,6 +51,11 @@ pub struct Cli {
     /// Write an HdrHistogram interval log of one-way latency (ns), one interval per report period.
     #[arg(long, value_name = "FILE")]
     pub histogram_log: Option<PathBuf>,
+    /// Record what is received to FILE as an IEX-TP capture, in arrival order, whatever the
+    /// wire format: pcapng if the name ends in .pcapng, else pcap; gzipped if it ends in .gz
+    /// (e.g. day.pcapng.gz).
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
     /// Stop once this many messages have been received.
     #[arg(long, value_name = "N")]
     pub count: Option<u64>,
@@ -100,6 +106,15 @@ pub struct Cli {
     /// Pin the receive thread to this CPU.
     #[arg(long, value_name = "N")]
     pub core: Option<usize>,
+    /// Serve Prometheus metrics on ADDR:PORT (e.g. 127.0.0.1:9901).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics_listen: Option<String>,
+    /// Metrics: seconds the endpoint stays up after the run, for the last scrape (default 0).
+    #[arg(long, value_name = "SECONDS")]
+    pub metrics_hold: Option<f64>,
+    /// Logging: --log-format, --log-level.
+    #[command(flatten)]
+    pub log: mdrelay_telemetry::logs::LogArgs,
     /// Check the configuration, print the settings it amounts to and exit.
     #[arg(long)]
     pub check: bool,
@@ -117,6 +132,16 @@ pub enum LatencyMode {
     OneWay,
     /// One-way, plus echoes so the publisher measures the round trip on its own clock.
     RoundTrip,
+}
+
+impl LatencyMode {
+    /// The name in reports and metrics' labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            LatencyMode::OneWay => "one-way",
+            LatencyMode::RoundTrip => "round-trip",
+        }
+    }
 }
 
 /// A number of seconds as TOML writes it: an integer or a float.
@@ -150,6 +175,7 @@ struct FileConfig {
     report_interval: Option<Spanned<Seconds>>,
     json: Option<String>,
     histogram_log: Option<PathBuf>,
+    record: Option<PathBuf>,
     count: Option<Spanned<u64>>,
     duration: Option<Spanned<Seconds>>,
     reconnect_max_seconds: Option<Spanned<Seconds>>,
@@ -165,6 +191,8 @@ struct FileConfig {
     profile: Option<Profile>,
     idle: Option<IdleStrategy>,
     core: Option<Spanned<usize>>,
+    #[serde(default)]
+    metrics: MetricsSection,
 }
 
 /// Where the stream comes from.
@@ -219,6 +247,10 @@ pub struct Settings {
     pub json: Option<JsonTarget>,
     /// HdrHistogram interval log file.
     pub histogram_log: Option<PathBuf>,
+    /// Capture file the frames taken are recorded to (see `record`).
+    pub record: Option<PathBuf>,
+    /// The Prometheus endpoint, if any.
+    pub metrics: Option<MetricsSettings>,
     /// Stop after this many messages.
     pub count: Option<u64>,
     /// Stop after this long.
@@ -423,6 +455,14 @@ impl Settings {
             Some(s) => Some(JsonTarget::File(PathBuf::from(s))),
         };
         let histogram_log = cli.histogram_log.or(file.histogram_log);
+        let record = cli.record.or(file.record);
+        let metrics = file
+            .metrics
+            .check(cli.metrics_listen.clone(), cli.metrics_hold)
+            .map_err(|e| ConfigError(format!("{e:#}")))?;
+        if record.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+            return Err(ConfigError("record: empty file name".into()));
+        }
 
         let profile = cli.profile.or(file.profile).unwrap_or_default();
         let idle = cli.idle.or(file.idle).unwrap_or(match profile {
@@ -452,6 +492,8 @@ impl Settings {
             report_interval,
             json,
             histogram_log,
+            record,
+            metrics,
             count,
             duration,
             reconnect_max,

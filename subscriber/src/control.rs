@@ -49,6 +49,8 @@ pub enum RunError {
 pub enum Event {
     /// A report period passed.
     Tick,
+    /// Time to copy the counts into the metrics endpoint.
+    Metrics,
     /// Stop now.
     Stop(Stop),
 }
@@ -56,6 +58,7 @@ pub enum Event {
 /// The ticker, the deadline and the signals.
 pub struct Control {
     ticker: Option<Interval>,
+    metrics: Option<Interval>,
     /// One timer for the whole run: `next` is polled once per read, and a timer made afresh on
     /// each poll would cost a timer-wheel insertion and removal every time.
     deadline: Option<Pin<Box<Sleep>>>,
@@ -76,6 +79,7 @@ impl Control {
         });
         let control = Control {
             ticker,
+            metrics: None,
             deadline: duration.map(|d| Box::pin(tokio::time::sleep_until(start + d))),
             interrupt: signal(SignalKind::interrupt())?,
             terminate: signal(SignalKind::terminate())?,
@@ -85,12 +89,22 @@ impl Control {
         Ok(control)
     }
 
+    /// Also ticks [`Event::Metrics`] every `every`.
+    pub fn with_metrics(mut self, every: Duration) -> Control {
+        let mut t = tokio::time::interval_at(Instant::now() + every, every);
+        t.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        self.metrics = Some(t);
+        self
+    }
+
     /// The next event; cancel-safe, so it can sit in a `select!` beside a socket read.
     pub async fn next(&mut self) -> Event {
         let ticker = &mut self.ticker;
         let deadline = &mut self.deadline;
         let has_deadline = deadline.is_some();
         let has_ticker = ticker.is_some();
+        let metrics = &mut self.metrics;
+        let has_metrics = metrics.is_some();
         tokio::select! {
             _ = self.interrupt.recv() => Event::Stop(Stop::Signal),
             _ = self.terminate.recv() => Event::Stop(Stop::Signal),
@@ -98,6 +112,7 @@ impl Control {
                 Event::Stop(Stop::Duration)
             }
             _ = async { ticker.as_mut().expect("guarded").tick().await }, if has_ticker => Event::Tick,
+            _ = async { metrics.as_mut().expect("guarded").tick().await }, if has_metrics => Event::Metrics,
         }
     }
 
@@ -110,6 +125,7 @@ impl Control {
                 biased;
                 event = self.next() => match event {
                     Event::Tick => pipeline.tick(),
+                    Event::Metrics => pipeline.export_metrics(),
                     Event::Stop(stop) => return Err(stop),
                 },
                 out = &mut work => return Ok(out),

@@ -4,7 +4,9 @@
 
 use crate::config::{LatencyMode, Settings, Transport};
 use crate::histlog::HistogramLog;
+use crate::metrics::SubscriberMetrics;
 use crate::lines::{Line, Lines};
+use crate::record::Recorder;
 use crate::recovery::{RecoveryBook, RecoveryReport};
 use crate::stats::{FromStartReport, Report, RunInfo, Stats};
 use mdrelay_proto::codec::{Codec, Format, Limits};
@@ -105,6 +107,10 @@ pub struct Pipeline {
     pub echoes: Vec<Echo>,
     count: Option<u64>,
     histogram_log: Option<HistogramLog>,
+    /// `--record`: the frames taken, written to a capture file.
+    pub recorder: Option<Recorder>,
+    /// `[metrics] listen`: the counts copied to the Prometheus endpoint.
+    pub metrics: Option<SubscriberMetrics>,
     print_intervals: bool,
     latency_mode: LatencyMode,
     transport: String,
@@ -136,6 +142,8 @@ impl Pipeline {
             echoes: Vec::new(),
             count: settings.count,
             histogram_log,
+            recorder: None,
+            metrics: None,
             print_intervals: settings.report_interval.is_some(),
             latency_mode: settings.latency,
             transport: settings.transport.to_string(),
@@ -251,7 +259,17 @@ impl Pipeline {
         self.sync_epoch();
         let now = if self.recovery.is_some() { self.now_ns() } else { 0 };
         let Pipeline {
-            codecs, stats, tracker, lines, recovery, first_frame, echoes, echo_every, echo_countdown, ..
+            codecs,
+            stats,
+            tracker,
+            lines,
+            recovery,
+            first_frame,
+            echoes,
+            echo_every,
+            echo_countdown,
+            recorder,
+            ..
         } = self;
         let codec = codecs[usize::from(p.format.id())].get_or_insert_with(|| Codec::new(p.format, Limits::default()));
         let mut offset = 0usize;
@@ -343,7 +361,22 @@ impl Pipeline {
                     }
                 }
             }
-            match codec.decode(frame, |m| stats.message(m)) {
+            // Recording rides on the one decode: the recorder takes the messages as they are visited.
+            let decoded = match recorder.as_mut() {
+                None => codec.decode(frame, |m| stats.message(m)),
+                Some(r) => {
+                    r.begin(p.format);
+                    let decoded = codec.decode(frame, |m| {
+                        stats.message(m);
+                        r.message(m);
+                    });
+                    if let Ok(header) = &decoded {
+                        r.frame(frame, header, p.receive_time, p.peer);
+                    }
+                    decoded
+                }
+            };
+            match decoded {
                 // Its publish time is as old as the gap: the stream's latency would only show
                 // the recovery's, which the recovery report has.
                 Ok(_) if recovered => stats.frame_recovered(),
@@ -378,10 +411,21 @@ impl Pipeline {
         }
     }
 
+    /// Copies the counts to the metrics endpoint, if there is one.
+    pub fn export_metrics(&mut self) {
+        if let Some(mut metrics) = self.metrics.take() {
+            metrics.export(self);
+            self.metrics = Some(metrics);
+        }
+    }
+
     /// A report period has passed: prints the interval line and logs the interval's histogram.
     pub fn tick(&mut self) {
         let now = Instant::now();
         self.write_interval(now);
+        if let Some(recorder) = &mut self.recorder {
+            recorder.hand_over();
+        }
         let line = self.stats.interval_line(now - self.started, now - self.last_tick, self.tracker.counts().lost);
         if self.print_intervals {
             eprintln!("{line}");
@@ -399,7 +443,8 @@ impl Pipeline {
         }
     }
 
-    /// The final report; also closes the histogram log with the last (partial) interval.
+    /// The final report; also closes the histogram log with the last (partial) interval, and
+    /// finishes the recording.
     pub fn finish(&mut self, stop_reason: &'static str) -> Report {
         let now = Instant::now();
         self.write_interval(now);
@@ -425,16 +470,13 @@ impl Pipeline {
             Some(Codec::Raw(raw)) => raw.skipped_messages(),
             _ => 0,
         };
-        self.stats.report(
+        let mut report = self.stats.report(
             &self.tracker,
             RunInfo {
                 transport: self.transport.clone(),
                 stop_reason,
                 elapsed: now - self.started,
-                latency_mode: match self.latency_mode {
-                    LatencyMode::OneWay => "one-way",
-                    LatencyMode::RoundTrip => "round-trip",
-                },
+                latency_mode: self.latency_mode.name(),
                 format_switches: self.format_switches,
                 formats_seen: self.formats_seen.clone(),
                 raw_skipped_messages,
@@ -444,6 +486,11 @@ impl Pipeline {
                 merged_extra: self.lines.as_ref().map_or(SequenceCounts::default(), Lines::merged_extra),
                 from_start,
             },
-        )
+        );
+        // The endpoint ends with the report's counts.
+        self.export_metrics();
+        // Last, so the file holds every frame the report counts; this waits for the writer.
+        report.record = self.recorder.take().map(Recorder::finish);
+        report
     }
 }

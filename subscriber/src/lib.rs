@@ -19,13 +19,16 @@
 //! - [`frames`]: codecs per format, walking and decoding frames, frame accounting, the report
 //!   ticks;
 //! - [`stats`]: counters, aggregates, latency histograms, the text and JSON reports;
-//! - [`histlog`]: the HdrHistogram interval log.
+//! - [`histlog`]: the HdrHistogram interval log;
+//! - [`metrics`]: the Prometheus metrics, copied from the loop's counts once a second;
+//! - [`record`]: `--record`, the frames taken written to a pcap / pcapng capture file.
 //!
 //! Frame accounting (sessions, loss, duplicates, reordering) and the warning budget are
 //! `mdrelay_proto::relay::SessionTracker` and `mdrelay_proto::warn`.
 //!
 //! Exit codes: 0 after a normal stop (end of stream, `--count`, `--duration`, a signal);
-//! 1 when the transport cannot be set up; 2 for a configuration error; 3 when the publisher
+//! 1 when the transport cannot be set up, or when `--record` stopped on a write error (the run
+//! goes on and its report is whole; the file is not); 2 for a configuration error; 3 when the publisher
 //! refuses the subscriber or speaks another protocol version.
 
 #![forbid(unsafe_code)]
@@ -38,7 +41,9 @@ pub mod cpu;
 pub mod frames;
 pub mod histlog;
 pub mod lines;
+pub mod metrics;
 pub mod poll;
+pub mod record;
 pub mod recovery;
 pub mod stats;
 pub mod tcp;

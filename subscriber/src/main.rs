@@ -8,6 +8,8 @@ use mdrelay_subscriber::control::{Control, RunError};
 use mdrelay_subscriber::frames::Pipeline;
 use mdrelay_subscriber::histlog::HistogramLog;
 use mdrelay_subscriber::lines::Line;
+use mdrelay_subscriber::metrics::{EXPORT_EVERY, SubscriberMetrics};
+use mdrelay_subscriber::record::Recorder;
 use mdrelay_subscriber::tcp::Receive;
 use std::fs::File;
 use std::io::Write;
@@ -19,6 +21,7 @@ fn main() -> ExitCode {
     let matches = Cli::command().version(env!("MDRELAY_VERSION")).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let check = cli.check;
+    let log = cli.log.clone();
     let settings = match Settings::load(cli) {
         Ok(s) => s,
         Err(error) => {
@@ -30,17 +33,21 @@ fn main() -> ExitCode {
         println!("{settings:#?}");
         return ExitCode::SUCCESS;
     }
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        // MDRELAY_LOG, as for the publisher; RUST_LOG works too.
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("MDRELAY_LOG")
-                .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    if let Err(error) = mdrelay_telemetry::logs::init(&log, "info", false) {
+        eprintln!("mdrelay-sub: configuration error: {error:#}");
+        return ExitCode::from(2);
+    }
+    // Before the runtime exists, so the exporter gets a thread and runtime of its own.
+    let build_info = match &settings.metrics {
+        Some(m) => match mdrelay_telemetry::prometheus::serve(m, "mdrelay-sub", env!("MDRELAY_VERSION")) {
+            Ok(gauge) => Some(gauge),
+            Err(error) => {
+                eprintln!("mdrelay-sub: error: {error:#}");
+                return ExitCode::from(1);
+            }
+        },
+        None => None,
+    };
     // One stream, one consumer: a current-thread runtime keeps every counter on one thread
     // without locks or cross-thread wake-ups, and leaves the other core to the publisher or the
     // kernel's network processing on the same host. Decoding is sequential per stream anyway.
@@ -51,11 +58,11 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    ExitCode::from(runtime.block_on(run(settings)))
+    ExitCode::from(runtime.block_on(run(settings, build_info)))
 }
 
 /// Receives until a stop and prints the final report; returns the exit code.
-async fn run(settings: Settings) -> u8 {
+async fn run(settings: Settings, build_info: Option<metrics::Gauge>) -> u8 {
     let started = tokio::time::Instant::now().into_std();
     // Outputs are opened before receiving, so an unwritable path fails at start, not after a
     // day of data.
@@ -79,6 +86,16 @@ async fn run(settings: Settings) -> u8 {
         },
         None => None,
     };
+    let recorder = match &settings.record {
+        Some(path) => match Recorder::create(path, &settings.transport) {
+            Ok(recorder) => Some(recorder),
+            Err(error) => {
+                eprintln!("mdrelay-sub: configuration error: record: {error:#}");
+                return 2;
+            }
+        },
+        None => None,
+    };
     // This runs on the thread that receives (a current-thread runtime): pinning it pins the
     // receive loop, and the runtime's helper threads started later keep the whole machine.
     if let Some(core) = settings.core {
@@ -90,7 +107,11 @@ async fn run(settings: Settings) -> u8 {
     tracing::info!(profile = %settings.profile, idle = %settings.idle, core = ?settings.core, busy_poll = settings.busy_poll, "receive loop");
     let receive = Receive { idle: settings.idle, busy_poll: settings.busy_poll };
     let mut pipeline = Pipeline::new(&settings, histogram_log, started);
-    let result = match Control::new(settings.report_interval, settings.duration) {
+    pipeline.recorder = recorder;
+    pipeline.metrics = build_info.map(|b| SubscriberMetrics::new(b, settings.latency.name()));
+    let control = Control::new(settings.report_interval, settings.duration)
+        .map(|c| if settings.metrics.is_some() { c.with_metrics(EXPORT_EVERY) } else { c });
+    let result = match control {
         Err(error) => Err(RunError::Fatal(anyhow::anyhow!("cannot install the signal handlers: {error}"))),
         Ok(mut control) => match &settings.transport {
             Transport::Tcp(addr) => {
@@ -122,6 +143,9 @@ async fn run(settings: Settings) -> u8 {
         }
     };
     let report = pipeline.finish(stop_reason);
+    // A recording that stopped on a write error (a full disk) did not stop the run, whose
+    // report is whole; the exit code still says the file is not.
+    let code = if report.record.as_ref().is_some_and(|r| r.error.is_some()) { code.max(1) } else { code };
     if let Some(late) = report.late_join_sequence {
         tracing::info!(first_sequence = late, "joined late: counts cover the frames from this sequence on");
     }
@@ -154,6 +178,9 @@ async fn run(settings: Settings) -> u8 {
             }
         }
         _ => {}
+    }
+    if let Some(m) = &settings.metrics {
+        mdrelay_telemetry::prometheus::hold(m.hold).await;
     }
     code
 }

@@ -137,6 +137,14 @@ impl Stats {
         self.interval_messages = 0;
     }
 
+    /// The run's latencies so far, the current interval's included.
+    pub fn latency_so_far(&self) -> Histogram<u64> {
+        let mut all = self.latency.clone();
+        // Both histograms have the same bounds, so adding cannot fail.
+        let _ = all.add(&self.interval_latency);
+        all
+    }
+
     /// The latency histogram of the current interval.
     pub fn interval_latency(&self) -> &Histogram<u64> {
         &self.interval_latency
@@ -227,6 +235,7 @@ impl Stats {
             beyond_window: seq.too_late,
             raw_skipped_messages: run.raw_skipped_messages,
             warnings_suppressed: mdrelay_proto::warn::suppressed(),
+            record: None,
         }
     }
 }
@@ -352,6 +361,8 @@ pub struct Report {
     pub raw_skipped_messages: u64,
     /// Warnings about bad input counted but not logged (the log budget).
     pub warnings_suppressed: u64,
+    /// `--record`: what was written to the capture file; `null` when not recording.
+    pub record: Option<crate::record::RecordReport>,
 }
 
 /// `symbols` as `inspect` writes it: a map from symbol text to its aggregate.
@@ -449,6 +460,18 @@ impl fmt::Display for Report {
         let odd: Vec<String> = odd.iter().filter(|(_, n)| *n > 0).map(|(what, n)| format!("{what} {n}")).collect();
         if !odd.is_empty() {
             writeln!(f, "  {}", odd.join("   "))?;
+        }
+        if let Some(r) = &self.record {
+            writeln!(
+                f,
+                "  recorded to {}: segments {}   messages {}   dropped {}   unrecordable {}{}",
+                r.file,
+                r.segments,
+                r.messages,
+                r.dropped_segments,
+                r.unrecordable_segments,
+                r.error.as_ref().map_or_else(String::new, |e| format!("   STOPPED: {e}"))
+            )?;
         }
         let formats = if self.formats_seen.is_empty() { "-".to_string() } else { self.formats_seen.join(", ") };
         writeln!(f, "  formats {formats}   switches {}", self.format_switches)?;

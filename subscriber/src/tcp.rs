@@ -365,6 +365,7 @@ async fn connection(
                 biased;
                 event = control.next() => match event {
                     Event::Tick => pipeline.tick(),
+                    Event::Metrics => pipeline.export_metrics(),
                     Event::Stop(stop) => return Ok(Ended::Stop(stop)),
                 },
                 ready = stream.writable(), if !out.is_empty() && park => {

@@ -206,6 +206,7 @@ pub async fn run(
             };
             match woke {
                 Woke::Event(Event::Tick) => pipeline.tick(),
+                Woke::Event(Event::Metrics) => pipeline.export_metrics(),
                 Woke::Event(Event::Stop(stop)) => return Ok(stop),
                 Woke::Timer => {
                     if let Some(c) = &client {

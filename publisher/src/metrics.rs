@@ -1,0 +1,207 @@
+//! The publisher's Prometheus metrics (`[metrics] listen`; the endpoint is
+//! `mdrelay_telemetry::prometheus`).
+//!
+//! Two writers, so the hot path pays next to nothing:
+//! - the hot path counts frames, messages and bytes per format in plain integers and copies them
+//!   into the exporter's atomics ([`EngineMetrics::publish`]) before each pacing wait and every
+//!   [`PUBLISH_EVERY`] frames at top speed, plus the pacing lag and format switches;
+//! - a task on the runtime ([`sample`]) reads, once a second, what the connection tasks and the
+//!   retransmission service already count (subscribers, queue depths, drops, disconnects,
+//!   requests), so their own paths gain nothing either.
+//!
+//! Without an endpoint the `metrics` macros hand out no-op handles, and the copies cost a few
+//! stores per thousand frames.
+
+use crate::fanout::Shared;
+use crate::retransmit::Service;
+use mdrelay_proto::codec::Format;
+use metrics::{Counter, Gauge, Unit, counter, describe_counter, describe_gauge, gauge};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Frames between two copies of the hot path's counts at top speed.
+pub const PUBLISH_EVERY: u64 = 4096;
+
+/// How often [`sample`] reads the connection tasks' and the service's counts.
+pub const SAMPLE_EVERY: Duration = Duration::from_secs(1);
+
+/// Frames, messages and bytes encoded in one format, as the hot path counts them.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FormatCount {
+    /// Frames encoded.
+    pub frames: u64,
+    /// Messages in them.
+    pub messages: u64,
+    /// Frame bytes (without relay headers).
+    pub bytes: u64,
+}
+
+/// One format's counters on one transport.
+struct Sent {
+    frames: Counter,
+    messages: Counter,
+    bytes: Counter,
+}
+
+/// The hot path's metrics: counters per format and transport, switches, the pacing lag.
+pub struct EngineMetrics {
+    /// `[format][transport]`.
+    sent: Vec<Vec<Sent>>,
+    format: Vec<Gauge>,
+    switches: Counter,
+    lag: Gauge,
+    oversized: Counter,
+}
+
+/// Names the transports a configuration sends on, as the `transport` label has them.
+pub fn transports(config: &crate::config::Config) -> Vec<&'static str> {
+    let mut names = Vec::new();
+    if config.tcp.is_some() {
+        names.push("tcp");
+    }
+    if let Some(udp) = &config.udp {
+        if !udp.destinations.is_empty() {
+            names.push("udp");
+        }
+        if udp.multicast.is_some() || udp.multicast_b.is_some() {
+            names.push("multicast");
+        }
+    }
+    names
+}
+
+impl EngineMetrics {
+    /// Handles for the transports in `transports` (see [`transports`]).
+    pub fn new(transports: &[&'static str]) -> EngineMetrics {
+        describe();
+        let sent = Format::ALL
+            .iter()
+            .map(|f| {
+                transports
+                    .iter()
+                    .map(|&t| {
+                        let labels = [("format", f.name()), ("transport", t)];
+                        Sent {
+                            frames: counter!("mdrelay_pub_frames_sent_total", &labels),
+                            messages: counter!("mdrelay_pub_messages_sent_total", &labels),
+                            bytes: counter!("mdrelay_pub_frame_bytes_sent_total", &labels),
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        EngineMetrics {
+            sent,
+            format: Format::ALL.iter().map(|f| gauge!("mdrelay_pub_format", "format" => f.name())).collect(),
+            switches: counter!("mdrelay_pub_format_switches_total"),
+            lag: gauge!("mdrelay_pub_pacing_lag_seconds"),
+            oversized: counter!("mdrelay_pub_udp_oversized_frames_total"),
+        }
+    }
+
+    /// Copies the hot path's counts: `by_format` indexed by [`Format::id`], the format now in use,
+    /// the switches and UDP frames too large so far, and the worst pacing lag since the last copy.
+    pub fn publish(&self, by_format: &[FormatCount], format: Format, switches: u64, oversized: u64, lag: Duration) {
+        for (count, per_transport) in by_format.iter().zip(&self.sent) {
+            for sent in per_transport {
+                sent.frames.absolute(count.frames);
+                sent.messages.absolute(count.messages);
+                sent.bytes.absolute(count.bytes);
+            }
+        }
+        for (f, gauge) in Format::ALL.iter().zip(&self.format) {
+            gauge.set(if *f == format { 1.0 } else { 0.0 });
+        }
+        self.switches.absolute(switches);
+        self.oversized.absolute(oversized);
+        self.lag.set(lag.as_secs_f64());
+    }
+}
+
+/// What [`sample`] reads.
+#[derive(Clone)]
+pub struct Sources {
+    /// The TCP server's shared state, if it runs.
+    pub tcp: Option<Arc<Shared>>,
+    /// The retransmission service, if it runs.
+    pub retransmit: Option<Service>,
+    /// `mdrelay_build_info`, set again with the other gauges so it stays in the scrape.
+    pub build_info: Gauge,
+}
+
+/// Copies the connection tasks' and the service's counts into the exporter every
+/// [`SAMPLE_EVERY`], until the task is dropped; [`sample_once`] takes the final copy.
+pub async fn sample(sources: Sources) {
+    let mut tick = tokio::time::interval(SAMPLE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        sample_once(&sources);
+    }
+}
+
+/// One copy of the connection tasks' and the service's counts.
+pub fn sample_once(sources: &Sources) {
+    sources.build_info.set(1.0);
+    if let Some(shared) = &sources.tcp {
+        let c = shared.counters.snapshot();
+        counter!("mdrelay_pub_connections_total").absolute(c.connections);
+        counter!("mdrelay_pub_connections_refused_total", "reason" => "busy").absolute(c.busy);
+        counter!("mdrelay_pub_connections_refused_total", "reason" => "handshake").absolute(c.handshake_failures);
+        counter!("mdrelay_pub_disconnects_total", "reason" => "slow").absolute(c.disconnects_slow);
+        counter!("mdrelay_pub_disconnects_total", "reason" => "protocol_violation").absolute(c.protocol_violations);
+        counter!("mdrelay_pub_accept_errors_total").absolute(c.accept_errors);
+        counter!("mdrelay_pub_dropped_frames_total", "policy" => shared.policy.name()).absolute(c.dropped_frames);
+        gauge!("mdrelay_pub_subscribers").set(c.subscribers as f64);
+        shared.summaries.connected(|peer, queued| {
+            gauge!("mdrelay_pub_subscriber_queue_records", "peer" => peer.to_string()).set(queued as f64);
+        });
+    }
+    if let Some(service) = &sources.retransmit {
+        let s = service.summary();
+        counter!("mdrelay_pub_retransmit_requests_total").absolute(s.requests);
+        counter!("mdrelay_pub_retransmit_throttled_total").absolute(s.throttled);
+        counter!("mdrelay_pub_retransmit_frames_total").absolute(s.frames_sent);
+        counter!("mdrelay_pub_retransmit_gone_frames_total").absolute(s.frames_gone);
+        counter!("mdrelay_pub_retransmit_bytes_total").absolute(s.bytes_sent);
+        gauge!("mdrelay_pub_ring_frames").set(s.ring_next.saturating_sub(s.ring_first) as f64);
+    }
+}
+
+/// HELP lines and units, once.
+fn describe() {
+    describe_counter!("mdrelay_pub_frames_sent_total", "Frames handed to a transport, by wire format.");
+    describe_counter!("mdrelay_pub_messages_sent_total", "IEX messages in the frames handed to a transport.");
+    describe_counter!(
+        "mdrelay_pub_frame_bytes_sent_total",
+        Unit::Bytes,
+        "Encoded frame bytes handed to a transport (without relay headers)."
+    );
+    describe_gauge!("mdrelay_pub_format", "1 for the wire format in use, 0 for the others.");
+    describe_counter!("mdrelay_pub_format_switches_total", "Wire format switches (SIGHUP with an edited format).");
+    describe_gauge!(
+        "mdrelay_pub_pacing_lag_seconds",
+        Unit::Seconds,
+        "How far behind its schedule a paced segment went out: the most since the last update."
+    );
+    describe_counter!("mdrelay_pub_udp_oversized_frames_total", "Frames too large for a datagram, not sent over UDP.");
+    describe_gauge!("mdrelay_pub_subscribers", "TCP subscribers connected and taking the stream.");
+    describe_gauge!(
+        "mdrelay_pub_subscriber_queue_records",
+        "Records queued for a TCP subscriber that its connection has not taken yet (the slow-subscriber policy acts at tcp.queue)."
+    );
+    describe_counter!("mdrelay_pub_connections_total", "TCP connections accepted.");
+    describe_counter!("mdrelay_pub_connections_refused_total", "TCP connections refused, by reason.");
+    describe_counter!("mdrelay_pub_disconnects_total", "TCP subscribers disconnected by the publisher, by reason.");
+    describe_counter!("mdrelay_pub_accept_errors_total", "TCP accept calls that failed (e.g. out of file descriptors).");
+    describe_counter!(
+        "mdrelay_pub_dropped_frames_total",
+        "Frames skipped for TCP subscribers a whole queue behind, by slow-subscriber policy."
+    );
+    describe_counter!("mdrelay_pub_retransmit_requests_total", "Retransmission requests received.");
+    describe_counter!("mdrelay_pub_retransmit_throttled_total", "Retransmission requests over the rate limit (BUSY).");
+    describe_counter!("mdrelay_pub_retransmit_frames_total", "Frames retransmitted.");
+    describe_counter!("mdrelay_pub_retransmit_gone_frames_total", "Frames asked for that the ring no longer held.");
+    describe_counter!("mdrelay_pub_retransmit_bytes_total", Unit::Bytes, "Bytes of retransmission answers written.");
+    describe_gauge!("mdrelay_pub_ring_frames", "Frames the retransmission ring holds.");
+}

@@ -1,0 +1,127 @@
+//! The subscriber's Prometheus metrics (`[metrics] listen`; the endpoint is
+//! `mdrelay_telemetry::prometheus`).
+//!
+//! The receive loop keeps its own plain counters and latency histogram ([`crate::stats`]); every
+//! [`EXPORT_EVERY`] (and at the end of the run) [`SubscriberMetrics::export`] copies them into
+//! the exporter's atomics, and feeds the latencies recorded since the last copy into the
+//! latency summary. Nothing is added per frame.
+
+use crate::frames::Pipeline;
+use hdrhistogram::Histogram;
+use mdrelay_proto::codec::Format;
+use mdrelay_proto::latency::latency_histogram;
+use metrics::{Counter, Gauge, Histogram as Summary, Unit, counter, describe_counter, describe_gauge, describe_histogram};
+use metrics::{gauge, histogram};
+use std::time::Duration;
+
+/// How often the loop's counts are copied into the exporter.
+pub const EXPORT_EVERY: Duration = Duration::from_secs(1);
+
+/// Handles to the subscriber's metrics, and what was exported last.
+pub struct SubscriberMetrics {
+    frames: Counter,
+    messages: Counter,
+    bytes: Counter,
+    gaps: Counter,
+    duplicates: Counter,
+    reordered: Counter,
+    decode_errors: Counter,
+    invalid_packets: Counter,
+    recovered: Counter,
+    reconnects: Counter,
+    last_sequence: Gauge,
+    format: Vec<Gauge>,
+    latency: Summary,
+    build_info: Gauge,
+    /// The run's latencies as of the last export, so each export adds only the new ones.
+    exported: Histogram<u64>,
+}
+
+impl SubscriberMetrics {
+    /// Handles for this process's endpoint; `build_info` is set again at every export.
+    pub fn new(build_info: Gauge, latency_mode: &'static str) -> SubscriberMetrics {
+        describe();
+        SubscriberMetrics {
+            frames: counter!("mdrelay_sub_frames_total"),
+            messages: counter!("mdrelay_sub_messages_total"),
+            bytes: counter!("mdrelay_sub_received_bytes_total"),
+            gaps: counter!("mdrelay_sub_gap_frames_total"),
+            duplicates: counter!("mdrelay_sub_duplicate_frames_total"),
+            reordered: counter!("mdrelay_sub_reordered_frames_total"),
+            decode_errors: counter!("mdrelay_sub_decode_errors_total"),
+            invalid_packets: counter!("mdrelay_sub_invalid_packets_total"),
+            recovered: counter!("mdrelay_sub_recovered_frames_total"),
+            reconnects: counter!("mdrelay_sub_reconnects_total"),
+            last_sequence: gauge!("mdrelay_sub_last_sequence"),
+            format: Format::ALL.iter().map(|f| gauge!("mdrelay_sub_format", "format" => f.name())).collect(),
+            latency: histogram!("mdrelay_sub_latency_seconds", "mode" => latency_mode),
+            build_info,
+            exported: latency_histogram(),
+        }
+    }
+
+    /// Copies the pipeline's counts, and the latencies recorded since the last export.
+    pub fn export(&mut self, pipeline: &Pipeline) {
+        let stats = &pipeline.stats;
+        let sequence = pipeline.tracker.counts().plus(pipeline.lines.as_ref().map(|l| l.merged_extra()).unwrap_or_default());
+        self.frames.absolute(stats.frames);
+        self.messages.absolute(stats.messages);
+        self.bytes.absolute(stats.bytes);
+        self.gaps.absolute(sequence.lost);
+        self.duplicates.absolute(sequence.duplicates);
+        self.reordered.absolute(sequence.reordered);
+        self.decode_errors.absolute(stats.decode_errors);
+        self.invalid_packets.absolute(stats.invalid_packets);
+        self.reconnects.absolute(stats.reconnects);
+        if let Some(book) = &pipeline.recovery {
+            self.recovered.absolute(book.counts().frames_recovered);
+        }
+        if let Some(highest) = pipeline.tracker.highest() {
+            self.last_sequence.set(highest as f64);
+        }
+        let current = pipeline.current_format();
+        for (f, gauge) in Format::ALL.iter().zip(&self.format) {
+            gauge.set(if Some(*f) == current { 1.0 } else { 0.0 });
+        }
+        self.build_info.set(1.0);
+        let mut run = stats.latency_so_far();
+        let total = run.clone();
+        // The run's histogram only grows, so the difference is the latencies since the last
+        // export; a subtraction that fails (it cannot, with equal bounds) exports nothing.
+        if run.subtract(&self.exported).is_ok() {
+            mdrelay_telemetry::prometheus::record_interval(&self.latency, &run);
+        }
+        self.exported = total;
+    }
+}
+
+/// HELP lines and units, once.
+fn describe() {
+    describe_counter!("mdrelay_sub_frames_total", "Frames decoded (retransmitted ones included).");
+    describe_counter!("mdrelay_sub_messages_total", "IEX messages decoded.");
+    describe_counter!(
+        "mdrelay_sub_received_bytes_total",
+        Unit::Bytes,
+        "Bytes received from the network, relay headers included."
+    );
+    describe_counter!(
+        "mdrelay_sub_gap_frames_total",
+        "Frames the publisher sent that have not arrived (the report's gaps; recovered frames leave it)."
+    );
+    describe_counter!("mdrelay_sub_duplicate_frames_total", "Frames received more than once.");
+    describe_counter!("mdrelay_sub_reordered_frames_total", "Frames that arrived after a later frame.");
+    describe_counter!("mdrelay_sub_decode_errors_total", "Frames delimited but not decodable (skipped).");
+    describe_counter!(
+        "mdrelay_sub_invalid_packets_total",
+        "Records or datagrams refused before any frame was read (bad header, foreign traffic)."
+    );
+    describe_counter!("mdrelay_sub_recovered_frames_total", "Missing frames recovered from the retransmission service.");
+    describe_counter!("mdrelay_sub_reconnects_total", "TCP connections re-established after one was lost.");
+    describe_gauge!("mdrelay_sub_last_sequence", "The highest frame sequence number received.");
+    describe_gauge!("mdrelay_sub_format", "1 for the wire format the publisher sends now, 0 for the others.");
+    describe_histogram!(
+        "mdrelay_sub_latency_seconds",
+        Unit::Seconds,
+        "Latency per frame: one-way (receive time minus the origin's publish time) or round trip."
+    );
+}

@@ -1,0 +1,15 @@
+//! What `mdrelay-pub` and `mdrelay-sub` show an operator while they run, in one place so both
+//! programs behave alike:
+//! - [`logs`]: the log lines, plain for people or JSON for machines, at the level `--log-level`
+//!   or `MDRELAY_LOG` names;
+//! - [`prometheus`]: the Prometheus scrape endpoint (`[metrics] listen`), its settings, and the
+//!   bridge from an HdrHistogram to a Prometheus summary.
+//!
+//! The metrics themselves (names, labels, when they move) belong to each program: see
+//! `mdrelay_publisher::metrics` and `mdrelay_subscriber::metrics`.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod logs;
+pub mod prometheus;

@@ -1,0 +1,147 @@
+//! The Prometheus scrape endpoint: `[metrics] listen = "127.0.0.1:9900"` (off unless set).
+//!
+//! The exporter (metrics-exporter-prometheus) serves the text format over HTTP from a thread and
+//! runtime of its own, so a scrape never competes with a program's hot loop or its runtime, and
+//! a slow or stuck scraper holds up nothing but itself. Updates on the hot paths are atomic
+//! operations on handles taken once; rendering happens only when scraped.
+
+use anyhow::{Context, Result, bail};
+use metrics_exporter_prometheus::PrometheusBuilder;
+use metrics_util::MetricKindMask;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// `[metrics]` in either program's configuration file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSection {
+    /// Address:port of the scrape endpoint (e.g. "127.0.0.1:9900"); none: no endpoint.
+    pub listen: Option<String>,
+    /// Seconds the endpoint stays up after the run ends, so the last scrape sees the final
+    /// counts (default 0: the program exits at once).
+    pub hold: Option<f64>,
+}
+
+/// The endpoint's settings, checked.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MetricsSettings {
+    /// Where the endpoint listens.
+    pub listen: SocketAddr,
+    /// How long it stays up after the run.
+    pub hold: Duration,
+}
+
+/// Longest `metrics.hold`: a few scrape intervals; longer looks like a hang at shutdown.
+pub const MAX_HOLD_SECONDS: f64 = 600.0;
+
+/// Quantiles of every summary: what the reports print, and the tail beyond.
+pub const QUANTILES: [f64; 5] = [0.5, 0.9, 0.99, 0.999, 1.0];
+
+/// A gauge not updated for this long is dropped from the scrape: a departed subscriber's queue
+/// depth is not reported forever. Every gauge a program keeps is refreshed well within it.
+pub const GAUGE_IDLE: Duration = Duration::from_secs(30);
+
+impl MetricsSection {
+    /// Checks the section; `listen` and `hold` given on the command line win over the file's.
+    pub fn check(self, listen: Option<String>, hold: Option<f64>) -> Result<Option<MetricsSettings>> {
+        let Some(text) = listen.or(self.listen) else {
+            if hold.or(self.hold).is_some() {
+                bail!("metrics.hold: set metrics.listen too; without an endpoint there is nothing to hold");
+            }
+            return Ok(None);
+        };
+        let listen: SocketAddr = text
+            .parse()
+            .with_context(|| format!("metrics.listen: {text:?} is not an address:port (e.g. 127.0.0.1:9900)"))?;
+        let hold = hold.or(self.hold).unwrap_or(0.0);
+        if !(hold.is_finite() && (0.0..=MAX_HOLD_SECONDS).contains(&hold)) {
+            bail!("metrics.hold: {hold} is out of range: give a number from 0 to {MAX_HOLD_SECONDS} seconds");
+        }
+        Ok(Some(MetricsSettings { listen, hold: Duration::from_secs_f64(hold) }))
+    }
+}
+
+/// Starts the endpoint and makes it the process's metrics recorder. Call it once, before any
+/// runtime is entered on this thread: the exporter then runs on its own thread. An address that
+/// cannot be bound is an error naming it.
+///
+/// Returns `mdrelay_build_info{program, version}`, set to 1: the caller sets it again with its
+/// other gauges, since a gauge not set for [`GAUGE_IDLE`] leaves the scrape.
+pub fn serve(settings: &MetricsSettings, program: &'static str, version: &'static str) -> Result<metrics::Gauge> {
+    PrometheusBuilder::new()
+        .with_http_listener(settings.listen)
+        .set_quantiles(&QUANTILES)
+        .context("metrics: quantiles")?
+        .idle_timeout(MetricKindMask::GAUGE, Some(GAUGE_IDLE))
+        .install()
+        .with_context(|| format!("metrics.listen: cannot serve metrics on {}", settings.listen))?;
+    metrics::describe_gauge!(
+        "mdrelay_build_info",
+        "Always 1; the labels name the program and its version (with the git commit built)."
+    );
+    let info = metrics::gauge!("mdrelay_build_info", "program" => program, "version" => version);
+    info.set(1.0);
+    tracing::info!(listen = %settings.listen, "serving Prometheus metrics");
+    Ok(info)
+}
+
+/// Keeps the process (and so the endpoint) up for `hold` after the run, so the next scrape sees
+/// the final counts; SIGINT or SIGTERM ends the wait at once. Call it inside a runtime.
+pub async fn hold(hold: Duration) {
+    if hold.is_zero() {
+        return;
+    }
+    use tokio::signal::unix::{SignalKind, signal};
+    tracing::info!(?hold, "metrics endpoint stays up with the final counts (metrics.hold)");
+    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+        // Without handlers the default actions end the process on a signal anyway.
+        tokio::time::sleep(hold).await;
+        return;
+    };
+    tokio::select! {
+        _ = tokio::time::sleep(hold) => {}
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+}
+
+/// Feeds one interval of an HdrHistogram of nanoseconds into a summary in seconds. Values are
+/// recorded per distinct bucket, so the cost is per bucket, not per sample, and the hot path
+/// keeps recording into its own histogram.
+pub fn record_interval(summary: &metrics::Histogram, nanos: &hdrhistogram::Histogram<u64>) {
+    for bucket in nanos.iter_recorded() {
+        let count = usize::try_from(bucket.count_at_value()).unwrap_or(usize::MAX);
+        summary.record_many(nanos.highest_equivalent(bucket.value_iterated_to()) as f64 * 1e-9, count);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unset_endpoint_is_off_and_a_hold_without_it_is_refused() {
+        assert_eq!(MetricsSection::default().check(None, None).unwrap(), None);
+        let error = MetricsSection { listen: None, hold: Some(5.0) }.check(None, None).unwrap_err();
+        assert!(error.to_string().contains("metrics.hold"), "{error}");
+    }
+
+    #[test]
+    fn absurd_settings_are_refused_by_name() {
+        for (listen, hold) in [("nonsense", 0.0), ("127.0.0.1:9900", -1.0), ("127.0.0.1:9900", f64::NAN), ("127.0.0.1:9900", 1e9)]
+        {
+            let section = MetricsSection { listen: Some(listen.into()), hold: Some(hold) };
+            let error = section.check(None, None).unwrap_err().to_string();
+            assert!(error.starts_with("metrics."), "{listen} {hold}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_command_line_wins_over_the_file() {
+        let section = MetricsSection { listen: Some("127.0.0.1:1".into()), hold: Some(1.0) };
+        let settings = section.check(Some("127.0.0.1:2".into()), Some(2.0)).unwrap().unwrap();
+        assert_eq!(settings.listen.port(), 2);
+        assert_eq!(settings.hold, Duration::from_secs(2));
+    }
+}
