@@ -9,6 +9,7 @@
 //!   and injected loss with a record of every datagram dropped;
 //! - [`data`]: the shared IEX captures and their independent reference outputs;
 //! - [`report`]: reading JSON reports and comparing them with the references;
+//! - [`scrape`]: Prometheus scrapes over HTTP, parsed into samples;
 //! - [`formats`]: the wire formats a test covers;
 //! - [`serial`]: one process-heavy test at a time;
 //! - [`alloc`]: a counting global allocator, for tests that assert what is (not) allocated;
@@ -26,6 +27,7 @@ pub mod net;
 pub mod netns;
 pub mod process;
 pub mod report;
+pub mod scrape;
 pub mod serial;
 pub mod version;
 
@@ -36,4 +38,5 @@ pub use net::{accept_within, free_tcp_port, free_udp_port};
 pub use netns::{Host, Hosts, Line};
 pub use process::{Failure, Finished, Process, STEP, Signal};
 pub use report::{assert_aggregates, assert_matches_reference, json_file};
+pub use scrape::{Scrape, scrape};
 pub use serial::serial;

@@ -193,7 +193,10 @@ fn describe() {
     describe_counter!("mdrelay_pub_connections_total", "TCP connections accepted.");
     describe_counter!("mdrelay_pub_connections_refused_total", "TCP connections refused, by reason.");
     describe_counter!("mdrelay_pub_disconnects_total", "TCP subscribers disconnected by the publisher, by reason.");
-    describe_counter!("mdrelay_pub_accept_errors_total", "TCP accept calls that failed (e.g. out of file descriptors).");
+    describe_counter!(
+        "mdrelay_pub_accept_errors_total",
+        "TCP accept calls that failed (e.g. out of file descriptors)."
+    );
     describe_counter!(
         "mdrelay_pub_dropped_frames_total",
         "Frames skipped for TCP subscribers a whole queue behind, by slow-subscriber policy."

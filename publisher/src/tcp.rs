@@ -748,8 +748,10 @@ fn disconnect_slow(server: &Server, stats: &SubscriberStats) {
     stats.disconnect_slow();
     server.shared.counters.disconnects_slow.fetch_add(1, Ordering::Relaxed);
     if mdrelay_proto::warn::allow("slow subscriber") {
-        tracing::warn!(queue = server.tcp.queue,
-            "subscriber a whole queue behind: disconnected (slow_subscriber = disconnect)");
+        tracing::warn!(
+            queue = server.tcp.queue,
+            "subscriber a whole queue behind: disconnected (slow_subscriber = disconnect)"
+        );
     }
 }
 

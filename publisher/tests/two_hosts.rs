@@ -397,6 +397,15 @@ fn readme_steps() -> Vec<String> {
     commands
 }
 
+/// The output of the first step starting with `command`.
+fn output_of_step(outputs: &[(String, String)], command: &str) -> String {
+    outputs
+        .iter()
+        .find(|(s, _)| s.starts_with(command))
+        .map(|(_, o)| o.clone())
+        .unwrap_or_else(|| panic!("no step runs {command:?}: {:?}", outputs.iter().map(|(s, _)| s).collect::<Vec<_>>()))
+}
+
 /// Takes the network of `prefix` down when dropped: the README's steps bring it up themselves,
 /// and a failing test must not leave it behind.
 struct Down(String);
@@ -458,6 +467,13 @@ fn the_readme_two_host_steps_run_as_written() {
             running.push((step.clone(), program));
             continue;
         }
+        if step.contains("/metrics") {
+            // A look at a running program's metrics: it runs beside them, as from a third terminal.
+            let done = readme_command(work.path(), &prefix, step).finish(STEP);
+            assert_eq!(done.code(), Some(0), "{step}: {done:?}");
+            outputs.push((step.clone(), done.stdout));
+            continue;
+        }
         for (command, program) in running.drain(..) {
             let done = program.finish(RUN);
             assert_eq!(done.code(), Some(0), "{command}: {done:?}");
@@ -469,6 +485,11 @@ fn the_readme_two_host_steps_run_as_written() {
     assert!(running.is_empty(), "the steps end with a command that waits for the programs: {steps:?}");
     assert_eq!(namespaces_of(&prefix), Vec::<String>::new(), "the steps' `down` leaves nothing");
 
+    // The metrics, scraped over HTTP from another host while the TCP run went on.
+    let metrics = output_of_step(&outputs, "deploy/netns-hosts.sh exec sub1 curl");
+    for series in ["mdrelay_pub_subscribers", "mdrelay_pub_frames_sent_total{format=\"capnp\",transport=\"tcp\"}"] {
+        assert!(metrics.lines().any(|l| l.starts_with(series)), "{series} in:\n{metrics}");
+    }
     // The TCP run: the whole synthetic day, and round trips (the configuration asks for them).
     let tcp = json_file(&work.path().join("sub-two-host.json"));
     assert_eq!(tcp["totals_match"], true, "{tcp}");

@@ -10,7 +10,9 @@ use crate::frames::Pipeline;
 use hdrhistogram::Histogram;
 use mdrelay_proto::codec::Format;
 use mdrelay_proto::latency::latency_histogram;
-use metrics::{Counter, Gauge, Histogram as Summary, Unit, counter, describe_counter, describe_gauge, describe_histogram};
+use metrics::{
+    Counter, Gauge, Histogram as Summary, Unit, counter, describe_counter, describe_gauge, describe_histogram,
+};
 use metrics::{gauge, histogram};
 use std::time::Duration;
 
@@ -63,7 +65,8 @@ impl SubscriberMetrics {
     /// Copies the pipeline's counts, and the latencies recorded since the last export.
     pub fn export(&mut self, pipeline: &Pipeline) {
         let stats = &pipeline.stats;
-        let sequence = pipeline.tracker.counts().plus(pipeline.lines.as_ref().map(|l| l.merged_extra()).unwrap_or_default());
+        let sequence =
+            pipeline.tracker.counts().plus(pipeline.lines.as_ref().map(|l| l.merged_extra()).unwrap_or_default());
         self.frames.absolute(stats.frames);
         self.messages.absolute(stats.messages);
         self.bytes.absolute(stats.bytes);
@@ -115,7 +118,10 @@ fn describe() {
         "mdrelay_sub_invalid_packets_total",
         "Records or datagrams refused before any frame was read (bad header, foreign traffic)."
     );
-    describe_counter!("mdrelay_sub_recovered_frames_total", "Missing frames recovered from the retransmission service.");
+    describe_counter!(
+        "mdrelay_sub_recovered_frames_total",
+        "Missing frames recovered from the retransmission service."
+    );
     describe_counter!("mdrelay_sub_reconnects_total", "TCP connections re-established after one was lost.");
     describe_gauge!("mdrelay_sub_last_sequence", "The highest frame sequence number received.");
     describe_gauge!("mdrelay_sub_format", "1 for the wire format the publisher sends now, 0 for the others.");

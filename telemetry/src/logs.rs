@@ -45,8 +45,9 @@ pub fn filter(args: &LogArgs, default: &str) -> Result<EnvFilter> {
     for var in [LOG_ENV, "RUST_LOG"] {
         match std::env::var(var) {
             Ok(value) if !value.trim().is_empty() => {
-                return EnvFilter::try_new(&value)
-                    .with_context(|| format!("{var}: {value:?} is not a log filter (e.g. info, or warn,mdrelay_publisher=debug)"));
+                return EnvFilter::try_new(&value).with_context(|| {
+                    format!("{var}: {value:?} is not a log filter (e.g. info, or warn,mdrelay_publisher=debug)")
+                });
             }
             Ok(_) => {}
             Err(std::env::VarError::NotPresent) => {}

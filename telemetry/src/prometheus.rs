@@ -129,7 +129,8 @@ mod tests {
 
     #[test]
     fn absurd_settings_are_refused_by_name() {
-        for (listen, hold) in [("nonsense", 0.0), ("127.0.0.1:9900", -1.0), ("127.0.0.1:9900", f64::NAN), ("127.0.0.1:9900", 1e9)]
+        for (listen, hold) in
+            [("nonsense", 0.0), ("127.0.0.1:9900", -1.0), ("127.0.0.1:9900", f64::NAN), ("127.0.0.1:9900", 1e9)]
         {
             let section = MetricsSection { listen: Some(listen.into()), hold: Some(hold) };
             let error = section.check(None, None).unwrap_err().to_string();

@@ -1,0 +1,74 @@
+//! Prometheus scrapes over real HTTP: a GET on the endpoint, and the text format parsed into
+//! samples, so tests compare what an operator's Prometheus would store.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+/// One scrape: every sample, keyed by its name with its labels as printed
+/// (`mdrelay_pub_frames_sent_total{format="sbe",transport="tcp"}`), and the raw text.
+#[derive(Debug, Clone, Default)]
+pub struct Scrape {
+    /// Sample values by series.
+    pub samples: BTreeMap<String, f64>,
+    /// The body as served.
+    pub text: String,
+}
+
+impl Scrape {
+    /// The value of the series `name` with exactly `labels` (`format="sbe",transport="tcp"`,
+    /// in the order the exporter prints them), or the unlabelled series when `labels` is "".
+    pub fn get(&self, name: &str, labels: &str) -> Option<f64> {
+        let key = if labels.is_empty() { name.to_string() } else { format!("{name}{{{labels}}}") };
+        self.samples.get(&key).copied()
+    }
+
+    /// The sum over every series of `name`, whatever its labels; 0 when there is none.
+    pub fn sum(&self, name: &str) -> f64 {
+        self.samples
+            .iter()
+            .filter(|(k, _)| k.as_str() == name || k.strip_prefix(name).is_some_and(|rest| rest.starts_with('{')))
+            .map(|(_, v)| v)
+            .sum()
+    }
+
+    /// The metric names served (the part before any labels).
+    pub fn names(&self) -> std::collections::BTreeSet<String> {
+        self.samples.keys().map(|k| k.split('{').next().unwrap_or(k).to_string()).collect()
+    }
+}
+
+/// GETs `/metrics` from `addr` (HTTP/1.0, so the body ends with the connection) and parses it;
+/// an error says what failed. Bounded by a 5 s timeout on every step.
+pub fn scrape(addr: SocketAddr) -> Result<Scrape, String> {
+    let limit = Duration::from_secs(5);
+    let mut stream = TcpStream::connect_timeout(&addr, limit).map_err(|e| format!("connect {addr}: {e}"))?;
+    stream.set_read_timeout(Some(limit)).map_err(|e| e.to_string())?;
+    stream.set_write_timeout(Some(limit)).map_err(|e| e.to_string())?;
+    stream
+        .write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .map_err(|e| format!("write to {addr}: {e}"))?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).map_err(|e| format!("read from {addr}: {e}"))?;
+    let (head, body) = response.split_once("\r\n\r\n").ok_or_else(|| format!("{addr}: no HTTP header end"))?;
+    let status = head.lines().next().unwrap_or_default();
+    if !status.contains(" 200") {
+        return Err(format!("{addr}: {status}"));
+    }
+    Ok(parse(body))
+}
+
+/// Parses the Prometheus text format's sample lines (comments skipped).
+pub fn parse(text: &str) -> Scrape {
+    let mut samples = BTreeMap::new();
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        // The value follows the last space (label values here contain none after the '}').
+        if let Some((series, value)) = line.rsplit_once(' ') {
+            if let Ok(v) = value.parse::<f64>() {
+                samples.insert(series.to_string(), v);
+            }
+        }
+    }
+    Scrape { samples, text: text.to_string() }
+}

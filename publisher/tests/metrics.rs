@@ -1,0 +1,282 @@
+//! The Prometheus endpoints of real `mdrelay-pub` and `mdrelay-sub` processes, scraped over HTTP
+//! during and after a relay of DEEP10, against the programs' own final JSON and the reference.
+//!
+//! The scrapes are also written to `$CARGO_TARGET_TMPDIR/metrics/*.prom`, where `.ci/run` lints
+//! them with `promtool check metrics`; the Grafana dashboard's queries are checked against the
+//! metric names the programs actually serve.
+
+use mdrelay_harness::{
+    Process, STEP, Scrape, Signal, assert_aggregates, expected, free_tcp_port, free_udp_port, iex_data, json_file,
+    publisher_bin, scrape, serial, subscriber_bin,
+};
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// The longest the relay may take (DEEP10 at 120,000 msg/s is under 4 s).
+const RUN: Duration = Duration::from_secs(120);
+
+/// Scrapes `addr` until `ready` holds, for at most `limit`.
+fn scrape_until(addr: SocketAddr, limit: Duration, what: &str, ready: impl Fn(&Scrape) -> bool) -> Scrape {
+    let deadline = Instant::now() + limit;
+    loop {
+        match scrape(addr) {
+            Ok(s) if ready(&s) => return s,
+            Ok(s) if Instant::now() >= deadline => panic!("{addr}: {what} not seen within {limit:?}:\n{}", s.text),
+            Err(e) if Instant::now() >= deadline => panic!("{addr}: {what}: {e}"),
+            _ => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+fn n(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("{v} is not a number"))
+}
+
+/// Keeps a scrape for `.ci/run`'s promtool lint.
+fn keep(name: &str, s: &Scrape) {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("metrics");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(format!("{name}.prom")), &s.text).unwrap();
+}
+
+#[test]
+fn the_endpoints_count_what_the_final_reports_say_through_a_format_switch() {
+    let _serial = serial();
+    let reference = expected("DEEP10.json");
+    let dir = tempfile::tempdir().unwrap();
+    let (pub_metrics, sub_metrics): (SocketAddr, SocketAddr) = (
+        format!("127.0.0.1:{}", free_tcp_port()).parse().unwrap(),
+        format!("127.0.0.1:{}", free_tcp_port()).parse().unwrap(),
+    );
+    let udp_port = free_udp_port();
+    let config = dir.path().join("pub.toml");
+    // The endpoint is set in the file (as deployed), the rest on the command line.
+    let write = |format: &str| {
+        let text = format!(
+            "format = \"{format}\"\n[source]\ncapture = \"{}\"\n[pacing]\nmode = \"rate\"\nrate = 120000\n\
+             [tcp]\nlisten = \"127.0.0.1:0\"\nwait_subscribers = 1\nslow_subscriber = \"block\"\n\
+             [udp]\ndestinations = [\"127.0.0.1:{udp_port}\"]\n\
+             [retransmit]\nlisten = \"127.0.0.1:0\"\nlinger = 0.1\n\
+             [metrics]\nlisten = \"{pub_metrics}\"\nhold = 60\n",
+            iex_data().join("DEEP10.pcap.gz").display()
+        );
+        std::fs::write(&config, text).unwrap();
+    };
+    write("sbe");
+    let pub_json = dir.path().join("pub.json");
+    let mut publisher = Process::start(
+        publisher_bin(),
+        ["run", "--config", config.to_str().unwrap(), "--json", pub_json.to_str().unwrap()],
+    );
+    let addr = publisher.serving_on();
+    let udp_listen = format!("127.0.0.1:{udp_port}");
+    let mut udp_subscriber = Process::start(subscriber_bin(), ["--listen", &udp_listen, "--report-interval", "0"]);
+    udp_subscriber.wait_for("listening on");
+    let sub_json = dir.path().join("sub.json");
+    let mut subscriber = Process::start(
+        subscriber_bin(),
+        [
+            "--connect",
+            &addr.to_string(),
+            "--json",
+            sub_json.to_str().unwrap(),
+            "--report-interval",
+            "0",
+            "--metrics-listen",
+            &sub_metrics.to_string(),
+            "--metrics-hold",
+            "60",
+        ],
+    );
+
+    // During the run: both endpoints answer and count what has gone by so far.
+    let during =
+        scrape_until(sub_metrics, RUN, "frames", |s| s.get("mdrelay_sub_frames_total", "").unwrap_or(0.0) > 0.0);
+    let so_far = during.get("mdrelay_sub_messages_total", "").unwrap();
+    assert!(so_far < n(&reference["messages"]), "the scrape came mid-run: {so_far} messages");
+    assert_eq!(during.get("mdrelay_sub_format", "format=\"sbe\""), Some(1.0), "{}", during.text);
+    let pub_during = scrape(pub_metrics).unwrap();
+    assert_eq!(pub_during.get("mdrelay_pub_subscribers", ""), Some(1.0), "{}", pub_during.text);
+    let sbe_tcp = "format=\"sbe\",transport=\"tcp\"";
+    assert!(pub_during.get("mdrelay_pub_frames_sent_total", sbe_tcp).unwrap_or(0.0) > 0.0, "{}", pub_during.text);
+    assert_eq!(pub_during.get("mdrelay_pub_format", "format=\"sbe\""), Some(1.0));
+
+    // The format switches mid-stream: the counters split by format.
+    write("capnp");
+    publisher.signal(Signal::SIGHUP);
+    publisher.wait_for("SIGHUP: format changes at the next frame");
+
+    // After the run: the endpoints stay up (metrics.hold) with the final counts.
+    subscriber.wait_for_within("metrics endpoint stays up", RUN);
+    publisher.wait_for_within("metrics endpoint stays up", RUN);
+    let sub = scrape(sub_metrics).unwrap();
+    let publ = scrape(pub_metrics).unwrap();
+    keep("subscriber", &sub);
+    keep("publisher", &publ);
+
+    let report = json_file(&sub_json);
+    assert_aggregates(&report, &reference, "the scraped subscriber");
+    for (metric, field) in [
+        ("mdrelay_sub_frames_total", "frames"),
+        ("mdrelay_sub_messages_total", "messages"),
+        ("mdrelay_sub_received_bytes_total", "bytes"),
+        ("mdrelay_sub_gap_frames_total", "gaps"),
+        ("mdrelay_sub_duplicate_frames_total", "duplicates"),
+        ("mdrelay_sub_reordered_frames_total", "reordered"),
+        ("mdrelay_sub_decode_errors_total", "decode_errors"),
+        ("mdrelay_sub_reconnects_total", "reconnects"),
+    ] {
+        assert_eq!(sub.get(metric, ""), Some(n(&report[field])), "{metric} against the report's {field}");
+    }
+    assert_eq!(sub.get("mdrelay_sub_messages_total", ""), Some(n(&reference["messages"])));
+    let one_way = "mode=\"one-way\"";
+    assert_eq!(sub.get("mdrelay_sub_latency_seconds_count", one_way), Some(n(&report["latency_ns"]["count"])));
+    let p50 = sub.get("mdrelay_sub_latency_seconds", "mode=\"one-way\",quantile=\"0.5\"").unwrap();
+    let max = sub.get("mdrelay_sub_latency_seconds", "mode=\"one-way\",quantile=\"1\"").unwrap();
+    assert!(p50 > 0.0 && p50 <= max, "p50 {p50} max {max}");
+    // The exporter's sketch is within a few per cent of the report's HdrHistogram.
+    let report_max = n(&report["latency_ns"]["max"]) * 1e-9;
+    assert!((max - report_max).abs() <= report_max * 0.05, "max {max} against the report's {report_max}");
+    assert_eq!(sub.get("mdrelay_sub_format", "format=\"capnp\""), Some(1.0), "{}", sub.text);
+    assert_eq!(sub.get("mdrelay_sub_last_sequence", ""), Some(n(&report["frames"])));
+
+    let summary = json_file(&pub_json);
+    let frames = n(&summary["totals"]["frames"]);
+    assert_eq!(publ.sum("mdrelay_pub_frames_sent_total"), 2.0 * frames, "every frame went to TCP and to UDP");
+    for transport in ["tcp", "udp"] {
+        let per_format: f64 = ["sbe", "capnp"]
+            .iter()
+            .map(|f| {
+                publ.get("mdrelay_pub_frames_sent_total", &format!("format=\"{f}\",transport=\"{transport}\"")).unwrap()
+            })
+            .sum();
+        assert_eq!(per_format, frames, "{transport}");
+        let bytes: f64 = ["sbe", "capnp"]
+            .iter()
+            .map(|f| {
+                publ.get("mdrelay_pub_frame_bytes_sent_total", &format!("format=\"{f}\",transport=\"{transport}\""))
+                    .unwrap()
+            })
+            .sum();
+        assert_eq!(bytes, n(&summary["frame_bytes"]), "{transport}");
+    }
+    let capnp_tcp = "format=\"capnp\",transport=\"tcp\"";
+    assert!(publ.get("mdrelay_pub_frames_sent_total", sbe_tcp).unwrap() > 0.0);
+    assert!(publ.get("mdrelay_pub_frames_sent_total", capnp_tcp).unwrap() > 0.0);
+    assert_eq!(publ.sum("mdrelay_pub_messages_sent_total"), 2.0 * n(&reference["messages"]));
+    assert_eq!(publ.get("mdrelay_pub_format_switches_total", ""), Some(n(&summary["format_switches"])));
+    assert_eq!(publ.get("mdrelay_pub_format_switches_total", ""), Some(1.0));
+    assert_eq!(publ.get("mdrelay_pub_format", "format=\"capnp\""), Some(1.0));
+    assert_eq!(publ.get("mdrelay_pub_connections_total", ""), Some(n(&summary["connections"]["connections"])));
+    assert_eq!(publ.get("mdrelay_pub_subscribers", ""), Some(0.0), "the subscriber has gone");
+    assert_eq!(publ.get("mdrelay_pub_dropped_frames_total", "policy=\"block\""), Some(0.0));
+    assert!(publ.get("mdrelay_pub_pacing_lag_seconds", "").is_some());
+    assert_eq!(publ.get("mdrelay_pub_retransmit_requests_total", ""), Some(n(&summary["retransmit"]["requests"])));
+    for s in [&sub, &publ] {
+        let info = s.samples.keys().find(|k| k.starts_with("mdrelay_build_info{")).expect("build info");
+        assert!(info.contains(&format!("version=\"{}", env!("CARGO_PKG_VERSION"))), "{info}");
+    }
+
+    // A signal ends the hold at once (it is 60 s).
+    let started = Instant::now();
+    subscriber.signal(Signal::SIGTERM);
+    publisher.signal(Signal::SIGTERM);
+    assert_eq!(subscriber.finish(STEP).code(), Some(0));
+    publisher.finish(STEP).assert_success();
+    assert!(started.elapsed() < Duration::from_secs(30));
+    udp_subscriber.signal(Signal::SIGTERM);
+    let _ = udp_subscriber.finish(STEP);
+
+    // Every series the dashboard queries is one the programs serve.
+    let served: BTreeSet<String> = sub.names().union(&publ.names()).cloned().collect();
+    let dashboard_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/mdrelay.json");
+    let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(&dashboard_path).unwrap()).unwrap();
+    let mut queried = BTreeSet::new();
+    collect_queries(&dashboard, &mut queried);
+    assert!(queried.len() >= 10, "the dashboard queries too little: {queried:?}");
+    for name in &queried {
+        let base = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(name);
+        assert!(
+            served.contains(name) || served.contains(base),
+            "the dashboard queries {name}, which neither program serves; served: {served:?}"
+        );
+    }
+}
+
+/// The `mdrelay_*` metric names in every panel target's `expr`.
+fn collect_queries(v: &Value, out: &mut BTreeSet<String>) {
+    match v {
+        Value::Object(map) => {
+            if let Some(Value::String(expr)) = map.get("expr") {
+                let mut rest = expr.as_str();
+                while let Some(at) = rest.find("mdrelay_") {
+                    let name: String =
+                        rest[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                    rest = &rest[at + name.len()..];
+                    out.insert(name);
+                }
+            }
+            map.values().for_each(|v| collect_queries(v, out));
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect_queries(v, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn an_endpoint_that_cannot_be_bound_is_refused_by_name() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let published = Process::start(
+        publisher_bin(),
+        ["run", "--synthetic", "--messages", "1000", "--udp", "127.0.0.1:9", "--metrics-listen", &addr],
+    )
+    .finish(STEP);
+    assert_ne!(published.code(), Some(0));
+    assert!(published.stderr.contains("metrics.listen") && published.stderr.contains(&addr), "{published:?}");
+    let subscribed =
+        Process::start(subscriber_bin(), ["--listen", "127.0.0.1:0", "--metrics-listen", &addr]).finish(STEP);
+    assert_eq!(subscribed.code(), Some(1), "{subscribed:?}");
+    assert!(subscribed.stderr.contains("metrics.listen"), "{subscribed:?}");
+    let absurd =
+        Process::start(subscriber_bin(), ["--listen", "127.0.0.1:0", "--metrics-listen", "nowhere"]).finish(STEP);
+    assert_eq!(absurd.code(), Some(2), "{absurd:?}");
+    assert!(absurd.stderr.contains("metrics.listen"), "{absurd:?}");
+}
+
+#[test]
+fn a_scraper_that_connects_and_goes_silent_holds_up_neither_the_relay_nor_other_scrapes() {
+    let _serial = serial();
+    let metrics: SocketAddr = format!("127.0.0.1:{}", free_tcp_port()).parse().unwrap();
+    let udp_port = free_udp_port();
+    let mut publisher = Process::start(
+        publisher_bin(),
+        [
+            "run",
+            "--synthetic",
+            "--messages",
+            "200000",
+            "--pacing",
+            "rate",
+            "--rate",
+            "100000",
+            "--udp",
+            &format!("127.0.0.1:{udp_port}"),
+            "--metrics-listen",
+            &metrics.to_string(),
+        ],
+    );
+    publisher.wait_for("serving Prometheus metrics");
+    // Silent connections: connected, never a byte of request; and one that sends half a request.
+    let silent: Vec<_> = (0..50).map(|_| std::net::TcpStream::connect(metrics).unwrap()).collect();
+    let mut half = std::net::TcpStream::connect(metrics).unwrap();
+    std::io::Write::write_all(&mut half, b"GET /metr").unwrap();
+    let s = scrape_until(metrics, STEP, "frames", |s| s.sum("mdrelay_pub_frames_sent_total") > 0.0);
+    assert!(s.get("mdrelay_pub_pacing_lag_seconds", "").is_some());
+    let published = publisher.finish(RUN);
+    published.assert_success();
+    drop(silent);
+}
