@@ -1,72 +1,22 @@
 //! The capture tools: `inspect`, `synth` and `convert`.
 
+use crate::progress::{CaptureProgress, Counted, PROGRESS_EVERY, finish, progress_bar};
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use flate2::Compression;
 use flate2::write::GzEncoder;
-use indicatif::{HumanCount, ProgressBar, ProgressDrawTarget, ProgressFinish, ProgressStyle};
 use mdrelay_proto::capture::{CaptureError, CaptureReader};
 use mdrelay_proto::capture_writer::{CaptureWriter, Container, WriterOptions};
 use mdrelay_proto::iextp::Segment;
 use mdrelay_proto::inspect::inspect_reader;
 use mdrelay_proto::synth::{SynthConfig, SyntheticDay};
 use std::fs::File;
-use std::io::{BufWriter, Read, Write};
+use std::io::{BufWriter, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
-
-/// Packets or segments between two updates of a progress bar: a day of IEX is tens of millions
-/// of them, so the bar still moves many times a second while its cost stays out of the loop.
-const PROGRESS_EVERY: u64 = 4096;
-
-/// A progress bar on stderr in `template`. indicatif hides it when stderr is not a terminal, so a
-/// piped or logged run prints exactly what it printed before there were bars.
-fn progress_bar(len: Option<u64>, template: &str) -> ProgressBar {
-    // Cleared when dropped too: an error line then starts on a line of its own.
-    let bar = ProgressBar::with_draw_target(len, ProgressDrawTarget::stderr()).with_finish(ProgressFinish::AndClear);
-    bar.set_style(ProgressStyle::with_template(template).expect("the progress templates are valid"));
-    // Drawn at once, so even a short run shows what it is doing.
-    bar.tick();
-    bar
-}
-
-/// Counts the bytes read from a capture file. For a gzipped capture these are compressed bytes,
-/// which is what the file's size, the bar's total, counts too.
-struct Counted<R> {
-    inner: R,
-    read: Arc<AtomicU64>,
-}
-
-impl<R: Read> Read for Counted<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        // Relaxed: the bar only needs a recent count, and reads are of 64 KiB or more.
-        self.read.fetch_add(n as u64, Ordering::Relaxed);
-        Ok(n)
-    }
-}
-
-/// Progress through a capture: bytes of the file read against its size, and packets done.
-struct CaptureProgress {
-    bar: ProgressBar,
-    read: Arc<AtomicU64>,
-}
-
-impl CaptureProgress {
-    /// Shows `packets` done and the bytes read so far; call every [`PROGRESS_EVERY`] packets.
-    fn update(&self, packets: u64) {
-        self.bar.set_position(self.read.load(Ordering::Relaxed));
-        self.bar.set_message(format!("{} packets", HumanCount(packets)));
-    }
-
-    /// Removes the bar, so the summary lines that follow stand alone.
-    fn finish(&self) {
-        self.bar.finish_and_clear();
-    }
-}
 
 /// Opens a capture as [`CaptureReader::open`] does (the same errors), counting the bytes read.
 fn open_capture(path: &Path) -> Result<(CaptureReader, CaptureProgress), CaptureError> {
@@ -79,8 +29,8 @@ fn open_capture(path: &Path) -> Result<(CaptureReader, CaptureProgress), Capture
         None => "{spinner} {bytes} {binary_bytes_per_sec}  {msg}  {elapsed}",
     };
     let read = Arc::new(AtomicU64::new(0));
-    let reader = CaptureReader::new(name, Counted { inner: file, read: Arc::clone(&read) })?;
-    Ok((reader, CaptureProgress { bar: progress_bar(total, template), read }))
+    let reader = CaptureReader::new(name, Counted::new(file, Arc::clone(&read)))?;
+    Ok((reader, CaptureProgress::new(progress_bar(total, template), read)))
 }
 
 /// Arguments of `inspect`.
@@ -192,7 +142,7 @@ pub fn synth(args: &SynthArgs) -> Result<()> {
             bar.set_position(messages);
         }
     }
-    bar.finish_and_clear();
+    finish(&bar);
     let out = writer.finish()?;
     drop(out);
     eprintln!(

@@ -1,5 +1,6 @@
-//! The progress bars of `inspect`, `synth` and `convert`: drawn on a terminal, absent when stderr
-//! is piped (scripts, logs and the other tests see exactly what they saw before the bars).
+//! The progress bars of a capture replay, `inspect`, `synth` and `convert`: drawn on a terminal,
+//! absent when stderr is piped (scripts, logs and the other tests see exactly what they saw
+//! before the bars).
 
 use mdrelay_proto::inspect::inspect_file;
 use std::fs::File;
@@ -92,18 +93,16 @@ fn without_a_terminal_the_tools_print_only_their_usual_lines() {
     assert_eq!(copied.stderr, format!("copied {packets} packets to {converted_arg}\n"));
 }
 
-#[test]
-fn on_a_terminal_synth_draws_a_progress_bar() {
+/// Runs `mdrelay-pub args` with stderr on a pseudo-terminal and `env`; returns what it drew there.
+fn run_on_terminal(args: &[&str], env: &[(&str, &str)]) -> String {
     use nix::pty::{Winsize, openpty};
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("day.pcap");
     let size = Winsize { ws_row: 40, ws_col: 120, ws_xpixel: 0, ws_ypixel: 0 };
     let pty = openpty(&size, None).expect("opening a pseudo-terminal");
     let mut command = Command::new(mdrelay_harness::publisher_bin());
     command
-        .args(["synth", "--messages", "200000", "--out"])
-        .arg(&out)
+        .args(args)
         .env_remove("MDRELAY_LOG")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(pty.slave));
@@ -124,11 +123,44 @@ fn on_a_terminal_synth_draws_a_progress_bar() {
         }
         let _ = sender.send(drawn);
     });
-    wait_ok(child, "mdrelay-pub synth on a terminal");
-    let drawn = received.recv_timeout(DEADLINE).expect("the terminal's output ends when synth exits");
-    let drawn = String::from_utf8_lossy(&drawn);
+    wait_ok(child, &format!("mdrelay-pub {} on a terminal", args.join(" ")));
+    let drawn = received.recv_timeout(DEADLINE).expect("the terminal's output ends when mdrelay-pub exits");
+    String::from_utf8_lossy(&drawn).into_owned()
+}
+
+#[test]
+fn on_a_terminal_synth_draws_a_progress_bar() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("day.pcap");
+    let drawn = run_on_terminal(&["synth", "--messages", "200000", "--out", out.to_str().unwrap()], &[]);
     // The bar shows the total, with separators the summary line does not use.
     assert!(drawn.contains("200,000 messages"), "no progress bar on the terminal: {drawn:?}");
     assert!(drawn.contains('\x1b'), "the bar is drawn with escape sequences: {drawn:?}");
     assert!(drawn.contains("wrote 200000 messages in "), "the summary follows the bar: {drawn:?}");
+}
+
+#[test]
+fn a_capture_replay_draws_its_progress_on_a_terminal_with_log_lines_whole_around_it() {
+    let capture = mdrelay_harness::iex_data().join("DEEP10.pcap.gz");
+    let udp = format!("127.0.0.1:{}", mdrelay_harness::free_udp_port());
+    let args = ["run", "--capture", capture.to_str().unwrap(), "--udp", &udp, "--pacing", "rate", "--rate", "400000"];
+    let drawn = run_on_terminal(&args, &[("MDRELAY_LOG", "info")]);
+    // Bytes of the file against its size, and messages relayed.
+    let size = std::fs::metadata(&capture).unwrap().len();
+    assert!(drawn.contains(" messages"), "no progress bar on the terminal: {drawn:?}");
+    assert!(drawn.contains("MiB") || drawn.contains("KiB"), "the bar counts bytes: {drawn:?}");
+    assert!(drawn.contains('\x1b'), "the bar is drawn with escape sequences: {drawn:?}");
+    assert!(size > 1 << 20, "DEEP10 is megabytes, so the bar has time to be drawn");
+    // Log lines are written around the bar, each whole on a line of its own.
+    for message in ["publishing", "end of stream"] {
+        let line =
+            drawn.lines().find(|l| l.contains(message)).unwrap_or_else(|| panic!("no {message:?} line: {drawn:?}"));
+        assert!(line.contains("INFO"), "{message:?} is not a whole log line: {line:?}");
+    }
+
+    // Piped, the same replay draws nothing.
+    let dir = tempfile::tempdir().unwrap();
+    let piped = run_piped(&args, dir.path());
+    assert_no_bar(&piped.stderr, "run --capture");
+    assert!(piped.stdout.starts_with("published "), "{:?}", piped.stdout);
 }

@@ -7,8 +7,11 @@
 //! (the innermost) and `spans` (all, outermost first), with the event's own fields flattened in.
 
 use anyhow::{Context, Result, bail};
-use std::io::IsTerminal;
+use indicatif::ProgressBar;
+use std::io::{IsTerminal, Write};
+use std::sync::Mutex;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::MakeWriter;
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -57,12 +60,48 @@ pub fn filter(args: &LogArgs, default: &str) -> Result<EnvFilter> {
     Ok(EnvFilter::new(default))
 }
 
+/// The progress bar on stderr now, if any: log lines are written with it cleared, then it is
+/// drawn again below them, instead of a line landing in the middle of the bar.
+static PROGRESS: Mutex<Option<ProgressBar>> = Mutex::new(None);
+
+/// Makes `bar` the progress bar log lines go around (`None`: there is none any more).
+pub fn set_progress(bar: Option<ProgressBar>) {
+    *PROGRESS.lock().unwrap_or_else(|e| e.into_inner()) = bar;
+}
+
+/// Stderr, around the progress bar (see [`set_progress`]).
+#[derive(Clone, Copy, Default)]
+pub struct Stderr;
+
+impl<'a> MakeWriter<'a> for Stderr {
+    type Writer = Stderr;
+
+    fn make_writer(&'a self) -> Stderr {
+        Stderr
+    }
+}
+
+impl Write for Stderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // The formatter writes each event whole, so a line is never split around a redraw.
+        let bar = PROGRESS.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        match bar {
+            Some(bar) if !bar.is_hidden() => bar.suspend(|| std::io::stderr().write_all(buf)).map(|()| buf.len()),
+            _ => std::io::stderr().write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
 /// Installs the log writer on stderr; `with_target` adds the module path to plain lines.
 pub fn init(args: &LogArgs, default: &str, with_target: bool) -> Result<()> {
     let filter = filter(args, default)?;
     let installed = match args.log_format {
         LogFormat::Plain => tracing_subscriber::fmt()
-            .with_writer(std::io::stderr)
+            .with_writer(Stderr)
             .with_ansi(std::io::stderr().is_terminal())
             .with_target(with_target)
             .with_env_filter(filter)
@@ -72,7 +111,7 @@ pub fn init(args: &LogArgs, default: &str, with_target: bool) -> Result<()> {
             .flatten_event(true)
             .with_current_span(true)
             .with_span_list(true)
-            .with_writer(std::io::stderr)
+            .with_writer(Stderr)
             .with_target(true)
             .with_env_filter(filter)
             .try_init(),
