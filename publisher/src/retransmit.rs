@@ -19,7 +19,6 @@ use crate::engine::{SharedRing, lock};
 use crate::tcp::{Acceptor, LiveGuard};
 use mdrelay_proto::codec::Format;
 use mdrelay_proto::relay::{Hello, Purpose, RecordHeader, RecordTag, RetransmitRequest, control_record, gone_payload};
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -27,6 +26,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 /// Time a client has to answer the greeting.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -137,19 +137,24 @@ pub async fn serve(listener: TcpListener, service: Service, stop: CancellationTo
         };
         let task_service = service.clone();
         let task_stop = stop.clone();
-        service.tracker.spawn(async move {
-            let _guard = guard;
-            tokio::select! {
-                _ = task_stop.cancelled() => {}
-                ended = connection(stream, peer, &task_service) => {
-                    if let Err(why) = ended {
-                        if mdrelay_proto::warn::allow("retransmit connection") {
-                            tracing::info!(%peer, %why, "retransmission connection ended");
+        // Every line the connection logs names the client through this span, once.
+        let span = tracing::info_span!("recovery_client", %peer);
+        service.tracker.spawn(
+            async move {
+                let _guard = guard;
+                tokio::select! {
+                    _ = task_stop.cancelled() => {}
+                    ended = connection(stream, &task_service) => {
+                        if let Err(why) = ended {
+                            if mdrelay_proto::warn::allow("retransmit connection") {
+                                tracing::info!(%why, "retransmission connection ended");
+                            }
                         }
                     }
                 }
             }
-        });
+            .instrument(span),
+        );
     }
 }
 
@@ -180,7 +185,7 @@ impl RateLimit {
 }
 
 /// One client: handshake, then requests answered in order until it closes.
-async fn connection(mut stream: TcpStream, peer: SocketAddr, service: &Service) -> Result<(), String> {
+async fn connection(mut stream: TcpStream, service: &Service) -> Result<(), String> {
     let _ = stream.set_nodelay(true);
     let (format, next) = {
         let ring = lock(&service.ring);
@@ -203,7 +208,7 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, service: &Service) 
         let _ = stream.try_write(&control_record(RecordTag::Refuse, Format::Raw, 0, why.as_bytes()));
         return Err(refuse(why));
     }
-    tracing::info!(%peer, "retransmission client connected");
+    tracing::info!("retransmission client connected");
     let mut limit = RateLimit::new(service.settings.requests_per_second);
     let mut request = [0u8; RecordHeader::LEN + RetransmitRequest::PAYLOAD];
     let mut answer = Vec::with_capacity(RECORD_BYTES + RecordHeader::LEN);
