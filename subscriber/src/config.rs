@@ -1001,4 +1001,15 @@ mod tests {
             err("connect = \"h:1\"\nlisten_b = \"127.0.0.1:1\"").contains("listen_b: a second line (A/B) is for UDP")
         );
     }
+
+    #[test]
+    fn the_recording_file_comes_from_the_file_or_the_flag() {
+        let s = from_file("connect = \"h:1\"\nrecord = \"day.pcapng.gz\"\n").unwrap();
+        assert_eq!(s.record, Some(PathBuf::from("day.pcapng.gz")));
+        let file: FileConfig = toml::from_str("connect = \"h:1\"\nrecord = \"day.pcapng.gz\"\n").unwrap();
+        let cli = Cli { record: Some("other.pcap".into()), ..Cli::default() };
+        assert_eq!(Settings::build(cli, file, &Origin { file: None }).unwrap().record, Some("other.pcap".into()));
+        assert_eq!(from_file("connect = \"h:1\"\n").unwrap().record, None);
+        assert!(err("connect = \"h:1\"\nrecord = \"\"\n").contains("record: empty file name"));
+    }
 }

@@ -60,7 +60,8 @@ pub fn container_for(path: &Path) -> (Container, bool) {
 /// `Write`, so the end of the file (the gzip trailer) is written by a call whose error is seen.
 enum Sink {
     Plain(BufWriter<File>),
-    Gzip(BufWriter<GzEncoder<File>>),
+    /// Boxed: the encoder's state would make every `Sink` ten times the size of a plain one.
+    Gzip(Box<BufWriter<GzEncoder<File>>>),
 }
 
 impl Write for Sink {
@@ -92,7 +93,7 @@ impl Sink {
     fn finish(self) -> io::Result<()> {
         match self {
             Sink::Plain(w) => w.into_inner().map_err(io::IntoInnerError::into_error).map(drop),
-            Sink::Gzip(w) => w.into_inner().map_err(io::IntoInnerError::into_error)?.finish().map(drop),
+            Sink::Gzip(w) => (*w).into_inner().map_err(io::IntoInnerError::into_error)?.finish().map(drop),
         }
     }
 }
@@ -102,6 +103,14 @@ impl Sink {
 struct Chunk {
     bytes: Vec<u8>,
     entries: Vec<Entry>,
+}
+
+impl Chunk {
+    /// A chunk that holds [`CHUNK_BYTES`] of segments without growing.
+    fn new() -> Chunk {
+        // A DEEP segment averages about 130 bytes.
+        Chunk { bytes: Vec::with_capacity(CHUNK_BYTES + 2048), entries: Vec::with_capacity(CHUNK_BYTES / 64) }
+    }
 }
 
 /// One segment of a chunk.
@@ -132,7 +141,7 @@ pub struct RecordReport {
     pub container: &'static str,
     /// Whether the file is gzipped.
     pub gzip: bool,
-    /// Segments (frames) written to the file.
+    /// Segments (frames) written to the file (after an error: handed to it before the error).
     pub segments: u64,
     /// Messages in them.
     pub messages: u64,
@@ -170,7 +179,7 @@ impl Recorder {
         let file = File::create(path).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", path.display()))?;
         let sink = if gzip {
             // The fast level: it keeps up with a feed on one core; IEX's own files are gzipped so.
-            Sink::Gzip(BufWriter::with_capacity(CHUNK_BYTES, GzEncoder::new(file, Compression::fast())))
+            Sink::Gzip(Box::new(BufWriter::with_capacity(CHUNK_BYTES, GzEncoder::new(file, Compression::fast()))))
         } else {
             Sink::Plain(BufWriter::with_capacity(1 << 20, file))
         };
@@ -191,7 +200,7 @@ impl Recorder {
             container,
             gzip,
             resegmenter: Resegmenter::new(),
-            chunk: Chunk::default(),
+            chunk: Chunk::new(),
             queue: Some(queue),
             spare,
             writer: Some(thread),
@@ -252,7 +261,7 @@ impl Recorder {
             return;
         }
         match queue.try_send(std::mem::take(&mut self.chunk)) {
-            Ok(()) => self.chunk = self.spare.try_recv().unwrap_or_default(),
+            Ok(()) => self.chunk = self.spare.try_recv().unwrap_or_else(|_| Chunk::new()),
             Err(TrySendError::Full(mut chunk)) => {
                 self.dropped += chunk.entries.len() as u64;
                 if mdrelay_proto::warn::allow("record queue") {

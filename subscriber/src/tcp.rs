@@ -25,6 +25,7 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout, timeout_at};
+use tracing::Instrument;
 
 /// First wait before reconnecting; doubles up to the configured cap.
 const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
@@ -100,7 +101,12 @@ pub async fn run(
                 }
                 connected_before = true;
                 attempt = 0;
-                match connection(stream, peer, receive, &mut buf, &mut warned_v1, pipeline, control).await? {
+                // Every line the connection logs names the publisher through this span, once.
+                let span = tracing::info_span!("publisher", %peer);
+                let ended = connection(stream, peer, receive, &mut buf, &mut warned_v1, pipeline, control)
+                    .instrument(span)
+                    .await?;
+                match ended {
                     Ended::Stop(stop) => return Ok(stop),
                     Ended::Lost { why, greeted } => {
                         if greeted {
@@ -206,10 +212,13 @@ async fn connection(
     let mut stream_offset = Hello::LEN as u64;
     let greeted = pipeline.tracker.greeted(hello.session, hello.next_sequence);
     if let Greeted::Restarted { old } = greeted {
-        tracing::warn!(publisher = %peer, old_session = format_args!("{old:#x}"), new_session = format_args!("{:#x}", hello.session),
-            "publisher restarted: sequence tracking starts over");
+        tracing::warn!(
+            old_session = format_args!("{old:#x}"),
+            new_session = format_args!("{:#x}", hello.session),
+            "publisher restarted: sequence tracking starts over"
+        );
     }
-    tracing::info!(publisher = %peer, session = format_args!("{:#x}", hello.session), stream = hello.stream,
+    tracing::info!(session = format_args!("{:#x}", hello.session), stream = hello.stream,
         format = %hello.format, next_sequence = hello.next_sequence, version = hello.protocol_version, "greeted");
     pipeline.format(hello.format, peer);
 
@@ -223,16 +232,18 @@ async fn connection(
         (Resume::From(from), Resume::From(_)) => {
             if greeted == Greeted::Same && pipeline.tracker.highest().is_some() {
                 resuming = Some(from);
-                tracing::info!(publisher = %peer, from, "resuming after the last frame received");
+                tracing::info!(from, "resuming after the last frame received");
             } else {
-                tracing::info!(publisher = %peer, from, "asking for the session from its first frame");
+                tracing::info!(from, "asking for the session from its first frame");
             }
         }
         (Resume::From(_), Resume::Live) if !*warned_v1 => {
             *warned_v1 = true;
-            tracing::warn!(publisher = %peer, version = hello.protocol_version,
+            tracing::warn!(
+                version = hello.protocol_version,
                 "the publisher speaks relay protocol version {}: it cannot resume a stream or send it from the start; frames missed while away are lost",
-                hello.protocol_version);
+                hello.protocol_version
+            );
         }
         _ => {}
     }
@@ -294,8 +305,11 @@ async fn connection(
                     pipeline.format(header.format, peer);
                     match resuming.take() {
                         Some(from) if from == header.sequence => pipeline.stats.resumes += 1,
-                        Some(from) => tracing::warn!(publisher = %peer, asked = from, offered = header.sequence,
-                            "the publisher could not resume (it keeps no ring of frames): the frames sent while away are lost"),
+                        Some(from) => tracing::warn!(
+                            asked = from,
+                            offered = header.sequence,
+                            "the publisher could not resume (it keeps no ring of frames): the frames sent while away are lost"
+                        ),
                         None => {}
                     }
                 }
@@ -303,12 +317,12 @@ async fn connection(
                     pipeline.tracker.end(header.sequence);
                     match Totals::parse(payload) {
                         Ok(totals) => {
-                            tracing::info!(publisher = %peer, frames = totals.frames, messages = totals.messages, "end of stream");
+                            tracing::info!(frames = totals.frames, messages = totals.messages, "end of stream");
                             pipeline.stats.publisher_totals = Some(totals);
                         }
                         Err(e) => {
                             pipeline.stats.invalid_packets += 1;
-                            tracing::warn!(publisher = %peer, at = stream_offset + RecordHeader::LEN as u64 + e.offset as u64,
+                            tracing::warn!(at = stream_offset + RecordHeader::LEN as u64 + e.offset as u64,
                                 error = %e.what, "end of stream with unreadable totals");
                         }
                     }
@@ -329,13 +343,13 @@ async fn connection(
                     // stream. The length still frames them, so the stream goes on.
                     pipeline.stats.invalid_packets += 1;
                     if mdrelay_proto::warn::allow("recovery record on the stream") {
-                        tracing::warn!(publisher = %peer, at = stream_offset, tag = ?header.tag,
+                        tracing::warn!(at = stream_offset, tag = ?header.tag,
                             "a recovery record on the stream connection; skipped");
                     }
                 }
                 RecordTag::Echo => {
                     if mdrelay_proto::warn::allow("echo from publisher") {
-                        tracing::debug!(publisher = %peer, at = stream_offset, "ECHO record from the publisher ignored");
+                        tracing::debug!(at = stream_offset, "ECHO record from the publisher ignored");
                     }
                 }
             }
