@@ -62,7 +62,7 @@ trap 'echo "soak: interrupted" >&2; exit 130' INT TERM
 # Multicast subscribers first (UDP has no handshake), then the publisher, then TCP subscribers.
 for i in 2 3; do
     "$bin/mdrelay-sub" --group "$group" --interface 127.0.0.1 --report-interval 0 \
-        --metrics-listen "${sub_metrics[$i]}" --json "$out/${names[$i]}.json" 2> "$out/${names[$i]}.log" &
+        --metrics-listen "${sub_metrics[$i]}" --json "$out/${names[$i]}.json" 2> "$out/${names[$i]}.log" > "$out/${names[$i]}.txt" &
     pids[i]=$!
 done
 seconds=$((minutes * 60))
@@ -75,12 +75,14 @@ pids[4]=$pub_pid
 for _ in $(seq 100); do grep -q "serving subscribers over TCP" "$out/publisher.log" && break; sleep 0.1; done
 for i in 0 1; do
     "$bin/mdrelay-sub" --connect "$tcp" --report-interval 0 \
-        --metrics-listen "${sub_metrics[$i]}" --json "$out/${names[$i]}.json" 2> "$out/${names[$i]}.log" &
+        --metrics-listen "${sub_metrics[$i]}" --json "$out/${names[$i]}.json" 2> "$out/${names[$i]}.log" > "$out/${names[$i]}.txt" &
     pids[i]=$!
 done
 
 # The value of one series in a scrape (0 when absent).
 value() { awk -v s="$2" '$1 == s { v = $2 } END { print (v == "" ? 0 : v) }' <<< "$1"; }
+# The sum of a metric's series on one transport, whatever the format.
+on_transport() { awk -v m="$2" -v t="transport=\"$3\"" 'index($1, m "{") == 1 && index($1, t) { v += $2 } END { print v + 0 }' <<< "$1"; }
 # The sum of a metric's series, whatever their labels.
 total() { awk -v m="$2" 'index($1, m) == 1 && (substr($1, length(m) + 1, 1) == "{" || length($1) == length(m)) { v += $2 } END { print v + 0 }' <<< "$1"; }
 rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
@@ -91,7 +93,7 @@ pub_errors=(mdrelay_pub_disconnects_total mdrelay_pub_dropped_frames_total mdrel
     mdrelay_pub_accept_errors_total mdrelay_pub_udp_oversized_frames_total)
 
 echo "t_s,process,rss_kib,messages,errors" > "$out/samples.csv"
-declare -A base_rss=()
+declare -A base_rss=() last_errors=()
 failures=()
 started=$(date +%s)
 echo "soak: $minutes min, $rate msg/s of $capture to ${names[*]}; samples every ${interval}s in $out/samples.csv"
@@ -102,7 +104,7 @@ while kill -0 "$pub_pid" 2>/dev/null; do
     scrape=$(curl -s --max-time 5 "http://$pub_metrics/metrics" || true)
     errors=0
     for m in "${pub_errors[@]}"; do errors=$(awk -v a="$errors" -v b="$(total "$scrape" "$m")" 'BEGIN { print a + b }'); done
-    rows=("$t,publisher,$(rss_kib "$pub_pid"),$(total "$scrape" mdrelay_pub_messages_sent_total),$errors")
+    rows=("$t,publisher,$(rss_kib "$pub_pid"),$(on_transport "$scrape" mdrelay_pub_messages_sent_total tcp),$errors")
     for i in 0 1 2 3; do
         scrape=$(curl -s --max-time 5 "http://${sub_metrics[$i]}/metrics" || true)
         errors=0
@@ -112,7 +114,11 @@ while kill -0 "$pub_pid" 2>/dev/null; do
     for row in "${rows[@]}"; do
         echo "$row" >> "$out/samples.csv"
         IFS=, read -r _ process rss _ errs <<< "$row"
-        if [ "$errs" != "0" ]; then failures+=("$process: error counters at $errs after ${t}s"); fi
+        # Each move is reported once, with when it happened.
+        if [ "$errs" != "${last_errors[$process]:-0}" ]; then
+            failures+=("$process: error counters moved from ${last_errors[$process]:-0} to $errs by ${t}s")
+            last_errors[$process]=$errs
+        fi
         if [ "$t" -ge "$warmup" ]; then
             if [ -z "${base_rss[$process]:-}" ]; then base_rss[$process]=$rss; fi
             if [ "$process" = publisher ]; then bound=$((pub_growth_mib * 1024)); else bound=$((sub_growth_mib * 1024)); fi
@@ -135,7 +141,7 @@ pids=()
     echo "Soak: $minutes min of $capture looped at $rate msg/s, to two TCP and two multicast subscribers"
     echo "on one host; RSS and metrics sampled every ${interval} s (deploy/soak.sh)."
     echo
-    echo "| t (s) | publisher RSS (MiB) | ${names[*]// / | } RSS (MiB) | messages relayed | error counters |"
+    echo "| t (s) | publisher RSS (MiB) | tcp-1 RSS (MiB) | tcp-2 RSS (MiB) | multicast-1 RSS (MiB) | multicast-2 RSS (MiB) | messages relayed | error counters |"
     echo "|---|---|---|---|---|---|---|---|"
     awk -F, 'NR > 1 { t = $1; rss[t, $2] = sprintf("%.1f", $3 / 1024); if ($2 == "publisher") m[t] = $4; e[t] += $5; if (!(t in seen)) { seen[t] = 1; order[++n] = t } }
         END { for (i = 1; i <= n; i++) { t = order[i]; if (i % 6 != 1 && i != n) continue;

@@ -60,7 +60,8 @@ pub struct CpuSection {
     pub io_threads: Option<usize>,
 }
 
-/// `[source]`: exactly one of `capture`, `synthetic`, `live` (default: a synthetic day).
+/// `[source]`: exactly one of `capture`, `synthetic`, `live`, `upstream` (default: a synthetic
+/// day).
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct SourceSection {
@@ -70,6 +71,27 @@ pub struct SourceSection {
     pub synthetic: Option<SyntheticSection>,
     /// A live IEX-TP feed on UDP.
     pub live: Option<LiveSection>,
+    /// Another mdrelay publisher's TCP stream (relay chaining).
+    pub upstream: Option<UpstreamSection>,
+}
+
+/// `[source.upstream]`: another publisher's TCP server, whose stream this one re-publishes.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamSection {
+    /// The upstream publisher's TCP server, "host:port".
+    pub connect: String,
+    /// Seconds one connection attempt may take.
+    pub connect_timeout: Option<f64>,
+    /// Seconds the upstream has to greet once connected.
+    pub handshake_timeout: Option<f64>,
+    /// Longest wait between attempts, seconds (the wait doubles from 0.1 s up to this).
+    pub reconnect_max: Option<f64>,
+    /// Seconds to keep trying to reach the upstream (at start, and after losing it) before the
+    /// relay ends with an error (0: after the first failed attempt).
+    pub give_up_after: Option<f64>,
+    /// A connection silent this many seconds is lost, and made again (0: never).
+    pub idle_timeout: Option<f64>,
 }
 
 /// `[source.synthetic]`.
@@ -241,6 +263,25 @@ pub enum Source {
     Synthetic(mdrelay_proto::synth::SynthConfig),
     /// A live feed.
     Live(Live),
+    /// Another publisher's stream.
+    Upstream(Upstream),
+}
+
+/// An upstream publisher, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Upstream {
+    /// "host:port" of its TCP server; resolved at every attempt, so a name that moves is followed.
+    pub connect: String,
+    /// Time one connection attempt may take.
+    pub connect_timeout: Duration,
+    /// Time the upstream has to greet.
+    pub handshake_timeout: Duration,
+    /// Longest wait between attempts.
+    pub reconnect_max: Duration,
+    /// How long the upstream may stay out of reach before the relay ends with an error.
+    pub give_up_after: Duration,
+    /// Silence that counts as a lost connection (none: never).
+    pub idle_timeout: Option<Duration>,
 }
 
 /// A live feed, checked.
@@ -424,13 +465,17 @@ impl FileConfig {
         let hot_core = self.cpu.hot_core.map(|c| crate::cpu::check_core("cpu.hot_core", c)).transpose()?;
         let io_threads = count_within("cpu.io_threads", self.cpu.io_threads.unwrap_or(1) as u64, 1, 256)? as usize;
         let s = self.source;
-        let chosen =
-            usize::from(s.capture.is_some()) + usize::from(s.synthetic.is_some()) + usize::from(s.live.is_some());
+        let chosen = usize::from(s.capture.is_some())
+            + usize::from(s.synthetic.is_some())
+            + usize::from(s.live.is_some())
+            + usize::from(s.upstream.is_some());
         if chosen > 1 {
-            bail!("source: give one of capture, synthetic or live, not {chosen}");
+            bail!("source: give one of capture, synthetic, live or upstream, not {chosen}");
         }
         let source = if let Some(path) = s.capture {
             Source::Capture(path)
+        } else if let Some(upstream) = s.upstream {
+            Source::Upstream(upstream_source(&upstream)?)
         } else if let Some(live) = s.live {
             let listen = socket_addr("source.live.listen", &live.listen)?;
             let group = live.group.as_deref().map(|g| ipv4("source.live.group", g)).transpose()?;
@@ -601,6 +646,17 @@ impl FileConfig {
             )? as usize,
             linger: seconds("retransmit.linger", r.linger.unwrap_or(2.0), 0.0, 3_600.0)?,
         };
+        if let Source::Upstream(upstream) = &source {
+            if pacing.mode != PacingMode::TopSpeed {
+                bail!(
+                    "pacing.mode: an upstream's frames go out as they arrive, with the origin's publish times; leave pacing.mode out (or top-speed)"
+                );
+            }
+            // A literal address can be checked now; a host name is checked once resolved.
+            if let Ok(addr) = upstream.connect.parse::<SocketAddr>() {
+                crate::upstream::check_not_self(addr, &own_listeners(tcp.as_ref(), &retransmit))?;
+            }
+        }
         Ok(Config {
             format,
             stream: self.stream.unwrap_or(1),
@@ -616,6 +672,43 @@ impl FileConfig {
             metrics: self.metrics.check(None, None)?,
         })
     }
+}
+
+/// The addresses this publisher listens on, by setting: a relay must not take its stream from them.
+pub fn own_listeners(tcp: Option<&Tcp>, retransmit: &Retransmit) -> Vec<(&'static str, SocketAddr)> {
+    let tcp = tcp.map(|t| ("tcp.listen", t.listen));
+    tcp.into_iter().chain(retransmit.listen.map(|l| ("retransmit.listen", l))).collect()
+}
+
+/// `[source.upstream]`, checked: an address to connect to, and bounded waits.
+fn upstream_source(u: &UpstreamSection) -> Result<Upstream> {
+    let connect = u.connect.trim();
+    let (host, port) = connect.rsplit_once(':').with_context(|| {
+        format!("source.upstream.connect: {connect:?} has no port; give host:port (e.g. 10.0.0.1:9100)")
+    })?;
+    if host.is_empty() || !port.parse::<u16>().is_ok_and(|p| p != 0) {
+        bail!("source.upstream.connect: {connect:?} is not host:port with a port from 1 to 65535");
+    }
+    if let Ok(addr) = connect.parse::<SocketAddr>() {
+        if addr.ip().is_unspecified() || addr.ip().is_multicast() {
+            bail!("source.upstream.connect: {} is not an address to connect to; give the upstream host's", addr.ip());
+        }
+    }
+    let idle =
+        within("source.upstream.idle_timeout", u.idle_timeout.unwrap_or(0.0), 0.0, 86_400.0, "seconds (0: never)")?;
+    Ok(Upstream {
+        connect: connect.to_string(),
+        connect_timeout: seconds("source.upstream.connect_timeout", u.connect_timeout.unwrap_or(5.0), 0.01, 300.0)?,
+        handshake_timeout: seconds(
+            "source.upstream.handshake_timeout",
+            u.handshake_timeout.unwrap_or(5.0),
+            0.01,
+            300.0,
+        )?,
+        reconnect_max: seconds("source.upstream.reconnect_max", u.reconnect_max.unwrap_or(2.0), 0.01, 60.0)?,
+        give_up_after: seconds("source.upstream.give_up_after", u.give_up_after.unwrap_or(30.0), 0.0, 86_400.0)?,
+        idle_timeout: (idle > 0.0).then(|| Duration::from_secs_f64(idle)),
+    })
 }
 
 /// Default bound of the retransmission ring.

@@ -9,6 +9,7 @@ use crate::config::{Config, PacingMode};
 use crate::fanout::Fanout;
 use crate::metrics::{EngineMetrics, FormatCount, PUBLISH_EVERY};
 use crate::pacing::Pacer;
+use crate::progress::ReplayProgress;
 use crate::source::{SegmentSource, SourceSkips};
 use crate::stats::Echoes;
 use crate::udp::UdpOut;
@@ -58,6 +59,8 @@ pub struct EngineSummary {
     pub udp_send_errors: u64,
     /// Frames too large for a UDP datagram, not sent over UDP.
     pub udp_oversized_frames: u64,
+    /// What came from the upstream publisher, when the source is one.
+    pub upstream: Option<crate::upstream::UpstreamSummary>,
 }
 
 /// The outputs of one run, each behind the coalescer that groups its frames.
@@ -173,12 +176,27 @@ const RUN_RECORDS: usize = 64;
 /// Segments between two reads of the clock for `pacing.duration`.
 const DEADLINE_EVERY: u32 = 64;
 
-/// Runs the stream to its end: every pass of the source, then the totals.
-pub fn run(config: &Config, mut outputs: Outputs, controls: &Controls, echoes: &Echoes) -> Result<EngineSummary> {
-    let mut source = SegmentSource::open(&config.source, controls.stop.clone())?;
+/// Runs the stream to its end: every pass of the source, then the totals. The source is
+/// `prepared` when the caller opened it already (an upstream, whose session the outputs took),
+/// else opened here.
+pub fn run(
+    config: &Config,
+    prepared: Option<SegmentSource>,
+    mut outputs: Outputs,
+    controls: &Controls,
+    echoes: &Echoes,
+) -> Result<EngineSummary> {
+    // Before any wait, so the endpoint lists every series from the start.
+    let metrics = EngineMetrics::new(&crate::metrics::transports(config));
+    let mut source = match prepared {
+        Some(source) => source,
+        None => SegmentSource::open(&config.source, controls.stop.clone())?,
+    };
     if config.pacing.loops != 1 {
         source.keep_for_loops()?;
     }
+    // A capture replay shows its progress on a terminal (and nothing anywhere else).
+    let progress = source.progress().and_then(|(read, size)| ReplayProgress::new(size, read));
     tracing::info!(source = %source.describe(), format = %config.format, "publishing");
     let mut format = Format::from_id(controls.format.load(Ordering::Relaxed)).unwrap_or(config.format);
     if let Some(tcp) = &config.tcp {
@@ -200,7 +218,6 @@ pub fn run(config: &Config, mut outputs: Outputs, controls: &Controls, echoes: &
     // since 64 segments may be minutes of a capture.
     let deadline_every = if config.pacing.mode == PacingMode::TopSpeed { DEADLINE_EVERY } else { 1 };
     let mut until_clock = 0u32;
-    let metrics = EngineMetrics::new(&crate::metrics::transports(config));
     let mut by_format = [FormatCount::default(); Format::ALL.len()];
     let mut until_metrics = PUBLISH_EVERY;
     let publish_metrics = |by_format: &[FormatCount], format, summary: &EngineSummary, pacer: &mut Pacer| {
@@ -237,19 +254,30 @@ pub fn run(config: &Config, mut outputs: Outputs, controls: &Controls, echoes: &
                 summary.skipped_segments += 1;
                 continue;
             };
+            // A relayed frame keeps the origin's number: a gap upstream stays a gap here.
+            if let Some(origin) = item.origin {
+                sequence = origin.sequence;
+            }
             if pacer.due(item.time_ns).is_some() {
                 // Nothing waits in a coalescing buffer while the pacer sleeps; the metrics are
                 // brought up to date in the same idle moment.
                 outputs.flush(sequence, format, stop);
                 publish_metrics(&by_format, format, &summary, &mut pacer);
                 until_metrics = PUBLISH_EVERY;
+                if let Some(progress) = &progress {
+                    progress.update(summary.totals.messages, summary.passes);
+                }
             }
             frame.clear();
             let mut publish_time = 0;
             let messages_before = summary.totals.messages;
             let encoded = scratch.with(|list| {
                 summary.undecodable_messages += collect_segment(&segment, list) as u64;
-                publish_time = pacer.wait(item.time_ns, list.len() as u64);
+                // A relayed frame keeps the origin's stamp, and is not paced: it is live.
+                publish_time = match item.origin {
+                    Some(origin) => origin.publish_time,
+                    None => pacer.wait(item.time_ns, list.len() as u64),
+                };
                 for m in list.iter() {
                     by_type.add(m.kind());
                 }
@@ -274,6 +302,9 @@ pub fn run(config: &Config, mut outputs: Outputs, controls: &Controls, echoes: &
             if until_metrics == 0 {
                 until_metrics = PUBLISH_EVERY;
                 publish_metrics(&by_format, format, &summary, &mut pacer);
+                if let Some(progress) = &progress {
+                    progress.update(summary.totals.messages, summary.passes);
+                }
             }
             outputs.frame(sequence, format, &frame, stop, &mut summary);
             sequence += 1;
@@ -292,11 +323,20 @@ pub fn run(config: &Config, mut outputs: Outputs, controls: &Controls, echoes: &
         }
         pacer.rewind();
     }
+    // The upstream's END says where its stream ended: frames it sent that never came here are
+    // missing at the tail downstream too.
+    if let Some(end) = source.end_sequence() {
+        sequence = sequence.max(end);
+    }
     outputs.flush(sequence, format, stop);
     publish_metrics(&by_format, format, &summary, &mut pacer);
+    if let Some(progress) = &progress {
+        progress.finish();
+    }
     summary.seconds = started.elapsed().as_secs_f64();
     summary.totals.by_type = by_type.by_byte();
     summary.source_skipped = source.skipped();
+    summary.upstream = source.upstream_summary();
     summary.pacing_reanchors = pacer.reanchors;
     let mut totals = Vec::new();
     summary.totals.write(&mut totals);

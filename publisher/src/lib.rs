@@ -6,6 +6,7 @@
 //! - [`run`]: the `run` command: runtime, signals, summary;
 //! - [`engine`]: the hot path on its own thread: source → pacing → encoding → outputs;
 //! - [`source`]: capture files, synthetic days, live UDP feeds;
+//! - [`upstream`]: another publisher's TCP stream as the source (relay chaining);
 //! - [`cpu`]: the hot thread's core and timer slack;
 //! - [`pacing`]: original timing, fixed rate, top speed, anchored against drift;
 //! - [`fanout`]: the subscriber list, owned by the hot path, with the slow-subscriber policies;
@@ -15,6 +16,7 @@
 //! - [`retransmit`]: the retransmission service over TCP, answering from the ring of last frames;
 //! - [`stats`]: echoes checked against the frames sent, and round trips;
 //! - [`metrics`]: the Prometheus metrics, copied from the hot path's and the tasks' own counts;
+//! - [`progress`]: progress bars on a terminal (capture replay and the capture tools);
 //! - [`commands`]: the capture tools (`inspect`, `synth`, `convert`, `demo`).
 
 #![forbid(unsafe_code)]
@@ -27,9 +29,11 @@ pub mod engine;
 pub mod fanout;
 pub mod metrics;
 pub mod pacing;
+pub mod progress;
 pub mod retransmit;
 pub mod run;
 pub mod source;
 pub mod stats;
 pub mod tcp;
 pub mod udp;
+pub mod upstream;

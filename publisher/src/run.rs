@@ -6,9 +6,11 @@ use crate::config::{self, FileConfig, PacingMode, SlowPolicy};
 use crate::engine::{self, Controls, EngineSummary, Outputs, SharedRing};
 use crate::fanout::{ConnectionCounts, Fanout, Shared, SubscriberSummary};
 use crate::retransmit::{RetransmitSummary, Service};
+use crate::source::SegmentSource;
 use crate::stats::Echoes;
 use crate::tcp::Server;
 use crate::udp::UdpOut;
+use crate::upstream::UpstreamSource;
 use anyhow::{Context, Result};
 use clap::Args;
 use mdrelay_proto::codec::Format;
@@ -74,6 +76,10 @@ pub struct RunArgs {
     /// Live feed: seconds of silence that end the stream (0: never).
     #[arg(long)]
     pub idle_timeout: Option<f64>,
+    /// Relay another mdrelay publisher's TCP stream from HOST:PORT (relay chaining; the other
+    /// [source.upstream] settings come from the configuration file).
+    #[arg(long, conflicts_with_all = ["capture", "synthetic", "live"])]
+    pub upstream: Option<String>,
     /// Pacing: original (capture timing), rate, top-speed [default: top-speed].
     #[arg(long, value_enum)]
     pub pacing: Option<PacingMode>,
@@ -191,6 +197,11 @@ impl RunArgs {
             s.symbols = self.symbols.or(s.symbols);
             s.seed = self.seed.or(s.seed);
             f.source = config::SourceSection { synthetic: Some(s), ..Default::default() };
+        }
+        if let Some(connect) = &self.upstream {
+            let mut u = f.source.upstream.take().unwrap_or_default();
+            u.connect = connect.clone();
+            f.source = config::SourceSection { upstream: Some(u), ..Default::default() };
         }
         if let Some(listen) = &self.live {
             f.source = config::SourceSection {
@@ -321,11 +332,20 @@ pub fn run(args: &RunArgs) -> Result<()> {
         .thread_name("mdrelay-pub-io")
         .build()?;
     let hold = config.metrics.map(|m| m.hold).unwrap_or_default();
-    let session: u64 = rand::random();
+    // A relay takes its upstream's session as its own, so a leaf sees one session through the
+    // whole chain: the upstream is reached (or the run fails, naming it) before anything else.
+    let upstream = match &config.source {
+        config::Source::Upstream(u) => {
+            let own = config::own_listeners(config.tcp.as_ref(), &config.retransmit);
+            Some(UpstreamSource::connect(u.clone(), own, Arc::default())?)
+        }
+        _ => None,
+    };
+    let session: u64 = upstream.as_ref().map_or_else(rand::random, UpstreamSource::session);
     // Every line of the run (the hot path's, the connections') names the session through this
     // span, once.
     let span = tracing::info_span!("session", id = %format_args!("{session:#x}"));
-    let summary = runtime.block_on(relay(args.clone(), config, build_info, session).instrument(span))?;
+    let summary = runtime.block_on(relay(args.clone(), config, build_info, session, upstream).instrument(span))?;
     print_summary(&summary);
     if let Some(path) = &args.json {
         let json = serde_json::to_string_pretty(&summary)?;
@@ -336,6 +356,10 @@ pub fn run(args: &RunArgs) -> Result<()> {
         }
     }
     runtime.block_on(mdrelay_telemetry::prometheus::hold(hold));
+    // The stream ended (with its END) because the upstream was lost for good: a failed run.
+    if let Some(error) = summary.engine.upstream.as_ref().and_then(|u| u.error.clone()) {
+        anyhow::bail!(error);
+    }
     Ok(())
 }
 
@@ -353,6 +377,7 @@ async fn relay(
     config: config::Config,
     build_info: Option<metrics::Gauge>,
     session: u64,
+    upstream: Option<UpstreamSource>,
 ) -> Result<RunSummary> {
     // Installed before anything starts, so a signal is never missed; tests and scripts wait for
     // this line before signalling.
@@ -362,6 +387,10 @@ async fn relay(
     let echoes = Arc::new(Echoes::default());
     let controls =
         Controls { format: Arc::new(AtomicU8::new(config.format.id())), stop: Arc::new(AtomicBool::new(false)) };
+    let prepared = upstream.map(|mut upstream| {
+        upstream.set_stop(controls.stop.clone());
+        SegmentSource::Upstream(Box::new(upstream))
+    });
     // The ring is kept when someone can read it: resuming TCP subscribers, or the service.
     let keep_ring = config.retransmit.ring_bytes > 0 && (config.tcp.is_some() || config.retransmit.listen.is_some());
     let ring: Option<SharedRing> =
@@ -382,7 +411,9 @@ async fn relay(
                 tracker: TaskTracker::new(),
             };
             let stop = CancellationToken::new();
-            tokio::spawn(crate::retransmit::serve(listener, service.clone(), stop.clone()).instrument(session_span.clone()));
+            tokio::spawn(
+                crate::retransmit::serve(listener, service.clone(), stop.clone()).instrument(session_span.clone()),
+            );
             Some((service, stop))
         }
         _ => None,
@@ -409,7 +440,9 @@ async fn relay(
                 tracker: serving.tracker.clone(),
                 ring: ring.clone(),
             };
-            tokio::spawn(crate::tcp::serve(listener, server, serving.accepting.clone()).instrument(session_span.clone()));
+            tokio::spawn(
+                crate::tcp::serve(listener, server, serving.accepting.clone()).instrument(session_span.clone()),
+            );
             (Some(fanout), Some(serving))
         }
         None => (None, None),
@@ -445,7 +478,7 @@ async fn relay(
         .spawn(move || {
             let _session = engine_span.entered();
             hot_thread_setup(&engine_config)?;
-            engine::run(&engine_config, outputs, &engine_controls, &engine_echoes)
+            engine::run(&engine_config, prepared, outputs, &engine_controls, &engine_echoes)
         })
         .context("starting the hot path thread")?;
     let result = tokio::task::spawn_blocking(move || engine.join()).await?;
@@ -657,6 +690,25 @@ fn print_summary(s: &RunSummary) {
             r.ring_first,
             r.ring_next,
             r.ring_bytes
+        );
+    }
+    if let Some(u) = &e.upstream {
+        let l = &u.latency_ns;
+        let v = |x: Option<u64>| x.unwrap_or_default();
+        println!(
+            "  upstream {} (session {:#x}): {} frames, {} messages, {} reconnects ({} resumed), gaps {}, decode errors {}; hop latency from the origin (ns): p50 {} p99 {} p99.9 {} max {}",
+            u.connect,
+            u.session,
+            u.frames,
+            u.messages,
+            u.reconnects,
+            u.resumes,
+            u.gaps,
+            u.decode_errors,
+            v(l.p50),
+            v(l.p99),
+            v(l.p999),
+            v(l.max)
         );
     }
     let rt = &s.round_trip_ns;

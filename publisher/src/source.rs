@@ -1,10 +1,13 @@
-//! Where IEX-TP segments come from: a capture file, a synthetic day, or a live UDP feed.
+//! Where IEX-TP segments come from: a capture file, a synthetic day, a live UDP feed, or another
+//! publisher's TCP stream ([`crate::upstream`]).
 
 use crate::config::{Live, Source};
+use crate::progress::Counted;
+use crate::upstream::{UpstreamSource, UpstreamSummary};
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use flate2::read::MultiGzDecoder;
-use mdrelay_proto::capture::CaptureReader;
+use mdrelay_proto::capture::{CaptureError, CaptureReader};
 use mdrelay_proto::codec::raw::{PREFIX_LEN, RawCodec};
 use mdrelay_proto::codec::{Format, Limits};
 use mdrelay_proto::iextp::Segment;
@@ -16,7 +19,7 @@ use std::io::{self, Read};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// One segment from the source.
@@ -26,6 +29,19 @@ pub struct Item<'a> {
     pub time_ns: i64,
     /// The IEX-TP segment bytes.
     pub bytes: &'a [u8],
+    /// For a frame relayed from another publisher: the origin's stamp and number, which the
+    /// frame keeps instead of new ones.
+    pub origin: Option<Origin>,
+}
+
+/// The first publisher of a chain's stamp and number for one frame, carried through every relay
+/// so a leaf measures origin-to-leaf latency and sees the origin's gaps as gaps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Origin {
+    /// The origin's publish time, ns since the epoch.
+    pub publish_time: i64,
+    /// The origin's sequence number for the frame.
+    pub sequence: u64,
 }
 
 /// A source of segments.
@@ -45,6 +61,9 @@ pub enum SegmentSource {
         /// The decompressed capture, kept in memory when it is replayed in a loop (see
         /// [`SegmentSource::keep_for_loops`]).
         inflated: Option<Bytes>,
+        /// Bytes of input read in this pass (of the file as stored, or of the inflated capture
+        /// kept in memory), for the progress bar.
+        read: Arc<AtomicU64>,
     },
     /// A synthetic day, regenerated for every pass.
     Synthetic {
@@ -55,6 +74,9 @@ pub enum SegmentSource {
     },
     /// A live feed.
     Live(LiveSource),
+    /// Another publisher's stream. Boxed: its buffers and codecs make it far larger than the
+    /// other sources.
+    Upstream(Box<UpstreamSource>),
 }
 
 impl SegmentSource {
@@ -62,7 +84,8 @@ impl SegmentSource {
     pub fn open(source: &Source, stop: Arc<AtomicBool>) -> Result<SegmentSource> {
         Ok(match source {
             Source::Capture(path) => {
-                let (reader, fifo) = open_capture(path, &stop)?;
+                let read = Arc::new(AtomicU64::new(0));
+                let (reader, fifo) = open_capture(path, &stop, &read)?;
                 SegmentSource::Capture {
                     path: path.clone(),
                     reader,
@@ -70,10 +93,14 @@ impl SegmentSource {
                     skipped_records_before: 0,
                     fifo,
                     inflated: None,
+                    read,
                 }
             }
             Source::Synthetic(config) => SegmentSource::Synthetic { config: *config, day: SyntheticDay::new(*config)? },
             Source::Live(live) => SegmentSource::Live(LiveSource::bind(live, stop)?),
+            Source::Upstream(upstream) => {
+                SegmentSource::Upstream(Box::new(UpstreamSource::connect(upstream.clone(), Vec::new(), stop)?))
+            }
         })
     }
 
@@ -83,7 +110,7 @@ impl SegmentSource {
     /// [`KEEP_COMPRESSED_MAX`] inflating to at most [`KEEP_INFLATED_MAX`] is kept; a larger one
     /// is inflated again on every pass, as before, so memory stays bounded.
     pub fn keep_for_loops(&mut self) -> Result<()> {
-        let SegmentSource::Capture { path, reader, fifo: false, inflated, .. } = self else { return Ok(()) };
+        let SegmentSource::Capture { path, reader, fifo: false, inflated, read, .. } = self else { return Ok(()) };
         if !reader.compressed() || inflated.is_some() {
             return Ok(());
         }
@@ -115,7 +142,8 @@ impl SegmentSource {
             "capture inflated into memory for the loop"
         );
         let bytes = Bytes::from(bytes);
-        *reader = CaptureReader::new(name, io::Cursor::new(bytes.clone()))?;
+        read.store(0, Ordering::Relaxed);
+        *reader = CaptureReader::new(name, Counted::new(io::Cursor::new(bytes.clone()), read.clone()))?;
         *inflated = Some(bytes);
         Ok(())
     }
@@ -130,12 +158,42 @@ impl SegmentSource {
             },
             SegmentSource::Synthetic { .. } => SourceSkips::default(),
             SegmentSource::Live(live) => SourceSkips { live_datagrams: live.rejected, ..SourceSkips::default() },
+            SegmentSource::Upstream(_) => SourceSkips::default(),
         }
     }
 
-    /// True for a live feed, whose next segment may be long in coming.
+    /// For a capture: the bytes of this pass read so far (shared, for the progress bar), and the
+    /// size of a pass when known (the file's, or the inflated capture's kept in memory).
+    pub fn progress(&self) -> Option<(Arc<AtomicU64>, Option<u64>)> {
+        let SegmentSource::Capture { path, read, inflated, fifo, .. } = self else { return None };
+        let size = match inflated {
+            Some(bytes) => Some(bytes.len() as u64),
+            None if *fifo => None,
+            None => std::fs::metadata(path).ok().map(|m| m.len()),
+        };
+        Some((read.clone(), size))
+    }
+
+    /// True for a live feed or an upstream, whose next segment may be long in coming.
     pub fn is_live(&self) -> bool {
-        matches!(self, SegmentSource::Live(_))
+        matches!(self, SegmentSource::Live(_) | SegmentSource::Upstream(_))
+    }
+
+    /// What an upstream source received, for the run's summary.
+    pub fn upstream_summary(&self) -> Option<UpstreamSummary> {
+        match self {
+            SegmentSource::Upstream(upstream) => Some(upstream.summary()),
+            _ => None,
+        }
+    }
+
+    /// The sequence number the upstream's END gave its next frame, when it sent one: the relay's
+    /// own END says the same, so frames missing at the tail upstream are missing downstream too.
+    pub fn end_sequence(&self) -> Option<u64> {
+        match self {
+            SegmentSource::Upstream(upstream) => upstream.end_sequence(),
+            _ => None,
+        }
     }
 
     /// A short description for logs.
@@ -149,6 +207,7 @@ impl SegmentSource {
                 )
             }
             SegmentSource::Live(live) => format!("live feed on {}", live.describe),
+            SegmentSource::Upstream(upstream) => upstream.describe(),
         }
     }
 
@@ -170,12 +229,13 @@ impl SegmentSource {
                 // until it is called again).
                 let packet = reader.current_packet().expect("a packet was just read");
                 let datagram = link::udp_datagram(packet.link_type, packet.data).expect("checked above");
-                Ok(Some(Item { time_ns: packet.timestamp_ns, bytes: datagram.payload }))
+                Ok(Some(Item { time_ns: packet.timestamp_ns, bytes: datagram.payload, origin: None }))
             }
             SegmentSource::Synthetic { day, .. } => {
-                Ok(day.next_segment().map(|s| Item { time_ns: s.send_time, bytes: s.bytes }))
+                Ok(day.next_segment().map(|s| Item { time_ns: s.send_time, bytes: s.bytes, origin: None }))
             }
             SegmentSource::Live(live) => live.next_item(),
+            SegmentSource::Upstream(upstream) => Ok(upstream.next_item()),
         }
     }
 
@@ -183,11 +243,18 @@ impl SegmentSource {
     pub fn rewind(&mut self) -> Result<bool> {
         match self {
             SegmentSource::Capture { fifo: true, .. } => Ok(false),
-            SegmentSource::Capture { path, reader, skipped_records_before, inflated, .. } => {
+            SegmentSource::Capture { path, reader, skipped_records_before, inflated, read, .. } => {
                 *skipped_records_before += reader.skipped_records();
+                read.store(0, Ordering::Relaxed);
+                let name = path.display().to_string();
                 *reader = match inflated {
-                    Some(bytes) => CaptureReader::new(path.display().to_string(), io::Cursor::new(bytes.clone()))?,
-                    None => CaptureReader::open(&*path)?,
+                    Some(bytes) => {
+                        CaptureReader::new(name, Counted::new(io::Cursor::new(bytes.clone()), read.clone()))?
+                    }
+                    None => {
+                        let file = std::fs::File::open(&*path).with_context(|| format!("{name}: cannot open"))?;
+                        CaptureReader::new(name, Counted::new(file, read.clone()))?
+                    }
                 };
                 Ok(true)
             }
@@ -195,7 +262,7 @@ impl SegmentSource {
                 *day = SyntheticDay::new(*config)?;
                 Ok(true)
             }
-            SegmentSource::Live(_) => Ok(false),
+            SegmentSource::Live(_) | SegmentSource::Upstream(_) => Ok(false),
         }
     }
 }
@@ -219,11 +286,13 @@ pub struct SourceSkips {
 /// Opens a capture. A FIFO (`mkfifo`, a pipe from another program) is opened without blocking
 /// and waited on with `stop` checked, since opening it blocks until a writer appears, and a
 /// publisher waiting there could neither say so nor be stopped.
-fn open_capture(path: &Path, stop: &AtomicBool) -> Result<(CaptureReader, bool)> {
+fn open_capture(path: &Path, stop: &AtomicBool, read: &Arc<AtomicU64>) -> Result<(CaptureReader, bool)> {
     use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
     let is_fifo = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo());
     if !is_fifo {
-        return Ok((CaptureReader::open(path)?, false));
+        let name = path.display().to_string();
+        let file = std::fs::File::open(path).map_err(|source| CaptureError::Io { name: name.clone(), source })?;
+        return Ok((CaptureReader::new(name, Counted::new(file, read.clone()))?, false));
     }
     use nix::fcntl::{FcntlArg, OFlag, fcntl};
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -250,7 +319,7 @@ fn open_capture(path: &Path, stop: &AtomicBool) -> Result<(CaptureReader, bool)>
     // Blocking reads from here on, as from any file.
     fcntl(file.as_fd(), FcntlArg::F_SETFL(OFlag::empty()))
         .with_context(|| format!("{}: cannot make the FIFO blocking", path.display()))?;
-    Ok((CaptureReader::new(path.display().to_string(), file)?, true))
+    Ok((CaptureReader::new(path.display().to_string(), Counted::new(file, read.clone()))?, true))
 }
 
 /// Receive buffer asked for on a live feed's socket: a few hundred milliseconds of a busy feed.
@@ -338,7 +407,7 @@ impl LiveSource {
                         self.cursor += n;
                         let bytes = &self.buf[start + PREFIX_LEN..start + n];
                         let time_ns = Segment::parse(bytes).map(|s| s.header.send_time).unwrap_or(0);
-                        return Ok(Some(Item { time_ns, bytes }));
+                        return Ok(Some(Item { time_ns, bytes, origin: None }));
                     }
                     _ => {
                         self.rejected += 1;
@@ -415,7 +484,7 @@ impl LiveSource {
             match Segment::parse(datagram) {
                 Ok(segment) => {
                     let time_ns = segment.header.send_time;
-                    return Ok(Some(Item { time_ns, bytes: &self.buf[..n] }));
+                    return Ok(Some(Item { time_ns, bytes: &self.buf[..n], origin: None }));
                 }
                 Err(e) => {
                     self.rejected += 1;

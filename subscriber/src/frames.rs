@@ -4,8 +4,8 @@
 
 use crate::config::{LatencyMode, Settings, Transport};
 use crate::histlog::HistogramLog;
-use crate::metrics::SubscriberMetrics;
 use crate::lines::{Line, Lines};
+use crate::metrics::SubscriberMetrics;
 use crate::record::Recorder;
 use crate::recovery::{RecoveryBook, RecoveryReport};
 use crate::stats::{FromStartReport, Report, RunInfo, Stats};

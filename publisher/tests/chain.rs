@@ -1,0 +1,783 @@
+//! Relay chaining end to end: real `mdrelay-pub` processes taking each other's TCP streams
+//! (`--upstream`, `[source.upstream]`), real `mdrelay-sub` leaves, DEEP10 from ../shared, every
+//! aggregate compared with the independent reference output.
+//!
+//! What a chain must keep: the leaf's aggregates are the reference's exactly; its frames carry
+//! the origin's session, sequence numbers and publish times, so its latency is origin-to-leaf
+//! (never below any hop's on the way) and a gap upstream is a gap at the leaf; a relay that loses
+//! its upstream resumes from the upstream's ring, and ends its own stream (with an error naming
+//! the upstream) when it cannot.
+//!
+//! The chains start only when every hop is connected: the origin waits for two subscribers, the
+//! first relay and a direct subscriber that connects last, so no frame waits in a queue while the
+//! chain is being built and the latency figures are the chain's own.
+//!
+//! UDP: the multicast leg carries one datagram per frame (a relay flushes every frame, as a live
+//! source does): DEEP10 at 100,000 msg/s is about 31,000 small datagrams a second, inside what
+//! the leaf takes with its 16 MiB receive buffer; the leaf also recovers from the last relay's
+//! retransmission service, so a datagram lost on a loaded host costs latency, not exactness.
+
+use mdrelay_harness::netns::{Host, Hosts, Line};
+use mdrelay_harness::process::field;
+use mdrelay_harness::{
+    Finished, Process, STEP, Signal, accept_within, assert_aggregates, expected, free_tcp_port, iex_data, json_file,
+    publisher_bin, serial, subscriber_bin,
+};
+use mdrelay_proto::codec::{Codec, Format, Limits, MessageScratch, collect_segment};
+use mdrelay_proto::relay::{Hello, RecordHeader, RecordTag, Subscribe, control_record};
+use serde_json::{Value, json};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The longest a relay of DEEP10 through a chain may take (about 4 s paced; far longer only if
+/// something hangs).
+const RUN: Duration = Duration::from_secs(120);
+
+/// The multicast group of the loopback chain (other test binaries use 239.255.42.x).
+const LOOPBACK_GROUP: &str = "239.255.43.1:0";
+
+/// The multicast group of the three-host chain: from the range netns-hosts.sh routes over line A.
+const HOSTS_GROUP: &str = "239.255.0.1:9310";
+
+fn deep10() -> String {
+    iex_data().join("DEEP10.pcap.gz").display().to_string()
+}
+
+fn path(dir: &Path, name: &str) -> String {
+    dir.join(name).display().to_string()
+}
+
+/// The JSON report `json` of a process that exited with 0.
+fn report(finished: &Finished, json: &str, context: &str) -> Value {
+    assert_eq!(finished.code(), Some(0), "{context}: {finished:?}");
+    json_file(Path::new(json))
+}
+
+/// A session as the programs log it (`session=0x...`) in the line containing `needle`.
+fn logged_session(process: &mut Process, needle: &str) -> u64 {
+    let line = process.wait_for(needle);
+    let hex = field(&line, "session").unwrap_or_else(|| panic!("no session= in {line:?}"));
+    u64::from_str_radix(hex.trim_start_matches("0x"), 16).unwrap_or_else(|e| panic!("{hex}: {e}"))
+}
+
+/// The origin: DEEP10 over TCP on loopback in `format`, every subscriber waited for (`block`),
+/// paced at `rate`, starting once `wait` subscribers are connected.
+fn origin(format: &str, rate: &str, wait: &str, json: &str) -> (Process, SocketAddr) {
+    let deep10 = deep10();
+    let mut p = Process::start(
+        publisher_bin(),
+        [
+            "run",
+            "--capture",
+            &deep10,
+            "--format",
+            format,
+            "--tcp",
+            "127.0.0.1:0",
+            "--wait-subscribers",
+            wait,
+            "--slow-subscriber",
+            "block",
+            "--pacing",
+            "rate",
+            "--rate",
+            rate,
+            "--json",
+            json,
+        ],
+    );
+    let addr = p.serving_on();
+    (p, addr)
+}
+
+/// A relay of `upstream` serving TCP on loopback in `format`, waiting for one subscriber; with the
+/// address it serves on and the session it took from its upstream.
+fn tcp_relay(upstream: SocketAddr, format: &str, json: &str, extra: &[&str]) -> (Process, SocketAddr, u64) {
+    let upstream = upstream.to_string();
+    let args = [
+        "run",
+        "--upstream",
+        &upstream,
+        "--format",
+        format,
+        "--tcp",
+        "127.0.0.1:0",
+        "--wait-subscribers",
+        "1",
+        "--slow-subscriber",
+        "block",
+        "--json",
+        json,
+    ];
+    let mut p = Process::start(publisher_bin(), args.iter().chain(extra));
+    // Logged before the relay serves: the upstream is reached first.
+    let session = logged_session(&mut p, "upstream greeted");
+    let addr = p.serving_on();
+    (p, addr, session)
+}
+
+/// A TCP subscriber of `addr` writing its report to `json`.
+fn tcp_leaf(addr: SocketAddr, json: &str, extra: &[&str]) -> Process {
+    let addr = addr.to_string();
+    let mut args = vec!["--connect", addr.as_str(), "--json", json];
+    if !extra.contains(&"--report-interval") {
+        args.extend(["--report-interval", "0"]);
+    }
+    Process::start(subscriber_bin(), args.iter().chain(extra))
+}
+
+/// Asserts `leaf` got all of DEEP10: the reference's aggregates and counts, nothing missing.
+fn assert_exact(leaf: &Value, reference: &Value, context: &str) {
+    assert_aggregates(leaf, reference, context);
+    assert_eq!(leaf["messages"], reference["messages"], "{context}: every message arrives");
+    assert_eq!(leaf["message_types"], reference["message_types"], "{context}");
+    assert_eq!(leaf["gaps"], 0, "{context}: {leaf}");
+    assert_eq!(leaf["duplicates"], 0, "{context}");
+    assert_eq!(leaf["decode_errors"], 0, "{context}");
+    assert!(leaf["late_join_sequence"].is_null(), "{context}: the leaf starts at the origin's first frame: {leaf}");
+    assert_eq!(leaf["totals_match"], true, "{context}: the leaf's counts equal the last relay's totals");
+    assert_eq!(leaf["stop_reason"], "end", "{context}");
+}
+
+/// A percentile of a latency summary, ns.
+fn ns(latency: &Value, percentile: &str) -> u64 {
+    latency[percentile].as_u64().unwrap_or_else(|| panic!("no {percentile} in {latency}"))
+}
+
+/// Asserts each latency summary is at least the one before it at p50, p99 and the maximum: the
+/// same frames, received later down the chain against the same origin stamp.
+fn assert_latency_grows(hops: &[(&str, &Value)]) {
+    for pair in hops.windows(2) {
+        let ((before, a), (after, b)) = (pair[0], pair[1]);
+        assert_eq!(a["count"], b["count"], "{before} and {after} measured the same frames");
+        for p in ["p50", "p99", "max"] {
+            assert!(
+                ns(a, p) <= ns(b, p),
+                "{p}: {before} {} ns, {after} {} ns: a later hop is never earlier",
+                ns(a, p),
+                ns(b, p)
+            );
+        }
+    }
+}
+
+/// Prints a chain's latency per hop, from the origin's publish time (ns).
+fn print_latencies(context: &str, hops: &[(&str, &Value)]) {
+    for (hop, l) in hops {
+        eprintln!(
+            "{context}: {hop}: p50 {} p99 {} p99.9 {} max {} ns",
+            ns(l, "p50"),
+            ns(l, "p99"),
+            ns(l, "p999"),
+            ns(l, "max")
+        );
+    }
+}
+
+#[test]
+fn deep10_through_two_relays_tcp_sbe_then_multicast_capnp_reaches_the_leaf_exact() {
+    let _serial = serial();
+    let reference = expected("DEEP10.json");
+    let dir = tempfile::tempdir().unwrap();
+    let json = |name: &str| path(dir.path(), name);
+    let (origin_json, relay1_json, relay2_json, leaf_json, direct_json) =
+        (json("origin.json"), json("relay1.json"), json("relay2.json"), json("leaf.json"), json("direct.json"));
+    // The leaf first: bound and joined before anything is sent to the group.
+    let recovery = format!("127.0.0.1:{}", free_tcp_port());
+    let mut leaf = Process::start(
+        subscriber_bin(),
+        [
+            "--group",
+            LOOPBACK_GROUP,
+            "--interface",
+            "127.0.0.1",
+            "--recovery",
+            &recovery,
+            "--report-interval",
+            "0",
+            "--json",
+            &leaf_json,
+        ],
+    );
+    let group = leaf.listening_on().to_string();
+    let (origin, origin_addr) = origin("raw", "100000", "2", &origin_json);
+    let (relay1, relay1_addr, relay1_session) = tcp_relay(origin_addr, "sbe", &relay1_json, &[]);
+    let relay1_addr = relay1_addr.to_string();
+    let mut relay2 = Process::start(
+        publisher_bin(),
+        [
+            "run",
+            "--upstream",
+            &relay1_addr,
+            "--format",
+            "capnp",
+            "--multicast",
+            &group,
+            "--interface",
+            "127.0.0.1",
+            "--ttl",
+            "0",
+            "--retransmit-listen",
+            &recovery,
+            "--json",
+            &relay2_json,
+        ],
+    );
+    let relay2_session = logged_session(&mut relay2, "upstream greeted");
+    relay2.wait_for("publishing");
+    // The chain is up: the origin's second subscriber starts the stream.
+    let mut direct = tcp_leaf(origin_addr, &direct_json, &[]);
+    let origin_session = logged_session(&mut direct, "greeted");
+    origin.finish(RUN).assert_success();
+    relay1.finish(RUN).assert_success();
+    relay2.finish(RUN).assert_success();
+    let leaf_done = leaf.finish(STEP);
+    let leaf_session = {
+        let line =
+            leaf_done.stderr.lines().find(|l| l.contains("publisher session")).expect("the leaf logs the session");
+        u64::from_str_radix(field(line, "session").unwrap().trim_start_matches("0x"), 16).unwrap()
+    };
+    let leaf_report = report(&leaf_done, &leaf_json, "the leaf");
+    let direct_report = report(&direct.finish(STEP), &direct_json, "the origin's direct subscriber");
+    let (origin_report, relay1_report, relay2_report) =
+        (json_file(Path::new(&origin_json)), json_file(Path::new(&relay1_json)), json_file(Path::new(&relay2_json)));
+
+    assert_eq!(origin_report["totals"]["messages"], reference["messages"], "the origin sent every message");
+    let frames = &origin_report["totals"]["frames"];
+    assert_exact(&direct_report, &reference, "the origin's direct subscriber");
+    assert_exact(&leaf_report, &reference, "the leaf behind two relays");
+    assert_eq!(leaf_report["formats_seen"], json!(["capnp"]), "the last relay's format");
+    assert_eq!(leaf_report["frames"], *frames, "one frame per origin frame");
+    // One session through the chain, and the origin's numbering at every hop.
+    assert_eq!([relay1_session, relay2_session, leaf_session], [origin_session; 3], "the origin's session everywhere");
+    for (name, relay, upstream_format) in [("relay 1", &relay1_report, "raw"), ("relay 2", &relay2_report, "sbe")] {
+        let u = &relay["upstream"];
+        assert_eq!(u["session"], origin_session, "{name}: {u}");
+        assert_eq!(u["formats_seen"], json!([upstream_format]), "{name}");
+        assert_eq!((&u["first_sequence"], &u["last_sequence"]), (&json!(1), frames), "{name}: the origin's numbers");
+        for zero in ["gaps", "duplicates", "decode_errors", "undelimited_records", "reconnects", "negative_latencies"] {
+            assert_eq!(u[zero], 0, "{name}: {zero}: {u}");
+        }
+        assert_eq!(u["stop_reason"], "end", "{name}");
+        assert_eq!(relay["totals"]["frames"], *frames, "{name} relayed every frame");
+        assert_eq!(relay["totals"]["messages"], reference["messages"], "{name}");
+    }
+    // Latency: the leaf's is origin-to-leaf, so never below a hop's before it.
+    let leaf_latency = &leaf_report["latency_ns"];
+    assert_eq!(leaf_report["negative_latencies"], 0, "{leaf_report}");
+    assert!(ns(leaf_latency, "p50") > 0);
+    let hops = [
+        ("origin → relay 1", &relay1_report["upstream"]["latency_ns"]),
+        ("origin → relay 2", &relay2_report["upstream"]["latency_ns"]),
+        ("origin → leaf", leaf_latency),
+    ];
+    let direct_latency = [("origin → direct subscriber", &direct_report["latency_ns"])];
+    print_latencies("loopback chain", &[&direct_latency[..], &hops[..]].concat());
+    match leaf_report["recovery"]["frames_recovered"].as_u64().unwrap_or(0) {
+        0 => assert_latency_grows(&hops),
+        // Recovered frames have no stream latency: the leaf measured fewer frames.
+        recovered => eprintln!("loopback chain: the leaf recovered {recovered} frames lost on the multicast leg"),
+    }
+}
+
+/// Forwards the first two connections to `target`, cutting the first after `cut_after` bytes from
+/// the upstream; returns the port to connect to and the thread, which ends after the second
+/// connection (or fails the test when it does not come).
+fn cutting_proxy(target: SocketAddr, cut_after: usize) -> (SocketAddr, JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let thread = std::thread::spawn(move || {
+        for n in 0..2 {
+            let client = accept_within(&listener, STEP);
+            let upstream = TcpStream::connect(target).expect("the origin serves");
+            let (mut c_read, mut u_write) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut c_read, &mut u_write);
+            });
+            let (mut u_read, mut c_write) = (upstream, client);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 16384];
+                let mut sent = 0;
+                while let Ok(k) = u_read.read(&mut buf) {
+                    if k == 0 || c_write.write_all(&buf[..k]).is_err() {
+                        break;
+                    }
+                    sent += k;
+                    if n == 0 && sent >= cut_after {
+                        break;
+                    }
+                }
+                let _ = c_write.shutdown(std::net::Shutdown::Both);
+                let _ = u_read.shutdown(std::net::Shutdown::Both);
+            });
+        }
+    });
+    (addr, thread)
+}
+
+#[test]
+fn a_relay_whose_upstream_connection_is_cut_resumes_from_the_upstream_ring_and_the_leaf_stays_exact() {
+    let _serial = serial();
+    let reference = expected("DEEP10.json");
+    let dir = tempfile::tempdir().unwrap();
+    let (origin_json, relay_json, leaf_json) =
+        (path(dir.path(), "origin.json"), path(dir.path(), "relay.json"), path(dir.path(), "leaf.json"));
+    let (origin, origin_addr) = origin("sbe", "150000", "1", &origin_json);
+    // Cut 2 MB into the stream (about a sixth of it): the relay reconnects and asks for the frame
+    // after its last one; the origin's ring (64 MiB by default) still holds it.
+    let (proxy, proxy_thread) = cutting_proxy(origin_addr, 2_000_000);
+    let (relay, relay_addr, _) = tcp_relay(proxy, "flatbuffers", &relay_json, &[]);
+    let leaf = tcp_leaf(relay_addr, &leaf_json, &[]);
+    origin.finish(RUN).assert_success();
+    relay.finish(RUN).assert_success();
+    let leaf_report = report(&leaf.finish(STEP), &leaf_json, "the leaf");
+    proxy_thread.join().expect("the relay connected twice");
+    let relay_report = json_file(Path::new(&relay_json));
+    let u = &relay_report["upstream"];
+    assert_eq!((&u["reconnects"], &u["resumes"]), (&json!(1), &json!(1)), "{u}");
+    assert_eq!((&u["gaps"], &u["duplicates"]), (&json!(0), &json!(0)), "{u}");
+    assert_exact(&leaf_report, &reference, "the leaf of a relay that resumed");
+    assert_eq!(leaf_report["reconnects"], 0, "the leaf's own connection was never cut");
+    assert_eq!(leaf_report["frames"], json_file(Path::new(&origin_json))["totals"]["frames"]);
+}
+
+#[test]
+fn a_relay_that_joins_late_carries_the_origins_numbers_so_the_leaf_sees_where() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (origin_json, direct_json, relay_json, leaf_json) = (
+        path(dir.path(), "origin.json"),
+        path(dir.path(), "direct.json"),
+        path(dir.path(), "relay.json"),
+        path(dir.path(), "leaf.json"),
+    );
+    let (origin, origin_addr) = origin("capnp-packed", "150000", "1", &origin_json);
+    let mut direct = tcp_leaf(origin_addr, &direct_json, &["--report-interval", "0.1"]);
+    let origin_session = logged_session(&mut direct, "greeted");
+    direct.wait_for_frames(1000);
+    // The stream is under way: the relay joins it live.
+    let (relay, relay_addr, relay_session) = tcp_relay(origin_addr, "raw", &relay_json, &[]);
+    let mut leaf = tcp_leaf(relay_addr, &leaf_json, &[]);
+    let leaf_session = logged_session(&mut leaf, "greeted");
+    origin.finish(RUN).assert_success();
+    relay.finish(RUN).assert_success();
+    let leaf_report = report(&leaf.finish(STEP), &leaf_json, "the leaf");
+    report(&direct.finish(STEP), &direct_json, "the direct subscriber");
+    let relay_report = json_file(Path::new(&relay_json));
+    let origin_frames = json_file(Path::new(&origin_json))["totals"]["frames"].as_u64().unwrap();
+    assert_eq!([relay_session, leaf_session], [origin_session; 2]);
+    let first = relay_report["upstream"]["first_sequence"].as_u64().expect("the relay took frames");
+    assert!(first > 1000, "the relay joined after the direct subscriber's first thousand frames: {first}");
+    // The leaf says it joined where the relay did, in the origin's numbers, and misses nothing after.
+    assert_eq!(leaf_report["late_join_sequence"], first, "{leaf_report}");
+    assert_eq!(leaf_report["frames"], origin_frames - first + 1, "{leaf_report}");
+    assert_eq!(leaf_report["gaps"], 0, "{leaf_report}");
+    assert_eq!(leaf_report["totals_match"], false, "a late joiner cannot have everything");
+    assert_eq!(relay_report["upstream"]["last_sequence"], origin_frames);
+}
+
+/// Writes `toml` to a file in `dir` and runs `mdrelay-pub run --config` on it.
+fn run_config(dir: &Path, name: &str, toml: &str, extra: &[&str]) -> Process {
+    let config = dir.join(name);
+    std::fs::write(&config, toml).unwrap();
+    let config = config.display().to_string();
+    Process::start(publisher_bin(), ["run", "--config", &config].iter().chain(extra))
+}
+
+/// A relay of `connect` that gives up after `give_up` seconds: its exit and output, within `limit`.
+fn doomed_relay(dir: &Path, connect: &str, give_up: &str, limit: Duration) -> Finished {
+    let toml = format!(
+        "[source.upstream]\nconnect = \"{connect}\"\nhandshake_timeout = 0.3\nreconnect_max = 0.2\ngive_up_after = {give_up}\n[tcp]\nlisten = \"127.0.0.1:0\"\n"
+    );
+    let started = Instant::now();
+    let finished = run_config(dir, "doomed.toml", &toml, &[]).finish(limit);
+    assert!(started.elapsed() < limit, "{finished:?}");
+    finished
+}
+
+#[test]
+fn an_upstream_that_refuses_is_silent_or_is_not_a_publisher_fails_the_relay_naming_it() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let limit = Duration::from_secs(20);
+    // Nothing listens: refused at every attempt, for a second.
+    let refusing = format!("127.0.0.1:{}", free_tcp_port());
+    let done = doomed_relay(dir.path(), &refusing, "1", limit);
+    assert_eq!(done.code(), Some(1), "{done:?}");
+    for needle in [&format!("upstream {refusing}"), "refused", "not reached", "give_up_after"] {
+        assert!(done.stderr.contains(needle), "{needle}: {done:?}");
+    }
+    assert!(!done.stderr.contains("serving subscribers"), "nothing is served before the upstream is reached");
+    // Accepts and never says a word: the greeting times out, again and again.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    let held = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        socket2::SockRef::from(&silent).set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        while let Ok((stream, _)) = silent.accept() {
+            held.push(stream);
+        }
+        held.len()
+    });
+    let done = doomed_relay(dir.path(), &silent_addr.to_string(), "1", limit);
+    assert_eq!(done.code(), Some(1), "{done:?}");
+    for needle in [&format!("upstream {silent_addr}"), "greeting", "handshake_timeout", "not reached"] {
+        assert!(done.stderr.contains(needle), "{needle}: {done:?}");
+    }
+    assert!(held.join().unwrap() >= 2, "the relay tried again after a silent connection");
+    // Something else entirely (an HTTP server, say): no retry, it cannot become a publisher.
+    let http = TcpListener::bind("127.0.0.1:0").unwrap();
+    let http_addr = http.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        let mut s = accept_within(&http, STEP);
+        let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        let _ = s.read(&mut [0u8; 64]);
+    });
+    let done = doomed_relay(dir.path(), &http_addr.to_string(), "30", limit);
+    assert_eq!(done.code(), Some(1), "{done:?}");
+    assert!(done.stderr.contains("is not an mdrelay publisher"), "{done:?}");
+    assert!(done.stderr.contains(&http_addr.to_string()), "{done:?}");
+    server.join().unwrap();
+}
+
+/// The first IEX-TP segment of DEEP10 that carries messages.
+fn first_deep10_segment() -> Vec<u8> {
+    let mut reader = mdrelay_proto::capture::CaptureReader::open(Path::new(&deep10())).unwrap();
+    while let Some(packet) = reader.next_packet().unwrap() {
+        if let Ok(datagram) = mdrelay_proto::link::udp_datagram(packet.link_type, packet.data) {
+            if let Ok(segment) = mdrelay_proto::iextp::Segment::parse(datagram.payload) {
+                if segment.blocks().count() > 0 {
+                    return datagram.payload.to_vec();
+                }
+            }
+        }
+    }
+    panic!("DEEP10 has no segment with messages");
+}
+
+/// A DATA record of one frame.
+fn data_record(format: Format, sequence: u64, frame: &[u8]) -> Vec<u8> {
+    let header = RecordHeader { tag: RecordTag::Data, format, frame_count: 1, length: frame.len() as u32, sequence };
+    [&header.to_bytes()[..], frame].concat()
+}
+
+/// Greets one connection as a publisher of `session` and reads its answer.
+fn greet(listener: &TcpListener, session: u64) -> TcpStream {
+    let mut s = accept_within(listener, STEP);
+    s.write_all(&Hello::new(Format::Sbe, session, 1, 1).to_bytes()).unwrap();
+    let mut answer = [0u8; Subscribe::V2_LEN];
+    s.read_exact(&mut answer).unwrap();
+    Subscribe::parse(&answer).expect("the relay answers as a subscriber");
+    s
+}
+
+#[test]
+fn hostile_upstream_bytes_cost_their_frames_and_a_restarted_upstream_ends_the_relay_cleanly() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let segment = first_deep10_segment();
+    let mut sbe = Codec::new(Format::Sbe, Limits::default());
+    let mut frame = Vec::new();
+    let messages = MessageScratch::new().with(|list| {
+        let parsed = mdrelay_proto::iextp::Segment::parse(&segment).unwrap();
+        collect_segment(&parsed, list);
+        sbe.encode_segment(1_000, &parsed, &segment, list, &mut frame).unwrap();
+        list.len()
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let upstream = listener.local_addr().unwrap();
+    // A "publisher" that sends one good frame, one of garbage, a record header claiming 2 GiB,
+    // and, once the relay is back, greets it under another session: a restart.
+    let fake = std::thread::spawn(move || {
+        let mut s = greet(&listener, 0x1111);
+        s.write_all(&control_record(RecordTag::Format, Format::Sbe, 1, &[])).unwrap();
+        s.write_all(&data_record(Format::Sbe, 1, &frame)).unwrap();
+        s.write_all(&data_record(Format::Sbe, 2, &[0xAB; 64])).unwrap();
+        let huge =
+            RecordHeader { tag: RecordTag::Data, format: Format::Sbe, frame_count: 1, length: 1 << 31, sequence: 3 };
+        s.write_all(&huge.to_bytes()).unwrap();
+        // The relay leaves at the greeting: it cannot follow a new session.
+        let mut restarted = accept_within(&listener, STEP);
+        restarted.write_all(&Hello::new(Format::Sbe, 0x2222, 1, 1).to_bytes()).unwrap();
+        let _ = restarted.read_to_end(&mut Vec::new());
+    });
+    let (relay_json, leaf_json) = (path(dir.path(), "relay.json"), path(dir.path(), "leaf.json"));
+    let (relay, relay_addr, session) = tcp_relay(upstream, "sbe", &relay_json, &[]);
+    assert_eq!(session, 0x1111);
+    let leaf = tcp_leaf(relay_addr, &leaf_json, &[]);
+    let done = relay.finish(RUN);
+    assert_eq!(done.code(), Some(1), "the relay fails: {done:?}");
+    for needle in ["bad record header", "exceeds", "restarted", "0x1111", "0x2222", &format!("upstream {upstream}")] {
+        assert!(done.stderr.contains(needle), "{needle}: {done:?}");
+    }
+    fake.join().unwrap();
+    let u = &json_file(Path::new(&relay_json))["upstream"];
+    assert_eq!((&u["frames"], &u["messages"]), (&json!(1), &json!(messages)), "{u}");
+    assert_eq!(u["decode_errors"].as_u64().unwrap() + u["undelimited_records"].as_u64().unwrap(), 1, "{u}");
+    assert_eq!((&u["stop_reason"], &u["reconnects"]), (&json!("failed"), &json!(0)), "{u}");
+    assert!(u["error"].as_str().unwrap().contains("restarted"), "{u}");
+    // Its subscriber got the one good frame and the relay's END: it stops instead of waiting.
+    let leaf_report = report(&leaf.finish(STEP), &leaf_json, "the relay's subscriber");
+    assert_eq!((&leaf_report["frames"], &leaf_report["messages"]), (&json!(1), &json!(messages)), "{leaf_report}");
+    assert_eq!((&leaf_report["stop_reason"], &leaf_report["totals_match"]), (&json!("end"), &json!(true)));
+}
+
+#[test]
+fn a_relay_whose_upstream_is_killed_mid_stream_ends_its_own_stream_with_an_error_naming_it() {
+    let _serial = serial();
+    let reference = expected("DEEP10.json");
+    let dir = tempfile::tempdir().unwrap();
+    let (origin_json, relay_json, leaf_json) =
+        (path(dir.path(), "origin.json"), path(dir.path(), "relay.json"), path(dir.path(), "leaf.json"));
+    let (origin, origin_addr) = origin("sbe", "100000", "1", &origin_json);
+    let toml = format!(
+        "format = \"capnp\"\n[source.upstream]\nconnect = \"{origin_addr}\"\nreconnect_max = 0.2\ngive_up_after = 2\n[tcp]\nlisten = \"127.0.0.1:0\"\nwait_subscribers = 1\nslow_subscriber = \"block\"\n"
+    );
+    let mut relay = run_config(dir.path(), "relay.toml", &toml, &["--json", &relay_json]);
+    let relay_addr = relay.serving_on();
+    let mut leaf = tcp_leaf(relay_addr, &leaf_json, &["--report-interval", "0.1"]);
+    leaf.wait_for_frames(1000);
+    origin.signal(Signal::SIGKILL);
+    let killed_at = Instant::now();
+    let done = relay.finish(RUN);
+    let took = killed_at.elapsed();
+    assert_eq!(done.code(), Some(1), "{done:?}");
+    for needle in [&format!("upstream {origin_addr}"), "connection lost", "not reached", "give_up_after"] {
+        assert!(done.stderr.contains(needle), "{needle}: {done:?}");
+    }
+    // Two seconds of attempts, then the end: not the default 30.
+    assert!(took < Duration::from_secs(15), "the relay gave up after {took:?}");
+    let relay_report = json_file(Path::new(&relay_json));
+    let u = &relay_report["upstream"];
+    assert_eq!((&u["stop_reason"], &u["gaps"]), (&json!("failed"), &json!(0)), "{u}");
+    assert!(u["totals"].is_null(), "no END came from the killed upstream");
+    assert_eq!(origin.finish(STEP).code(), None, "the origin was killed");
+    let leaf_report = report(&leaf.finish(STEP), &leaf_json, "the leaf");
+    // The leaf has everything the relay sent, in order, and the relay's END.
+    let frames = leaf_report["frames"].as_u64().unwrap();
+    assert!(frames >= 1000, "{leaf_report}");
+    assert!(leaf_report["messages"].as_u64() < reference["messages"].as_u64(), "the stream was cut: {leaf_report}");
+    assert_eq!(leaf_report["frames"], relay_report["totals"]["frames"]);
+    assert_eq!((&leaf_report["gaps"], &leaf_report["stop_reason"]), (&json!(0), &json!("end")), "{leaf_report}");
+}
+
+#[test]
+fn a_format_switch_upstream_is_followed_and_the_leaf_stays_exact() {
+    let _serial = serial();
+    let reference = expected("DEEP10.json");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("origin.toml");
+    let write = |format: &str| {
+        let text = format!(
+            "format = \"{format}\"\n[source]\ncapture = \"{}\"\n[pacing]\nmode = \"rate\"\nrate = 120000\n[tcp]\nlisten = \"127.0.0.1:0\"\nwait_subscribers = 1\nslow_subscriber = \"block\"\n",
+            deep10()
+        );
+        std::fs::write(&config, text).unwrap();
+    };
+    write("sbe");
+    let mut origin = Process::start(publisher_bin(), ["run", "--config", config.to_str().unwrap()]);
+    let origin_addr = origin.serving_on();
+    let (relay_json, leaf_json) = (path(dir.path(), "relay.json"), path(dir.path(), "leaf.json"));
+    let (relay, relay_addr, _) = tcp_relay(origin_addr, "raw", &relay_json, &[]);
+    let mut leaf = tcp_leaf(relay_addr, &leaf_json, &["--report-interval", "0.1"]);
+    // Frames have reached the leaf through the relay: the switch comes mid-stream.
+    leaf.wait_for_frames(1);
+    write("capnp-packed");
+    origin.signal(Signal::SIGHUP);
+    origin.wait_for("SIGHUP: format changes at the next frame");
+    origin.finish(RUN).assert_success();
+    relay.finish(RUN).assert_success();
+    let leaf_report = report(&leaf.finish(STEP), &leaf_json, "the leaf");
+    let u = &json_file(Path::new(&relay_json))["upstream"];
+    assert_eq!(u["format_switches"], 1, "{u}");
+    assert_eq!(u["formats_seen"], json!(["sbe", "capnp-packed"]), "{u}");
+    assert_eq!((&u["decode_errors"], &u["gaps"]), (&json!(0), &json!(0)), "{u}");
+    // The relay's own format never changed.
+    assert_eq!((&leaf_report["formats_seen"], &leaf_report["format_switches"]), (&json!(["raw"]), &json!(0)));
+    assert_exact(&leaf_report, &reference, "the leaf of a relay whose upstream switched formats");
+}
+
+#[test]
+fn a_relay_whose_upstream_is_itself_or_badly_configured_is_refused_naming_the_setting() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_tcp_port();
+    for (toml, names) in [
+        (
+            format!("[source.upstream]\nconnect = \"127.0.0.1:{port}\"\n[tcp]\nlisten = \"127.0.0.1:{port}\"\n"),
+            &["source.upstream.connect", "own tcp.listen"][..],
+        ),
+        (
+            format!("[source.upstream]\nconnect = \"127.0.0.1:{port}\"\n[tcp]\nlisten = \"0.0.0.0:{port}\"\n"),
+            &["source.upstream.connect", "own tcp.listen"],
+        ),
+        (
+            // A name is checked once it resolves.
+            format!("[source.upstream]\nconnect = \"localhost:{port}\"\n[tcp]\nlisten = \"127.0.0.1:{port}\"\n"),
+            &["source.upstream.connect", "own tcp.listen"],
+        ),
+        (
+            format!(
+                "[source.upstream]\nconnect = \"127.0.0.1:{port}\"\n[tcp]\nlisten = \"127.0.0.1:0\"\n[retransmit]\nlisten = \"127.0.0.1:{port}\"\n"
+            ),
+            &["source.upstream.connect", "own retransmit.listen"],
+        ),
+        ("[source.upstream]\nconnect = \"upstream-host\"\n[tcp]\n".into(), &["source.upstream.connect", "no port"]),
+        ("[source.upstream]\nconnect = \"0.0.0.0:9100\"\n[tcp]\n".into(), &["source.upstream.connect", "0.0.0.0"]),
+        (
+            "[source.upstream]\nconnect = \"10.0.0.1:9100\"\ngive_up_after = -1\n[tcp]\n".into(),
+            &["source.upstream.give_up_after", "out of range"],
+        ),
+        (
+            "[source.upstream]\nconnect = \"10.0.0.1:9100\"\nreconnect_max = 1e9\n[tcp]\n".into(),
+            &["source.upstream.reconnect_max", "out of range"],
+        ),
+        ("[source.upstream]\nconnect = \"10.0.0.1:9100\"\nconect_timeout = 1\n[tcp]\n".into(), &["conect_timeout"]),
+        (
+            "[source]\ncapture = \"x.pcap\"\n[source.upstream]\nconnect = \"10.0.0.1:9100\"\n[tcp]\n".into(),
+            &["source", "not 2"],
+        ),
+        (
+            "[source.upstream]\nconnect = \"10.0.0.1:9100\"\n[pacing]\nmode = \"rate\"\n[tcp]\n".into(),
+            &["pacing.mode", "upstream"],
+        ),
+    ] {
+        let done = run_config(dir.path(), "bad.toml", &toml, &[]).finish(STEP);
+        assert_eq!(done.code(), Some(1), "{toml}: {done:?}");
+        assert!(names.iter().all(|n| done.stderr.contains(n)), "{toml}: {done:?}");
+        assert!(!done.stderr.contains("serving subscribers"), "{toml}: {done:?}");
+    }
+}
+
+#[test]
+fn deep10_through_a_relay_across_three_hosts_reaches_a_multicast_leaf_exact() {
+    let _serial = serial();
+    let hosts = Hosts::unique();
+    let reference = expected("DEEP10.json");
+    let dir = tempfile::tempdir().unwrap();
+    let json = |name: &str| path(dir.path(), name);
+    let (origin_json, relay1_json, relay2_json, leaf_json, direct_json) =
+        (json("origin.json"), json("relay1.json"), json("relay2.json"), json("leaf.json"), json("direct.json"));
+    let deep10 = deep10();
+    // The leaf on the origin's host, so every hop crosses a bridge: pub → sub1 (TCP, line A) →
+    // sub2 (TCP, line B) → pub (multicast, line A).
+    let pub_a = Host::Pub.addr(Line::A).to_string();
+    // A port of sub2's own network namespace: nothing else there can hold it.
+    let recovery = format!("{}:9311", Host::Sub2.addr(Line::A));
+    let mut leaf = hosts.start(
+        Host::Pub,
+        subscriber_bin(),
+        [
+            "--group",
+            HOSTS_GROUP,
+            "--interface",
+            &pub_a,
+            "--recovery",
+            &recovery,
+            "--report-interval",
+            "0",
+            "--json",
+            &leaf_json,
+        ],
+    );
+    leaf.listening_on();
+    let mut origin = hosts.start(
+        Host::Pub,
+        publisher_bin(),
+        [
+            "run",
+            "--capture",
+            &deep10,
+            "--format",
+            "raw",
+            "--tcp",
+            "0.0.0.0:0",
+            "--wait-subscribers",
+            "2",
+            "--slow-subscriber",
+            "block",
+            "--pacing",
+            "rate",
+            "--rate",
+            "100000",
+            "--json",
+            &origin_json,
+        ],
+    );
+    let origin_port = origin.serving_on().port();
+    let tcp_relay_on = |host: Host, upstream: String, format: &str, json: &str| {
+        let args = ["run", "--upstream", &upstream, "--format", format, "--tcp", "0.0.0.0:0"];
+        let more = ["--wait-subscribers", "1", "--slow-subscriber", "block", "--json", json];
+        hosts.start(host, publisher_bin(), args.iter().chain(&more))
+    };
+    let mut relay1 =
+        tcp_relay_on(Host::Sub1, format!("{}:{origin_port}", Host::Pub.addr(Line::A)), "sbe", &relay1_json);
+    let relay1_session = logged_session(&mut relay1, "upstream greeted");
+    let relay1_port = relay1.serving_on().port();
+    let sub2_a = Host::Sub2.addr(Line::A).to_string();
+    let relay1_b = format!("{}:{relay1_port}", Host::Sub1.addr(Line::B));
+    let mut relay2 = hosts.start(
+        Host::Sub2,
+        publisher_bin(),
+        [
+            "run",
+            "--upstream",
+            &relay1_b,
+            "--format",
+            "capnp",
+            "--multicast",
+            HOSTS_GROUP,
+            "--interface",
+            &sub2_a,
+            "--ttl",
+            "1",
+            "--retransmit-listen",
+            &recovery,
+            "--json",
+            &relay2_json,
+        ],
+    );
+    let relay2_session = logged_session(&mut relay2, "upstream greeted");
+    relay2.wait_for("publishing");
+    let origin_b = format!("{}:{origin_port}", Host::Pub.addr(Line::B));
+    let mut direct = hosts.start(
+        Host::Sub2,
+        subscriber_bin(),
+        ["--connect", &origin_b, "--report-interval", "0", "--json", &direct_json],
+    );
+    let origin_session = logged_session(&mut direct, "greeted");
+    origin.finish(RUN).assert_success();
+    relay1.finish(RUN).assert_success();
+    relay2.finish(RUN).assert_success();
+    let leaf_report = report(&leaf.finish(STEP), &leaf_json, "the leaf on pub");
+    let direct_report = report(&direct.finish(STEP), &direct_json, "the direct subscriber on sub2");
+    let (relay1_report, relay2_report) = (json_file(Path::new(&relay1_json)), json_file(Path::new(&relay2_json)));
+    assert_eq!([relay1_session, relay2_session], [origin_session; 2]);
+    assert_exact(&direct_report, &reference, "the origin's direct subscriber on sub2");
+    assert_exact(&leaf_report, &reference, "the leaf on pub behind relays on sub1 and sub2");
+    assert_eq!(leaf_report["formats_seen"], json!(["capnp"]));
+    assert_eq!(leaf_report["unconfirmed_datagrams"], 0);
+    assert_eq!(leaf_report["negative_latencies"], 0);
+    let frames = &json_file(Path::new(&origin_json))["totals"]["frames"];
+    assert_eq!(&leaf_report["frames"], frames);
+    for (name, r) in [("relay 1 on sub1", &relay1_report), ("relay 2 on sub2", &relay2_report)] {
+        let u = &r["upstream"];
+        assert_eq!((&u["session"], &u["last_sequence"]), (&json!(origin_session), frames), "{name}: {u}");
+        assert_eq!((&u["gaps"], &u["reconnects"], &u["decode_errors"]), (&json!(0), &json!(0), &json!(0)), "{name}");
+    }
+    let hops = [
+        ("origin on pub → relay on sub1", &relay1_report["upstream"]["latency_ns"]),
+        ("→ relay on sub2", &relay2_report["upstream"]["latency_ns"]),
+        ("→ leaf on pub", &leaf_report["latency_ns"]),
+    ];
+    let direct_latency = [("origin → direct subscriber on sub2", &direct_report["latency_ns"])];
+    print_latencies("three hosts", &[&direct_latency[..], &hops[..]].concat());
+    match leaf_report["recovery"]["frames_recovered"].as_u64().unwrap_or(0) {
+        0 => assert_latency_grows(&hops),
+        // Recovered frames have no stream latency: the leaf measured fewer frames.
+        recovered => eprintln!("three hosts: the leaf recovered {recovered} frames lost on the multicast leg"),
+    }
+}
