@@ -38,5 +38,5 @@ pub use net::{accept_within, free_tcp_port, free_udp_port};
 pub use netns::{Host, Hosts, Line};
 pub use process::{Failure, Finished, Process, STEP, Signal};
 pub use report::{assert_aggregates, assert_matches_reference, json_file};
-pub use scrape::{Scrape, scrape};
+pub use scrape::{Scrape, dashboard_queries, scrape};
 pub use serial::serial;

@@ -72,3 +72,35 @@ pub fn parse(text: &str) -> Scrape {
     }
     Scrape { samples, text: text.to_string() }
 }
+
+/// The `mdrelay_*` metric names the Grafana dashboard (`deploy/grafana/mdrelay.json`) queries, in
+/// every panel target's `expr`, without the `_sum`/`_count`/`_bucket` of a summary's series.
+pub fn dashboard_queries() -> std::collections::BTreeSet<String> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/mdrelay.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: not JSON: {e}", path.display()));
+    let mut names = std::collections::BTreeSet::new();
+    collect_queries(&dashboard, &mut names);
+    names
+}
+
+fn collect_queries(v: &serde_json::Value, out: &mut std::collections::BTreeSet<String>) {
+    match v {
+        serde_json::Value::Object(map) => {
+            if let Some(serde_json::Value::String(expr)) = map.get("expr") {
+                let mut rest = expr.as_str();
+                while let Some(at) = rest.find("mdrelay_") {
+                    let name: String =
+                        rest[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                    rest = &rest[at + name.len()..];
+                    let base = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(&name);
+                    out.insert(base.to_string());
+                }
+            }
+            map.values().for_each(|v| collect_queries(v, out));
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|v| collect_queries(v, out)),
+        _ => {}
+    }
+}

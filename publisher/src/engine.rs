@@ -7,7 +7,7 @@
 
 use crate::config::{Config, PacingMode};
 use crate::fanout::Fanout;
-use crate::metrics::{EngineMetrics, FormatCount, PUBLISH_EVERY};
+use crate::metrics::{EngineMetrics, FormatCount, LIVE_METRICS_EVERY, PUBLISH_EVERY, UpstreamMetrics};
 use crate::pacing::Pacer;
 use crate::progress::ReplayProgress;
 use crate::source::{SegmentSource, SourceSkips};
@@ -220,6 +220,8 @@ pub fn run(
     let mut until_clock = 0u32;
     let mut by_format = [FormatCount::default(); Format::ALL.len()];
     let mut until_metrics = PUBLISH_EVERY;
+    let mut upstream_metrics = source.upstream().map(|_| UpstreamMetrics::new());
+    let mut next_live_metrics = Instant::now();
     let publish_metrics = |by_format: &[FormatCount], format, summary: &EngineSummary, pacer: &mut Pacer| {
         let lag = pacer.take_lag();
         metrics.publish(by_format, format, summary.format_switches, summary.udp_oversized_frames, lag);
@@ -310,6 +312,15 @@ pub fn run(
             sequence += 1;
             if live {
                 outputs.flush(sequence, format, stop);
+                // A live feed's frames may be few: the metrics follow the clock, not a count.
+                let now = Instant::now();
+                if now >= next_live_metrics {
+                    next_live_metrics = now + LIVE_METRICS_EVERY;
+                    publish_metrics(&by_format, format, &summary, &mut pacer);
+                    if let (Some(m), Some(upstream)) = (&mut upstream_metrics, source.upstream()) {
+                        m.publish(upstream);
+                    }
+                }
             }
             if config.pacing.max_messages > 0 && summary.totals.messages >= config.pacing.max_messages {
                 break 'stream;
@@ -330,6 +341,9 @@ pub fn run(
     }
     outputs.flush(sequence, format, stop);
     publish_metrics(&by_format, format, &summary, &mut pacer);
+    if let (Some(m), Some(upstream)) = (&mut upstream_metrics, source.upstream()) {
+        m.publish(upstream);
+    }
     if let Some(progress) = &progress {
         progress.finish();
     }

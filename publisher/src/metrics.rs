@@ -14,13 +14,18 @@
 
 use crate::fanout::Shared;
 use crate::retransmit::Service;
+use crate::upstream::UpstreamSource;
 use mdrelay_proto::codec::Format;
-use metrics::{Counter, Gauge, Unit, counter, describe_counter, describe_gauge, gauge};
+use mdrelay_telemetry::prometheus::HistogramExport;
+use metrics::{Counter, Gauge, Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 use std::sync::Arc;
 use std::time::Duration;
 
 /// Frames between two copies of the hot path's counts at top speed.
 pub const PUBLISH_EVERY: u64 = 4096;
+
+/// How often a live source's counts are copied (its frames may be too few for a count to do).
+pub const LIVE_METRICS_EVERY: Duration = Duration::from_secs(1);
 
 /// How often [`sample`] reads the connection tasks' and the service's counts.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(1);
@@ -51,6 +56,55 @@ pub struct EngineMetrics {
     switches: Counter,
     lag: Gauge,
     oversized: Counter,
+}
+
+/// A relay's view of its upstream: this hop's latency from the origin, and what arrived.
+pub struct UpstreamMetrics {
+    latency: metrics::Histogram,
+    exported: HistogramExport,
+    frames: Counter,
+    gaps: Counter,
+    decode_errors: Counter,
+    reconnects: Counter,
+}
+
+impl UpstreamMetrics {
+    /// Handles for a relay fed by an upstream publisher.
+    pub fn new() -> UpstreamMetrics {
+        describe_histogram!(
+            "mdrelay_pub_upstream_latency_seconds",
+            Unit::Seconds,
+            "This hop's latency per frame: receipt from the upstream minus the origin's publish time."
+        );
+        describe_counter!("mdrelay_pub_upstream_frames_total", "Frames received from the upstream publisher.");
+        describe_counter!("mdrelay_pub_upstream_gap_frames_total", "Frames missing from the upstream's numbering.");
+        describe_counter!("mdrelay_pub_upstream_decode_errors_total", "Upstream frames that did not decode.");
+        describe_counter!("mdrelay_pub_upstream_reconnects_total", "Connections to the upstream made again.");
+        UpstreamMetrics {
+            latency: histogram!("mdrelay_pub_upstream_latency_seconds"),
+            exported: HistogramExport::new(),
+            frames: counter!("mdrelay_pub_upstream_frames_total"),
+            gaps: counter!("mdrelay_pub_upstream_gap_frames_total"),
+            decode_errors: counter!("mdrelay_pub_upstream_decode_errors_total"),
+            reconnects: counter!("mdrelay_pub_upstream_reconnects_total"),
+        }
+    }
+
+    /// Copies the upstream's counts, and the latencies recorded since the last copy.
+    pub fn publish(&mut self, upstream: &UpstreamSource) {
+        let counts = upstream.counts();
+        self.frames.absolute(counts.frames);
+        self.gaps.absolute(counts.gaps);
+        self.decode_errors.absolute(counts.decode_errors);
+        self.reconnects.absolute(counts.reconnects);
+        self.exported.export(&self.latency, upstream.latency());
+    }
+}
+
+impl Default for UpstreamMetrics {
+    fn default() -> Self {
+        UpstreamMetrics::new()
+    }
 }
 
 /// Names the transports a configuration sends on, as the `transport` label has them.

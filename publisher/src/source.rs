@@ -181,8 +181,13 @@ impl SegmentSource {
 
     /// What an upstream source received, for the run's summary.
     pub fn upstream_summary(&self) -> Option<UpstreamSummary> {
+        self.upstream().map(UpstreamSource::summary)
+    }
+
+    /// The upstream publisher, when the source is one.
+    pub fn upstream(&self) -> Option<&UpstreamSource> {
         match self {
-            SegmentSource::Upstream(upstream) => Some(upstream.summary()),
+            SegmentSource::Upstream(upstream) => Some(upstream),
             _ => None,
         }
     }

@@ -295,6 +295,16 @@ impl UpstreamSource {
         self.end_sequence
     }
 
+    /// The counts so far (without the latency figures, which are in [`UpstreamSource::latency`]).
+    pub fn counts(&self) -> &UpstreamSummary {
+        &self.summary
+    }
+
+    /// This hop's latencies so far, ns.
+    pub fn latency(&self) -> &Histogram<u64> {
+        &self.latency
+    }
+
     /// What was received so far; a stream the relay stopped taking before it ended (a message or
     /// time limit) counts as stopped.
     pub fn summary(&self) -> UpstreamSummary {

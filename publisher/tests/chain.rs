@@ -20,8 +20,8 @@
 use mdrelay_harness::netns::{Host, Hosts, Line};
 use mdrelay_harness::process::field;
 use mdrelay_harness::{
-    Finished, Process, STEP, Signal, accept_within, assert_aggregates, expected, free_tcp_port, iex_data, json_file,
-    publisher_bin, serial, subscriber_bin,
+    Finished, Process, STEP, Signal, accept_within, assert_aggregates, dashboard_queries, expected, free_tcp_port,
+    iex_data, json_file, publisher_bin, scrape, serial, subscriber_bin,
 };
 use mdrelay_proto::codec::{Codec, Format, Limits, MessageScratch, collect_segment};
 use mdrelay_proto::relay::{Hello, RecordHeader, RecordTag, Subscribe, control_record};
@@ -204,7 +204,11 @@ fn deep10_through_two_relays_tcp_sbe_then_multicast_capnp_reaches_the_leaf_exact
     );
     let group = leaf.listening_on().to_string();
     let (origin, origin_addr) = origin("raw", "100000", "2", &origin_json);
-    let (relay1, relay1_addr, relay1_session) = tcp_relay(origin_addr, "sbe", &relay1_json, &[]);
+    // Relay 1's metrics stay up after its run, for the last scrape.
+    let relay1_metrics: SocketAddr = format!("127.0.0.1:{}", free_tcp_port()).parse().unwrap();
+    let metrics_flags = ["--metrics-listen", &relay1_metrics.to_string(), "--metrics-hold", "60"].map(String::from);
+    let metrics_flags: Vec<&str> = metrics_flags.iter().map(String::as_str).collect();
+    let (mut relay1, relay1_addr, relay1_session) = tcp_relay(origin_addr, "sbe", &relay1_json, &metrics_flags);
     let relay1_addr = relay1_addr.to_string();
     let mut relay2 = Process::start(
         publisher_bin(),
@@ -232,7 +236,10 @@ fn deep10_through_two_relays_tcp_sbe_then_multicast_capnp_reaches_the_leaf_exact
     let mut direct = tcp_leaf(origin_addr, &direct_json, &[]);
     let origin_session = logged_session(&mut direct, "greeted");
     origin.finish(RUN).assert_success();
-    relay1.finish(RUN).assert_success();
+    relay1.wait_for_within("metrics endpoint stays up", RUN);
+    let relay1_scrape = scrape(relay1_metrics).unwrap();
+    relay1.signal(Signal::SIGTERM);
+    relay1.finish(STEP).assert_success();
     relay2.finish(RUN).assert_success();
     let leaf_done = leaf.finish(STEP);
     let leaf_session = {
@@ -264,6 +271,19 @@ fn deep10_through_two_relays_tcp_sbe_then_multicast_capnp_reaches_the_leaf_exact
         assert_eq!(u["stop_reason"], "end", "{name}");
         assert_eq!(relay["totals"]["frames"], *frames, "{name} relayed every frame");
         assert_eq!(relay["totals"]["messages"], reference["messages"], "{name}");
+    }
+    // Relay 1's metrics: what came from upstream, and this hop's latency for every frame.
+    let relay1_frames = relay1_report["upstream"]["frames"].as_f64().unwrap();
+    assert_eq!(relay1_scrape.get("mdrelay_pub_upstream_frames_total", ""), Some(relay1_frames));
+    assert_eq!(relay1_scrape.get("mdrelay_pub_upstream_gap_frames_total", ""), Some(0.0));
+    assert_eq!(relay1_scrape.get("mdrelay_pub_upstream_latency_seconds_count", ""), Some(relay1_frames));
+    let hop_p50 = relay1_scrape.get("mdrelay_pub_upstream_latency_seconds", "quantile=\"0.5\"").unwrap();
+    assert!(hop_p50 > 0.0, "{}", relay1_scrape.text);
+    assert_eq!(relay1_scrape.sum("mdrelay_pub_frames_sent_total"), relay1_frames, "relay 1 sent what it received");
+    // The dashboard's upstream panels query series a relay serves.
+    let served = relay1_scrape.names();
+    for name in dashboard_queries().iter().filter(|n| n.starts_with("mdrelay_pub_upstream_")) {
+        assert!(served.contains(name), "the dashboard queries {name}, which a relay does not serve: {served:?}");
     }
     // Latency: the leaf's is origin-to-leaf, so never below a hop's before it.
     let leaf_latency = &leaf_report["latency_ns"];

@@ -7,9 +7,8 @@
 //! latency summary. Nothing is added per frame.
 
 use crate::frames::Pipeline;
-use hdrhistogram::Histogram;
 use mdrelay_proto::codec::Format;
-use mdrelay_proto::latency::latency_histogram;
+use mdrelay_telemetry::prometheus::HistogramExport;
 use metrics::{
     Counter, Gauge, Histogram as Summary, Unit, counter, describe_counter, describe_gauge, describe_histogram,
 };
@@ -36,7 +35,7 @@ pub struct SubscriberMetrics {
     latency: Summary,
     build_info: Gauge,
     /// The run's latencies as of the last export, so each export adds only the new ones.
-    exported: Histogram<u64>,
+    exported: HistogramExport,
 }
 
 impl SubscriberMetrics {
@@ -58,7 +57,7 @@ impl SubscriberMetrics {
             format: Format::ALL.iter().map(|f| gauge!("mdrelay_sub_format", "format" => f.name())).collect(),
             latency: histogram!("mdrelay_sub_latency_seconds", "mode" => latency_mode),
             build_info,
-            exported: latency_histogram(),
+            exported: HistogramExport::new(),
         }
     }
 
@@ -87,14 +86,7 @@ impl SubscriberMetrics {
             gauge.set(if Some(*f) == current { 1.0 } else { 0.0 });
         }
         self.build_info.set(1.0);
-        let mut run = stats.latency_so_far();
-        let total = run.clone();
-        // The run's histogram only grows, so the difference is the latencies since the last
-        // export; a subtraction that fails (it cannot, with equal bounds) exports nothing.
-        if run.subtract(&self.exported).is_ok() {
-            mdrelay_telemetry::prometheus::record_interval(&self.latency, &run);
-        }
-        self.exported = total;
+        self.exported.export(&self.latency, &stats.latency_so_far());
     }
 }
 

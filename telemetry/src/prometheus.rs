@@ -106,6 +106,34 @@ pub async fn hold(hold: Duration) {
     }
 }
 
+/// Feeds a summary with what a run's HdrHistogram of nanoseconds gained since the last export:
+/// the hot path records into its own histogram, and this copies the difference now and then.
+#[derive(Default)]
+pub struct HistogramExport {
+    exported: Option<hdrhistogram::Histogram<u64>>,
+}
+
+impl HistogramExport {
+    /// Nothing exported yet.
+    pub fn new() -> HistogramExport {
+        HistogramExport::default()
+    }
+
+    /// Records into `summary` what `run` holds beyond what the last call saw.
+    pub fn export(&mut self, summary: &metrics::Histogram, run: &hdrhistogram::Histogram<u64>) {
+        let mut new = run.clone();
+        // A run's histogram only grows; one that does not contain the last (another run's,
+        // other bounds) is exported whole.
+        if let Some(exported) = &self.exported {
+            if new.subtract(exported).is_err() {
+                new = run.clone();
+            }
+        }
+        record_interval(summary, &new);
+        self.exported = Some(run.clone());
+    }
+}
+
 /// Feeds one interval of an HdrHistogram of nanoseconds into a summary in seconds. Values are
 /// recorded per distinct bucket, so the cost is per bucket, not per sample, and the hot path
 /// keeps recording into its own histogram.
