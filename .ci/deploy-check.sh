@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The deploy/ files load in the tools that consume them:
+# The README's install step works, and the deploy/ files load in the tools that consume them:
 # - the systemd units, with `systemd-analyze verify` (where systemd is installed), against the
 #   binaries just built; any warning fails, not only errors;
 # - deploy/prometheus.yml and the metrics scraped by publisher/tests/metrics.rs, with Debian's
@@ -11,6 +11,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+
+echo "== the README's install step: cargo install --path publisher / subscriber"
+# Into a scratch root, with the build's own target directory, so the release build is reused.
+CARGO_TARGET_DIR="$PWD/target" cargo install -q --locked --path publisher --root "$work/install"
+CARGO_TARGET_DIR="$PWD/target" cargo install -q --locked --path subscriber --root "$work/install"
+"$work/install/bin/mdrelay-pub" --version
+"$work/install/bin/mdrelay-sub" --version
+"$work/install/bin/mdrelay-sub" --config config/sub-two-host.toml --check > /dev/null
 
 if command -v systemd-analyze >/dev/null; then
     echo "== systemd-analyze verify deploy/systemd"
