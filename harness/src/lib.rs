@@ -34,7 +34,7 @@ pub mod version;
 pub use bins::{bench_bin, publisher_bin, subscriber_bin};
 pub use data::{expected, iex_data, reference_output, reference_reader};
 pub use formats::formats;
-pub use net::{accept_within, free_tcp_port, free_udp_port};
+pub use net::{accept_within, cutting_proxy, free_tcp_port, free_udp_port};
 pub use netns::{Host, Hosts, Line};
 pub use process::{Failure, Finished, Process, STEP, Signal};
 pub use report::{assert_aggregates, assert_matches_reference, json_file};

@@ -5,7 +5,9 @@
 //! ([`Process::serving_on`](crate::Process::serving_on),
 //! [`Process::listening_on`](crate::Process::listening_on)) where it prints one.
 
-use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// A TCP port on 127.0.0.1 that was free a moment ago.
@@ -27,4 +29,41 @@ pub fn accept_within(listener: &TcpListener, limit: Duration) -> TcpStream {
     stream.set_read_timeout(Some(limit)).expect("setting the read timeout");
     stream.set_write_timeout(Some(limit)).expect("setting the write timeout");
     stream
+}
+
+/// A proxy on loopback that forwards the first two connections to `target`, cutting the first
+/// after `cut_after` bytes from `target` (both ways shut down, as a broken link would); returns
+/// the address to connect to and the thread, which ends after the second connection is set up
+/// (or fails the test when it does not come within [`crate::STEP`]).
+pub fn cutting_proxy(target: SocketAddr, cut_after: usize) -> (SocketAddr, JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1:0");
+    let addr = listener.local_addr().expect("the proxy's address");
+    let thread = std::thread::spawn(move || {
+        for n in 0..2 {
+            let client = accept_within(&listener, crate::STEP);
+            let upstream =
+                TcpStream::connect(target).unwrap_or_else(|e| panic!("the proxy cannot reach {target}: {e}"));
+            let (mut c_read, mut u_write) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut c_read, &mut u_write);
+            });
+            let (mut u_read, mut c_write) = (upstream, client);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 16384];
+                let mut sent = 0;
+                while let Ok(k) = u_read.read(&mut buf) {
+                    if k == 0 || c_write.write_all(&buf[..k]).is_err() {
+                        break;
+                    }
+                    sent += k;
+                    if n == 0 && sent >= cut_after {
+                        break;
+                    }
+                }
+                let _ = c_write.shutdown(std::net::Shutdown::Both);
+                let _ = u_read.shutdown(std::net::Shutdown::Both);
+            });
+        }
+    });
+    (addr, thread)
 }

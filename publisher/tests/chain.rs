@@ -20,8 +20,8 @@
 use mdrelay_harness::netns::{Host, Hosts, Line};
 use mdrelay_harness::process::field;
 use mdrelay_harness::{
-    Finished, Process, STEP, Signal, accept_within, assert_aggregates, dashboard_queries, expected, free_tcp_port,
-    iex_data, json_file, publisher_bin, scrape, serial, subscriber_bin,
+    Finished, Process, STEP, Signal, accept_within, assert_aggregates, cutting_proxy, dashboard_queries, expected,
+    free_tcp_port, iex_data, json_file, publisher_bin, scrape, serial, subscriber_bin,
 };
 use mdrelay_proto::codec::{Codec, Format, Limits, MessageScratch, collect_segment};
 use mdrelay_proto::relay::{Hello, RecordHeader, RecordTag, Subscribe, control_record};
@@ -29,7 +29,6 @@ use serde_json::{Value, json};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The longest a relay of DEEP10 through a chain may take (about 4 s paced; far longer only if
@@ -301,41 +300,6 @@ fn deep10_through_two_relays_tcp_sbe_then_multicast_capnp_reaches_the_leaf_exact
         // Recovered frames have no stream latency: the leaf measured fewer frames.
         recovered => eprintln!("loopback chain: the leaf recovered {recovered} frames lost on the multicast leg"),
     }
-}
-
-/// Forwards the first two connections to `target`, cutting the first after `cut_after` bytes from
-/// the upstream; returns the port to connect to and the thread, which ends after the second
-/// connection (or fails the test when it does not come).
-fn cutting_proxy(target: SocketAddr, cut_after: usize) -> (SocketAddr, JoinHandle<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let thread = std::thread::spawn(move || {
-        for n in 0..2 {
-            let client = accept_within(&listener, STEP);
-            let upstream = TcpStream::connect(target).expect("the origin serves");
-            let (mut c_read, mut u_write) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut c_read, &mut u_write);
-            });
-            let (mut u_read, mut c_write) = (upstream, client);
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 16384];
-                let mut sent = 0;
-                while let Ok(k) = u_read.read(&mut buf) {
-                    if k == 0 || c_write.write_all(&buf[..k]).is_err() {
-                        break;
-                    }
-                    sent += k;
-                    if n == 0 && sent >= cut_after {
-                        break;
-                    }
-                }
-                let _ = c_write.shutdown(std::net::Shutdown::Both);
-                let _ = u_read.shutdown(std::net::Shutdown::Both);
-            });
-        }
-    });
-    (addr, thread)
 }
 
 #[test]

@@ -14,31 +14,24 @@ fn json_lines(stderr: &str) -> Vec<Value> {
         .collect()
 }
 
+/// A publisher logging JSON, serving `messages` of the synthetic day over TCP to one subscriber
+/// at 50,000 msg/s; with the address it serves on, read from its JSON log line.
+fn json_publisher(messages: &str) -> (Process, String) {
+    let args = ["--synthetic", "--messages", messages, "--pacing", "rate", "--rate", "50000"];
+    let mut publisher = Process::start(
+        publisher_bin(),
+        ["run", "--log-format", "json", "--tcp", "127.0.0.1:0", "--wait-subscribers", "1"].into_iter().chain(args),
+    );
+    let line = publisher.wait_for("serving subscribers over TCP");
+    let serving: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+    let addr = serving["listen"].as_str().expect("listen field").to_string();
+    (publisher, addr)
+}
+
 #[test]
 fn json_logs_name_the_session_and_the_subscriber_once_in_spans() {
     let _serial = serial();
-    let mut publisher = Process::start(
-        publisher_bin(),
-        [
-            "run",
-            "--log-format",
-            "json",
-            "--synthetic",
-            "--messages",
-            "20000",
-            "--pacing",
-            "rate",
-            "--rate",
-            "50000",
-            "--tcp",
-            "127.0.0.1:0",
-            "--wait-subscribers",
-            "1",
-        ],
-    );
-    let line = publisher.wait_for("serving subscribers over TCP");
-    let serving: Value = serde_json::from_str(&line).unwrap();
-    let addr = serving["listen"].as_str().expect("listen field").to_string();
+    let (publisher, addr) = json_publisher("20000");
     let subscriber =
         Process::start(subscriber_bin(), ["--connect", &addr, "--log-format", "json", "--report-interval", "0"]);
     let published = publisher.finish(Duration::from_secs(60));
@@ -101,27 +94,7 @@ fn log_level_overrides_mdrelay_log_and_a_bad_filter_is_refused_by_name() {
 #[test]
 fn json_logs_survive_a_subscriber_killed_mid_stream() {
     let _serial = serial();
-    let mut publisher = Process::start(
-        publisher_bin(),
-        [
-            "run",
-            "--log-format",
-            "json",
-            "--synthetic",
-            "--messages",
-            "50000",
-            "--pacing",
-            "rate",
-            "--rate",
-            "50000",
-            "--tcp",
-            "127.0.0.1:0",
-            "--wait-subscribers",
-            "1",
-        ],
-    );
-    let line = publisher.wait_for("serving subscribers over TCP");
-    let addr = serde_json::from_str::<Value>(&line).unwrap()["listen"].as_str().unwrap().to_string();
+    let (publisher, addr) = json_publisher("50000");
     let mut subscriber = Process::start(subscriber_bin(), ["--connect", &addr, "--report-interval", "0.1"]);
     subscriber.wait_for_frames(1);
     subscriber.signal(Signal::SIGKILL);

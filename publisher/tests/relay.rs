@@ -17,16 +17,15 @@
 //! reference figures are required whenever nothing was lost.
 
 use mdrelay_harness::{
-    Finished, Process, STEP, Signal, accept_within, assert_aggregates, expected, formats, free_udp_port, iex_data,
+    Finished, Process, STEP, Signal, assert_aggregates, cutting_proxy, expected, formats, free_udp_port, iex_data,
     json_file, publisher_bin, serial, subscriber_bin,
 };
 use mdrelay_proto::codec::Format;
 use mdrelay_proto::relay::{Hello, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, RecordHeader, RecordTag, Subscribe};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// The longest a relay of DEEP10 may take (2.7 s paced; far longer only if something hangs).
@@ -219,41 +218,6 @@ fn two_subscribers_at_once_and_one_that_joins_late() {
     assert_eq!(publ["subscribers"].as_array().unwrap().len(), 3, "{publ}");
 }
 
-/// Forwards the first two connections to `target`, cutting the first after `cut_after` bytes
-/// from the publisher; returns the port to connect to and the thread, which ends after the
-/// second connection (or fails the test when it does not come).
-fn cutting_proxy(target: SocketAddr, cut_after: usize) -> (u16, JoinHandle<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let thread = std::thread::spawn(move || {
-        for n in 0..2 {
-            let client = accept_within(&listener, STEP);
-            let upstream = TcpStream::connect(target).expect("the publisher serves");
-            let (mut c_read, mut u_write) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut c_read, &mut u_write);
-            });
-            let (mut u_read, mut c_write) = (upstream, client);
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 16384];
-                let mut sent = 0;
-                while let Ok(k) = u_read.read(&mut buf) {
-                    if k == 0 || c_write.write_all(&buf[..k]).is_err() {
-                        break;
-                    }
-                    sent += k;
-                    if n == 0 && sent >= cut_after {
-                        break;
-                    }
-                }
-                let _ = c_write.shutdown(std::net::Shutdown::Both);
-                let _ = u_read.shutdown(std::net::Shutdown::Both);
-            });
-        }
-    });
-    (port, thread)
-}
-
 #[test]
 fn a_tcp_subscriber_that_loses_its_connection_reconnects_and_resumes_from_the_ring() {
     let _serial = serial();
@@ -267,6 +231,7 @@ fn a_tcp_subscriber_that_loses_its_connection_reconnects_and_resumes_from_the_ri
         let p = ["run", "--capture", &deep10, "--format", "sbe", "--wait-subscribers", "1", "--ring-bytes", ring];
         let (publisher, addr) = tcp_publisher(&[&p[..], &["--pacing", "rate", "--rate", "150000"]].concat());
         let (proxy, proxy_thread) = cutting_proxy(addr, 200_000);
+        let proxy = proxy.port();
         let json = path(dir.path(), "sub.json");
         let subscriber = tcp_subscriber(SocketAddr::from(([127, 0, 0, 1], proxy)), &json, &[]);
         publisher.finish(RUN).assert_success();
