@@ -16,6 +16,7 @@
 
 pub mod capnproto;
 pub mod fbs;
+pub mod json;
 pub mod raw;
 pub mod sbe;
 
