@@ -41,3 +41,15 @@ pub fn reference_output(capture: &Path) -> serde_json::Value {
     );
     serde_json::from_slice(&output.stdout).expect("the reference reader prints JSON")
 }
+
+/// A publisher configuration for a SIGHUP test: DEEP10 in `format` at 120,000 msg/s over TCP on
+/// a port of the publisher's choosing, waiting for one subscriber and lossless
+/// (`slow_subscriber = "block"`), with `extra` TOML (whole sections) after it. The test rewrites
+/// the file with another format and signals the publisher.
+pub fn deep10_tcp_config(format: &str, extra: &str) -> String {
+    format!(
+        "format = \"{format}\"\n[source]\ncapture = \"{}\"\n[pacing]\nmode = \"rate\"\nrate = 120000\n\
+         [tcp]\nlisten = \"127.0.0.1:0\"\nwait_subscribers = 1\nslow_subscriber = \"block\"\n{extra}",
+        iex_data().join("DEEP10.pcap.gz").display()
+    )
+}

@@ -32,7 +32,7 @@ pub mod serial;
 pub mod version;
 
 pub use bins::{bench_bin, publisher_bin, subscriber_bin};
-pub use data::{expected, iex_data, reference_output, reference_reader};
+pub use data::{deep10_tcp_config, expected, iex_data, reference_output, reference_reader};
 pub use formats::formats;
 pub use net::{accept_within, cutting_proxy, free_tcp_port, free_udp_port};
 pub use netns::{Host, Hosts, Line};

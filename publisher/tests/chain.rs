@@ -20,8 +20,8 @@
 use mdrelay_harness::netns::{Host, Hosts, Line};
 use mdrelay_harness::process::field;
 use mdrelay_harness::{
-    Finished, Process, STEP, Signal, accept_within, assert_aggregates, cutting_proxy, dashboard_queries, expected,
-    free_tcp_port, iex_data, json_file, publisher_bin, scrape, serial, subscriber_bin,
+    Finished, Process, STEP, Signal, accept_within, assert_aggregates, cutting_proxy, dashboard_queries,
+    deep10_tcp_config, expected, free_tcp_port, iex_data, json_file, publisher_bin, scrape, serial, subscriber_bin,
 };
 use mdrelay_proto::codec::{Codec, Format, Limits, MessageScratch, collect_segment};
 use mdrelay_proto::relay::{Hello, RecordHeader, RecordTag, Subscribe, control_record};
@@ -555,10 +555,7 @@ fn a_format_switch_upstream_is_followed_and_the_leaf_stays_exact() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("origin.toml");
     let write = |format: &str| {
-        let text = format!(
-            "format = \"{format}\"\n[source]\ncapture = \"{}\"\n[pacing]\nmode = \"rate\"\nrate = 120000\n[tcp]\nlisten = \"127.0.0.1:0\"\nwait_subscribers = 1\nslow_subscriber = \"block\"\n",
-            deep10()
-        );
+        let text = deep10_tcp_config(format, "");
         std::fs::write(&config, text).unwrap();
     };
     write("sbe");

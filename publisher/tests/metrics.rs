@@ -6,8 +6,8 @@
 //! metric names the programs actually serve.
 
 use mdrelay_harness::{
-    Process, STEP, Scrape, Signal, assert_aggregates, dashboard_queries, expected, free_tcp_port, free_udp_port,
-    iex_data, json_file, publisher_bin, scrape, serial, subscriber_bin,
+    Process, STEP, Scrape, Signal, assert_aggregates, dashboard_queries, deep10_tcp_config, expected, free_tcp_port,
+    free_udp_port, json_file, publisher_bin, scrape, serial, subscriber_bin,
 };
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -55,13 +55,13 @@ fn the_endpoints_count_what_the_final_reports_say_through_a_format_switch() {
     let config = dir.path().join("pub.toml");
     // The endpoint is set in the file (as deployed), the rest on the command line.
     let write = |format: &str| {
-        let text = format!(
-            "format = \"{format}\"\n[source]\ncapture = \"{}\"\n[pacing]\nmode = \"rate\"\nrate = 120000\n\
-             [tcp]\nlisten = \"127.0.0.1:0\"\nwait_subscribers = 1\nslow_subscriber = \"block\"\n\
-             [udp]\ndestinations = [\"127.0.0.1:{udp_port}\"]\n\
+        let text = deep10_tcp_config(
+            format,
+            &format!(
+                "[udp]\ndestinations = [\"127.0.0.1:{udp_port}\"]\n\
              [retransmit]\nlisten = \"127.0.0.1:0\"\nlinger = 0.1\n\
-             [metrics]\nlisten = \"{pub_metrics}\"\nhold = 60\n",
-            iex_data().join("DEEP10.pcap.gz").display()
+             [metrics]\nlisten = \"{pub_metrics}\"\nhold = 60\n"
+            ),
         );
         std::fs::write(&config, text).unwrap();
     };

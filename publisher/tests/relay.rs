@@ -17,8 +17,8 @@
 //! reference figures are required whenever nothing was lost.
 
 use mdrelay_harness::{
-    Finished, Process, STEP, Signal, assert_aggregates, cutting_proxy, expected, formats, free_udp_port, iex_data,
-    json_file, publisher_bin, serial, subscriber_bin,
+    Finished, Process, STEP, Signal, assert_aggregates, cutting_proxy, deep10_tcp_config, expected, formats,
+    free_udp_port, iex_data, json_file, publisher_bin, serial, subscriber_bin,
 };
 use mdrelay_proto::codec::Format;
 use mdrelay_proto::relay::{Hello, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, RecordHeader, RecordTag, Subscribe};
@@ -262,10 +262,7 @@ fn sighup_switches_the_format_mid_stream_and_the_aggregates_stay_exact() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("pub.toml");
     let write = |format: &str| {
-        let text = format!(
-            "format = \"{format}\"\n[source]\ncapture = \"{}\"\n[pacing]\nmode = \"rate\"\nrate = 120000\n[tcp]\nlisten = \"127.0.0.1:0\"\nwait_subscribers = 1\nslow_subscriber = \"block\"\n",
-            deep10()
-        );
+        let text = deep10_tcp_config(format, "");
         std::fs::write(&config, text).unwrap();
     };
     write("sbe");

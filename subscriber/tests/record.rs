@@ -10,8 +10,8 @@
 
 use flate2::read::MultiGzDecoder;
 use mdrelay_harness::{
-    Finished, Process, STEP, Signal, expected, formats, iex_data, json_file, publisher_bin, reference_output, serial,
-    subscriber_bin,
+    Finished, Process, STEP, Signal, deep10_tcp_config, expected, formats, iex_data, json_file, publisher_bin,
+    reference_output, serial, subscriber_bin,
 };
 use mdrelay_proto::codec::Format;
 use serde_json::{Value, json};
@@ -243,11 +243,7 @@ fn a_format_switch_mid_stream_is_recorded_with_exact_aggregates() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("pub.toml");
     let write = |format: &str| {
-        let text = format!(
-            "format = \"{format}\"\n[source]\ncapture = \"{}\"\n[pacing]\nmode = \"rate\"\nrate = 120000\n[tcp]\n\
-             listen = \"127.0.0.1:0\"\nwait_subscribers = 1\nslow_subscriber = \"block\"\n",
-            deep10()
-        );
+        let text = deep10_tcp_config(format, "");
         std::fs::write(&config, text).unwrap();
     };
     // Raw first: its segments are recorded as they came; SBE's are built again, and their

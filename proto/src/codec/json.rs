@@ -1013,28 +1013,7 @@ impl Visitor<'_> for HexSeed<'_> {
 mod tests {
     use super::*;
 
-    fn trade(n: i64) -> Message<'static> {
-        Message::TradeReport(Trade {
-            sale_condition: 0x40,
-            timestamp: n,
-            symbol: Symbol::new("ZIEXT").unwrap(),
-            size: 100,
-            price: Price(10_000 + n),
-            trade_id: n,
-        })
-    }
-
-    fn header() -> BatchHeader {
-        BatchHeader {
-            protocol_id: 0x8004,
-            channel_id: 1,
-            session_id: 2,
-            first_sequence: 3,
-            message_count: 0,
-            send_time: 4,
-            publish_time: 5,
-        }
-    }
+    use crate::codec::fixtures::{header, trade};
 
     #[test]
     fn the_frame_is_one_readable_line() {

@@ -20,6 +20,39 @@ pub mod json;
 pub mod raw;
 pub mod sbe;
 
+/// A trade and a batch header for the codecs' unit tests.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use super::BatchHeader;
+    use crate::message::{Message, Trade};
+    use crate::price::{Price, Symbol};
+
+    /// Trade `n`: its timestamp, trade id and price offset.
+    pub fn trade(n: i64) -> Message<'static> {
+        Message::TradeReport(Trade {
+            sale_condition: 0x40,
+            timestamp: n,
+            symbol: Symbol::new("ZIEXT").unwrap(),
+            size: 100,
+            price: Price(10_000 + n),
+            trade_id: n,
+        })
+    }
+
+    /// A DEEP batch header with every field set.
+    pub fn header() -> BatchHeader {
+        BatchHeader {
+            protocol_id: 0x8004,
+            channel_id: 1,
+            session_id: 2,
+            first_sequence: 3,
+            message_count: 0,
+            send_time: 4,
+            publish_time: 5,
+        }
+    }
+}
+
 use crate::message::Message;
 use std::borrow::Cow;
 use std::fmt;

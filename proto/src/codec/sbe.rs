@@ -801,28 +801,7 @@ mod tests {
     /// Offset of the first message after the `Batch` in a frame.
     const FIRST: usize = BATCH_LEN;
 
-    fn trade(n: i64) -> Message<'static> {
-        Message::TradeReport(Trade {
-            sale_condition: 0x40,
-            timestamp: n,
-            symbol: Symbol::new("ZIEXT").unwrap(),
-            size: 100,
-            price: Price(10_000 + n),
-            trade_id: n,
-        })
-    }
-
-    fn header() -> BatchHeader {
-        BatchHeader {
-            protocol_id: 0x8004,
-            channel_id: 1,
-            session_id: 2,
-            first_sequence: 3,
-            message_count: 0,
-            send_time: 4,
-            publish_time: 5,
-        }
-    }
+    use crate::codec::fixtures::{header, trade};
 
     fn encode(messages: &[Message<'_>]) -> Vec<u8> {
         let mut out = Vec::new();
