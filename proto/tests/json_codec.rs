@@ -6,7 +6,8 @@
 use mdrelay_harness::alloc::{CountingAllocator, count_allocations};
 use mdrelay_harness::{assert_aggregates, expected, iex_data};
 use mdrelay_proto::capture::CaptureReader;
-use mdrelay_proto::codec::json::{JsonCodec, JsonDecodeError};
+use mdrelay_proto::codec::DecodeError;
+use mdrelay_proto::codec::json::JsonCodec;
 use mdrelay_proto::codec::{BatchHeader, Limits, MAX_BATCH, MessageScratch, collect_segment};
 use mdrelay_proto::iextp::Segment;
 use mdrelay_proto::inspect::InspectReport;
@@ -35,7 +36,7 @@ fn encode(header: &BatchHeader, messages: &[Message<'_>]) -> Vec<u8> {
     out
 }
 
-fn decode(frame: &[u8]) -> Result<(BatchHeader, Vec<String>), JsonDecodeError> {
+fn decode(frame: &[u8]) -> Result<(BatchHeader, Vec<String>), DecodeError> {
     let mut seen = Vec::new();
     let header = codec().decode(frame, |m| seen.push(format!("{m:?}")))?;
     Ok((header, seen))
@@ -49,7 +50,7 @@ fn round_trip(header: &BatchHeader, messages: &[Message<'_>]) -> (BatchHeader, V
 }
 
 /// The error has an offset within the frame (or just past it) and says `what`.
-fn refused(frame: &[u8], what: &str) -> JsonDecodeError {
+fn refused(frame: &[u8], what: &str) -> DecodeError {
     let e = decode(frame).expect_err(what);
     assert!(e.offset <= frame.len(), "{e}: offset past the frame of {}", frame.len());
     assert!(e.what.contains(what), "{e} should say {what:?}");

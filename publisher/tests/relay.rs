@@ -154,18 +154,28 @@ fn every_format_over_every_transport_gives_the_reference_aggregates() {
 }
 
 #[test]
-fn a_symbol_filter_gives_exactly_that_symbols_aggregates() {
+fn a_symbol_filter_gives_exactly_that_symbols_aggregates_in_every_format() {
     let _serial = serial();
     let reference = expected("DEEP10.json");
     let dir = tempfile::tempdir().unwrap();
-    let Relayed { sub, .. } = relay_once("sbe", "tcp", dir.path(), &["--symbols", "AA"]);
-    let symbols = sub["symbols"].as_object().unwrap();
-    assert_eq!(symbols.keys().collect::<Vec<_>>(), ["AA"]);
-    assert_eq!(symbols["AA"], reference["symbols"]["AA"]);
-    assert_eq!(sub["total_trade_volume"], reference["symbols"]["AA"]["trade_volume"]);
-    // Counts cover every message whatever the filter.
-    assert_eq!(sub["messages"], reference["messages"]);
-    assert_eq!(sub["totals_match"], true);
+    // The filter is applied while decoding (each format skips other symbols' messages as early
+    // as it can), so every format's skipping is checked, not only the aggregate.
+    for format in formats() {
+        let context = format!("{format} filtered to AA, ZIEXT and NOSUCH");
+        let Relayed { sub, .. } = relay_once(format.name(), "tcp", dir.path(), &["--symbols", "AA,ZIEXT,NOSUCH"]);
+        let symbols = sub["symbols"].as_object().unwrap();
+        assert_eq!(symbols.keys().collect::<Vec<_>>(), ["AA", "ZIEXT"], "{context}: NOSUCH is not in DEEP10");
+        let mut volume = 0;
+        for name in ["AA", "ZIEXT"] {
+            assert_eq!(symbols[name], reference["symbols"][name], "{context}: {name}");
+            volume += reference["symbols"][name]["trade_volume"].as_u64().unwrap();
+        }
+        assert_eq!(sub["total_trade_volume"], volume, "{context}");
+        // Counts cover every message, of every type, whatever the filter.
+        assert_eq!(sub["messages"], reference["messages"], "{context}");
+        assert_eq!(sub["message_types"], reference["message_types"], "{context}");
+        assert_eq!(sub["totals_match"], true, "{context}");
+    }
 }
 
 #[test]

@@ -9,7 +9,7 @@ use crate::metrics::SubscriberMetrics;
 use crate::record::Recorder;
 use crate::recovery::{RecoveryBook, RecoveryReport};
 use crate::stats::{FromStartReport, Report, RunInfo, Stats};
-use mdrelay_proto::codec::{Codec, Format, Limits};
+use mdrelay_proto::codec::{Codec, Format, Limits, SymbolFilter};
 use mdrelay_proto::relay::{Echo, Observed, SequenceCounts, SessionTracker};
 use mdrelay_proto::warn;
 use std::collections::BTreeSet;
@@ -88,6 +88,9 @@ pub struct Pipeline {
     format_switches: u64,
     /// The statistics.
     pub stats: Stats,
+    /// With a symbol filter: the filter, applied as the frames are decoded, and the type bytes
+    /// of one frame's skipped messages, counted into `stats` after its decode.
+    filter: Option<(SymbolFilter, Vec<u8>)>,
     /// The publisher's session and the frames' accounting.
     pub tracker: SessionTracker,
     /// A/B: each line's accounting, and the copies arbitrated.
@@ -128,6 +131,7 @@ impl Pipeline {
             formats_seen: BTreeSet::new(),
             format_switches: 0,
             stats: Stats::new(settings.symbols.clone()),
+            filter: settings.symbols.clone().map(|s| (SymbolFilter::new(s), Vec::new())),
             tracker: SessionTracker::new(),
             lines: None,
             recovery: settings
@@ -261,6 +265,7 @@ impl Pipeline {
         let Pipeline {
             codecs,
             stats,
+            filter,
             tracker,
             lines,
             recovery,
@@ -362,9 +367,19 @@ impl Pipeline {
                 }
             }
             // Recording rides on the one decode: the recorder takes the messages as they are visited.
-            let decoded = match recorder.as_mut() {
-                None => codec.decode(frame, |m| stats.message(m)),
-                Some(r) => {
+            let decoded = match (recorder.as_mut(), filter.as_mut()) {
+                (None, None) => codec.decode(frame, |m| stats.message(m)),
+                // Filter before decode: other symbols' messages are skipped on their type and
+                // symbol, as far as the format allows, and only counted.
+                (None, Some((filter, skipped))) => {
+                    let decoded = codec.decode_filtered(frame, filter, |m| stats.message(m), |k| skipped.push(k));
+                    for kind in skipped.drain(..) {
+                        stats.message_skipped(kind);
+                    }
+                    decoded
+                }
+                // A recording keeps every message, so the frame is decoded whole.
+                (Some(r), _) => {
                     r.begin(p.format);
                     let decoded = codec.decode(frame, |m| {
                         stats.message(m);

@@ -6,7 +6,7 @@ use crate::lines::LinesReport;
 use crate::recovery::RecoveryReport;
 use hdrhistogram::Histogram;
 use mdrelay_proto::aggregate::{Aggregator, SymbolAggregate};
-use mdrelay_proto::codec::Format;
+use mdrelay_proto::codec::{Format, SymbolFilter};
 use mdrelay_proto::counts::TypeCounts;
 use mdrelay_proto::latency::{LatencySummary, latency_histogram};
 use mdrelay_proto::message::Message;
@@ -47,8 +47,8 @@ pub struct Stats {
     pub publisher_totals: Option<Totals>,
     types: TypeCounts,
     aggregator: Aggregator,
-    /// Sorted; `None` aggregates every symbol.
-    filter: Option<Vec<Symbol>>,
+    /// `None` aggregates every symbol.
+    filter: Option<SymbolFilter>,
     latency: Histogram<u64>,
     interval_latency: Histogram<u64>,
     interval_frames: u64,
@@ -58,11 +58,7 @@ pub struct Stats {
 impl Stats {
     /// Empty statistics; with `filter`, only those symbols are aggregated.
     pub fn new(filter: Option<Vec<Symbol>>) -> Stats {
-        let filter = filter.map(|mut f| {
-            f.sort_unstable();
-            f.dedup();
-            f
-        });
+        let filter = filter.map(SymbolFilter::new);
         Stats {
             frames: 0,
             messages: 0,
@@ -96,11 +92,24 @@ impl Stats {
         match &self.filter {
             None => self.aggregator.apply(message),
             Some(filter) => {
-                if message.symbol().is_some_and(|s| filter.binary_search(&s).is_ok()) {
+                if filter.matches_message(message) {
                     self.aggregator.apply(message);
                 }
             }
         }
+    }
+
+    /// Counts a message a filtered decode skipped (another symbol's): its type, not its fields.
+    #[inline]
+    pub fn message_skipped(&mut self, kind: u8) {
+        self.messages += 1;
+        self.interval_messages += 1;
+        self.types.add(kind);
+    }
+
+    /// The symbol filter, if the run has one.
+    pub fn filter(&self) -> Option<&SymbolFilter> {
+        self.filter.as_ref()
     }
 
     /// Records a decoded frame's latency: receive time minus publish time, both ns since the epoch.

@@ -127,6 +127,9 @@ fn recording_name(format: Format) -> &'static str {
         Format::FlatBuffers => "flatbuffers.pcap.gz",
         Format::Capnp => "capnp.pcapng",
         Format::CapnpPacked => "capnp-packed.pcap",
+        Format::Json => "json.pcapng.gz",
+        Format::Protobuf => "protobuf.pcap.gz",
+        Format::Brec => "brec.pcapng",
     }
 }
 

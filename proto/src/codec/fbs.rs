@@ -46,7 +46,7 @@
 //! the flatbuffers builder. On the same frames: 3.4 ms against 8.6 ms through the builder (SBE:
 //! 3.9 ms), and 13.47 MB against 13.80 MB (less padding).
 
-use super::{BatchHeader, DecodeError, EncodeError, Format, Limits, MAX_BATCH};
+use super::{BatchHeader, DecodeError, EncodeError, Format, Limits, MAX_BATCH, SymbolFilter};
 use crate::message::{
     AuctionInformation, Message, OfficialPrice, OperationalHaltStatus, PriceLevelUpdate, QuoteUpdate,
     RetailLiquidityIndicator, SecurityDirectory, SecurityEvent, ShortSalePriceTestStatus, Side, SystemEvent, Trade,
@@ -401,6 +401,53 @@ impl FlatBuffersCodec {
     /// in a vector are found after every message was visited.
     #[inline]
     pub fn decode<F: FnMut(&Message<'_>)>(&mut self, frame: &[u8], mut visit: F) -> Result<BatchHeader, DecodeError> {
+        self.walk(frame, |next, kind, at| next.visit(kind, at, &mut visit))
+    }
+
+    /// Decodes one frame like [`FlatBuffersCodec::decode`], visiting only the messages of
+    /// `filter`'s symbols. Trades, price levels and quotes (nearly every message of a feed) are
+    /// structs read in place: another symbol's is skipped on its 8 symbol bytes, without the rest
+    /// of it being read; the rarer types of `Other` are read, then filtered.
+    #[inline]
+    pub fn decode_filtered<F: FnMut(&Message<'_>), S: FnMut(u8)>(
+        &mut self,
+        frame: &[u8],
+        filter: &SymbolFilter,
+        mut visit: F,
+        mut skip: S,
+    ) -> Result<BatchHeader, DecodeError> {
+        self.walk(frame, |next, kind, at| {
+            let symbol = if kind == kind::TRADE_REPORT || kind == kind::TRADE_BREAK {
+                next.trades.peek().map(|e| wire::Trade(*e).symbol().0)
+            } else if kind == kind::PRICE_LEVEL_BUY || kind == kind::PRICE_LEVEL_SELL {
+                next.price_levels.peek().map(|e| wire::PriceLevel(*e).symbol().0)
+            } else if kind == kind::QUOTE_UPDATE {
+                next.quote_updates.peek().map(|e| wire::QuoteUpdate(*e).symbol().0)
+            } else {
+                None
+            };
+            match symbol {
+                Some(symbol) if !filter.matches(symbol) => {
+                    next.skip_struct(kind, at)?;
+                    skip(kind);
+                    Ok(())
+                }
+                Some(_) => next.visit(kind, at, &mut visit),
+                None => next.visit(kind, at, &mut |m: &Message<'_>| {
+                    if filter.matches_message(m) { visit(m) } else { skip(m.kind()) }
+                }),
+            }
+        })
+    }
+
+    /// Reads and checks the frame's root and batch, then hands the cursors, each `kinds` entry
+    /// and its offset to `each`, and checks that no vector holds entries left over.
+    #[inline(always)]
+    fn walk(
+        &mut self,
+        frame: &[u8],
+        mut each: impl FnMut(&mut Cursors<'_>, u8, usize) -> Result<(), DecodeError>,
+    ) -> Result<BatchHeader, DecodeError> {
         let Some(prefix) = frame.first_chunk::<PREFIX_LEN>() else {
             return Err(error(0, "frame shorter than its 4-byte size prefix"));
         };
@@ -451,7 +498,7 @@ impl FlatBuffersCodec {
         };
         let kinds_at = position(frame, kinds);
         for (i, &kind) in kinds.iter().enumerate() {
-            next.visit(kind, kinds_at + i, &mut visit)?;
+            each(&mut next, kind, kinds_at + i)?;
         }
         next.check_all_taken(frame, kinds)?;
         Ok(BatchHeader {
@@ -932,6 +979,12 @@ impl<'a, const N: usize> Column<'a, N> {
         }
     }
 
+    /// The next entry, not taken.
+    #[inline(always)]
+    fn peek(&self) -> Option<&'a [u8; N]> {
+        self.rest.first_chunk()
+    }
+
     /// An error if entries are left that no `kinds` entry took; `field` names the vector.
     #[inline(always)]
     fn check_all_taken(&self, field: &'static str, frame: &[u8], kinds: &[u8]) -> Result<(), DecodeError> {
@@ -1068,6 +1121,18 @@ impl<'a> Cursors<'a> {
             visit(&self.other_message(kind, at)?);
         }
         Ok(())
+    }
+
+    /// Takes the next struct of a trade, price level or quote `kinds` entry without reading it.
+    #[inline(always)]
+    fn skip_struct(&mut self, kind: u8, at: usize) -> Result<(), DecodeError> {
+        if kind == kind::TRADE_REPORT || kind == kind::TRADE_BREAK {
+            self.trades.take(kind, at).map(drop)
+        } else if kind == kind::QUOTE_UPDATE {
+            self.quote_updates.take(kind, at).map(drop)
+        } else {
+            self.price_levels.take(kind, at).map(drop)
+        }
     }
 
     /// An error if a vector holds more entries than `kinds` took from it, naming the first.

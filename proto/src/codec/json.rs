@@ -1,6 +1,5 @@
 //! JSON, newline-delimited (NDJSON): one object per frame, the frame being the object's bytes and
-//! the `\n` after them. Groundwork: the format is not yet a [`Format`](super::Format), so it is
-//! in no `Format::ALL`, `Codec`, publisher or subscriber.
+//! the `\n` after them. A baseline for readability, not for speed.
 //!
 //! A frame reads
 //! `{"protocol_id":32772,"channel_id":1,"session_id":2,"first_sequence":3,"send_time":4,"publish_time":5,"messages":[{"type":"trade_report","sale_condition":64,...}]}`
@@ -22,10 +21,6 @@
 //!
 //! Decoding is strict: every field present once, no other field, every number in its field's
 //! range, `type` one of the names above. Errors carry the byte offset serde_json stopped at.
-//!
-//! Errors are [`JsonDecodeError`] / [`JsonEncodeError`] rather than the other codecs'
-//! [`DecodeError`] / [`EncodeError`], because those name a [`Format`] and there is no
-//! `Format::Json` yet; each converts into the shared type once there is one.
 
 use super::BatchHeader;
 use super::{DecodeError, EncodeError, Format, Limits, MAX_BATCH};
@@ -41,51 +36,6 @@ use std::fmt;
 
 /// Longest unknown message carried, in bytes: as long as an IEX-TP message block can be.
 pub const MAX_UNKNOWN_LEN: usize = u16::MAX as usize;
-
-/// Why a JSON frame could not be delimited or decoded; the frame is lost, the stream goes on.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("json frame: {what} at byte {offset}")]
-pub struct JsonDecodeError {
-    /// Byte offset within the frame where the problem was found.
-    pub offset: usize,
-    /// What was wrong, naming the field where there is one.
-    pub what: Cow<'static, str>,
-}
-
-impl JsonDecodeError {
-    /// The shared error type, once the format has a [`Format`] to name.
-    pub fn into_decode_error(self, format: Format) -> DecodeError {
-        DecodeError::new(format, self.offset, self.what)
-    }
-}
-
-/// Why a batch could not be encoded as JSON; the output is left as it was.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum JsonEncodeError {
-    /// More messages than [`MAX_BATCH`].
-    #[error("{0} messages in one batch; at most {MAX_BATCH} fit")]
-    TooManyMessages(usize),
-    /// An unknown message the decoder would refuse (see [`JsonCodec::encode`]).
-    #[error("json cannot carry message {index}: {what}")]
-    Unrepresentable {
-        /// Index of the message in the batch.
-        index: usize,
-        /// Why.
-        what: &'static str,
-    },
-}
-
-impl JsonEncodeError {
-    /// The shared error type, once the format has a [`Format`] to name.
-    pub fn into_encode_error(self, format: Format) -> EncodeError {
-        match self {
-            JsonEncodeError::TooManyMessages(n) => EncodeError::TooManyMessages(n),
-            JsonEncodeError::Unrepresentable { index, what } => {
-                EncodeError::Unrepresentable { format, index, what: what.into() }
-            }
-        }
-    }
-}
 
 /// A decoded message held until the whole frame has been checked: known messages own all their
 /// fields; an unknown one points into the codec's byte scratch.
@@ -133,9 +83,9 @@ impl JsonCodec {
         header: &BatchHeader,
         messages: &[Message<'_>],
         out: &mut Vec<u8>,
-    ) -> Result<(), JsonEncodeError> {
+    ) -> Result<(), EncodeError> {
         if messages.len() > MAX_BATCH {
-            return Err(JsonEncodeError::TooManyMessages(messages.len()));
+            return Err(EncodeError::TooManyMessages(messages.len()));
         }
         let start = out.len();
         let mut w = Writer(out);
@@ -158,7 +108,7 @@ impl JsonCodec {
             }
             if let Err(what) = write_message(&mut w, message) {
                 out.truncate(start);
-                return Err(JsonEncodeError::Unrepresentable { index, what });
+                return Err(EncodeError::Unrepresentable { format: Format::Json, index, what: what.into() });
             }
         }
         w.raw(b"]}\n");
@@ -168,7 +118,7 @@ impl JsonCodec {
     /// The length of the first frame at the start of `buf` (up to and including its `\n`);
     /// `None` while no `\n` has come and the limit is not reached; an error once `max_frame`
     /// bytes have come without one. Only the bytes given are read; nothing is allocated.
-    pub fn frame_len(&self, buf: &[u8]) -> Result<Option<usize>, JsonDecodeError> {
+    pub fn frame_len(&self, buf: &[u8]) -> Result<Option<usize>, DecodeError> {
         let max = self.limits.max_frame;
         let window = &buf[..buf.len().min(max)];
         match window.iter().position(|&b| b == b'\n') {
@@ -183,11 +133,7 @@ impl JsonCodec {
     /// Decodes one frame (exactly the bytes [`JsonCodec::frame_len`] delimited), then hands each
     /// message to `visit` in order and returns the batch header. The whole frame is checked
     /// before the first message is visited, so a bad frame visits nothing.
-    pub fn decode<F: FnMut(&Message<'_>)>(
-        &mut self,
-        frame: &[u8],
-        mut visit: F,
-    ) -> Result<BatchHeader, JsonDecodeError> {
+    pub fn decode<F: FnMut(&Message<'_>)>(&mut self, frame: &[u8], mut visit: F) -> Result<BatchHeader, DecodeError> {
         let max = self.limits.max_frame;
         if frame.len() > max {
             return Err(error(0, format!("frame of {} bytes exceeds the {max}-byte limit", frame.len())));
@@ -216,14 +162,14 @@ impl JsonCodec {
 }
 
 #[cold]
-fn error(offset: usize, what: impl Into<Cow<'static, str>>) -> JsonDecodeError {
-    JsonDecodeError { offset, what: what.into() }
+fn error(offset: usize, what: impl Into<Cow<'static, str>>) -> DecodeError {
+    DecodeError::new(Format::Json, offset, what)
 }
 
 /// serde_json's error as ours: its position (line, and column = bytes on that line before the
 /// point it stopped) made a byte offset in the frame, and its message without the position.
 #[cold]
-fn from_serde(frame: &[u8], e: &serde_json::Error) -> JsonDecodeError {
+fn from_serde(frame: &[u8], e: &serde_json::Error) -> DecodeError {
     let mut offset = 0;
     if e.line() > 1 {
         // A frame has one newline, at its end, so this only happens past it; kept exact anyway.
@@ -1039,7 +985,7 @@ mod tests {
             let kind = if bytes == b"Tabc" { b'T' } else { b'z' };
             let m = Message::Unknown(UnknownMessage { kind, bytes });
             let e = codec.encode(&header(), &[trade(1), m], &mut out).unwrap_err();
-            assert!(matches!(e, JsonEncodeError::Unrepresentable { index: 1, .. }), "{e}");
+            assert!(matches!(e, EncodeError::Unrepresentable { index: 1, .. }), "{e}");
         }
         assert_eq!(out, b"kept");
     }

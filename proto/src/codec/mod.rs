@@ -1,5 +1,5 @@
-//! Wire formats: the same batch of messages as raw IEX-TP, SBE, FlatBuffers, Cap'n Proto or
-//! packed Cap'n Proto, each framed as its ecosystem does it.
+//! Wire formats: the same batch of messages as raw IEX-TP, SBE, FlatBuffers, Cap'n Proto, packed
+//! Cap'n Proto, Protobuf, brec or JSON, each framed as its ecosystem does it.
 //!
 //! A *frame* carries one batch: the messages of one IEX-TP segment and a [`BatchHeader`]. Every
 //! codec offers the same three operations (see [`Codec`]):
@@ -8,17 +8,24 @@
 //! - `frame_len`: on the start of a byte stream, the length of the first complete frame, `None`
 //!   while more bytes are needed, an error for a frame that is malformed or longer than the limit
 //!   (checked before anything is allocated);
-//! - `decode`: reads one frame zero-copy and hands each message, in order, to a visitor.
+//! - `decode`: reads one frame zero-copy and hands each message, in order, to a visitor;
+//! - `decode_filtered`: the same for the messages of a [`SymbolFilter`]'s symbols, reading as
+//!   little of the others as the format allows (their type byte, for the counts).
 //!
 //! Decoders treat their input as untrusted: they never panic, never read out of bounds and never
 //! allocate because a length field says so. An error names the format, the byte offset and what
 //! was wrong; the caller skips the frame and goes on.
 
+pub mod brec;
 pub mod capnproto;
 pub mod fbs;
+pub mod filter;
 pub mod json;
+pub mod protobuf;
 pub mod raw;
 pub mod sbe;
+
+pub use filter::SymbolFilter;
 
 /// A trade and a batch header for the codecs' unit tests.
 #[cfg(test)]
@@ -77,11 +84,18 @@ pub enum Format {
     Capnp,
     /// Cap'n Proto, packed.
     CapnpPacked,
+    /// Newline-delimited JSON, one object per frame.
+    Json,
+    /// Protocol Buffers (prost), length-delimited.
+    Protobuf,
+    /// brec packets: hot message types as blocks, rare ones in the payload.
+    Brec,
 }
 
 impl Format {
     /// Every format, in a fixed order.
-    pub const ALL: [Format; 5] = [Format::Raw, Format::Sbe, Format::FlatBuffers, Format::Capnp, Format::CapnpPacked];
+    pub const ALL: [Format; 6] =
+        [Format::Raw, Format::Sbe, Format::FlatBuffers, Format::Capnp, Format::CapnpPacked, Format::Json];
 
     /// The name used in configuration files and on the command line.
     pub const fn name(self) -> &'static str {
@@ -91,6 +105,9 @@ impl Format {
             Format::FlatBuffers => "flatbuffers",
             Format::Capnp => "capnp",
             Format::CapnpPacked => "capnp-packed",
+            Format::Json => "json",
+            Format::Protobuf => "protobuf",
+            Format::Brec => "brec",
         }
     }
 
@@ -102,19 +119,23 @@ impl Format {
             Format::FlatBuffers => 2,
             Format::Capnp => 3,
             Format::CapnpPacked => 4,
+            Format::Json => 5,
+            Format::Protobuf => 6,
+            Format::Brec => 7,
         }
     }
 
-    /// The format for a number from [`Format::id`].
+    /// The format for a number from [`Format::id`], if it is one of [`Format::ALL`].
     pub const fn from_id(id: u8) -> Option<Format> {
-        Some(match id {
-            0 => Format::Raw,
-            1 => Format::Sbe,
-            2 => Format::FlatBuffers,
-            3 => Format::Capnp,
-            4 => Format::CapnpPacked,
-            _ => return None,
-        })
+        let all = Format::ALL;
+        let mut i = 0;
+        while i < all.len() {
+            if all[i].id() == id {
+                return Some(all[i]);
+            }
+            i += 1;
+        }
+        None
     }
 }
 
@@ -126,7 +147,7 @@ impl fmt::Display for Format {
 
 /// A format name that is not one of [`Format::ALL`].
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown format {0:?}: expected one of raw, sbe, flatbuffers, capnp, capnp-packed")]
+#[error("unknown format {0:?}: expected one of raw, sbe, flatbuffers, capnp, capnp-packed, json")]
 pub struct UnknownFormat(pub String);
 
 impl FromStr for Format {
@@ -248,6 +269,12 @@ pub enum Codec {
     FlatBuffers(Box<fbs::FlatBuffersCodec>),
     /// See [`capnproto`] (unpacked and packed).
     Capnp(capnproto::CapnpCodec),
+    /// See [`json`].
+    Json(json::JsonCodec),
+    /// See [`protobuf`].
+    Protobuf(protobuf::ProtobufCodec),
+    /// See [`brec`].
+    Brec(Box<brec::BrecCodec>),
 }
 
 impl Codec {
@@ -259,6 +286,9 @@ impl Codec {
             Format::FlatBuffers => Codec::FlatBuffers(Box::new(fbs::FlatBuffersCodec::new(limits))),
             Format::Capnp => Codec::Capnp(capnproto::CapnpCodec::new(limits, false)),
             Format::CapnpPacked => Codec::Capnp(capnproto::CapnpCodec::new(limits, true)),
+            Format::Json => Codec::Json(json::JsonCodec::new(limits)),
+            Format::Protobuf => Codec::Protobuf(protobuf::ProtobufCodec::new(limits)),
+            Format::Brec => Codec::Brec(Box::new(brec::BrecCodec::new(limits))),
         }
     }
 
@@ -269,6 +299,9 @@ impl Codec {
             Codec::Sbe(_) => Format::Sbe,
             Codec::FlatBuffers(_) => Format::FlatBuffers,
             Codec::Capnp(c) => c.format(),
+            Codec::Json(_) => Format::Json,
+            Codec::Protobuf(_) => Format::Protobuf,
+            Codec::Brec(_) => Format::Brec,
         }
     }
 
@@ -288,6 +321,9 @@ impl Codec {
             Codec::Sbe(c) => c.encode(header, messages, out),
             Codec::FlatBuffers(c) => c.encode(header, messages, out),
             Codec::Capnp(c) => c.encode(header, messages, out),
+            Codec::Json(c) => c.encode(header, messages, out),
+            Codec::Protobuf(c) => c.encode(header, messages, out),
+            Codec::Brec(c) => c.encode(header, messages, out),
         }
     }
 
@@ -323,6 +359,9 @@ impl Codec {
             Codec::Sbe(c) => c.frame_len(buf),
             Codec::FlatBuffers(c) => c.frame_len(buf),
             Codec::Capnp(c) => c.frame_len(buf),
+            Codec::Json(c) => c.frame_len(buf),
+            Codec::Protobuf(c) => c.frame_len(buf),
+            Codec::Brec(c) => c.frame_len(buf),
         }
     }
 
@@ -335,6 +374,34 @@ impl Codec {
             Codec::Sbe(c) => c.decode(frame, visit),
             Codec::FlatBuffers(c) => c.decode(frame, visit),
             Codec::Capnp(c) => c.decode(frame, visit),
+            Codec::Json(c) => c.decode(frame, visit),
+            Codec::Protobuf(c) => c.decode(frame, visit),
+            Codec::Brec(c) => c.decode(frame, visit),
+        }
+    }
+
+    /// Decodes one frame like [`Codec::decode`], but hands `visit` only the messages whose symbol
+    /// `filter` holds; every other message is passed to `skip` as its IEX type byte, read
+    /// without decoding the rest of it where the format allows (SBE, FlatBuffers, Cap'n Proto,
+    /// raw: the type and symbol are read first; brec: its blocks' symbols; Protobuf and JSON
+    /// parse the whole frame first). Messages without a symbol are skipped.
+    #[inline]
+    pub fn decode_filtered<F: FnMut(&Message<'_>), S: FnMut(u8)>(
+        &mut self,
+        frame: &[u8],
+        filter: &SymbolFilter,
+        mut visit: F,
+        mut skip: S,
+    ) -> Result<BatchHeader, DecodeError> {
+        match self {
+            Codec::Raw(c) => c.decode_filtered(frame, filter, visit, skip),
+            Codec::Sbe(c) => c.decode_filtered(frame, filter, visit, skip),
+            Codec::FlatBuffers(c) => c.decode_filtered(frame, filter, visit, skip),
+            Codec::Capnp(c) => c.decode_filtered(frame, filter, visit, skip),
+            Codec::Brec(c) => c.decode_filtered(frame, filter, visit, skip),
+            Codec::Json(_) | Codec::Protobuf(_) => {
+                self.decode(frame, |m| if filter.matches_message(m) { visit(m) } else { skip(m.kind()) })
+            }
         }
     }
 }

@@ -3,9 +3,12 @@
 //! Frame: `publish_time` (i64, little-endian, ns since the epoch), then the segment (40-byte
 //! header and its payload). The segment header's payload length delimits the frame on a stream.
 
-use super::{BatchHeader, DecodeError, EncodeError, Format, Limits};
+use super::{BatchHeader, DecodeError, EncodeError, Format, Limits, SymbolFilter};
 use crate::iextp::{self, Segment, SegmentHeader};
-use crate::message::Message;
+use crate::message::{Message, kind};
+
+/// Where an IEX message with a symbol has it: after its type, flag and timestamp.
+const SYMBOL_AT: usize = 10;
 
 /// Bytes before the segment.
 pub const PREFIX_LEN: usize = 8;
@@ -111,6 +114,57 @@ impl RawCodec {
     /// Decodes one frame. Messages shorter than their layout are skipped and counted (see
     /// [`RawCodec::skipped_messages`]); unknown types are visited as [`Message::Unknown`].
     pub fn decode<F: FnMut(&Message<'_>)>(&mut self, frame: &[u8], mut visit: F) -> Result<BatchHeader, DecodeError> {
+        self.walk(frame, |block| match Message::parse(block) {
+            Ok(message) => {
+                visit(&message);
+                true
+            }
+            Err(_) => false,
+        })
+    }
+
+    /// Decodes one frame like [`RawCodec::decode`], visiting only the messages of `filter`'s
+    /// symbols. Every IEX message with a symbol has it at byte 10, after its type, flag and
+    /// timestamp, so another symbol's message is skipped on those bytes and its length.
+    pub fn decode_filtered<F: FnMut(&Message<'_>), S: FnMut(u8)>(
+        &mut self,
+        frame: &[u8],
+        filter: &SymbolFilter,
+        mut visit: F,
+        mut skip: S,
+    ) -> Result<BatchHeader, DecodeError> {
+        self.walk(frame, |block| {
+            let Some(&kind) = block.first() else { return false };
+            let symbol = block.get(SYMBOL_AT..).and_then(<[u8]>::first_chunk::<8>);
+            match (kind::layout_len(kind), symbol) {
+                // A known type with a symbol, whole, of another symbol: counted, not decoded.
+                (Some(len), Some(symbol)) if kind != kind::SYSTEM_EVENT && block.len() >= len => {
+                    if filter.matches(*symbol) {
+                        Message::parse(block).map(|m| visit(&m)).is_ok()
+                    } else {
+                        skip(kind);
+                        true
+                    }
+                }
+                _ => match Message::parse(block) {
+                    Ok(m) if filter.matches_message(&m) => {
+                        visit(&m);
+                        true
+                    }
+                    Ok(m) => {
+                        skip(m.kind());
+                        true
+                    }
+                    Err(_) => false,
+                },
+            }
+        })
+    }
+
+    /// Reads the frame's segment and hands each message block to `each`, which says whether it
+    /// was a message; the others are counted as skipped.
+    #[inline(always)]
+    fn walk(&mut self, frame: &[u8], mut each: impl FnMut(&[u8]) -> bool) -> Result<BatchHeader, DecodeError> {
         if frame.len() < PREFIX_LEN {
             return Err(DecodeError::new(Format::Raw, 0, "frame shorter than the 8-byte publish time"));
         }
@@ -121,11 +175,8 @@ impl RawCodec {
         header.publish_time = publish_time;
         let mut visited = 0u32;
         for block in segment.blocks() {
-            match block.map(Message::parse) {
-                Ok(Ok(message)) => {
-                    visited += 1;
-                    visit(&message);
-                }
+            match block.map(&mut each) {
+                Ok(true) => visited += 1,
                 _ => self.skipped += 1,
             }
         }

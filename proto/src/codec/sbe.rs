@@ -14,7 +14,7 @@
 //! hands the decoder exactly the template's bytes as a fixed-size array, which makes every field
 //! read a load at a constant offset with no bounds check left.
 
-use super::{BatchHeader, DecodeError, EncodeError, Format, Limits};
+use super::{BatchHeader, DecodeError, EncodeError, Format, Limits, SymbolFilter};
 use crate::message::{
     AuctionInformation, Message, OfficialPrice, OperationalHaltStatus, PriceLevelUpdate, QuoteUpdate,
     RetailLiquidityIndicator, SecurityDirectory, SecurityEvent, ShortSalePriceTestStatus, Side, SystemEvent, Trade,
@@ -63,6 +63,10 @@ const _: () = assert!(
     price_level_update_buy_codec::SBE_BLOCK_LENGTH == price_level_update_sell_codec::SBE_BLOCK_LENGTH,
     "the price level update templates differ: decode_message reads both with one decoder"
 );
+
+/// Where every fixed-size template with a symbol has it within its block (checked by a test
+/// against the generated decoders).
+const SYMBOL_AT: usize = 9;
 
 /// The shortest message a frame can hold: an `UnknownMessage` of one byte. Bounds the frame
 /// length from `Batch.messageCount` alone, before any message is read.
@@ -405,6 +409,52 @@ impl SbeCodec {
     /// part way has had its messages up to there visited when the error comes back.
     #[inline]
     pub fn decode<F: FnMut(&Message<'_>)>(&mut self, frame: &[u8], mut visit: F) -> Result<BatchHeader, DecodeError> {
+        self.walk(frame, |rest, header, at| decode_message(rest, header, at, &mut visit))
+    }
+
+    /// Decodes one frame like [`SbeCodec::decode`], visiting only the messages of `filter`'s
+    /// symbols. A fixed-size message's symbol sits at the same place in every template (block
+    /// offset 9: the IEX layout after its flag byte and timestamp), so another symbol's message is
+    /// skipped after reading its header and those 8 bytes; its block is checked against its
+    /// template's length, as decoding would, and its templateId is its IEX type byte.
+    #[inline]
+    pub fn decode_filtered<F: FnMut(&Message<'_>), S: FnMut(u8)>(
+        &mut self,
+        frame: &[u8],
+        filter: &SymbolFilter,
+        mut visit: F,
+        mut skip: S,
+    ) -> Result<BatchHeader, DecodeError> {
+        self.walk(frame, |rest, header, at| {
+            let template_id = header.template_id;
+            let block_length = FIXED_BLOCK_LENGTHS.get(usize::from(template_id)).copied().unwrap_or(0);
+            if block_length != 0 && template_id != system_event_codec::SBE_TEMPLATE_ID {
+                if header.block_length < block_length {
+                    return Err(short_block(at, template_name(template_id), header.block_length, block_length.into()));
+                }
+                if rest.len() < header.fixed_len() {
+                    return Err(past_end(at, template_name(template_id), header.fixed_len(), rest.len()));
+                }
+                let symbol = rest.get(HEADER_LEN + SYMBOL_AT..).and_then(<[u8]>::first_chunk::<8>);
+                if symbol.is_some_and(|s| !filter.matches(*s)) {
+                    skip(template_id as u8);
+                    return Ok(header.fixed_len());
+                }
+            }
+            decode_message(rest, header, at, &mut |m: &Message<'_>| {
+                if filter.matches_message(m) { visit(m) } else { skip(m.kind()) }
+            })
+        })
+    }
+
+    /// Reads the frame's Batch, then hands each message's bytes (from its header on), its
+    /// checked header and its offset to `each`, which returns the message's length.
+    #[inline(always)]
+    fn walk(
+        &mut self,
+        frame: &[u8],
+        mut each: impl FnMut(&[u8], Header, usize) -> Result<usize, DecodeError>,
+    ) -> Result<BatchHeader, DecodeError> {
         if frame.len() > self.limits.max_frame {
             return Err(over_limit(0, frame.len(), self.limits.max_frame, "its length"));
         }
@@ -433,7 +483,7 @@ impl SbeCodec {
                 return Err(past_end(at, &what, HEADER_LEN, rest.len()));
             };
             let header = read_header(bytes, at)?;
-            let len = decode_message(rest, header, at, &mut visit)?;
+            let len = each(rest, header, at)?;
             rest = rest.get(len..).ok_or_else(|| past_end(at, "message", len, rest.len()))?;
         }
         if !rest.is_empty() {

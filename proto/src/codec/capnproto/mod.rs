@@ -44,11 +44,11 @@ mod arena;
 #[allow(unsafe_code)]
 mod packing;
 
-use super::{BatchHeader, DecodeError, EncodeError, Format, Limits, MAX_BATCH};
+use super::{BatchHeader, DecodeError, EncodeError, Format, Limits, MAX_BATCH, SymbolFilter};
 use crate::message::{
     AuctionInformation, Message, OfficialPrice, OperationalHaltStatus, PriceLevelUpdate, QuoteUpdate,
     RetailLiquidityIndicator, SecurityDirectory, SecurityEvent, ShortSalePriceTestStatus, Side, SystemEvent, Trade,
-    TradingStatus, UnknownMessage,
+    TradingStatus, UnknownMessage, kind,
 };
 use crate::price::{Price, Symbol};
 use arena::{FlatArena, SegmentReader};
@@ -316,7 +316,44 @@ impl CapnpCodec {
     /// message to `visit` in order. A message that does not decode (a union tag this schema does
     /// not have, a broken pointer) ends the frame with an error: the messages before it have been
     /// visited.
-    pub fn decode<F: FnMut(&Message<'_>)>(&mut self, frame: &[u8], visit: F) -> Result<BatchHeader, DecodeError> {
+    pub fn decode<F: FnMut(&Message<'_>)>(&mut self, frame: &[u8], mut visit: F) -> Result<BatchHeader, DecodeError> {
+        self.walk(frame, |m| read_message(m).map(|message| visit(&message)))
+    }
+
+    /// Decodes one frame like [`CapnpCodec::decode`], visiting only the messages of `filter`'s
+    /// symbols. Every message has its symbol at the same place of its data section, before the
+    /// union: another symbol's message is skipped on that word and its union tag, which gives
+    /// its type byte, without its group or pointers being read.
+    pub fn decode_filtered<F: FnMut(&Message<'_>), S: FnMut(u8)>(
+        &mut self,
+        frame: &[u8],
+        filter: &SymbolFilter,
+        mut visit: F,
+        mut skip: S,
+    ) -> Result<BatchHeader, DecodeError> {
+        self.walk(frame, |m| {
+            let data = capnp::raw::get_struct_data_section(m);
+            if let (Some(symbol), Some(tag)) = (data.get(8..16), data.get(18..20)) {
+                let kind = KIND_OF_TAG.get(usize::from(u16::from_le_bytes([tag[0], tag[1]]))).copied().flatten();
+                if let (Some(kind), Ok(symbol)) = (kind, <[u8; 8]>::try_from(symbol))
+                    && !filter.matches(symbol)
+                {
+                    skip(kind);
+                    return Ok(());
+                }
+            }
+            read_message(m)
+                .map(|message| if filter.matches_message(&message) { visit(&message) } else { skip(message.kind()) })
+        })
+    }
+
+    /// Delimits the unpacked words of `frame` (unpacking or aligning it as needed) and hands
+    /// each list element to `each`, which reads it.
+    fn walk(
+        &mut self,
+        frame: &[u8],
+        visit: impl FnMut(wire::Reader<'_>) -> Result<(), String>,
+    ) -> Result<BatchHeader, DecodeError> {
         if frame.len() > self.limits.max_frame {
             return Err(too_long(self.format(), frame.len(), self.limits.max_frame));
         }
@@ -509,7 +546,10 @@ impl ReadError {
 
 /// Reads one unpacked message (segment table and segments, 8-byte aligned) and visits its
 /// messages.
-fn read_batch<F: FnMut(&Message<'_>)>(bytes: &[u8], visit: F) -> Result<BatchHeader, ReadError> {
+fn read_batch(
+    bytes: &[u8],
+    visit: impl FnMut(wire::Reader<'_>) -> Result<(), String>,
+) -> Result<BatchHeader, ReadError> {
     // Every object of a well-formed frame is read once, so reading never needs more words than the
     // frame has; the root pointer and slack for a tiny frame make up the constant.
     let traversal_limit = bytes.len() / WORD + 8;
@@ -544,11 +584,11 @@ fn read_batch<F: FnMut(&Message<'_>)>(bytes: &[u8], visit: F) -> Result<BatchHea
 }
 
 /// Visits the messages of `batch`, read from `bytes` (whose segment table is `table_len` bytes).
-fn read_messages<F: FnMut(&Message<'_>)>(
+fn read_messages(
     batch: batch::Reader<'_>,
     bytes: &[u8],
     table_len: usize,
-    mut visit: F,
+    mut visit: impl FnMut(wire::Reader<'_>) -> Result<(), String>,
 ) -> Result<BatchHeader, ReadError> {
     let list =
         batch.get_messages().map_err(|e| ReadError { offset: table_len, what: format!("Batch.messages: {e}") })?;
@@ -570,8 +610,8 @@ fn read_messages<F: FnMut(&Message<'_>)>(
     };
     for index in 0..count {
         let m = list.get(index);
-        match read_message(m) {
-            Ok(message) => visit(&message),
+        match visit(m) {
+            Ok(()) => {}
             Err(what) => {
                 let data = capnp::raw::get_struct_data_section(m);
                 let offset = (data.as_ptr() as usize).wrapping_sub(bytes.as_ptr() as usize);
@@ -705,6 +745,26 @@ fn read_generated<'a>(m: wire::Reader<'a>) -> Result<Message<'a>, String> {
         }
     })
 }
+
+/// The IEX type byte of each union tag (the schema's declaration order) whose message has a
+/// symbol; `None` for system events and unknown messages, which a filter never matches but whose
+/// type byte is not in the tag (unknown) or which have no symbol to read (system event).
+const KIND_OF_TAG: [Option<u8>; 14] = [
+    None,
+    Some(kind::SECURITY_DIRECTORY),
+    Some(kind::TRADING_STATUS),
+    Some(kind::RETAIL_LIQUIDITY_INDICATOR),
+    Some(kind::OPERATIONAL_HALT_STATUS),
+    Some(kind::SHORT_SALE_PRICE_TEST_STATUS),
+    Some(kind::SECURITY_EVENT),
+    Some(kind::PRICE_LEVEL_BUY),
+    Some(kind::PRICE_LEVEL_SELL),
+    Some(kind::QUOTE_UPDATE),
+    Some(kind::TRADE_REPORT),
+    Some(kind::TRADE_BREAK),
+    Some(kind::OFFICIAL_PRICE),
+    Some(kind::AUCTION_INFORMATION),
+];
 
 /// Union tags of the types read by [`read_common`] (the schema's declaration order).
 const TAG_PRICE_LEVEL_BUY: u16 = 7;
