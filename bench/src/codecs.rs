@@ -5,18 +5,25 @@
 //!   HdrHistogram (p50 / p99 / p99.9 / max); the clock's own cost is measured and printed beside;
 //! - totals: one clock read around a loop over the whole capture, repeated, median reported.
 //!
+//! Beside the full decode, each format is measured decoding with a one-symbol filter (other
+//! symbols' messages skipped as early as the format allows), and the wire protection's cost per
+//! frame is measured on the format's own frames: CRC-32C, and AES-256-GCM, each sealed and
+//! opened. Steady-state allocations are counted on a pass of their own, after a warm-up pass.
+//!
 //! Output buffers are reserved and reused, so no batch pays for a page fault on a fresh buffer.
 
 use crate::loopback::thousands;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use hdrhistogram::Histogram;
+use mdrelay_harness::alloc::count_allocations;
 use mdrelay_proto::capture::CaptureReader;
-use mdrelay_proto::codec::{BatchHeader, Codec, Format, Limits};
+use mdrelay_proto::codec::{BatchHeader, Codec, Format, Limits, SymbolFilter};
 use mdrelay_proto::iextp::Segment;
 use mdrelay_proto::message::{Message, kind};
+use mdrelay_proto::relay::{Protector, WireKey};
 use mdrelay_proto::synth::{SynthConfig, SyntheticDay};
-use mdrelay_proto::{Aggregator, link};
+use mdrelay_proto::{Aggregator, Symbol, link};
 use quanta::Clock;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -38,6 +45,9 @@ pub struct CodecArgs {
     /// Formats to run (default: all).
     #[arg(long, value_delimiter = ',')]
     pub formats: Vec<Format>,
+    /// Symbols of the filtered decode (default: the symbol with the most messages).
+    #[arg(long, value_delimiter = ',')]
+    pub filter: Vec<String>,
     /// Repetitions of the whole-capture totals; the median is reported.
     #[arg(long, default_value_t = 7)]
     pub runs: usize,
@@ -59,6 +69,18 @@ pub struct FormatFigures {
     pub serialize_total_ms: f64,
     /// Whole capture, deserialize + aggregate, median over runs, ms.
     pub deserialize_total_ms: f64,
+    /// Per-batch frame + filtered decode + aggregate, ns.
+    pub filtered_ns: Percentiles,
+    /// Whole capture, filtered decode + aggregate, median over runs, ms.
+    pub filtered_total_ms: f64,
+    /// Per frame, CRC-32C seal + open, ns.
+    pub crc_ns: Percentiles,
+    /// Per frame, AES-256-GCM seal + open, ns.
+    pub aead_ns: Percentiles,
+    /// Whole capture, AES-256-GCM seal + open, median over runs, ms.
+    pub aead_total_ms: f64,
+    /// Steady-state heap allocations per 1,000 messages: encode, and frame + decode.
+    pub allocations_per_1k: (f64, f64),
     /// Bytes of all frames.
     pub bytes: u64,
 }
@@ -100,6 +122,8 @@ pub struct Report {
     pub messages: usize,
     /// The CPU, from /proc/cpuinfo.
     pub cpu: String,
+    /// Symbols of the filtered decode.
+    pub filter: Vec<String>,
     /// Median cost of one clock read pair, ns.
     pub clock_overhead_ns: u64,
     /// Per format.
@@ -212,6 +236,7 @@ fn decode_stream(codec: &mut Codec, stream: &[u8], aggregator: &mut Aggregator) 
 fn bench_format(
     format: Format,
     batches: &[Batch<'_>],
+    filter: &SymbolFilter,
     clock: &Clock,
     runs: usize,
 ) -> Result<(FormatFigures, Aggregator)> {
@@ -274,15 +299,138 @@ fn bench_format(
         }
     }
     std::hint::black_box(&sink);
+
+    let (filtered_ns, filtered_total_ms) = bench_filtered(&mut codec, &stream, filter, clock, runs)?;
+    let frames = frames_of(&mut codec, &stream)?;
+    let crc_ns =
+        bench_protection(&mut Protector::new(true, None, Limits::default().max_frame), format, &frames, clock).0;
+    let key = WireKey::new([0x5a; 32]);
+    let (aead_ns, aead_total_ms) =
+        bench_protection(&mut Protector::new(false, Some(&key), Limits::default().max_frame), format, &frames, clock);
+    let messages = batches.iter().map(|b| b.messages.len()).sum::<usize>().max(1) as f64;
+    let encode_allocations = count_allocations(|| {
+        for b in batches {
+            out.clear();
+            let _ = codec.encode(&b.header, &b.messages, &mut out);
+        }
+    })
+    .1
+    .count;
+    let (decoded, decode_allocations) = count_allocations(|| decode_stream(&mut codec, &stream, &mut sink));
+    decoded?;
+    let decode_allocations = decode_allocations.count;
     let figures = FormatFigures {
         format,
         serialize_ns: Percentiles::of(&ser),
         deserialize_ns: Percentiles::of(&de),
         serialize_total_ms: median(ser_totals).as_secs_f64() * 1e3,
         deserialize_total_ms: median(de_totals).as_secs_f64() * 1e3,
+        filtered_ns,
+        filtered_total_ms,
+        crc_ns,
+        aead_ns,
+        aead_total_ms,
+        allocations_per_1k: (encode_allocations as f64 * 1e3 / messages, decode_allocations as f64 * 1e3 / messages),
         bytes,
     };
     Ok((figures, aggregator))
+}
+
+/// Per batch and in total: frame + decode with `filter` + aggregate, as a filtering subscriber
+/// does (skipped messages counted by type).
+fn bench_filtered(
+    codec: &mut Codec,
+    stream: &[u8],
+    filter: &SymbolFilter,
+    clock: &Clock,
+    runs: usize,
+) -> Result<(Percentiles, f64)> {
+    let mut h = histogram();
+    let mut aggregator = Aggregator::new();
+    let mut skipped = [0u64; 256];
+    let mut pass = |h: &mut Histogram<u64>, timed: bool| -> Result<()> {
+        let mut at = 0;
+        while at < stream.len() {
+            let t0 = clock.raw();
+            let len = codec.frame_len(&stream[at..])?.context("incomplete frame")?;
+            codec.decode_filtered(
+                &stream[at..at + len],
+                filter,
+                |m| aggregator.apply(m),
+                |k| skipped[usize::from(k)] += 1,
+            )?;
+            let t1 = clock.raw();
+            if timed {
+                h.saturating_record(clock.delta_as_nanos(t0, t1).max(1));
+            }
+            at += len;
+        }
+        Ok(())
+    };
+    pass(&mut h, false)?;
+    pass(&mut h, true)?;
+    let mut totals = Vec::with_capacity(runs);
+    let mut untimed = histogram();
+    for _ in 0..runs.max(1) {
+        let started = Instant::now();
+        pass(&mut untimed, false)?;
+        totals.push(started.elapsed());
+    }
+    std::hint::black_box((&aggregator, &skipped));
+    Ok((Percentiles::of(&h), median(totals).as_secs_f64() * 1e3))
+}
+
+/// The frames of a stream, each on its own.
+fn frames_of(codec: &mut Codec, stream: &[u8]) -> Result<Vec<Vec<u8>>> {
+    let mut frames = Vec::new();
+    let mut at = 0;
+    while at < stream.len() {
+        let len = codec.frame_len(&stream[at..])?.context("incomplete frame")?;
+        frames.push(stream[at..at + len].to_vec());
+        at += len;
+    }
+    Ok(frames)
+}
+
+/// Per frame: seal then open under `protector` (both ends' cost); and the whole capture's, ms.
+fn bench_protection(
+    protector: &mut Protector,
+    format: Format,
+    frames: &[Vec<u8>],
+    clock: &Clock,
+) -> (Percentiles, f64) {
+    let mut sealed = Vec::with_capacity(1 << 20);
+    let mut scratch = Vec::with_capacity(1 << 20);
+    let mut h = histogram();
+    let mut total = Duration::ZERO;
+    for pass in 0..2 {
+        let started = Instant::now();
+        for (i, frame) in frames.iter().enumerate() {
+            let t0 = clock.raw();
+            sealed.clear();
+            protector.seal(7, i as u64 + 1, format, frame, &mut sealed);
+            let opened = protector.open(7, i as u64 + 1, format, &sealed, &mut scratch).map(<[u8]>::len);
+            let t1 = clock.raw();
+            debug_assert_eq!(opened, Ok(frame.len()));
+            std::hint::black_box(opened.ok());
+            if pass == 1 {
+                h.saturating_record(clock.delta_as_nanos(t0, t1).max(1));
+            }
+        }
+        total = started.elapsed();
+    }
+    (Percentiles::of(&h), total.as_secs_f64() * 1e3)
+}
+
+/// The symbol with the most messages.
+fn busiest_symbol(batches: &[Batch<'_>]) -> Option<Symbol> {
+    let mut counts = std::collections::HashMap::<Symbol, u64>::new();
+    for m in batches.iter().flat_map(|b| &b.messages) {
+        if let Some(s) = m.symbol() {
+            *counts.entry(s).or_default() += 1;
+        }
+    }
+    counts.into_iter().max_by_key(|(s, n)| (*n, std::cmp::Reverse(*s))).map(|(s, _)| s)
 }
 
 fn cpu_model() -> String {
@@ -309,10 +457,19 @@ pub fn run(args: &CodecArgs) -> Result<()> {
     let messages = batches.iter().map(|b| b.messages.len()).sum();
     let clock = Clock::new();
     let formats = if args.formats.is_empty() { Format::ALL.to_vec() } else { args.formats.clone() };
+    let filter_symbols: Vec<Symbol> = if args.filter.is_empty() {
+        busiest_symbol(&batches).into_iter().collect()
+    } else {
+        args.filter
+            .iter()
+            .map(|s| Symbol::new(s).with_context(|| format!("--filter {s:?}: a symbol has 1 to 8 characters")))
+            .collect::<Result<_>>()?
+    };
+    let filter = SymbolFilter::new(filter_symbols.iter().copied());
     let mut figures = Vec::new();
     let mut reference: Option<Aggregator> = None;
     for format in formats {
-        let (f, aggregator) = bench_format(format, &batches, &clock, args.runs)?;
+        let (f, aggregator) = bench_format(format, &batches, &filter, &clock, args.runs)?;
         // Every format must arrive at the same aggregates, or its figures mean nothing.
         match &reference {
             None => reference = Some(aggregator),
@@ -332,6 +489,7 @@ pub fn run(args: &CodecArgs) -> Result<()> {
         only: args.only.clone(),
         batches: batches.len(),
         messages,
+        filter: filter_symbols.iter().map(Symbol::to_text).collect(),
         cpu: cpu_model(),
         clock_overhead_ns: clock_overhead(&clock),
         formats: figures,
@@ -348,11 +506,11 @@ fn markdown(r: &Report) -> String {
     let mut s = String::new();
     let only = if r.only.is_empty() { "all messages".to_string() } else { format!("only {}", r.only.join(",")) };
     s += &format!("{} — {only}: {} batches, {} messages; {}\n\n", r.source, r.batches, r.messages, r.cpu);
-    s += "| format | serialize p50 / p99 / p99.9 ns | deserialize+aggregate p50 / p99 / p99.9 ns | serialize total | deserialize total | bytes |\n";
-    s += "|---|---|---|---|---|---|\n";
+    s += "| format | serialize p50 / p99 / p99.9 ns | deserialize+aggregate p50 / p99 / p99.9 ns | serialize total | deserialize total | bytes | allocations per 1k messages (encode / decode) |\n";
+    s += "|---|---|---|---|---|---|---|\n";
     for f in &r.formats {
         s += &format!(
-            "| {} | {} / {} / {} | {} / {} / {} | {:.2} ms | {:.2} ms | {} |\n",
+            "| {} | {} / {} / {} | {} / {} / {} | {:.2} ms | {:.2} ms | {} | {:.1} / {:.1} |\n",
             f.format,
             f.serialize_ns.p50,
             f.serialize_ns.p99,
@@ -362,7 +520,32 @@ fn markdown(r: &Report) -> String {
             f.deserialize_ns.p999,
             f.serialize_total_ms,
             f.deserialize_total_ms,
-            thousands(f.bytes as f64)
+            thousands(f.bytes as f64),
+            f.allocations_per_1k.0,
+            f.allocations_per_1k.1,
+        );
+    }
+    s += &format!(
+        "\nFiltered to {} (decode skips other symbols' messages as early as the format allows), and the wire protection per frame (seal + open):\n\n",
+        r.filter.join(",")
+    );
+    s += "| format | full decode p50 / p99 ns | filtered decode p50 / p99 ns | full total | filtered total | CRC-32C p50 / p99 ns | AES-256-GCM p50 / p99 ns | AEAD total |\n";
+    s += "|---|---|---|---|---|---|---|---|\n";
+    for f in &r.formats {
+        s += &format!(
+            "| {} | {} / {} | {} / {} | {:.2} ms | {:.2} ms | {} / {} | {} / {} | {:.2} ms |\n",
+            f.format,
+            f.deserialize_ns.p50,
+            f.deserialize_ns.p99,
+            f.filtered_ns.p50,
+            f.filtered_ns.p99,
+            f.deserialize_total_ms,
+            f.filtered_total_ms,
+            f.crc_ns.p50,
+            f.crc_ns.p99,
+            f.aead_ns.p50,
+            f.aead_ns.p99,
+            f.aead_total_ms,
         );
     }
     s += &format!(

@@ -19,6 +19,11 @@
 
 #![forbid(unsafe_code)]
 
+// `codecs` counts each format's steady-state allocations; only the thread measuring pays for the
+// count (a thread-local flag check per allocation elsewhere).
+#[global_allocator]
+static GLOBAL: mdrelay_harness::alloc::CountingAllocator = mdrelay_harness::alloc::CountingAllocator;
+
 mod arbitration;
 mod codecs;
 mod floor;

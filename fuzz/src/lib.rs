@@ -9,7 +9,7 @@
 #![warn(missing_docs)]
 
 use mdrelay_proto::capture::CaptureReader;
-use mdrelay_proto::codec::{BatchHeader, Codec, Format, Limits, fbs};
+use mdrelay_proto::codec::{BatchHeader, Codec, Format, Limits, SymbolFilter, fbs};
 use mdrelay_proto::iextp::{HEADER_LEN, Segment};
 use mdrelay_proto::link;
 use mdrelay_proto::message::{Message, UnknownMessage};
@@ -30,6 +30,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("flatbuffers", flatbuffers),
     ("capnp", capnp),
     ("capnp_packed", capnp_packed),
+    ("protobuf", protobuf),
+    ("brec", brec),
     ("relay_record_header", relay_record_header),
     ("relay_datagram_header", relay_datagram_header),
     ("relay_hello", relay_hello),
@@ -175,6 +177,39 @@ pub fn capnp(data: &[u8]) {
 /// Packed Cap'n Proto frames: `frame_len` and `decode`.
 pub fn capnp_packed(data: &[u8]) {
     codec_body(&mut Codec::new(Format::CapnpPacked, Limits::default()), data);
+}
+
+/// Protobuf frames: `frame_len` and `decode`.
+pub fn protobuf(data: &[u8]) {
+    codec_body(&mut Codec::new(Format::Protobuf, Limits::default()), data);
+}
+
+/// brec frames: `frame_len` and `decode`, then `decode_filtered`, which reads blocks and records
+/// by their symbol without building the messages it skips: it must fail exactly when `decode`
+/// does, and visit exactly the messages of `decode` that the filter holds, skipping the others.
+pub fn brec(data: &[u8]) {
+    let mut codec = Codec::new(Format::Brec, Limits::default());
+    codec_body(&mut codec, data);
+    let Ok(Some(len)) = codec.frame_len(data) else { return };
+    let frame = &data[..len];
+    let Some((header, messages)) = decode_owned(&mut codec, frame) else {
+        assert!(
+            codec.decode_filtered(frame, &SymbolFilter::default(), |_| {}, |_| {}).is_err(),
+            "brec: filtered decode of a bad frame"
+        );
+        return;
+    };
+    // The first symbol seen, so the filter holds something the frame has.
+    let symbol = messages.iter().find_map(|m| m.borrow().symbol());
+    let filter = SymbolFilter::new(symbol);
+    let want: Vec<&Owned> = messages.iter().filter(|m| filter.matches_message(&m.borrow())).collect();
+    let skip_want: Vec<u8> =
+        messages.iter().filter(|m| !filter.matches_message(&m.borrow())).map(|m| m.borrow().kind()).collect();
+    let (mut visited, mut skipped) = (Vec::new(), Vec::new());
+    let filtered = codec.decode_filtered(frame, &filter, |m| visited.push(Owned::new(m)), |k| skipped.push(k));
+    assert_eq!(filtered, Ok(header), "brec: filtered decode of a good frame");
+    assert_eq!(visited.iter().collect::<Vec<_>>(), want, "brec: filtered messages");
+    assert_eq!(skipped, skip_want, "brec: skipped type bytes");
 }
 
 /// The TCP record header: every byte is a field, so a parsed header writes back its input.

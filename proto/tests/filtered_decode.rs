@@ -70,7 +70,7 @@ fn the_real_captures_filtered_to_a_few_symbols_give_the_references_figures_for_t
         let symbols = reference["symbols"].as_object().expect("the reference lists its symbols");
         // The busiest symbol, the first and the last: the filter holds three, as a desk's would.
         let busiest = symbols.iter().max_by_key(|(_, s)| s["trades"].as_u64().unwrap_or(0)).unwrap().0;
-        let names: Vec<&String> = [busiest, symbols.keys().next().unwrap(), symbols.keys().last().unwrap()].into();
+        let names: Vec<&String> = [busiest, symbols.keys().next().unwrap(), symbols.keys().next_back().unwrap()].into();
         let filter = SymbolFilter::new(names.iter().map(|n| Symbol::new(n).unwrap()));
         for format in formats() {
             let context = format!("{capture} through {format} filtered to {names:?}");

@@ -94,8 +94,16 @@ pub enum Format {
 
 impl Format {
     /// Every format, in a fixed order.
-    pub const ALL: [Format; 6] =
-        [Format::Raw, Format::Sbe, Format::FlatBuffers, Format::Capnp, Format::CapnpPacked, Format::Json];
+    pub const ALL: [Format; 8] = [
+        Format::Raw,
+        Format::Sbe,
+        Format::FlatBuffers,
+        Format::Capnp,
+        Format::CapnpPacked,
+        Format::Json,
+        Format::Protobuf,
+        Format::Brec,
+    ];
 
     /// The name used in configuration files and on the command line.
     pub const fn name(self) -> &'static str {
@@ -147,7 +155,7 @@ impl fmt::Display for Format {
 
 /// A format name that is not one of [`Format::ALL`].
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown format {0:?}: expected one of raw, sbe, flatbuffers, capnp, capnp-packed, json")]
+#[error("unknown format {0:?}: expected one of raw, sbe, flatbuffers, capnp, capnp-packed, json, protobuf, brec")]
 pub struct UnknownFormat(pub String);
 
 impl FromStr for Format {

@@ -32,7 +32,8 @@
 //!   ([`SessionTracker`]);
 //! - [`echo`]: checking echoes against the frames actually sent;
 //! - [`ring`]: the publisher's last frames, bounded in bytes, for retransmission and resume;
-//! - [`recovery`]: the subscriber's missing frames and when to ask for them.
+//! - [`recovery`]: the subscriber's missing frames and when to ask for them;
+//! - [`protect`]: per-frame CRC-32C and authenticated encryption ([`Protector`]).
 //!
 //! **Recovery (version 2).** A TCP subscriber that reconnects answers the greeting with
 //! [`Resume::From`] its next frame (or 1, for the whole session): the publisher replays what its
@@ -44,6 +45,7 @@
 
 pub mod coalesce;
 pub mod echo;
+pub mod protect;
 pub mod recovery;
 pub mod ring;
 pub mod session;
@@ -51,6 +53,7 @@ pub mod window;
 pub mod wire;
 
 pub use coalesce::{Coalescer, Envelope, MAX_RUN_BYTES, Sealed};
+pub use protect::{Protection, Protector, WireKey};
 pub use recovery::{GapList, RecoveryCounts, RecoveryPolicy};
 pub use ring::FrameRing;
 pub use session::{Admission, Greeted, SessionTracker};

@@ -1198,7 +1198,7 @@ mod tests {
             let err = SegmentReader::new(&bytes[WORD..], usize::MAX, NESTING_LIMIT).err().expect("refused");
             assert_eq!(err.kind, capnp::ErrorKind::UnalignedSegment, "offset {offset}");
             // Reading it as a whole frame is an error too, not a read through a misaligned word.
-            let err = read_batch(bytes, |_| {}).expect_err("refused");
+            let err = read_batch(bytes, |_| Ok(())).expect_err("refused");
             assert!(err.what.contains("unaligned"), "offset {offset}: {}", err.what);
         }
         let range = at_offset(&frame, 0, &mut backing);
