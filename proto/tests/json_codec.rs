@@ -1,4 +1,4 @@
-//! The JSON codec (not yet a `Format`): property-tested round trips of every message type,
+//! The JSON codec on its own: property-tested round trips of every message type,
 //! the real captures through it giving exactly the reference figures, framing on split reads and
 //! against the limit, corrupt and hostile lines that give errors with offsets, never panics, and
 //! what steady-state encode and decode allocate.
@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
 
-// The strategies are those of `formats.rs` (kept there, not in `common`, so copied here).
+// The message strategies every format's tests share.
 #[path = "common/strategies.rs"]
 mod strategies;
 use strategies::{header, messages, spec};

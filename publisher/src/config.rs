@@ -18,7 +18,7 @@ use std::time::Duration;
 pub struct FileConfig {
     /// default or low-latency: the idle strategy and core pinning unless set explicitly.
     pub profile: Option<Profile>,
-    /// Wire format: raw, sbe, flatbuffers, capnp or capnp-packed.
+    /// Wire format: raw, sbe, flatbuffers, capnp, capnp-packed, protobuf, brec or json.
     pub format: Option<Format>,
     /// Stream number announced in the TCP greeting.
     pub stream: Option<u32>,

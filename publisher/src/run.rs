@@ -30,7 +30,7 @@ pub struct RunArgs {
     /// TOML configuration file (see config/ for examples).
     #[arg(long, short)]
     pub config: Option<PathBuf>,
-    /// Wire format: raw, sbe, flatbuffers, capnp, capnp-packed [default: sbe].
+    /// Wire format: raw, sbe, flatbuffers, capnp, capnp-packed, protobuf, brec, json [default: sbe].
     #[arg(long)]
     pub format: Option<Format>,
     /// Stream number announced to subscribers.
