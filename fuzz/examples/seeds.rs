@@ -12,6 +12,7 @@ use mdrelay_proto::codec::{BatchHeader, Codec, Format, Limits, raw::RawCodec};
 use mdrelay_proto::iextp::Segment;
 use mdrelay_proto::link;
 use mdrelay_proto::message::Message;
+use mdrelay_proto::relay::Protection;
 use mdrelay_proto::relay::{
     DATAGRAM_VERSION, DatagramHeader, DatagramKind, Echo, Hello, PROTOCOL_VERSION, RecordHeader, RecordTag, Resume,
     RetransmitRequest, SCHEMA_VERSION, Subscribe, Totals,
@@ -158,6 +159,8 @@ fn main() {
         session: 0x1234_5678_9abc_def0,
         stream: 1,
         next_sequence: 1,
+        protection: Protection { crc: true, encrypted: true },
+        key_check: [1, 2, 3, 4],
     };
     write(&corpus.join("relay_hello"), "1", &hello.to_bytes());
     write(
@@ -172,6 +175,7 @@ fn main() {
         format: Format::FlatBuffers,
         kind: DatagramKind::Data,
         frame_count: 2,
+        protection: Protection { crc: true, encrypted: false },
         session: 7,
         sequence: 9,
     };

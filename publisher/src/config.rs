@@ -6,6 +6,7 @@
 use anyhow::{Context, Result, bail};
 use mdrelay_proto::codec::Format;
 use mdrelay_proto::idle::{IdleStrategy, Profile};
+use mdrelay_proto::relay::{ProtectionSection, ProtectionSettings};
 use mdrelay_telemetry::prometheus::{MetricsSection, MetricsSettings};
 use serde::Deserialize;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -48,6 +49,9 @@ pub struct FileConfig {
     /// The Prometheus endpoint.
     #[serde(default)]
     pub metrics: MetricsSection,
+    /// Per-frame CRC-32C and encryption.
+    #[serde(default)]
+    pub protection: ProtectionSection,
 }
 
 /// `[cpu]`.
@@ -407,6 +411,8 @@ pub struct Config {
     pub io_threads: usize,
     /// The Prometheus endpoint, if any.
     pub metrics: Option<MetricsSettings>,
+    /// Per-frame CRC-32C and encryption.
+    pub protection: ProtectionSettings,
 }
 
 /// Default TCP listen address: loopback, so nothing is exposed unless asked for.
@@ -670,6 +676,7 @@ impl FileConfig {
             hot_core,
             io_threads,
             metrics: self.metrics.check(None, None)?,
+            protection: self.protection.check().map_err(anyhow::Error::msg)?,
         })
     }
 }
@@ -758,6 +765,7 @@ impl Config {
         check("cpu.hot_core", self.hot_core == new.hot_core);
         check("cpu.io_threads", self.io_threads == new.io_threads);
         check("metrics", self.metrics == new.metrics);
+        check("protection", self.protection == new.protection);
         changed
     }
 }

@@ -18,7 +18,7 @@ use bytes::Bytes;
 use mdrelay_proto::codec::{Codec, Format, Limits, MessageScratch, collect_segment};
 use mdrelay_proto::counts::TypeCounts;
 use mdrelay_proto::iextp::Segment;
-use mdrelay_proto::relay::{Coalescer, Envelope, FrameRing, RecordTag, Sealed, Totals, control_record};
+use mdrelay_proto::relay::{Coalescer, Envelope, FrameRing, Protector, RecordTag, Sealed, Totals, control_record};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -71,6 +71,10 @@ pub struct Outputs {
     pub udp: Option<(Coalescer, UdpOut)>,
     /// The last frames, for retransmission and resume, if kept.
     pub ring: Option<SharedRing>,
+    /// Seals each frame once (CRC-32C, encryption), before it goes anywhere.
+    pub protector: Protector,
+    /// The publisher's session, in every nonce.
+    pub session: u64,
 }
 
 /// The retransmission ring, shared by the hot path (which fills it) and the connection tasks
@@ -92,6 +96,7 @@ impl Outputs {
         udp: Option<UdpOut>,
         session: u64,
         ring: Option<SharedRing>,
+        protector: Protector,
     ) -> Outputs {
         // Records go to the fanout in runs: one queue slot and one wake-up check per run instead
         // of per frame-sized record (runs end at every flush, so paced frames are not held).
@@ -100,12 +105,12 @@ impl Outputs {
             (coalescer.with_runs(RUN_RECORDS), f)
         });
         let udp = udp.map(|u| {
-            let envelope = Envelope::Datagram { session };
+            let envelope = Envelope::Datagram { session, protection: protector.protection() };
             let limit = config.udp.as_ref().map_or(0, |u| u.max_datagram);
             let budget = if config.coalesce_bytes == 0 { 0 } else { config.coalesce_bytes.min(limit) };
             (Coalescer::new(envelope, budget), u)
         });
-        Outputs { tcp, udp, ring }
+        Outputs { tcp, udp, ring, protector, session }
     }
 
     fn frame(&mut self, sequence: u64, format: Format, frame: &[u8], stop: &AtomicBool, summary: &mut EngineSummary) {
@@ -206,6 +211,7 @@ pub fn run(
     let mut codec = Codec::new(format, limits);
     let mut scratch = MessageScratch::new();
     let mut frame = Vec::with_capacity(1 << 20);
+    let mut sealed = Vec::with_capacity(1 << 20);
     let mut pacer = Pacer::new(config.pacing);
     let mut summary = EngineSummary::default();
     let mut by_type = TypeCounts::new();
@@ -308,7 +314,14 @@ pub fn run(
                     progress.update(summary.totals.messages, summary.passes);
                 }
             }
-            outputs.frame(sequence, format, &frame, stop, &mut summary);
+            if outputs.protector.protection().any() {
+                // Sealed once here; the ring, every subscriber and every line get these bytes.
+                sealed.clear();
+                outputs.protector.seal(outputs.session, sequence, format, &frame, &mut sealed);
+                outputs.frame(sequence, format, &sealed, stop, &mut summary);
+            } else {
+                outputs.frame(sequence, format, &frame, stop, &mut summary);
+            }
             sequence += 1;
             if live {
                 outputs.flush(sequence, format, stop);
@@ -358,7 +371,7 @@ pub fn run(
         fanout.end(Bytes::from(control_record(RecordTag::End, format, sequence, &totals)), stop);
     }
     if let Some((_, udp)) = &mut outputs.udp {
-        udp.end(format, sequence, &totals);
+        udp.end(format, sequence, &totals, &mut outputs.protector);
         summary.udp_send_errors = udp.send_errors;
     }
     tracing::info!(

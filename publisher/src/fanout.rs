@@ -282,6 +282,33 @@ pub struct Shared {
     pub counters: ServerCounters,
     /// The slow-subscriber policy, for the metrics' labels.
     pub policy: SlowPolicy,
+    /// How frames are protected, and the key check, for every greeting.
+    pub guard: Guard,
+}
+
+/// How a publisher protects its frames, and its session's key check: what its greetings say.
+pub type Guard = (mdrelay_proto::relay::Protection, [u8; mdrelay_proto::relay::protect::KEY_CHECK_LEN]);
+
+/// A greeting, with the publisher's frame protection, when the stream is at `format` and
+/// `next_sequence`.
+pub fn hello(
+    session: u64,
+    stream: u32,
+    guard: Guard,
+    format: Format,
+    next_sequence: u64,
+) -> mdrelay_proto::relay::Hello {
+    mdrelay_proto::relay::Hello::new(format, session, stream, next_sequence).protected(guard.0, guard.1)
+}
+
+/// The refusal of a subscriber that expects other frame protection than `guard`'s, if it does.
+pub fn protection_mismatch(guard: Guard, expected: mdrelay_proto::relay::Protection) -> Option<String> {
+    (guard.0 != expected).then(|| {
+        format!(
+            "this publisher's frames are protected with {} and the subscriber expects {expected}: configure the same [protection] (crc, key_file) on both",
+            guard.0
+        )
+    })
 }
 
 /// The shared queue's sending side and its policy, owned by the hot path.
@@ -300,7 +327,7 @@ pub struct Fanout {
 impl Fanout {
     /// The fanout of the configured server for `session` and `stream`, starting in `format`,
     /// and the state its connection tasks share.
-    pub fn new(tcp: &Tcp, session: u64, stream: u32, format: Format) -> (Fanout, Arc<Shared>) {
+    pub fn new(tcp: &Tcp, session: u64, stream: u32, format: Format, guard: Guard) -> (Fanout, Arc<Shared>) {
         let (sender, _) = broadcast::channel(tcp.queue);
         let shared = Arc::new(Shared {
             session,
@@ -311,6 +338,7 @@ impl Fanout {
             summaries: Summaries::default(),
             counters: ServerCounters::default(),
             policy: tcp.slow,
+            guard,
         });
         let fanout = Fanout {
             shared: shared.clone(),

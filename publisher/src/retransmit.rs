@@ -18,7 +18,7 @@ use crate::config::Retransmit;
 use crate::engine::{SharedRing, lock};
 use crate::tcp::{Acceptor, LiveGuard};
 use mdrelay_proto::codec::Format;
-use mdrelay_proto::relay::{Hello, Purpose, RecordHeader, RecordTag, RetransmitRequest, control_record, gone_payload};
+use mdrelay_proto::relay::{Purpose, RecordHeader, RecordTag, RetransmitRequest, control_record, gone_payload};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -89,6 +89,8 @@ pub struct Service {
     pub stream: u32,
     /// The configured format, for a greeting before the first frame.
     pub format: Format,
+    /// The frames' protection, for the greeting.
+    pub guard: crate::fanout::Guard,
     /// Counters.
     pub counters: Arc<RetransmitCounters>,
     /// Tracks connection tasks, for shutdown.
@@ -191,7 +193,7 @@ async fn connection(mut stream: TcpStream, service: &Service) -> Result<(), Stri
         let ring = lock(&service.ring);
         (ring.next().checked_sub(1).and_then(|last| ring.format_of(last)).unwrap_or(service.format), ring.next())
     };
-    let hello = Hello::new(format, service.session, service.stream, next);
+    let hello = crate::fanout::hello(service.session, service.stream, service.guard, format, next);
     let refuse = |why: String| {
         service.counters.refused.fetch_add(1, Ordering::Relaxed);
         why
@@ -203,6 +205,10 @@ async fn connection(mut stream: TcpStream, service: &Service) -> Result<(), Stri
             return Err(refuse(why));
         }
     };
+    if let Some(why) = crate::fanout::protection_mismatch(service.guard, subscribe.protection) {
+        let _ = stream.try_write(&control_record(RecordTag::Refuse, Format::Raw, 0, why.as_bytes()));
+        return Err(refuse(why));
+    }
     if subscribe.purpose != Purpose::Recovery {
         let why = "this is the retransmission port; subscribe to the stream on the publisher's TCP port".to_string();
         let _ = stream.try_write(&control_record(RecordTag::Refuse, Format::Raw, 0, why.as_bytes()));

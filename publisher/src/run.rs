@@ -341,7 +341,12 @@ pub fn run(args: &RunArgs) -> Result<()> {
         }
         _ => None,
     };
-    let session: u64 = upstream.as_ref().map_or_else(rand::random, UpstreamSource::session);
+    // Encrypted, a session is the time the run started (ns since the epoch), so a subscriber can
+    // refuse datagrams replayed from an older session: each is authentic under its own
+    // session's key, but the older one is past.
+    let new_session =
+        || if config.protection.key.is_some() { mdrelay_proto::clock::wall_clock_ns() as u64 } else { rand::random() };
+    let session: u64 = upstream.as_ref().map_or_else(new_session, UpstreamSource::session);
     // Every line of the run (the hot path's, the connections') names the session through this
     // span, once.
     let span = tracing::info_span!("session", id = %format_args!("{session:#x}"));
@@ -392,6 +397,8 @@ async fn relay(
         SegmentSource::Upstream(Box::new(upstream))
     });
     // The ring is kept when someone can read it: resuming TCP subscribers, or the service.
+    let mut protector = config.protection.protector(mdrelay_proto::codec::DEFAULT_MAX_FRAME);
+    let guard: crate::fanout::Guard = (protector.protection(), protector.key_check(session));
     let keep_ring = config.retransmit.ring_bytes > 0 && (config.tcp.is_some() || config.retransmit.listen.is_some());
     let ring: Option<SharedRing> =
         keep_ring.then(|| Arc::new(std::sync::Mutex::new(FrameRing::new(config.retransmit.ring_bytes))));
@@ -407,6 +414,7 @@ async fn relay(
                 session,
                 stream: config.stream,
                 format: config.format,
+                guard,
                 counters: Default::default(),
                 tracker: TaskTracker::new(),
             };
@@ -424,7 +432,7 @@ async fn relay(
                 .await
                 .with_context(|| format!("tcp.listen: cannot listen on {}", tcp.listen))?;
             tracing::info!(listen = %listener.local_addr()?, "serving subscribers over TCP");
-            let (fanout, shared) = Fanout::new(tcp, session, config.stream, config.format);
+            let (fanout, shared) = Fanout::new(tcp, session, config.stream, config.format, guard);
             let serving = Serving {
                 shared: shared.clone(),
                 accepting: CancellationToken::new(),
@@ -468,7 +476,7 @@ async fn relay(
         build_info,
     });
     let sampler = metrics_sources.clone().map(|sources| tokio::spawn(crate::metrics::sample(sources)));
-    let outputs = Outputs::new(&config, fanout, udp, session, ring);
+    let outputs = Outputs::new(&config, fanout, udp, session, ring, protector);
     let engine_config = config.clone();
     let engine_controls = controls.clone();
     let engine_echoes = echoes.clone();

@@ -164,7 +164,9 @@ fn busy(stream: &TcpStream, peer: SocketAddr, server: &Server) {
         server.tcp.max_connections
     );
     let mut bytes =
-        Hello::new(position.format(), shared.session, shared.stream, position.next_sequence()).to_bytes().to_vec();
+        crate::fanout::hello(shared.session, shared.stream, shared.guard, position.format(), position.next_sequence())
+            .to_bytes()
+            .to_vec();
     bytes.extend(control_record(RecordTag::Busy, position.format(), position.next_sequence(), reason.as_bytes()));
     let _ = stream.try_write(&bytes);
     if mdrelay_proto::warn::allow("busy") {
@@ -268,10 +270,14 @@ async fn close_after_refusal(mut stream: TcpStream) {
 async fn handshake(stream: &mut TcpStream, server: &Server) -> Result<Subscribe, String> {
     let shared = &server.shared;
     let position = &shared.position;
-    let hello = Hello::new(position.format(), shared.session, shared.stream, position.next_sequence());
+    let hello =
+        crate::fanout::hello(shared.session, shared.stream, shared.guard, position.format(), position.next_sequence());
     let subscribe = greet(stream, &hello, server.tcp.handshake_timeout, "tcp.handshake_timeout").await?;
     if subscribe.purpose != Purpose::Stream {
         return Err("this is the stream port; retransmission requests go to the port in retransmit.listen".into());
+    }
+    if let Some(why) = crate::fanout::protection_mismatch(shared.guard, subscribe.protection) {
+        return Err(why);
     }
     Ok(subscribe)
 }
@@ -831,7 +837,7 @@ mod tests {
     #[test]
     fn drop_skips_a_subscriber_a_queue_behind_and_counts_what_it_missed() {
         let stop = AtomicBool::new(false);
-        let (mut fanout, shared) = Fanout::new(&tcp(16, SlowPolicy::Drop), 1, 1, Format::Sbe);
+        let (mut fanout, shared) = Fanout::new(&tcp(16, SlowPolicy::Drop), 1, 1, Format::Sbe, Default::default());
         let stats = SubscriberStats::new("test".into(), Default::default());
         let mut out = outgoing(&fanout, &shared, SlowPolicy::Drop);
         for r in records(40) {
@@ -855,7 +861,7 @@ mod tests {
     #[test]
     fn runs_of_records_are_written_whole_and_counted_by_their_last_record() {
         let stop = AtomicBool::new(false);
-        let (mut fanout, shared) = Fanout::new(&tcp(16, SlowPolicy::Drop), 1, 1, Format::Sbe);
+        let (mut fanout, shared) = Fanout::new(&tcp(16, SlowPolicy::Drop), 1, 1, Format::Sbe, Default::default());
         let stats = SubscriberStats::new("test".into(), Default::default());
         let mut out = outgoing(&fanout, &shared, SlowPolicy::Drop);
         let mut c = Coalescer::new(Envelope::Record, 0).with_runs(8);
@@ -891,7 +897,7 @@ mod tests {
     #[test]
     fn disconnect_cuts_off_a_subscriber_a_queue_behind() {
         let stop = AtomicBool::new(false);
-        let (mut fanout, shared) = Fanout::new(&tcp(16, SlowPolicy::Disconnect), 1, 1, Format::Sbe);
+        let (mut fanout, shared) = Fanout::new(&tcp(16, SlowPolicy::Disconnect), 1, 1, Format::Sbe, Default::default());
         let stats = SubscriberStats::new("test".into(), Default::default());
         let mut out = outgoing(&fanout, &shared, SlowPolicy::Disconnect);
         let all = records(40);
@@ -910,7 +916,7 @@ mod tests {
     #[test]
     fn block_waits_for_the_slowest_subscriber_and_stops_waiting_on_stop() {
         let stop = Arc::new(AtomicBool::new(false));
-        let (fanout, shared) = Fanout::new(&tcp(16, SlowPolicy::Block), 1, 1, Format::Sbe);
+        let (fanout, shared) = Fanout::new(&tcp(16, SlowPolicy::Block), 1, 1, Format::Sbe, Default::default());
         let stats = SubscriberStats::new("test".into(), Default::default());
         let mut out = outgoing(&fanout, &shared, SlowPolicy::Block);
         let sent = Arc::new(AtomicU64::new(0));

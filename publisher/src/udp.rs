@@ -12,6 +12,7 @@ use crate::stats::Echoes;
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use mdrelay_proto::codec::Format;
+use mdrelay_proto::relay::Protector;
 use mdrelay_proto::relay::echo::EchoGate;
 use mdrelay_proto::relay::{DATAGRAM_VERSION, DatagramHeader, DatagramKind, Echo};
 use nix::errno::Errno;
@@ -201,17 +202,19 @@ impl UdpOut {
     }
 
     /// Sends the end of stream with the publisher's totals, a few times: UDP may lose one.
-    pub fn end(&mut self, format: Format, next_sequence: u64, totals: &[u8]) {
+    /// With protection, the totals are sealed like a frame, so no other sender can end the stream.
+    pub fn end(&mut self, format: Format, next_sequence: u64, totals: &[u8], protector: &mut Protector) {
         let header = DatagramHeader {
             version: DATAGRAM_VERSION,
             format,
             kind: DatagramKind::End,
             frame_count: 0,
+            protection: protector.protection(),
             session: self.session,
             sequence: next_sequence,
         };
         let mut datagram = header.to_bytes().to_vec();
-        datagram.extend_from_slice(totals);
+        protector.seal_end(self.session, next_sequence, totals, &mut datagram);
         let datagram = Bytes::from(datagram);
         self.flush();
         for _ in 0..3 {

@@ -700,6 +700,12 @@ impl UpstreamSource {
         stream.set_write_timeout(Some(self.settings.handshake_timeout)).map_err(io)?;
 
         let hello = self.greeting(&mut stream, peer)?;
+        if hello.protection.any() {
+            return Err(Trouble::Fatal(format!(
+                "upstream {connect} ({peer}) protects its frames ({}); a relay takes only an unprotected upstream: relay from an origin without [protection], and protect this relay's own output instead",
+                hello.protection
+            )));
+        }
         if let Some(session) = self.session.filter(|s| *s != hello.session) {
             return Err(Trouble::Fatal(format!(
                 "upstream {connect} ({peer}) restarted: its session {session:#x} is now {:#x}; this relay's frames carry the first session's numbers and cannot follow a new numbering (restart the relay)",

@@ -549,6 +549,7 @@ fn a_spoofed_end_on_the_live_input_does_not_end_the_relayed_stream() {
             format: Format::Raw,
             kind,
             frame_count: 0,
+            protection: Default::default(),
             session,
             sequence: 2,
         };

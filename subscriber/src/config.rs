@@ -5,6 +5,7 @@
 use clap::{Parser, ValueEnum};
 use mdrelay_proto::Symbol;
 use mdrelay_proto::idle::{IdleStrategy, Profile};
+use mdrelay_proto::relay::{ProtectionSection, ProtectionSettings};
 use mdrelay_telemetry::prometheus::{MetricsSection, MetricsSettings};
 use serde::Deserialize;
 use std::fmt;
@@ -193,6 +194,8 @@ struct FileConfig {
     core: Option<Spanned<usize>>,
     #[serde(default)]
     metrics: MetricsSection,
+    #[serde(default)]
+    protection: ProtectionSection,
 }
 
 /// Where the stream comes from.
@@ -251,6 +254,8 @@ pub struct Settings {
     pub record: Option<PathBuf>,
     /// The Prometheus endpoint, if any.
     pub metrics: Option<MetricsSettings>,
+    /// Per-frame CRC-32C and encryption expected of the publisher.
+    pub protection: ProtectionSettings,
     /// Stop after this many messages.
     pub count: Option<u64>,
     /// Stop after this long.
@@ -460,6 +465,7 @@ impl Settings {
             .metrics
             .check(cli.metrics_listen.clone(), cli.metrics_hold)
             .map_err(|e| ConfigError(format!("{e:#}")))?;
+        let protection = file.protection.check().map_err(ConfigError)?;
         if record.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
             return Err(ConfigError("record: empty file name".into()));
         }
@@ -494,6 +500,7 @@ impl Settings {
             histogram_log,
             record,
             metrics,
+            protection,
             count,
             duration,
             reconnect_max,

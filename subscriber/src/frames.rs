@@ -9,6 +9,7 @@ use crate::metrics::SubscriberMetrics;
 use crate::record::Recorder;
 use crate::recovery::{RecoveryBook, RecoveryReport};
 use crate::stats::{FromStartReport, Report, RunInfo, Stats};
+use crate::unseal::Unsealer;
 use mdrelay_proto::codec::{Codec, Format, Limits, SymbolFilter};
 use mdrelay_proto::relay::{Echo, Observed, SequenceCounts, SessionTracker};
 use mdrelay_proto::warn;
@@ -88,6 +89,9 @@ pub struct Pipeline {
     format_switches: u64,
     /// The statistics.
     pub stats: Stats,
+    /// Opens protected frames before they are read (always present, so frames protected
+    /// otherwise than configured are refused too). Taken out while it lends a payload.
+    pub unsealer: Option<Unsealer>,
     /// With a symbol filter: the filter, applied as the frames are decoded, and the type bytes
     /// of one frame's skipped messages, counted into `stats` after its decode.
     filter: Option<(SymbolFilter, Vec<u8>)>,
@@ -132,6 +136,7 @@ impl Pipeline {
             format_switches: 0,
             stats: Stats::new(settings.symbols.clone()),
             filter: settings.symbols.clone().map(|s| (SymbolFilter::new(s), Vec::new())),
+            unsealer: Some(Unsealer::new(&settings.protection)),
             tracker: SessionTracker::new(),
             lines: None,
             recovery: settings
@@ -239,6 +244,24 @@ impl Pipeline {
     /// service refused).
     pub fn missing(&self) -> u64 {
         self.recovery.as_ref().filter(|b| !b.is_refused()).map_or(0, |b| b.missing())
+    }
+
+    /// Takes a payload whose frames are protected (as configured): opened, then handed to
+    /// [`Pipeline::data`]; a payload that does not open is counted and dropped, its frames then
+    /// show as missing. `session` is the publisher session of the record or answer.
+    pub fn protected_data(&mut self, p: Payload<'_>, session: u64) {
+        let Some(mut unsealer) = self.unsealer.take() else { return self.data(p) };
+        match unsealer.frames(session, p.first_sequence, p.format, p.declared_frames as u64, p.bytes) {
+            Ok(plain) => self.data(Payload { bytes: plain, ..p }),
+            Err(e) => {
+                if warn::allow("unprotected frames") {
+                    tracing::warn!(peer = %p.peer, at = %p.place.at(0), first = p.first_sequence, frames = p.declared_frames,
+                        error = %e, "frames refused: they do not pass the protection check");
+                }
+            }
+        }
+        self.stats.protection = unsealer.counts;
+        self.unsealer = Some(unsealer);
     }
 
     /// Walks and decodes the frames of one record or datagram payload: exactly as many as its

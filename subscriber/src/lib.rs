@@ -48,3 +48,4 @@ pub mod recovery;
 pub mod stats;
 pub mod tcp;
 pub mod udp;
+pub mod unseal;

@@ -20,6 +20,7 @@ use crate::tcp::read_some;
 use hdrhistogram::Histogram;
 use mdrelay_proto::clock::wall_clock_ns;
 use mdrelay_proto::latency::{LatencySummary, latency_histogram};
+use mdrelay_proto::relay::Protection;
 use mdrelay_proto::relay::window::WINDOW;
 use mdrelay_proto::relay::{
     GapList, HELLO_MAGIC, HandshakeError, Hello, Purpose, RecordHeader, RecordTag, RecoveryCounts, RecoveryPolicy,
@@ -485,12 +486,12 @@ pub struct Client {
 }
 
 impl Client {
-    /// Starts the task for the service at `server` (`host:port`); it connects on the first
-    /// request.
-    pub fn start(server: String) -> Client {
+    /// Starts the task for the service at `server` (`host:port`), expecting frames protected
+    /// with `protection`; it connects on the first request.
+    pub fn start(server: String, protection: Protection) -> Client {
         let (asks, ask_rx) = mpsc::channel(ASK_QUEUE);
         let (answer_tx, answers) = mpsc::channel(ANSWER_QUEUE);
-        let task = tokio::spawn(serve(server, ask_rx, answer_tx));
+        let task = tokio::spawn(serve(server, protection, ask_rx, answer_tx));
         Client { asks, answers, task }
     }
 
@@ -522,7 +523,7 @@ enum Ended {
 }
 
 /// The client task: connects when there is something to ask, and again after a loss.
-async fn serve(server: String, mut asks: mpsc::Receiver<Ask>, answers: mpsc::Sender<Answer>) {
+async fn serve(server: String, protection: Protection, mut asks: mpsc::Receiver<Ask>, answers: mpsc::Sender<Answer>) {
     let mut backoff = INITIAL_BACKOFF;
     let mut pending: Option<Ask> = None;
     loop {
@@ -532,7 +533,7 @@ async fn serve(server: String, mut asks: mpsc::Receiver<Ask>, answers: mpsc::Sen
                 None => return,
             }
         }
-        let ended = match connect(&server).await {
+        let ended = match connect(&server, protection).await {
             Ok((stream, peer, hello)) => {
                 tracing::info!(service = %peer, session = format_args!("{:#x}", hello.session), "recovery connection set up");
                 if answers.send(Answer::Connected { peer, session: hello.session }).await.is_err() {
@@ -567,7 +568,7 @@ async fn serve(server: String, mut asks: mpsc::Receiver<Ask>, answers: mpsc::Sen
 }
 
 /// Connects, reads the greeting and answers it for a recovery connection.
-async fn connect(server: &str) -> Result<(TcpStream, SocketAddr, Hello), Ended> {
+async fn connect(server: &str, protection: Protection) -> Result<(TcpStream, SocketAddr, Hello), Ended> {
     let mut stream = match timeout(CONNECT_TIMEOUT, TcpStream::connect(server)).await {
         Err(_) => return Err(Ended::Retry(format!("connecting took longer than {CONNECT_TIMEOUT:?}"))),
         Ok(Err(e)) => return Err(Ended::Retry(format!("cannot connect: {e}"))),
@@ -586,7 +587,14 @@ async fn connect(server: &str) -> Result<(TcpStream, SocketAddr, Hello), Ended> 
             hello.protocol_version
         )));
     }
-    let answer = Subscribe { purpose: Purpose::Recovery, ..Subscribe::new(false) }.negotiated(hello.protocol_version);
+    if hello.protection != protection {
+        return Err(Ended::Refused(format!(
+            "{peer} protects its frames with {} and this subscriber expects {protection}: configure the same [protection] on both",
+            hello.protection
+        )));
+    }
+    let answer = Subscribe { purpose: Purpose::Recovery, protection, ..Subscribe::new(false) }
+        .negotiated(hello.protocol_version);
     match timeout(HANDSHAKE_TIMEOUT, stream.write_all(&answer.to_bytes())).await {
         Err(_) => Err(Ended::Retry(format!("{peer} does not read the subscription"))),
         Ok(Err(e)) => Err(Ended::Retry(format!("sending the subscription to {peer}: {e}"))),

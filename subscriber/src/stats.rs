@@ -4,6 +4,7 @@
 
 use crate::lines::LinesReport;
 use crate::recovery::RecoveryReport;
+use crate::unseal::ProtectionCounts;
 use hdrhistogram::Histogram;
 use mdrelay_proto::aggregate::{Aggregator, SymbolAggregate};
 use mdrelay_proto::codec::{Format, SymbolFilter};
@@ -33,6 +34,8 @@ pub struct Stats {
     pub excess_payloads: u64,
     /// Records or datagrams refused before any frame was read (bad header, foreign traffic).
     pub invalid_packets: u64,
+    /// What frame protection refused.
+    pub protection: ProtectionCounts,
     /// Connections re-established after one was lost (TCP).
     pub reconnects: u64,
     /// Reconnections that asked the publisher to resume after the last frame received (TCP).
@@ -67,6 +70,7 @@ impl Stats {
             undelimited_payloads: 0,
             excess_payloads: 0,
             invalid_packets: 0,
+            protection: ProtectionCounts::default(),
             reconnects: 0,
             resumes: 0,
             echoes_sent: 0,
@@ -240,6 +244,7 @@ impl Stats {
             publisher_restarts: tracker.restarts(),
             unconfirmed_datagrams: tracker.unconfirmed(),
             invalid_packets: self.invalid_packets,
+            protection: self.protection,
             negative_latencies: self.negative_latencies,
             beyond_window: seq.too_late,
             raw_skipped_messages: run.raw_skipped_messages,
@@ -362,6 +367,8 @@ pub struct Report {
     pub unconfirmed_datagrams: u64,
     /// Records or datagrams refused before any frame was read.
     pub invalid_packets: u64,
+    /// What frame protection refused (CRC, authentication, replayed or mismatched datagrams).
+    pub protection: ProtectionCounts,
     /// Frames published "after" they were received (clocks apart), counted as 0 ns.
     pub negative_latencies: u64,
     /// Frames too old for the sequence window to tell from duplicates (not taken).
@@ -464,6 +471,10 @@ impl fmt::Display for Report {
             ("unconfirmed datagrams", self.unconfirmed_datagrams),
             ("frames beyond the window", self.beyond_window),
             ("raw messages skipped", self.raw_skipped_messages),
+            ("CRC failures", self.protection.crc_failures),
+            ("authentication failures", self.protection.authentication_failures),
+            ("replayed datagrams", self.protection.replayed_datagrams),
+            ("datagrams otherwise protected", self.protection.mismatched_datagrams),
             ("warnings not logged", self.warnings_suppressed),
         ];
         let odd: Vec<String> = odd.iter().filter(|(_, n)| *n > 0).map(|(what, n)| format!("{what} {n}")).collect();

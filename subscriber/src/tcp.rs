@@ -158,6 +158,25 @@ fn check_greeting(bytes: &[u8], peer: SocketAddr) -> Result<Hello, RunError> {
     })
 }
 
+/// Refuses a publisher that protects its frames otherwise than configured here, or with another
+/// key: told at the handshake, not by every frame failing.
+fn check_protection(hello: &Hello, peer: SocketAddr, pipeline: &mut Pipeline) -> Result<(), RunError> {
+    let Some(unsealer) = &mut pipeline.unsealer else { return Ok(()) };
+    let ours = unsealer.protection();
+    if hello.protection != ours {
+        return Err(RunError::Refused(format!(
+            "publisher {peer} protects its frames with {} and this subscriber expects {ours}: configure the same [protection] (crc, key_file) on both",
+            hello.protection
+        )));
+    }
+    if ours.encrypted && hello.key_check != unsealer.key_check(hello.session) {
+        return Err(RunError::Refused(format!(
+            "publisher {peer} encrypts with another key than protection.key_file: give both the same key file"
+        )));
+    }
+    Ok(())
+}
+
 /// Where to ask the publisher to start, after `greeted`: after the last frame received when
 /// this is the same publisher run (its ring fills what was missed while away), from the
 /// session's first frame for `--from-start` before anything was received, else live.
@@ -208,6 +227,7 @@ async fn connection(
         }
     }
     let hello = check_greeting(&buf.data()[..Hello::LEN], peer)?;
+    check_protection(&hello, peer, pipeline)?;
     buf.consume(Hello::LEN);
     let mut stream_offset = Hello::LEN as u64;
     let greeted = pipeline.tracker.greeted(hello.session, hello.next_sequence);
@@ -224,7 +244,8 @@ async fn connection(
 
     let echo = pipeline.echoes_wanted();
     let wanted = resume_from(greeted, pipeline);
-    let subscribe = Subscribe { resume: wanted, ..Subscribe::new(echo) }.negotiated(hello.protocol_version);
+    let protection = pipeline.unsealer.as_ref().map(|u| u.protection()).unwrap_or_default();
+    let subscribe = Subscribe { resume: wanted, protection, ..Subscribe::new(echo) }.negotiated(hello.protocol_version);
     // A resume counts once the publisher's first record starts the stream where it was asked
     // to: a publisher without a ring serves the live stream instead.
     let mut resuming = None;
@@ -289,16 +310,19 @@ async fn connection(
                 payload = scratch.hold(payload);
             }
             match header.tag {
-                RecordTag::Data => pipeline.data(Payload {
-                    origin: Origin::Stream,
-                    peer,
-                    format: header.format,
-                    bytes: payload,
-                    first_sequence: header.sequence,
-                    declared_frames: usize::from(header.frame_count),
-                    receive_time,
-                    place: Place::Stream(stream_offset + RecordHeader::LEN as u64),
-                }),
+                RecordTag::Data => pipeline.protected_data(
+                    Payload {
+                        origin: Origin::Stream,
+                        peer,
+                        format: header.format,
+                        bytes: payload,
+                        first_sequence: header.sequence,
+                        declared_frames: usize::from(header.frame_count),
+                        receive_time,
+                        place: Place::Stream(stream_offset + RecordHeader::LEN as u64),
+                    },
+                    hello.session,
+                ),
                 RecordTag::Format => {
                     // The first record names the first frame offered to this subscriber.
                     pipeline.tracker.expect_from(header.sequence);

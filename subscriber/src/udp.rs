@@ -17,6 +17,7 @@ use anyhow::Context;
 use mdrelay_proto::clock::wall_clock_ns as now_ns;
 use mdrelay_proto::codec::Format;
 use mdrelay_proto::idle::IdleStrategy;
+use mdrelay_proto::relay::Protection;
 use mdrelay_proto::relay::{Admission, DATAGRAM_VERSION, DatagramHeader, DatagramKind, Echo, Totals};
 use mdrelay_proto::warn;
 use socket2::{Domain, Protocol, Socket, Type};
@@ -165,7 +166,8 @@ pub async fn run(
     if lines.is_empty() {
         return Err(RunError::Fatal(anyhow::anyhow!("no socket to receive on")));
     }
-    let mut client = recovery.map(|r| Client::start(r.server.clone()));
+    let protection = pipeline.unsealer.as_ref().map(|u| u.protection()).unwrap_or_default();
+    let mut client = recovery.map(|r| Client::start(r.server.clone(), protection));
     let linger = recovery.map_or(Duration::ZERO, |r| r.linger);
     let period = recovery.map_or(MAX_ASK_PERIOD, |r| ask_period(r.delay, r.retry));
     let mut timer = tokio::time::interval(period);
@@ -363,16 +365,19 @@ fn on_answer(answer: Answer, pipeline: &mut Pipeline, scratch: &mut ReadBuf, cli
             } else {
                 &payload
             };
-            pipeline.data(Payload {
-                origin: Origin::Recovered,
-                peer,
-                format: header.format,
-                bytes,
-                first_sequence: header.sequence,
-                declared_frames: usize::from(header.frame_count),
-                receive_time,
-                place: Place::Recovery(offset),
-            });
+            pipeline.protected_data(
+                Payload {
+                    origin: Origin::Recovered,
+                    peer,
+                    format: header.format,
+                    bytes,
+                    first_sequence: header.sequence,
+                    declared_frames: usize::from(header.frame_count),
+                    receive_time,
+                    place: Place::Recovery(offset),
+                },
+                of,
+            );
         }
         Answer::Gone { session: of, first, count } => {
             if session == Some(of)
@@ -409,8 +414,41 @@ fn on_answer(answer: Answer, pipeline: &mut Pipeline, scratch: &mut ReadBuf, cli
     }
 }
 
-/// Takes one datagram; `Some(Stop::End)` on an END of the stream's session.
+/// Takes one datagram; `Some(Stop::End)` on an END of the stream's session. Its protection is
+/// checked, and its frames opened, before its header is believed.
 fn datagram_in(
+    d: &[u8],
+    peer: SocketAddr,
+    receive_time: i64,
+    origin: Origin,
+    held: &mut Option<Held>,
+    pipeline: &mut Pipeline,
+) -> Option<Stop> {
+    let Some(mut unsealer) = pipeline.unsealer.take() else {
+        return plain_datagram_in(d, peer, receive_time, origin, held, pipeline);
+    };
+    let stop = match DatagramHeader::parse(d) {
+        Ok(header) => match unsealer.datagram(d, &header, pipeline.tracker.session()) {
+            Ok(plain) => plain_datagram_in(plain, peer, receive_time, origin, held, pipeline),
+            Err(why) => {
+                pipeline.stats.bytes += d.len() as u64;
+                if warn::allow("protection") {
+                    tracing::warn!(%peer, session = format_args!("{:#x}", header.session), sequence = header.sequence,
+                        "datagram refused: {why}");
+                }
+                None
+            }
+        },
+        // Not a relay datagram, or a bad header: counted as such.
+        Err(_) => plain_datagram_in(d, peer, receive_time, origin, held, pipeline),
+    };
+    pipeline.stats.protection = unsealer.counts;
+    pipeline.unsealer = Some(unsealer);
+    stop
+}
+
+/// Takes one datagram whose frames are plain.
+fn plain_datagram_in(
     d: &[u8],
     peer: SocketAddr,
     receive_time: i64,
@@ -566,6 +604,7 @@ fn send_echoes(socket: &UdpSocket, peer: SocketAddr, pipeline: &mut Pipeline) {
             format,
             kind: DatagramKind::Echo,
             frame_count: 0,
+            protection: Protection::NONE,
             session,
             sequence: echo.sequence,
         };

@@ -48,9 +48,17 @@ fn frame(codec: &mut Codec, segment: &[u8]) -> Vec<u8> {
 }
 
 fn header(kind: DatagramKind, frames: u8, session: u64, sequence: u64) -> Vec<u8> {
-    DatagramHeader { version: DATAGRAM_VERSION, format: Format::Sbe, kind, frame_count: frames, session, sequence }
-        .to_bytes()
-        .to_vec()
+    DatagramHeader {
+        version: DATAGRAM_VERSION,
+        format: Format::Sbe,
+        kind,
+        frame_count: frames,
+        protection: Default::default(),
+        session,
+        sequence,
+    }
+    .to_bytes()
+    .to_vec()
 }
 
 /// A data datagram of one frame per segment, frames numbered from `sequence`.

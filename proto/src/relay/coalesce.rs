@@ -13,6 +13,7 @@
 //! its per-record costs (a queue slot, a wake-up check, reference counts) once per run. Runs end
 //! at a flush, so a paced stream's frames leave as soon as they did one by one.
 
+use super::protect::Protection;
 use super::wire::{DATAGRAM_VERSION, DatagramHeader, DatagramKind, MAX_DATAGRAM, MAX_RECORD, RecordHeader, RecordTag};
 use crate::codec::Format;
 use bytes::{Bytes, BytesMut};
@@ -26,6 +27,8 @@ pub enum Envelope {
     Datagram {
         /// The publisher's session, in every header.
         session: u64,
+        /// The frames' protection, flagged in every header.
+        protection: Protection,
     },
 }
 
@@ -67,12 +70,13 @@ impl Envelope {
                 };
                 out[..RecordHeader::LEN].copy_from_slice(&header.to_bytes());
             }
-            Envelope::Datagram { session } => {
+            Envelope::Datagram { session, protection } => {
                 let header = DatagramHeader {
                     version: DATAGRAM_VERSION,
                     format,
                     kind: DatagramKind::Data,
                     frame_count: u8::try_from(frames).unwrap_or(u8::MAX),
+                    protection,
                     session,
                     sequence: first_sequence,
                 };
@@ -314,7 +318,7 @@ mod tests {
 
     #[test]
     fn a_zero_budget_seals_every_frame_and_datagrams_carry_the_session() {
-        let mut c = Coalescer::new(Envelope::Datagram { session: 77 }, 0);
+        let mut c = Coalescer::new(Envelope::Datagram { session: 77, protection: Protection::NONE }, 0);
         let sealed = collect(&mut c, &[(5, Format::Raw, 10), (6, Format::Raw, 10)]);
         assert_eq!(sealed.len(), 2);
         let h = DatagramHeader::parse(&sealed[1].bytes).unwrap();
@@ -377,7 +381,7 @@ mod tests {
 
     #[test]
     fn the_frame_count_limit_and_the_largest_envelope_hold() {
-        let mut c = Coalescer::new(Envelope::Datagram { session: 1 }, 60_000);
+        let mut c = Coalescer::new(Envelope::Datagram { session: 1, protection: Protection::NONE }, 60_000);
         let frames: Vec<_> = (1..=300).map(|s| (s, Format::Sbe, 1)).collect();
         let sealed = collect(&mut c, &frames);
         assert_eq!(sealed.iter().map(|s| s.frames).collect::<Vec<_>>(), vec![255, 45]);

@@ -53,7 +53,7 @@ pub mod window;
 pub mod wire;
 
 pub use coalesce::{Coalescer, Envelope, MAX_RUN_BYTES, Sealed};
-pub use protect::{Protection, Protector, WireKey};
+pub use protect::{ProtectError, Protection, ProtectionSection, ProtectionSettings, Protector, WireKey};
 pub use recovery::{GapList, RecoveryCounts, RecoveryPolicy};
 pub use ring::FrameRing;
 pub use session::{Admission, Greeted, SessionTracker};

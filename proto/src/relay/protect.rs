@@ -52,6 +52,9 @@ pub const KEY_LEN: usize = 32;
 /// Bytes of a greeting's key check.
 pub const KEY_CHECK_LEN: usize = 4;
 
+/// The nonce's format byte for an `END`'s totals: no format has this id.
+const END_DOMAIN: u8 = 0xf0;
+
 /// HKDF's salt: separates the session keys from any other use of the pre-shared key.
 const KDF_SALT: &[u8] = b"mdrelay wire protection v1";
 
@@ -192,6 +195,53 @@ impl WireKey {
     }
 }
 
+/// `[protection]` in either program's configuration file. The key itself is never on the
+/// command line (where `ps` shows it), only the file holding it, here.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProtectionSection {
+    /// A CRC-32C after every frame (default false).
+    #[serde(default)]
+    pub crc: bool,
+    /// A file holding the pre-shared key (64 hex digits, mode 600): frames are encrypted and
+    /// authenticated with it. Relative paths are from the working directory.
+    pub key_file: Option<std::path::PathBuf>,
+}
+
+/// The protection settings, checked: the key read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProtectionSettings {
+    /// A CRC-32C after every frame.
+    pub crc: bool,
+    /// The pre-shared key, if frames are encrypted.
+    pub key: Option<WireKey>,
+    /// Where the key came from, for messages.
+    pub key_file: Option<std::path::PathBuf>,
+}
+
+impl ProtectionSection {
+    /// Reads the key file, if one is named; the error names `protection.key_file`.
+    pub fn check(&self) -> Result<ProtectionSettings, String> {
+        let key = match &self.key_file {
+            Some(path) => Some(WireKey::read_file(path).map_err(|e| format!("protection.key_file: {e}"))?),
+            None => None,
+        };
+        Ok(ProtectionSettings { crc: self.crc, key, key_file: self.key_file.clone() })
+    }
+}
+
+impl ProtectionSettings {
+    /// What these settings apply.
+    pub fn protection(&self) -> Protection {
+        Protection { crc: self.crc, encrypted: self.key.is_some() }
+    }
+
+    /// A protector for these settings, refusing frames over `max_frame` bytes.
+    pub fn protector(&self, max_frame: usize) -> Protector {
+        Protector::new(self.crc, self.key.as_ref(), max_frame)
+    }
+}
+
 /// Why a protected frame was refused. The frame is dropped and counted; the stream goes on.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ProtectError {
@@ -291,6 +341,28 @@ impl Protector {
     /// Appends `frame`, protected, to `out`. Unprotected, the frame is appended as it is.
     #[inline]
     pub fn seal(&mut self, session: u64, sequence: u64, format: Format, frame: &[u8], out: &mut Vec<u8>) {
+        self.seal_as(session, sequence, format.id(), frame, out);
+    }
+
+    /// Appends an `END`'s totals (whose sequence is the next frame's), protected, to `out`: a
+    /// nonce of its own, so a sender without the key cannot end a subscriber's stream.
+    pub fn seal_end(&mut self, session: u64, next_sequence: u64, totals: &[u8], out: &mut Vec<u8>) {
+        self.seal_as(session, next_sequence, END_DOMAIN, totals, out);
+    }
+
+    /// Opens an `END`'s totals sealed by [`Protector::seal_end`].
+    pub fn open_end<'a>(
+        &mut self,
+        session: u64,
+        next_sequence: u64,
+        sealed: &'a [u8],
+        scratch: &'a mut Vec<u8>,
+    ) -> Result<&'a [u8], ProtectError> {
+        self.open_as(session, next_sequence, END_DOMAIN, sealed, scratch)
+    }
+
+    #[inline]
+    fn seal_as(&mut self, session: u64, sequence: u64, domain: u8, frame: &[u8], out: &mut Vec<u8>) {
         if !self.protection.any() {
             out.extend_from_slice(frame);
             return;
@@ -302,7 +374,7 @@ impl Protector {
         let crc = self.protection.crc;
         if let Some(cipher) = self.cipher(session) {
             let body = &mut out[start + LEN_PREFIX..];
-            let nonce = Protector::nonce(sequence, format.id());
+            let nonce = Protector::nonce(sequence, domain);
             // Fails only for a message over the cipher's 64 GiB limit.
             let tag = cipher.encrypt_in_place_detached(&nonce, &[], body).unwrap_or_default();
             out.extend_from_slice(&tag);
@@ -342,6 +414,18 @@ impl Protector {
         sealed: &'a [u8],
         scratch: &'a mut Vec<u8>,
     ) -> Result<&'a [u8], ProtectError> {
+        self.open_as(session, sequence, format.id(), sealed, scratch)
+    }
+
+    #[inline]
+    fn open_as<'a>(
+        &mut self,
+        session: u64,
+        sequence: u64,
+        domain: u8,
+        sealed: &'a [u8],
+        scratch: &'a mut Vec<u8>,
+    ) -> Result<&'a [u8], ProtectError> {
         if !self.protection.any() {
             return Ok(sealed);
         }
@@ -368,7 +452,7 @@ impl Protector {
         let (ciphertext, tag) = body.split_at(body.len() - TAG_LEN);
         scratch.clear();
         scratch.extend_from_slice(ciphertext);
-        let nonce = Protector::nonce(sequence, format.id());
+        let nonce = Protector::nonce(sequence, domain);
         cipher
             .decrypt_in_place_detached(&nonce, &[], scratch, Tag::from_slice(tag))
             .map_err(|_| ProtectError::Authentication)?;

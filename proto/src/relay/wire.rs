@@ -2,6 +2,7 @@
 //! echoes and totals. Every read goes through checked accessors, so a structure cut short is an
 //! error wherever it is cut, whatever the caller checked before.
 
+use super::protect::{KEY_CHECK_LEN, Protection};
 use crate::codec::Format;
 use std::collections::BTreeMap;
 
@@ -65,6 +66,11 @@ fn u64_at(b: &[u8], at: usize) -> Result<u64, RelayError> {
     Ok(u64::from_le_bytes(bytes_at(b, at)?))
 }
 
+fn protection_at(b: &[u8], at: usize) -> Result<Protection, RelayError> {
+    let bits = u8_at(b, at)?;
+    Protection::from_bits(bits).ok_or_else(|| err(at, format!("unknown frame protection bits {bits:#04x}")))
+}
+
 fn format_at(b: &[u8], at: usize) -> Result<Format, RelayError> {
     let id = u8_at(b, at)?;
     Format::from_id(id).ok_or_else(|| err(at, format!("unknown format id {id}")))
@@ -111,6 +117,10 @@ pub struct Hello {
     /// Sequence number of the next frame when the greeting was sent; the first record after
     /// the handshake (a `FORMAT` record) gives the exact first frame offered.
     pub next_sequence: u64,
+    /// How the publisher protects its frames (byte 11, zero before protection existed).
+    pub protection: Protection,
+    /// With encryption, the key check of the session ([`super::Protector::key_check`]).
+    pub key_check: [u8; KEY_CHECK_LEN],
 }
 
 impl Hello {
@@ -126,7 +136,14 @@ impl Hello {
             session,
             stream,
             next_sequence,
+            protection: Protection::NONE,
+            key_check: [0; KEY_CHECK_LEN],
         }
+    }
+
+    /// The greeting with the publisher's frame protection and its key check.
+    pub fn protected(self, protection: Protection, key_check: [u8; KEY_CHECK_LEN]) -> Hello {
+        Hello { protection, key_check, ..self }
     }
 
     /// The greeting's bytes.
@@ -135,9 +152,11 @@ impl Hello {
         b[..8].copy_from_slice(&HELLO_MAGIC);
         b[8..10].copy_from_slice(&self.protocol_version.to_le_bytes());
         b[10] = self.format.id();
+        b[11] = self.protection.bits();
         b[12..14].copy_from_slice(&self.schema_version.to_le_bytes());
         b[16..24].copy_from_slice(&self.session.to_le_bytes());
         b[24..28].copy_from_slice(&self.stream.to_le_bytes());
+        b[28..32].copy_from_slice(&self.key_check);
         b[32..40].copy_from_slice(&self.next_sequence.to_le_bytes());
         b
     }
@@ -171,6 +190,8 @@ impl Hello {
             session: u64_at(b, 16)?,
             stream: u32_at(b, 24)?,
             next_sequence: u64_at(b, 32)?,
+            protection: protection_at(b, 11)?,
+            key_check: bytes_at(b, 28)?,
         })
     }
 }
@@ -205,6 +226,9 @@ pub struct Subscribe {
     pub purpose: Purpose,
     /// Where the stream starts (always live in version 1).
     pub resume: Resume,
+    /// The frame protection the subscriber expects (byte 13 of a version-2 answer; zero from a
+    /// build without protection): a publisher protecting otherwise refuses it.
+    pub protection: Protection,
 }
 
 impl Subscribe {
@@ -215,7 +239,13 @@ impl Subscribe {
 
     /// An answer of this build's protocol version for the stream, from the next frame.
     pub fn new(echo: bool) -> Subscribe {
-        Subscribe { protocol_version: PROTOCOL_VERSION, echo, purpose: Purpose::Stream, resume: Resume::Live }
+        Subscribe {
+            protocol_version: PROTOCOL_VERSION,
+            echo,
+            purpose: Purpose::Stream,
+            resume: Resume::Live,
+            protection: Protection::NONE,
+        }
     }
 
     /// The answer to a publisher of version `publisher`: the lower of the two versions, and
@@ -224,7 +254,13 @@ impl Subscribe {
         if publisher >= 2 {
             return self;
         }
-        Subscribe { protocol_version: 1, purpose: Purpose::Stream, resume: Resume::Live, ..self }
+        Subscribe {
+            protocol_version: 1,
+            purpose: Purpose::Stream,
+            resume: Resume::Live,
+            protection: Protection::NONE,
+            ..self
+        }
     }
 
     /// Bytes of an answer of `version`.
@@ -243,6 +279,7 @@ impl Subscribe {
                 Purpose::Stream => 0,
                 Purpose::Recovery => 1,
             };
+            b[13] = self.protection.bits();
             let from = match self.resume {
                 Resume::Live => 0,
                 Resume::From(sequence) => sequence.max(1),
@@ -281,7 +318,13 @@ impl Subscribe {
         }
         let echo = u16_at(b, 10)? & 1 == 1;
         if protocol < 2 {
-            return Ok(Subscribe { protocol_version: protocol, echo, purpose: Purpose::Stream, resume: Resume::Live });
+            return Ok(Subscribe {
+                protocol_version: protocol,
+                echo,
+                purpose: Purpose::Stream,
+                resume: Resume::Live,
+                protection: Protection::NONE,
+            });
         }
         let purpose = match u8_at(b, 12)? {
             0 => Purpose::Stream,
@@ -292,7 +335,7 @@ impl Subscribe {
             0 => Resume::Live,
             from => Resume::From(from),
         };
-        Ok(Subscribe { protocol_version: protocol, echo, purpose, resume })
+        Ok(Subscribe { protocol_version: protocol, echo, purpose, resume, protection: protection_at(b, 13)? })
     }
 }
 
@@ -455,6 +498,9 @@ pub struct DatagramHeader {
     pub kind: DatagramKind,
     /// Frames in a `Data` datagram.
     pub frame_count: u8,
+    /// How the frames (and an `End`'s totals) are protected: the kind byte's high bits, zero
+    /// from a build without protection.
+    pub protection: Protection,
     /// The publisher's session.
     pub session: u64,
     /// Sequence number of the first frame (of the next frame, for other kinds).
@@ -471,7 +517,7 @@ impl DatagramHeader {
         b[..4].copy_from_slice(&DATAGRAM_MAGIC);
         b[4] = self.version;
         b[5] = self.format.id();
-        b[6] = self.kind as u8;
+        b[6] = self.kind as u8 | self.protection.bits() << 4;
         b[7] = self.frame_count;
         b[8..16].copy_from_slice(&self.session.to_le_bytes());
         b[16..24].copy_from_slice(&self.sequence.to_le_bytes());
@@ -495,7 +541,8 @@ impl DatagramHeader {
         if version != DATAGRAM_VERSION {
             return Err(err(4, format!("relay datagram version {version}, this build reads {DATAGRAM_VERSION}")));
         }
-        let kind = match u8_at(b, 6)? {
+        let protection = protection_at(&[u8_at(b, 6)? >> 4], 0).map_err(|e| err(6, e.what))?;
+        let kind = match u8_at(b, 6)? & 0x0f {
             0 => DatagramKind::Data,
             1 => DatagramKind::End,
             2 => DatagramKind::Echo,
@@ -506,6 +553,7 @@ impl DatagramHeader {
             format: format_at(b, 5)?,
             kind,
             frame_count: u8_at(b, 7)?,
+            protection,
             session: u64_at(b, 8)?,
             sequence: u64_at(b, 16)?,
         })
@@ -601,6 +649,11 @@ mod tests {
     fn every_structure_round_trips_and_short_input_is_an_error() {
         let hello = Hello::new(Format::Sbe, 7, 3, 99);
         assert_eq!(Hello::parse(&hello.to_bytes()).unwrap(), hello);
+        let guarded = hello.protected(Protection { crc: true, encrypted: true }, [9, 8, 7, 6]);
+        assert_eq!(Hello::parse(&guarded.to_bytes()).unwrap(), guarded);
+        let mut bad = guarded.to_bytes();
+        bad[11] = 0x80;
+        assert!(Hello::parse(&bad).is_err(), "unknown protection bits");
         for cut in 0..Hello::LEN {
             assert!(Hello::parse(&hello.to_bytes()[..cut]).is_err(), "cut at {cut}");
         }
@@ -610,7 +663,12 @@ mod tests {
         for cut in 0..Subscribe::V2_LEN {
             assert!(Subscribe::parse(&sub.to_bytes()[..cut]).is_err(), "cut at {cut}");
         }
-        let resume = Subscribe { purpose: Purpose::Recovery, resume: Resume::From(77), ..Subscribe::new(false) };
+        let resume = Subscribe {
+            purpose: Purpose::Recovery,
+            resume: Resume::From(77),
+            protection: Protection { crc: false, encrypted: true },
+            ..Subscribe::new(false)
+        };
         assert_eq!(Subscribe::parse(&resume.to_bytes()).unwrap(), resume);
         let request = RetransmitRequest { first: 10, count: 5 };
         let record = request.to_record();
@@ -629,10 +687,13 @@ mod tests {
             format: Format::FlatBuffers,
             kind: DatagramKind::End,
             frame_count: 0,
+            protection: Protection { crc: true, encrypted: false },
             session: 1,
             sequence: 2,
         };
         assert_eq!(DatagramHeader::parse(&dg.to_bytes()).unwrap(), dg);
+        let unprotected = DatagramHeader { protection: Protection::NONE, ..dg };
+        assert_eq!(unprotected.to_bytes()[6], DatagramKind::End as u8, "unprotected datagrams are unchanged");
         let mut bad = dg.to_bytes();
         bad[4] = 9;
         assert!(DatagramHeader::parse(&bad).unwrap_err().what.contains("version 9"));

@@ -9,6 +9,7 @@ use mdrelay_proto::codec::{BatchHeader, Codec, Format, collect_segment};
 use mdrelay_proto::iextp::Segment;
 use mdrelay_proto::message::Message;
 use mdrelay_proto::price::Symbol;
+use mdrelay_proto::relay::Protection;
 use mdrelay_proto::relay::{
     Coalescer, DATAGRAM_VERSION, DatagramHeader, DatagramKind, Envelope, RecordTag, Totals, control_record,
 };
@@ -88,7 +89,7 @@ pub fn data_record(format: Format, first: u64, frames: &[Vec<u8>]) -> Vec<u8> {
 
 /// A UDP `DATA` datagram of these frames, the first numbered `first`.
 pub fn data_datagram(format: Format, session: u64, first: u64, frames: &[Vec<u8>]) -> Vec<u8> {
-    envelope(Envelope::Datagram { session }, format, first, frames)
+    envelope(Envelope::Datagram { session, protection: Protection::NONE }, format, first, frames)
 }
 
 /// An `END` record: the totals and the next frame's number.
@@ -105,6 +106,7 @@ pub fn end_datagram(totals: &Totals, session: u64, next_sequence: u64) -> Vec<u8
         format: Format::Raw,
         kind: DatagramKind::End,
         frame_count: 0,
+        protection: Protection::NONE,
         session,
         sequence: next_sequence,
     };
