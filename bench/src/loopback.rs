@@ -72,6 +72,43 @@ impl Transport {
     }
 }
 
+/// Frame protection for both programs (`[protection]` in a configuration file of the run's).
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProtectionChoice {
+    /// No protection.
+    None,
+    /// A CRC-32C per frame.
+    Crc,
+    /// AES-256-GCM per frame, with a key made for the run.
+    Aead,
+    /// Both.
+    CrcAead,
+}
+
+impl ProtectionChoice {
+    /// The `[protection]` section, with `key` as the key file.
+    fn section(self, key: &Path) -> String {
+        let key_line = format!("key_file = {:?}\n", key.display().to_string());
+        match self {
+            ProtectionChoice::None => String::new(),
+            ProtectionChoice::Crc => "[protection]\ncrc = true\n".into(),
+            ProtectionChoice::Aead => format!("[protection]\n{key_line}"),
+            ProtectionChoice::CrcAead => format!("[protection]\ncrc = true\n{key_line}"),
+        }
+    }
+
+    /// The name on the command line and in the table.
+    fn name(self) -> &'static str {
+        match self {
+            ProtectionChoice::None => "none",
+            ProtectionChoice::Crc => "crc",
+            ProtectionChoice::Aead => "aead",
+            ProtectionChoice::CrcAead => "crc-aead",
+        }
+    }
+}
+
 /// The publisher's and subscriber's settings profile.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -107,6 +144,10 @@ pub struct LoopbackArgs {
     /// UDP datagrams stop at 1472 bytes). Several values run one after the other.
     #[arg(long, value_delimiter = ',', default_values_t = [0usize])]
     pub coalesce_bytes: Vec<usize>,
+    /// Frame protection: none, crc, aead (AES-256-GCM), crc-aead. Several values run one
+    /// after the other.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [ProtectionChoice::None])]
+    pub protection: Vec<ProtectionChoice>,
     /// Settings profile passed to both programs as `--profile` (default passes nothing).
     #[arg(long, value_enum, default_value_t = Profile::Default)]
     pub profile: Profile,
@@ -215,6 +256,8 @@ pub struct Row {
     pub profile: String,
     /// The publisher's `--coalesce-bytes`.
     pub coalesce_bytes: usize,
+    /// Frame protection.
+    pub protection: ProtectionChoice,
     /// `latency` (fixed rate) or `top-speed`.
     pub mode: &'static str,
     /// Messages per second asked for (none at top speed).
@@ -405,6 +448,7 @@ struct Plan<'a> {
     transport: Transport,
     format: Format,
     coalesce: usize,
+    protection: ProtectionChoice,
     publisher: &'a Path,
     subscriber: &'a Path,
     dir: &'a Path,
@@ -414,8 +458,8 @@ struct Plan<'a> {
 }
 
 fn run_one(plan: &Plan<'_>) -> Result<Row> {
-    let Plan { args, transport, format, coalesce, .. } = *plan;
-    let name = format!("{}-{format}-{coalesce}", transport.name());
+    let Plan { args, transport, format, coalesce, protection, .. } = *plan;
+    let name = format!("{}-{format}-{coalesce}-{}", transport.name(), protection.name());
     let sub_json = plan.dir.join(format!("sub-{name}.json"));
     let pub_json = plan.dir.join(format!("pub-{name}.json"));
     let hlog = plan.dir.join(format!("sub-{name}.hlog"));
@@ -437,6 +481,21 @@ fn run_one(plan: &Plan<'_>) -> Result<Row> {
         pub_args.extend(["--hot-core".into(), core.to_string()]);
     }
     let mut sub_args: Vec<String> = vec!["--json".into(), sub_json.display().to_string()];
+    if protection != ProtectionChoice::None {
+        // One key for the whole comparison, readable by its owner only, as the programs insist.
+        let key = plan.dir.join("wire.key");
+        if !key.exists() {
+            use std::os::unix::fs::PermissionsExt;
+            let hex: String = rand::random::<[u8; 32]>().iter().map(|b| format!("{b:02x}")).collect();
+            std::fs::write(&key, hex)?;
+            std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))?;
+        }
+        let config = plan.dir.join(format!("protection-{}.toml", protection.name()));
+        std::fs::write(&config, protection.section(&key))?;
+        for a in [&mut pub_args, &mut sub_args] {
+            a.extend(["--config".into(), config.display().to_string()]);
+        }
+    }
     sub_args.extend(["--report-interval".into(), "0".into(), "--histogram-log".into(), hlog.display().to_string()]);
     sub_args.extend(plan.profile.flag(plan.profile.subscriber));
     if let Some(core) = args.sub_core {
@@ -518,6 +577,7 @@ fn run_one(plan: &Plan<'_>) -> Result<Row> {
         format,
         profile: plan.profile.label(),
         coalesce_bytes: coalesce,
+        protection,
         mode: if args.top_speed { "top-speed" } else { "latency" },
         requested_rate: (!args.top_speed).then_some(args.rate),
         sent_rate,
@@ -706,11 +766,14 @@ fn latency_table(report: &Report, out: &mut String) {
         );
         for r in report.rows.iter().filter(|r| r.transport == t) {
             let l = &r.latency_ns;
-            let format = if r.coalesce_bytes > 0 {
+            let mut format = if r.coalesce_bytes > 0 {
                 format!("{} (coalesce {})", r.format, r.coalesce_bytes)
             } else {
                 r.format.to_string()
             };
+            if r.protection != ProtectionChoice::None {
+                let _ = write!(format, " [{}]", r.protection.name());
+            }
             let _ = writeln!(
                 out,
                 "| {format} | {} | {} | {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {:.0} | {} | {:.2} | {} |",
@@ -834,7 +897,8 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
     eprintln!("loopback: {source} at {pace}, profile {}, one format at a time", profile.label());
     let floors_per_transport = u64::from(!args.top_speed);
     let steps = floors_per_transport
-        + transports.len() as u64 * (floors_per_transport + (formats.len() * args.coalesce_bytes.len()) as u64);
+        + transports.len() as u64
+            * (floors_per_transport + (formats.len() * args.coalesce_bytes.len() * args.protection.len()) as u64);
     let progress = Progress::new(steps);
     let mut report = Report {
         machine: machine(),
@@ -884,13 +948,14 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
             Some(row)
         };
         for &coalesce in &args.coalesce_bytes {
-            for &format in &formats {
-                progress.step(&format!("{}: {format} (coalesce {coalesce})", transport.name()));
+            for (&protection, &format) in args.protection.iter().flat_map(|p| formats.iter().map(move |f| (p, f))) {
+                progress.step(&format!("{}: {format} (coalesce {coalesce}, {})", transport.name(), protection.name()));
                 let plan = Plan {
                     args,
                     transport,
                     format,
                     coalesce,
+                    protection,
                     publisher: &publisher,
                     subscriber: &subscriber,
                     dir: dir.path(),
@@ -936,10 +1001,10 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
             .rows
             .iter()
             .map(|r| Bar {
-                label: if args.coalesce_bytes.len() > 1 {
-                    format!("{} {} c{}", r.transport.name(), r.format, r.coalesce_bytes)
-                } else {
-                    format!("{} {}", r.transport.name(), r.format)
+                label: match (args.coalesce_bytes.len() > 1, args.protection.len() > 1) {
+                    (true, _) => format!("{} {} c{}", r.transport.name(), r.format, r.coalesce_bytes),
+                    (false, true) => format!("{} {} {}", r.transport.name(), r.format, r.protection.name()),
+                    (false, false) => format!("{} {}", r.transport.name(), r.format),
                 },
                 mmsgs: r.delivered_rate / 1e6,
             })
@@ -951,10 +1016,10 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
         for f in &report.floors {
             let mut curves = vec![Curve { name: "floor (socket ping-pong)".into(), points: points(&f.curve) }];
             for r in report.rows.iter().filter(|r| r.transport == f.transport) {
-                let name = if args.coalesce_bytes.len() > 1 {
-                    format!("{} c{}", r.format, r.coalesce_bytes)
-                } else {
-                    r.format.to_string()
+                let name = match (args.coalesce_bytes.len() > 1, args.protection.len() > 1) {
+                    (true, _) => format!("{} c{}", r.format, r.coalesce_bytes),
+                    (false, true) => format!("{} {}", r.format, r.protection.name()),
+                    (false, false) => r.format.to_string(),
                 };
                 curves.push(Curve { name, points: points(&r.curve) });
             }

@@ -28,6 +28,8 @@ pub struct SubscriberMetrics {
     reordered: Counter,
     decode_errors: Counter,
     invalid_packets: Counter,
+    /// Refused by frame protection, by reason: crc, authentication, replayed, mismatched.
+    refused: [Counter; 4],
     recovered: Counter,
     reconnects: Counter,
     last_sequence: Gauge,
@@ -51,6 +53,8 @@ impl SubscriberMetrics {
             reordered: counter!("mdrelay_sub_reordered_frames_total"),
             decode_errors: counter!("mdrelay_sub_decode_errors_total"),
             invalid_packets: counter!("mdrelay_sub_invalid_packets_total"),
+            refused: ["crc", "authentication", "replayed", "mismatched"]
+                .map(|reason| counter!("mdrelay_sub_protection_refused_total", "reason" => reason)),
             recovered: counter!("mdrelay_sub_recovered_frames_total"),
             reconnects: counter!("mdrelay_sub_reconnects_total"),
             last_sequence: gauge!("mdrelay_sub_last_sequence"),
@@ -74,6 +78,11 @@ impl SubscriberMetrics {
         self.reordered.absolute(sequence.reordered);
         self.decode_errors.absolute(stats.decode_errors);
         self.invalid_packets.absolute(stats.invalid_packets);
+        let p = &stats.protection;
+        let refused = [p.crc_failures, p.authentication_failures, p.replayed_datagrams, p.mismatched_datagrams];
+        for (counter, n) in self.refused.iter().zip(refused) {
+            counter.absolute(n);
+        }
         self.reconnects.absolute(stats.reconnects);
         if let Some(book) = &pipeline.recovery {
             self.recovered.absolute(book.counts().frames_recovered);
@@ -109,6 +118,10 @@ fn describe() {
     describe_counter!(
         "mdrelay_sub_invalid_packets_total",
         "Records or datagrams refused before any frame was read (bad header, foreign traffic)."
+    );
+    describe_counter!(
+        "mdrelay_sub_protection_refused_total",
+        "Records or datagrams refused by frame protection, by reason: CRC-32C mismatch, failed authentication, replayed (an older session), protected otherwise than configured."
     );
     describe_counter!(
         "mdrelay_sub_recovered_frames_total",
