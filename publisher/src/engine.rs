@@ -301,11 +301,20 @@ pub fn run(
             }
             echoes.sent.record(sequence, publish_time);
             summary.totals.frames += 1;
-            summary.frame_bytes += frame.len() as u64;
+            // Sealed once here; the ring, every subscriber and every line get these bytes, and
+            // the byte counts are of them.
+            let wire = if outputs.protector.protection().any() {
+                sealed.clear();
+                outputs.protector.seal(outputs.session, sequence, format, &frame, &mut sealed);
+                &sealed
+            } else {
+                &frame
+            };
+            summary.frame_bytes += wire.len() as u64;
             let count = &mut by_format[usize::from(format.id())];
             count.frames += 1;
             count.messages += summary.totals.messages - messages_before;
-            count.bytes += frame.len() as u64;
+            count.bytes += wire.len() as u64;
             until_metrics -= 1;
             if until_metrics == 0 {
                 until_metrics = PUBLISH_EVERY;
@@ -314,14 +323,7 @@ pub fn run(
                     progress.update(summary.totals.messages, summary.passes);
                 }
             }
-            if outputs.protector.protection().any() {
-                // Sealed once here; the ring, every subscriber and every line get these bytes.
-                sealed.clear();
-                outputs.protector.seal(outputs.session, sequence, format, &frame, &mut sealed);
-                outputs.frame(sequence, format, &sealed, stop, &mut summary);
-            } else {
-                outputs.frame(sequence, format, &frame, stop, &mut summary);
-            }
+            outputs.frame(sequence, format, wire, stop, &mut summary);
             sequence += 1;
             if live {
                 outputs.flush(sequence, format, stop);
