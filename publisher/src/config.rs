@@ -652,7 +652,16 @@ impl FileConfig {
             )? as usize,
             linger: seconds("retransmit.linger", r.linger.unwrap_or(2.0), 0.0, 3_600.0)?,
         };
+        let protection = self.protection.check().map_err(anyhow::Error::msg)?;
         if let Source::Upstream(upstream) = &source {
+            // Subscribers refuse an encrypted session older than the one they follow (a replay);
+            // that needs sessions that grow, which an origin's start time is and an upstream's
+            // session, kept by the relay, need not be.
+            if protection.key.is_some() {
+                bail!(
+                    "protection.key_file: a relay keeps its upstream's session, and encryption needs sessions of its own; encrypt at the origin's subscribers, or protect this relay's output with `crc` only"
+                );
+            }
             if pacing.mode != PacingMode::TopSpeed {
                 bail!(
                     "pacing.mode: an upstream's frames go out as they arrive, with the origin's publish times; leave pacing.mode out (or top-speed)"
@@ -676,7 +685,7 @@ impl FileConfig {
             hot_core,
             io_threads,
             metrics: self.metrics.check(None, None)?,
-            protection: self.protection.check().map_err(anyhow::Error::msg)?,
+            protection,
         })
     }
 }

@@ -586,6 +586,9 @@ fn a_relay_whose_upstream_is_itself_or_badly_configured_is_refused_naming_the_se
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let port = free_tcp_port();
+    let key = dir.path().join("wire.key");
+    std::fs::write(&key, "ab".repeat(32)).unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     for (toml, names) in [
         (
             format!("[source.upstream]\nconnect = \"127.0.0.1:{port}\"\n[tcp]\nlisten = \"127.0.0.1:{port}\"\n"),
@@ -624,6 +627,10 @@ fn a_relay_whose_upstream_is_itself_or_badly_configured_is_refused_naming_the_se
         (
             "[source.upstream]\nconnect = \"10.0.0.1:9100\"\n[pacing]\nmode = \"rate\"\n[tcp]\n".into(),
             &["pacing.mode", "upstream"],
+        ),
+        (
+            format!("[source.upstream]\nconnect = \"10.0.0.1:9100\"\n[tcp]\n[protection]\nkey_file = {key:?}\n"),
+            &["protection.key_file", "relay", "crc"],
         ),
     ] {
         let done = run_config(dir.path(), "bad.toml", &toml, &[]).finish(STEP);

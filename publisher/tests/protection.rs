@@ -189,6 +189,89 @@ fn a_bit_flipped_on_the_wire_is_caught_by_the_crc_and_only_its_record_is_lost() 
     assert!(finished.stderr.contains("CRC-32C"), "the refusal is logged with its reason: {}", finished.stderr);
 }
 
+/// A UDP relay from a socket of its own to `target`, flipping one bit in the middle of the
+/// `nth` datagram (1-based); returns the address to send to. It ends when nothing comes for 3 s.
+fn flipping_udp_proxy(target: SocketAddr, nth: usize) -> SocketAddr {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let addr = socket.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 65536];
+        let mut seen = 0;
+        while let Ok(n) = socket.recv(&mut buf) {
+            seen += 1;
+            if seen == nth {
+                buf[n / 2 + DatagramHeader::LEN / 2] ^= 0x01;
+            }
+            let _ = socket.send_to(&buf[..n], target);
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_datagram_changed_on_the_way_is_refused_by_the_crc_and_its_frames_recovered() {
+    let _serial = serial();
+    let reference = expected("DEEP10.json");
+    let dir = tempfile::tempdir().unwrap();
+    let config = protection_config(dir.path(), "crc.toml", true, None);
+    let service = format!("127.0.0.1:{}", mdrelay_harness::free_tcp_port());
+    let sub_json = dir.path().join("sub.json").display().to_string();
+    let mut subscriber = Process::start(
+        subscriber_bin(),
+        [
+            "--config",
+            &config,
+            "--listen",
+            "127.0.0.1:0",
+            "--recovery",
+            &service,
+            "--json",
+            &sub_json,
+            "--report-interval",
+            "0",
+        ],
+    );
+    let proxy = flipping_udp_proxy(subscriber.listening_on(), 20).to_string();
+    let deep10 = deep10();
+    Process::start(
+        publisher_bin(),
+        [
+            "run",
+            "--config",
+            &config,
+            "--capture",
+            &deep10,
+            "--format",
+            "flatbuffers",
+            "--udp",
+            &proxy,
+            "--retransmit-listen",
+            &service,
+            "--pacing",
+            "rate",
+            "--rate",
+            "150000",
+            "--coalesce-bytes",
+            "8192",
+        ],
+    )
+    .finish(RUN)
+    .assert_success();
+    let finished = subscriber.finish(STEP);
+    assert_eq!(finished.code(), Some(0), "{finished:?}");
+    let report = json_file(Path::new(&sub_json));
+    let protection = &report["protection"];
+    assert_eq!(protection["crc_failures"], 1, "{protection}");
+    let refused = protection["frames_refused"].as_u64().unwrap();
+    assert!(refused >= 1, "{protection}");
+    // The refused datagram's frames were asked for again and came back: the stream is whole.
+    assert!(report["recovery"]["frames_recovered"].as_u64().unwrap() >= refused, "{report}");
+    assert_eq!(report["gaps"], 0, "{report}");
+    assert_aggregates(&report, &reference, "a corrupted datagram recovered");
+    assert_eq!(report["messages"], reference["messages"]);
+}
+
 /// The session a subscriber logged for its publisher.
 fn logged_session(process: &mut Process) -> u64 {
     let line = process.wait_for("publisher session");

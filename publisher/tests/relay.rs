@@ -71,9 +71,14 @@ struct Relayed {
 
 /// Relays DEEP10 once in `format` over `transport` (tcp, udp or multicast).
 fn relay_once(format: &str, transport: &str, dir: &Path, extra_sub: &[&str]) -> Relayed {
+    relay_capture(&deep10(), format, transport, dir, extra_sub)
+}
+
+/// Relays `capture` once in `format` over `transport` (tcp, udp or multicast).
+fn relay_capture(capture: &str, format: &str, transport: &str, dir: &Path, extra_sub: &[&str]) -> Relayed {
     let sub_json = path(dir, &format!("sub-{format}-{transport}.json"));
     let pub_json = path(dir, &format!("pub-{format}-{transport}.json"));
-    let deep10 = deep10();
+    let deep10 = capture.to_string();
     let target: String;
     let mut p = vec!["run", "--capture", &deep10, "--format", format, "--json", &pub_json];
     let (publisher, subscriber);
@@ -130,12 +135,15 @@ fn lost_frames(sub: &Value, publ: &Value, context: &str) -> bool {
 #[test]
 fn every_format_over_every_transport_gives_the_reference_aggregates() {
     let _serial = serial();
-    let reference = expected("DEEP10.json");
     let dir = tempfile::tempdir().unwrap();
-    for transport in ["tcp", "udp", "multicast"] {
+    for ((capture, reference), transport) in [("DEEP10", expected("DEEP10.json")), ("TOPS16", expected("TOPS16.json"))]
+        .iter()
+        .flat_map(|c| ["tcp", "udp", "multicast"].map(|t| (c, t)))
+    {
+        let file = iex_data().join(format!("{capture}.pcap.gz")).display().to_string();
         for format in formats() {
-            let Relayed { sub, publ } = relay_once(format.name(), transport, dir.path(), &[]);
-            let context = format!("{format} over {transport}");
+            let Relayed { sub, publ } = relay_capture(&file, format.name(), transport, dir.path(), &[]);
+            let context = format!("{capture} in {format} over {transport}");
             assert_eq!(
                 publ["totals"]["messages"], reference["messages"],
                 "{context}: the publisher sent every message"
@@ -281,18 +289,24 @@ fn sighup_switches_the_format_mid_stream_and_the_aggregates_stay_exact() {
     let addr = publisher.serving_on();
     let json = path(dir.path(), "sub.json");
     let mut subscriber = tcp_subscriber(addr, &json, &["--report-interval", "0.1"]);
-    // SBE frames have arrived: the switch comes mid-stream (the stream takes 3.3 s).
+    // SBE frames have arrived: the switches come mid-stream (the stream takes 3.3 s). To each of
+    // the formats that parse whole frames, and back to a zero-copy one.
     subscriber.wait_for_frames(1);
-    write("capnp-packed");
-    publisher.signal(Signal::SIGHUP);
-    publisher.wait_for("SIGHUP: format changes at the next frame");
+    let chain = ["protobuf", "brec", "json", "capnp-packed"];
+    for (from, to) in std::iter::once("sbe").chain(chain).zip(chain) {
+        write(to);
+        publisher.signal(Signal::SIGHUP);
+        // The engine's line once the switch is made: the next switch comes after it.
+        publisher.wait_until(&format!("the switch from {from} to {to}"), |line| {
+            line.contains("format switch") && line.contains(&format!("to={to}"))
+        });
+    }
     let published = publisher.finish(RUN);
     published.assert_success();
-    assert!(published.stderr.contains("format switch"), "{published:?}");
     let report = sub_report(&subscriber.finish(STEP), &json, "switching subscriber");
-    assert_eq!(report["format_switches"], 1, "{report}");
-    assert_eq!(report["formats_seen"], json!(["sbe", "capnp-packed"]));
-    assert_aggregates(&report, &reference, "across a format switch");
+    assert_eq!(report["format_switches"], chain.len(), "{report}");
+    assert_eq!(report["formats_seen"], json!(["sbe", "capnp-packed", "json", "protobuf", "brec"]));
+    assert_aggregates(&report, &reference, "across format switches");
     assert_eq!(report["messages"], reference["messages"]);
     assert_eq!(report["totals_match"], true);
 }

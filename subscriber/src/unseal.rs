@@ -11,7 +11,8 @@ use serde::Serialize;
 /// What protection refused, by reason.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct ProtectionCounts {
-    /// Records or datagrams whose CRC-32C did not match (changed on the way).
+    /// Records or datagrams whose CRC-32C did not match, or (with a CRC) whose protected frames
+    /// did not fit their payload: changed on the way.
     pub crc_failures: u64,
     /// Records or datagrams that failed authentication (another key, forged, or changed).
     pub authentication_failures: u64,
@@ -58,9 +59,17 @@ impl Unsealer {
     }
 
     fn refused(&mut self, e: &ProtectError, frames: u64) {
-        match e {
-            ProtectError::Crc { .. } => self.counts.crc_failures += 1,
-            _ => self.counts.authentication_failures += 1,
+        // A protected frame whose length does not fit its payload was changed on the way too:
+        // counted with what would have caught it had the length been whole.
+        let crc = match e {
+            ProtectError::Crc { .. } => true,
+            ProtectError::Authentication => false,
+            ProtectError::Malformed { .. } => self.protection().crc,
+        };
+        if crc {
+            self.counts.crc_failures += 1;
+        } else {
+            self.counts.authentication_failures += 1;
         }
         self.counts.frames_refused += frames;
     }
