@@ -152,7 +152,7 @@ fn every_format_over_every_transport_gives_the_reference_aggregates() {
             if transport != "tcp" && lost_frames(&sub, &publ, &context) {
                 continue;
             }
-            assert_aggregates(&sub, &reference, &context);
+            assert_aggregates(&sub, reference, &context);
             assert_eq!(sub["messages"], reference["messages"], "{context}: every message arrives");
             assert_eq!(sub["message_types"], reference["message_types"], "{context}");
             assert_eq!(sub["totals_match"], true, "{context}: the subscriber's counts equal the publisher's totals");
