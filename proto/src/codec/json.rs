@@ -23,11 +23,11 @@
 //! range, `type` one of the names above. Errors carry the byte offset serde_json stopped at.
 
 use super::BatchHeader;
-use super::{DecodeError, EncodeError, Format, Limits, MAX_BATCH};
+use super::{DecodeError, EncodeError, Format, Limits, MAX_BATCH, unknown_problem};
 use crate::message::{
     AuctionInformation, Message, OfficialPrice, OperationalHaltStatus, PriceLevelUpdate, QuoteUpdate,
     RetailLiquidityIndicator, SecurityDirectory, SecurityEvent, ShortSalePriceTestStatus, Side, SystemEvent, Trade,
-    TradingStatus, UnknownMessage, kind,
+    TradingStatus, UnknownMessage,
 };
 use crate::price::{Price, Symbol};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -346,21 +346,6 @@ fn write_unknown(w: &mut Writer<'_>, m: &UnknownMessage<'_>) -> Result<(), &'sta
     }
     w.raw(b"\"");
     Ok(())
-}
-
-/// What makes an unknown message one the model could not have produced, if anything.
-fn unknown_problem(kind: u8, bytes: &[u8]) -> Result<(), &'static str> {
-    if bytes.is_empty() {
-        Err("unknown message with no bytes: they hold at least the type byte")
-    } else if bytes.len() > MAX_UNKNOWN_LEN {
-        Err("unknown message longer than 65535 bytes")
-    } else if bytes[0] != kind {
-        Err("unknown message whose bytes do not start with its type byte")
-    } else if kind::layout_len(kind).is_some() {
-        Err("unknown message whose type byte is a known type")
-    } else {
-        Ok(())
-    }
 }
 
 // ---- Decoding ----

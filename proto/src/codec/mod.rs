@@ -414,6 +414,22 @@ impl Codec {
     }
 }
 
+/// What makes an unknown message one the model could not have produced, if anything: the
+/// formats that carry unknown messages as free-form bytes (Protobuf, JSON) refuse such ones.
+pub(crate) fn unknown_problem(kind: u8, bytes: &[u8]) -> Result<(), &'static str> {
+    if bytes.is_empty() {
+        Err("unknown message with no bytes: they hold at least the type byte")
+    } else if bytes.len() > u16::MAX as usize {
+        Err("unknown message longer than 65535 bytes")
+    } else if bytes[0] != kind {
+        Err("unknown message whose bytes do not start with its type byte")
+    } else if crate::message::kind::layout_len(kind).is_some() {
+        Err("unknown message whose type byte is a known type")
+    } else {
+        Ok(())
+    }
+}
+
 /// A reusable list of decoded messages, so a segment's messages can be collected for encoding
 /// without allocating per segment even though each list borrows from a different packet.
 #[derive(Default)]

@@ -28,11 +28,11 @@
 //! when decoded (prost gives each `bytes` field a fresh `Vec`), and none when encoded (its
 //! buffer is taken from a pool the codec refills from the previous frame's unknown messages).
 
-use super::{BatchHeader, DecodeError, EncodeError, Format, Limits, MAX_BATCH};
+use super::{BatchHeader, DecodeError, EncodeError, Format, Limits, MAX_BATCH, unknown_problem};
 use crate::message::{
     AuctionInformation, Message, OfficialPrice, OperationalHaltStatus, PriceLevelUpdate, QuoteUpdate,
     RetailLiquidityIndicator, SecurityDirectory, SecurityEvent, ShortSalePriceTestStatus, Side, SystemEvent, Trade,
-    TradingStatus, UnknownMessage, kind,
+    TradingStatus, UnknownMessage,
 };
 use crate::price::{Price, Symbol};
 use prost::Message as _;
@@ -490,21 +490,6 @@ fn to_model(message: &pb::Message) -> Result<Message<'_>, Invalid> {
             Message::Unknown(UnknownMessage { kind, bytes })
         }
     })
-}
-
-/// What makes an unknown message one the model could not have produced, if anything.
-fn unknown_problem(kind: u8, bytes: &[u8]) -> Result<(), &'static str> {
-    if bytes.is_empty() {
-        Err("unknown message with no bytes: they hold at least the type byte")
-    } else if bytes.len() > MAX_UNKNOWN_LEN {
-        Err("unknown message longer than 65535 bytes")
-    } else if bytes[0] != kind {
-        Err("unknown message whose bytes do not start with its type byte")
-    } else if kind::layout_len(kind).is_some() {
-        Err("unknown message whose type byte is a known type")
-    } else {
-        Ok(())
-    }
 }
 
 /// The wire message for a known model message (unknown ones are built by the caller, which
