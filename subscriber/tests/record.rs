@@ -376,3 +376,77 @@ fn a_full_disk_stops_the_recording_not_the_run() {
     }
     assert!(finished.stdout.contains("STOPPED: cannot write /dev/full"), "{}", finished.stdout);
 }
+
+/// A TCP port nobody answers on (bound, never accepted), so a subscriber that got past its
+/// start would show up as a connection; and its address.
+fn silent_port() -> (TcpListener, String) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    (listener, addr)
+}
+
+/// A subscriber of `addr` recording to `record` with `extra` flags, stopped after a second at
+/// the latest (the port never answers): its exit.
+fn record_to(addr: &str, record: &Path, extra: &[&str]) -> Finished {
+    let record = text(record);
+    let args = ["--connect", addr, "--record", &record, "--report-interval", "0", "--duration", "1"];
+    Process::start(subscriber_bin(), args.iter().chain(extra)).finish(STEP)
+}
+
+/// Asserts a start refused with exit code 2, naming `path` and saying `why`.
+fn assert_refused(done: &Finished, path: &Path, why: &str) {
+    assert_eq!(done.code(), Some(2), "{}: {done:?}", path.display());
+    let message = format!("configuration error: record: {}", path.display());
+    assert!(done.stderr.contains(&message) && done.stderr.contains(why), "wanted {message:?} and {why:?}: {done:?}");
+}
+
+#[test]
+fn a_symlink_at_the_recording_path_is_refused_and_its_target_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let (listener, addr) = silent_port();
+    let victim = dir.path().join("victim.conf");
+    let contents = b"an operator's file that a symlink at the recording path points to\n".repeat(100);
+    std::fs::write(&victim, &contents).unwrap();
+    let link = dir.path().join("day.pcap.gz");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    for extra in [&[][..], &["--record-overwrite"][..]] {
+        let done = record_to(&addr, &link, extra);
+        assert_refused(&done, &link, "is a symbolic link");
+        assert_eq!(std::fs::read(&victim).unwrap(), contents, "{extra:?}: the link's target is byte-identical");
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "{extra:?}: the link stays");
+    }
+    // A dangling link: following it would create a file wherever it points.
+    let nowhere = dir.path().join("elsewhere").join("created-through-a-link.pcap");
+    std::fs::create_dir(dir.path().join("elsewhere")).unwrap();
+    let dangling = dir.path().join("dangling.pcapng");
+    std::os::unix::fs::symlink(&nowhere, &dangling).unwrap();
+    let done = record_to(&addr, &dangling, &[]);
+    assert_refused(&done, &dangling, "is a symbolic link");
+    assert!(!nowhere.exists(), "nothing was created where the dangling link points");
+    assert!(listener.accept().is_err(), "refused before connecting");
+}
+
+#[test]
+fn an_existing_recording_is_kept_unless_overwrite_is_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let (listener, addr) = silent_port();
+    let old = dir.path().join("yesterday.pcap");
+    let contents = b"yesterday's recording".to_vec();
+    std::fs::write(&old, &contents).unwrap();
+    let done = record_to(&addr, &old, &[]);
+    assert_refused(&done, &old, "exists");
+    assert!(done.stderr.contains("--record-overwrite"), "the refusal says how to replace it: {done:?}");
+    assert_eq!(std::fs::read(&old).unwrap(), contents, "the existing file is byte-identical");
+    assert!(listener.accept().is_err(), "refused before connecting");
+
+    // Asked for, the file is replaced: by a capture of nothing (the port never answers), which
+    // `inspect` reads.
+    let done = record_to(&addr, &old, &["--record-overwrite"]);
+    assert_eq!(done.code(), Some(0), "{done:?}");
+    let inspected = inspect(&old);
+    assert_eq!((&inspected["packets"], &inspected["truncated_records"]), (&json!(0), &json!(0)), "{inspected}");
+    // `--force` says the same.
+    let done = record_to(&addr, &old, &["--force"]);
+    assert_eq!(done.code(), Some(0), "{done:?}");
+}
