@@ -397,7 +397,7 @@ fn record_to(addr: &str, record: &Path, extra: &[&str]) -> Finished {
 /// Asserts a start refused with exit code 2, naming `path` and saying `why`.
 fn assert_refused(done: &Finished, path: &Path, why: &str) {
     assert_eq!(done.code(), Some(2), "{}: {done:?}", path.display());
-    let message = format!("configuration error: record: {}", path.display());
+    let message = format!("configuration error: record: cannot create {}: ", path.display());
     assert!(done.stderr.contains(&message) && done.stderr.contains(why), "wanted {message:?} and {why:?}: {done:?}");
 }
 
