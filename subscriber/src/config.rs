@@ -919,7 +919,8 @@ fn record(cli: &Cli, file: &FileConfig, origin: &Origin<'_>) -> Result<Option<Re
     if path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
         return Err(ConfigError("record: empty file name".into()));
     }
-    let overwrite = pick(cli.record_overwrite.then_some(true), file.record_overwrite.clone(), "record_overwrite", origin);
+    let overwrite =
+        pick(cli.record_overwrite.then_some(true), file.record_overwrite.clone(), "record_overwrite", origin);
     let size_setting = file.record_rotate_size.clone().map(|s| {
         let span = s.span();
         let text = match s.into_inner() {
@@ -950,7 +951,9 @@ fn record(cli: &Cli, file: &FileConfig, origin: &Origin<'_>) -> Result<Option<Re
             .flatten()
             .next();
         return match given {
-            Some(name) => Err(ConfigError(format!("{name}: only used with record (the capture file), which is not set"))),
+            Some(name) => {
+                Err(ConfigError(format!("{name}: only used with record (the capture file), which is not set")))
+            }
             None => Ok(None),
         };
     };
@@ -961,9 +964,7 @@ fn record(cli: &Cli, file: &FileConfig, origin: &Origin<'_>) -> Result<Option<Re
                 ConfigError(format!("{name}: {value:?} is not a size ({e}; e.g. 1073741824, \"512MiB\" or \"1GB\")"))
             })?;
             if !(MIN_RECORD_ROTATE_SIZE..=MAX_RECORD_ROTATE_SIZE).contains(&bytes) {
-                return Err(ConfigError(format!(
-                    "{name}: {value} ({bytes} bytes) is out of range (64KiB to 1TiB)"
-                )));
+                return Err(ConfigError(format!("{name}: {value} ({bytes} bytes) is out of range (64KiB to 1TiB)")));
             }
             Some(bytes)
         }
@@ -1148,11 +1149,71 @@ mod tests {
     #[test]
     fn the_recording_file_comes_from_the_file_or_the_flag() {
         let s = from_file("connect = \"h:1\"\nrecord = \"day.pcapng.gz\"\n").unwrap();
-        assert_eq!(s.record, Some(PathBuf::from("day.pcapng.gz")));
+        assert_eq!(s.record.map(|r| r.path), Some(PathBuf::from("day.pcapng.gz")));
         let file: FileConfig = toml::from_str("connect = \"h:1\"\nrecord = \"day.pcapng.gz\"\n").unwrap();
         let cli = Cli { record: Some("other.pcap".into()), ..Cli::default() };
-        assert_eq!(Settings::build(cli, file, &Origin { file: None }).unwrap().record, Some("other.pcap".into()));
+        let record = Settings::build(cli, file, &Origin { file: None }).unwrap().record;
+        assert_eq!(record.map(|r| r.path), Some("other.pcap".into()));
         assert_eq!(from_file("connect = \"h:1\"\n").unwrap().record, None);
         assert!(err("connect = \"h:1\"\nrecord = \"\"\n").contains("record: empty file name"));
+        let s = from_file("connect = \"h:1\"\nrecord = \"day.pcap\"\n").unwrap().record.unwrap();
+        assert!(!s.overwrite && !s.rotates() && s.max_files.is_none());
+    }
+
+    #[test]
+    fn recording_rotation_and_overwrite_are_read_and_range_checked() {
+        let with = |extra: &str| from_file(&format!("connect = \"h:1\"\nrecord = \"day.pcap.gz\"\n{extra}"));
+        let s = with(
+            "record_rotate_size = \"512MiB\"\nrecord_rotate_interval = 3600\nrecord_max_files = 48\n\
+                      record_overwrite = true\n",
+        )
+        .unwrap()
+        .record
+        .unwrap();
+        assert_eq!(
+            s,
+            RecordSettings {
+                path: "day.pcap.gz".into(),
+                overwrite: true,
+                rotate_size: Some(512 << 20),
+                rotate_interval: Some(Duration::from_secs(3600)),
+                max_files: Some(48),
+            }
+        );
+        assert!(s.rotates());
+        let size = |text: &str| with(&format!("record_rotate_size = {text}\n")).unwrap().record.unwrap().rotate_size;
+        assert_eq!(size("1048576"), Some(1 << 20));
+        assert_eq!(size("\"1GB\""), Some(1_000_000_000));
+        assert_eq!(size("\"1.5 GiB\""), Some(3 << 29));
+        assert_eq!(size("\"64KiB\""), Some(64 << 10));
+        let interval = with("record_rotate_interval = 1.5\n").unwrap().record.unwrap().rotate_interval;
+        assert_eq!(interval, Some(Duration::from_millis(1500)));
+
+        let bad = |extra: &str| with(extra).unwrap_err().0;
+        let e = bad("record_rotate_size = 65535\n");
+        assert!(e.contains("line 3: record_rotate_size: 65535 (65535 bytes) is out of range (64KiB to 1TiB)"), "{e}");
+        assert!(bad("record_rotate_size = \"1.1TiB\"\n").contains("record_rotate_size: 1.1TiB"));
+        assert!(bad("record_rotate_size = -1\n").contains("record_rotate_size: \"-1\" is not a size"));
+        assert!(bad("record_rotate_size = \"big\"\n").contains("record_rotate_size: \"big\" is not a size"));
+        assert!(bad("record_rotate_interval = 0\n").contains("record_rotate_interval: 0 seconds is out of range"));
+        assert!(bad("record_rotate_interval = 86401\n").contains("record_rotate_interval: 86401 seconds"));
+        assert!(
+            bad("record_rotate_interval = 60\nrecord_max_files = 0\n").contains("record_max_files: 0 is out of range")
+        );
+        assert!(bad("record_max_files = 5\n").contains("record_max_files: only used with rotation"));
+        assert!(bad("record_overwrite = \"yes\"\n").contains("record_overwrite"));
+        let unset = err("connect = \"h:1\"\nrecord_max_files = 5\n");
+        assert!(unset.contains("line 2: record_max_files: only used with record"), "{unset}");
+
+        // Flags over the file's settings, named as flags.
+        let file: FileConfig =
+            toml::from_str("connect = \"h:1\"\nrecord = \"d.pcap\"\nrecord_rotate_size = 70000\n").unwrap();
+        let cli = Cli { record_rotate_size: Some("2MiB".into()), record_overwrite: true, ..Cli::default() };
+        let s = Settings::build(cli, file, &Origin { file: None }).unwrap().record.unwrap();
+        assert_eq!((s.rotate_size, s.overwrite), (Some(2 << 20), true));
+        let file: FileConfig = toml::from_str("connect = \"h:1\"\nrecord = \"d.pcap\"\n").unwrap();
+        let cli = Cli { record_max_files: Some(3), ..Cli::default() };
+        let e = Settings::build(cli, file, &Origin { file: None }).unwrap_err().0;
+        assert!(e.starts_with("--record-max-files: only used with rotation"), "{e}");
     }
 }

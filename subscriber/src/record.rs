@@ -100,10 +100,8 @@ pub fn numbered(path: &Path, number: u64) -> PathBuf {
 fn is_numbered(path: &Path, name: &OsStr) -> bool {
     let (stem, extension) = split_name(path.file_name().unwrap_or_default());
     let name = name.as_bytes();
-    let Some(middle) = name
-        .strip_prefix(stem)
-        .and_then(|rest| rest.strip_prefix(b"."))
-        .and_then(|rest| rest.strip_suffix(extension))
+    let Some(middle) =
+        name.strip_prefix(stem).and_then(|rest| rest.strip_prefix(b".")).and_then(|rest| rest.strip_suffix(extension))
     else {
         return false;
     };
@@ -515,7 +513,8 @@ impl Files {
         // The first file may replace an existing one when asked; a later one is always new
         // (the earlier recording's were cleared at start), so anything there is refused.
         let overwrite = self.overwrite && !self.rotates;
-        let file = open_recording(&path, overwrite).map_err(|why| format!("cannot create {}: {why}", path.display()))?;
+        let file =
+            open_recording(&path, overwrite).map_err(|why| format!("cannot create {}: {why}", path.display()))?;
         self.next += 1;
         self.kept.push_back(path.clone());
         progress.files_written.fetch_add(1, Relaxed);
@@ -898,6 +897,112 @@ mod tests {
         // Anything else is a classic pcap, the container every tool reads.
         assert_eq!(kind("day.cap"), (Container::Pcap, false));
         assert_eq!(kind("pcapng.d/day"), (Container::Pcap, false));
+    }
+
+    #[test]
+    fn a_rotated_file_has_its_number_before_the_extension() {
+        let name = |path: &str, n: u64| numbered(Path::new(path), n).display().to_string();
+        assert_eq!(name("day.pcap.gz", 1), "day.000001.pcap.gz");
+        assert_eq!(name("/var/rec/day.pcapng", 42), "/var/rec/day.000042.pcapng");
+        assert_eq!(name("DAY.PCAPNG.GZ", 7), "DAY.000007.PCAPNG.GZ");
+        assert_eq!(name("a.b.pcap", 1), "a.b.000001.pcap");
+        assert_eq!(name("day.gz", 1), "day.000001.gz");
+        assert_eq!(name("day", 1), "day.000001");
+        assert_eq!(name(".hidden", 1), ".hidden.000001");
+        assert_eq!(name("dir.d/day", 1), "dir.d/day.000001");
+        assert_eq!(name("day.pcap", 1_234_567), "day.1234567.pcap");
+        // The name's bytes are kept whatever they are.
+        let odd = Path::new(OsStr::from_bytes(b"d\xffy.pcap"));
+        assert_eq!(numbered(odd, 3).as_os_str().as_bytes(), b"d\xffy.000003.pcap");
+    }
+
+    #[test]
+    fn only_the_numbered_files_of_the_same_name_are_a_recording_s() {
+        let ours = |base: &str, name: &str| is_numbered(Path::new(base), OsStr::new(name));
+        assert!(ours("/r/day.pcap.gz", "day.000001.pcap.gz"));
+        assert!(ours("day.pcap.gz", "day.1234567.pcap.gz"));
+        assert!(ours("day", "day.000002"));
+        assert!(!ours("day.pcap.gz", "day.pcap.gz"));
+        assert!(!ours("day.pcap.gz", "day.00001.pcap.gz"));
+        assert!(!ours("day.pcap.gz", "day.notes.pcap.gz"));
+        assert!(!ours("day.pcap.gz", "day.000001.pcap"));
+        assert!(!ours("day.pcap.gz", "days.000001.pcap.gz"));
+        assert!(!ours("day.pcap", "day.000001.pcap.gz"));
+        assert!(!ours("day.pcap", "day.00000x.pcap"));
+    }
+
+    #[test]
+    fn rotation_starts_a_file_when_the_size_is_reached_or_the_interval_spent() {
+        let none = Rotation::default();
+        let full = Span { bytes: u64::MAX, first: Some(0) };
+        assert!(!none.is_full(full) && !none.starts_new_file(full, i64::MAX) && none.closes_at(full).is_none());
+
+        let size = Rotation { size: Some(1000), interval: None };
+        assert!(!size.is_full(Span { bytes: 999, first: Some(5) }));
+        assert!(size.is_full(Span { bytes: 1000, first: Some(5) }));
+        assert!(!size.starts_new_file(Span { bytes: 10, first: Some(0) }, i64::MAX));
+        assert_eq!(size.closes_at(Span { bytes: 10, first: Some(0) }), None);
+
+        let second = 1_000_000_000;
+        let time = Rotation { size: None, interval: Some(second) };
+        let span = Span { bytes: 10, first: Some(5 * second) };
+        assert!(!time.starts_new_file(span, 6 * second - 1));
+        assert!(time.starts_new_file(span, 6 * second));
+        // A file with no segment yet spans nothing: it is neither due nor closed on a timer.
+        assert!(!time.starts_new_file(Span { bytes: 24, first: None }, i64::MAX));
+        assert_eq!(time.closes_at(Span { bytes: 24, first: None }), None);
+        assert_eq!(time.closes_at(span), Some(6 * second));
+        // A clock stepped back is no reason to rotate, nor does a far future overflow.
+        assert!(!time.starts_new_file(span, 0));
+        assert_eq!(time.closes_at(Span { bytes: 0, first: Some(i64::MAX) }), Some(i64::MAX));
+
+        let both = Rotation { size: Some(100), interval: Some(second) };
+        assert!(both.is_full(Span { bytes: 100, first: Some(0) }));
+        assert!(both.starts_new_file(Span { bytes: 1, first: Some(0) }, second));
+    }
+
+    #[test]
+    fn a_recording_is_never_opened_through_a_link_nor_over_a_file_unless_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target");
+        std::fs::write(&target, b"kept").unwrap();
+        let link = dir.path().join("link.pcap");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let dangling = dir.path().join("dangling.pcap");
+        std::os::unix::fs::symlink(dir.path().join("nowhere"), &dangling).unwrap();
+        for overwrite in [false, true] {
+            assert!(open_recording(&link, overwrite).unwrap_err().contains("symbolic link"));
+            assert!(open_recording(&dangling, overwrite).unwrap_err().contains("symbolic link"));
+            assert!(open_recording(dir.path(), overwrite).unwrap_err().contains("directory"));
+        }
+        assert_eq!(std::fs::read(&target).unwrap(), b"kept");
+        assert!(!dir.path().join("nowhere").exists());
+
+        assert!(open_recording(&target, false).unwrap_err().contains("exists"));
+        assert_eq!(std::fs::read(&target).unwrap(), b"kept");
+        let mut replaced = open_recording(&target, true).unwrap();
+        replaced.write_all(b"new").unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"new");
+
+        let new = dir.path().join("new.pcap");
+        open_recording(&new, false).unwrap();
+        assert!(new.is_file());
+        // A character device is written to as it is.
+        open_recording(Path::new("/dev/null"), false).unwrap();
+    }
+
+    #[test]
+    fn a_fifo_is_written_to_for_its_reader() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("live.pcap");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let reading = fifo.clone();
+        // Opening a FIFO to write waits for its reader.
+        let reader = std::thread::spawn(move || std::fs::read(reading).unwrap());
+        let mut writer = open_recording(&fifo, false).unwrap();
+        writer.write_all(b"capture").unwrap();
+        drop(writer);
+        assert_eq!(reader.join().unwrap(), b"capture");
     }
 
     #[test]
