@@ -484,12 +484,13 @@ impl fmt::Display for Report {
         if let Some(r) = &self.record {
             writeln!(
                 f,
-                "  recorded to {}: segments {}   messages {}   dropped {}   unrecordable {}{}",
+                "  recorded to {}: segments {}   messages {}   dropped {}   unrecordable {}{}{}",
                 r.file,
                 r.segments,
                 r.messages,
                 r.dropped_segments,
                 r.unrecordable_segments,
+                r.files_text(),
                 r.error.as_ref().map_or_else(String::new, |e| format!("   STOPPED: {e}"))
             )?;
         }
