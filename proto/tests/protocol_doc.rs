@@ -489,3 +489,45 @@ fn every_example_is_checked() {
     let names: BTreeSet<&str> = blocks.keys().map(String::as_str).collect();
     assert_eq!(names, checked.into_iter().collect(), "protocol.md's hex blocks against those this file checks");
 }
+
+/// A heading's anchor as GitHub makes it: lower case, spaces to hyphens, punctuation dropped.
+fn anchor(heading: &str) -> String {
+    heading
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c.to_ascii_lowercase()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The targets of the links `](FILE#anchor)` in `text` (`FILE` empty for links within it).
+fn links_to<'a>(text: &'a str, file: &str) -> Vec<&'a str> {
+    let opening = format!("]({file}#");
+    text.match_indices(&opening)
+        .map(|(at, _)| {
+            let rest = &text[at + opening.len()..];
+            &rest[..rest.find(')').expect("a link closes")]
+        })
+        .collect()
+}
+
+#[test]
+fn links_into_the_page_name_its_headings() {
+    let doc = doc();
+    let anchors: BTreeSet<String> =
+        doc.lines().filter_map(|l| l.strip_prefix('#')).map(|h| anchor(h.trim_start_matches('#').trim())).collect();
+    let formats = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/formats.md");
+    let formats = std::fs::read_to_string(formats).unwrap_or_else(|e| panic!("{formats}: {e}"));
+    let links: Vec<(&str, &str)> = links_to(&doc, "")
+        .into_iter()
+        .map(|l| ("protocol.md", l))
+        .chain(links_to(&formats, "protocol.md").into_iter().map(|l| ("formats.md", l)))
+        .collect();
+    assert!(links.len() > 10, "the pages link into protocol.md: {links:?}");
+    for (from, target) in links {
+        assert!(anchors.contains(target), "{from} links to protocol.md#{target}, which is no heading there");
+    }
+    assert!(doc.contains("](formats.md)"), "protocol.md links to formats.md");
+}
