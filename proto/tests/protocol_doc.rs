@@ -51,7 +51,9 @@ fn hex_blocks(doc: &str) -> BTreeMap<String, Vec<u8>> {
         let data = line.split('#').next().unwrap_or_default();
         for token in data.split_whitespace() {
             let byte = (token.len() == 2).then(|| u8::from_str_radix(token, 16).ok()).flatten();
-            bytes.push(byte.unwrap_or_else(|| panic!("protocol.md:{number}: {token:?} in block {name} is not a hex byte")));
+            bytes.push(
+                byte.unwrap_or_else(|| panic!("protocol.md:{number}: {token:?} in block {name} is not a hex byte")),
+            );
         }
     }
     assert!(current.is_none(), "protocol.md: a hex block is not closed");
@@ -178,7 +180,10 @@ fn the_limits_table_gives_the_codes_constants() {
         assert_eq!(row, &value.to_string(), "protocol.md gives {name} as {row}; the code has {value}");
     }
     for name in documented.keys() {
-        assert!(code.contains_key(name.as_str()), "protocol.md's limits table names {name}, which this test does not check");
+        assert!(
+            code.contains_key(name.as_str()),
+            "protocol.md's limits table names {name}, which this test does not check"
+        );
     }
 }
 
