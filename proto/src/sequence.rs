@@ -399,7 +399,10 @@ mod tests {
         assert_eq!(feed(&mut t, &late), SequenceEvent::Reordered { messages: 2 });
         assert_eq!(feed(&mut t, &late), SequenceEvent::Duplicate);
         let c = t.counts();
-        assert_eq!((c.gaps, c.gap_messages, c.late_messages, c.reordered_segments, c.duplicate_segments), (1, 0, 2, 1, 1));
+        assert_eq!(
+            (c.gaps, c.gap_messages, c.late_messages, c.reordered_segments, c.duplicate_segments),
+            (1, 0, 2, 1, 1)
+        );
     }
 
     #[test]
@@ -499,7 +502,10 @@ mod tests {
         };
         let mut t = SequenceTracker::new();
         t.observe(&header(i64::MIN, 1, 1));
-        assert_eq!(t.observe(&header(i64::MAX, u16::MAX, 2)), SequenceEvent::Gap { expected: i64::MIN + 1, missing: u64::MAX - 1 });
+        assert_eq!(
+            t.observe(&header(i64::MAX, u16::MAX, 2)),
+            SequenceEvent::Gap { expected: i64::MIN + 1, missing: u64::MAX - 1 }
+        );
         // Past the top, numbers saturate: the last of the range stands for all after it.
         assert_eq!(t.observe(&header(i64::MAX, 1, 2)), SequenceEvent::InOrder);
         assert_eq!(t.observe(&header(i64::MAX - 1, 1, 2)), SequenceEvent::Reordered { messages: 1 });
