@@ -236,6 +236,7 @@ fn write_capture(path: &Path, datagrams: &[Datagram]) {
 struct Run {
     summary: Value,
     stdout: String,
+    stderr: String,
     report: Value,
     metrics: Scrape,
     kernel_drops: u64,
@@ -267,7 +268,7 @@ fn run(dir: &Path, sent: &[Datagram], burst: usize) -> Run {
             "--metrics-listen",
             &metrics.to_string(),
             "--metrics-hold",
-            "60",
+            "10",
             "--json",
             &pub_json,
         ],
@@ -277,8 +278,9 @@ fn run(dir: &Path, sent: &[Datagram], burst: usize) -> Run {
         subscriber_bin(),
         ["--connect", &addr.to_string(), "--json", &sub_json, "--report-interval", "0"],
     );
-    relay.wait_for("subscriber admitted");
-    // The live socket is bound before the TCP server starts: nothing sent now is refused.
+    // Printed once the live socket is bound: from then on it queues what is sent, while the
+    // relay waits for its subscriber.
+    relay.wait_for("publishing");
     let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
     for chunk in sent.chunks(burst) {
         for d in chunk {
@@ -289,8 +291,8 @@ fn run(dir: &Path, sent: &[Datagram], burst: usize) -> Run {
     // Drops are counted as datagrams are queued, so the count is complete once all are sent.
     let kernel_drops = kernel_drops(port);
     relay.wait_for_within("metrics endpoint stays up", RUN);
+    // Within the hold, which then ends by itself.
     let metrics = scrape(metrics).unwrap();
-    relay.signal(mdrelay_harness::Signal::SIGTERM);
     let finished = relay.finish(STEP);
     finished.assert_success();
     let subscribed = subscriber.finish(RUN);
@@ -298,6 +300,7 @@ fn run(dir: &Path, sent: &[Datagram], burst: usize) -> Run {
     Run {
         summary: json_file(Path::new(&pub_json)),
         stdout: finished.stdout,
+        stderr: finished.stderr,
         report: json_file(Path::new(&sub_json)),
         metrics,
         kernel_drops,
@@ -329,7 +332,11 @@ fn loss_copies_swaps_and_restarts_of_a_live_feed_are_counted_and_copies_not_rela
 
     // The subscriber got every message that reached the relay, once: copies were not relayed.
     let report = &run.report;
-    assert_eq!(report["messages"], reference["messages"], "messages relayed against those that reached the relay");
+    assert_eq!(
+        report["messages"], reference["messages"],
+        "messages relayed against those that reached the relay; the relay's feed: {}\n{}",
+        run.summary["feed"], run.stderr
+    );
     assert_aggregates(report, &reference, "the subscriber behind a lossy, duplicating feed");
     assert_eq!(report["totals_match"], true);
     assert_eq!(run.summary["totals"]["frames"].as_u64(), Some(plan.unique.len() as u64));
@@ -352,6 +359,7 @@ fn loss_copies_swaps_and_restarts_of_a_live_feed_are_counted_and_copies_not_rela
 
     // The printed summary says it in a line.
     let line = run.stdout.lines().find(|l| l.contains("live feed")).unwrap_or_else(|| panic!("{}", run.stdout));
+    eprintln!("{line}");
     for part in [
         format!("gaps {} ({} messages missing", e.gaps, e.gap_messages),
         format!("duplicates {}", e.duplicate_segments),
