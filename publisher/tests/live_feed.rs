@@ -180,8 +180,8 @@ fn plan(deep10: &[Datagram]) -> Plan {
     // Gaps: each run of consecutive drops that holds messages, revealed by the next datagram
     // that arrives (data or heartbeat: a heartbeat carries the next number).
     let mut pending = 0;
-    for i in 0..n {
-        if dropped[i] {
+    for (i, &lost) in dropped.iter().enumerate() {
+        if lost {
             pending += messages(i);
         } else if pending > 0 {
             expect.gaps += 1;
