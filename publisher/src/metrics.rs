@@ -14,6 +14,7 @@
 
 use crate::fanout::Shared;
 use crate::retransmit::Service;
+use crate::source::FeedSummary;
 use crate::upstream::UpstreamSource;
 use mdrelay_proto::codec::Format;
 use mdrelay_telemetry::prometheus::HistogramExport;
@@ -104,6 +105,89 @@ impl UpstreamMetrics {
 impl Default for UpstreamMetrics {
     fn default() -> Self {
         UpstreamMetrics::new()
+    }
+}
+
+/// A live feed's input by its IEX-TP numbering (`docs/operations.md`, "Loss on the live input").
+pub struct FeedMetrics {
+    segments: Counter,
+    gaps: Counter,
+    gap_messages: Counter,
+    late_messages: Counter,
+    duplicates: Counter,
+    reordered: Counter,
+    overlapping: Counter,
+    repeated: Counter,
+    restarts: Counter,
+}
+
+impl FeedMetrics {
+    /// Handles for a publisher fed by a live feed.
+    pub fn new() -> FeedMetrics {
+        describe_counter!(
+            "mdrelay_pub_feed_segments_total",
+            "IEX-TP segments received on the live feed, copies included."
+        );
+        describe_counter!(
+            "mdrelay_pub_feed_gaps_total",
+            "Gaps in the live feed's numbering (ranges of messages skipped)."
+        );
+        describe_counter!(
+            "mdrelay_pub_feed_gap_messages_total",
+            "Messages of the live feed skipped and never received (a late segment takes its messages out)."
+        );
+        describe_counter!(
+            "mdrelay_pub_feed_late_messages_total",
+            "Messages of the live feed that arrived late, filling a gap."
+        );
+        describe_counter!(
+            "mdrelay_pub_feed_duplicate_segments_total",
+            "Segments of the live feed with nothing new (copies, stale heartbeats): dropped, not relayed."
+        );
+        describe_counter!("mdrelay_pub_feed_reordered_segments_total", "Late segments of the live feed, relayed.");
+        describe_counter!(
+            "mdrelay_pub_feed_overlapping_segments_total",
+            "Segments of the live feed partly received before, relayed whole."
+        );
+        describe_counter!(
+            "mdrelay_pub_feed_repeated_messages_total",
+            "Messages relayed twice because an overlapping segment repeated them."
+        );
+        describe_counter!(
+            "mdrelay_pub_feed_restarts_total",
+            "Times the live feed's numbering started again: within a session, or with a new session."
+        );
+        FeedMetrics {
+            segments: counter!("mdrelay_pub_feed_segments_total"),
+            gaps: counter!("mdrelay_pub_feed_gaps_total"),
+            gap_messages: counter!("mdrelay_pub_feed_gap_messages_total"),
+            late_messages: counter!("mdrelay_pub_feed_late_messages_total"),
+            duplicates: counter!("mdrelay_pub_feed_duplicate_segments_total"),
+            reordered: counter!("mdrelay_pub_feed_reordered_segments_total"),
+            overlapping: counter!("mdrelay_pub_feed_overlapping_segments_total"),
+            repeated: counter!("mdrelay_pub_feed_repeated_messages_total"),
+            restarts: counter!("mdrelay_pub_feed_restarts_total"),
+        }
+    }
+
+    /// Copies the feed's counts.
+    pub fn publish(&self, feed: &FeedSummary) {
+        let s = &feed.sequence;
+        self.segments.absolute(feed.segments);
+        self.gaps.absolute(s.gaps);
+        self.gap_messages.absolute(s.gap_messages);
+        self.late_messages.absolute(s.late_messages);
+        self.duplicates.absolute(s.duplicate_segments);
+        self.reordered.absolute(s.reordered_segments);
+        self.overlapping.absolute(s.overlapping_segments);
+        self.repeated.absolute(s.repeated_messages);
+        self.restarts.absolute(s.restarts);
+    }
+}
+
+impl Default for FeedMetrics {
+    fn default() -> Self {
+        FeedMetrics::new()
     }
 }
 
