@@ -413,6 +413,7 @@ fn a_renumbered_record_costs_a_reconnection_and_nothing_else(renumber: fn(u64) -
         .lines()
         .find(|l| l.contains("protocol violation"))
         .unwrap_or_else(|| panic!("{context}: no violation logged: {}", relay_done.stderr));
+    eprintln!("{context}: {line}");
     for needle in [&format!("upstream={proxy}"), "expected", "stream byte"] {
         assert!(line.contains(needle), "{context}: {needle} in {line}");
     }
@@ -504,6 +505,7 @@ fn an_upstream_that_breaks_the_numbering_on_every_connection_is_retried_with_bac
     assert_eq!(done.code(), Some(1), "the relay gives up: {done:?}");
     assert!(took < Duration::from_secs(20), "{took:?}");
     let u = &json_file(Path::new(&relay_json))["upstream"];
+    eprintln!("numbering broken on every connection: {connections} connections in {took:?}");
     // 0.1, 0.2, 0.4, 0.4 ... s between attempts over about 2 s: a handful, never hundreds.
     assert!((3..=12).contains(&connections), "{connections} connections in {took:?}: {u}");
     assert_eq!(u["protocol_violations"], connections, "{u}");
