@@ -97,9 +97,9 @@ where
             std::thread::spawn(move || {
                 let mut greeting = [0u8; Hello::LEN];
                 if u_read.read_exact(&mut greeting).is_ok() && c_write.write_all(&greeting).is_ok() {
-                    let mut record = Vec::new();
+                    let mut record = vec![0u8; RecordHeader::LEN];
                     loop {
-                        record.resize(RecordHeader::LEN, 0);
+                        record.truncate(RecordHeader::LEN);
                         if u_read.read_exact(&mut record).is_err() {
                             break;
                         }

@@ -351,6 +351,9 @@ fn record_sequence(record: &[u8]) -> u64 {
     u64::from_le_bytes(record[8..16].try_into().unwrap())
 }
 
+/// A sequence number as a broken link changes it.
+type Renumber = fn(u64) -> u64;
+
 /// DATA records into the stream where the link breaks one: far enough for the relay to have
 /// taken frames (about a thousand), far from the end.
 const BROKEN_RECORD: usize = 300;
@@ -358,7 +361,7 @@ const BROKEN_RECORD: usize = 300;
 /// An origin → relay → leaf chain of DEEP10 whose origin-to-relay link renumbers one DATA record
 /// with `renumber`: the relay must count one protocol violation, reconnect, resume after its last
 /// good frame, and the leaf get exactly the reference, with totals matching the origin's.
-fn a_renumbered_record_costs_a_reconnection_and_nothing_else(renumber: fn(u64) -> u64, context: &str) {
+fn a_renumbered_record_costs_a_reconnection_and_nothing_else(renumber: Renumber, context: &str) {
     let _serial = serial();
     let reference = expected("DEEP10.json");
     let dir = tempfile::tempdir().unwrap();
@@ -436,7 +439,7 @@ fn a_subscriber_treats_a_renumbered_record_as_a_violation_and_resumes_exact() {
     let _serial = serial();
     let reference = expected("DEEP10.json");
     let dir = tempfile::tempdir().unwrap();
-    let renumberings: [(fn(u64) -> u64, &str); 2] =
+    let renumberings: [(Renumber, &str); 2] =
         [(|s| s + 1_000_000, "sequence + 10^6"), (|s| s ^ (1 << 29), "sequence bit 29 flipped")];
     for (renumber, context) in renumberings {
         let (origin_json, leaf_json) = (path(dir.path(), "origin.json"), path(dir.path(), "leaf.json"));

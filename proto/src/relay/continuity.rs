@@ -188,7 +188,7 @@ mod tests {
     }
 
     /// Runs `records` through a check the way a reader does: a record that skips ahead is asked
-    /// about again with the next one; returns the verdicts and the frames owed after each.
+    /// about again with the next one; returns the verdicts, up to the first violation.
     fn run(asked: Option<u64>, records: &[RecordHeader]) -> Vec<Verdict> {
         let mut check = Continuity::new(asked);
         let mut out = Vec::new();
