@@ -6,7 +6,10 @@
 //! the origin's session, sequence numbers and publish times, so its latency is origin-to-leaf
 //! (never below any hop's on the way) and a gap upstream is a gap at the leaf; a relay that loses
 //! its upstream resumes from the upstream's ring, and ends its own stream (with an error naming
-//! the upstream) when it cannot.
+//! the upstream) when it cannot. A record whose numbers a link changed, or whose CRC fails, is a
+//! protocol violation: the relay (or subscriber) drops the connection and resumes after the last
+//! good frame, so nothing wrong is relayed and nothing is lost; and a stream that ends short of
+//! its origin's never lets a leaf report its totals as matching.
 //!
 //! The chains start only when every hop is connected: the origin waits for two subscribers, the
 //! first relay and a direct subscriber that connects last, so no frame waits in a queue while the
