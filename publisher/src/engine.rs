@@ -377,8 +377,12 @@ pub fn run(
     summary.source_skipped = source.skipped();
     summary.upstream = source.upstream_summary();
     summary.pacing_reanchors = pacer.reanchors;
+    // A relay's END carries its upstream's totals, or says its stream was cut short
+    // (`UpstreamSource::end_totals`), so no leaf takes a truncated session for a whole one.
+    let end_totals = source.upstream().map_or_else(|| summary.totals.clone(), |u| u.end_totals(&summary.totals));
+    summary.totals.truncated = end_totals.truncated;
     let mut totals = Vec::new();
-    summary.totals.write(&mut totals);
+    end_totals.write(&mut totals);
     if let Some((_, fanout)) = &mut outputs.tcp {
         fanout.end(Bytes::from(control_record(RecordTag::End, format, sequence, &totals)), stop);
     }

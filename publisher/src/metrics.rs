@@ -67,6 +67,8 @@ pub struct UpstreamMetrics {
     gaps: Counter,
     decode_errors: Counter,
     reconnects: Counter,
+    protocol_violations: Counter,
+    crc_failures: Counter,
 }
 
 impl UpstreamMetrics {
@@ -81,6 +83,14 @@ impl UpstreamMetrics {
         describe_counter!("mdrelay_pub_upstream_gap_frames_total", "Frames missing from the upstream's numbering.");
         describe_counter!("mdrelay_pub_upstream_decode_errors_total", "Upstream frames that did not decode.");
         describe_counter!("mdrelay_pub_upstream_reconnects_total", "Connections to the upstream made again.");
+        describe_counter!(
+            "mdrelay_pub_upstream_protocol_violations_total",
+            "Upstream records whose numbers did not fit the stream (the connection was made again)."
+        );
+        describe_counter!(
+            "mdrelay_pub_upstream_crc_failures_total",
+            "Upstream frames whose CRC-32C did not match (the connection was made again)."
+        );
         UpstreamMetrics {
             latency: histogram!("mdrelay_pub_upstream_latency_seconds"),
             exported: HistogramExport::new(),
@@ -88,6 +98,8 @@ impl UpstreamMetrics {
             gaps: counter!("mdrelay_pub_upstream_gap_frames_total"),
             decode_errors: counter!("mdrelay_pub_upstream_decode_errors_total"),
             reconnects: counter!("mdrelay_pub_upstream_reconnects_total"),
+            protocol_violations: counter!("mdrelay_pub_upstream_protocol_violations_total"),
+            crc_failures: counter!("mdrelay_pub_upstream_crc_failures_total"),
         }
     }
 
@@ -98,6 +110,8 @@ impl UpstreamMetrics {
         self.gaps.absolute(counts.gaps);
         self.decode_errors.absolute(counts.decode_errors);
         self.reconnects.absolute(counts.reconnects);
+        self.protocol_violations.absolute(counts.protocol_violations);
+        self.crc_failures.absolute(counts.crc_failures);
         self.exported.export(&self.latency, upstream.latency());
     }
 }
