@@ -33,6 +33,7 @@ use mdrelay_proto::codec::{BatchHeader, Codec, Format, Limits};
 use mdrelay_proto::latency::{LatencySummary, latency_histogram};
 use mdrelay_proto::relay::{HandshakeError, Hello, MAX_RECORD, RecordHeader, RecordTag, Resume, Subscribe, Totals};
 use mdrelay_proto::resegment::Resegmenter;
+use mdrelay_telemetry::exit::{ExitStatus, WithExitStatus};
 use std::collections::BTreeSet;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -106,6 +107,9 @@ pub struct UpstreamSummary {
     pub stop_reason: &'static str,
     /// Why the relay could not go on, naming the upstream.
     pub error: Option<String>,
+    /// The upstream refused this relay (or speaks another protocol): exit status 3, not 4.
+    #[serde(skip)]
+    pub refused: bool,
 }
 
 /// Why the stream from the upstream did not go on.
@@ -115,6 +119,8 @@ enum Trouble {
     Lost(String),
     /// Another connection would not help: the reason, naming the upstream.
     Fatal(String),
+    /// The upstream refused this relay, or is not one it can take: the reason, naming it.
+    Refused(String),
     /// The stop flag was set.
     Stopped,
 }
@@ -268,7 +274,10 @@ impl UpstreamSource {
         };
         match source.reach(None) {
             Ok(()) => Ok(source),
-            Err(Trouble::Fatal(why) | Trouble::Lost(why)) => Err(anyhow::anyhow!(why)),
+            Err(Trouble::Refused(why)) => Err(anyhow::anyhow!(why)).exit_status(ExitStatus::Refused),
+            Err(Trouble::Fatal(why) | Trouble::Lost(why)) => {
+                Err(anyhow::anyhow!(why)).exit_status(ExitStatus::UpstreamLost)
+            }
             Err(Trouble::Stopped) => {
                 Err(anyhow::anyhow!("stopped before the upstream {} was reached", source.settings.connect))
             }
@@ -334,9 +343,10 @@ impl UpstreamSource {
                 },
                 Err(trouble) => trouble,
             };
+            self.summary.refused = matches!(trouble, Trouble::Refused(_));
             match trouble {
                 Trouble::Stopped => self.finish("stopped", None),
-                Trouble::Fatal(why) | Trouble::Lost(why) => {
+                Trouble::Fatal(why) | Trouble::Lost(why) | Trouble::Refused(why) => {
                     tracing::error!(upstream = %self.settings.connect, "{why}; the relay's stream ends here");
                     self.finish("failed", Some(why));
                 }
@@ -521,7 +531,7 @@ impl UpstreamSource {
             }
             RecordTag::Refuse => {
                 let reason = String::from_utf8_lossy(payload);
-                return Err(Trouble::Fatal(format!(
+                return Err(Trouble::Refused(format!(
                     "upstream {} ({}) refused this relay: {reason}",
                     self.settings.connect,
                     peer_name(self.peer)
@@ -701,7 +711,7 @@ impl UpstreamSource {
 
         let hello = self.greeting(&mut stream, peer)?;
         if hello.protection.any() {
-            return Err(Trouble::Fatal(format!(
+            return Err(Trouble::Refused(format!(
                 "upstream {connect} ({peer}) protects its frames ({}); a relay takes only an unprotected upstream: relay from an origin without [protection], and protect this relay's own output instead",
                 hello.protection
             )));
@@ -776,10 +786,11 @@ impl UpstreamSource {
             }
         }
         Hello::parse(&hello).map_err(|e| match e {
-            HandshakeError::Malformed(e) => {
-                Trouble::Fatal(format!("upstream {} ({peer}) is not an mdrelay publisher: {e}", self.settings.connect))
-            }
-            version => Trouble::Fatal(format!("upstream {} ({peer}): {version}", self.settings.connect)),
+            HandshakeError::Malformed(e) => Trouble::Refused(format!(
+                "upstream {} ({peer}) is not an mdrelay publisher: {e}",
+                self.settings.connect
+            )),
+            version => Trouble::Refused(format!("upstream {} ({peer}): {version}", self.settings.connect)),
         })
     }
 }

@@ -207,7 +207,12 @@ fn an_upstream_that_refuses_the_relay_exits_3_and_one_never_reached_exits_4() {
     // Nothing listens: not reached within give_up_after.
     let nobody = format!("127.0.0.1:{}", mdrelay_harness::free_tcp_port());
     let done = relay(&nobody);
-    assert_exit(&done, 4, &[&format!("upstream {nobody}"), "not reached", "give_up_after"], "an upstream never reached");
+    assert_exit(
+        &done,
+        4,
+        &[&format!("upstream {nobody}"), "not reached", "give_up_after"],
+        "an upstream never reached",
+    );
 }
 
 #[test]

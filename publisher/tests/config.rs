@@ -90,7 +90,11 @@ fn bad_settings_fail_at_start_naming_the_setting() {
 fn absurd_counts_are_refused_naming_the_setting_and_its_range() {
     let max = u64::MAX.to_string();
     for (toml, flags, names) in [
-        ("[tcp]\n[pacing]\nloops = 18446744073709551615\n", &[][..], &["pacing.loops", "out of range", "1000000000"][..]),
+        (
+            "[tcp]\n[pacing]\nloops = 18446744073709551615\n",
+            &[][..],
+            &["pacing.loops", "out of range", "1000000000"][..],
+        ),
         ("[tcp]\n", &["--loops", max.as_str()], &["pacing.loops", "out of range"]),
         (
             "[tcp]\n[pacing]\nmax_messages = 18446744073709551615\n",

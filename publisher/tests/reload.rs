@@ -9,6 +9,7 @@ use mdrelay_harness::{
 };
 use serde_json::{Value, json};
 use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -150,4 +151,70 @@ fn sighup_with_a_directory_or_an_oversized_file_keeps_the_configuration_and_a_sy
     published.assert_success();
     assert!(published.stdout.contains("final format sbe"), "{published:?}");
     assert_whole_day_in_sbe(&report(&subscriber.finish(STEP), &json));
+}
+
+/// A key file readable by its owner only, as `[protection] key_file` wants.
+fn key_file(path: &Path) {
+    std::fs::write(path, "5a".repeat(32) + "\n").unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+#[test]
+fn a_reload_that_blocks_is_abandoned_at_its_bound_and_a_sighup_during_it_reads_again_once_it_returns() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    // The configuration is a plain file, but reading it reads the key file too: a FIFO there
+    // blocks the read as a stalled network mount would.
+    let key = dir.path().join("relay.key");
+    key_file(&key);
+    let sub_key = dir.path().join("sub.key");
+    key_file(&sub_key);
+    let config = dir.path().join("pub.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[source.synthetic]\nmessages = 50000000\n[pacing]\nmode = \"rate\"\nrate = 20000\n\
+             [tcp]\nlisten = \"127.0.0.1:0\"\nwait_subscribers = 1\nslow_subscriber = \"block\"\n\
+             [protection]\nkey_file = {:?}\n",
+            key.display().to_string()
+        ),
+    )
+    .unwrap();
+    let sub_config = dir.path().join("sub.toml");
+    std::fs::write(&sub_config, format!("[protection]\nkey_file = {:?}\n", sub_key.display().to_string())).unwrap();
+    let mut publisher = Process::start(publisher_bin(), ["run", "--config", config.to_str().unwrap()]);
+    let addr = publisher.serving_on().to_string();
+    let json = path(dir.path(), "sub.json");
+    let sub_args = ["--config", sub_config.to_str().unwrap(), "--connect", &addr, "--json", &json];
+    let mut subscriber = Process::start(subscriber_bin(), sub_args.iter().chain(&["--report-interval", "0.1"]));
+    let before = subscriber.wait_for_frames(1);
+    std::fs::remove_file(&key).unwrap();
+    let made = std::process::Command::new("mkfifo").args(["-m", "600"]).arg(&key).status().expect("mkfifo runs");
+    assert!(made.success());
+    publisher.signal(Signal::SIGHUP);
+    let line = publisher.wait_for("keeping the running configuration");
+    assert!(line.contains("longer than 5s") && line.contains("abandoned"), "{line}");
+    // A second SIGHUP waits for the first read to return.
+    subscriber.wait_for_frames(before + 1000);
+    publisher.signal(Signal::SIGHUP);
+    publisher.wait_for("has not returned");
+    // The blocked read returns once a writer comes: by then the key is a plain file again, which
+    // the read that follows finds.
+    let mut writer = std::fs::OpenOptions::new().write(true).open(&key).unwrap();
+    let plain = dir.path().join("plain.key");
+    key_file(&plain);
+    std::fs::rename(&plain, &key).unwrap();
+    std::io::Write::write_all(&mut writer, ("5a".repeat(32) + "\n").as_bytes()).unwrap();
+    drop(writer);
+    publisher.wait_for("the abandoned read of the configuration returned");
+    publisher.wait_for("configuration re-read");
+    publisher.signal(Signal::SIGTERM);
+    publisher.finish(RUN).assert_success();
+    let report = report(&subscriber.finish(STEP), &json);
+    assert_eq!((&report["stop_reason"], &report["totals_match"]), (&json!("end"), &json!(true)), "{report}");
+    assert_eq!(report["gaps"], 0, "{report}");
+    // The stream went on while the read was blocked: a stalled runtime would have held frames
+    // back for the 5 s of the bound, and each would count its wait as latency.
+    let max = report["latency_ns"]["max"].as_u64().unwrap();
+    assert!(max < 2_000_000_000, "no frame waited for the blocked read: max latency {max} ns");
 }
