@@ -423,10 +423,83 @@ pub struct Config {
 /// Default TCP listen address: loopback, so nothing is exposed unless asked for.
 pub const DEFAULT_TCP_LISTEN: &str = "127.0.0.1:9100";
 
-/// Reads a configuration file.
+/// The largest configuration file read, in bytes: a configuration takes a few KiB, so a file
+/// past this is the wrong file, and is refused before it is read.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// When a configuration file is read, which decides what it may be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    /// At start: any file that reads, a pipe (`--config <(...)`) included. No signal handler is
+    /// installed yet, so a signal still ends a wait for a pipe's writer.
+    AtStart,
+    /// On SIGHUP: a regular file only (a symlink to one is followed), opened without waiting
+    /// for a FIFO's writer, so a reload never waits on something that is not a file.
+    Reload,
+}
+
+/// Reads a configuration file at start.
 pub fn read_file(path: &Path) -> Result<FileConfig> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    read_config(path, Reading::AtStart)
+}
+
+/// Reads a configuration file: at most [`MAX_CONFIG_BYTES`]; on reload, a regular file only.
+pub fn read_config(path: &Path, reading: Reading) -> Result<FileConfig> {
+    let text = read_text(path, reading)?;
     toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// The file's text, bounded in size; on reload, refused unless fstat says it is a regular file.
+fn read_text(path: &Path, reading: Reading) -> Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let name = path.display();
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    if reading == Reading::Reload {
+        // Opening a FIFO for reading waits for a writer, unless non-blocking; reads of a regular
+        // file ignore the flag.
+        options.custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits());
+    }
+    let file = options.open(path).with_context(|| format!("cannot read {name}"))?;
+    // fstat of what was opened: a file swapped in after a check by path cannot slip through.
+    let metadata = file.metadata().with_context(|| format!("cannot read {name}"))?;
+    let kind = metadata.file_type();
+    if reading == Reading::Reload && !kind.is_file() {
+        bail!(
+            "{name} is not a regular file ({}): a reload reads only a regular file, or a symlink to one",
+            file_kind(kind)
+        );
+    }
+    if kind.is_file() && metadata.len() > MAX_CONFIG_BYTES {
+        bail!("{name} is {} bytes, more than a configuration file may be ({MAX_CONFIG_BYTES} bytes)", metadata.len());
+    }
+    // Bounded again while reading: a pipe has no size, and a file may grow.
+    let mut bytes = Vec::new();
+    file.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes).with_context(|| format!("cannot read {name}"))?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        bail!("{name} holds more than a configuration file may ({MAX_CONFIG_BYTES} bytes)");
+    }
+    String::from_utf8(bytes)
+        .map_err(|e| anyhow::anyhow!("{name}: not UTF-8 text (byte {} is not)", e.utf8_error().valid_up_to()))
+}
+
+/// What a file that is not a regular file is, for the message refusing it.
+fn file_kind(kind: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else {
+        "not a file"
+    }
 }
 
 /// Parses a socket address for the setting `name`.
@@ -459,6 +532,15 @@ fn count_within<T: Into<u64> + Copy + std::fmt::Display>(name: &str, v: T, low: 
     }
     Ok(v)
 }
+
+/// Most passes over the source `pacing.loops` takes (0 runs forever).
+pub const MAX_LOOPS: u64 = 1_000_000_000;
+/// Most messages `pacing.max_messages` takes (0: no limit): days at any rate the relay reaches.
+pub const MAX_MESSAGE_LIMIT: u64 = 1_000_000_000_000;
+/// Most messages in a synthetic day, about 50 full IEX days: the generator spreads them over the
+/// 6.5 trading hours, microseconds apart at this bound; many more would crowd them into the same
+/// nanosecond.
+pub const MAX_SYNTHETIC_MESSAGES: u64 = 10_000_000_000;
 
 /// A year: the longest time limit a setting takes (0 still means none where it is allowed).
 const YEAR: f64 = 365.0 * 86_400.0;
@@ -520,7 +602,12 @@ impl FileConfig {
             let defaults = mdrelay_proto::synth::SynthConfig::default();
             let syn = s.synthetic.unwrap_or_default();
             let config = mdrelay_proto::synth::SynthConfig {
-                messages: syn.messages.unwrap_or(defaults.messages),
+                messages: count_within(
+                    "source.synthetic.messages",
+                    syn.messages.unwrap_or(defaults.messages),
+                    0,
+                    MAX_SYNTHETIC_MESSAGES,
+                )?,
                 symbols: syn.symbols.unwrap_or(defaults.symbols),
                 seed: syn.seed.unwrap_or(defaults.seed),
                 ..defaults
@@ -534,8 +621,8 @@ impl FileConfig {
             mode: p.mode.unwrap_or_default(),
             speed: within("pacing.speed", p.speed.unwrap_or(1.0), 0.001, 1e6, "(times the capture's pace)")?,
             rate: within("pacing.rate", p.rate.unwrap_or(100_000.0), 1.0, 1e9, "messages per second")?,
-            loops: p.loops.unwrap_or(1),
-            max_messages: p.max_messages.unwrap_or(0),
+            loops: count_within("pacing.loops", p.loops.unwrap_or(1), 0, MAX_LOOPS)?,
+            max_messages: count_within("pacing.max_messages", p.max_messages.unwrap_or(0), 0, MAX_MESSAGE_LIMIT)?,
             duration: within("pacing.duration", p.duration.unwrap_or(0.0), 0.0, YEAR, "seconds (0: no limit)")?,
             max_gap: within("pacing.max_gap", p.max_gap.unwrap_or(60.0), 0.001, 86_400.0, "seconds")?,
             idle: p.idle.unwrap_or(match profile {
@@ -634,11 +721,6 @@ impl FileConfig {
         if listen.is_some() && ring_bytes == 0 {
             bail!("retransmit.listen: the service needs the ring; give retransmit.ring_bytes above 0");
         }
-        if let (Some(l), Some(t)) = (listen, &tcp) {
-            if l == t.listen && l.port() != 0 {
-                bail!("retransmit.listen: {l} is tcp.listen too; give the retransmission service its own port");
-            }
-        }
         let retransmit = Retransmit {
             ring_bytes: ring_bytes as usize,
             listen,
@@ -657,6 +739,14 @@ impl FileConfig {
             )? as usize,
             linger: seconds("retransmit.linger", r.linger.unwrap_or(2.0), 0.0, 3_600.0)?,
         };
+        let metrics = self.metrics.check(None, None)?;
+        let mut listeners = own_listeners(tcp.as_ref(), &retransmit);
+        listeners.extend(metrics.map(|m| ("metrics.listen", m.listen)));
+        for (i, (setting, addr)) in listeners.iter().enumerate() {
+            if let Some((other, taken)) = listeners[..i].iter().find(|(_, taken)| same_port(*addr, *taken)) {
+                bail!("{setting}: {addr} takes the port of {other} ({taken}); give each server its own port");
+            }
+        }
         let protection = self.protection.check().map_err(anyhow::Error::msg)?;
         if let Source::Upstream(upstream) = &source {
             // Subscribers refuse an encrypted session older than the one they follow (a replay);
@@ -689,7 +779,7 @@ impl FileConfig {
             profile,
             hot_core,
             io_threads,
-            metrics: self.metrics.check(None, None)?,
+            metrics,
             protection,
         })
     }
@@ -699,6 +789,12 @@ impl FileConfig {
 pub fn own_listeners(tcp: Option<&Tcp>, retransmit: &Retransmit) -> Vec<(&'static str, SocketAddr)> {
     let tcp = tcp.map(|t| ("tcp.listen", t.listen));
     tcp.into_iter().chain(retransmit.listen.map(|l| ("retransmit.listen", l))).collect()
+}
+
+/// Whether two TCP servers' addresses would take the same port: the same port (not 0, which the
+/// system chooses) on the same address, or on the unspecified address, which covers them all.
+fn same_port(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() == b.port() && a.port() != 0 && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
 }
 
 /// `[source.upstream]`, checked: an address to connect to, and bounded waits.

@@ -10,12 +10,13 @@
 use mdrelay_publisher::{commands, run};
 
 use clap::{Parser, Subcommand};
+use mdrelay_telemetry::exit::{self, ExitStatus};
 use std::process::ExitCode;
 
 /// mdrelay publisher: replays IEX market data, and the capture tools around it.
 #[derive(Debug, Parser)]
 // The version names the git commit built (build.rs), so a report can be traced to its code.
-#[command(name = "mdrelay-pub", version = env!("MDRELAY_VERSION"), about)]
+#[command(name = "mdrelay-pub", version = env!("MDRELAY_VERSION"), about, after_help = exit::help(ExitStatus::PUBLISHER))]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -26,6 +27,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Relay market data to subscribers over TCP, UDP or multicast in the configured format.
+    #[command(after_help = exit::help(ExitStatus::PUBLISHER))]
     Run(Box<run::RunArgs>),
     /// Count a capture's packets and messages and aggregate volume and high/low prices per symbol.
     Inspect(commands::InspectArgs),
@@ -43,7 +45,7 @@ fn main() -> ExitCode {
     let default_log = if matches!(cli.command, Command::Run(_)) { "info" } else { "warn" };
     if let Err(error) = mdrelay_telemetry::logs::init(&cli.log, default_log, true) {
         eprintln!("mdrelay-pub: error: {error:#}");
-        return ExitCode::from(2);
+        return ExitStatus::Config.into();
     }
     let result = match cli.command {
         Command::Run(args) => run::run(&args),
@@ -53,18 +55,20 @@ fn main() -> ExitCode {
         Command::Demo => commands::demo(),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => ExitStatus::Success.into(),
         // `mdrelay-pub inspect big.pcap | head`: the reader left; that is not a failure.
         Err(error)
             if error.chain().any(|e| {
                 e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
             }) =>
         {
-            ExitCode::SUCCESS
+            ExitStatus::Success.into()
         }
+        // The status the error carries: configuration 2, a refusing upstream 3, an upstream lost
+        // for good 4, anything else 1 (the table in docs/operations.md).
         Err(error) => {
             eprintln!("mdrelay-pub: error: {error:#}");
-            ExitCode::FAILURE
+            ExitStatus::of(&error).into()
         }
     }
 }

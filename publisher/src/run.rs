@@ -2,7 +2,7 @@
 //! UDP output, runs the hot path, handles SIGHUP (reload: a changed format takes effect at the
 //! next frame) and Ctrl-C (end the stream with its totals), and prints a summary.
 
-use crate::config::{self, FileConfig, PacingMode, SlowPolicy};
+use crate::config::{self, FileConfig, PacingMode, Reading, SlowPolicy};
 use crate::engine::{self, Controls, EngineSummary, Outputs, SharedRing};
 use crate::fanout::{ConnectionCounts, Fanout, Shared, SubscriberSummary};
 use crate::retransmit::{RetransmitSummary, Service};
@@ -16,6 +16,7 @@ use clap::Args;
 use mdrelay_proto::codec::Format;
 use mdrelay_proto::latency::LatencySummary;
 use mdrelay_proto::relay::FrameRing;
+use mdrelay_telemetry::exit::{ExitStatus, WithExitStatus};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -277,10 +278,19 @@ impl RunArgs {
         f
     }
 
-    /// The checked configuration: the file (if any) under the flags.
+    /// The checked configuration at start: the file (if any) under the flags.
     pub fn config(&self) -> Result<config::Config> {
+        self.config_read(Reading::AtStart)
+    }
+
+    /// The checked configuration on SIGHUP: as at start, but the file must be a regular file.
+    pub fn reload_config(&self) -> Result<config::Config> {
+        self.config_read(Reading::Reload)
+    }
+
+    fn config_read(&self, reading: Reading) -> Result<config::Config> {
         let file = match &self.config {
-            Some(path) => config::read_file(path)?,
+            Some(path) => config::read_config(path, reading)?,
             None => FileConfig::default(),
         };
         let checked = self.apply(file).check();
@@ -315,9 +325,10 @@ pub struct RunSummary {
     pub retransmit: Option<RetransmitSummary>,
 }
 
-/// Runs the publisher until the stream ends.
+/// Runs the publisher until the stream ends. An error carries the exit status it ends the
+/// process with ([`ExitStatus::of`]).
 pub fn run(args: &RunArgs) -> Result<()> {
-    let config = args.config()?;
+    let config = args.config().exit_status(ExitStatus::Config)?;
     // Before the runtime exists, so the exporter gets a thread and runtime of its own.
     let build_info = match &config.metrics {
         Some(m) => Some(mdrelay_telemetry::prometheus::serve(m, "mdrelay-pub", env!("MDRELAY_VERSION"))?),
@@ -337,6 +348,16 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let upstream = match &config.source {
         config::Source::Upstream(u) => {
             let own = config::own_listeners(config.tcp.as_ref(), &config.retransmit);
+            // A literal address was checked with the configuration; a host name naming this
+            // publisher is the same mistake, once resolved. Each attempt checks again (a name
+            // may move), but then the relay has begun.
+            if u.connect.parse::<std::net::SocketAddr>().is_err() {
+                if let Ok(addrs) = std::net::ToSocketAddrs::to_socket_addrs(u.connect.as_str()) {
+                    for addr in addrs {
+                        crate::upstream::check_not_self(addr, &own).exit_status(ExitStatus::Config)?;
+                    }
+                }
+            }
             Some(UpstreamSource::connect(u.clone(), own, Arc::default())?)
         }
         _ => None,
@@ -361,9 +382,13 @@ pub fn run(args: &RunArgs) -> Result<()> {
         }
     }
     runtime.block_on(mdrelay_telemetry::prometheus::hold(hold));
-    // The stream ended (with its END) because the upstream was lost for good: a failed run.
-    if let Some(error) = summary.engine.upstream.as_ref().and_then(|u| u.error.clone()) {
-        anyhow::bail!(error);
+    // The stream ended (with its END) because the upstream refused this relay or was lost for
+    // good: a failed run.
+    if let Some(upstream) = &summary.engine.upstream {
+        if let Some(error) = &upstream.error {
+            let status = if upstream.refused { ExitStatus::Refused } else { ExitStatus::UpstreamLost };
+            return Err(anyhow::anyhow!(error.clone())).exit_status(status);
+        }
     }
     Ok(())
 }
@@ -461,7 +486,7 @@ async fn relay(
         Some(udp) => {
             let out = UdpOut::open(udp, session)?;
             if let config::Source::Live(live) = &config.source {
-                crate::source::check_live_not_self(live, &out.targets())?;
+                crate::source::check_live_not_self(live, &out.targets()).exit_status(ExitStatus::Config)?;
             }
             tracing::info!(targets = ?out.targets(), "sending over UDP");
             echo_threads = out.spawn_echo_readers(&echoes, &echo_stop)?;
@@ -593,12 +618,19 @@ impl Signals {
     }
 }
 
-/// SIGHUP reloads the configuration; SIGINT / SIGTERM end the stream (a second one exits).
+/// How long a reload may take to read and check the configuration (a file on a stalled network
+/// mount, a key file that is a FIFO) before it is abandoned and the running configuration kept.
+const RELOAD_BOUND: Duration = Duration::from_secs(5);
+
+/// SIGHUP reloads the configuration; SIGINT / SIGTERM end the stream (a second one exits). A
+/// reload reads on a thread of its own, so nothing here waits on a file.
 async fn signals(signals: Signals, args: RunArgs, running: config::Config, controls: Controls) {
     let Signals { mut hup, mut int, mut term } = signals;
+    let mut reloads = Reloads::new(Arc::new(args), running, controls.clone(), RELOAD_BOUND);
     loop {
         tokio::select! {
-            _ = hup.recv() => reload(&args, &running, &controls),
+            _ = hup.recv() => reloads.requested(),
+            outcome = reloads.outcome() => reloads.settle(outcome),
             _ = int.recv() => stop(&controls),
             _ = term.recv() => stop(&controls),
         }
@@ -608,34 +640,167 @@ async fn signals(signals: Signals, args: RunArgs, running: config::Config, contr
 fn stop(controls: &Controls) {
     if controls.stop.swap(true, Ordering::Relaxed) {
         eprintln!("mdrelay-pub: stopping now");
-        std::process::exit(130);
+        std::process::exit(ExitStatus::Interrupted.code().into());
     }
     tracing::info!("stopping: the stream ends with its totals (again to stop at once)");
 }
 
-fn reload(args: &RunArgs, running: &config::Config, controls: &Controls) {
-    let Some(path) = &args.config else {
-        tracing::warn!("SIGHUP: no configuration file to re-read (start with --config FILE)");
-        return;
-    };
-    match args.config() {
-        Ok(new) => {
-            let old = controls.format.swap(new.format.id(), Ordering::Relaxed);
-            if old != new.format.id() {
-                tracing::info!(file = %path.display(), format = %new.format, "SIGHUP: format changes at the next frame");
-            } else {
-                tracing::info!(file = %path.display(), "SIGHUP: configuration re-read; only the format applies without a restart");
+/// SIGHUP's reloads, one at a time. Each reads and checks the configuration on a detached thread
+/// (not the runtime's blocking pool, which the runtime waits for when it shuts down), bounded in
+/// time: a read past the bound is abandoned, and the running configuration stays.
+struct Reloads {
+    args: Arc<RunArgs>,
+    /// The configuration the run started with: what a reload is compared with.
+    running: config::Config,
+    controls: Controls,
+    bound: Duration,
+    current: Option<InFlight>,
+}
+
+/// The reload being read.
+struct InFlight {
+    started: tokio::time::Instant,
+    result: tokio::sync::oneshot::Receiver<Result<Box<config::Config>>>,
+    /// Past the bound: its result, when it comes, is dropped.
+    abandoned: bool,
+    /// A SIGHUP came while it was read: one more reload follows it, for all of them.
+    again: bool,
+}
+
+/// What became of the reload being read.
+enum Outcome {
+    /// Read within the bound: the configuration (boxed: it is large beside the others), or why
+    /// it is refused.
+    Read(Result<Box<config::Config>>),
+    /// Not read within the bound.
+    TimedOut,
+    /// An abandoned read returned at last.
+    Returned,
+}
+
+impl Reloads {
+    fn new(args: Arc<RunArgs>, running: config::Config, controls: Controls, bound: Duration) -> Reloads {
+        Reloads { args, running, controls, bound, current: None }
+    }
+
+    /// The file, for log lines.
+    fn file(&self) -> String {
+        self.args.config.as_ref().map(|p| p.display().to_string()).unwrap_or_default()
+    }
+
+    /// A SIGHUP: a reload starts, unless one is being read (then one more follows it).
+    fn requested(&mut self) {
+        if self.args.config.is_none() {
+            tracing::warn!("SIGHUP: no configuration file to re-read (start with --config FILE)");
+            return;
+        }
+        let file = self.file();
+        match &mut self.current {
+            None => self.start(),
+            Some(reading) if reading.abandoned => {
+                reading.again = true;
+                tracing::warn!(%file, stalled = ?reading.started.elapsed(),
+                    "SIGHUP: the read of the configuration abandoned earlier has not returned; the file is read again once it does");
             }
-            if args.format.is_some() {
-                tracing::warn!("SIGHUP: --format on the command line overrides the file's format");
-            }
-            let ignored = running.restart_required(&new);
-            if !ignored.is_empty() {
-                tracing::warn!(settings = %ignored.join(", "), file = %path.display(),
-                    "SIGHUP: these settings changed but take effect only at a restart; the running values stay");
+            Some(reading) => {
+                reading.again = true;
+                tracing::info!(%file, "SIGHUP: a reload is being read; one more follows it");
             }
         }
-        Err(e) => tracing::error!("SIGHUP: keeping the running configuration: {e:#}"),
+    }
+
+    /// Starts reading the configuration on a thread of its own.
+    fn start(&mut self) {
+        let (sender, result) = tokio::sync::oneshot::channel();
+        let args = self.args.clone();
+        let span = tracing::Span::current();
+        let spawned = std::thread::Builder::new().name("mdrelay-pub-reload".into()).spawn(move || {
+            let _session = span.entered();
+            // The receiver is gone when the run ended meanwhile: nothing to tell.
+            let _ = sender.send(args.reload_config().map(Box::new));
+        });
+        match spawned {
+            // Detached: a read that never returns holds only its own thread.
+            Ok(_detached) => {
+                self.current =
+                    Some(InFlight { started: tokio::time::Instant::now(), result, abandoned: false, again: false });
+            }
+            Err(error) => tracing::error!(file = %self.file(),
+                "SIGHUP: keeping the running configuration: cannot start a thread to read it: {error}"),
+        }
+    }
+
+    /// The next thing to happen to the reload being read; pending while there is none.
+    /// Cancel-safe: it sits in a `select!` with the signals.
+    async fn outcome(&mut self) -> Outcome {
+        let Reloads { current, bound, .. } = self;
+        let Some(reading) = current else { return std::future::pending().await };
+        if reading.abandoned {
+            let _ = (&mut reading.result).await;
+            return Outcome::Returned;
+        }
+        tokio::select! {
+            result = &mut reading.result => Outcome::Read(
+                result.unwrap_or_else(|_| Err(anyhow::anyhow!("the thread reading it ended without an answer"))),
+            ),
+            _ = tokio::time::sleep_until(reading.started + *bound) => Outcome::TimedOut,
+        }
+    }
+
+    fn settle(&mut self, outcome: Outcome) {
+        let file = self.file();
+        match outcome {
+            Outcome::Read(result) => {
+                let again = self.current.take().is_some_and(|reading| reading.again);
+                self.apply(result);
+                if again {
+                    self.start();
+                }
+            }
+            Outcome::TimedOut => {
+                if let Some(reading) = &mut self.current {
+                    reading.abandoned = true;
+                }
+                tracing::error!(%file,
+                    "SIGHUP: keeping the running configuration: reading {file} took longer than {:?} (a stalled mount, or a file that waits for a writer); the read is abandoned",
+                    self.bound);
+            }
+            Outcome::Returned => {
+                let Some(reading) = self.current.take() else { return };
+                tracing::info!(%file, after = ?reading.started.elapsed(),
+                    "the abandoned read of the configuration returned; what it read is not applied");
+                if reading.again {
+                    self.start();
+                }
+            }
+        }
+    }
+
+    /// Applies what a reload read: the format takes effect at the next frame; other changed
+    /// settings are named, as they need a restart.
+    fn apply(&self, result: Result<Box<config::Config>>) {
+        let file = self.file();
+        let new = match result {
+            Ok(new) => new,
+            Err(e) => {
+                tracing::error!(%file, "SIGHUP: keeping the running configuration: {e:#}");
+                return;
+            }
+        };
+        let old = self.controls.format.swap(new.format.id(), Ordering::Relaxed);
+        if old != new.format.id() {
+            tracing::info!(%file, format = %new.format, "SIGHUP: format changes at the next frame");
+        } else {
+            tracing::info!(%file, "SIGHUP: configuration re-read; only the format applies without a restart");
+        }
+        if self.args.format.is_some() {
+            tracing::warn!("SIGHUP: --format on the command line overrides the file's format");
+        }
+        let ignored = self.running.restart_required(&new);
+        if !ignored.is_empty() {
+            tracing::warn!(settings = %ignored.join(", "), %file,
+                "SIGHUP: these settings changed but take effect only at a restart; the running values stay");
+        }
     }
 }
 

@@ -44,6 +44,7 @@ use mdrelay_proto::relay::{
     Resume, Subscribe, Totals, Verdict, Violation, protect::LEN_PREFIX,
 };
 use mdrelay_proto::resegment::Resegmenter;
+use mdrelay_telemetry::exit::{ExitStatus, WithExitStatus};
 use std::collections::BTreeSet;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -124,6 +125,9 @@ pub struct UpstreamSummary {
     pub stop_reason: &'static str,
     /// Why the relay could not go on, naming the upstream.
     pub error: Option<String>,
+    /// The upstream refused this relay (or speaks another protocol): exit status 3, not 4.
+    #[serde(skip)]
+    pub refused: bool,
 }
 
 /// Why the stream from the upstream did not go on.
@@ -133,6 +137,8 @@ enum Trouble {
     Lost(String),
     /// Another connection would not help: the reason, naming the upstream.
     Fatal(String),
+    /// The upstream refused this relay, or is not one it can take: the reason, naming it.
+    Refused(String),
     /// The stop flag was set.
     Stopped,
     /// The connection's bytes cannot be believed any more (counted and logged): another one
@@ -306,7 +312,10 @@ impl UpstreamSource {
         };
         match source.reach(None) {
             Ok(()) => Ok(source),
-            Err(Trouble::Fatal(why) | Trouble::Lost(why) | Trouble::Violation(why)) => Err(anyhow::anyhow!(why)),
+            Err(Trouble::Refused(why)) => Err(anyhow::anyhow!(why)).exit_status(ExitStatus::Refused),
+            Err(Trouble::Fatal(why) | Trouble::Lost(why) | Trouble::Violation(why)) => {
+                Err(anyhow::anyhow!(why)).exit_status(ExitStatus::UpstreamLost)
+            }
             Err(Trouble::Stopped) => {
                 Err(anyhow::anyhow!("stopped before the upstream {} was reached", source.settings.connect))
             }
@@ -394,9 +403,10 @@ impl UpstreamSource {
                 },
                 Err(trouble) => trouble,
             };
+            self.summary.refused = matches!(trouble, Trouble::Refused(_));
             match trouble {
                 Trouble::Stopped => self.finish("stopped", None),
-                Trouble::Fatal(why) | Trouble::Lost(why) | Trouble::Violation(why) => {
+                Trouble::Fatal(why) | Trouble::Lost(why) | Trouble::Violation(why) | Trouble::Refused(why) => {
                     tracing::error!(upstream = %self.settings.connect, "{why}; the relay's stream ends here");
                     self.finish("failed", Some(why));
                 }
@@ -635,7 +645,7 @@ impl UpstreamSource {
             }
             RecordTag::Refuse => {
                 let reason = String::from_utf8_lossy(payload);
-                return Err(Trouble::Fatal(format!(
+                return Err(Trouble::Refused(format!(
                     "upstream {} ({}) refused this relay: {reason}",
                     self.settings.connect,
                     peer_name(self.peer)
@@ -861,13 +871,13 @@ impl UpstreamSource {
         let hello = self.greeting(&mut stream, peer)?;
         let expected = Protection { crc: self.settings.crc, encrypted: false };
         if hello.protection.encrypted {
-            return Err(Trouble::Fatal(format!(
+            return Err(Trouble::Refused(format!(
                 "upstream {connect} ({peer}) encrypts its frames ({}); a relay cannot take an encrypted upstream (docs/chaining.md): encrypt between the last relay and its subscribers, and protect the links to relays with `crc`",
                 hello.protection
             )));
         }
         if hello.protection != expected {
-            return Err(Trouble::Fatal(format!(
+            return Err(Trouble::Refused(format!(
                 "upstream {connect} ({peer}) protects its frames with {} and source.upstream.crc = {} expects {expected}: set source.upstream.crc = {} to match the upstream's [protection] crc",
                 hello.protection, self.settings.crc, hello.protection.crc
             )));
@@ -944,10 +954,11 @@ impl UpstreamSource {
             }
         }
         Hello::parse(&hello).map_err(|e| match e {
-            HandshakeError::Malformed(e) => {
-                Trouble::Fatal(format!("upstream {} ({peer}) is not an mdrelay publisher: {e}", self.settings.connect))
-            }
-            version => Trouble::Fatal(format!("upstream {} ({peer}): {version}", self.settings.connect)),
+            HandshakeError::Malformed(e) => Trouble::Refused(format!(
+                "upstream {} ({peer}) is not an mdrelay publisher: {e}",
+                self.settings.connect
+            )),
+            version => Trouble::Refused(format!("upstream {} ({peer}): {version}", self.settings.connect)),
         })
     }
 }

@@ -508,7 +508,7 @@ fn an_upstream_that_breaks_the_numbering_on_every_connection_is_retried_with_bac
     let done = run_config(dir.path(), "relay.toml", &toml, &["--json", &relay_json]).finish(RUN);
     let took = started.elapsed();
     let connections = fake.join().unwrap();
-    assert_eq!(done.code(), Some(1), "the relay gives up: {done:?}");
+    assert_eq!(done.code(), Some(4), "the relay gives up: {done:?}");
     assert!(took < Duration::from_secs(20), "{took:?}");
     let u = &json_file(Path::new(&relay_json))["upstream"];
     eprintln!("numbering broken on every connection: {connections} connections in {took:?}");
@@ -585,7 +585,7 @@ fn a_bit_flipped_on_a_crc_protected_upstream_link_is_caught_and_the_relay_resume
         &[],
     )
     .finish(STEP);
-    assert_eq!(unaware.code(), Some(1), "{unaware:?}");
+    assert_eq!(unaware.code(), Some(3), "{unaware:?}");
     assert!(unaware.stderr.contains("source.upstream.crc"), "{unaware:?}");
     // One bit of a frame flipped in the 300th DATA record.
     let (proxy, proxy_thread) = mangling_proxy(
@@ -676,7 +676,7 @@ fn an_upstream_that_refuses_is_silent_or_is_not_a_publisher_fails_the_relay_nami
     // Nothing listens: refused at every attempt, for a second.
     let refusing = format!("127.0.0.1:{}", free_tcp_port());
     let done = doomed_relay(dir.path(), &refusing, "1", limit);
-    assert_eq!(done.code(), Some(1), "{done:?}");
+    assert_eq!(done.code(), Some(4), "{done:?}");
     for needle in [&format!("upstream {refusing}"), "refused", "not reached", "give_up_after"] {
         assert!(done.stderr.contains(needle), "{needle}: {done:?}");
     }
@@ -693,7 +693,7 @@ fn an_upstream_that_refuses_is_silent_or_is_not_a_publisher_fails_the_relay_nami
         held.len()
     });
     let done = doomed_relay(dir.path(), &silent_addr.to_string(), "1", limit);
-    assert_eq!(done.code(), Some(1), "{done:?}");
+    assert_eq!(done.code(), Some(4), "{done:?}");
     for needle in [&format!("upstream {silent_addr}"), "greeting", "handshake_timeout", "not reached"] {
         assert!(done.stderr.contains(needle), "{needle}: {done:?}");
     }
@@ -707,7 +707,7 @@ fn an_upstream_that_refuses_is_silent_or_is_not_a_publisher_fails_the_relay_nami
         let _ = s.read(&mut [0u8; 64]);
     });
     let done = doomed_relay(dir.path(), &http_addr.to_string(), "30", limit);
-    assert_eq!(done.code(), Some(1), "{done:?}");
+    assert_eq!(done.code(), Some(3), "{done:?}");
     assert!(done.stderr.contains("is not an mdrelay publisher"), "{done:?}");
     assert!(done.stderr.contains(&http_addr.to_string()), "{done:?}");
     server.join().unwrap();
@@ -779,7 +779,7 @@ fn hostile_upstream_bytes_cost_their_frames_and_a_restarted_upstream_ends_the_re
     assert_eq!(session, 0x1111);
     let leaf = tcp_leaf(relay_addr, &leaf_json, &[]);
     let done = relay.finish(RUN);
-    assert_eq!(done.code(), Some(1), "the relay fails: {done:?}");
+    assert_eq!(done.code(), Some(4), "the relay fails: {done:?}");
     for needle in ["bad record header", "exceeds", "restarted", "0x1111", "0x2222", &format!("upstream {upstream}")] {
         assert!(done.stderr.contains(needle), "{needle}: {done:?}");
     }
@@ -816,7 +816,7 @@ fn a_relay_whose_upstream_is_killed_mid_stream_ends_its_own_stream_with_an_error
     let killed_at = Instant::now();
     let done = relay.finish(RUN);
     let took = killed_at.elapsed();
-    assert_eq!(done.code(), Some(1), "{done:?}");
+    assert_eq!(done.code(), Some(4), "{done:?}");
     for needle in [&format!("upstream {origin_addr}"), "connection lost", "not reached", "give_up_after"] {
         assert!(done.stderr.contains(needle), "{needle}: {done:?}");
     }
@@ -929,7 +929,7 @@ fn a_relay_whose_upstream_is_itself_or_badly_configured_is_refused_naming_the_se
         ),
     ] {
         let done = run_config(dir.path(), "bad.toml", &toml, &[]).finish(STEP);
-        assert_eq!(done.code(), Some(1), "{toml}: {done:?}");
+        assert_eq!(done.code(), Some(2), "{toml}: {done:?}");
         assert!(names.iter().all(|n| done.stderr.contains(n)), "{toml}: {done:?}");
         assert!(!done.stderr.contains("serving subscribers"), "{toml}: {done:?}");
     }

@@ -114,3 +114,116 @@ fn convert_keeps_every_count() {
         assert_eq!(without_file(reference_output(&out)), without_file(expected.clone()), "{name}");
     }
 }
+
+/// `mdrelay-pub run` with the configuration `toml` (in a file of its own) and `extra` flags, to
+/// its exit.
+fn run_with(toml: &str, extra: &[&str]) -> Finished {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pub.toml");
+    std::fs::write(&path, toml).unwrap();
+    let mut args = vec!["run", "--config", path.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    publisher(&args)
+}
+
+/// Asserts the exit code, that stderr names every one of `names`, and that nothing was served.
+fn assert_exit(done: &Finished, code: i32, names: &[&str], case: &str) {
+    assert_eq!(done.code(), Some(code), "{case}: {done:?}");
+    for name in names {
+        assert!(done.stderr.contains(name), "{case}: {name:?} in {done:?}");
+    }
+    assert!(!done.stderr.contains("publishing"), "{case}: nothing was published: {done:?}");
+}
+
+#[test]
+fn configuration_and_usage_errors_exit_2() {
+    let port = mdrelay_harness::free_tcp_port();
+    let missing = publisher(&["run", "--config", "/nonexistent/mdrelay/pub.toml"]);
+    assert_exit(&missing, 2, &["/nonexistent/mdrelay/pub.toml"], "a missing file");
+    for (case, toml, names) in [
+        ("a TOML syntax error", "format = \n[tcp]\n".to_string(), &["pub.toml", "line 1"][..]),
+        ("an unknown key", "fromat = \"sbe\"\n[tcp]\n".into(), &["fromat", "line 1"]),
+        ("an out-of-range value", "[tcp]\nqueue = 0\n".into(), &["tcp.queue", "out of range"]),
+        (
+            "a self-pointing upstream",
+            format!("[source.upstream]\nconnect = \"127.0.0.1:{port}\"\n[tcp]\nlisten = \"127.0.0.1:{port}\"\n"),
+            &["source.upstream.connect", "own tcp.listen"],
+        ),
+        (
+            "the stream and retransmission on one address",
+            format!("[tcp]\nlisten = \"127.0.0.1:{port}\"\n[retransmit]\nlisten = \"127.0.0.1:{port}\"\n"),
+            &["retransmit.listen", "tcp.listen"],
+        ),
+        (
+            "the stream and metrics on one address",
+            format!("[tcp]\nlisten = \"0.0.0.0:{port}\"\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"),
+            &["metrics.listen", "tcp.listen"],
+        ),
+    ] {
+        assert_exit(&run_with(&toml, &[]), 2, names, case);
+    }
+    let bad_flag = publisher(&["run", "--tcp", "127.0.0.1:0", "--rate", "fast"]);
+    assert_exit(&bad_flag, 2, &["--rate", "fast"], "a bad flag value");
+    let unknown_flag = publisher(&["run", "--tcp", "127.0.0.1:0", "--frmat", "sbe"]);
+    assert_exit(&unknown_flag, 2, &["--frmat"], "an unknown flag");
+}
+
+#[test]
+fn a_port_in_use_exits_1() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let done = publisher(&["run", "--synthetic", "--messages", "100000", "--tcp", &addr]);
+    assert_exit(&done, 1, &["tcp.listen", &addr], "a port in use");
+}
+
+#[test]
+fn an_upstream_that_refuses_the_relay_exits_3_and_one_never_reached_exits_4() {
+    use mdrelay_proto::codec::Format;
+    use mdrelay_proto::relay::{Hello, RecordTag, control_record};
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let upstream = listener.local_addr().unwrap();
+    // A publisher that greets, takes the relay's answer and refuses it, as a real one refuses a
+    // subscriber it cannot serve.
+    let refusing = std::thread::spawn(move || {
+        let mut s = mdrelay_harness::accept_within(&listener, STEP);
+        s.write_all(&Hello::new(Format::Sbe, 0x5151, 1, 1).to_bytes()).unwrap();
+        let _ = s.read(&mut [0u8; 64]);
+        s.write_all(&control_record(RecordTag::Refuse, Format::Sbe, 0, b"no relays here")).unwrap();
+        let _ = s.read_to_end(&mut Vec::new());
+    });
+    let relay = |connect: &str| {
+        run_with(
+            &format!(
+                "[source.upstream]\nconnect = \"{connect}\"\nreconnect_max = 0.2\ngive_up_after = 1\n[tcp]\nlisten = \"127.0.0.1:0\"\n"
+            ),
+            &[],
+        )
+    };
+    let done = relay(&upstream.to_string());
+    assert_eq!(done.code(), Some(3), "{done:?}");
+    assert!(done.stderr.contains("refused this relay") && done.stderr.contains("no relays here"), "{done:?}");
+    refusing.join().unwrap();
+    // Nothing listens: not reached within give_up_after.
+    let nobody = format!("127.0.0.1:{}", mdrelay_harness::free_tcp_port());
+    let done = relay(&nobody);
+    assert_exit(
+        &done,
+        4,
+        &[&format!("upstream {nobody}"), "not reached", "give_up_after"],
+        "an upstream never reached",
+    );
+}
+
+#[test]
+fn help_lists_the_exit_statuses() {
+    let done = publisher(&["run", "--help"]);
+    done.assert_success();
+    let help = done.stdout.split_once("Exit status:").map(|(_, table)| table).unwrap_or_else(|| panic!("{done:?}"));
+    for code in ["0", "1", "2", "3", "4", "130"] {
+        assert!(
+            help.lines().any(|l| l.trim_start().strip_prefix(code).is_some_and(|rest| rest.starts_with("  "))),
+            "exit status {code} in {help}"
+        );
+    }
+}

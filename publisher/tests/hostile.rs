@@ -614,7 +614,7 @@ fn absurd_settings_fail_at_start_naming_the_setting() {
         let mut args = vec!["run", "--tcp", "127.0.0.1:0"];
         args.extend_from_slice(extra);
         let finished = Process::start(publisher_bin(), &args).finish(Duration::from_secs(20));
-        assert_eq!(finished.code(), Some(1), "{extra:?}: {finished:?}");
+        assert_eq!(finished.code(), Some(2), "{extra:?}: {finished:?}");
         assert!(finished.stderr.contains(setting), "{extra:?} names {setting}: {}", finished.stderr);
         assert!(!finished.stderr.contains("panicked"), "{extra:?}: {}", finished.stderr);
     }

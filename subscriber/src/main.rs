@@ -11,6 +11,7 @@ use mdrelay_subscriber::lines::Line;
 use mdrelay_subscriber::metrics::{EXPORT_EVERY, SubscriberMetrics};
 use mdrelay_subscriber::record::Recorder;
 use mdrelay_subscriber::tcp::Receive;
+use mdrelay_telemetry::exit::{self, ExitStatus};
 use std::fs::File;
 use std::io::Write;
 use std::process::ExitCode;
@@ -18,7 +19,8 @@ use std::time::SystemTime;
 
 fn main() -> ExitCode {
     // `--version` names the git commit built (build.rs), so a report can be traced to its code.
-    let matches = Cli::command().version(env!("MDRELAY_VERSION")).get_matches();
+    let matches =
+        Cli::command().version(env!("MDRELAY_VERSION")).after_help(exit::help(ExitStatus::SUBSCRIBER)).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let check = cli.check;
     let log = cli.log.clone();
@@ -26,16 +28,16 @@ fn main() -> ExitCode {
         Ok(s) => s,
         Err(error) => {
             eprintln!("mdrelay-sub: configuration error: {error}");
-            return ExitCode::from(2);
+            return ExitStatus::Config.into();
         }
     };
     if check {
         println!("{settings:#?}");
-        return ExitCode::SUCCESS;
+        return ExitStatus::Success.into();
     }
     if let Err(error) = mdrelay_telemetry::logs::init(&log, "info", false) {
         eprintln!("mdrelay-sub: configuration error: {error:#}");
-        return ExitCode::from(2);
+        return ExitStatus::Config.into();
     }
     // Before the runtime exists, so the exporter gets a thread and runtime of its own.
     let build_info = match &settings.metrics {
@@ -43,7 +45,7 @@ fn main() -> ExitCode {
             Ok(gauge) => Some(gauge),
             Err(error) => {
                 eprintln!("mdrelay-sub: error: {error:#}");
-                return ExitCode::from(1);
+                return ExitStatus::Failure.into();
             }
         },
         None => None,
@@ -55,14 +57,14 @@ fn main() -> ExitCode {
         Ok(r) => r,
         Err(error) => {
             eprintln!("mdrelay-sub: error: cannot start the runtime: {error}");
-            return ExitCode::from(1);
+            return ExitStatus::Failure.into();
         }
     };
-    ExitCode::from(runtime.block_on(run(settings, build_info)))
+    runtime.block_on(run(settings, build_info)).into()
 }
 
-/// Receives until a stop and prints the final report; returns the exit code.
-async fn run(settings: Settings, build_info: Option<metrics::Gauge>) -> u8 {
+/// Receives until a stop and prints the final report; returns the exit status.
+async fn run(settings: Settings, build_info: Option<metrics::Gauge>) -> ExitStatus {
     let started = tokio::time::Instant::now().into_std();
     // Outputs are opened before receiving, so an unwritable path fails at start, not after a
     // day of data.
@@ -71,7 +73,7 @@ async fn run(settings: Settings, build_info: Option<metrics::Gauge>) -> u8 {
             Ok(f) => Some(f),
             Err(error) => {
                 eprintln!("mdrelay-sub: configuration error: json: cannot create {}: {error}", path.display());
-                return 2;
+                return ExitStatus::Config;
             }
         },
         _ => None,
@@ -81,7 +83,7 @@ async fn run(settings: Settings, build_info: Option<metrics::Gauge>) -> u8 {
             Ok(log) => Some(log),
             Err(error) => {
                 eprintln!("mdrelay-sub: configuration error: {error:#}");
-                return 2;
+                return ExitStatus::Config;
             }
         },
         None => None,
@@ -91,7 +93,7 @@ async fn run(settings: Settings, build_info: Option<metrics::Gauge>) -> u8 {
             Ok(recorder) => Some(recorder),
             Err(error) => {
                 eprintln!("mdrelay-sub: configuration error: record: {error:#}");
-                return 2;
+                return ExitStatus::Config;
             }
         },
         None => None,
@@ -101,7 +103,7 @@ async fn run(settings: Settings, build_info: Option<metrics::Gauge>) -> u8 {
     if let Some(core) = settings.core {
         if let Err(error) = mdrelay_subscriber::cpu::pin_current_thread(core) {
             eprintln!("mdrelay-sub: error: core: cannot pin the receive thread to CPU {core}: {error}");
-            return 1;
+            return ExitStatus::Failure;
         }
     }
     tracing::info!(profile = %settings.profile, idle = %settings.idle, core = ?settings.core, busy_poll = settings.busy_poll, "receive loop");
@@ -132,20 +134,20 @@ async fn run(settings: Settings, build_info: Option<metrics::Gauge>) -> u8 {
         },
     };
     let (stop_reason, code) = match result {
-        Ok(stop) => (stop.name(), 0),
+        Ok(stop) => (stop.name(), ExitStatus::Success),
         Err(RunError::Refused(message)) => {
             eprintln!("mdrelay-sub: {message}");
-            ("refused", 3)
+            ("refused", ExitStatus::Refused)
         }
         Err(RunError::Fatal(error)) => {
             eprintln!("mdrelay-sub: error: {error:#}");
-            ("error", 1)
+            ("error", ExitStatus::Failure)
         }
     };
     let report = pipeline.finish(stop_reason);
     // A recording that stopped on a write error (a full disk) did not stop the run, whose
     // report is whole; the exit code still says the file is not.
-    let code = if report.record.as_ref().is_some_and(|r| r.error.is_some()) { code.max(1) } else { code };
+    let code = if report.record.as_ref().is_some_and(|r| r.error.is_some()) { failed(code) } else { code };
     if let Some(late) = report.late_join_sequence {
         tracing::info!(first_sequence = late, "joined late: counts cover the frames from this sequence on");
     }
@@ -161,20 +163,20 @@ async fn run(settings: Settings, build_info: Option<metrics::Gauge>) -> u8 {
         Ok(j) => j,
         Err(error) => {
             eprintln!("mdrelay-sub: error: cannot serialize the report: {error}");
-            return code.max(1);
+            return failed(code);
         }
     };
     match (&settings.json, &mut json_file) {
         (Some(JsonTarget::Stdout), _) => {
             let mut out = std::io::stdout().lock();
             if writeln!(out, "{json}").and_then(|_| out.flush()).is_err() {
-                return code.max(1);
+                return failed(code);
             }
         }
         (Some(JsonTarget::File(path)), Some(file)) => {
             if let Err(error) = writeln!(file, "{json}").and_then(|_| file.sync_all()) {
                 eprintln!("mdrelay-sub: error: json: cannot write {}: {error}", path.display());
-                return code.max(1);
+                return failed(code);
             }
         }
         _ => {}
@@ -183,6 +185,12 @@ async fn run(settings: Settings, build_info: Option<metrics::Gauge>) -> u8 {
         mdrelay_telemetry::prometheus::hold(m.hold).await;
     }
     code
+}
+
+/// `code`, unless the run had otherwise succeeded: then a failure, since part of its output is
+/// missing.
+fn failed(code: ExitStatus) -> ExitStatus {
+    if code == ExitStatus::Success { ExitStatus::Failure } else { code }
 }
 
 /// The socket of the transport, and of line B when there is one.

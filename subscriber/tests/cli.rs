@@ -108,3 +108,60 @@ fn check_prints_the_recovery_and_line_b_settings() {
         assert!(done.stdout.contains(needle), "{needle:?} in:\n{}", done.stdout);
     }
 }
+
+#[test]
+fn configuration_and_usage_errors_exit_2() {
+    let missing = subscriber(&["--config", "/nonexistent/mdrelay/sub.toml"]).finish(STEP);
+    assert_eq!(missing.code(), Some(2), "{missing:?}");
+    assert!(missing.stderr.contains("/nonexistent/mdrelay/sub.toml"), "{missing:?}");
+    for (case, text, flags, needle) in [
+        ("a TOML syntax error", "connect = \n", &[][..], "line 1"),
+        ("an unknown key", "connect = \"127.0.0.1:9100\"\nconect = 1\n", &[], "conect"),
+        ("an out-of-range value", "connect = \"127.0.0.1:9100\"\n", &["--duration", "-1"], "--duration"),
+        ("a bad flag value", "connect = \"127.0.0.1:9100\"\n", &["--report-interval", "often"], "often"),
+        ("an unknown flag", "connect = \"127.0.0.1:9100\"\n", &["--conect", "x"], "--conect"),
+    ] {
+        let (done, _) = run_with_file(text, flags);
+        assert_eq!(done.code(), Some(2), "{case}: {done:?}");
+        assert!(done.stderr.contains(needle), "{case}: {needle:?} in {done:?}");
+    }
+}
+
+#[test]
+fn a_port_in_use_exits_1() {
+    let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let done = subscriber(&["--listen", &addr, "--report-interval", "0"]).finish(STEP);
+    assert_eq!(done.code(), Some(1), "{done:?}");
+    assert!(done.stderr.contains(&addr), "{done:?}");
+}
+
+#[test]
+fn a_peer_that_is_not_a_publisher_is_refused_with_exit_3() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let http = std::thread::spawn(move || {
+        let mut s = mdrelay_harness::accept_within(&listener, STEP);
+        let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        let _ = s.read(&mut [0u8; 64]);
+    });
+    let done = subscriber(&["--connect", &addr, "--report-interval", "0"]).finish(STEP);
+    http.join().unwrap();
+    assert_eq!(done.code(), Some(3), "{done:?}");
+    assert!(done.stderr.contains("not an mdrelay publisher") && done.stderr.contains(&addr), "{done:?}");
+}
+
+#[test]
+fn help_lists_the_exit_statuses() {
+    let done = subscriber(&["--help"]).finish(STEP);
+    done.assert_success();
+    let help = done.stdout.split_once("Exit status:").map(|(_, table)| table).unwrap_or_else(|| panic!("{done:?}"));
+    for code in ["0", "1", "2", "3"] {
+        assert!(
+            help.lines().any(|l| l.trim_start().strip_prefix(code).is_some_and(|rest| rest.starts_with("  "))),
+            "exit status {code} in {help}"
+        );
+    }
+    assert!(!help.contains("130"), "the subscriber has no immediate stop: {help}");
+}

@@ -1,5 +1,6 @@
 //! What `mdrelay-pub` and `mdrelay-sub` show an operator while they run, in one place so both
 //! programs behave alike:
+//! - [`exit`]: the exit statuses, one table for both programs;
 //! - [`logs`]: the log lines, plain for people or JSON for machines, at the level `--log-level`
 //!   or `MDRELAY_LOG` names;
 //! - [`prometheus`]: the Prometheus scrape endpoint (`[metrics] listen`), its settings, and the
@@ -11,5 +12,6 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod exit;
 pub mod logs;
 pub mod prometheus;
