@@ -498,6 +498,71 @@ fn a_service_sending_a_record_too_large_is_left_and_connected_to_again() {
     );
 }
 
+#[test]
+fn a_service_at_its_connection_limit_is_counted_busy_and_asked_again_with_backoff() {
+    let feed = Feed::new(600, 50);
+    let n = feed.len();
+    let withheld: BTreeSet<u64> = [30, 31, 400].into_iter().collect();
+    let (listener, addr) = listen();
+    let frames = feed.frames.clone();
+    let busy_connections = 3;
+    let service = thread::spawn(move || {
+        let mut attempts = Vec::new();
+        // Full, as a publisher at retransmit.max_connections is: BUSY at once, no greeting.
+        for _ in 0..busy_connections {
+            let mut s = accept_within(&listener, STEP);
+            attempts.push(Instant::now());
+            let reason = b"the retransmission service is at its limit of 64 connections (retransmit.max_connections)";
+            s.write_all(&control_record(RecordTag::Busy, Format::Raw, 0, reason)).unwrap();
+            s.shutdown(std::net::Shutdown::Write).unwrap();
+            drain(&mut s);
+        }
+        // Then a place: every frame asked for is served.
+        let mut s = accept_within(&listener, STEP);
+        attempts.push(Instant::now());
+        s.write_all(&Hello::new(Format::Raw, SESSION, 1, 1).to_bytes()).unwrap();
+        let mut answer = [0u8; Subscribe::V2_LEN];
+        s.read_exact(&mut answer).unwrap();
+        let mut request = [0u8; RecordHeader::LEN + RetransmitRequest::PAYLOAD];
+        while s.read_exact(&mut request).is_ok() {
+            let header = RecordHeader::parse(&request, RetransmitRequest::PAYLOAD).unwrap();
+            let asked = RetransmitRequest::parse(&header, &request[RecordHeader::LEN..]).unwrap();
+            for seq in asked.first..asked.first + u64::from(asked.count) {
+                let (format, frame) = &frames[seq as usize - 1];
+                s.write_all(&data_record(*format, seq, std::slice::from_ref(frame))).unwrap();
+            }
+        }
+        attempts
+    });
+    let args = ["--listen", "127.0.0.1:0", "--recovery", &addr, "--recovery-attempts", "1000"];
+    let mut sub = Receiver::start(&[&args[..], &["--recovery-linger", "20"]].concat(), 1);
+    let socket = sender();
+    for seq in (1..=n).filter(|s| !withheld.contains(s)) {
+        sub.send(&socket, 0, &feed.datagram(seq), seq);
+    }
+    for _ in 0..3 {
+        sub.send(&socket, 0, &feed.end(), 0);
+    }
+    let done = sub.process.finish(STEP);
+    let attempts = service.join().unwrap();
+    let r = done.json();
+    assert_fields(&r, &feed.expected_without(&BTreeSet::new()));
+    assert_eq!(r["gaps"], 0, "{}", done.stderr);
+    let rec = &r["recovery"];
+    assert_eq!(rec["frames_recovered"], withheld.len());
+    // Each BUSY at connect counted, and the connection set up after them.
+    assert_eq!(rec["busy_answers"], busy_connections, "{rec}");
+    assert_eq!(rec["busy_at_connect"], busy_connections, "{rec}");
+    assert_eq!(rec["connections"], 1, "{rec}");
+    // Asked again with backoff: each wait after a BUSY at least as long as the one before
+    // (50 ms, doubling).
+    let waits: Vec<Duration> = attempts.windows(2).map(|w| w[1] - w[0]).collect();
+    for (i, wait) in waits.iter().enumerate() {
+        assert!(*wait >= Duration::from_millis(45 << i), "waits between attempts {waits:?}");
+    }
+    assert!(done.stderr.contains("is busy") && done.stderr.contains("retransmit.max_connections"), "{}", done.stderr);
+}
+
 /// Sends every frame of `feed` to both lines of `sub`, except `not_a` on line A and `not_b` on
 /// line B; line B delivers `twice_on_b` twice, and every 7th frame goes to line B first.
 fn send_both_lines(
