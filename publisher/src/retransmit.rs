@@ -374,7 +374,7 @@ async fn connection(stream: &mut TcpStream, service: &Service, place: &Place) ->
             Err(ended) => return ended,
         };
         offset += REQUEST_LEN as u64;
-        place.slots().asked(place.slot, place.now());
+        place.slots().asked(place.slot);
         service.counters.requests.fetch_add(1, Ordering::Relaxed);
         answer.clear();
         let answered = if limit.admit() {

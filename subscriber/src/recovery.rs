@@ -9,7 +9,7 @@
 //! reconnects with backoff on the next request. A service too full to take the connection says
 //! BUSY instead of greeting: that is counted like any BUSY answer (and apart, as
 //! `busy_at_connect`) and connected to again the same way. A connection the service closed for
-//! asking nothing is made again at the next request, without backoff. Neither side ever waits
+//! asking nothing is made again at the next request, without a warning. Neither side ever waits
 //! for the other: a request that does not fit the channel is asked again at its retry.
 //!
 //! Accounting is exact: a frame found missing is opened exactly once (ahead of the highest
@@ -540,7 +540,8 @@ enum Ended {
     /// The service is full: try again later.
     Busy(String),
     /// The service closed the connection between answers, with nothing of ours unsent (it
-    /// closes connections that ask nothing for a while): connect again at the next request.
+    /// closes connections that ask nothing for a while): connect again at the next request,
+    /// after the shortest backoff.
     Quiet,
     /// The service refuses: stop.
     Refused(String),
@@ -583,6 +584,9 @@ async fn serve(server: String, protection: Protection, mut asks: mpsc::Receiver<
             Ended::Quiet => {
                 tracing::debug!(service = %server, "the retransmission service closed an idle connection");
                 pending = None;
+                // Something was answered, so this is the shortest wait: a service that keeps
+                // closing connections still gets no more than one a backoff.
+                tokio::time::sleep(backoff).await;
             }
             Ended::Busy(why) | Ended::Retry(why) => {
                 if busy && answers.send(Answer::BusyAtConnect).await.is_err() {

@@ -563,6 +563,73 @@ fn a_service_at_its_connection_limit_is_counted_busy_and_asked_again_with_backof
     assert!(done.stderr.contains("is busy") && done.stderr.contains("retransmit.max_connections"), "{}", done.stderr);
 }
 
+#[test]
+fn a_connection_the_service_closes_for_idling_is_made_again_at_the_next_gap_without_a_warning() {
+    let feed = Feed::new(1_200, 51);
+    let n = feed.len();
+    let half = n / 2;
+    let (first_gaps, later_gaps): (BTreeSet<u64>, BTreeSet<u64>) = ([10, 11].into(), [half + 10].into());
+    let (listener, addr) = listen();
+    let frames = feed.frames.clone();
+    let (closed_tx, closed) = std::sync::mpsc::channel();
+    let service = thread::spawn(move || {
+        let mut served = BTreeSet::new();
+        for round in 0..2 {
+            let mut s = accept_within(&listener, STEP);
+            s.write_all(&Hello::new(Format::Raw, SESSION, 1, 1).to_bytes()).unwrap();
+            let mut answer = [0u8; Subscribe::V2_LEN];
+            s.read_exact(&mut answer).unwrap();
+            // The first connection is closed once it has asked nothing for a while, as a
+            // publisher closes one idle for retransmit.idle_timeout.
+            if round == 0 {
+                s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+            }
+            let mut request = [0u8; RecordHeader::LEN + RetransmitRequest::PAYLOAD];
+            loop {
+                match s.read_exact(&mut request) {
+                    Ok(()) => {}
+                    Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) && !served.is_empty() => {
+                        break;
+                    }
+                    Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => continue,
+                    Err(_) => return served,
+                }
+                let header = RecordHeader::parse(&request, RetransmitRequest::PAYLOAD).unwrap();
+                let asked = RetransmitRequest::parse(&header, &request[RecordHeader::LEN..]).unwrap();
+                for seq in asked.first..asked.first + u64::from(asked.count) {
+                    let (format, frame) = &frames[seq as usize - 1];
+                    s.write_all(&data_record(*format, seq, std::slice::from_ref(frame))).unwrap();
+                    served.insert(seq);
+                }
+            }
+            drop(s);
+            closed_tx.send(()).unwrap();
+        }
+        served
+    });
+    let mut sub = Receiver::start(&["--listen", "127.0.0.1:0", "--recovery", &addr, "--recovery-linger", "20"], 1);
+    let socket = sender();
+    for seq in (1..=half).filter(|s| !first_gaps.contains(s)) {
+        sub.send(&socket, 0, &feed.datagram(seq), seq);
+    }
+    closed.recv_timeout(STEP).expect("the service closes the idle connection");
+    for seq in (half + 1..=n).filter(|s| !later_gaps.contains(s)) {
+        sub.send(&socket, 0, &feed.datagram(seq), seq);
+    }
+    for _ in 0..3 {
+        sub.send(&socket, 0, &feed.end(), 0);
+    }
+    let done = sub.process.finish(STEP);
+    let served = service.join().unwrap();
+    let r = done.json();
+    assert_fields(&r, &feed.expected_without(&BTreeSet::new()));
+    assert_eq!(r["gaps"], 0, "{}", done.stderr);
+    assert_eq!(served, [10, 11, half + 10].into());
+    let rec = &r["recovery"];
+    assert_eq!((rec["connections"].as_u64(), rec["frames_recovered"].as_u64()), (Some(2), Some(3)), "{rec}");
+    assert!(!done.stderr.contains("recovery connection:"), "an idle close is no trouble: {}", done.stderr);
+}
+
 /// Sends every frame of `feed` to both lines of `sub`, except `not_a` on line A and `not_b` on
 /// line B; line B delivers `twice_on_b` twice, and every 7th frame goes to line B first.
 fn send_both_lines(

@@ -11,7 +11,7 @@
 //! that many are open is unrecoverable at once.
 
 use super::wire::RetransmitRequest;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Missing ranges tracked at once.
 pub const MAX_GAPS: usize = 16_384;
@@ -216,14 +216,15 @@ pub struct ServiceSlots<T> {
     grace_ns: i64,
     next: u64,
     held: BTreeMap<u64, Slot<T>>,
+    /// The places not being answered, by when they were last active: the first is the one
+    /// idle the longest, found without a scan however many places there are.
+    idle: BTreeSet<(i64, u64)>,
 }
 
 #[derive(Debug)]
 struct Slot<T> {
-    /// When the holder connected, or last asked or was last answered.
-    active: i64,
-    /// A request is being answered: the holder is not idle.
-    answering: bool,
+    /// When the holder connected, or was last answered; `None` while it is being answered.
+    idle_since: Option<i64>,
     holder: T,
 }
 
@@ -246,7 +247,7 @@ pub enum Entered<T> {
 impl<T> ServiceSlots<T> {
     /// At most `limit` places; a holder idle for `grace_ns` may be made to leave.
     pub fn new(limit: usize, grace_ns: i64) -> ServiceSlots<T> {
-        ServiceSlots { limit, grace_ns, next: 0, held: BTreeMap::new() }
+        ServiceSlots { limit, grace_ns, next: 0, held: BTreeMap::new(), idle: BTreeSet::new() }
     }
 
     /// Places held.
@@ -264,42 +265,48 @@ impl<T> ServiceSlots<T> {
         let evicted = if self.held.len() < self.limit {
             None
         } else {
-            let longest_idle = self
-                .held
-                .iter()
-                .filter(|(_, s)| !s.answering && now.saturating_sub(s.active) >= self.grace_ns)
-                .min_by_key(|(_, s)| s.active)
-                .map(|(&slot, _)| slot);
-            match longest_idle.and_then(|slot| self.held.remove(&slot)) {
-                Some(slot) => Some(slot.holder),
-                None => return Entered::Full(holder),
+            match self.idle.first() {
+                Some(&(since, slot)) if now.saturating_sub(since) >= self.grace_ns => self.take(slot),
+                _ => return Entered::Full(holder),
             }
         };
         let slot = self.next;
         self.next += 1;
-        self.held.insert(slot, Slot { active: now, answering: false, holder });
+        self.held.insert(slot, Slot { idle_since: Some(now), holder });
+        self.idle.insert((now, slot));
         Entered::Admitted { slot, evicted }
     }
 
-    /// The holder of `slot` asked for something at `now`; it is being answered.
-    pub fn asked(&mut self, slot: u64, now: i64) {
-        if let Some(s) = self.held.get_mut(&slot) {
-            s.active = now;
-            s.answering = true;
+    /// The holder of `slot` asked for something at `now`; it is being answered, so not idle.
+    pub fn asked(&mut self, slot: u64) {
+        if let Some(s) = self.held.get_mut(&slot)
+            && let Some(since) = s.idle_since.take()
+        {
+            self.idle.remove(&(since, slot));
         }
     }
 
     /// The holder of `slot` was answered at `now`; its idle time counts from here.
     pub fn answered(&mut self, slot: u64, now: i64) {
         if let Some(s) = self.held.get_mut(&slot) {
-            s.active = now;
-            s.answering = false;
+            if let Some(since) = s.idle_since.replace(now) {
+                self.idle.remove(&(since, slot));
+            }
+            self.idle.insert((now, slot));
         }
     }
 
     /// The holder of `slot` left (a slot already given to another is left alone).
     pub fn leave(&mut self, slot: u64) {
-        self.held.remove(&slot);
+        self.take(slot);
+    }
+
+    fn take(&mut self, slot: u64) -> Option<T> {
+        let s = self.held.remove(&slot)?;
+        if let Some(since) = s.idle_since {
+            self.idle.remove(&(since, slot));
+        }
+        Some(s.holder)
     }
 }
 
@@ -320,18 +327,29 @@ mod tests {
         // Full, and nobody idle for the grace yet: turned away.
         assert_eq!(slots.enter(90, 'd'), Entered::Full('d'));
         // `a` asks: `b` is idle the longest now.
-        slots.asked(a, 95);
+        slots.asked(a);
         slots.answered(a, 96);
-        assert_eq!(slot(slots.enter(115, 'd')).1, Some('b'));
+        let (d, made_way) = slot(slots.enter(115, 'd'));
+        assert_eq!(made_way, Some('b'));
         // `c` is being answered, so not idle however long ago it asked; `a` is past the grace.
-        slots.asked(c, 30);
-        assert_eq!(slot(slots.enter(200, 'e')).1, Some('a'));
+        slots.asked(c);
+        let (e, made_way) = slot(slots.enter(200, 'e'));
+        assert_eq!(made_way, Some('a'));
         assert_eq!(slots.len(), 3);
         // Leaving frees a place; leaving a place already taken by another changes nothing.
         slots.leave(b);
         assert_eq!(slots.len(), 3);
         slots.leave(c);
-        assert_eq!(slot(slots.enter(201, 'f')).1, None);
+        let (f, made_way) = slot(slots.enter(201, 'f'));
+        assert_eq!(made_way, None);
+        // Every holder being answered: a newcomer is turned away, however long ago they asked.
+        for s in [d, e, f] {
+            slots.asked(s);
+        }
+        assert_eq!(slots.enter(10_000, 'g'), Entered::Full('g'));
+        slots.answered(e, 10_050);
+        assert_eq!(slots.enter(10_100, 'g'), Entered::Full('g'));
+        assert_eq!(slot(slots.enter(10_150, 'g')).1, Some('e'));
     }
 
     const POLICY: RecoveryPolicy = RecoveryPolicy { delay_ns: 10, retry_ns: 100, attempts: 2, max_frames: 4 };
