@@ -290,7 +290,9 @@ async fn client(mut stream: TcpStream, service: &Service, place: Place) {
                 "the retransmission service is full (retransmit.max_connections = {}) and this connection had been idle the longest; reconnect to ask again",
                 service.settings.max_connections
             );
-            tracing::info!("retransmission client made way for a newcomer (idle the longest)");
+            if mdrelay_proto::warn::allow("retransmit evicted") {
+                tracing::info!("retransmission client made way for a newcomer (idle the longest)");
+            }
             let _ = stream.try_write(&tell(RecordTag::Busy, &why));
             drop(place);
             crate::tcp::close_after_refusal(stream).await;
