@@ -859,8 +859,10 @@ fn idle_connections_and_half_sent_requests_are_closed_and_a_full_service_evicts_
     let (_, _, next) = receive_all(&socket);
     let last = next - 1;
     let started = Instant::now();
-    // The oldest: greets and says nothing.
+    // The oldest: asks once (so the service has its answer before the others connect), then
+    // says nothing.
     let (mut oldest, _) = greeted(service, &recovery_answer());
+    assert!(ask(&mut oldest, &[], last).frames.is_empty());
     // Sends half a request, and nothing more.
     let (mut half, _) = greeted(service, &recovery_answer());
     half.write_all(&RetransmitRequest { first: last, count: 1 }.to_record()[..9]).unwrap();
