@@ -15,7 +15,7 @@
 //!
 //! Open loop: the sender never waits for an echo, as the publisher never waits for a subscriber.
 
-use crate::loopback::Transport;
+use crate::latency::{Percentiles, Transport};
 use anyhow::{Context, Result, bail};
 use hdrhistogram::Histogram;
 use mdrelay_proto::idle::{IdleStrategy, Idler};
@@ -293,7 +293,7 @@ pub struct PacingFloor {
     /// The thread's CPU (user + system) over the run, percent of one core.
     pub cpu_percent: f64,
     /// How late each wait returned after its due time, ns.
-    pub late_ns: crate::loopback::Percentiles,
+    pub late_ns: Percentiles,
 }
 
 /// Waits for `count` due times `1 / rate` apart with `idle`, on a thread of its own.
@@ -318,7 +318,7 @@ pub fn pacing(rate: f64, count: u64, idle: IdleStrategy) -> Result<PacingFloor> 
             rate,
             waits: count,
             cpu_percent: if wall > 0.0 { 100.0 * cpu / wall } else { 0.0 },
-            late_ns: crate::loopback::Percentiles::of(&late),
+            late_ns: Percentiles::of(&late),
         })
     })?;
     worker.join().map_err(|_| anyhow::anyhow!("the pacing floor's thread panicked"))?

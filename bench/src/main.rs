@@ -27,6 +27,7 @@ static GLOBAL: mdrelay_harness::alloc::CountingAllocator = mdrelay_harness::allo
 mod arbitration;
 mod codecs;
 mod floor;
+mod latency;
 mod loopback;
 mod plots;
 mod procstat;

@@ -181,7 +181,8 @@ fn main() {
     };
     write(&corpus.join("relay_datagram_header"), "1", &datagram.to_bytes());
     write(&corpus.join("relay_echo"), "1", &Echo { publish_time: 1_500_000_000_000_000_000, sequence: 3 }.to_bytes());
-    let totals = Totals { frames: 10, messages: 20, by_type: [(b'T', 15), (b'8', 5)].into_iter().collect() };
+    let totals =
+        Totals { frames: 10, messages: 20, by_type: [(b'T', 15), (b'8', 5)].into_iter().collect(), truncated: false };
     let mut bytes = Vec::new();
     totals.write(&mut bytes);
     write(&corpus.join("relay_totals"), "1", &bytes);

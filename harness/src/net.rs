@@ -1,10 +1,12 @@
-//! Loopback addresses for tests: free ports, and an accept that gives up.
+//! Loopback addresses for tests: free ports, an accept that gives up, and proxies that break
+//! a publisher's TCP stream on the way (cut it, or change a record).
 //!
 //! A free port is free when asked for; something else may take it before the test binds it.
 //! Prefer letting the program bind port 0 and reading its address from its log
 //! ([`Process::serving_on`](crate::Process::serving_on),
 //! [`Process::listening_on`](crate::Process::listening_on)) where it prints one.
 
+use mdrelay_proto::relay::{Hello, RecordHeader};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::thread::JoinHandle;
@@ -62,6 +64,58 @@ pub fn cutting_proxy(target: SocketAddr, cut_after: usize) -> (SocketAddr, JoinH
                 }
                 let _ = c_write.shutdown(std::net::Shutdown::Both);
                 let _ = u_read.shutdown(std::net::Shutdown::Both);
+            });
+        }
+    });
+    (addr, thread)
+}
+
+/// A proxy on loopback that forwards `connections` connections to `target`, record by record
+/// from `target` to the client: after the greeting, each relay record (header and payload) is
+/// handed to `mangle` with the connection's number (0 for the first) before it goes on, so a
+/// test can change a header or flip a bit where it wants. The other way is copied as it is.
+/// Returns the address to connect to and the thread, which ends once the last connection is set
+/// up (or fails the test when it does not come within [`crate::STEP`]).
+pub fn mangling_proxy<F>(target: SocketAddr, connections: usize, mangle: F) -> (SocketAddr, JoinHandle<()>)
+where
+    F: FnMut(usize, &mut Vec<u8>) + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1:0");
+    let addr = listener.local_addr().expect("the proxy's address");
+    let mangle = std::sync::Arc::new(std::sync::Mutex::new(mangle));
+    let thread = std::thread::spawn(move || {
+        for n in 0..connections {
+            let client = accept_within(&listener, crate::STEP);
+            let upstream =
+                TcpStream::connect(target).unwrap_or_else(|e| panic!("the proxy cannot reach {target}: {e}"));
+            let (mut c_read, mut u_write) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut c_read, &mut u_write);
+            });
+            let (mut u_read, mut c_write) = (std::io::BufReader::new(upstream), client);
+            let mangle = mangle.clone();
+            std::thread::spawn(move || {
+                let mut greeting = [0u8; Hello::LEN];
+                if u_read.read_exact(&mut greeting).is_ok() && c_write.write_all(&greeting).is_ok() {
+                    let mut record = vec![0u8; RecordHeader::LEN];
+                    loop {
+                        record.truncate(RecordHeader::LEN);
+                        if u_read.read_exact(&mut record).is_err() {
+                            break;
+                        }
+                        let length = u32::from_le_bytes(record[4..8].try_into().unwrap()) as usize;
+                        record.resize(RecordHeader::LEN + length, 0);
+                        if u_read.read_exact(&mut record[RecordHeader::LEN..]).is_err() {
+                            break;
+                        }
+                        (mangle.lock().unwrap_or_else(|e| e.into_inner()))(n, &mut record);
+                        if c_write.write_all(&record).is_err() {
+                            break;
+                        }
+                    }
+                }
+                let _ = c_write.shutdown(std::net::Shutdown::Both);
+                let _ = u_read.get_ref().shutdown(std::net::Shutdown::Both);
             });
         }
     });

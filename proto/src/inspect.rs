@@ -59,7 +59,7 @@ pub struct InspectReport {
     pub skipped_records: u64,
     /// Segments by message protocol.
     pub protocols: BTreeMap<String, u64>,
-    /// Sequence gaps, restarts and repeats.
+    /// Sequence gaps, restarts, duplicates and late segments.
     #[serde(flatten)]
     pub sequence: SequenceCounts,
 }
@@ -253,8 +253,15 @@ impl fmt::Display for InspectReport {
         let s = &self.sequence;
         writeln!(
             f,
-            "  sequence gaps {} ({} messages missing)   restarts {}   behind {}",
-            s.gaps, s.missing_messages, s.restarts, s.behind
+            "  sequence gaps {} ({} messages missing, {} came late)   restarts {}   duplicates {}   reordered {}   overlapping {} ({} messages repeated)",
+            s.gaps,
+            s.gap_messages,
+            s.late_messages,
+            s.restarts,
+            s.duplicate_segments,
+            s.reordered_segments,
+            s.overlapping_segments,
+            s.repeated_messages
         )?;
         writeln!(
             f,

@@ -8,7 +8,8 @@
 //! - [`message`]: the message model every wire format converts to and from;
 //! - [`price`]: fixed-point prices and space-padded symbols;
 //! - [`aggregate`]: per-symbol volume and high/low prices;
-//! - [`sequence`]: gaps and restarts per (protocol, session);
+//! - [`sequence`]: IEX-TP numbering per (protocol, channel, session): gaps, duplicates, late
+//!   segments and restarts;
 //! - [`inspect`]: a whole capture into counts and aggregates;
 //! - [`relay`]: the publisher/subscriber protocol: its bytes (handshake, records, datagrams,
 //!   totals) and its state machines (coalescing, sessions, frame accounting, echo checks);

@@ -511,7 +511,7 @@ mod tests {
         let (a, report) = run(config);
         assert_eq!(report.messages, 5_000);
         assert_eq!(report.unknown_messages + report.malformed_messages + report.length_overruns, 0);
-        assert_eq!(report.sequence.gaps + report.sequence.restarts + report.sequence.behind, 0);
+        assert_eq!(report.sequence, crate::sequence::SequenceCounts::default());
         assert_eq!(report.message_types["S"], 6);
         assert_eq!(report.message_types["D"], 7);
         assert!(report.heartbeats > 3600, "idle seconds before the open and after the close get heartbeats");

@@ -96,6 +96,9 @@ pub struct UpstreamSection {
     pub give_up_after: Option<f64>,
     /// A connection silent this many seconds is lost, and made again (0: never).
     pub idle_timeout: Option<f64>,
+    /// The upstream protects its frames with a CRC-32C (its `[protection] crc = true`): the
+    /// relay checks every frame's, and an upstream protected otherwise is refused.
+    pub crc: Option<bool>,
 }
 
 /// `[source.synthetic]`.
@@ -288,6 +291,8 @@ pub struct Upstream {
     pub give_up_after: Duration,
     /// Silence that counts as a lost connection (none: never).
     pub idle_timeout: Option<Duration>,
+    /// The upstream's frames carry a CRC-32C, checked on receipt.
+    pub crc: bool,
 }
 
 /// A live feed, checked.
@@ -729,6 +734,7 @@ fn upstream_source(u: &UpstreamSection) -> Result<Upstream> {
         reconnect_max: seconds("source.upstream.reconnect_max", u.reconnect_max.unwrap_or(2.0), 0.01, 60.0)?,
         give_up_after: seconds("source.upstream.give_up_after", u.give_up_after.unwrap_or(30.0), 0.0, 86_400.0)?,
         idle_timeout: (idle > 0.0).then(|| Duration::from_secs_f64(idle)),
+        crc: u.crc.unwrap_or(false),
     })
 }
 

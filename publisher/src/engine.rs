@@ -7,10 +7,10 @@
 
 use crate::config::{Config, PacingMode};
 use crate::fanout::Fanout;
-use crate::metrics::{EngineMetrics, FormatCount, LIVE_METRICS_EVERY, PUBLISH_EVERY, UpstreamMetrics};
+use crate::metrics::{EngineMetrics, FeedMetrics, FormatCount, LIVE_METRICS_EVERY, PUBLISH_EVERY, UpstreamMetrics};
 use crate::pacing::Pacer;
 use crate::progress::ReplayProgress;
-use crate::source::{SegmentSource, SourceSkips};
+use crate::source::{FeedSummary, SegmentSource, SourceSkips};
 use crate::stats::Echoes;
 use crate::udp::UdpOut;
 use anyhow::Result;
@@ -61,6 +61,8 @@ pub struct EngineSummary {
     pub udp_oversized_frames: u64,
     /// What came from the upstream publisher, when the source is one.
     pub upstream: Option<crate::upstream::UpstreamSummary>,
+    /// A live feed's input by its IEX-TP numbering: gaps, copies dropped, late segments, restarts.
+    pub feed: Option<FeedSummary>,
 }
 
 /// The outputs of one run, each behind the coalescer that groups its frames.
@@ -227,6 +229,7 @@ pub fn run(
     let mut by_format = [FormatCount::default(); Format::ALL.len()];
     let mut until_metrics = PUBLISH_EVERY;
     let mut upstream_metrics = source.upstream().map(|_| UpstreamMetrics::new());
+    let feed_metrics = source.feed_summary().map(|_| FeedMetrics::new());
     let mut next_live_metrics = Instant::now();
     let publish_metrics = |by_format: &[FormatCount], format, summary: &EngineSummary, pacer: &mut Pacer| {
         let lag = pacer.take_lag();
@@ -335,6 +338,9 @@ pub fn run(
                     if let (Some(m), Some(upstream)) = (&mut upstream_metrics, source.upstream()) {
                         m.publish(upstream);
                     }
+                    if let (Some(m), Some(feed)) = (&feed_metrics, source.feed_summary()) {
+                        m.publish(&feed);
+                    }
                 }
             }
             if config.pacing.max_messages > 0 && summary.totals.messages >= config.pacing.max_messages {
@@ -359,6 +365,10 @@ pub fn run(
     if let (Some(m), Some(upstream)) = (&mut upstream_metrics, source.upstream()) {
         m.publish(upstream);
     }
+    summary.feed = source.feed_summary();
+    if let (Some(m), Some(feed)) = (&feed_metrics, &summary.feed) {
+        m.publish(feed);
+    }
     if let Some(progress) = &progress {
         progress.finish();
     }
@@ -367,8 +377,12 @@ pub fn run(
     summary.source_skipped = source.skipped();
     summary.upstream = source.upstream_summary();
     summary.pacing_reanchors = pacer.reanchors;
+    // A relay's END carries its upstream's totals, or says its stream was cut short
+    // (`UpstreamSource::end_totals`), so no leaf takes a truncated session for a whole one.
+    let end_totals = source.upstream().map_or_else(|| summary.totals.clone(), |u| u.end_totals(&summary.totals));
+    summary.totals.truncated = end_totals.truncated;
     let mut totals = Vec::new();
-    summary.totals.write(&mut totals);
+    end_totals.write(&mut totals);
     if let Some((_, fanout)) = &mut outputs.tcp {
         fanout.end(Bytes::from(control_record(RecordTag::End, format, sequence, &totals)), stop);
     }
@@ -382,5 +396,9 @@ pub fn run(
         seconds = summary.seconds,
         "end of stream"
     );
+    // The first line of the run's printed summary: whether the input itself lost anything.
+    if let Some(feed) = &summary.feed {
+        println!("{}: {feed}", source.describe());
+    }
     Ok(summary)
 }

@@ -14,6 +14,7 @@
 
 use crate::fanout::Shared;
 use crate::retransmit::Service;
+use crate::source::FeedSummary;
 use crate::upstream::UpstreamSource;
 use mdrelay_proto::codec::Format;
 use mdrelay_telemetry::prometheus::HistogramExport;
@@ -66,6 +67,8 @@ pub struct UpstreamMetrics {
     gaps: Counter,
     decode_errors: Counter,
     reconnects: Counter,
+    protocol_violations: Counter,
+    crc_failures: Counter,
 }
 
 impl UpstreamMetrics {
@@ -80,6 +83,14 @@ impl UpstreamMetrics {
         describe_counter!("mdrelay_pub_upstream_gap_frames_total", "Frames missing from the upstream's numbering.");
         describe_counter!("mdrelay_pub_upstream_decode_errors_total", "Upstream frames that did not decode.");
         describe_counter!("mdrelay_pub_upstream_reconnects_total", "Connections to the upstream made again.");
+        describe_counter!(
+            "mdrelay_pub_upstream_protocol_violations_total",
+            "Upstream records whose numbers did not fit the stream (the connection was made again)."
+        );
+        describe_counter!(
+            "mdrelay_pub_upstream_crc_failures_total",
+            "Upstream frames whose CRC-32C did not match (the connection was made again)."
+        );
         UpstreamMetrics {
             latency: histogram!("mdrelay_pub_upstream_latency_seconds"),
             exported: HistogramExport::new(),
@@ -87,6 +98,8 @@ impl UpstreamMetrics {
             gaps: counter!("mdrelay_pub_upstream_gap_frames_total"),
             decode_errors: counter!("mdrelay_pub_upstream_decode_errors_total"),
             reconnects: counter!("mdrelay_pub_upstream_reconnects_total"),
+            protocol_violations: counter!("mdrelay_pub_upstream_protocol_violations_total"),
+            crc_failures: counter!("mdrelay_pub_upstream_crc_failures_total"),
         }
     }
 
@@ -97,6 +110,8 @@ impl UpstreamMetrics {
         self.gaps.absolute(counts.gaps);
         self.decode_errors.absolute(counts.decode_errors);
         self.reconnects.absolute(counts.reconnects);
+        self.protocol_violations.absolute(counts.protocol_violations);
+        self.crc_failures.absolute(counts.crc_failures);
         self.exported.export(&self.latency, upstream.latency());
     }
 }
@@ -104,6 +119,89 @@ impl UpstreamMetrics {
 impl Default for UpstreamMetrics {
     fn default() -> Self {
         UpstreamMetrics::new()
+    }
+}
+
+/// A live feed's input by its IEX-TP numbering (`docs/operations.md`, "Loss on the live input").
+pub struct FeedMetrics {
+    segments: Counter,
+    gaps: Counter,
+    gap_messages: Counter,
+    late_messages: Counter,
+    duplicates: Counter,
+    reordered: Counter,
+    overlapping: Counter,
+    repeated: Counter,
+    restarts: Counter,
+}
+
+impl FeedMetrics {
+    /// Handles for a publisher fed by a live feed.
+    pub fn new() -> FeedMetrics {
+        describe_counter!(
+            "mdrelay_pub_feed_segments_total",
+            "IEX-TP segments received on the live feed, copies included."
+        );
+        describe_counter!(
+            "mdrelay_pub_feed_gaps_total",
+            "Gaps in the live feed's numbering (ranges of messages skipped)."
+        );
+        describe_counter!(
+            "mdrelay_pub_feed_gap_messages_total",
+            "Messages of the live feed skipped and never received (a late segment takes its messages out)."
+        );
+        describe_counter!(
+            "mdrelay_pub_feed_late_messages_total",
+            "Messages of the live feed that arrived late, filling a gap."
+        );
+        describe_counter!(
+            "mdrelay_pub_feed_duplicate_segments_total",
+            "Segments of the live feed with nothing new (copies, stale heartbeats): dropped, not relayed."
+        );
+        describe_counter!("mdrelay_pub_feed_reordered_segments_total", "Late segments of the live feed, relayed.");
+        describe_counter!(
+            "mdrelay_pub_feed_overlapping_segments_total",
+            "Segments of the live feed partly received before, relayed whole."
+        );
+        describe_counter!(
+            "mdrelay_pub_feed_repeated_messages_total",
+            "Messages relayed twice because an overlapping segment repeated them."
+        );
+        describe_counter!(
+            "mdrelay_pub_feed_restarts_total",
+            "Times the live feed's numbering started again: within a session, or with a new session."
+        );
+        FeedMetrics {
+            segments: counter!("mdrelay_pub_feed_segments_total"),
+            gaps: counter!("mdrelay_pub_feed_gaps_total"),
+            gap_messages: counter!("mdrelay_pub_feed_gap_messages_total"),
+            late_messages: counter!("mdrelay_pub_feed_late_messages_total"),
+            duplicates: counter!("mdrelay_pub_feed_duplicate_segments_total"),
+            reordered: counter!("mdrelay_pub_feed_reordered_segments_total"),
+            overlapping: counter!("mdrelay_pub_feed_overlapping_segments_total"),
+            repeated: counter!("mdrelay_pub_feed_repeated_messages_total"),
+            restarts: counter!("mdrelay_pub_feed_restarts_total"),
+        }
+    }
+
+    /// Copies the feed's counts.
+    pub fn publish(&self, feed: &FeedSummary) {
+        let s = &feed.sequence;
+        self.segments.absolute(feed.segments);
+        self.gaps.absolute(s.gaps);
+        self.gap_messages.absolute(s.gap_messages);
+        self.late_messages.absolute(s.late_messages);
+        self.duplicates.absolute(s.duplicate_segments);
+        self.reordered.absolute(s.reordered_segments);
+        self.overlapping.absolute(s.overlapping_segments);
+        self.repeated.absolute(s.repeated_messages);
+        self.restarts.absolute(s.restarts);
+    }
+}
+
+impl Default for FeedMetrics {
+    fn default() -> Self {
+        FeedMetrics::new()
     }
 }
 

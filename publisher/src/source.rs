@@ -10,9 +10,10 @@ use flate2::read::MultiGzDecoder;
 use mdrelay_proto::capture::{CaptureError, CaptureReader};
 use mdrelay_proto::codec::raw::{PREFIX_LEN, RawCodec};
 use mdrelay_proto::codec::{Format, Limits};
-use mdrelay_proto::iextp::Segment;
+use mdrelay_proto::iextp::{Segment, SegmentHeader};
 use mdrelay_proto::link;
 use mdrelay_proto::relay::{DatagramHeader, DatagramKind};
+use mdrelay_proto::sequence::{SequenceCounts, SequenceEvent, SequenceTracker};
 use mdrelay_proto::synth::SyntheticDay;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io::{self, Read};
@@ -174,6 +175,15 @@ impl SegmentSource {
         Some((read.clone(), size))
     }
 
+    /// What a live feed's numbering said about its input: segments received, gaps, copies,
+    /// late segments and restarts. `None` for the other sources.
+    pub fn feed_summary(&self) -> Option<FeedSummary> {
+        match self {
+            SegmentSource::Live(live) => Some(live.feed_summary()),
+            _ => None,
+        }
+    }
+
     /// True for a live feed or an upstream, whose next segment may be long in coming.
     pub fn is_live(&self) -> bool {
         matches!(self, SegmentSource::Live(_) | SegmentSource::Upstream(_))
@@ -288,6 +298,39 @@ pub struct SourceSkips {
     pub live_datagrams: u64,
 }
 
+/// A live feed's input as its IEX-TP numbering shows it (`docs/operations.md`, "Loss on the live
+/// input").
+#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+pub struct FeedSummary {
+    /// IEX-TP segments received, copies included (bare, or in an upstream's raw datagrams).
+    pub segments: u64,
+    /// Messages in them, by their headers' counts.
+    pub messages: u64,
+    /// Gaps, copies (dropped, not relayed), late segments and restarts.
+    #[serde(flatten)]
+    pub sequence: SequenceCounts,
+}
+
+impl std::fmt::Display for FeedSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = &self.sequence;
+        write!(
+            f,
+            "{} segments, {} messages received; gaps {} ({} messages missing, {} came late), duplicates {} (not relayed), reordered {}, overlapping {} ({} messages repeated), restarts {}",
+            self.segments,
+            self.messages,
+            s.gaps,
+            s.gap_messages,
+            s.late_messages,
+            s.duplicate_segments,
+            s.reordered_segments,
+            s.overlapping_segments,
+            s.repeated_messages,
+            s.restarts
+        )
+    }
+}
+
 /// Opens a capture. A FIFO (`mkfifo`, a pipe from another program) is opened without blocking
 /// and waited on with `stop` checked, since opening it blocks until a writer appears, and a
 /// publisher waiting there could neither say so nor be stopped.
@@ -331,7 +374,10 @@ fn open_capture(path: &Path, stop: &AtomicBool, read: &Arc<AtomicU64>) -> Result
 const LIVE_RECEIVE_BUFFER: usize = 16 << 20;
 
 /// A live IEX-TP feed on UDP: bare IEX-TP segments (from the exchange or tcpreplay), or another
-/// mdrelay publisher's raw relay datagrams.
+/// mdrelay publisher's raw relay datagrams. Every segment's numbering is tracked
+/// ([`SequenceTracker`]): gaps, late segments and restarts are counted, and a copy of what
+/// came before is counted and dropped, so an exchange's A and B lines, or a datagram played
+/// twice, are relayed once.
 pub struct LiveSource {
     socket: UdpSocket,
     describe: String,
@@ -348,6 +394,36 @@ pub struct LiveSource {
     upstream_session: Option<u64>,
     /// Datagrams that were neither IEX-TP nor the upstream's raw relay datagrams.
     pub rejected: u64,
+    /// The feed's numbering: what was lost, copied, late or restarted.
+    sequence: SequenceTracker,
+    /// Segments and messages received, copies included.
+    received: (u64, u64),
+}
+
+/// Takes one segment of the feed into its accounting; false for a copy of what came before,
+/// which is not relayed (the A and B lines of an exchange, a datagram replayed).
+fn admit(sequence: &mut SequenceTracker, received: &mut (u64, u64), header: &SegmentHeader, feed: &str) -> bool {
+    received.0 += 1;
+    received.1 += u64::from(header.message_count);
+    let event = sequence.observe(header);
+    match event {
+        SequenceEvent::InOrder | SequenceEvent::Reordered { .. } => {}
+        SequenceEvent::Duplicate => {
+            // Every segment of line B is one: not worth a line each.
+            tracing::trace!(%feed, sequence = header.first_sequence, "copy of a segment already relayed; dropped");
+        }
+        SequenceEvent::Gap { .. } | SequenceEvent::Overlap { .. } => {
+            if mdrelay_proto::warn::allow("live sequence") {
+                tracing::warn!(%feed, channel = header.channel_id, session = header.session_id,
+                    sequence = header.first_sequence, ?event, "the live feed's numbering skipped or repeated messages");
+            }
+        }
+        SequenceEvent::Restart { .. } | SequenceEvent::NewSession { .. } => {
+            tracing::info!(%feed, channel = header.channel_id, session = header.session_id,
+                sequence = header.first_sequence, ?event, "the live feed's numbering starts again");
+        }
+    }
+    event.is_new()
 }
 
 impl LiveSource {
@@ -398,7 +474,14 @@ impl LiveSource {
             stop,
             upstream_session: None,
             rejected: 0,
+            sequence: SequenceTracker::new(),
+            received: (0, 0),
         })
+    }
+
+    /// What the feed's numbering said so far.
+    pub fn feed_summary(&self) -> FeedSummary {
+        FeedSummary { segments: self.received.0, messages: self.received.1, sequence: self.sequence.counts() }
     }
 
     fn next_item(&mut self) -> Result<Option<Item<'_>>> {
@@ -410,8 +493,21 @@ impl LiveSource {
                     Ok(Some(n)) => {
                         let start = self.cursor;
                         self.cursor += n;
-                        let bytes = &self.buf[start + PREFIX_LEN..start + n];
-                        let time_ns = Segment::parse(bytes).map(|s| s.header.send_time).unwrap_or(0);
+                        let range = start + PREFIX_LEN..start + n;
+                        // The header is copied out first: the bytes are borrowed only to return
+                        // them, once the segment is known to be admitted.
+                        let header = Segment::parse(&self.buf[range.clone()]).map(|s| s.header);
+                        let time_ns = match header {
+                            Ok(header) => {
+                                if !admit(&mut self.sequence, &mut self.received, &header, &self.describe) {
+                                    continue;
+                                }
+                                header.send_time
+                            }
+                            // Counted by the engine, which skips it.
+                            Err(_) => 0,
+                        };
+                        let bytes = &self.buf[range];
                         return Ok(Some(Item { time_ns, bytes, origin: None }));
                     }
                     _ => {
@@ -486,10 +582,12 @@ impl LiveSource {
                 }
             }
             self.relay_datagram = false;
-            match Segment::parse(datagram) {
-                Ok(segment) => {
-                    let time_ns = segment.header.send_time;
-                    return Ok(Some(Item { time_ns, bytes: &self.buf[..n], origin: None }));
+            match Segment::parse(datagram).map(|s| s.header) {
+                Ok(header) => {
+                    if !admit(&mut self.sequence, &mut self.received, &header, &self.describe) {
+                        continue;
+                    }
+                    return Ok(Some(Item { time_ns: header.send_time, bytes: &self.buf[..n], origin: None }));
                 }
                 Err(e) => {
                     self.rejected += 1;

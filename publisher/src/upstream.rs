@@ -16,10 +16,18 @@
 //!
 //! A connection lost without `END` is made again with a doubling backoff, resuming from the frame
 //! after the last one received (protocol version 2: the upstream replays what its ring holds).
+//! So is a connection whose records stop fitting the stream (proto's [`Continuity`]: a header
+//! changed on the way, say) or, with `crc`, whose frame fails its CRC-32C: a protocol violation,
+//! counted and logged, after which nothing more of that connection is believed. Violations in a
+//! row wait longer each time, and with no frame taken between them the relay gives up after
+//! `give_up_after`, as for an upstream out of reach.
 //! The relay ends with an error naming the upstream when it cannot: no connection within
 //! `give_up_after`, or an upstream that restarted (a new session, whose numbering the relay's
 //! frames cannot follow). Its own stream then ends with its `END` and totals, so its subscribers
-//! stop instead of waiting; the summary and the exit status say why.
+//! stop instead of waiting; the summary and the exit status say why. That END says the stream was
+//! cut short ([`Totals::truncated`]), so no leaf reports its totals as matching; after the
+//! upstream's own END, the relay's END carries the upstream's totals
+//! ([`UpstreamSource::end_totals`]).
 //!
 //! Bytes from the upstream are untrusted: records are bounded by [`MAX_RECORD`] before anything
 //! is read into memory (the buffer grows only as bytes arrive), every frame is delimited and
@@ -31,7 +39,10 @@ use hdrhistogram::Histogram;
 use mdrelay_proto::clock::wall_clock_ns;
 use mdrelay_proto::codec::{BatchHeader, Codec, Format, Limits};
 use mdrelay_proto::latency::{LatencySummary, latency_histogram};
-use mdrelay_proto::relay::{HandshakeError, Hello, MAX_RECORD, RecordHeader, RecordTag, Resume, Subscribe, Totals};
+use mdrelay_proto::relay::{
+    Continuity, HandshakeError, Hello, MAX_RECORD, ProtectError, Protection, Protector, RecordHeader, RecordTag,
+    Resume, Subscribe, Totals, Verdict, Violation, protect::LEN_PREFIX,
+};
 use mdrelay_proto::resegment::Resegmenter;
 use std::collections::BTreeSet;
 use std::io::{self, Read, Write};
@@ -46,11 +57,12 @@ const POLL: Duration = Duration::from_millis(100);
 const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
 /// Starting size of the read buffer; it grows (doubling) only when full of bytes that arrived.
 const READ_BUFFER: usize = 256 << 10;
-/// Largest read buffer: one whole record of the largest size the protocol allows.
-const MAX_BUFFER: usize = RecordHeader::LEN + MAX_RECORD;
-/// Highest sequence number believed from an upstream: far beyond any real stream (a billion
-/// frames a second for a century), far below where adding frame counts could overflow.
-const MAX_SEQUENCE: u64 = 1 << 62;
+/// Largest read buffer: one whole record of the largest size the protocol allows, and the next
+/// record's header (which says whether a record that skips ahead is to be believed).
+const MAX_BUFFER: usize = 2 * RecordHeader::LEN + MAX_RECORD;
+/// A protocol violation this long after the one before starts the backoff from its first wait
+/// again: a link that corrupts a record now and then costs a short pause each time.
+const VIOLATIONS_FORGOTTEN_AFTER: Duration = Duration::from_secs(30);
 /// TCP keepalive: an upstream host that vanished without closing (power, cable) is noticed
 /// within about `KEEPALIVE_IDLE + KEEPALIVE_RETRIES × KEEPALIVE_INTERVAL` of silence.
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(5);
@@ -84,6 +96,12 @@ pub struct UpstreamSummary {
     pub unrepresentable_frames: u64,
     /// Records that have no place on a stream connection (ECHO, REQUEST, GONE), skipped.
     pub invalid_records: u64,
+    /// Records whose numbers did not fit the stream (a header changed on the way, say): each
+    /// dropped its connection, and the next resumed after the last frame taken.
+    pub protocol_violations: u64,
+    /// Frames whose CRC-32C did not match (`crc`): each dropped its connection, and the next
+    /// resumed from that frame.
+    pub crc_failures: u64,
     /// Changes of the upstream's format.
     pub format_switches: u64,
     /// Formats the upstream sent.
@@ -117,6 +135,9 @@ enum Trouble {
     Fatal(String),
     /// The stop flag was set.
     Stopped,
+    /// The connection's bytes cannot be believed any more (counted and logged): another one
+    /// resumes after the last frame taken, after a wait that grows while violations follow.
+    Violation(String),
 }
 
 /// The DATA record whose frames are being handed out: it stays at the front of the buffer until
@@ -222,6 +243,16 @@ pub struct UpstreamSource {
     next: Option<u64>,
     /// The frame asked for on this connection, until its first record says where it starts.
     asked: Option<u64>,
+    /// Whether this connection's records fit together.
+    continuity: Continuity,
+    /// Checks each frame's CRC-32C, when the upstream protects its frames with one.
+    crc: Option<Protector>,
+    /// The wait before reconnecting after the next protocol violation.
+    violation_backoff: Duration,
+    /// When the last protocol violation was.
+    last_violation: Option<Instant>,
+    /// Violations since the last frame handed on: when the first was, and how many.
+    violations_without_frames: Option<(Instant, u64)>,
     /// A version-1 upstream's missing resume was reported.
     warned_v1: bool,
     /// Receipt time of the bytes being read, ns since the epoch.
@@ -243,6 +274,8 @@ impl UpstreamSource {
         stop: Arc<AtomicBool>,
     ) -> anyhow::Result<UpstreamSource> {
         let summary = UpstreamSummary { connect: settings.connect.clone(), ..UpstreamSummary::default() };
+        // CRC-32C only: an encrypted upstream is refused at its greeting.
+        let crc = settings.crc.then(|| Protector::new(true, None, mdrelay_proto::codec::DEFAULT_MAX_FRAME));
         let mut source = UpstreamSource {
             settings,
             own,
@@ -253,11 +286,16 @@ impl UpstreamSource {
             offset: 0,
             record: None,
             codecs: Default::default(),
+            crc,
             resegmenter: Resegmenter::new(),
             format: None,
             session: None,
             next: None,
             asked: None,
+            continuity: Continuity::new(None),
+            violation_backoff: INITIAL_BACKOFF,
+            last_violation: None,
+            violations_without_frames: None,
             warned_v1: false,
             receive_time: 0,
             last_read: Instant::now(),
@@ -268,7 +306,7 @@ impl UpstreamSource {
         };
         match source.reach(None) {
             Ok(()) => Ok(source),
-            Err(Trouble::Fatal(why) | Trouble::Lost(why)) => Err(anyhow::anyhow!(why)),
+            Err(Trouble::Fatal(why) | Trouble::Lost(why) | Trouble::Violation(why)) => Err(anyhow::anyhow!(why)),
             Err(Trouble::Stopped) => {
                 Err(anyhow::anyhow!("stopped before the upstream {} was reached", source.settings.connect))
             }
@@ -293,6 +331,22 @@ impl UpstreamSource {
     /// The sequence number the upstream's END gave its next frame, if it sent one.
     pub fn end_sequence(&self) -> Option<u64> {
         self.end_sequence
+    }
+
+    /// What this relay's END says was sent, given `own`, the totals of what it published. After
+    /// the upstream's END: the upstream's totals (the origin's, through every hop), so a leaf
+    /// compares what it got with what the origin sent, and frames lost on any hop show. Else
+    /// (the upstream lost for good, this relay stopped or at a limit): its own totals, marked
+    /// truncated, since frames the origin sent after the last one received here were never
+    /// relayed and no count says how many.
+    pub fn end_totals(&self, own: &Totals) -> Totals {
+        let upstream_ended = self.ended && self.summary.stop_reason == "end";
+        match &self.summary.totals {
+            Some(upstream) if upstream_ended => upstream.clone(),
+            // An END whose totals did not parse: the stream did end there.
+            _ if upstream_ended => own.clone(),
+            _ => Totals { truncated: true, ..own.clone() },
+        }
     }
 
     /// The counts so far (without the latency figures, which are in [`UpstreamSource::latency`]).
@@ -323,12 +377,18 @@ impl UpstreamSource {
                 self.finish("stopped", None);
                 return None;
             }
-            if let Some(ready) = self.take_frame() {
-                break ready;
-            }
-            let trouble = match self.next_record() {
+            let taken = match self.take_frame() {
+                Ok(Some(ready)) => break ready,
+                Ok(None) => self.next_record(),
+                Err(trouble) => Err(trouble),
+            };
+            let trouble = match taken {
                 Ok(()) => continue,
                 Err(Trouble::Lost(why)) => match self.reach(Some(why)) {
+                    Ok(()) => continue,
+                    Err(trouble) => trouble,
+                },
+                Err(Trouble::Violation(why)) => match self.after_violation(why) {
                     Ok(()) => continue,
                     Err(trouble) => trouble,
                 },
@@ -336,7 +396,7 @@ impl UpstreamSource {
             };
             match trouble {
                 Trouble::Stopped => self.finish("stopped", None),
-                Trouble::Fatal(why) | Trouble::Lost(why) => {
+                Trouble::Fatal(why) | Trouble::Lost(why) | Trouble::Violation(why) => {
                     tracing::error!(upstream = %self.settings.connect, "{why}; the relay's stream ends here");
                     self.finish("failed", Some(why));
                 }
@@ -369,37 +429,80 @@ impl UpstreamSource {
     }
 
     /// The next frame of the current DATA record, decoded (its messages given to the
-    /// resegmenter); `None` once the record has no more (it is then consumed).
-    fn take_frame(&mut self) -> Option<Ready> {
+    /// resegmenter); `None` once the record has no more (it is then consumed). With `crc`, a
+    /// frame that fails its CRC-32C is a violation: nothing more of its connection is believed.
+    fn take_frame(&mut self) -> Result<Option<Ready>, Trouble> {
         let UpstreamSource {
-            record, buf, offset, codecs, resegmenter, next, summary, latency, receive_time, peer, ..
+            record,
+            buf,
+            offset,
+            codecs,
+            crc,
+            resegmenter,
+            next,
+            summary,
+            latency,
+            receive_time,
+            peer,
+            violations_without_frames,
+            ..
         } = self;
-        let current = record.as_mut()?;
+        let Some(current) = record.as_mut() else { return Ok(None) };
         let data = buf.data();
         let codec = codecs[usize::from(current.format.id())]
             .get_or_insert_with(|| Codec::new(current.format, Limits::default()));
         while current.index < current.count {
             let rest = &data[current.offset..current.total];
-            let len = match codec.frame_len(rest) {
-                Ok(Some(n)) if n > 0 && n <= rest.len() => n,
-                delimit => {
-                    let what = match delimit {
-                        Err(e) => e.to_string(),
-                        Ok(None) => format!("{} bytes left, not a whole frame", rest.len()),
-                        Ok(Some(n)) => format!("framing says {n} bytes with {} left", rest.len()),
-                    };
-                    summary.undelimited_records += 1;
-                    if mdrelay_proto::warn::allow("upstream delimit") {
-                        tracing::warn!(upstream = %peer_name(*peer), at = *offset + current.offset as u64, format = %current.format,
-                            error = %what, "cannot delimit a frame; the rest of the record is skipped");
-                    }
-                    break;
-                }
-            };
-            let start = current.offset;
-            current.offset += len;
             // first + index stays far below u64::MAX: first is at most MAX_SEQUENCE.
             let sequence = current.first + current.index;
+            // Where the frame's own bytes are in the record, and the bytes it takes there.
+            let (start, len, taken) = match crc {
+                Some(crc) => {
+                    // Checked before anything of the frame is read: a changed byte, or a length
+                    // that does not fit the record, costs the connection, not the frame.
+                    let at = *offset + current.offset as u64;
+                    let opened = match crc.sealed_len(rest) {
+                        Ok(Some(sealed)) => crc
+                            .open(summary.session, sequence, current.format, &rest[..sealed], &mut Vec::new())
+                            .map(|frame| (sealed, frame.len())),
+                        Ok(None) => Err(ProtectError::Malformed {
+                            offset: rest.len(),
+                            what: "the record ends inside the protected frame".into(),
+                        }),
+                        Err(e) => Err(e),
+                    };
+                    match opened {
+                        // CRC-32C only (an encrypted upstream is refused): the frame is the body
+                        // behind the length prefix.
+                        Ok((sealed, body)) => (current.offset + LEN_PREFIX, body, sealed),
+                        Err(error) => {
+                            summary.crc_failures += 1;
+                            tracing::warn!(upstream = %peer_name(*peer), at, sequence, %error,
+                                "frame changed on the way; dropping the connection to resume from this frame");
+                            return Err(Trouble::Violation(format!(
+                                "frame {sequence} at stream byte {at} failed its check: {error}"
+                            )));
+                        }
+                    }
+                }
+                None => match codec.frame_len(rest) {
+                    Ok(Some(n)) if n > 0 && n <= rest.len() => (current.offset, n, n),
+                    delimit => {
+                        let what = match delimit {
+                            Err(e) => e.to_string(),
+                            Ok(None) => format!("{} bytes left, not a whole frame", rest.len()),
+                            Ok(Some(n)) => format!("framing says {n} bytes with {} left", rest.len()),
+                        };
+                        summary.undelimited_records += 1;
+                        if mdrelay_proto::warn::allow("upstream delimit") {
+                            tracing::warn!(upstream = %peer_name(*peer), at = *offset + current.offset as u64, format = %current.format,
+                                error = %what, "cannot delimit a frame; the rest of the record is skipped");
+                        }
+                        break;
+                    }
+                },
+            };
+            current.offset += taken;
             current.index += 1;
             if let Some(expected) = *next {
                 if sequence < expected {
@@ -428,12 +531,13 @@ impl UpstreamSource {
                     summary.messages += messages;
                     summary.first_sequence.get_or_insert(sequence);
                     summary.last_sequence = Some(sequence);
+                    *violations_without_frames = None;
                     let hop = receive_time.saturating_sub(header.publish_time);
                     match u64::try_from(hop) {
                         Ok(ns) => latency.saturating_record(ns.max(1)),
                         Err(_) => summary.negative_latencies += 1,
                     }
-                    return Some(Ready { start, end: start + len, header, sequence });
+                    return Ok(Some(Ready { start, end: start + len, header, sequence }));
                 }
                 Err(error) => {
                     summary.decode_errors += 1;
@@ -448,7 +552,7 @@ impl UpstreamSource {
         *record = None;
         buf.consume(total);
         *offset += total as u64;
-        None
+        Ok(None)
     }
 
     /// Takes the record at the front of the buffer, reading more bytes when it is not whole.
@@ -465,17 +569,27 @@ impl UpstreamSource {
         if data.len() < total {
             return self.read_more();
         }
-        let payload = &data[RecordHeader::LEN..total];
         let at = self.offset;
+        // Numbers that do not fit the connection's stream are a violation; a record that skips
+        // ahead waits for the header of the record after it to say whether it is believed.
+        let mut verdict = self.continuity.check(&header, None);
+        if verdict == Verdict::NeedNext {
+            let Some(after) = data.get(total..).filter(|after| after.len() >= RecordHeader::LEN) else {
+                return self.read_more();
+            };
+            let after = RecordHeader::parse(after, MAX_RECORD).map_err(|e| {
+                let at = at + total as u64 + e.offset as u64;
+                Trouble::Lost(format!("bad record header at stream byte {at}: {}", e.what))
+            })?;
+            verdict = self.continuity.check(&header, Some(&after));
+        }
+        if let Verdict::Violation(violation) = verdict {
+            return Err(self.violation(at, violation));
+        }
+        let payload = &data[RecordHeader::LEN..total];
         match header.tag {
             RecordTag::Data => {
                 let count = u64::from(header.frame_count);
-                if header.sequence == 0 || header.sequence > MAX_SEQUENCE {
-                    return Err(Trouble::Lost(format!(
-                        "DATA record at stream byte {at} numbers its frames from {}, not a sequence number a publisher gives",
-                        header.sequence
-                    )));
-                }
                 self.note_format(header.format);
                 self.started_at(header.sequence);
                 let record = Record {
@@ -542,6 +656,51 @@ impl UpstreamSource {
         self.buf.consume(total);
         self.offset += total as u64;
         Ok(())
+    }
+
+    /// Counts and logs `violation`, by the record at stream byte `at`: the connection is done.
+    fn violation(&mut self, at: u64, violation: Violation) -> Trouble {
+        self.summary.protocol_violations += 1;
+        tracing::warn!(upstream = %peer_name(self.peer), at, sequence = violation.sequence, expected = ?violation.expected,
+            "protocol violation at stream byte {at}: {violation}; dropping the connection to resume after the last frame received");
+        Trouble::Violation(format!("protocol violation at stream byte {at}: {violation}"))
+    }
+
+    /// After a violation (`why`): waits (longer for each violation that follows soon after
+    /// another), then connects again and resumes after the last frame handed on. Gives up, as
+    /// for an upstream out of reach, when violations have followed one another without a frame
+    /// handed on for `give_up_after`.
+    fn after_violation(&mut self, why: String) -> Result<(), Trouble> {
+        self.stream = None;
+        let now = Instant::now();
+        if self.last_violation.is_none_or(|last| now.duration_since(last) > VIOLATIONS_FORGOTTEN_AFTER) {
+            self.violation_backoff = INITIAL_BACKOFF.min(self.settings.reconnect_max);
+        }
+        self.last_violation = Some(now);
+        let wait = self.violation_backoff;
+        self.violation_backoff = (wait * 2).min(self.settings.reconnect_max);
+        let (since, count) = self.violations_without_frames.get_or_insert((now, 0));
+        *count += 1;
+        let (since, count) = (*since, *count);
+        // The first violation always gets another connection; then, as when the upstream is
+        // out of reach, `give_up_after` bounds the time without a frame that fits.
+        if count > 1 && since.elapsed() + wait > self.settings.give_up_after {
+            return Err(Trouble::Fatal(format!(
+                "upstream {}: {why}; {count} protocol violations in a row over {:.1} s without a frame taken (source.upstream.give_up_after = {:?})",
+                self.settings.connect,
+                since.elapsed().as_secs_f64(),
+                self.settings.give_up_after
+            )));
+        }
+        tracing::info!(upstream = %self.settings.connect, retry_in = ?wait, "reconnecting after a protocol violation");
+        let until = Instant::now() + wait;
+        while Instant::now() < until {
+            if self.stop.load(Ordering::Relaxed) {
+                return Err(Trouble::Stopped);
+            }
+            std::thread::sleep(POLL.min(until.saturating_duration_since(Instant::now())));
+        }
+        self.reach(Some(why))
     }
 
     /// Notes the upstream's format (a FORMAT record, or a DATA record's header).
@@ -700,10 +859,17 @@ impl UpstreamSource {
         stream.set_write_timeout(Some(self.settings.handshake_timeout)).map_err(io)?;
 
         let hello = self.greeting(&mut stream, peer)?;
-        if hello.protection.any() {
+        let expected = Protection { crc: self.settings.crc, encrypted: false };
+        if hello.protection.encrypted {
             return Err(Trouble::Fatal(format!(
-                "upstream {connect} ({peer}) protects its frames ({}); a relay takes only an unprotected upstream: relay from an origin without [protection], and protect this relay's own output instead",
+                "upstream {connect} ({peer}) encrypts its frames ({}); a relay cannot take an encrypted upstream (docs/chaining.md): encrypt between the last relay and its subscribers, and protect the links to relays with `crc`",
                 hello.protection
+            )));
+        }
+        if hello.protection != expected {
+            return Err(Trouble::Fatal(format!(
+                "upstream {connect} ({peer}) protects its frames with {} and source.upstream.crc = {} expects {expected}: set source.upstream.crc = {} to match the upstream's [protection] crc",
+                hello.protection, self.settings.crc, hello.protection.crc
             )));
         }
         if let Some(session) = self.session.filter(|s| *s != hello.session) {
@@ -716,7 +882,8 @@ impl UpstreamSource {
             Some(next) => Resume::From(next),
             None => Resume::Live,
         };
-        let answer = Subscribe { resume: wanted, ..Subscribe::new(false) }.negotiated(hello.protocol_version);
+        let answer = Subscribe { resume: wanted, protection: expected, ..Subscribe::new(false) }
+            .negotiated(hello.protocol_version);
         if wanted != answer.resume && !self.warned_v1 {
             self.warned_v1 = true;
             tracing::warn!(upstream = %peer, version = hello.protocol_version,
@@ -730,6 +897,7 @@ impl UpstreamSource {
             Resume::From(from) => Some(from),
             Resume::Live => None,
         };
+        self.continuity = Continuity::new(self.asked);
         if self.session.is_none() {
             tracing::info!(upstream = %peer, session = format_args!("{:#x}", hello.session), stream = hello.stream,
                 format = %hello.format, next_sequence = hello.next_sequence, version = hello.protocol_version,

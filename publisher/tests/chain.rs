@@ -6,7 +6,10 @@
 //! the origin's session, sequence numbers and publish times, so its latency is origin-to-leaf
 //! (never below any hop's on the way) and a gap upstream is a gap at the leaf; a relay that loses
 //! its upstream resumes from the upstream's ring, and ends its own stream (with an error naming
-//! the upstream) when it cannot.
+//! the upstream) when it cannot. A record whose numbers a link changed, or whose CRC fails, is a
+//! protocol violation: the relay (or subscriber) drops the connection and resumes after the last
+//! good frame, so nothing wrong is relayed and nothing is lost; and a stream that ends short of
+//! its origin's never lets a leaf report its totals as matching.
 //!
 //! The chains start only when every hop is connected: the origin waits for two subscribers, the
 //! first relay and a direct subscriber that connects last, so no frame waits in a queue while the
@@ -21,7 +24,8 @@ use mdrelay_harness::netns::{Host, Hosts, Line};
 use mdrelay_harness::process::field;
 use mdrelay_harness::{
     Finished, Process, STEP, Signal, accept_within, assert_aggregates, cutting_proxy, dashboard_queries,
-    deep10_tcp_config, expected, free_tcp_port, iex_data, json_file, publisher_bin, scrape, serial, subscriber_bin,
+    deep10_tcp_config, expected, free_tcp_port, iex_data, json_file, mangling_proxy, publisher_bin, scrape, serial,
+    subscriber_bin,
 };
 use mdrelay_proto::codec::{Codec, Format, Limits, MessageScratch, collect_segment};
 use mdrelay_proto::relay::{Hello, RecordHeader, RecordTag, Subscribe, control_record};
@@ -328,6 +332,288 @@ fn a_relay_whose_upstream_connection_is_cut_resumes_from_the_upstream_ring_and_t
     assert_eq!(leaf_report["frames"], json_file(Path::new(&origin_json))["totals"]["frames"]);
 }
 
+/// A change to the `nth` DATA record (0-based) of the first connection through a
+/// [`mangling_proxy`]; every other record, and every later connection, passes as it is.
+fn on_nth_data_record(
+    nth: usize,
+    change: impl Fn(&mut [u8]) + Send + 'static,
+) -> impl FnMut(usize, &mut Vec<u8>) + Send {
+    let mut seen = 0;
+    move |connection, record| {
+        if connection == 0 && record[0] == RecordTag::Data as u8 {
+            if seen == nth {
+                change(record);
+            }
+            seen += 1;
+        }
+    }
+}
+
+/// The sequence number in a record's header.
+fn record_sequence(record: &[u8]) -> u64 {
+    u64::from_le_bytes(record[8..16].try_into().unwrap())
+}
+
+/// A sequence number as a broken link changes it.
+type Renumber = fn(u64) -> u64;
+
+/// DATA records into the stream where the link breaks one: far enough for the relay to have
+/// taken frames (about a thousand), far from the end.
+const BROKEN_RECORD: usize = 300;
+
+/// An origin → relay → leaf chain of DEEP10 whose origin-to-relay link renumbers one DATA record
+/// with `renumber`: the relay must count one protocol violation, reconnect, resume after its last
+/// good frame, and the leaf get exactly the reference, with totals matching the origin's.
+fn a_renumbered_record_costs_a_reconnection_and_nothing_else(renumber: Renumber, context: &str) {
+    let _serial = serial();
+    let reference = expected("DEEP10.json");
+    let dir = tempfile::tempdir().unwrap();
+    let (origin_json, relay_json, leaf_json) =
+        (path(dir.path(), "origin.json"), path(dir.path(), "relay.json"), path(dir.path(), "leaf.json"));
+    let (origin, origin_addr) = origin("sbe", "150000", "1", &origin_json);
+    let (proxy, proxy_thread) = mangling_proxy(
+        origin_addr,
+        2,
+        on_nth_data_record(BROKEN_RECORD, move |record| {
+            let wrong = renumber(record_sequence(record));
+            record[8..16].copy_from_slice(&wrong.to_le_bytes());
+        }),
+    );
+    let metrics: SocketAddr = format!("127.0.0.1:{}", free_tcp_port()).parse().unwrap();
+    let metrics_flags = ["--metrics-listen", &metrics.to_string(), "--metrics-hold", "60"].map(String::from);
+    let metrics_flags: Vec<&str> = metrics_flags.iter().map(String::as_str).collect();
+    let (mut relay, relay_addr, _) = tcp_relay(proxy, "flatbuffers", &relay_json, &metrics_flags);
+    let leaf = tcp_leaf(relay_addr, &leaf_json, &[]);
+    origin.finish(RUN).assert_success();
+    relay.wait_for_within("metrics endpoint stays up", RUN);
+    let scraped = scrape(metrics).unwrap();
+    relay.signal(Signal::SIGTERM);
+    let relay_done = relay.finish(STEP);
+    relay_done.assert_success();
+    let leaf_report = report(&leaf.finish(STEP), &leaf_json, context);
+    let origin_totals = &json_file(Path::new(&origin_json))["totals"];
+    let u = &json_file(Path::new(&relay_json))["upstream"];
+    eprintln!(
+        "{context}: leaf frames {} of the origin's {}, totals_match {}; relay duplicates {}, violations {}",
+        leaf_report["frames"],
+        origin_totals["frames"],
+        leaf_report["totals_match"],
+        u["duplicates"],
+        u["protocol_violations"]
+    );
+    assert_eq!(leaf_report["frames"], origin_totals["frames"], "{context}: the leaf got every frame the origin sent");
+    assert_eq!(u["protocol_violations"], 1, "{context}: {u}");
+    assert_eq!((&u["reconnects"], &u["resumes"]), (&json!(1), &json!(1)), "{context}: {u}");
+    assert_eq!(
+        (&u["gaps"], &u["duplicates"], &u["decode_errors"]),
+        (&json!(0), &json!(0), &json!(0)),
+        "{context}: {u}"
+    );
+    assert_eq!(u["stop_reason"], "end", "{context}: {u}");
+    assert_exact(&leaf_report, &reference, context);
+    assert_eq!(leaf_report["publisher_totals"]["frames"], origin_totals["frames"], "{context}: the origin's totals");
+    assert_eq!(leaf_report["publisher_totals"]["messages"], origin_totals["messages"], "{context}");
+    // The log names the upstream and says what was expected.
+    let line = relay_done
+        .stderr
+        .lines()
+        .find(|l| l.contains("protocol violation"))
+        .unwrap_or_else(|| panic!("{context}: no violation logged: {}", relay_done.stderr));
+    eprintln!("{context}: {line}");
+    for needle in [&format!("upstream={proxy}"), "expected", "stream byte"] {
+        assert!(line.contains(needle), "{context}: {needle} in {line}");
+    }
+    assert_eq!(scraped.get("mdrelay_pub_upstream_protocol_violations_total", ""), Some(1.0), "{}", scraped.text);
+    proxy_thread.join().expect("the relay connected twice");
+}
+
+#[test]
+fn a_data_record_renumbered_a_million_ahead_on_the_upstream_link_is_a_violation_the_relay_resumes_from() {
+    a_renumbered_record_costs_a_reconnection_and_nothing_else(|s| s + 1_000_000, "sequence + 10^6");
+}
+
+#[test]
+fn a_data_record_with_a_flipped_sequence_bit_on_the_upstream_link_is_a_violation_the_relay_resumes_from() {
+    a_renumbered_record_costs_a_reconnection_and_nothing_else(|s| s ^ (1 << 29), "sequence bit 29 flipped");
+}
+
+#[test]
+fn a_subscriber_treats_a_renumbered_record_as_a_violation_and_resumes_exact() {
+    let _serial = serial();
+    let reference = expected("DEEP10.json");
+    let dir = tempfile::tempdir().unwrap();
+    let renumberings: [(Renumber, &str); 2] =
+        [(|s| s + 1_000_000, "sequence + 10^6"), (|s| s ^ (1 << 29), "sequence bit 29 flipped")];
+    for (renumber, context) in renumberings {
+        let (origin_json, leaf_json) = (path(dir.path(), "origin.json"), path(dir.path(), "leaf.json"));
+        let (origin, origin_addr) = origin("capnp", "150000", "1", &origin_json);
+        let (proxy, proxy_thread) = mangling_proxy(
+            origin_addr,
+            2,
+            on_nth_data_record(BROKEN_RECORD, move |record| {
+                let wrong = renumber(record_sequence(record));
+                record[8..16].copy_from_slice(&wrong.to_le_bytes());
+            }),
+        );
+        let leaf = tcp_leaf(proxy, &leaf_json, &[]);
+        origin.finish(RUN).assert_success();
+        let leaf_done = leaf.finish(STEP);
+        let leaf_report = report(&leaf_done, &leaf_json, context);
+        let origin_totals = &json_file(Path::new(&origin_json))["totals"];
+        eprintln!(
+            "subscriber, {context}: frames {} of the origin's {}, gaps {}, duplicates {}, totals_match {}",
+            leaf_report["frames"],
+            origin_totals["frames"],
+            leaf_report["gaps"],
+            leaf_report["duplicates"],
+            leaf_report["totals_match"]
+        );
+        assert_eq!(leaf_report["frames"], origin_totals["frames"], "{context}: {leaf_report}");
+        assert_exact(&leaf_report, &reference, context);
+        assert_eq!((&leaf_report["reconnects"], &leaf_report["resumes"]), (&json!(1), &json!(1)), "{leaf_report}");
+        assert_eq!(leaf_report["invalid_packets"], 1, "{context}: the violation is counted: {leaf_report}");
+        assert!(leaf_done.stderr.contains("protocol violation"), "{context}: {}", leaf_done.stderr);
+        proxy_thread.join().expect("the subscriber connected twice");
+    }
+}
+
+#[test]
+fn an_upstream_that_breaks_the_numbering_on_every_connection_is_retried_with_backoff_then_given_up() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let upstream = listener.local_addr().unwrap();
+    // Every connection: the stream announced from frame 10, then a record of frame 3.
+    let fake = std::thread::spawn(move || {
+        socket2::SockRef::from(&listener).set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut connections = 0;
+        while let Ok((mut s, _)) = listener.accept() {
+            connections += 1;
+            let _ = s.write_all(&Hello::new(Format::Sbe, 0x4444, 1, 10).to_bytes());
+            let mut answer = [0u8; Subscribe::V2_LEN];
+            if s.read_exact(&mut answer).is_err() {
+                continue;
+            }
+            let _ = s.write_all(&control_record(RecordTag::Format, Format::Sbe, 10, &[]));
+            let _ = s.write_all(&data_record(Format::Sbe, 3, &[0u8; 8]));
+            let _ = s.read_to_end(&mut Vec::new());
+        }
+        connections
+    });
+    let relay_json = path(dir.path(), "relay.json");
+    let toml = format!(
+        "[source.upstream]\nconnect = \"{upstream}\"\nreconnect_max = 0.4\ngive_up_after = 2\n[tcp]\nlisten = \"127.0.0.1:0\"\n"
+    );
+    let started = Instant::now();
+    let done = run_config(dir.path(), "relay.toml", &toml, &["--json", &relay_json]).finish(RUN);
+    let took = started.elapsed();
+    let connections = fake.join().unwrap();
+    assert_eq!(done.code(), Some(1), "the relay gives up: {done:?}");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    let u = &json_file(Path::new(&relay_json))["upstream"];
+    eprintln!("numbering broken on every connection: {connections} connections in {took:?}");
+    // 0.1, 0.2, 0.4, 0.4 ... s between attempts over about 2 s: a handful, never hundreds.
+    assert!((3..=12).contains(&connections), "{connections} connections in {took:?}: {u}");
+    assert_eq!(u["protocol_violations"], connections, "{u}");
+    assert_eq!(u["frames"], 0, "{u}");
+    assert!(u["error"].as_str().unwrap_or_default().contains("protocol violation"), "{u}");
+    assert!(done.stderr.contains(&format!("upstream={upstream}")), "{done:?}");
+}
+
+#[test]
+fn a_relay_stopped_mid_stream_does_not_let_its_leaf_believe_it_got_the_whole_session() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (origin_json, relay_json, leaf_json) =
+        (path(dir.path(), "origin.json"), path(dir.path(), "relay.json"), path(dir.path(), "leaf.json"));
+    let (origin, origin_addr) = origin("sbe", "100000", "1", &origin_json);
+    let (relay, relay_addr, _) = tcp_relay(origin_addr, "sbe", &relay_json, &[]);
+    let mut leaf = tcp_leaf(relay_addr, &leaf_json, &["--report-interval", "0.1"]);
+    leaf.wait_for_frames(1000);
+    relay.signal(Signal::SIGTERM);
+    relay.finish(RUN).assert_success();
+    let leaf_report = report(&leaf.finish(STEP), &leaf_json, "the leaf");
+    origin.finish(RUN).assert_success();
+    let origin_frames = json_file(Path::new(&origin_json))["totals"]["frames"].as_u64().unwrap();
+    assert!(leaf_report["frames"].as_u64().unwrap() < origin_frames, "the relay stopped early: {leaf_report}");
+    assert_eq!(leaf_report["stop_reason"], "end", "the relay ended its stream: {leaf_report}");
+    assert_eq!(leaf_report["totals_match"], false, "{leaf_report}");
+    assert_eq!(leaf_report["publisher_totals"]["truncated"], true, "{leaf_report}");
+}
+
+#[test]
+fn a_bit_flipped_on_a_crc_protected_upstream_link_is_caught_and_the_relay_resumes_exact() {
+    let _serial = serial();
+    let reference = expected("DEEP10.json");
+    let dir = tempfile::tempdir().unwrap();
+    let (origin_json, relay_json, leaf_json) =
+        (path(dir.path(), "origin.json"), path(dir.path(), "relay.json"), path(dir.path(), "leaf.json"));
+    let origin_config = dir.path().join("origin.toml");
+    std::fs::write(&origin_config, "[protection]\ncrc = true\n").unwrap();
+    let origin_config = origin_config.display().to_string();
+    let deep10 = deep10();
+    let mut origin = Process::start(
+        publisher_bin(),
+        [
+            "run",
+            "--config",
+            &origin_config,
+            "--capture",
+            &deep10,
+            "--format",
+            "capnp",
+            "--tcp",
+            "127.0.0.1:0",
+            "--wait-subscribers",
+            "1",
+            "--slow-subscriber",
+            "block",
+            "--pacing",
+            "rate",
+            "--rate",
+            "150000",
+            "--json",
+            &origin_json,
+        ],
+    );
+    let origin_addr = origin.serving_on();
+    // A relay not told of the upstream's CRC is refused at the greeting, naming the setting.
+    let unaware = run_config(
+        dir.path(),
+        "unaware.toml",
+        &format!("[source.upstream]\nconnect = \"{origin_addr}\"\n[tcp]\nlisten = \"127.0.0.1:0\"\n"),
+        &[],
+    )
+    .finish(STEP);
+    assert_eq!(unaware.code(), Some(1), "{unaware:?}");
+    assert!(unaware.stderr.contains("source.upstream.crc"), "{unaware:?}");
+    // One bit of a frame flipped in the 300th DATA record.
+    let (proxy, proxy_thread) = mangling_proxy(
+        origin_addr,
+        2,
+        on_nth_data_record(BROKEN_RECORD, |record| record[RecordHeader::LEN + 12] ^= 0x10),
+    );
+    let toml = format!(
+        "format = \"sbe\"\n[source.upstream]\nconnect = \"{proxy}\"\ncrc = true\n[tcp]\nlisten = \"127.0.0.1:0\"\nwait_subscribers = 1\nslow_subscriber = \"block\"\n"
+    );
+    let mut relay = run_config(dir.path(), "relay.toml", &toml, &["--json", &relay_json]);
+    let relay_addr = relay.serving_on();
+    let leaf = tcp_leaf(relay_addr, &leaf_json, &[]);
+    origin.finish(RUN).assert_success();
+    let relay_done = relay.finish(RUN);
+    relay_done.assert_success();
+    let leaf_report = report(&leaf.finish(STEP), &leaf_json, "the leaf of a CRC-checked relay");
+    proxy_thread.join().expect("the relay connected twice");
+    let origin_totals = &json_file(Path::new(&origin_json))["totals"];
+    let u = &json_file(Path::new(&relay_json))["upstream"];
+    assert_eq!(u["crc_failures"], 1, "{u}");
+    assert_eq!((&u["reconnects"], &u["resumes"]), (&json!(1), &json!(1)), "{u}");
+    assert_eq!((&u["gaps"], &u["duplicates"], &u["decode_errors"]), (&json!(0), &json!(0), &json!(0)), "{u}");
+    assert_exact(&leaf_report, &reference, "the leaf of a relay whose upstream link flipped a bit");
+    assert_eq!(leaf_report["frames"], origin_totals["frames"]);
+    assert!(relay_done.stderr.contains("CRC-32C"), "{}", relay_done.stderr);
+}
+
 #[test]
 fn a_relay_that_joins_late_carries_the_origins_numbers_so_the_leaf_sees_where() {
     let _serial = serial();
@@ -503,10 +789,12 @@ fn hostile_upstream_bytes_cost_their_frames_and_a_restarted_upstream_ends_the_re
     assert_eq!(u["decode_errors"].as_u64().unwrap() + u["undelimited_records"].as_u64().unwrap(), 1, "{u}");
     assert_eq!((&u["stop_reason"], &u["reconnects"]), (&json!("failed"), &json!(0)), "{u}");
     assert!(u["error"].as_str().unwrap().contains("restarted"), "{u}");
-    // Its subscriber got the one good frame and the relay's END: it stops instead of waiting.
+    // Its subscriber got the one good frame and the relay's END: it stops instead of waiting,
+    // and is told the stream ended short of its source's.
     let leaf_report = report(&leaf.finish(STEP), &leaf_json, "the relay's subscriber");
     assert_eq!((&leaf_report["frames"], &leaf_report["messages"]), (&json!(1), &json!(messages)), "{leaf_report}");
-    assert_eq!((&leaf_report["stop_reason"], &leaf_report["totals_match"]), (&json!("end"), &json!(true)));
+    assert_eq!((&leaf_report["stop_reason"], &leaf_report["totals_match"]), (&json!("end"), &json!(false)));
+    assert_eq!(leaf_report["publisher_totals"]["truncated"], true, "{leaf_report}");
 }
 
 #[test]
@@ -546,6 +834,13 @@ fn a_relay_whose_upstream_is_killed_mid_stream_ends_its_own_stream_with_an_error
     assert!(leaf_report["messages"].as_u64() < reference["messages"].as_u64(), "the stream was cut: {leaf_report}");
     assert_eq!(leaf_report["frames"], relay_report["totals"]["frames"]);
     assert_eq!((&leaf_report["gaps"], &leaf_report["stop_reason"]), (&json!(0), &json!("end")), "{leaf_report}");
+    // The origin sent frames the leaf never got: its totals must not match.
+    eprintln!(
+        "upstream killed: leaf frames {}, totals_match {}, publisher totals {}",
+        leaf_report["frames"], leaf_report["totals_match"], leaf_report["publisher_totals"]
+    );
+    assert_eq!(leaf_report["totals_match"], false, "{leaf_report}");
+    assert_eq!(leaf_report["publisher_totals"]["truncated"], true, "{leaf_report}");
 }
 
 #[test]

@@ -54,9 +54,25 @@ pub struct Cli {
     pub histogram_log: Option<PathBuf>,
     /// Record what is received to FILE as an IEX-TP capture, in arrival order, whatever the
     /// wire format: pcapng if the name ends in .pcapng, else pcap; gzipped if it ends in .gz
-    /// (e.g. day.pcapng.gz).
+    /// (e.g. day.pcapng.gz). An existing file is refused unless --record-overwrite is given; a
+    /// symbolic link always is.
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
+    /// Recording: replace an existing file at the --record path (with rotation, the numbered files
+    /// of an earlier recording there). Never through a symbolic link.
+    #[arg(long, visible_alias = "force")]
+    pub record_overwrite: bool,
+    /// Recording: start a new file once the current one holds SIZE bytes (compressed, when
+    /// gzipped): a number of bytes or e.g. 512MiB, 1GB, 2GiB. Files are numbered: day.pcap.gz
+    /// becomes day.000001.pcap.gz, day.000002.pcap.gz, ...
+    #[arg(long, value_name = "SIZE")]
+    pub record_rotate_size: Option<String>,
+    /// Recording: start a new file once the current one spans this many seconds of receive time.
+    #[arg(long, value_name = "SECONDS")]
+    pub record_rotate_interval: Option<f64>,
+    /// Recording with rotation: keep at most N files, removing the oldest.
+    #[arg(long, value_name = "N")]
+    pub record_max_files: Option<u64>,
     /// Stop once this many messages have been received.
     #[arg(long, value_name = "N")]
     pub count: Option<u64>,
@@ -177,6 +193,10 @@ struct FileConfig {
     json: Option<String>,
     histogram_log: Option<PathBuf>,
     record: Option<PathBuf>,
+    record_overwrite: Option<Spanned<bool>>,
+    record_rotate_size: Option<Spanned<ByteSize>>,
+    record_rotate_interval: Option<Spanned<Seconds>>,
+    record_max_files: Option<Spanned<u64>>,
     count: Option<Spanned<u64>>,
     duration: Option<Spanned<Seconds>>,
     reconnect_max_seconds: Option<Spanned<Seconds>>,
@@ -250,8 +270,8 @@ pub struct Settings {
     pub json: Option<JsonTarget>,
     /// HdrHistogram interval log file.
     pub histogram_log: Option<PathBuf>,
-    /// Capture file the frames taken are recorded to (see `record`).
-    pub record: Option<PathBuf>,
+    /// Where and how the frames taken are recorded (see `record`).
+    pub record: Option<RecordSettings>,
     /// The Prometheus endpoint, if any.
     pub metrics: Option<MetricsSettings>,
     /// Per-frame CRC-32C and encryption expected of the publisher.
@@ -291,6 +311,28 @@ pub struct RecoverySettings {
     pub attempts: u32,
     /// After the end of stream, wait this long for frames still missing.
     pub linger: Duration,
+}
+
+/// `record`: the capture file the frames taken are written to, and its rotation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordSettings {
+    /// The capture file; with rotation, the name the numbered files are made from.
+    pub path: PathBuf,
+    /// Replace an existing file (never through a symbolic link).
+    pub overwrite: bool,
+    /// Start a new file once the current one holds this many bytes (compressed when gzipped).
+    pub rotate_size: Option<u64>,
+    /// Start a new file once the current one spans this long of receive time.
+    pub rotate_interval: Option<Duration>,
+    /// With rotation: keep at most this many files, removing the oldest.
+    pub max_files: Option<u32>,
+}
+
+impl RecordSettings {
+    /// Whether the recording is split into numbered files.
+    pub fn rotates(&self) -> bool {
+        self.rotate_size.is_some() || self.rotate_interval.is_some()
+    }
 }
 
 /// A configuration that cannot be used; the message names the setting.
@@ -401,6 +443,7 @@ impl Settings {
         let tie = Tie { transport: &transport, from_file: transport_from_file };
         let line_b = line_b(&cli, &file, origin, &tie)?;
         let recovery = recovery(&cli, &file, origin, &tie)?;
+        let record = record(&cli, &file, origin)?;
         let from_start =
             pick(cli.from_start.then_some(true), file.from_start, "from_start", origin).is_some_and(|n| n.value);
 
@@ -460,15 +503,11 @@ impl Settings {
             Some(s) => Some(JsonTarget::File(PathBuf::from(s))),
         };
         let histogram_log = cli.histogram_log.or(file.histogram_log);
-        let record = cli.record.or(file.record);
         let metrics = file
             .metrics
             .check(cli.metrics_listen.clone(), cli.metrics_hold)
             .map_err(|e| ConfigError(format!("{e:#}")))?;
         let protection = file.protection.check().map_err(ConfigError)?;
-        if record.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
-            return Err(ConfigError("record: empty file name".into()));
-        }
 
         let profile = cli.profile.or(file.profile).unwrap_or_default();
         let idle = cli.idle.or(file.idle).unwrap_or(match profile {
@@ -855,6 +894,104 @@ fn recovery(
     }))
 }
 
+/// A byte count as TOML writes it: an integer, or a string with a unit ("512MiB", "1GB").
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+enum ByteSize {
+    Int(i64),
+    Text(String),
+}
+
+/// The smallest `record_rotate_size`: a chunk of segments as the writer gets them (smaller files
+/// would hold one chunk each).
+const MIN_RECORD_ROTATE_SIZE: u64 = 64 << 10;
+/// The largest `record_rotate_size`: 1 TiB; a larger file is no longer a rotated one.
+const MAX_RECORD_ROTATE_SIZE: u64 = 1 << 40;
+/// The shortest `record_rotate_interval`, in seconds.
+const MIN_RECORD_ROTATE_INTERVAL: f64 = 1.0;
+/// The most `record_max_files`.
+const MAX_RECORD_FILES: u64 = 1_000_000;
+
+/// The recording: its file, overwriting, and rotation by size or time with a cap on the number
+/// of files. The other settings only go with `record`, and the cap only with rotation.
+fn record(cli: &Cli, file: &FileConfig, origin: &Origin<'_>) -> Result<Option<RecordSettings>, ConfigError> {
+    let path = cli.record.clone().or_else(|| file.record.clone());
+    if path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+        return Err(ConfigError("record: empty file name".into()));
+    }
+    let overwrite =
+        pick(cli.record_overwrite.then_some(true), file.record_overwrite.clone(), "record_overwrite", origin);
+    let size_setting = file.record_rotate_size.clone().map(|s| {
+        let span = s.span();
+        let text = match s.into_inner() {
+            ByteSize::Int(n) => n.to_string(),
+            ByteSize::Text(t) => t,
+        };
+        Spanned::new(span, text)
+    });
+    let size = pick(cli.record_rotate_size.clone(), size_setting, "record_rotate_size", origin);
+    let interval_name = match (&cli.record_rotate_interval, &file.record_rotate_interval) {
+        (Some(_), _) => Some(Origin::flag("record_rotate_interval")),
+        (None, Some(s)) => Some(origin.file_key("record_rotate_interval", s.span())),
+        (None, None) => None,
+    };
+    let interval = seconds(
+        cli.record_rotate_interval,
+        file.record_rotate_interval.clone(),
+        "record_rotate_interval",
+        origin,
+        false,
+        MIN_RECORD_ROTATE_INTERVAL,
+    )?;
+    let max_files = pick(cli.record_max_files, file.record_max_files.clone(), "record_max_files", origin);
+    let Some(path) = path else {
+        let given = [overwrite.map(|n| n.name), size.as_ref().map(|n| n.name.clone()), interval_name]
+            .into_iter()
+            .chain([max_files.map(|n| n.name)])
+            .flatten()
+            .next();
+        return match given {
+            Some(name) => {
+                Err(ConfigError(format!("{name}: only used with record (the capture file), which is not set")))
+            }
+            None => Ok(None),
+        };
+    };
+    let rotate_size = match size {
+        None => None,
+        Some(Named { value, name }) => {
+            let bytes = parse_size::parse_size(value.trim()).map_err(|e| {
+                ConfigError(format!("{name}: {value:?} is not a size ({e}; e.g. 1073741824, \"512MiB\" or \"1GB\")"))
+            })?;
+            if !(MIN_RECORD_ROTATE_SIZE..=MAX_RECORD_ROTATE_SIZE).contains(&bytes) {
+                return Err(ConfigError(format!("{name}: {value} ({bytes} bytes) is out of range (64KiB to 1TiB)")));
+            }
+            Some(bytes)
+        }
+    };
+    let max_files = match max_files {
+        None => None,
+        Some(Named { name, .. }) if rotate_size.is_none() && interval.is_none() => {
+            return Err(ConfigError(format!(
+                "{name}: only used with rotation (record_rotate_size or record_rotate_interval): without it the \
+                 recording is one file"
+            )));
+        }
+        Some(Named { value, name }) if !(1..=MAX_RECORD_FILES).contains(&value) => {
+            return Err(ConfigError(format!("{name}: {value} is out of range (1 to {MAX_RECORD_FILES})")));
+        }
+        // At most a million by the range check.
+        Some(n) => Some(n.value as u32),
+    };
+    Ok(Some(RecordSettings {
+        path,
+        overwrite: overwrite.is_some_and(|n| n.value),
+        rotate_size,
+        rotate_interval: interval,
+        max_files,
+    }))
+}
+
 /// Checks `host:port` syntax without resolving the name (the publisher may not be up yet).
 fn check_host_port(value: &str) -> Result<(), &'static str> {
     if value.parse::<SocketAddr>().is_ok() {
@@ -1012,11 +1149,71 @@ mod tests {
     #[test]
     fn the_recording_file_comes_from_the_file_or_the_flag() {
         let s = from_file("connect = \"h:1\"\nrecord = \"day.pcapng.gz\"\n").unwrap();
-        assert_eq!(s.record, Some(PathBuf::from("day.pcapng.gz")));
+        assert_eq!(s.record.map(|r| r.path), Some(PathBuf::from("day.pcapng.gz")));
         let file: FileConfig = toml::from_str("connect = \"h:1\"\nrecord = \"day.pcapng.gz\"\n").unwrap();
         let cli = Cli { record: Some("other.pcap".into()), ..Cli::default() };
-        assert_eq!(Settings::build(cli, file, &Origin { file: None }).unwrap().record, Some("other.pcap".into()));
+        let record = Settings::build(cli, file, &Origin { file: None }).unwrap().record;
+        assert_eq!(record.map(|r| r.path), Some("other.pcap".into()));
         assert_eq!(from_file("connect = \"h:1\"\n").unwrap().record, None);
         assert!(err("connect = \"h:1\"\nrecord = \"\"\n").contains("record: empty file name"));
+        let s = from_file("connect = \"h:1\"\nrecord = \"day.pcap\"\n").unwrap().record.unwrap();
+        assert!(!s.overwrite && !s.rotates() && s.max_files.is_none());
+    }
+
+    #[test]
+    fn recording_rotation_and_overwrite_are_read_and_range_checked() {
+        let with = |extra: &str| from_file(&format!("connect = \"h:1\"\nrecord = \"day.pcap.gz\"\n{extra}"));
+        let s = with(
+            "record_rotate_size = \"512MiB\"\nrecord_rotate_interval = 3600\nrecord_max_files = 48\n\
+                      record_overwrite = true\n",
+        )
+        .unwrap()
+        .record
+        .unwrap();
+        assert_eq!(
+            s,
+            RecordSettings {
+                path: "day.pcap.gz".into(),
+                overwrite: true,
+                rotate_size: Some(512 << 20),
+                rotate_interval: Some(Duration::from_secs(3600)),
+                max_files: Some(48),
+            }
+        );
+        assert!(s.rotates());
+        let size = |text: &str| with(&format!("record_rotate_size = {text}\n")).unwrap().record.unwrap().rotate_size;
+        assert_eq!(size("1048576"), Some(1 << 20));
+        assert_eq!(size("\"1GB\""), Some(1_000_000_000));
+        assert_eq!(size("\"1.5 GiB\""), Some(3 << 29));
+        assert_eq!(size("\"64KiB\""), Some(64 << 10));
+        let interval = with("record_rotate_interval = 1.5\n").unwrap().record.unwrap().rotate_interval;
+        assert_eq!(interval, Some(Duration::from_millis(1500)));
+
+        let bad = |extra: &str| with(extra).unwrap_err().0;
+        let e = bad("record_rotate_size = 65535\n");
+        assert!(e.contains("line 3: record_rotate_size: 65535 (65535 bytes) is out of range (64KiB to 1TiB)"), "{e}");
+        assert!(bad("record_rotate_size = \"1.1TiB\"\n").contains("record_rotate_size: 1.1TiB"));
+        assert!(bad("record_rotate_size = -1\n").contains("record_rotate_size: \"-1\" is not a size"));
+        assert!(bad("record_rotate_size = \"big\"\n").contains("record_rotate_size: \"big\" is not a size"));
+        assert!(bad("record_rotate_interval = 0\n").contains("record_rotate_interval: 0 seconds is out of range"));
+        assert!(bad("record_rotate_interval = 86401\n").contains("record_rotate_interval: 86401 seconds"));
+        assert!(
+            bad("record_rotate_interval = 60\nrecord_max_files = 0\n").contains("record_max_files: 0 is out of range")
+        );
+        assert!(bad("record_max_files = 5\n").contains("record_max_files: only used with rotation"));
+        assert!(bad("record_overwrite = \"yes\"\n").contains("record_overwrite"));
+        let unset = err("connect = \"h:1\"\nrecord_max_files = 5\n");
+        assert!(unset.contains("line 2: record_max_files: only used with record"), "{unset}");
+
+        // Flags over the file's settings, named as flags.
+        let file: FileConfig =
+            toml::from_str("connect = \"h:1\"\nrecord = \"d.pcap\"\nrecord_rotate_size = 70000\n").unwrap();
+        let cli = Cli { record_rotate_size: Some("2MiB".into()), record_overwrite: true, ..Cli::default() };
+        let s = Settings::build(cli, file, &Origin { file: None }).unwrap().record.unwrap();
+        assert_eq!((s.rotate_size, s.overwrite), (Some(2 << 20), true));
+        let file: FileConfig = toml::from_str("connect = \"h:1\"\nrecord = \"d.pcap\"\n").unwrap();
+        let cli = Cli { record_max_files: Some(3), ..Cli::default() };
+        let e = Settings::build(cli, file, &Origin { file: None }).unwrap_err().0;
+        assert!(e.starts_with("--record-max-files: only used with rotation"), "{e}");
     }
 }

@@ -525,10 +525,11 @@ impl Pipeline {
                 from_start,
             },
         );
-        // The endpoint ends with the report's counts.
-        self.export_metrics();
         // Last, so the file holds every frame the report counts; this waits for the writer.
-        report.record = self.recorder.take().map(Recorder::finish);
+        report.record = self.recorder.as_mut().map(Recorder::finish);
+        // The endpoint ends with the report's counts, the recording's included.
+        self.export_metrics();
+        self.recorder = None;
         report
     }
 }

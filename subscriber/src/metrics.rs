@@ -7,6 +7,7 @@
 //! latency summary. Nothing is added per frame.
 
 use crate::frames::Pipeline;
+use crate::record::RecordCounts;
 use mdrelay_proto::codec::Format;
 use mdrelay_telemetry::prometheus::HistogramExport;
 use metrics::{
@@ -36,6 +37,8 @@ pub struct SubscriberMetrics {
     format: Vec<Gauge>,
     latency: Summary,
     build_info: Gauge,
+    /// The recording's counters, registered at the first export that finds a recording.
+    record: Option<RecordMetrics>,
     /// The run's latencies as of the last export, so each export adds only the new ones.
     exported: HistogramExport,
 }
@@ -61,6 +64,7 @@ impl SubscriberMetrics {
             format: Format::ALL.iter().map(|f| gauge!("mdrelay_sub_format", "format" => f.name())).collect(),
             latency: histogram!("mdrelay_sub_latency_seconds", "mode" => latency_mode),
             build_info,
+            record: None,
             exported: HistogramExport::new(),
         }
     }
@@ -94,8 +98,62 @@ impl SubscriberMetrics {
         for (f, gauge) in Format::ALL.iter().zip(&self.format) {
             gauge.set(if Some(*f) == current { 1.0 } else { 0.0 });
         }
+        if let Some(recorder) = &pipeline.recorder {
+            self.record.get_or_insert_with(RecordMetrics::new).export(recorder.counts());
+        }
         self.build_info.set(1.0);
         self.exported.export(&self.latency, &stats.latency_so_far());
+    }
+}
+
+/// `--record`: what the writer thread has written, from its shared counts.
+struct RecordMetrics {
+    segments: Counter,
+    bytes: Counter,
+    dropped: Counter,
+    files_written: Counter,
+    files_rotated: Counter,
+    files_removed: Counter,
+}
+
+impl RecordMetrics {
+    fn new() -> RecordMetrics {
+        describe_counter!("mdrelay_sub_record_segments_total", "Segments (frames) written to the recording.");
+        describe_counter!(
+            "mdrelay_sub_record_bytes_total",
+            Unit::Bytes,
+            "Bytes written to the recording's files (compressed ones when gzipped)."
+        );
+        describe_counter!(
+            "mdrelay_sub_record_dropped_segments_total",
+            "Segments not recorded because the recording's writer was a whole queue behind."
+        );
+        describe_counter!("mdrelay_sub_record_files_written_total", "Recording files created.");
+        describe_counter!(
+            "mdrelay_sub_record_files_rotated_total",
+            "Recording files closed to start a new one (record_rotate_size, record_rotate_interval)."
+        );
+        describe_counter!(
+            "mdrelay_sub_record_files_removed_total",
+            "The oldest recording files removed to keep at most record_max_files."
+        );
+        RecordMetrics {
+            segments: counter!("mdrelay_sub_record_segments_total"),
+            bytes: counter!("mdrelay_sub_record_bytes_total"),
+            dropped: counter!("mdrelay_sub_record_dropped_segments_total"),
+            files_written: counter!("mdrelay_sub_record_files_written_total"),
+            files_rotated: counter!("mdrelay_sub_record_files_rotated_total"),
+            files_removed: counter!("mdrelay_sub_record_files_removed_total"),
+        }
+    }
+
+    fn export(&self, counts: RecordCounts) {
+        self.segments.absolute(counts.segments);
+        self.bytes.absolute(counts.bytes);
+        self.dropped.absolute(counts.dropped_segments);
+        self.files_written.absolute(counts.files_written);
+        self.files_rotated.absolute(counts.files_rotated);
+        self.files_removed.absolute(counts.files_removed);
     }
 }
 

@@ -10,10 +10,14 @@
 //! [`RECORD_GROUP`]).
 //!
 //! The receive loop only copies each segment into a chunk; a writer thread does the framing,
-//! the gzip and the file I/O. Chunks go to it through a bounded queue and come back to be
-//! reused, so recording allocates nothing per frame once warm.
+//! the gzip, the file I/O and the rotation (a new numbered file by size or by time, the oldest
+//! removed beyond a cap). Chunks go to it through a bounded queue and come back to be reused,
+//! so recording allocates nothing per frame once warm.
+//!
+//! A file is never opened through a symbolic link, and an existing one is replaced only when
+//! asked (`record_overwrite`): the recording's path may be in a directory others can write to.
 
-use crate::config::Transport;
+use crate::config::{RecordSettings, Transport};
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use mdrelay_proto::capture_writer::{CaptureWriter, Container, WriterOptions};
@@ -21,12 +25,21 @@ use mdrelay_proto::codec::{BatchHeader, Format};
 use mdrelay_proto::message::Message;
 use mdrelay_proto::resegment::Resegmenter;
 use serde::Serialize;
-use std::fs::File;
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::ffi::{OsStr, OsString};
+use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The destination of recorded datagrams when the subscriber joined no multicast group: an
 /// administratively scoped group (as `mdrelay-pub synth` writes), so a replay with tcpreplay
@@ -43,6 +56,8 @@ const CHUNK_BYTES: usize = 64 << 10;
 /// Chunks the queue to the writer holds: 32 MiB, a few seconds of a busy feed, which absorbs a
 /// writer held up by the disk or by gzip for that long.
 const QUEUE_CHUNKS: usize = 512;
+/// Digits of a rotated file's sequence number (more once a recording has a million files).
+const NUMBER_DIGITS: usize = 6;
 
 /// Which container and compression a recording's file name asks for: pcapng when the name ends
 /// in `.pcapng` (before any `.gz`), pcap otherwise; gzip when it ends in `.gz`.
@@ -56,12 +71,172 @@ pub fn container_for(path: &Path) -> (Container, bool) {
     (container, gzip)
 }
 
-/// The file under the capture writer: buffered, gzipped or not. Its own type, not a boxed
-/// `Write`, so the end of the file (the gzip trailer) is written by a call whose error is seen.
+/// A file name split where a rotated file's sequence number goes: before the extension, which
+/// is the last one and a `.gz` after it (`day.pcap.gz`: `day` and `.pcap.gz`; `day`: no
+/// extension). Bytes, so a name that is not UTF-8 keeps its bytes.
+fn split_name(name: &OsStr) -> (&[u8], &[u8]) {
+    let bytes = name.as_bytes();
+    let gz = bytes.len() > 3 && bytes[bytes.len() - 3..].eq_ignore_ascii_case(b".gz");
+    let rest = if gz { &bytes[..bytes.len() - 3] } else { bytes };
+    // A dot that starts the name (`.hidden`) begins no extension.
+    let cut = match rest.iter().rposition(|&b| b == b'.') {
+        Some(dot) if dot > 0 => dot,
+        _ => rest.len(),
+    };
+    bytes.split_at(cut)
+}
+
+/// The name of a rotated recording's file `number`: `day.pcap.gz` gives `day.000001.pcap.gz`.
+pub fn numbered(path: &Path, number: u64) -> PathBuf {
+    let name = path.file_name().unwrap_or_default();
+    let (stem, extension) = split_name(name);
+    let mut numbered = stem.to_vec();
+    numbered.extend_from_slice(format!(".{number:0NUMBER_DIGITS$}").as_bytes());
+    numbered.extend_from_slice(extension);
+    path.with_file_name(OsString::from_vec(numbered))
+}
+
+/// Whether `name` is one of the numbered files of a rotated recording at `path` (any number).
+fn is_numbered(path: &Path, name: &OsStr) -> bool {
+    let (stem, extension) = split_name(path.file_name().unwrap_or_default());
+    let name = name.as_bytes();
+    let Some(middle) =
+        name.strip_prefix(stem).and_then(|rest| rest.strip_prefix(b".")).and_then(|rest| rest.strip_suffix(extension))
+    else {
+        return false;
+    };
+    middle.len() >= NUMBER_DIGITS && middle.iter().all(u8::is_ascii_digit)
+}
+
+/// Opens `path` for a recording, never through a symbolic link, nor writing over an existing
+/// regular file unless `overwrite`, when it is removed and a new file created. A FIFO or a
+/// character device (a pipe to a reader, `/dev/null`) is written to as it is: nothing of it is
+/// replaced or truncated. The error says why, naming nothing: the caller names the file.
+fn open_recording(path: &Path, overwrite: bool) -> Result<File, String> {
+    let create = || {
+        // O_CREAT | O_EXCL never follows a symbolic link; O_NOFOLLOW says so twice.
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+            .open(path)
+            .map_err(|e| e.to_string())
+    };
+    let metadata = match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return create(),
+        Err(e) => return Err(e.to_string()),
+        Ok(metadata) => metadata,
+    };
+    let kind = metadata.file_type();
+    if kind.is_symlink() {
+        return Err("it is a symbolic link; a recording is never written through one (that would replace the \
+                    file it points to): give the path of a file"
+            .into());
+    }
+    if kind.is_dir() {
+        return Err("it is a directory".into());
+    }
+    if kind.is_file() {
+        if !overwrite {
+            return Err("the file exists; --record-overwrite (record_overwrite = true) replaces it".into());
+        }
+        // Removed, not truncated: should a symbolic link take its place meanwhile, the link is
+        // what goes, and the creation after it refuses whatever is there by then.
+        match std::fs::remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("cannot remove the file there: {e}")),
+        }
+        return create();
+    }
+    if kind.is_fifo() || kind.is_char_device() {
+        let file = OpenOptions::new()
+            .write(true)
+            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+            .open(path)
+            .map_err(|e| e.to_string())?;
+        // What was opened is what was looked at, not a file put there meanwhile.
+        let opened = file.metadata().map_err(|e| e.to_string())?.file_type();
+        if opened.is_fifo() || opened.is_char_device() {
+            return Ok(file);
+        }
+        return Err("it was replaced while being opened".into());
+    }
+    Err("it is neither a file, a FIFO nor a character device".into())
+}
+
+/// When the writer starts a new file: the rotation settings applied to what the current file
+/// holds. No I/O and no clock of its own, so the rules are tested on numbers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Rotation {
+    /// A file is full once it holds this many bytes.
+    size: Option<u64>,
+    /// A file spans at most this long of receive time, in ns.
+    interval: Option<i64>,
+}
+
+/// What a file holds so far, as rotation sees it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Span {
+    /// Bytes written to the file (compressed ones when gzipped).
+    bytes: u64,
+    /// Receive time of its first segment (ns since the epoch); `None` while it has none.
+    first: Option<i64>,
+}
+
+impl Rotation {
+    fn new(settings: &RecordSettings) -> Rotation {
+        Rotation {
+            size: settings.rotate_size,
+            interval: settings.rotate_interval.map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)),
+        }
+    }
+
+    /// A segment received at `time` goes to a new file: the current one spans the interval
+    /// already.
+    fn starts_new_file(&self, span: Span, time: i64) -> bool {
+        matches!((self.interval, span.first), (Some(interval), Some(first)) if time.saturating_sub(first) >= interval)
+    }
+
+    /// The file is full (checked after each segment).
+    fn is_full(&self, span: Span) -> bool {
+        self.size.is_some_and(|size| span.bytes >= size)
+    }
+
+    /// When a file that gets no more segments is closed all the same (ns since the epoch), so a
+    /// file is complete on disk soon after its interval even when the stream goes quiet.
+    fn closes_at(&self, span: Span) -> Option<i64> {
+        Some(span.first?.saturating_add(self.interval?))
+    }
+}
+
+/// Counts the bytes written through it: those reaching the file, for rotation by size.
+struct Counted<W> {
+    inner: W,
+    bytes: Rc<Cell<u64>>,
+}
+
+impl<W: Write> Write for Counted<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.bytes.set(self.bytes.get() + n as u64);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// The file under the capture writer: buffered, gzipped or not, its bytes counted. Its own
+/// type, not a boxed `Write`, so the end of the file (the gzip trailer) is written by a call
+/// whose error is seen.
 enum Sink {
-    Plain(BufWriter<File>),
+    /// Counted above the buffer: the bytes handed to it are the file's, once flushed.
+    Plain(Counted<BufWriter<File>>),
+    /// Counted below the compressor: the compressed bytes, which lag what the compressor holds.
     /// Boxed: the encoder's state would make every `Sink` ten times the size of a plain one.
-    Gzip(Box<BufWriter<GzEncoder<File>>>),
+    Gzip(Box<BufWriter<GzEncoder<Counted<File>>>>),
 }
 
 impl Write for Sink {
@@ -88,11 +263,22 @@ impl Write for Sink {
 }
 
 impl Sink {
+    /// `file`, buffered and gzipped as asked, its bytes counted in `bytes`.
+    fn new(file: File, gzip: bool, bytes: Rc<Cell<u64>>) -> Sink {
+        if gzip {
+            // The fast level: it keeps up with a feed on one core; IEX's own files are gzipped so.
+            let counted = Counted { inner: file, bytes };
+            Sink::Gzip(Box::new(BufWriter::with_capacity(CHUNK_BYTES, GzEncoder::new(counted, Compression::fast()))))
+        } else {
+            Sink::Plain(Counted { inner: BufWriter::with_capacity(1 << 20, file), bytes })
+        }
+    }
+
     /// Writes everything buffered and, gzipped, the trailer. No fsync: the file is complete
     /// for any reader once written, and syncing a large file could hold up a stop for seconds.
     fn finish(self) -> io::Result<()> {
         match self {
-            Sink::Plain(w) => w.into_inner().map_err(io::IntoInnerError::into_error).map(drop),
+            Sink::Plain(w) => w.inner.into_inner().map_err(io::IntoInnerError::into_error).map(drop),
             Sink::Gzip(w) => (*w).into_inner().map_err(io::IntoInnerError::into_error)?.finish().map(drop),
         }
     }
@@ -125,17 +311,57 @@ struct Entry {
     messages: u64,
 }
 
-/// What the writer thread wrote.
-#[derive(Clone, Copy, Debug, Default)]
-struct Written {
-    segments: u64,
-    messages: u64,
+/// What the recording has done so far: written by the writer thread (and the dropped segments
+/// by the receive loop), read by the metrics export and the final report.
+#[derive(Debug, Default)]
+pub struct RecordProgress {
+    segments: AtomicU64,
+    messages: AtomicU64,
+    bytes: AtomicU64,
+    files_written: AtomicU64,
+    files_rotated: AtomicU64,
+    files_removed: AtomicU64,
+    dropped: AtomicU64,
+}
+
+/// The recording's counts at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecordCounts {
+    /// Segments (frames) written.
+    pub segments: u64,
+    /// Messages in them.
+    pub messages: u64,
+    /// Bytes written to the files (compressed ones when gzipped).
+    pub bytes: u64,
+    /// Files created.
+    pub files_written: u64,
+    /// Files closed to start a new one (by size or by time).
+    pub files_rotated: u64,
+    /// The oldest files removed to keep at most `record_max_files`.
+    pub files_removed: u64,
+    /// Segments not written because the writer was a whole queue behind.
+    pub dropped_segments: u64,
+}
+
+impl RecordProgress {
+    /// The counts now.
+    pub fn counts(&self) -> RecordCounts {
+        RecordCounts {
+            segments: self.segments.load(Relaxed),
+            messages: self.messages.load(Relaxed),
+            bytes: self.bytes.load(Relaxed),
+            files_written: self.files_written.load(Relaxed),
+            files_rotated: self.files_rotated.load(Relaxed),
+            files_removed: self.files_removed.load(Relaxed),
+            dropped_segments: self.dropped.load(Relaxed),
+        }
+    }
 }
 
 /// The recording's part of the final report.
 #[derive(Clone, Debug, Serialize)]
 pub struct RecordReport {
-    /// The capture file.
+    /// The capture file as configured; with rotation, the name of the numbered files.
     pub file: String,
     /// `pcap` or `pcapng`.
     pub container: &'static str,
@@ -145,12 +371,155 @@ pub struct RecordReport {
     pub segments: u64,
     /// Messages in them.
     pub messages: u64,
+    /// Bytes written to the files (compressed ones when gzipped).
+    pub bytes: u64,
     /// Segments not written because the writer was a whole queue behind.
     pub dropped_segments: u64,
     /// Frames taken that gave no segment a capture can hold (larger than a UDP datagram).
     pub unrecordable_segments: u64,
+    /// Whether the recording rotates (numbered files, by size or by time).
+    pub rotates: bool,
+    /// Files created: 1 without rotation.
+    pub files_written: u64,
+    /// Files closed to start a new one, by size or by time.
+    pub files_rotated: u64,
+    /// The oldest files removed to keep at most `record_max_files`.
+    pub files_removed: u64,
+    /// The last file written to (with rotation, the highest number).
+    pub last_file: Option<String>,
     /// Why the recording stopped before the run did (a write error), naming the file.
     pub error: Option<String>,
+}
+
+impl RecordReport {
+    /// The rotation's figures for the text report: empty without rotation.
+    pub fn files_text(&self) -> String {
+        if !self.rotates {
+            return String::new();
+        }
+        format!(
+            "   files {} (rotated {}, removed {}; last {})",
+            self.files_written,
+            self.files_rotated,
+            self.files_removed,
+            self.last_file.as_deref().unwrap_or("-")
+        )
+    }
+}
+
+/// The recording's files: their names, their creation (never through a symbolic link) and,
+/// beyond the cap, the removal of the oldest.
+struct Files {
+    /// The path as configured.
+    path: PathBuf,
+    rotates: bool,
+    overwrite: bool,
+    max_files: Option<usize>,
+    /// The files this recording wrote and still keeps, oldest first.
+    kept: VecDeque<PathBuf>,
+    /// The next file's sequence number.
+    next: u64,
+}
+
+impl Files {
+    fn new(settings: &RecordSettings) -> Files {
+        Files {
+            path: settings.path.clone(),
+            rotates: settings.rotates(),
+            overwrite: settings.overwrite,
+            max_files: settings.max_files.map(|n| n as usize),
+            kept: VecDeque::new(),
+            next: 1,
+        }
+    }
+
+    /// Before the first file: a rotated recording's numbered files already in the directory
+    /// (an earlier recording at the same path) are refused, or with `overwrite` removed, so the
+    /// files there are this recording's and the cap counts them all. The error names a file.
+    fn clear_earlier(&self) -> Result<(), String> {
+        if !self.rotates {
+            return Ok(());
+        }
+        let dir = match self.path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        };
+        let first = numbered(&self.path, 1);
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            // A missing directory: the creation says so, naming the file.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(format!("cannot create {}: cannot list {}: {e}", first.display(), dir.display())),
+        };
+        let mut earlier: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .filter(|entry| is_numbered(&self.path, &entry.file_name()))
+            .map(|entry| dir.join(entry.file_name()))
+            .collect();
+        earlier.sort();
+        let Some(oldest) = earlier.first() else { return Ok(()) };
+        if !self.overwrite {
+            return Err(format!(
+                "cannot create {}: {} of an earlier recording at {} exist ({}{}); --record-overwrite \
+                 (record_overwrite = true) removes them",
+                first.display(),
+                earlier.len(),
+                self.path.display(),
+                oldest.display(),
+                if earlier.len() > 1 { ", ..." } else { "" }
+            ));
+        }
+        for file in &earlier {
+            let kind = std::fs::symlink_metadata(file).map(|m| m.file_type());
+            if kind.as_ref().is_ok_and(|k| !k.is_file()) {
+                return Err(format!(
+                    "cannot remove {} (an earlier recording's file): it is not a regular file (a symbolic link or \
+                     a directory); remove it yourself",
+                    file.display()
+                ));
+            }
+            match std::fs::remove_file(file) {
+                Ok(()) => tracing::info!(file = %file.display(), "removed a file of an earlier recording"),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(format!("cannot remove {} (an earlier recording's file): {e}", file.display())),
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates the next file, first removing the oldest one kept if that makes one more than
+    /// `max_files`. The error names the file.
+    fn open_next(&mut self, progress: &RecordProgress) -> Result<(File, PathBuf), String> {
+        if let Some(max) = self.max_files {
+            while self.kept.len() >= max {
+                let Some(oldest) = self.kept.pop_front() else { break };
+                match std::fs::remove_file(&oldest) {
+                    Ok(()) => {
+                        progress.files_removed.fetch_add(1, Relaxed);
+                        tracing::info!(file = %oldest.display(), max_files = max, "removed the oldest recording file");
+                    }
+                    // Removed by someone else already.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        return Err(format!(
+                            "cannot remove {} (record_max_files is {max}): {e}; the recording stops here",
+                            oldest.display()
+                        ));
+                    }
+                }
+            }
+        }
+        let path = if self.rotates { numbered(&self.path, self.next) } else { self.path.clone() };
+        // The first file may replace an existing one when asked; a later one is always new
+        // (the earlier recording's were cleared at start), so anything there is refused.
+        let overwrite = self.overwrite && !self.rotates;
+        let file =
+            open_recording(&path, overwrite).map_err(|why| format!("cannot create {}: {why}", path.display()))?;
+        self.next += 1;
+        self.kept.push_back(path.clone());
+        progress.files_written.fetch_add(1, Relaxed);
+        Ok((file, path))
+    }
 }
 
 /// Records the frames the pipeline takes. Decoding feeds it ([`Recorder::begin`],
@@ -159,51 +528,68 @@ pub struct Recorder {
     path: PathBuf,
     container: Container,
     gzip: bool,
+    rotates: bool,
     resegmenter: Resegmenter,
     chunk: Chunk,
     /// `None` once the writer has stopped (a write error) or the recording is finished.
     queue: Option<SyncSender<Chunk>>,
     /// Chunks the writer is done with.
     spare: Receiver<Chunk>,
-    writer: Option<JoinHandle<Result<Written, (Written, String)>>>,
+    writer: Option<JoinHandle<WriterEnd>>,
+    /// What the writer reported when it ended.
+    end: Option<WriterEnd>,
+    progress: Arc<RecordProgress>,
     dropped: u64,
     unrecordable: u64,
 }
 
 impl Recorder {
-    /// Creates `path` and writes the capture's header, so that a path that cannot be written
-    /// fails before anything is received; then starts the writer thread. The error names the
-    /// file.
-    pub fn create(path: &Path, transport: &Transport) -> anyhow::Result<Recorder> {
+    /// Creates the first file (never through a symbolic link; an existing one only replaced
+    /// with `overwrite`), so that a path that cannot be written fails before anything is
+    /// received; then starts the writer thread. The error names the file.
+    pub fn create(settings: &RecordSettings, transport: &Transport) -> anyhow::Result<Recorder> {
+        let path = &settings.path;
         let (container, gzip) = container_for(path);
-        let file = File::create(path).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", path.display()))?;
-        let sink = if gzip {
-            // The fast level: it keeps up with a feed on one core; IEX's own files are gzipped so.
-            Sink::Gzip(Box::new(BufWriter::with_capacity(CHUNK_BYTES, GzEncoder::new(file, Compression::fast()))))
-        } else {
-            Sink::Plain(BufWriter::with_capacity(1 << 20, file))
-        };
-        let options = WriterOptions { container, ..WriterOptions::default() };
-        let writer =
-            CaptureWriter::new(sink, options).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+        let progress = Arc::new(RecordProgress::default());
+        let mut files = Files::new(settings);
+        files.clear_earlier().map_err(anyhow::Error::msg)?;
+        let (file, first) = files.open_next(&progress).map_err(anyhow::Error::msg)?;
         let (queue, chunks) = mpsc::sync_channel::<Chunk>(QUEUE_CHUNKS);
         let (give_back, spare) = mpsc::channel::<Chunk>();
-        let destination = destination(transport);
-        let name = path.display().to_string();
+        let (rotation, destination, shared) = (Rotation::new(settings), destination(transport), Arc::clone(&progress));
         let thread = std::thread::Builder::new()
             .name("record".into())
-            .spawn(move || write_chunks(writer, chunks, give_back, destination, &name))
+            .spawn(move || {
+                // Built on its thread: the file being written counts its bytes in an `Rc`.
+                let writer = Writer {
+                    files,
+                    rotation,
+                    container,
+                    gzip,
+                    destination,
+                    progress: shared,
+                    output: None,
+                    closed_bytes: 0,
+                    last_file: None,
+                };
+                writer.run(file, first, chunks, give_back)
+            })
             .map_err(|e| anyhow::anyhow!("cannot start the thread writing {}: {e}", path.display()))?;
-        tracing::info!(file = %path.display(), container = container_name(container), gzip, "recording");
+        tracing::info!(file = %path.display(), container = container_name(container), gzip,
+            rotate_size = ?settings.rotate_size, rotate_interval = ?settings.rotate_interval,
+            max_files = ?settings.max_files, "recording");
         Ok(Recorder {
-            path: path.to_path_buf(),
+            path: path.clone(),
             container,
             gzip,
+            rotates: settings.rotates(),
             resegmenter: Resegmenter::new(),
             chunk: Chunk::new(),
             queue: Some(queue),
             spare,
             writer: Some(thread),
+            end: None,
+            progress,
             dropped: 0,
             unrecordable: 0,
         })
@@ -264,6 +650,7 @@ impl Recorder {
             Ok(()) => self.chunk = self.spare.try_recv().unwrap_or_else(|_| Chunk::new()),
             Err(TrySendError::Full(mut chunk)) => {
                 self.dropped += chunk.entries.len() as u64;
+                self.progress.dropped.store(self.dropped, Relaxed);
                 if mdrelay_proto::warn::allow("record queue") {
                     tracing::warn!(file = %self.path.display(), segments = chunk.entries.len(),
                         "the recording's writer is behind by a whole queue; segments not recorded");
@@ -277,30 +664,44 @@ impl Recorder {
         }
     }
 
-    /// Writes what is still queued, ends the file (gzip trailer included) and reports.
-    pub fn finish(mut self) -> RecordReport {
+    /// The recording's counts now (the metrics export reads them).
+    pub fn counts(&self) -> RecordCounts {
+        self.progress.counts()
+    }
+
+    /// Writes what is still queued, ends the file (gzip trailer included) and reports. Once
+    /// finished, the recorder takes nothing more, and a second call reports the same.
+    pub fn finish(&mut self) -> RecordReport {
         if let Some(queue) = self.queue.take()
             && !self.chunk.entries.is_empty()
         {
             // At the end nothing is left to hold up: the last chunk is waited for, not dropped.
             let _ = queue.send(std::mem::take(&mut self.chunk));
         }
-        let (written, error) = match self.writer.take().map(JoinHandle::join) {
-            Some(Ok(Ok(written))) => (written, None),
-            Some(Ok(Err((written, error)))) => (written, Some(error)),
-            Some(Err(_)) | None => {
-                (Written::default(), Some(format!("the thread writing {} failed", self.path.display())))
-            }
-        };
+        if let Some(thread) = self.writer.take() {
+            let end = thread.join().unwrap_or_else(|_| WriterEnd {
+                last_file: None,
+                error: Some(format!("the thread writing {} failed", self.path.display())),
+            });
+            self.end = Some(end);
+        }
+        let end = self.end.as_ref();
+        let counts = self.progress.counts();
         RecordReport {
             file: self.path.display().to_string(),
             container: container_name(self.container),
             gzip: self.gzip,
-            segments: written.segments,
-            messages: written.messages,
+            segments: counts.segments,
+            messages: counts.messages,
+            bytes: counts.bytes,
             dropped_segments: self.dropped,
             unrecordable_segments: self.unrecordable,
-            error,
+            rotates: self.rotates,
+            files_written: counts.files_written,
+            files_rotated: counts.files_rotated,
+            files_removed: counts.files_removed,
+            last_file: end.and_then(|e| e.last_file.as_ref()).map(|p| p.display().to_string()),
+            error: end.and_then(|e| e.error.clone()),
         }
     }
 }
@@ -331,41 +732,154 @@ fn destination(transport: &Transport) -> SocketAddrV4 {
     SocketAddrV4::new(ip, if port == 0 { RECORD_PORT } else { port })
 }
 
-/// The writer thread: chunks to the file until the queue closes, then the end of the file. On
-/// a write error it logs, stops and returns what it wrote with the error naming the file (its
-/// end of the queue closes, which tells the receive loop to stop queueing).
-fn write_chunks(
-    mut writer: CaptureWriter<Sink>,
-    chunks: Receiver<Chunk>,
-    give_back: mpsc::Sender<Chunk>,
+/// The time now as receive times are stamped: ns since the epoch.
+fn now_ns() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// How the writer thread ended: the last file it wrote, and the error that stopped it.
+struct WriterEnd {
+    last_file: Option<PathBuf>,
+    error: Option<String>,
+}
+
+/// The file being written.
+struct Output {
+    writer: CaptureWriter<Sink>,
+    path: PathBuf,
+    /// Bytes written to the file so far (the sink counts them).
+    bytes: Rc<Cell<u64>>,
+    /// Receive time of its first segment.
+    first: Option<i64>,
+}
+
+impl Output {
+    fn span(&self) -> Span {
+        Span { bytes: self.bytes.get(), first: self.first }
+    }
+}
+
+/// The writer thread's state: the files, the one being written, and what rotation asks of it.
+struct Writer {
+    files: Files,
+    rotation: Rotation,
+    container: Container,
+    gzip: bool,
     destination: SocketAddrV4,
-    name: &str,
-) -> Result<Written, (Written, String)> {
-    let mut written = Written::default();
-    let failed = |written: Written, error: io::Error| {
-        let error = format!("cannot write {name}: {error}");
-        tracing::error!("{error}; the recording stops here, the run goes on");
-        Err((written, error))
-    };
-    for mut chunk in chunks {
-        let mut start = 0;
-        for entry in &chunk.entries {
+    progress: Arc<RecordProgress>,
+    output: Option<Output>,
+    /// Bytes of the files closed so far.
+    closed_bytes: u64,
+    last_file: Option<PathBuf>,
+}
+
+impl Writer {
+    /// Chunks to files until the queue closes, then the end of the last file. On an error
+    /// (writing, creating or removing a file) it logs, stops and says why, naming the file; its
+    /// end of the queue closes, which tells the receive loop to stop queueing.
+    fn run(mut self, first: File, path: PathBuf, chunks: Receiver<Chunk>, give_back: mpsc::Sender<Chunk>) -> WriterEnd {
+        let result = self.start(first, path).and_then(|()| self.write_all(&chunks, &give_back));
+        let error = result.err().map(|error| {
+            tracing::error!("{error}; the recording stops here, the run goes on");
+            error
+        });
+        WriterEnd { last_file: self.last_file, error }
+    }
+
+    fn start(&mut self, file: File, path: PathBuf) -> Result<(), String> {
+        let bytes = Rc::new(Cell::new(0));
+        let sink = Sink::new(file, self.gzip, Rc::clone(&bytes));
+        let options = WriterOptions { container: self.container, ..WriterOptions::default() };
+        let writer = CaptureWriter::new(sink, options).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        self.last_file = Some(path.clone());
+        self.output = Some(Output { writer, path, bytes, first: None });
+        Ok(())
+    }
+
+    fn write_all(&mut self, chunks: &Receiver<Chunk>, give_back: &mpsc::Sender<Chunk>) -> Result<(), String> {
+        loop {
+            // A file with a time span is closed when its time is up even if the stream is
+            // quiet, so it is complete on disk then.
+            let closes_at = self.output.as_ref().and_then(|o| self.rotation.closes_at(o.span()));
+            let received = match closes_at {
+                None => chunks.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                Some(at) => {
+                    let wait = u64::try_from(at.saturating_sub(now_ns())).unwrap_or(0);
+                    chunks.recv_timeout(Duration::from_nanos(wait))
+                }
+            };
+            match received {
+                Ok(mut chunk) => {
+                    self.write_chunk(&chunk)?;
+                    chunk.bytes.clear();
+                    chunk.entries.clear();
+                    // The receive loop may be gone already at the end of the run.
+                    let _ = give_back.send(chunk);
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    if closes_at.is_some_and(|at| now_ns() >= at) {
+                        self.close(true)?;
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => return self.close(false),
+            }
+        }
+    }
+
+    fn write_chunk(&mut self, chunk: &Chunk) -> Result<(), String> {
+        let (mut start, mut segments, mut messages) = (0, 0, 0);
+        let result = chunk.entries.iter().try_for_each(|entry| {
             let segment = &chunk.bytes[start..entry.end];
             start = entry.end;
-            if let Err(error) = writer.write_udp(entry.time, entry.source, destination, segment) {
-                return failed(written, error);
-            }
-            written.segments += 1;
-            written.messages += entry.messages;
-        }
-        chunk.bytes.clear();
-        chunk.entries.clear();
-        // The receive loop may be gone already at the end of the run.
-        let _ = give_back.send(chunk);
+            self.write_segment(entry, segment)?;
+            segments += 1;
+            messages += entry.messages;
+            Ok(())
+        });
+        // Counted once per chunk: no shared write per segment.
+        self.progress.segments.fetch_add(segments, Relaxed);
+        self.progress.messages.fetch_add(messages, Relaxed);
+        let current = self.output.as_ref().map_or(0, |o| o.bytes.get());
+        self.progress.bytes.store(self.closed_bytes + current, Relaxed);
+        result
     }
-    match writer.finish().and_then(Sink::finish) {
-        Ok(()) => Ok(written),
-        Err(error) => failed(written, error),
+
+    fn write_segment(&mut self, entry: &Entry, segment: &[u8]) -> Result<(), String> {
+        if self.output.as_ref().is_some_and(|o| self.rotation.starts_new_file(o.span(), entry.time)) {
+            self.close(true)?;
+        }
+        let output = match &mut self.output {
+            Some(output) => output,
+            None => {
+                let (file, path) = self.files.open_next(&self.progress)?;
+                tracing::info!(file = %path.display(), "recording to a new file");
+                self.start(file, path)?;
+                self.output.as_mut().expect("just started")
+            }
+        };
+        output
+            .writer
+            .write_udp(entry.time, entry.source, self.destination, segment)
+            .map_err(|e| format!("cannot write {}: {e}", output.path.display()))?;
+        output.first.get_or_insert(entry.time);
+        if self.rotation.is_full(output.span()) {
+            self.close(true)?;
+        }
+        Ok(())
+    }
+
+    /// Ends the file being written, if any (the capture's last bytes, the gzip trailer); the
+    /// next segment starts a new one. `rotated`: closed for rotation, not at the end.
+    fn close(&mut self, rotated: bool) -> Result<(), String> {
+        let Some(output) = self.output.take() else { return Ok(()) };
+        let Output { writer, path, bytes, .. } = output;
+        writer.finish().and_then(Sink::finish).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        self.closed_bytes += bytes.get();
+        self.progress.bytes.store(self.closed_bytes, Relaxed);
+        if rotated {
+            self.progress.files_rotated.fetch_add(1, Relaxed);
+        }
+        Ok(())
     }
 }
 
@@ -383,6 +897,112 @@ mod tests {
         // Anything else is a classic pcap, the container every tool reads.
         assert_eq!(kind("day.cap"), (Container::Pcap, false));
         assert_eq!(kind("pcapng.d/day"), (Container::Pcap, false));
+    }
+
+    #[test]
+    fn a_rotated_file_has_its_number_before_the_extension() {
+        let name = |path: &str, n: u64| numbered(Path::new(path), n).display().to_string();
+        assert_eq!(name("day.pcap.gz", 1), "day.000001.pcap.gz");
+        assert_eq!(name("/var/rec/day.pcapng", 42), "/var/rec/day.000042.pcapng");
+        assert_eq!(name("DAY.PCAPNG.GZ", 7), "DAY.000007.PCAPNG.GZ");
+        assert_eq!(name("a.b.pcap", 1), "a.b.000001.pcap");
+        assert_eq!(name("day.gz", 1), "day.000001.gz");
+        assert_eq!(name("day", 1), "day.000001");
+        assert_eq!(name(".hidden", 1), ".hidden.000001");
+        assert_eq!(name("dir.d/day", 1), "dir.d/day.000001");
+        assert_eq!(name("day.pcap", 1_234_567), "day.1234567.pcap");
+        // The name's bytes are kept whatever they are.
+        let odd = Path::new(OsStr::from_bytes(b"d\xffy.pcap"));
+        assert_eq!(numbered(odd, 3).as_os_str().as_bytes(), b"d\xffy.000003.pcap");
+    }
+
+    #[test]
+    fn only_the_numbered_files_of_the_same_name_are_a_recording_s() {
+        let ours = |base: &str, name: &str| is_numbered(Path::new(base), OsStr::new(name));
+        assert!(ours("/r/day.pcap.gz", "day.000001.pcap.gz"));
+        assert!(ours("day.pcap.gz", "day.1234567.pcap.gz"));
+        assert!(ours("day", "day.000002"));
+        assert!(!ours("day.pcap.gz", "day.pcap.gz"));
+        assert!(!ours("day.pcap.gz", "day.00001.pcap.gz"));
+        assert!(!ours("day.pcap.gz", "day.notes.pcap.gz"));
+        assert!(!ours("day.pcap.gz", "day.000001.pcap"));
+        assert!(!ours("day.pcap.gz", "days.000001.pcap.gz"));
+        assert!(!ours("day.pcap", "day.000001.pcap.gz"));
+        assert!(!ours("day.pcap", "day.00000x.pcap"));
+    }
+
+    #[test]
+    fn rotation_starts_a_file_when_the_size_is_reached_or_the_interval_spent() {
+        let none = Rotation::default();
+        let full = Span { bytes: u64::MAX, first: Some(0) };
+        assert!(!none.is_full(full) && !none.starts_new_file(full, i64::MAX) && none.closes_at(full).is_none());
+
+        let size = Rotation { size: Some(1000), interval: None };
+        assert!(!size.is_full(Span { bytes: 999, first: Some(5) }));
+        assert!(size.is_full(Span { bytes: 1000, first: Some(5) }));
+        assert!(!size.starts_new_file(Span { bytes: 10, first: Some(0) }, i64::MAX));
+        assert_eq!(size.closes_at(Span { bytes: 10, first: Some(0) }), None);
+
+        let second = 1_000_000_000;
+        let time = Rotation { size: None, interval: Some(second) };
+        let span = Span { bytes: 10, first: Some(5 * second) };
+        assert!(!time.starts_new_file(span, 6 * second - 1));
+        assert!(time.starts_new_file(span, 6 * second));
+        // A file with no segment yet spans nothing: it is neither due nor closed on a timer.
+        assert!(!time.starts_new_file(Span { bytes: 24, first: None }, i64::MAX));
+        assert_eq!(time.closes_at(Span { bytes: 24, first: None }), None);
+        assert_eq!(time.closes_at(span), Some(6 * second));
+        // A clock stepped back is no reason to rotate, nor does a far future overflow.
+        assert!(!time.starts_new_file(span, 0));
+        assert_eq!(time.closes_at(Span { bytes: 0, first: Some(i64::MAX) }), Some(i64::MAX));
+
+        let both = Rotation { size: Some(100), interval: Some(second) };
+        assert!(both.is_full(Span { bytes: 100, first: Some(0) }));
+        assert!(both.starts_new_file(Span { bytes: 1, first: Some(0) }, second));
+    }
+
+    #[test]
+    fn a_recording_is_never_opened_through_a_link_nor_over_a_file_unless_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target");
+        std::fs::write(&target, b"kept").unwrap();
+        let link = dir.path().join("link.pcap");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let dangling = dir.path().join("dangling.pcap");
+        std::os::unix::fs::symlink(dir.path().join("nowhere"), &dangling).unwrap();
+        for overwrite in [false, true] {
+            assert!(open_recording(&link, overwrite).unwrap_err().contains("symbolic link"));
+            assert!(open_recording(&dangling, overwrite).unwrap_err().contains("symbolic link"));
+            assert!(open_recording(dir.path(), overwrite).unwrap_err().contains("directory"));
+        }
+        assert_eq!(std::fs::read(&target).unwrap(), b"kept");
+        assert!(!dir.path().join("nowhere").exists());
+
+        assert!(open_recording(&target, false).unwrap_err().contains("exists"));
+        assert_eq!(std::fs::read(&target).unwrap(), b"kept");
+        let mut replaced = open_recording(&target, true).unwrap();
+        replaced.write_all(b"new").unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"new");
+
+        let new = dir.path().join("new.pcap");
+        open_recording(&new, false).unwrap();
+        assert!(new.is_file());
+        // A character device is written to as it is.
+        open_recording(Path::new("/dev/null"), false).unwrap();
+    }
+
+    #[test]
+    fn a_fifo_is_written_to_for_its_reader() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("live.pcap");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let reading = fifo.clone();
+        // Opening a FIFO to write waits for its reader.
+        let reader = std::thread::spawn(move || std::fs::read(reading).unwrap());
+        let mut writer = open_recording(&fifo, false).unwrap();
+        writer.write_all(b"capture").unwrap();
+        drop(writer);
+        assert_eq!(reader.join().unwrap(), b"capture");
     }
 
     #[test]

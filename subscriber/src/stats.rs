@@ -197,6 +197,7 @@ impl Stats {
         let totals = self.publisher_totals.as_ref()?;
         Some(
             late_join.is_none()
+                && !totals.truncated
                 && totals.frames == self.frames
                 && totals.messages == self.messages
                 && totals.by_type.iter().filter(|(_, n)| **n > 0).map(|(k, n)| (*k, *n)).eq(self.types.seen()),
@@ -332,8 +333,9 @@ pub struct Report {
     pub late_join_sequence: Option<u64>,
     /// The publisher's END totals.
     pub publisher_totals: Option<Totals>,
-    /// `null` without an END; else true when the subscriber did not join late and frames,
-    /// messages and messages by type equal the publisher's totals.
+    /// `null` without an END; else true when the subscriber did not join late, the END does
+    /// not say the stream was truncated (a relay that lost its upstream), and frames, messages
+    /// and messages by type equal the publisher's totals.
     pub totals_match: Option<bool>,
     /// One-way latency.
     pub latency_ns: LatencySummary,
@@ -484,12 +486,13 @@ impl fmt::Display for Report {
         if let Some(r) = &self.record {
             writeln!(
                 f,
-                "  recorded to {}: segments {}   messages {}   dropped {}   unrecordable {}{}",
+                "  recorded to {}: segments {}   messages {}   dropped {}   unrecordable {}{}{}",
                 r.file,
                 r.segments,
                 r.messages,
                 r.dropped_segments,
                 r.unrecordable_segments,
+                r.files_text(),
                 r.error.as_ref().map_or_else(String::new, |e| format!("   STOPPED: {e}"))
             )?;
         }
@@ -572,8 +575,12 @@ mod tests {
         stats.frame_decoded(100, 350);
         stats.frame_decoded(500, 400);
         stats.end_interval();
-        stats.publisher_totals =
-            Some(Totals { frames: 2, messages: 3, by_type: [(b'T', 2), (b'H', 1)].into_iter().collect() });
+        stats.publisher_totals = Some(Totals {
+            frames: 2,
+            messages: 3,
+            by_type: [(b'T', 2), (b'H', 1)].into_iter().collect(),
+            truncated: false,
+        });
         let run = RunInfo {
             transport: "test".into(),
             stop_reason: "end",
@@ -599,5 +606,8 @@ mod tests {
         assert_eq!(json["symbols"]["B"]["trade_volume"], 7);
         assert_eq!(json["late_join_sequence"], serde_json::Value::Null);
         assert!(report.to_string().contains("match yes"));
+        // The same counts against a truncated stream's END (a relay that lost its upstream).
+        stats.publisher_totals.as_mut().unwrap().truncated = true;
+        assert_eq!(stats.totals_match(None), Some(false));
     }
 }

@@ -4,6 +4,11 @@
 //! replays what its ring holds from there), and `--from-start` asks for the session from its
 //! first frame.
 //!
+//! Each record's numbers must fit the connection's stream (proto's [`Continuity`]): a header
+//! changed on the way is a protocol violation (counted with the invalid packets, and logged),
+//! which drops the connection before anything of that record is taken; the next connection
+//! resumes after the last frame received, so nothing is lost while the publisher's ring holds it.
+//!
 //! Records are read into one reusable [`ReadBuf`] with as many bytes per read as the socket
 //! has, and parsed out of it: no per-record allocation, and a record's payload starts 8-aligned
 //! in memory (see [`crate::buffer`]). Reads use `readable` + `try_read`, which are cancel-safe,
@@ -17,7 +22,8 @@ use mdrelay_proto::clock::wall_clock_ns as now_ns;
 use mdrelay_proto::codec::Format;
 use mdrelay_proto::idle::IdleStrategy;
 use mdrelay_proto::relay::{
-    Echo, Greeted, HandshakeError, Hello, MAX_RECORD, RecordHeader, RecordTag, Resume, Subscribe, Totals,
+    Continuity, Echo, Greeted, HandshakeError, Hello, MAX_RECORD, RecordHeader, RecordTag, Resume, Subscribe, Totals,
+    Verdict,
 };
 use std::io;
 use std::net::SocketAddr;
@@ -268,14 +274,18 @@ async fn connection(
         }
         _ => {}
     }
-    let subscribe = subscribe.to_bytes();
-    match control.run(pipeline, timeout(HANDSHAKE_TIMEOUT, stream.write_all(&subscribe))).await {
+    let answer = subscribe.to_bytes();
+    match control.run(pipeline, timeout(HANDSHAKE_TIMEOUT, stream.write_all(&answer))).await {
         Err(stop) => return Ok(Ended::Stop(stop)),
         Ok(Err(_)) => return lost("the publisher does not read the subscription".into(), false),
         Ok(Ok(Err(e))) => return lost(format!("sending the subscription: {e}"), false),
         Ok(Ok(Ok(()))) => {}
     }
 
+    let mut continuity = Continuity::new(match subscribe.resume {
+        Resume::From(from) => Some(from),
+        Resume::Live => None,
+    });
     let mut out = EchoOut::default();
     let mut scratch = ReadBuf::new(0);
     let mut receive_time = now_ns();
@@ -302,6 +312,38 @@ async fn connection(
             if data.len() < total {
                 buf.reserve_for(total, RecordHeader::LEN + MAX_RECORD);
                 break;
+            }
+            // A record that skips ahead is believed once the next record's header follows on.
+            let mut verdict = continuity.check(&header, None);
+            if verdict == Verdict::NeedNext {
+                let Some(after) = data.get(total..).filter(|after| after.len() >= RecordHeader::LEN) else {
+                    buf.reserve_for(total + RecordHeader::LEN, 2 * RecordHeader::LEN + MAX_RECORD);
+                    break;
+                };
+                match RecordHeader::parse(after, MAX_RECORD) {
+                    Ok(after) => verdict = continuity.check(&header, Some(&after)),
+                    Err(e) => {
+                        pipeline.stats.invalid_packets += 1;
+                        let at = stream_offset + total as u64 + e.offset as u64;
+                        return lost_with_echoes(
+                            format!("bad record header at stream byte {at}: {}", e.what),
+                            &out,
+                            pipeline,
+                        );
+                    }
+                }
+            }
+            if let Verdict::Violation(violation) = verdict {
+                pipeline.stats.invalid_packets += 1;
+                pipeline.stats.echoes_dropped += out.unsent();
+                tracing::warn!(at = stream_offset, sequence = violation.sequence, expected = ?violation.expected,
+                    "protocol violation at stream byte {stream_offset}: {violation}; dropping the connection to resume after the last frame received");
+                // Not a healthy connection lost: the wait before the next one keeps growing, so
+                // a publisher that keeps breaking its numbering is not reconnected to in a loop.
+                return Ok(Ended::Lost {
+                    why: format!("protocol violation at stream byte {stream_offset}"),
+                    greeted: false,
+                });
             }
             let mut payload = &data[RecordHeader::LEN..total];
             // Raw frames are read byte by byte; other formats may read words in place (Cap'n

@@ -27,6 +27,8 @@
 //! Layout:
 //! - [`wire`]: the structures as bytes;
 //! - [`coalesce`]: grouping frames into records and datagrams ([`Coalescer`]);
+//! - [`continuity`]: whether a TCP connection's records fit together ([`Continuity`]): a header
+//!   changed on the way is a protocol violation, not a new numbering;
 //! - [`window`]: frame accounting for one session: lost, duplicate, reordered, too late;
 //! - [`session`]: publisher sessions, restarts, and datagrams no other datagram backs up
 //!   ([`SessionTracker`]);
@@ -44,6 +46,7 @@
 //! holds, and `BUSY` for a request over the rate limit.
 
 pub mod coalesce;
+pub mod continuity;
 pub mod echo;
 pub mod protect;
 pub mod recovery;
@@ -53,6 +56,7 @@ pub mod window;
 pub mod wire;
 
 pub use coalesce::{Coalescer, Envelope, MAX_RUN_BYTES, Sealed};
+pub use continuity::{Continuity, MAX_SEQUENCE, Verdict, Violation, ViolationKind};
 pub use protect::{ProtectError, Protection, ProtectionSection, ProtectionSettings, Protector, WireKey};
 pub use recovery::{GapList, RecoveryCounts, RecoveryPolicy};
 pub use ring::FrameRing;

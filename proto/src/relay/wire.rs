@@ -597,6 +597,11 @@ pub struct Totals {
     /// Messages by type byte.
     #[serde(serialize_with = "serialize_types")]
     pub by_type: BTreeMap<u8, u64>,
+    /// The stream ended short of its source's end: a relay that lost its upstream for good, or
+    /// was stopped before its upstream's END. Frames the source sent may never have come, so
+    /// no receiver's counts can be said to match. A flags byte after the per-type entries on the
+    /// wire, written only when set (older readers ignore it).
+    pub truncated: bool,
 }
 
 fn serialize_types<S: serde::Serializer>(types: &BTreeMap<u8, u64>, s: S) -> Result<S::Ok, S::Error> {
@@ -608,6 +613,8 @@ impl Totals {
     const FIXED: usize = 18;
     /// Bytes of one per-type entry: the type byte and its count.
     const ENTRY: usize = 9;
+    /// The flags byte's bit for [`Totals::truncated`]; other bits are ignored when read.
+    const TRUNCATED: u8 = 1;
 
     /// Appends the totals' bytes.
     pub fn write(&self, out: &mut Vec<u8>) {
@@ -618,6 +625,9 @@ impl Totals {
         for (kind, count) in self.by_type.iter().take(256) {
             out.push(*kind);
             out.extend_from_slice(&count.to_le_bytes());
+        }
+        if self.truncated {
+            out.push(Totals::TRUNCATED);
         }
     }
 
@@ -637,7 +647,9 @@ impl Totals {
             let at = Totals::FIXED + i * Totals::ENTRY;
             by_type.insert(u8_at(b, at)?, u64_at(b, at + 1)?);
         }
-        Ok(Totals { frames, messages, by_type })
+        // Absent in the totals of a publisher without flags, or with none set.
+        let flags = b.get(Totals::FIXED + n * Totals::ENTRY).copied().unwrap_or(0);
+        Ok(Totals { frames, messages, by_type, truncated: flags & Totals::TRUNCATED != 0 })
     }
 }
 
@@ -697,13 +709,26 @@ mod tests {
         let mut bad = dg.to_bytes();
         bad[4] = 9;
         assert!(DatagramHeader::parse(&bad).unwrap_err().what.contains("version 9"));
-        let totals = Totals { frames: 10, messages: 20, by_type: [(b'T', 15), (b'8', 5)].into_iter().collect() };
+        let totals = Totals {
+            frames: 10,
+            messages: 20,
+            by_type: [(b'T', 15), (b'8', 5)].into_iter().collect(),
+            truncated: false,
+        };
         let mut bytes = Vec::new();
         totals.write(&mut bytes);
+        assert_eq!(bytes.len(), Totals::FIXED + 2 * Totals::ENTRY, "no flags byte when none is set");
         assert_eq!(Totals::parse(&bytes).unwrap(), totals);
         for cut in 0..bytes.len() {
             assert!(Totals::parse(&bytes[..cut]).is_err(), "cut at {cut}");
         }
+        let truncated = Totals { truncated: true, ..totals.clone() };
+        let mut flagged = Vec::new();
+        truncated.write(&mut flagged);
+        assert_eq!(flagged[..bytes.len()], bytes[..], "readers without flags read the same totals");
+        assert_eq!(Totals::parse(&flagged).unwrap(), truncated);
+        flagged[bytes.len()] = 0xfe;
+        assert_eq!(Totals::parse(&flagged).unwrap(), totals, "unknown flags are ignored");
         let echo = Echo { publish_time: -5, sequence: 8 };
         assert_eq!(Echo::parse(&echo.to_bytes()).unwrap(), echo);
         assert!(Echo::parse(&echo.to_bytes()[..15]).is_err());
