@@ -257,6 +257,8 @@ pub struct RetransmitSection {
     pub requests_per_second: Option<u32>,
     /// Connections to the service at once.
     pub max_connections: Option<usize>,
+    /// Seconds a connection may ask nothing before it is closed.
+    pub idle_timeout: Option<f64>,
     /// Seconds the service stays up after the end of the stream, for the tail's gaps.
     pub linger: Option<f64>,
 }
@@ -385,6 +387,8 @@ pub struct Retransmit {
     pub requests_per_second: u32,
     /// Connections at once.
     pub max_connections: usize,
+    /// Time a connection may ask nothing before it is closed.
+    pub idle_timeout: Duration,
     /// Time the service stays up after the end of the stream.
     pub linger: Duration,
 }
@@ -737,6 +741,7 @@ impl FileConfig {
                 1,
                 65_535,
             )? as usize,
+            idle_timeout: seconds("retransmit.idle_timeout", r.idle_timeout.unwrap_or(60.0), 1.0, 3_600.0)?,
             linger: seconds("retransmit.linger", r.linger.unwrap_or(2.0), 0.0, 3_600.0)?,
         };
         let metrics = self.metrics.check(None, None)?;

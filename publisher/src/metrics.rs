@@ -316,6 +316,12 @@ pub fn sample_once(sources: &Sources) {
         counter!("mdrelay_pub_retransmit_frames_total").absolute(s.frames_sent);
         counter!("mdrelay_pub_retransmit_gone_frames_total").absolute(s.frames_gone);
         counter!("mdrelay_pub_retransmit_bytes_total").absolute(s.bytes_sent);
+        counter!("mdrelay_pub_retransmit_requests_ahead_total").absolute(s.requests_ahead);
+        counter!("mdrelay_pub_retransmit_busy_connections_total").absolute(s.busy_at_connect);
+        counter!("mdrelay_pub_retransmit_disconnects_total", "reason" => "evicted").absolute(s.evicted);
+        counter!("mdrelay_pub_retransmit_disconnects_total", "reason" => "idle").absolute(s.idle_timeouts);
+        counter!("mdrelay_pub_retransmit_disconnects_total", "reason" => "request_timeout")
+            .absolute(s.request_timeouts);
         gauge!("mdrelay_pub_ring_frames").set(s.ring_next.saturating_sub(s.ring_first) as f64);
     }
 }
@@ -358,5 +364,17 @@ fn describe() {
     describe_counter!("mdrelay_pub_retransmit_frames_total", "Frames retransmitted.");
     describe_counter!("mdrelay_pub_retransmit_gone_frames_total", "Frames asked for that the ring no longer held.");
     describe_counter!("mdrelay_pub_retransmit_bytes_total", Unit::Bytes, "Bytes of retransmission answers written.");
+    describe_counter!(
+        "mdrelay_pub_retransmit_requests_ahead_total",
+        "Retransmission requests naming frames not sent yet (each request once)."
+    );
+    describe_counter!(
+        "mdrelay_pub_retransmit_busy_connections_total",
+        "Retransmission clients told BUSY at connect: every place was held by a client that had just asked."
+    );
+    describe_counter!(
+        "mdrelay_pub_retransmit_disconnects_total",
+        "Retransmission clients closed by the service, by reason: evicted (idle the longest when a newcomer came to a full service), idle (retransmit.idle_timeout), request_timeout (a request left unfinished)."
+    );
     describe_gauge!("mdrelay_pub_ring_frames", "Frames the retransmission ring holds.");
 }

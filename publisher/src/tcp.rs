@@ -250,7 +250,7 @@ impl Drop for Admitted<'_> {
 /// unread (the rest of whatever it sent) would reset the connection, and a reset discards the
 /// reason before the peer reads it. So our side is shut down first, and what the peer still
 /// sends is read and dropped until it closes, for a second and 64 KiB at most.
-async fn close_after_refusal(mut stream: TcpStream) {
+pub(crate) async fn close_after_refusal(mut stream: TcpStream) {
     let _ = stream.shutdown().await;
     let drain = async {
         let mut sink = [0u8; 4096];

@@ -3,20 +3,32 @@
 //! limits, refusals), TCP resume and `from start` (no gap, no duplicate, every message), a
 //! version-1 subscriber served live, and the ring's memory bound under continuous requests.
 //!
+//! Hostile clients of the service: connections that take every slot and then ask nothing (or
+//! half a request) while a real subscriber behind a lossy link recovers DEEP10 exactly; idle
+//! and half-sent requests timed out; requests for absurd ranges counted once each; a greeting
+//! answer followed by a flood of bytes; a client that half-closes.
+//!
 //! What the answers are checked against is what the test itself received over UDP (or the
-//! publisher's END totals), never the service's own say.
+//! publisher's END totals, or the independent reference output of DEEP10), never the service's
+//! own say.
 
 use mdrelay_harness::process::field;
-use mdrelay_harness::{Process, STEP, json_file, publisher_bin, serial};
+use mdrelay_harness::{
+    Process, STEP, assert_aggregates, expected, iex_data, json_file, publisher_bin, scrape, serial, subscriber_bin,
+};
 use mdrelay_proto::codec::{Codec, Format, Limits};
 use mdrelay_proto::relay::{
     DatagramHeader, DatagramKind, Hello, Purpose, RecordHeader, RecordTag, Resume, RetransmitRequest, Subscribe,
     Totals, parse_gone,
 };
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::net::{Shutdown, SocketAddr, TcpStream, UdpSocket};
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The longest one of these runs may take.
@@ -197,7 +209,7 @@ fn retransmissions_are_the_frames_sent_and_frames_no_longer_held_are_gone() {
     assert!(first_held > 60 && first_held < last - 200, "the ring held {first_held}..{next}: {r}");
     assert!(r["ring_next"].as_u64() == Some(next), "{r}");
     assert_eq!(r["frames_gone"].as_u64(), Some(10));
-    assert_eq!(r["frames_ahead"].as_u64(), Some(10));
+    assert_eq!(r["requests_ahead"].as_u64(), Some(1), "one request named frames not sent yet: {r}");
     assert_eq!(r["requests"].as_u64(), Some(8));
 }
 
@@ -297,13 +309,17 @@ fn requests_over_the_rate_are_told_busy_and_bad_clients_are_refused_with_a_reaso
         assert_eq!(header.tag, RecordTag::Refuse);
         assert!(reason.contains(why), "{reason}");
     }
-    // A client that sends anything but requests is cut off; the service goes on.
+    // A client that sends anything but requests is told why and cut off; the service goes on.
     let (mut s, _) = greeted(service, &recovery_answer());
     s.write_all(
         &RecordHeader { tag: RecordTag::Echo, format: Format::Raw, frame_count: 0, length: 16, sequence: 1 }.to_bytes(),
     )
     .unwrap();
     s.write_all(&[0u8; 16]).unwrap();
+    let (header, reason) = record(&mut s).expect("the reason before the close");
+    let reason = String::from_utf8_lossy(&reason).to_string();
+    assert_eq!(header.tag, RecordTag::Refuse, "{reason}");
+    assert!(reason.contains("REQUEST") && reason.contains("byte 32"), "names what and where: {reason}");
     assert!(record(&mut s).is_none(), "the connection closes");
     std::thread::sleep(Duration::from_millis(1100));
     let (mut s, _) = greeted(service, &recovery_answer());
@@ -631,4 +647,369 @@ fn connections_over_the_limit_are_told_busy_and_a_one_byte_ring_says_everything_
     assert_eq!((header.tag, header.sequence, parse_gone(&payload).unwrap()), (RecordTag::Gone, next - 10, 10));
     drop(first);
     publisher.finish(RUN).assert_success();
+}
+
+/// A splitmix64 step: the loss rule's hash of a frame number, so the frames dropped are spread
+/// like random loss and the same on every run.
+fn mix(seq: u64) -> u64 {
+    let mut z = seq.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A lossy link on loopback: forwards every datagram to the address given on `to` (sent once
+/// the subscriber has bound), except the DATA datagrams of about one frame in a hundred, picked
+/// by [`mix`]; END always passes. Runs until `stop` is set, and returns the frames it dropped.
+struct LossyLink {
+    addr: SocketAddr,
+    to: mpsc::Sender<SocketAddr>,
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<BTreeSet<u64>>,
+}
+
+impl LossyLink {
+    fn start() -> LossyLink {
+        let (socket, addr) = receiver();
+        let addr: SocketAddr = addr.parse().unwrap();
+        let (to, target) = mpsc::channel::<SocketAddr>();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut dropped = BTreeSet::new();
+            let Ok(target) = target.recv_timeout(RUN) else { return dropped };
+            socket.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+            let mut buf = vec![0u8; 65_536];
+            while !stopped.load(Ordering::Relaxed) {
+                let Ok(n) = socket.recv(&mut buf) else { continue };
+                if let Ok(h) = DatagramHeader::parse(&buf[..n])
+                    && h.kind == DatagramKind::Data
+                    && mix(h.sequence) % 100 == 0
+                {
+                    dropped.extend(h.sequence..h.sequence + u64::from(h.frame_count));
+                    continue;
+                }
+                let _ = socket.send_to(&buf[..n], target);
+            }
+            dropped
+        });
+        LossyLink { addr, to, stop, thread }
+    }
+
+    /// Stops forwarding; the frames dropped.
+    fn dropped(self) -> BTreeSet<u64> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
+
+/// `count` clients that take the service's slots and ask nothing: each answers the greeting
+/// (as a subscriber asking for recovery would); the last `half` of them then send half a request
+/// and nothing more.
+fn hoarders(service: SocketAddr, count: usize, half: usize) -> Vec<TcpStream> {
+    (0..count)
+        .map(|i| {
+            let (mut s, _) = greeted(service, &recovery_answer());
+            if i >= count - half {
+                s.write_all(&RetransmitRequest { first: 1, count: 1 }.to_record()[..10]).unwrap();
+            }
+            s
+        })
+        .collect()
+}
+
+/// Reads a TCP stream's records until END, discarding them: the subscriber that releases a
+/// publisher waiting for one.
+fn drain_stream(addr: SocketAddr) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        let (mut s, _) = greeted(addr, &Subscribe::new(false));
+        while let Some((header, _)) = record(&mut s) {
+            if header.tag == RecordTag::End {
+                return;
+            }
+        }
+    })
+}
+
+fn n(v: &serde_json::Value, key: &str) -> u64 {
+    v[key].as_u64().unwrap_or_else(|| panic!("no {key} in {v}"))
+}
+
+#[test]
+fn connections_that_take_every_slot_and_ask_nothing_keep_no_subscriber_from_its_frames() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let pub_json = dir.path().join("pub.json").display().to_string();
+    let sub_json = dir.path().join("sub.json").display().to_string();
+    let link = LossyLink::start();
+    let link_addr = link.addr.to_string();
+    let deep10 = iex_data().join("DEEP10.pcap.gz").display().to_string();
+    // DEEP10, one frame per datagram, paced; it starts once a TCP subscriber joins, so every
+    // slot of the service is taken first.
+    let mut publisher = Process::start(
+        publisher_bin(),
+        [
+            "run",
+            "--capture",
+            &deep10,
+            "--format",
+            "sbe",
+            "--coalesce-bytes",
+            "0",
+            "--udp",
+            &link_addr,
+            "--tcp",
+            "127.0.0.1:0",
+            "--wait-subscribers",
+            "1",
+            "--pacing",
+            "rate",
+            "--rate",
+            "100000",
+            "--retransmit-listen",
+            "127.0.0.1:0",
+            "--json",
+            &pub_json,
+        ],
+    );
+    let line = publisher.wait_until("\"serving retransmissions over TCP\"", |l| l.contains("serving retransmissions"));
+    let service: SocketAddr = field(&line, "listen").unwrap().parse().unwrap();
+    let stream = publisher.serving_on();
+    // Every one of the 64 slots (the default retransmit.max_connections), held silently; 8 of
+    // them sent half a request.
+    let held = hoarders(service, 64, 8);
+    // Long enough for each to count as idle.
+    std::thread::sleep(Duration::from_millis(1500));
+    let recovery = service.to_string();
+    let mut sub = Process::start(
+        subscriber_bin(),
+        [
+            "--listen",
+            "127.0.0.1:0",
+            "--recovery",
+            &recovery,
+            "--from-start",
+            "--json",
+            &sub_json,
+            "--report-interval",
+            "0",
+            "--duration",
+            "120",
+        ],
+    );
+    link.to.send(sub.listening_on()).unwrap();
+    let trigger = drain_stream(stream);
+    let finished = sub.finish(RUN);
+    trigger.join().unwrap();
+    let dropped = link.dropped();
+    publisher.finish(RUN).assert_success();
+    assert_eq!(finished.code(), Some(0), "{}", finished.stderr);
+    let sub = json_file(Path::new(&sub_json));
+    let publ = json_file(Path::new(&pub_json));
+    let r = &sub["recovery"];
+    let s = &publ["retransmit"];
+    eprintln!(
+        "1 % loss behind 64 idle connections: {} frames dropped, {} recovered, {} unrecoverable, gaps {}, busy answers {}; service: {s}",
+        dropped.len(),
+        r["frames_recovered"],
+        r["frames_unrecoverable"],
+        sub["gaps"],
+        r["busy_answers"]
+    );
+    let frames = n(&publ["totals"], "frames");
+    assert!(dropped.len() as u64 > frames / 200, "about 1 % dropped: {} of {frames}", dropped.len());
+    // Every frame the link dropped was recovered (the kernel may have lost a few more, which
+    // are recovered too); nothing was given up.
+    assert!(n(r, "frames_recovered") >= dropped.len() as u64, "{r}");
+    assert_eq!(n(r, "frames_unrecoverable"), 0, "{r}");
+    let reference = expected("DEEP10.json");
+    assert_aggregates(&sub, &reference, "DEEP10 recovered past idle connections");
+    assert_eq!(sub["messages"], reference["messages"]);
+    assert_eq!(sub["frames"], publ["totals"]["frames"], "every frame, each once");
+    assert_eq!((n(&sub, "gaps"), n(&sub, "duplicates")), (0, 0));
+    assert_eq!(sub["totals_match"], true);
+    // The slots were freed by evicting idle connections, or by timing out the half requests.
+    assert!(n(s, "evicted") + n(s, "request_timeouts") >= 1, "{s}");
+    drop(held);
+}
+
+#[test]
+fn idle_connections_and_half_sent_requests_are_closed_and_a_full_service_evicts_the_longest_idle() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("pub.json").display().to_string();
+    let toml = dir.path().join("pub.toml");
+    std::fs::write(&toml, "[retransmit]\nmax_connections = 3\nidle_timeout = 5\n").unwrap();
+    let toml = toml.display().to_string();
+    let (socket, target) = receiver();
+    let (publisher, service) = publisher_with_service(&[
+        "run",
+        "--config",
+        &toml,
+        "--synthetic",
+        "--messages",
+        "20000",
+        "--udp",
+        &target,
+        "--retransmit-linger",
+        "12",
+        "--json",
+        &json,
+    ]);
+    let (_, _, next) = receive_all(&socket);
+    let last = next - 1;
+    let started = Instant::now();
+    // The oldest: asks once (so the service has its answer before the others connect), then
+    // says nothing.
+    let (mut oldest, _) = greeted(service, &recovery_answer());
+    assert!(ask(&mut oldest, &[], last).frames.is_empty());
+    // Sends half a request, and nothing more.
+    let (mut half, _) = greeted(service, &recovery_answer());
+    half.write_all(&RetransmitRequest { first: last, count: 1 }.to_record()[..9]).unwrap();
+    let half_sent = Instant::now();
+    // Greets and says nothing: closed when idle for idle_timeout.
+    let (mut quiet, _) = greeted(service, &recovery_answer());
+    let quiet_greeted = Instant::now();
+    for s in [&mut oldest, &mut half, &mut quiet] {
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    }
+    // The service is full. Once the three have been idle for a moment, a newcomer is let in and
+    // the one idle longest makes way, told why.
+    std::thread::sleep(Duration::from_millis(1300));
+    let (mut newcomer, _) = greeted(service, &recovery_answer());
+    let answer = ask(&mut newcomer, &[RetransmitRequest { first: last - 4, count: 5 }], last);
+    assert_eq!(answer.frames.len(), 5, "the newcomer is served: {answer:?}");
+    drop(newcomer);
+    let (header, reason) = record(&mut oldest).expect("the oldest is told why");
+    let reason = String::from_utf8_lossy(&reason).to_string();
+    assert_eq!(header.tag, RecordTag::Busy, "{reason}");
+    assert!(reason.contains("idle") && reason.contains("retransmit.max_connections"), "{reason}");
+    assert!(record(&mut oldest).is_none(), "then closed");
+    // The half request: closed a short bound after it began, long before the idle timeout.
+    assert!(record(&mut half).is_none(), "the half request's connection closes");
+    let half_closed = half_sent.elapsed();
+    assert!(half_closed < Duration::from_millis(4500), "closed {half_closed:?} after half a request");
+    // The quiet one: closed at the idle timeout, not before.
+    assert!(record(&mut quiet).is_none(), "the idle connection closes");
+    let quiet_closed = quiet_greeted.elapsed();
+    assert!(
+        quiet_closed >= Duration::from_millis(4800) && quiet_closed < Duration::from_secs(9),
+        "closed {quiet_closed:?} after its greeting, with idle_timeout = 5"
+    );
+    assert!(started.elapsed() < Duration::from_secs(11), "all within the service's linger");
+    publisher.finish(RUN).assert_success();
+    let s = &json_file(Path::new(&json))["retransmit"];
+    assert_eq!((n(s, "evicted"), n(s, "request_timeouts"), n(s, "idle_timeouts")), (1, 1, 1), "{s}");
+}
+
+#[test]
+fn requests_for_absurd_ranges_are_counted_once_each() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("pub.json").display().to_string();
+    let (socket, target) = receiver();
+    let metrics = format!("127.0.0.1:{}", mdrelay_harness::free_tcp_port());
+    let (mut publisher, service) = publisher_with_service(&[
+        "run",
+        "--synthetic",
+        "--messages",
+        "20000",
+        "--udp",
+        &target,
+        "--retransmit-linger",
+        "3",
+        "--metrics-listen",
+        &metrics,
+        "--metrics-hold",
+        "20",
+        "--json",
+        &json,
+    ]);
+    let (_, _, next) = receive_all(&socket);
+    let last = next - 1;
+    let (mut s, _) = greeted(service, &recovery_answer());
+    // Far in the future, as large as a request can be; at the very top of the numbering (the
+    // range runs past u64::MAX); and a range that starts held and runs into the future.
+    let absurd = [
+        RetransmitRequest { first: next + 1_000_000_000_000, count: u32::MAX },
+        RetransmitRequest { first: u64::MAX - 3, count: u32::MAX },
+        RetransmitRequest { first: u64::MAX, count: 1 },
+        RetransmitRequest { first: last, count: u32::MAX },
+    ];
+    let requests: Vec<RetransmitRequest> = absurd.iter().copied().cycle().take(400).collect();
+    let answer = ask(&mut s, &requests, last - 1);
+    // The held frame of the last kind is served each time it is asked; nothing else is.
+    assert!(answer.gone.is_empty(), "{answer:?}");
+    assert_eq!(answer.frames.keys().copied().collect::<Vec<_>>(), vec![last]);
+    drop(s);
+    // The final counts, served after the run.
+    publisher.wait_for("metrics endpoint stays up");
+    let scraped = scrape(metrics.parse().unwrap()).unwrap();
+    publisher.signal(mdrelay_harness::Signal::SIGINT);
+    publisher.finish(RUN).assert_success();
+    let r = &json_file(Path::new(&json))["retransmit"];
+    assert_eq!(n(r, "requests_ahead"), 400, "each request for frames not sent yet, once: {r}");
+    assert_eq!(n(r, "requests"), 401, "{r}");
+    assert_eq!(scraped.get("mdrelay_pub_retransmit_requests_ahead_total", ""), Some(400.0), "{}", scraped.text);
+}
+
+#[test]
+fn a_flood_after_the_greeting_answer_is_refused_with_where_and_a_half_closed_client_gets_every_answer() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("pub.json").display().to_string();
+    let (socket, target) = receiver();
+    let (publisher, service) = publisher_with_service(&[
+        "run",
+        "--synthetic",
+        "--messages",
+        "20000",
+        "--udp",
+        &target,
+        "--pacing",
+        "rate",
+        "--rate",
+        "100000",
+        "--retransmit-linger",
+        "20",
+        "--json",
+        &json,
+    ]);
+    let (sent, totals, next) = receive_all(&socket);
+    assert_eq!(sent.len() as u64, totals.frames, "loopback UDP at this rate loses nothing");
+    let last = next - 1;
+    // A greeting answer followed by a megabyte of bytes that are no request.
+    let (mut flood, _) = greeted(service, &recovery_answer());
+    flood.set_write_timeout(Some(STEP)).unwrap();
+    let junk = vec![0xa5u8; 1 << 20];
+    // The service may stop reading (and close) before all of it is written.
+    let _ = flood.write_all(&junk);
+    let (header, reason) = record(&mut flood).expect("the reason");
+    let reason = String::from_utf8_lossy(&reason).to_string();
+    assert_eq!(header.tag, RecordTag::Refuse, "{reason}");
+    assert!(reason.contains("byte 32") && reason.contains("unknown record tag 165"), "{reason}");
+    drop(flood);
+    // A client that asks, then closes its sending side: every answer still comes, then the close.
+    let (mut half_closed, _) = greeted(service, &recovery_answer());
+    for seq in [last - 2, last - 1, last] {
+        half_closed.write_all(&RetransmitRequest { first: seq, count: 1 }.to_record()).unwrap();
+    }
+    // Requests with nothing to answer: an empty range, and one running past the numbering's end.
+    half_closed.write_all(&RetransmitRequest { first: last, count: 0 }.to_record()).unwrap();
+    half_closed.write_all(&RetransmitRequest { first: u64::MAX - 1, count: 5 }.to_record()).unwrap();
+    half_closed.shutdown(Shutdown::Write).unwrap();
+    let mut got = BTreeMap::new();
+    while let Some((header, payload)) = record(&mut half_closed) {
+        assert_eq!(header.tag, RecordTag::Data);
+        for (i, f) in frames(header.format, &payload, usize::from(header.frame_count)).into_iter().enumerate() {
+            got.insert(header.sequence + i as u64, f);
+        }
+    }
+    assert_eq!(got.keys().copied().collect::<Vec<_>>(), vec![last - 2, last - 1, last]);
+    for (seq, frame) in &got {
+        assert_eq!(Some(frame), sent.get(seq));
+    }
+    publisher.finish(RUN).assert_success();
+    let r = &json_file(Path::new(&json))["retransmit"];
+    assert_eq!((n(r, "refused"), n(r, "requests"), n(r, "frames_sent")), (1, 5, 3), "{r}");
 }

@@ -6,8 +6,11 @@
 //! are missing, asks for them (through the client's bounded channel, never waiting), and takes
 //! the answers. The client task owns the TCP connection: it connects on the first request,
 //! greets, forwards requests and hands every answer back; when the connection is lost it
-//! reconnects with backoff on the next request. Neither side ever waits for the other: a request
-//! that does not fit the channel is asked again at its retry.
+//! reconnects with backoff on the next request. A service too full to take the connection says
+//! BUSY instead of greeting: that is counted like any BUSY answer (and apart, as
+//! `busy_at_connect`) and connected to again the same way. A connection the service closed for
+//! asking nothing is made again at the next request, without a warning. Neither side ever waits
+//! for the other: a request that does not fit the channel is asked again at its retry.
 //!
 //! Accounting is exact: a frame found missing is opened exactly once (ahead of the highest
 //! frame, at the tail an END names, or below the lowest), and ends up recovered, filled late by
@@ -108,6 +111,7 @@ pub struct RecoveryBook {
     /// answered twice.
     redundant: u64,
     busy_answers: u64,
+    busy_at_connect: u64,
     gone_frames: u64,
     requests_deferred: u64,
     connections: u64,
@@ -130,6 +134,7 @@ impl RecoveryBook {
             given_up: GivenUp::default(),
             redundant: 0,
             busy_answers: 0,
+            busy_at_connect: 0,
             gone_frames: 0,
             requests_deferred: 0,
             connections: 0,
@@ -262,9 +267,17 @@ impl RecoveryBook {
         self.given_up.other_session += self.gaps.give_up(first, first.saturating_add(count));
     }
 
-    /// The service was over its rate limit; the request is asked again at its retry.
+    /// The service was over its rate limit, or made this connection leave for another client;
+    /// the frames are asked again at their retry.
     pub fn busy(&mut self) {
         self.busy_answers += 1;
+    }
+
+    /// The service answered a connection with BUSY (it was full); the frames are asked again at
+    /// their retry, over a connection made with backoff.
+    pub fn busy_at_connect(&mut self) {
+        self.busy_answers += 1;
+        self.busy_at_connect += 1;
     }
 
     /// A connection to the service was set up.
@@ -337,6 +350,7 @@ impl RecoveryBook {
             requests: c.requests,
             requests_deferred: self.requests_deferred,
             busy_answers: self.busy_answers,
+            busy_at_connect: self.busy_at_connect,
             gone_frames: self.gone_frames,
             frames_redundant: self.redundant,
             connections: self.connections,
@@ -373,8 +387,11 @@ pub struct RecoveryReport {
     pub requests: u64,
     /// Requests that did not fit the queue to the service (asked again at their retry).
     pub requests_deferred: u64,
-    /// Requests the service answered BUSY (over its rate limit).
+    /// BUSY answers from the service: requests over its rate limit, connections it was too full
+    /// to take (`busy_at_connect`), and connections it made leave for another client.
     pub busy_answers: u64,
+    /// Connections the service answered BUSY at once, being full (retried with backoff).
+    pub busy_at_connect: u64,
     /// Frames the service answered GONE for.
     pub gone_frames: u64,
     /// Retransmitted frames that were not missing (any more): not taken.
@@ -469,11 +486,15 @@ pub enum Answer {
         /// How many.
         count: u64,
     },
-    /// The request for frames from `first` was over the service's rate limit.
+    /// The request for frames from `first` was over the service's rate limit (or, with `first`
+    /// 0, the service made this connection leave for another client).
     Busy {
         /// The request's first frame.
         first: u64,
     },
+    /// The service was full when connected to, and said so instead of greeting: it is
+    /// connected to again, with backoff, when there is something to ask.
+    BusyAtConnect,
     /// The service will not serve this subscriber; do not ask again. The reason names it.
     Refused(String),
 }
@@ -516,6 +537,12 @@ impl Drop for Client {
 enum Ended {
     /// Try again later.
     Retry(String),
+    /// The service is full: try again later.
+    Busy(String),
+    /// The service closed the connection between answers, with nothing of ours unsent (it
+    /// closes connections that ask nothing for a while): connect again at the next request,
+    /// after the shortest backoff.
+    Quiet,
     /// The service refuses: stop.
     Refused(String),
     /// The receive loop is gone.
@@ -547,13 +574,24 @@ async fn serve(server: String, protection: Protection, mut asks: mpsc::Receiver<
             }
             Err(ended) => ended,
         };
+        let busy = matches!(ended, Ended::Busy(_));
         match ended {
             Ended::Closed => return,
             Ended::Refused(why) => {
                 let _ = answers.send(Answer::Refused(why)).await;
                 return;
             }
-            Ended::Retry(why) => {
+            Ended::Quiet => {
+                tracing::debug!(service = %server, "the retransmission service closed an idle connection");
+                pending = None;
+                // Something was answered, so this is the shortest wait: a service that keeps
+                // closing connections still gets no more than one a backoff.
+                tokio::time::sleep(backoff).await;
+            }
+            Ended::Busy(why) | Ended::Retry(why) => {
+                if busy && answers.send(Answer::BusyAtConnect).await.is_err() {
+                    return;
+                }
                 if warn::allow("recovery connection") {
                     tracing::warn!(service = %server, retry_in = ?backoff, "recovery connection: {why}");
                 }
@@ -621,7 +659,7 @@ async fn greeting(stream: &mut TcpStream, peer: SocketAddr) -> Result<Hello, End
             {
                 let reason = reason(stream, &bytes[RecordHeader::LEN..have], header.length as usize).await;
                 return Err(if header.tag == RecordTag::Busy {
-                    Ended::Retry(format!("{peer} is busy: {reason}"))
+                    Ended::Busy(format!("{peer} is busy: {reason}"))
                 } else {
                     Ended::Refused(format!("{peer} refused the recovery connection: {reason}"))
                 });
@@ -755,6 +793,9 @@ async fn session(
             biased;
             read = read_some(&stream, &mut buf) => match read {
                 Ok(0) => {
+                    if buf.is_empty() && out.is_empty() && answered {
+                        return (Ended::Quiet, answered);
+                    }
                     let why = if buf.is_empty() {
                         format!("{peer} closed the connection")
                     } else {

@@ -401,7 +401,16 @@ fn on_answer(answer: Answer, pipeline: &mut Pipeline, scratch: &mut ReadBuf, cli
                 book.busy();
             }
             if warn::allow("recovery busy") {
-                tracing::info!(first, "the retransmission service is over its rate limit; asking again later");
+                tracing::info!(
+                    first,
+                    "the retransmission service is busy (over its rate limit, or full); asking again later"
+                );
+            }
+        }
+        Answer::BusyAtConnect => {
+            // The client task says so, with when it tries again.
+            if let Some(book) = &mut pipeline.recovery {
+                book.busy_at_connect();
             }
         }
         Answer::Refused(why) => {

@@ -498,6 +498,144 @@ fn a_service_sending_a_record_too_large_is_left_and_connected_to_again() {
     );
 }
 
+#[test]
+fn a_service_at_its_connection_limit_is_counted_busy_and_asked_again_with_backoff() {
+    let feed = Feed::new(600, 50);
+    let n = feed.len();
+    let withheld: BTreeSet<u64> = [30, 31, 400].into_iter().collect();
+    let (listener, addr) = listen();
+    let frames = feed.frames.clone();
+    let busy_connections = 3;
+    let service = thread::spawn(move || {
+        let mut attempts = Vec::new();
+        // Full, as a publisher at retransmit.max_connections is: BUSY at once, no greeting.
+        for _ in 0..busy_connections {
+            let mut s = accept_within(&listener, STEP);
+            attempts.push(Instant::now());
+            let reason = b"the retransmission service is at its limit of 64 connections (retransmit.max_connections)";
+            s.write_all(&control_record(RecordTag::Busy, Format::Raw, 0, reason)).unwrap();
+            s.shutdown(std::net::Shutdown::Write).unwrap();
+            drain(&mut s);
+        }
+        // Then a place: every frame asked for is served.
+        let mut s = accept_within(&listener, STEP);
+        attempts.push(Instant::now());
+        s.write_all(&Hello::new(Format::Raw, SESSION, 1, 1).to_bytes()).unwrap();
+        let mut answer = [0u8; Subscribe::V2_LEN];
+        s.read_exact(&mut answer).unwrap();
+        let mut request = [0u8; RecordHeader::LEN + RetransmitRequest::PAYLOAD];
+        while s.read_exact(&mut request).is_ok() {
+            let header = RecordHeader::parse(&request, RetransmitRequest::PAYLOAD).unwrap();
+            let asked = RetransmitRequest::parse(&header, &request[RecordHeader::LEN..]).unwrap();
+            for seq in asked.first..asked.first + u64::from(asked.count) {
+                let (format, frame) = &frames[seq as usize - 1];
+                // A retry's answer may come after the subscriber has all it needs and has gone.
+                if s.write_all(&data_record(*format, seq, std::slice::from_ref(frame))).is_err() {
+                    return attempts;
+                }
+            }
+        }
+        attempts
+    });
+    let args = ["--listen", "127.0.0.1:0", "--recovery", &addr, "--recovery-attempts", "1000"];
+    let mut sub = Receiver::start(&[&args[..], &["--recovery-linger", "20"]].concat(), 1);
+    let socket = sender();
+    for seq in (1..=n).filter(|s| !withheld.contains(s)) {
+        sub.send(&socket, 0, &feed.datagram(seq), seq);
+    }
+    for _ in 0..3 {
+        sub.send(&socket, 0, &feed.end(), 0);
+    }
+    let done = sub.process.finish(STEP);
+    let attempts = service.join().unwrap();
+    let r = done.json();
+    assert_fields(&r, &feed.expected_without(&BTreeSet::new()));
+    assert_eq!(r["gaps"], 0, "{}", done.stderr);
+    let rec = &r["recovery"];
+    assert_eq!(rec["frames_recovered"], withheld.len());
+    // Each BUSY at connect counted, and the connection set up after them.
+    assert_eq!(rec["busy_answers"], busy_connections, "{rec}");
+    assert_eq!(rec["busy_at_connect"], busy_connections, "{rec}");
+    assert_eq!(rec["connections"], 1, "{rec}");
+    // Asked again with backoff: each wait after a BUSY at least as long as the one before
+    // (50 ms, doubling).
+    let waits: Vec<Duration> = attempts.windows(2).map(|w| w[1] - w[0]).collect();
+    for (i, wait) in waits.iter().enumerate() {
+        assert!(*wait >= Duration::from_millis(45 << i), "waits between attempts {waits:?}");
+    }
+    assert!(done.stderr.contains("is busy") && done.stderr.contains("retransmit.max_connections"), "{}", done.stderr);
+}
+
+#[test]
+fn a_connection_the_service_closes_for_idling_is_made_again_at_the_next_gap_without_a_warning() {
+    let feed = Feed::new(1_200, 51);
+    let n = feed.len();
+    let half = n / 2;
+    let (first_gaps, later_gaps): (BTreeSet<u64>, BTreeSet<u64>) = ([10, 11].into(), [half + 10].into());
+    let (listener, addr) = listen();
+    let frames = feed.frames.clone();
+    let (closed_tx, closed) = std::sync::mpsc::channel();
+    let service = thread::spawn(move || {
+        let mut served = BTreeSet::new();
+        for round in 0..2 {
+            let mut s = accept_within(&listener, STEP);
+            s.write_all(&Hello::new(Format::Raw, SESSION, 1, 1).to_bytes()).unwrap();
+            let mut answer = [0u8; Subscribe::V2_LEN];
+            s.read_exact(&mut answer).unwrap();
+            // The first connection is closed once it has asked nothing for a while, as a
+            // publisher closes one idle for retransmit.idle_timeout.
+            if round == 0 {
+                s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+            }
+            let mut request = [0u8; RecordHeader::LEN + RetransmitRequest::PAYLOAD];
+            loop {
+                match s.read_exact(&mut request) {
+                    Ok(()) => {}
+                    Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) && !served.is_empty() => {
+                        break;
+                    }
+                    Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => continue,
+                    Err(_) => return served,
+                }
+                let header = RecordHeader::parse(&request, RetransmitRequest::PAYLOAD).unwrap();
+                let asked = RetransmitRequest::parse(&header, &request[RecordHeader::LEN..]).unwrap();
+                for seq in asked.first..asked.first + u64::from(asked.count) {
+                    let (format, frame) = &frames[seq as usize - 1];
+                    // A retry's answer may come after the subscriber has all it needs and has gone.
+                    if s.write_all(&data_record(*format, seq, std::slice::from_ref(frame))).is_err() {
+                        return served;
+                    }
+                    served.insert(seq);
+                }
+            }
+            drop(s);
+            closed_tx.send(()).unwrap();
+        }
+        served
+    });
+    let mut sub = Receiver::start(&["--listen", "127.0.0.1:0", "--recovery", &addr, "--recovery-linger", "20"], 1);
+    let socket = sender();
+    for seq in (1..=half).filter(|s| !first_gaps.contains(s)) {
+        sub.send(&socket, 0, &feed.datagram(seq), seq);
+    }
+    closed.recv_timeout(STEP).expect("the service closes the idle connection");
+    for seq in (half + 1..=n).filter(|s| !later_gaps.contains(s)) {
+        sub.send(&socket, 0, &feed.datagram(seq), seq);
+    }
+    for _ in 0..3 {
+        sub.send(&socket, 0, &feed.end(), 0);
+    }
+    let done = sub.process.finish(STEP);
+    let served = service.join().unwrap();
+    let r = done.json();
+    assert_fields(&r, &feed.expected_without(&BTreeSet::new()));
+    assert_eq!(r["gaps"], 0, "{}", done.stderr);
+    assert_eq!(served, [10, 11, half + 10].into());
+    let rec = &r["recovery"];
+    assert_eq!((rec["connections"].as_u64(), rec["frames_recovered"].as_u64()), (Some(2), Some(3)), "{rec}");
+    assert!(!done.stderr.contains("recovery connection:"), "an idle close is no trouble: {}", done.stderr);
+}
+
 /// Sends every frame of `feed` to both lines of `sub`, except `not_a` on line A and `not_b` on
 /// line B; line B delivers `twice_on_b` twice, and every 7th frame goes to line B first.
 fn send_both_lines(

@@ -1,5 +1,6 @@
-//! The subscriber's side of loss recovery, without I/O: which frames are missing, since when,
-//! which to ask the publisher for now, and what became of each.
+//! Loss recovery without I/O: the subscriber's side ([`GapList`]: which frames are missing, since
+//! when, which to ask the publisher for now, and what became of each), and the retransmission
+//! service's connection places ([`ServiceSlots`]: who may hold one, and who makes way).
 //!
 //! A gap is asked for only after a delay (reordering on the way usually fills it first), then
 //! again at the retry interval while it stays open, up to a number of attempts. A frame filled
@@ -10,7 +11,7 @@
 //! that many are open is unrecoverable at once.
 
 use super::wire::RetransmitRequest;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Missing ranges tracked at once.
 pub const MAX_GAPS: usize = 16_384;
@@ -203,9 +204,153 @@ impl GapList {
     }
 }
 
+/// The retransmission service's connection places, bounded by `limit`, with the time each
+/// holder last asked for something. When every place is taken, a newcomer takes the place of the
+/// holder that has asked for nothing the longest, provided that is at least `grace` and it is
+/// not being answered: places go to clients that ask, and connections that ask nothing cannot
+/// keep them. The grace lets a client that has just connected send its first request before it
+/// can be made to leave. Times are ns on any clock that does not go back.
+#[derive(Debug)]
+pub struct ServiceSlots<T> {
+    limit: usize,
+    grace_ns: i64,
+    next: u64,
+    held: BTreeMap<u64, Slot<T>>,
+    /// The places not being answered, by when they were last active: the first is the one
+    /// idle the longest, found without a scan however many places there are.
+    idle: BTreeSet<(i64, u64)>,
+}
+
+#[derive(Debug)]
+struct Slot<T> {
+    /// When the holder connected, or was last answered; `None` while it is being answered.
+    idle_since: Option<i64>,
+    holder: T,
+}
+
+/// What [`ServiceSlots::enter`] decided.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Entered<T> {
+    /// Given `slot`; `evicted` is the holder that made way for it, if the service was full.
+    Admitted {
+        /// The newcomer's place, for [`ServiceSlots::asked`], [`ServiceSlots::answered`] and
+        /// [`ServiceSlots::leave`].
+        slot: u64,
+        /// The holder whose place it took.
+        evicted: Option<T>,
+    },
+    /// Every place is held by a client that asked within the grace (or is being answered):
+    /// the newcomer is turned away, and gets its holder back.
+    Full(T),
+}
+
+impl<T> ServiceSlots<T> {
+    /// At most `limit` places; a holder idle for `grace_ns` may be made to leave.
+    pub fn new(limit: usize, grace_ns: i64) -> ServiceSlots<T> {
+        ServiceSlots { limit, grace_ns, next: 0, held: BTreeMap::new(), idle: BTreeSet::new() }
+    }
+
+    /// Places held.
+    pub fn len(&self) -> usize {
+        self.held.len()
+    }
+
+    /// True when no place is held.
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+
+    /// A newcomer connected at `now`.
+    pub fn enter(&mut self, now: i64, holder: T) -> Entered<T> {
+        let evicted = if self.held.len() < self.limit {
+            None
+        } else {
+            match self.idle.first() {
+                Some(&(since, slot)) if now.saturating_sub(since) >= self.grace_ns => self.take(slot),
+                _ => return Entered::Full(holder),
+            }
+        };
+        let slot = self.next;
+        self.next += 1;
+        self.held.insert(slot, Slot { idle_since: Some(now), holder });
+        self.idle.insert((now, slot));
+        Entered::Admitted { slot, evicted }
+    }
+
+    /// The holder of `slot` asked for something at `now`; it is being answered, so not idle.
+    pub fn asked(&mut self, slot: u64) {
+        if let Some(s) = self.held.get_mut(&slot)
+            && let Some(since) = s.idle_since.take()
+        {
+            self.idle.remove(&(since, slot));
+        }
+    }
+
+    /// The holder of `slot` was answered at `now`; its idle time counts from here.
+    pub fn answered(&mut self, slot: u64, now: i64) {
+        if let Some(s) = self.held.get_mut(&slot) {
+            if let Some(since) = s.idle_since.replace(now) {
+                self.idle.remove(&(since, slot));
+            }
+            self.idle.insert((now, slot));
+        }
+    }
+
+    /// The holder of `slot` left (a slot already given to another is left alone).
+    pub fn leave(&mut self, slot: u64) {
+        self.take(slot);
+    }
+
+    fn take(&mut self, slot: u64) -> Option<T> {
+        let s = self.held.remove(&slot)?;
+        if let Some(since) = s.idle_since {
+            self.idle.remove(&(since, slot));
+        }
+        Some(s.holder)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_service_makes_the_longest_idle_holder_leave_once_past_the_grace() {
+        let mut slots = ServiceSlots::new(3, 100);
+        let slot = |e: Entered<char>| match e {
+            Entered::Admitted { slot, evicted } => (slot, evicted),
+            Entered::Full(h) => panic!("{h} turned away"),
+        };
+        let (a, _) = slot(slots.enter(0, 'a'));
+        let (b, _) = slot(slots.enter(10, 'b'));
+        let (c, _) = slot(slots.enter(20, 'c'));
+        // Full, and nobody idle for the grace yet: turned away.
+        assert_eq!(slots.enter(90, 'd'), Entered::Full('d'));
+        // `a` asks: `b` is idle the longest now.
+        slots.asked(a);
+        slots.answered(a, 96);
+        let (d, made_way) = slot(slots.enter(115, 'd'));
+        assert_eq!(made_way, Some('b'));
+        // `c` is being answered, so not idle however long ago it asked; `a` is past the grace.
+        slots.asked(c);
+        let (e, made_way) = slot(slots.enter(200, 'e'));
+        assert_eq!(made_way, Some('a'));
+        assert_eq!(slots.len(), 3);
+        // Leaving frees a place; leaving a place already taken by another changes nothing.
+        slots.leave(b);
+        assert_eq!(slots.len(), 3);
+        slots.leave(c);
+        let (f, made_way) = slot(slots.enter(201, 'f'));
+        assert_eq!(made_way, None);
+        // Every holder being answered: a newcomer is turned away, however long ago they asked.
+        for s in [d, e, f] {
+            slots.asked(s);
+        }
+        assert_eq!(slots.enter(10_000, 'g'), Entered::Full('g'));
+        slots.answered(e, 10_050);
+        assert_eq!(slots.enter(10_100, 'g'), Entered::Full('g'));
+        assert_eq!(slot(slots.enter(10_150, 'g')).1, Some('e'));
+    }
 
     const POLICY: RecoveryPolicy = RecoveryPolicy { delay_ns: 10, retry_ns: 100, attempts: 2, max_frames: 4 };
 
