@@ -956,7 +956,8 @@ fn read_or_violation(
 #[cfg(test)]
 mod tests {
     //! The three slow-subscriber policies against an in-process fanout: the hot path's side
-    //! (`Fanout::send`) and a subscriber's side (`Outgoing`), without sockets.
+    //! (`Fanout::send`) and a subscriber's side (`Outgoing`), without sockets; and replay chunks
+    //! against the replay budget.
 
     use super::*;
     use crate::config::Tcp;
@@ -1127,5 +1128,98 @@ mod tests {
             sent.fetch_add(1, Ordering::Relaxed);
         }
         assert_eq!(sent.load(Ordering::Relaxed), 100);
+    }
+
+    /// A replay of `frames` frames of `len` bytes each, frames 1 on, up to the ring's mark.
+    fn replaying(frames: u64, len: usize) -> (SharedRing, Outgoing) {
+        let ring: SharedRing = Arc::new(Mutex::new(mdrelay_proto::relay::FrameRing::new(64 << 20)));
+        {
+            let mut held = lock(&ring);
+            for seq in 1..=frames {
+                held.push(seq, Format::Sbe, &vec![seq as u8; len]);
+            }
+            held.set_published(frames + 1);
+        }
+        // As `join` leaves it: the FORMAT record written, the replay owed.
+        let mut out = Outgoing::new(None, SlowPolicy::Drop);
+        out.format = Some(Format::Sbe);
+        out.replay = Some(Replay { next: 1, end: frames + 1 });
+        out.next = Some(1);
+        out.skip_below = frames + 1;
+        (ring, out)
+    }
+
+    /// The DATA records in `batch`: (first frame, frames), each checked to hold whole frames.
+    fn data_records(batch: &VecDeque<Bytes>, len: usize) -> Vec<(u64, u64)> {
+        let mut records = Vec::new();
+        for bytes in batch {
+            let header = RecordHeader::parse(bytes, usize::MAX).unwrap();
+            if header.tag == RecordTag::Data {
+                assert_eq!(bytes.len(), RecordHeader::LEN + usize::from(header.frame_count) * len);
+                records.push((header.sequence, u64::from(header.frame_count)));
+            }
+        }
+        records
+    }
+
+    #[test]
+    fn replay_chunks_hold_the_budget_until_written_and_reuse_their_buffers() {
+        let share = ReplayShare::new(2 * REPLAY_CHUNK);
+        let stats = SubscriberStats::new("test".into(), Default::default());
+        let (ring, mut out) = replaying(2000, 100);
+        let mut replayed = Vec::new();
+        loop {
+            let permit = share.budget.clone().try_acquire_many_owned(REPLAY_CHUNK as u32).unwrap();
+            match out.build_replay_chunk(&ring, permit, &share, &stats) {
+                Chunk::Built => {}
+                Chunk::Done => break,
+                Chunk::Needs(n) => panic!("100-byte frames fit a chunk, yet {n} bytes were asked for"),
+            }
+            // The chunk holds its share of the budget while any of it is unwritten.
+            assert_eq!(share.budget.available_permits(), REPLAY_CHUNK);
+            assert!(out.batch.iter().map(Bytes::len).sum::<usize>() <= REPLAY_CHUNK);
+            replayed.extend(data_records(&out.batch, 100));
+            assert!(out.batch.iter().all(|b| RecordHeader::parse(b, usize::MAX).unwrap().tag == RecordTag::Data));
+            out.batch.clear();
+            assert_eq!(share.budget.available_permits(), 2 * REPLAY_CHUNK, "written whole: given back");
+            // One buffer, filled again each time.
+            assert_eq!(share.spares.lock().unwrap().len(), 1);
+        }
+        assert!(!out.replaying());
+        // Every frame once, in order: each record starts where the last one ended.
+        let mut next = 1;
+        for (first, frames) in replayed {
+            assert_eq!(first, next);
+            next += frames;
+        }
+        assert_eq!(next, 2001);
+        assert_eq!(stats_summary(&out_shared(), &stats).dropped_frames, 0);
+    }
+
+    #[test]
+    fn a_frame_larger_than_a_chunk_waits_for_its_size_and_goes_alone() {
+        let share = ReplayShare::new(4 * REPLAY_CHUNK);
+        let stats = SubscriberStats::new("test".into(), Default::default());
+        let big = REPLAY_CHUNK + 1000;
+        let (ring, mut out) = replaying(3, big);
+        let permit = share.budget.clone().try_acquire_many_owned(REPLAY_CHUNK as u32).unwrap();
+        let need = match out.build_replay_chunk(&ring, permit, &share, &stats) {
+            Chunk::Needs(need) => need,
+            _ => panic!("a frame larger than the permit needs more"),
+        };
+        assert_eq!(need, RecordHeader::LEN + big);
+        assert!(out.batch.is_empty() && out.replaying(), "nothing taken meanwhile");
+        assert_eq!(share.budget.available_permits(), 4 * REPLAY_CHUNK);
+        let permit = share.budget.clone().try_acquire_many_owned(need as u32).unwrap();
+        assert!(matches!(out.build_replay_chunk(&ring, permit, &share, &stats), Chunk::Built));
+        assert_eq!(data_records(&out.batch, big), [(1, 1)]);
+        out.batch.clear();
+        assert_eq!(share.budget.available_permits(), 4 * REPLAY_CHUNK);
+        assert!(share.spares.lock().unwrap().is_empty(), "a buffer of another size is let go");
+    }
+
+    /// The state a fanout's subscribers share, for reading a subscriber's summary.
+    fn out_shared() -> Arc<Shared> {
+        Fanout::new(&tcp(16, SlowPolicy::Drop), 1, 1, Format::Sbe, Default::default()).1
     }
 }
