@@ -740,6 +740,8 @@ async fn subscriber(
     kill: &CancellationToken,
 ) -> io::Result<Ended> {
     let mut open = true;
+    // When to look next whether the subscriber is a whole queue behind (see below).
+    let mut lag_due = Instant::now() + LAG_CHECK;
     while open || !out.batch.is_empty() || out.replaying() {
         if out.batch.is_empty() {
             // A replay chunk the socket took whole: its memory went back to the budget.
@@ -776,10 +778,12 @@ async fn subscriber(
         }
         // The socket is full. Under `disconnect`, look now and then whether the subscriber has
         // fallen a whole queue behind while it does not read: it would only find out at its
-        // next read from the queue, which a subscriber that never reads never makes.
+        // next read from the queue, which a subscriber that never reads never makes. The time
+        // is kept across turns of the loop: a socket that wakes its writer often (its send
+        // buffer growing, a byte at a time taken) must not put the look off for ever.
         let lag_check = async {
             if out.policy == SlowPolicy::Disconnect {
-                tokio::time::sleep(LAG_CHECK).await;
+                tokio::time::sleep_until(lag_due).await;
             } else {
                 std::future::pending::<()>().await;
             }
@@ -803,6 +807,7 @@ async fn subscriber(
                 }
             }
             _ = lag_check => {
+                lag_due = Instant::now() + LAG_CHECK;
                 if out.behind_by_a_queue(server.tcp.queue) {
                     disconnect_slow(server, stats);
                     return Ok(Ended::Killed);
