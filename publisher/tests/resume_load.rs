@@ -47,11 +47,12 @@ fn raise_open_files(wanted: u64) -> bool {
     getrlimit(Resource::RLIMIT_NOFILE).expect("the limit of open files").0 >= wanted
 }
 
-/// A publisher configuration: DEEP10 in SBE at 50,000 messages/s (about 8 s) over TCP on a port
-/// of the publisher's choosing, waiting for one subscriber, with `tcp` lines added to `[tcp]`.
-fn config(dir: &Path, tcp: &str) -> String {
+/// A publisher configuration: DEEP10 in SBE at `rate` messages/s (it has 391,999) over TCP on a
+/// port of the publisher's choosing, waiting for one subscriber, with `tcp` lines added to
+/// `[tcp]`.
+fn config(dir: &Path, rate: u32, tcp: &str) -> String {
     let text = format!(
-        "format = \"sbe\"\n[source]\ncapture = \"{}\"\n[pacing]\nmode = \"rate\"\nrate = 50000\n\
+        "format = \"sbe\"\n[source]\ncapture = \"{}\"\n[pacing]\nmode = \"rate\"\nrate = {rate}\n\
          [tcp]\nlisten = \"127.0.0.1:0\"\nwait_subscribers = 1\n{tcp}\n",
         iex_data().join("DEEP10.pcap.gz").display()
     );
@@ -146,8 +147,11 @@ struct StalledRun {
 /// stream runs and never read; the healthy subscriber must end exact.
 fn run_with_stalled(answer: Subscribe, context: &str) -> StalledRun {
     let dir = tempfile::tempdir().unwrap();
+    // 16 s of stream: time enough, on a loaded machine, for the connections to be made while it
+    // runs.
     let config = config(
         dir.path(),
+        25_000,
         &format!("max_connections = 600\ndrain_timeout = 1\nreplay_bytes = {BUDGET}\nreplay_timeout = 1"),
     );
     let pub_json = dir.path().join("pub.json").display().to_string();
@@ -158,7 +162,11 @@ fn run_with_stalled(answer: Subscribe, context: &str) -> StalledRun {
     let mut sub = healthy(addr, &sub_json);
     // A fifth of DEEP10 in the ring: each replay has megabytes to send.
     sub.wait_for_frames(25_000);
-    let stalled: Vec<TcpStream> = (0..STALLED).map(|_| stalled(addr, &answer)).collect();
+    // Made from a few threads at once: one after the other, each waits for the publisher.
+    let makers: Vec<_> = (0..10)
+        .map(|_| std::thread::spawn(move || (0..STALLED / 10).map(|_| stalled(addr, &answer)).collect::<Vec<_>>()))
+        .collect();
+    let stalled: Vec<TcpStream> = makers.into_iter().flat_map(|m| m.join().expect("connections made")).collect();
     publisher.finish(LIMIT).assert_success();
     let peak = peak.bytes();
     sub.finish(LIMIT).assert_success();
@@ -292,7 +300,8 @@ fn many_replays_at_once_hold_back_no_live_subscriber() {
     assert!(raise_open_files(REPLAYS as u64 + 256), "the hard limit of open files is too low");
     let dir = tempfile::tempdir().unwrap();
     // A live subscriber a whole queue behind would be cut off, and would have to resume.
-    let config = config(dir.path(), "max_connections = 100\nslow_subscriber = \"disconnect\"\ndrain_timeout = 5");
+    let config =
+        config(dir.path(), 50_000, "max_connections = 100\nslow_subscriber = \"disconnect\"\ndrain_timeout = 5");
     let pub_json = dir.path().join("pub.json").display().to_string();
     let mut publisher = Process::start(publisher_bin(), ["run", "--config", &config, "--json", &pub_json]);
     let addr = publisher.serving_on();
