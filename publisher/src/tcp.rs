@@ -772,7 +772,20 @@ async fn subscriber(
             }
             continue;
         }
-        out.write_some(stream)?;
+        if out.replay_deadline.is_some() {
+            // The rest of a replay chunk: written in a turn too, or replays to subscribers that
+            // read slowly would all write at once whenever their sockets took more.
+            let turn = tokio::select! {
+                biased;
+                _ = kill.cancelled() => return Ok(Ended::Killed),
+                turn = server.shared.replays.turn.acquire() => turn.map_err(|_| turn_closed())?,
+            };
+            out.write_some(stream)?;
+            tokio::task::yield_now().await;
+            drop(turn);
+        } else {
+            out.write_some(stream)?;
+        }
         if out.batch.is_empty() {
             continue;
         }
@@ -871,7 +884,6 @@ async fn replay_turn(
         return Ok(None);
     };
     let share = &server.shared.replays;
-    let closed = |_| io::Error::other("the replay budget was closed");
     let mut want = REPLAY_CHUNK.min(share.budget_bytes);
     loop {
         // Pinned across the reads below, so the subscriber keeps its place in the budget's queue.
@@ -881,7 +893,7 @@ async fn replay_turn(
             tokio::select! {
                 biased;
                 _ = kill.cancelled() => return Ok(Some(Ended::Killed)),
-                permit = &mut acquire => break permit.map_err(closed)?,
+                permit = &mut acquire => break permit.map_err(|_| turn_closed())?,
                 ready = stream.readable() => {
                     ready?;
                     if !read_or_violation(stream, incoming, server, stats)? {
@@ -893,7 +905,7 @@ async fn replay_turn(
         let turn = tokio::select! {
             biased;
             _ = kill.cancelled() => return Ok(Some(Ended::Killed)),
-            turn = share.turn.acquire() => turn.map_err(closed)?,
+            turn = share.turn.acquire() => turn.map_err(|_| turn_closed())?,
         };
         match out.build_replay_chunk(ring, permit, share, stats) {
             // A frame larger than a chunk: wait for its size (the turn goes meanwhile).
@@ -911,6 +923,11 @@ async fn replay_turn(
             }
         }
     }
+}
+
+/// The replay budget's or turn's semaphore was closed (it never is).
+fn turn_closed() -> io::Error {
+    io::Error::other("the replay budget was closed")
 }
 
 /// Notes and logs that a resuming subscriber left a replay chunk untaken for
