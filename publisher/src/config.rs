@@ -213,6 +213,10 @@ pub struct TcpSection {
     pub handshake_timeout: Option<f64>,
     /// Seconds subscribers get at the end of the stream to take what is queued for them.
     pub drain_timeout: Option<f64>,
+    /// Bytes of replay records built and not yet written, over every resuming subscriber.
+    pub replay_bytes: Option<u64>,
+    /// Seconds a resuming subscriber has to take a replay chunk before it is cut off as slow.
+    pub replay_timeout: Option<f64>,
 }
 
 /// `[udp]`.
@@ -346,6 +350,10 @@ pub struct Tcp {
     pub handshake_timeout: Duration,
     /// Time subscribers get at the end to take what is queued for them.
     pub drain_timeout: Duration,
+    /// Bytes of replay records built and not yet written, over every resuming subscriber.
+    pub replay_bytes: usize,
+    /// Time a resuming subscriber has to take one replay chunk.
+    pub replay_timeout: Duration,
 }
 
 /// UDP destinations, checked.
@@ -661,6 +669,13 @@ impl FileConfig {
                         300.0,
                     )?,
                     drain_timeout: seconds("tcp.drain_timeout", t.drain_timeout.unwrap_or(10.0), 0.0, 3_600.0)?,
+                    replay_bytes: count_within(
+                        "tcp.replay_bytes",
+                        t.replay_bytes.unwrap_or(16 << 20),
+                        64 << 10,
+                        1 << 30,
+                    )? as usize,
+                    replay_timeout: seconds("tcp.replay_timeout", t.replay_timeout.unwrap_or(10.0), 0.01, 3_600.0)?,
                 })
             }
             None => None,

@@ -24,7 +24,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
-use tokio::sync::broadcast;
+use tokio::sync::{Semaphore, broadcast};
 
 /// Subscriber summaries kept for the run's report; older ones are counted, not listed, so a
 /// stream of short connections cannot grow the publisher's memory.
@@ -223,6 +223,11 @@ pub struct ServerCounters {
     pub dropped_frames: Arc<AtomicU64>,
     /// Subscribers admitted and still connected.
     pub subscribers: AtomicU64,
+    /// Subscribers that resumed and were owed frames from the ring.
+    pub replays: AtomicU64,
+    /// Resuming subscribers cut off for leaving a replay chunk untaken `tcp.replay_timeout`
+    /// (counted in `disconnects_slow` too).
+    pub replay_timeouts: AtomicU64,
 }
 
 /// [`ServerCounters`] read at one moment, for reports.
@@ -244,6 +249,11 @@ pub struct ConnectionCounts {
     pub dropped_frames: u64,
     /// Subscribers admitted and still connected.
     pub subscribers: u64,
+    /// Subscribers that resumed and were owed frames from the ring.
+    pub replays: u64,
+    /// Resuming subscribers cut off for leaving a replay chunk untaken `tcp.replay_timeout`
+    /// (counted in `disconnects_slow` too).
+    pub replay_timeouts: u64,
 }
 
 impl ServerCounters {
@@ -259,6 +269,8 @@ impl ServerCounters {
             accept_errors: n(&self.accept_errors),
             dropped_frames: n(&self.dropped_frames),
             subscribers: n(&self.subscribers),
+            replays: n(&self.replays),
+            replay_timeouts: n(&self.replay_timeouts),
         }
     }
 }
@@ -284,6 +296,39 @@ pub struct Shared {
     pub policy: SlowPolicy,
     /// How frames are protected, and the key check, for every greeting.
     pub guard: Guard,
+    /// What resuming subscribers share: the replay budget and the turn.
+    pub replays: ReplayShare,
+}
+
+/// What resuming subscribers share. Replays are copies out of the frame ring, made per
+/// subscriber: the budget bounds their memory over every subscriber, however many resume and
+/// whether or not they read, and the turn keeps them from crowding out the live records.
+#[derive(Debug)]
+pub struct ReplayShare {
+    /// A permit per byte of replay chunks allocated and not yet written, over every resuming
+    /// subscriber (`tcp.replay_bytes`).
+    pub budget: Arc<Semaphore>,
+    /// The budget's size, in bytes.
+    pub budget_bytes: usize,
+    /// Held by the one subscriber building and writing a replay chunk, until the runtime has
+    /// run what else was ready: replays take turns, a chunk each, and live records go between.
+    pub turn: Semaphore,
+    /// Chunk buffers written and free to be filled again: never more than the budget had out
+    /// at once, and reused instead of freed, so a wave of replays does not fragment the heap.
+    pub spares: Arc<Mutex<Vec<Vec<u8>>>>,
+}
+
+impl ReplayShare {
+    /// A budget of `bytes` (at least one) and a turn.
+    pub fn new(bytes: usize) -> ReplayShare {
+        let bytes = bytes.clamp(1, Semaphore::MAX_PERMITS);
+        ReplayShare {
+            budget: Arc::new(Semaphore::new(bytes)),
+            budget_bytes: bytes,
+            turn: Semaphore::new(1),
+            spares: Arc::default(),
+        }
+    }
 }
 
 /// How a publisher protects its frames, and its session's key check: what its greetings say.
@@ -339,6 +384,7 @@ impl Fanout {
             counters: ServerCounters::default(),
             policy: tcp.slow,
             guard,
+            replays: ReplayShare::new(tcp.replay_bytes),
         });
         let fanout = Fanout {
             shared: shared.clone(),

@@ -14,11 +14,19 @@
 //! - A subscriber a whole queue behind is slow: under `drop` it skips ahead (the frames skipped
 //!   are counted for it), under `disconnect` it is reset (SO_LINGER 0): its socket is gone at
 //!   once, with whatever was queued in the kernel.
+//! - A subscriber that resumes is replayed the frames it missed from the frame ring, a chunk
+//!   of at most [`REPLAY_CHUNK`] bytes at a time. A chunk is built only when the replay budget
+//!   (`tcp.replay_bytes`, over every resuming subscriber) has room for it, and its bytes go back
+//!   when the socket has taken it all: subscribers that resume and never read hold the budget,
+//!   not a chunk each. One that leaves a chunk untaken `tcp.replay_timeout` is cut off as slow.
+//! - Replays take turns, one chunk each, and the runtime runs what else is ready (the live
+//!   records of other subscribers) before the turn passes on: dozens of replays add one chunk's
+//!   work, not dozens, before a live record is written.
 //! - Accept errors (out of file descriptors, say) back off from 1 ms to 1 s.
 
 use crate::config::{SlowPolicy, Tcp};
 use crate::engine::{SharedRing, lock};
-use crate::fanout::{Shared, SubscriberStats};
+use crate::fanout::{ReplayShare, Shared, SubscriberStats};
 use crate::stats::Echoes;
 use bytes::{Buf, Bytes};
 use mdrelay_proto::codec::Format;
@@ -29,12 +37,14 @@ use mdrelay_proto::relay::{
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -336,6 +346,7 @@ fn join(server: &Server, resume: Resume) -> Outgoing {
     let first = from.max(held.first());
     let format = held.format_of(first).unwrap_or(server.shared.position.format());
     drop(held);
+    server.shared.counters.replays.fetch_add(1, Ordering::Relaxed);
     // The first frame owed is the one asked for: frames the ring no longer holds count as lost.
     out.batch.push_back(Bytes::from(control_record(RecordTag::Format, format, from, &[])));
     out.format = Some(format);
@@ -354,8 +365,45 @@ struct Replay {
     end: u64,
 }
 
-/// Payload bytes of replay records taken from the ring at once.
-const REPLAY_BYTES: usize = 256 << 10;
+/// Bytes of one replay chunk, record headers included: what a resuming subscriber is given from
+/// the ring per turn, and what it holds of the replay budget (unless one frame is larger).
+pub const REPLAY_CHUNK: usize = 64 << 10;
+
+/// The memory of one replay chunk: its buffer and its share of the budget, given back when the
+/// last record of the chunk has been written (or the connection is gone). The buffer goes back
+/// to the spares, to be filled again.
+struct ChunkOwner {
+    buf: Vec<u8>,
+    _permit: OwnedSemaphorePermit,
+    spares: Arc<Mutex<Vec<Vec<u8>>>>,
+}
+
+impl AsRef<[u8]> for ChunkOwner {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl Drop for ChunkOwner {
+    fn drop(&mut self) {
+        // Only chunk-sized buffers: one a larger frame needed is let go.
+        if self.buf.capacity() == REPLAY_CHUNK {
+            let mut buf = std::mem::take(&mut self.buf);
+            buf.clear();
+            self.spares.lock().unwrap_or_else(|e| e.into_inner()).push(buf);
+        }
+    }
+}
+
+/// What building a replay chunk came to.
+enum Chunk {
+    /// Records were taken for writing.
+    Built,
+    /// The next frame alone needs this many bytes, more than the room given.
+    Needs(usize),
+    /// Nothing is left to replay.
+    Done,
+}
 
 /// How a subscriber's connection ended.
 enum Ended {
@@ -385,6 +433,8 @@ struct Outgoing {
     replay: Option<Replay>,
     /// Records of the fanout starting below this sequence are covered by the replay.
     skip_below: u64,
+    /// When the replay chunk in `batch` must have been taken whole, while it has not.
+    replay_deadline: Option<Instant>,
 }
 
 /// What came from the shared queue.
@@ -409,6 +459,7 @@ impl Outgoing {
             ended: false,
             replay: None,
             skip_below: 0,
+            replay_deadline: None,
         }
     }
 
@@ -456,32 +507,67 @@ impl Outgoing {
         self.replay.is_some()
     }
 
-    /// Takes the next replay records from the ring, up to [`REPLAY_BYTES`]. Frames that left the
-    /// ring since the subscriber joined are skipped (and counted as dropped for it).
-    fn refill_from(&mut self, ring: &SharedRing, stats: &SubscriberStats) {
-        let Some(mut replay) = self.replay else { return };
-        let mut bytes = Vec::new();
+    /// Takes the next replay records from the ring into one chunk of at most `permit`'s bytes
+    /// (headers included), a buffer from `share`'s spares; frames that left the ring since the
+    /// subscriber joined are skipped (and counted as dropped for it). A first frame larger than
+    /// the permit is taken alone when the permit is the whole budget, else its need is returned.
+    fn build_replay_chunk(
+        &mut self,
+        ring: &SharedRing,
+        permit: OwnedSemaphorePermit,
+        share: &ReplayShare,
+        stats: &SubscriberStats,
+    ) -> Chunk {
+        let Some(mut replay) = self.replay else { return Chunk::Done };
+        let room = permit.num_permits();
+        let mut buf: Option<Vec<u8>> = None;
         let mut records = Vec::new();
         {
             let held = lock(ring);
             replay.next = replay.next.max(held.first());
-            while replay.next < replay.end && bytes.len() < REPLAY_BYTES {
-                let start = bytes.len();
-                let Some(next) = held.copy_record(replay.next, replay.end - replay.next, 64 << 10, &mut bytes) else {
+            while replay.next < replay.end {
+                let Some(len) = held.frame_len(replay.next) else { break };
+                let filled = buf.as_ref().map_or(0, Vec::len);
+                let left = room.saturating_sub(filled);
+                let need = RecordHeader::LEN + len;
+                if need > left {
+                    if filled > 0 {
+                        break;
+                    }
+                    if room < share.budget_bytes {
+                        return Chunk::Needs(need);
+                    }
+                }
+                let bytes = buf.get_or_insert_with(|| {
+                    let size = room.max(need);
+                    let spare =
+                        (size <= REPLAY_CHUNK).then(|| share.spares.lock().unwrap_or_else(|e| e.into_inner()).pop());
+                    spare.flatten().unwrap_or_else(|| Vec::with_capacity(size.max(REPLAY_CHUNK)))
+                });
+                // Within the buffer: the first frame fits (or is alone), the rest are bounded.
+                let most = left.saturating_sub(RecordHeader::LEN);
+                let Some(next) = held.copy_record(replay.next, replay.end - replay.next, most, bytes) else {
                     break;
                 };
-                records.push(start..bytes.len());
+                records.push(filled..bytes.len());
                 replay.next = next;
             }
             if held.first() > replay.end {
                 replay.next = replay.end;
             }
         }
-        let bytes = Bytes::from(bytes);
+        let Some(buf) = buf else {
+            // Nothing left: replayed, or gone from the ring (the gap is counted at the next
+            // record taken).
+            self.replay = None;
+            return Chunk::Done;
+        };
+        let chunk = Bytes::from_owner(ChunkOwner { buf, _permit: permit, spares: share.spares.clone() });
         for range in records {
-            self.take(bytes.slice(range), stats);
+            self.take(chunk.slice(range), stats);
         }
         self.replay = (replay.next < replay.end).then_some(replay);
+        Chunk::Built
     }
 
     /// Waits for the next record (cancel-safe) and takes it with those ready behind it.
@@ -654,15 +740,18 @@ async fn subscriber(
     kill: &CancellationToken,
 ) -> io::Result<Ended> {
     let mut open = true;
+    // When to look next whether the subscriber is a whole queue behind (see below).
+    let mut lag_due = Instant::now() + LAG_CHECK;
     while open || !out.batch.is_empty() || out.replaying() {
-        if out.batch.is_empty() && out.replaying() {
-            if let Some(ring) = &server.ring {
-                out.refill_from(ring, stats);
-            }
-            tokio::task::yield_now().await;
-            continue;
-        }
         if out.batch.is_empty() {
+            // A replay chunk the socket took whole: its memory went back to the budget.
+            out.replay_deadline = None;
+            if out.replaying() {
+                if let Some(ended) = replay_turn(stream, out, incoming, server, stats, kill).await? {
+                    return Ok(ended);
+                }
+                continue;
+            }
             tokio::select! {
                 biased;
                 _ = kill.cancelled() => return Ok(Ended::Killed),
@@ -683,18 +772,41 @@ async fn subscriber(
             }
             continue;
         }
-        out.write_some(stream)?;
+        if out.replay_deadline.is_some() {
+            // The rest of a replay chunk: written in a turn too, or replays to subscribers that
+            // read slowly would all write at once whenever their sockets took more.
+            let turn = tokio::select! {
+                biased;
+                _ = kill.cancelled() => return Ok(Ended::Killed),
+                turn = server.shared.replays.turn.acquire() => turn.map_err(|_| turn_closed())?,
+            };
+            out.write_some(stream)?;
+            tokio::task::yield_now().await;
+            drop(turn);
+        } else {
+            out.write_some(stream)?;
+        }
         if out.batch.is_empty() {
             continue;
         }
         // The socket is full. Under `disconnect`, look now and then whether the subscriber has
         // fallen a whole queue behind while it does not read: it would only find out at its
-        // next read from the queue, which a subscriber that never reads never makes.
+        // next read from the queue, which a subscriber that never reads never makes. The time
+        // is kept across turns of the loop: a socket that wakes its writer often (its send
+        // buffer growing, a byte at a time taken) must not put the look off for ever.
         let lag_check = async {
             if out.policy == SlowPolicy::Disconnect {
-                tokio::time::sleep(LAG_CHECK).await;
+                tokio::time::sleep_until(lag_due).await;
             } else {
                 std::future::pending::<()>().await;
+            }
+        };
+        // A replay chunk it leaves untaken holds the budget every resuming subscriber shares.
+        let replay_deadline = out.replay_deadline;
+        let replay_due = async {
+            match replay_deadline {
+                Some(deadline) => tokio::time::sleep_until(deadline).await,
+                None => std::future::pending::<()>().await,
             }
         };
         tokio::select! {
@@ -708,10 +820,15 @@ async fn subscriber(
                 }
             }
             _ = lag_check => {
+                lag_due = Instant::now() + LAG_CHECK;
                 if out.behind_by_a_queue(server.tcp.queue) {
                     disconnect_slow(server, stats);
                     return Ok(Ended::Killed);
                 }
+            }
+            _ = replay_due => {
+                replay_timed_out(server, stats);
+                return Ok(Ended::Killed);
             }
         }
     }
@@ -749,6 +866,84 @@ async fn subscriber(
     }
 }
 
+/// One turn of a replay: room in the replay budget for the next chunk (waiting behind the
+/// subscribers that asked first), then the turn. The chunk is built from the ring and written as
+/// far as the socket takes it; then the task yields, still holding the turn, so the runtime runs
+/// whatever else is ready (other subscribers' live records) and polls its sockets before the next
+/// replay gets a chunk. `Some` when the connection ended meanwhile.
+async fn replay_turn(
+    stream: &TcpStream,
+    out: &mut Outgoing,
+    incoming: &mut Incoming,
+    server: &Server,
+    stats: &SubscriberStats,
+    kill: &CancellationToken,
+) -> io::Result<Option<Ended>> {
+    let Some(ring) = &server.ring else {
+        out.replay = None;
+        return Ok(None);
+    };
+    let share = &server.shared.replays;
+    let mut want = REPLAY_CHUNK.min(share.budget_bytes);
+    loop {
+        // Pinned across the reads below, so the subscriber keeps its place in the budget's queue.
+        let acquire = share.budget.clone().acquire_many_owned(u32::try_from(want).unwrap_or(u32::MAX));
+        tokio::pin!(acquire);
+        let permit = loop {
+            tokio::select! {
+                biased;
+                _ = kill.cancelled() => return Ok(Some(Ended::Killed)),
+                permit = &mut acquire => break permit.map_err(|_| turn_closed())?,
+                ready = stream.readable() => {
+                    ready?;
+                    if !read_or_violation(stream, incoming, server, stats)? {
+                        return Ok(Some(Ended::PeerClosed));
+                    }
+                }
+            }
+        };
+        let turn = tokio::select! {
+            biased;
+            _ = kill.cancelled() => return Ok(Some(Ended::Killed)),
+            turn = share.turn.acquire() => turn.map_err(|_| turn_closed())?,
+        };
+        match out.build_replay_chunk(ring, permit, share, stats) {
+            // A frame larger than a chunk: wait for its size (the turn goes meanwhile).
+            Chunk::Needs(need) => want = need.min(share.budget_bytes),
+            Chunk::Done => return Ok(None),
+            Chunk::Built => {
+                out.replay_deadline = Some(Instant::now() + server.tcp.replay_timeout);
+                out.write_some(stream)?;
+                if out.batch.is_empty() {
+                    out.replay_deadline = None;
+                }
+                tokio::task::yield_now().await;
+                drop(turn);
+                return Ok(None);
+            }
+        }
+    }
+}
+
+/// The replay budget's or turn's semaphore was closed (it never is).
+fn turn_closed() -> io::Error {
+    io::Error::other("the replay budget was closed")
+}
+
+/// Notes and logs that a resuming subscriber left a replay chunk untaken for
+/// `tcp.replay_timeout`: it is cut off as slow, and the chunk's bytes go back to the budget.
+fn replay_timed_out(server: &Server, stats: &SubscriberStats) {
+    stats.disconnect_slow();
+    server.shared.counters.disconnects_slow.fetch_add(1, Ordering::Relaxed);
+    server.shared.counters.replay_timeouts.fetch_add(1, Ordering::Relaxed);
+    if mdrelay_proto::warn::allow("replay timeout") {
+        tracing::warn!(
+            replay_timeout = ?server.tcp.replay_timeout,
+            "resuming subscriber left a replay chunk untaken (tcp.replay_timeout): disconnected as slow"
+        );
+    }
+}
+
 /// Notes and logs that a subscriber a whole queue behind is cut off.
 fn disconnect_slow(server: &Server, stats: &SubscriberStats) {
     stats.disconnect_slow();
@@ -783,7 +978,8 @@ fn read_or_violation(
 #[cfg(test)]
 mod tests {
     //! The three slow-subscriber policies against an in-process fanout: the hot path's side
-    //! (`Fanout::send`) and a subscriber's side (`Outgoing`), without sockets.
+    //! (`Fanout::send`) and a subscriber's side (`Outgoing`), without sockets; and replay chunks
+    //! against the replay budget.
 
     use super::*;
     use crate::config::Tcp;
@@ -800,6 +996,8 @@ mod tests {
             max_connections: 8,
             handshake_timeout: Duration::from_secs(1),
             drain_timeout: Duration::from_secs(1),
+            replay_bytes: 1 << 20,
+            replay_timeout: Duration::from_secs(1),
         }
     }
 
@@ -952,5 +1150,98 @@ mod tests {
             sent.fetch_add(1, Ordering::Relaxed);
         }
         assert_eq!(sent.load(Ordering::Relaxed), 100);
+    }
+
+    /// A replay of `frames` frames of `len` bytes each, frames 1 on, up to the ring's mark.
+    fn replaying(frames: u64, len: usize) -> (SharedRing, Outgoing) {
+        let ring: SharedRing = Arc::new(Mutex::new(mdrelay_proto::relay::FrameRing::new(64 << 20)));
+        {
+            let mut held = lock(&ring);
+            for seq in 1..=frames {
+                held.push(seq, Format::Sbe, &vec![seq as u8; len]);
+            }
+            held.set_published(frames + 1);
+        }
+        // As `join` leaves it: the FORMAT record written, the replay owed.
+        let mut out = Outgoing::new(None, SlowPolicy::Drop);
+        out.format = Some(Format::Sbe);
+        out.replay = Some(Replay { next: 1, end: frames + 1 });
+        out.next = Some(1);
+        out.skip_below = frames + 1;
+        (ring, out)
+    }
+
+    /// The DATA records in `batch`: (first frame, frames), each checked to hold whole frames.
+    fn data_records(batch: &VecDeque<Bytes>, len: usize) -> Vec<(u64, u64)> {
+        let mut records = Vec::new();
+        for bytes in batch {
+            let header = RecordHeader::parse(bytes, usize::MAX).unwrap();
+            if header.tag == RecordTag::Data {
+                assert_eq!(bytes.len(), RecordHeader::LEN + usize::from(header.frame_count) * len);
+                records.push((header.sequence, u64::from(header.frame_count)));
+            }
+        }
+        records
+    }
+
+    #[test]
+    fn replay_chunks_hold_the_budget_until_written_and_reuse_their_buffers() {
+        let share = ReplayShare::new(2 * REPLAY_CHUNK);
+        let stats = SubscriberStats::new("test".into(), Default::default());
+        let (ring, mut out) = replaying(2000, 100);
+        let mut replayed = Vec::new();
+        loop {
+            let permit = share.budget.clone().try_acquire_many_owned(REPLAY_CHUNK as u32).unwrap();
+            match out.build_replay_chunk(&ring, permit, &share, &stats) {
+                Chunk::Built => {}
+                Chunk::Done => break,
+                Chunk::Needs(n) => panic!("100-byte frames fit a chunk, yet {n} bytes were asked for"),
+            }
+            // The chunk holds its share of the budget while any of it is unwritten.
+            assert_eq!(share.budget.available_permits(), REPLAY_CHUNK);
+            assert!(out.batch.iter().map(Bytes::len).sum::<usize>() <= REPLAY_CHUNK);
+            replayed.extend(data_records(&out.batch, 100));
+            assert!(out.batch.iter().all(|b| RecordHeader::parse(b, usize::MAX).unwrap().tag == RecordTag::Data));
+            out.batch.clear();
+            assert_eq!(share.budget.available_permits(), 2 * REPLAY_CHUNK, "written whole: given back");
+            // One buffer, filled again each time.
+            assert_eq!(share.spares.lock().unwrap().len(), 1);
+        }
+        assert!(!out.replaying());
+        // Every frame once, in order: each record starts where the last one ended.
+        let mut next = 1;
+        for (first, frames) in replayed {
+            assert_eq!(first, next);
+            next += frames;
+        }
+        assert_eq!(next, 2001);
+        assert_eq!(stats_summary(&out_shared(), &stats).dropped_frames, 0);
+    }
+
+    #[test]
+    fn a_frame_larger_than_a_chunk_waits_for_its_size_and_goes_alone() {
+        let share = ReplayShare::new(4 * REPLAY_CHUNK);
+        let stats = SubscriberStats::new("test".into(), Default::default());
+        let big = REPLAY_CHUNK + 1000;
+        let (ring, mut out) = replaying(3, big);
+        let permit = share.budget.clone().try_acquire_many_owned(REPLAY_CHUNK as u32).unwrap();
+        let need = match out.build_replay_chunk(&ring, permit, &share, &stats) {
+            Chunk::Needs(need) => need,
+            _ => panic!("a frame larger than the permit needs more"),
+        };
+        assert_eq!(need, RecordHeader::LEN + big);
+        assert!(out.batch.is_empty() && out.replaying(), "nothing taken meanwhile");
+        assert_eq!(share.budget.available_permits(), 4 * REPLAY_CHUNK);
+        let permit = share.budget.clone().try_acquire_many_owned(need as u32).unwrap();
+        assert!(matches!(out.build_replay_chunk(&ring, permit, &share, &stats), Chunk::Built));
+        assert_eq!(data_records(&out.batch, big), [(1, 1)]);
+        out.batch.clear();
+        assert_eq!(share.budget.available_permits(), 4 * REPLAY_CHUNK);
+        assert!(share.spares.lock().unwrap().is_empty(), "a buffer of another size is let go");
+    }
+
+    /// The state a fanout's subscribers share, for reading a subscriber's summary.
+    fn out_shared() -> Arc<Shared> {
+        Fanout::new(&tcp(16, SlowPolicy::Drop), 1, 1, Format::Sbe, Default::default()).1
     }
 }

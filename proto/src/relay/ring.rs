@@ -187,6 +187,13 @@ impl FrameRing {
         self.frames.get(index).map(|held| held.format)
     }
 
+    /// The length of frame `sequence`, when held: what a record of it alone needs beyond its
+    /// header, so a reader can size its buffer before it copies.
+    pub fn frame_len(&self, sequence: u64) -> Option<usize> {
+        let index = usize::try_from(sequence.checked_sub(self.first)?).ok()?;
+        self.frames.get(index).map(|held| held.len)
+    }
+
     /// Where `first..first + count` stands: gone, held, not sent yet.
     pub fn lookup(&self, first: u64, count: u64) -> Lookup {
         let end = first.saturating_add(count);
@@ -253,6 +260,10 @@ mod tests {
         assert_eq!(ring.lookup(24, 5), Lookup { gone: 0, held: 2, ahead: 3 });
         assert_eq!(ring.lookup(30, 5), Lookup { gone: 0, held: 0, ahead: 5 });
         assert_eq!(ring.lookup(1, 3), Lookup { gone: 3, held: 0, ahead: 0 });
+        assert_eq!(
+            (ring.frame_len(15), ring.frame_len(16), ring.frame_len(25), ring.frame_len(26)),
+            (None, Some(100), Some(100), None)
+        );
         let mut out = Vec::new();
         assert_eq!(ring.copy_record(15, 100, 1 << 20, &mut out), None);
         assert_eq!(ring.copy_record(16, 3, 1 << 20, &mut out), Some(19));
