@@ -325,7 +325,8 @@ pub fn relay_totals(data: &[u8]) {
         assert!(totals.by_type.len() <= 256);
         let mut out = Vec::new();
         totals.write(&mut out);
-        assert_eq!(out.len(), 18 + 9 * totals.by_type.len());
+        // The flags byte follows the per-type entries only when a flag is set.
+        assert_eq!(out.len(), 18 + 9 * totals.by_type.len() + usize::from(totals.truncated));
         assert_eq!(Totals::parse(&out), Ok(totals));
     }
 }
