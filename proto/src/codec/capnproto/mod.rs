@@ -44,7 +44,9 @@ mod arena;
 #[allow(unsafe_code)]
 mod packing;
 
-use super::{BatchHeader, DecodeError, EncodeError, Format, Limits, MAX_BATCH, SymbolFilter};
+use super::filter::SymbolFilter;
+use super::format::Format;
+use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, MAX_BATCH};
 use crate::message::{
     AuctionInformation, Message, OfficialPrice, OperationalHaltStatus, PriceLevelUpdate, QuoteUpdate,
     RetailLiquidityIndicator, SecurityDirectory, SecurityEvent, ShortSalePriceTestStatus, Side, SystemEvent, Trade,
