@@ -62,7 +62,9 @@
 //! does). The packet header, the payload (its CRC over the whole body) and the frame's length are
 //! checked before the first message.
 
-use super::{BatchHeader, DecodeError, EncodeError, Format, Limits, MAX_BATCH, SymbolFilter};
+use super::filter::SymbolFilter;
+use super::format::Format;
+use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, MAX_BATCH};
 use crate::message::{Message, PriceLevelUpdate, QuoteUpdate, Side, Trade, UnknownMessage, kind};
 use crate::price::{Price, Symbol};
 use ::brec::{CrcU32, PACKET_SIG, PacketHeader, ReadBlockFromSlice, SignatureU32, StaticPayloadSignature, WriteTo};

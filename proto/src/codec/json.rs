@@ -22,8 +22,8 @@
 //! Decoding is strict: every field present once, no other field, every number in its field's
 //! range, `type` one of the names above. Errors carry the byte offset serde_json stopped at.
 
-use super::BatchHeader;
-use super::{DecodeError, EncodeError, Format, Limits, MAX_BATCH, unknown_problem};
+use super::format::Format;
+use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, MAX_BATCH, unknown_problem};
 use crate::message::{
     AuctionInformation, Message, OfficialPrice, OperationalHaltStatus, PriceLevelUpdate, QuoteUpdate,
     RetailLiquidityIndicator, SecurityDirectory, SecurityEvent, ShortSalePriceTestStatus, Side, SystemEvent, Trade,

@@ -20,17 +20,23 @@ pub mod brec;
 pub mod capnproto;
 pub mod fbs;
 pub mod filter;
+mod format;
+mod frame;
 pub mod json;
 pub mod protobuf;
 pub mod raw;
 pub mod sbe;
 
+// Defined in modules of their own, which the codecs import directly, so that no codec depends on
+// the dispatch below; re-exported here, where the crate's users find them.
 pub use filter::SymbolFilter;
+pub use format::{Format, UnknownFormat};
+pub use frame::{BatchHeader, DEFAULT_MAX_FRAME, DecodeError, EncodeError, Limits, MAX_BATCH};
 
 /// A trade and a batch header for the codecs' unit tests.
 #[cfg(test)]
 pub(crate) mod fixtures {
-    use super::BatchHeader;
+    use super::frame::BatchHeader;
     use crate::message::{Message, Trade};
     use crate::price::{Price, Symbol};
 
@@ -61,210 +67,6 @@ pub(crate) mod fixtures {
 }
 
 use crate::message::Message;
-use std::borrow::Cow;
-use std::fmt;
-use std::str::FromStr;
-
-/// Largest number of messages in one batch (an IEX-TP segment counts them in a u16).
-pub const MAX_BATCH: usize = u16::MAX as usize;
-
-/// Default largest frame a decoder or framer accepts, in bytes.
-pub const DEFAULT_MAX_FRAME: usize = 16 << 20;
-
-/// A wire format, chosen at run time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Format {
-    /// The IEX-TP segment as received, behind the publisher's 8-byte send timestamp.
-    Raw,
-    /// FIX Simple Binary Encoding, one template per message type behind the standard header.
-    Sbe,
-    /// FlatBuffers, size-prefixed.
-    FlatBuffers,
-    /// Cap'n Proto with the standard stream framing (segment table).
-    Capnp,
-    /// Cap'n Proto, packed.
-    CapnpPacked,
-    /// Newline-delimited JSON, one object per frame.
-    Json,
-    /// Protocol Buffers (prost), length-delimited.
-    Protobuf,
-    /// brec packets: hot message types as blocks, rare ones in the payload.
-    Brec,
-}
-
-impl Format {
-    /// Every format, in a fixed order.
-    pub const ALL: [Format; 8] = [
-        Format::Raw,
-        Format::Sbe,
-        Format::FlatBuffers,
-        Format::Capnp,
-        Format::CapnpPacked,
-        Format::Json,
-        Format::Protobuf,
-        Format::Brec,
-    ];
-
-    /// The name used in configuration files and on the command line.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Format::Raw => "raw",
-            Format::Sbe => "sbe",
-            Format::FlatBuffers => "flatbuffers",
-            Format::Capnp => "capnp",
-            Format::CapnpPacked => "capnp-packed",
-            Format::Json => "json",
-            Format::Protobuf => "protobuf",
-            Format::Brec => "brec",
-        }
-    }
-
-    /// The format's number in relay headers and handshakes.
-    pub const fn id(self) -> u8 {
-        match self {
-            Format::Raw => 0,
-            Format::Sbe => 1,
-            Format::FlatBuffers => 2,
-            Format::Capnp => 3,
-            Format::CapnpPacked => 4,
-            Format::Json => 5,
-            Format::Protobuf => 6,
-            Format::Brec => 7,
-        }
-    }
-
-    /// The format for a number from [`Format::id`], if it is one of [`Format::ALL`].
-    pub const fn from_id(id: u8) -> Option<Format> {
-        let all = Format::ALL;
-        let mut i = 0;
-        while i < all.len() {
-            if all[i].id() == id {
-                return Some(all[i]);
-            }
-            i += 1;
-        }
-        None
-    }
-}
-
-impl fmt::Display for Format {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// A format name that is not one of [`Format::ALL`].
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown format {0:?}: expected one of raw, sbe, flatbuffers, capnp, capnp-packed, json, protobuf, brec")]
-pub struct UnknownFormat(pub String);
-
-impl FromStr for Format {
-    type Err = UnknownFormat;
-    fn from_str(s: &str) -> Result<Format, UnknownFormat> {
-        Format::ALL.into_iter().find(|f| f.name() == s).ok_or_else(|| UnknownFormat(s.to_string()))
-    }
-}
-
-impl serde::Serialize for Format {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.name())
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for Format {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Format, D::Error> {
-        let name = <Cow<'de, str>>::deserialize(d)?;
-        name.parse().map_err(serde::de::Error::custom)
-    }
-}
-
-/// What every frame says about its batch besides the messages.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct BatchHeader {
-    /// IEX message protocol id of the source (0x8003 TOPS, 0x8004 DEEP...).
-    pub protocol_id: u16,
-    /// IEX channel id.
-    pub channel_id: u32,
-    /// IEX session id.
-    pub session_id: u32,
-    /// Sequence number of the first message (of the next one, for an empty batch).
-    pub first_sequence: i64,
-    /// Messages in the batch. Encoders write the length of the slice they are given; decoders
-    /// fill this in from the frame.
-    pub message_count: u32,
-    /// IEX send time of the segment, ns since the Unix epoch.
-    pub send_time: i64,
-    /// The publisher's send timestamp, ns since the Unix epoch (CLOCK_REALTIME), for latency.
-    pub publish_time: i64,
-}
-
-impl BatchHeader {
-    /// The header of an IEX-TP segment, with `publish_time` to be set by the publisher.
-    pub fn from_segment(header: &crate::iextp::SegmentHeader) -> BatchHeader {
-        BatchHeader {
-            protocol_id: header.protocol_id,
-            channel_id: header.channel_id,
-            session_id: header.session_id,
-            first_sequence: header.first_sequence,
-            message_count: u32::from(header.message_count),
-            send_time: header.send_time,
-            publish_time: 0,
-        }
-    }
-}
-
-/// Why a batch could not be encoded.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum EncodeError {
-    /// More messages than [`MAX_BATCH`].
-    #[error("{0} messages in one batch; at most {MAX_BATCH} fit")]
-    TooManyMessages(usize),
-    /// A message the format cannot carry (e.g. an unknown message longer than the format allows).
-    #[error("{format} cannot carry message {index}: {what}")]
-    Unrepresentable {
-        /// The format.
-        format: Format,
-        /// Index of the message in the batch.
-        index: usize,
-        /// Why.
-        what: Cow<'static, str>,
-    },
-}
-
-/// Why a frame could not be delimited or decoded. The frame is lost; the stream goes on.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{format} frame: {what} at byte {offset}")]
-pub struct DecodeError {
-    /// The format being decoded.
-    pub format: Format,
-    /// Byte offset within the frame where the problem was found.
-    pub offset: usize,
-    /// What was wrong, naming the field where there is one.
-    pub what: Cow<'static, str>,
-}
-
-impl DecodeError {
-    /// An error at `offset` in a frame of `format`.
-    pub fn new(format: Format, offset: usize, what: impl Into<Cow<'static, str>>) -> DecodeError {
-        DecodeError { format, offset, what: what.into() }
-    }
-}
-
-/// What decoders accept.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limits {
-    /// Largest frame in bytes; longer ones are rejected before anything is allocated.
-    pub max_frame: usize,
-    /// FlatBuffers only: skip the checks that memory safety does not need (alignment, the
-    /// library verifier when it was asked for). Bounds are always checked; see [`fbs`].
-    pub trust_flatbuffers: bool,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits { max_frame: DEFAULT_MAX_FRAME, trust_flatbuffers: false }
-    }
-}
 
 /// One codec of each format, chosen at run time; all buffers inside are reused across frames.
 pub enum Codec {
@@ -411,22 +213,6 @@ impl Codec {
                 self.decode(frame, |m| if filter.matches_message(m) { visit(m) } else { skip(m.kind()) })
             }
         }
-    }
-}
-
-/// What makes an unknown message one the model could not have produced, if anything: the
-/// formats that carry unknown messages as free-form bytes (Protobuf, JSON) refuse such ones.
-pub(crate) fn unknown_problem(kind: u8, bytes: &[u8]) -> Result<(), &'static str> {
-    if bytes.is_empty() {
-        Err("unknown message with no bytes: they hold at least the type byte")
-    } else if bytes.len() > u16::MAX as usize {
-        Err("unknown message longer than 65535 bytes")
-    } else if bytes[0] != kind {
-        Err("unknown message whose bytes do not start with its type byte")
-    } else if crate::message::kind::layout_len(kind).is_some() {
-        Err("unknown message whose type byte is a known type")
-    } else {
-        Ok(())
     }
 }
 

@@ -28,7 +28,8 @@
 //! when decoded (prost gives each `bytes` field a fresh `Vec`), and none when encoded (its
 //! buffer is taken from a pool the codec refills from the previous frame's unknown messages).
 
-use super::{BatchHeader, DecodeError, EncodeError, Format, Limits, MAX_BATCH, unknown_problem};
+use super::format::Format;
+use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, MAX_BATCH, unknown_problem};
 use crate::message::{
     AuctionInformation, Message, OfficialPrice, OperationalHaltStatus, PriceLevelUpdate, QuoteUpdate,
     RetailLiquidityIndicator, SecurityDirectory, SecurityEvent, ShortSalePriceTestStatus, Side, SystemEvent, Trade,

@@ -3,7 +3,9 @@
 //! Frame: `publish_time` (i64, little-endian, ns since the epoch), then the segment (40-byte
 //! header and its payload). The segment header's payload length delimits the frame on a stream.
 
-use super::{BatchHeader, DecodeError, EncodeError, Format, Limits, SymbolFilter};
+use super::filter::SymbolFilter;
+use super::format::Format;
+use super::frame::{BatchHeader, DecodeError, EncodeError, Limits};
 use crate::iextp::{self, Segment, SegmentHeader};
 use crate::message::{Message, kind};
 

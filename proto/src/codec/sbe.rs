@@ -14,7 +14,9 @@
 //! hands the decoder exactly the template's bytes as a fixed-size array, which makes every field
 //! read a load at a constant offset with no bounds check left.
 
-use super::{BatchHeader, DecodeError, EncodeError, Format, Limits, SymbolFilter};
+use super::filter::SymbolFilter;
+use super::format::Format;
+use super::frame::{BatchHeader, DecodeError, EncodeError, Limits};
 use crate::message::{
     AuctionInformation, Message, OfficialPrice, OperationalHaltStatus, PriceLevelUpdate, QuoteUpdate,
     RetailLiquidityIndicator, SecurityDirectory, SecurityEvent, ShortSalePriceTestStatus, Side, SystemEvent, Trade,

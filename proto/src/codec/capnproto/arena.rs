@@ -4,7 +4,7 @@
 //! their trait impls are `unsafe`, and they are kept here, behind safe constructors that hold
 //! what the impls promise, away from the rest of the codec.
 
-use super::WORD;
+use super::framing::WORD;
 use capnp::Word;
 use capnp::private::arena::{BuilderArena, ReaderArena, SegmentId};
 use capnp::private::layout::PointerBuilder;

@@ -36,15 +36,18 @@
 //!
 //! Modules: `arena` holds the two arenas and `packing` the packing and unpacking; they are the
 //! only ones allowed `unsafe` (the crate denies it elsewhere), each block of it with the reason it
-//! is sound. This module holds the codec, the encoding and decoding through the generated code,
-//! and the segment table.
+//! is sound. `framing` holds the word and the segment table, which the codec and the packing both
+//! read. This module holds the codec, and the encoding and decoding through the generated code.
 
 #[allow(unsafe_code)]
 mod arena;
+mod framing;
 #[allow(unsafe_code)]
 mod packing;
 
-use super::{BatchHeader, DecodeError, EncodeError, Format, Limits, MAX_BATCH, SymbolFilter};
+use super::filter::SymbolFilter;
+use super::format::Format;
+use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, MAX_BATCH};
 use crate::message::{
     AuctionInformation, Message, OfficialPrice, OperationalHaltStatus, PriceLevelUpdate, QuoteUpdate,
     RetailLiquidityIndicator, SecurityDirectory, SecurityEvent, ShortSalePriceTestStatus, Side, SystemEvent, Trade,
@@ -55,6 +58,7 @@ use arena::{FlatArena, SegmentReader};
 use capnp::Word;
 use capnp::message::ReaderOptions;
 use capnp::traits::HasStructSize;
+use framing::{TableReader, WORD, too_long, word_of};
 use packing::{PackedTable, Ssse3Available, Step, pack, packed_offset, unpack, unpack_message};
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -69,11 +73,7 @@ mod marketdata_capnp;
 
 use marketdata_capnp::{auction_information, batch, message as wire};
 
-/// Bytes per Cap'n Proto word.
-const WORD: usize = 8;
-
-/// Most segments a frame may have; the `capnp` reader refuses 512 and more.
-pub const MAX_SEGMENTS: usize = 511;
+pub use framing::MAX_SEGMENTS;
 
 /// Longest unknown message the model carries (its length travels in a u16 in IEX-TP).
 const MAX_UNKNOWN_LEN: usize = u16::MAX as usize;
@@ -382,16 +382,6 @@ impl CapnpCodec {
             read_batch(bytes, visit).map_err(|e| e.into_error(Format::Capnp, |offset| offset))
         }
     }
-}
-
-/// `value` as a little-endian word.
-fn word_of(value: u64) -> Word {
-    let [b0, b1, b2, b3, b4, b5, b6, b7] = value.to_le_bytes();
-    capnp::word(b0, b1, b2, b3, b4, b5, b6, b7)
-}
-
-fn too_long(format: Format, len: usize, max_frame: usize) -> DecodeError {
-    DecodeError::new(format, 0, format!("frame of {len} bytes exceeds the {max_frame}-byte limit"))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -803,90 +793,6 @@ fn read_common<'a>(m: wire::Reader<'a>) -> Option<Message<'a>> {
         }),
         _ => return None,
     })
-}
-
-// ---------------------------------------------------------------------------------------------
-// Segment table
-
-/// Reads a segment table word by word, checking it against the frame limit as soon as each size
-/// is known, so a frame too long is refused from its first bytes.
-struct TableReader {
-    format: Format,
-    max_frame: usize,
-    max_words: usize,
-    segments: usize,
-    sizes_seen: usize,
-    words_seen: usize,
-    total_words: usize,
-}
-
-impl TableReader {
-    fn new(format: Format, max_frame: usize) -> Self {
-        TableReader {
-            format,
-            max_frame,
-            max_words: max_frame / WORD,
-            segments: 0,
-            sizes_seen: 0,
-            words_seen: 0,
-            total_words: 0,
-        }
-    }
-
-    /// Words of the table itself (valid once the first word is in).
-    fn table_words(&self) -> usize {
-        self.segments / 2 + 1
-    }
-
-    fn complete(&self) -> bool {
-        self.words_seen > 0 && self.words_seen == self.table_words()
-    }
-
-    /// Words of the whole message, table included (valid once complete).
-    fn total_words(&self) -> usize {
-        self.total_words
-    }
-
-    /// Takes the next table word, which starts at byte `at` of the frame.
-    fn push(&mut self, word: u64, at: usize) -> Result<(), DecodeError> {
-        let halves = [word as u32, (word >> 32) as u32];
-        let mut sizes: &[u32] = &halves;
-        if self.words_seen == 0 {
-            let segments = (halves[0] as usize).saturating_add(1);
-            if segments > MAX_SEGMENTS {
-                return Err(DecodeError::new(
-                    self.format,
-                    at,
-                    format!("segment table: {segments} segments; at most {MAX_SEGMENTS}"),
-                ));
-            }
-            self.segments = segments;
-            self.total_words = self.table_words();
-            sizes = &halves[1..];
-        }
-        self.words_seen += 1;
-        for (i, &size) in sizes.iter().enumerate() {
-            if self.sizes_seen == self.segments {
-                break; // padding
-            }
-            self.total_words += size as usize;
-            if self.total_words > self.max_words {
-                let offset = at + (halves.len() - sizes.len() + i) * 4;
-                return Err(DecodeError::new(
-                    self.format,
-                    offset,
-                    format!(
-                        "segment table: size of segment {} makes the message at least {} bytes, over the {}-byte limit",
-                        self.sizes_seen,
-                        self.total_words * WORD,
-                        self.max_frame
-                    ),
-                ));
-            }
-            self.sizes_seen += 1;
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,9 @@
 //! unpacking). The byte moves use SSSE3 where the CPU has it, behind [`Ssse3Available`], a token
 //! that only feature detection makes.
 
-use super::{DecodeError, Format, TableReader, WORD, too_long, word_of};
+use super::framing::{TableReader, WORD, too_long, word_of};
+use crate::codec::format::Format;
+use crate::codec::frame::DecodeError;
 use capnp::Word;
 use std::borrow::Cow;
 
