@@ -6,6 +6,7 @@
 //! - [`run`]: the `run` command: runtime, signals, summary;
 //! - [`engine`]: the hot path on its own thread: source → pacing → encoding → outputs;
 //! - [`source`]: capture files, synthetic days, live UDP feeds;
+//! - [`item`]: what every source yields: a segment, its time, a relayed frame's origin;
 //! - [`upstream`]: another publisher's TCP stream as the source (relay chaining);
 //! - [`cpu`]: the hot thread's core and timer slack;
 //! - [`pacing`]: original timing, fixed rate, top speed, anchored against drift;
@@ -27,6 +28,7 @@ pub mod config;
 pub mod cpu;
 pub mod engine;
 pub mod fanout;
+pub mod item;
 pub mod metrics;
 pub mod pacing;
 pub mod progress;

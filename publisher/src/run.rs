@@ -354,7 +354,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
             if u.connect.parse::<std::net::SocketAddr>().is_err() {
                 if let Ok(addrs) = std::net::ToSocketAddrs::to_socket_addrs(u.connect.as_str()) {
                     for addr in addrs {
-                        crate::upstream::check_not_self(addr, &own).exit_status(ExitStatus::Config)?;
+                        config::check_not_self(addr, &own).exit_status(ExitStatus::Config)?;
                     }
                 }
             }
