@@ -15,6 +15,7 @@
 //!   replaying the ring to a subscriber that resumes;
 //! - [`udp`]: unicast and multicast datagrams with the relay header, on one line or two (A/B);
 //! - [`retransmit`]: the retransmission service over TCP, answering from the ring of last frames;
+//! - [`ring`]: that ring of last frames, as the hot path and the tasks share it;
 //! - [`stats`]: echoes checked against the frames sent, and round trips;
 //! - [`metrics`]: the Prometheus metrics, copied from the hot path's and the tasks' own counts;
 //! - [`progress`]: progress bars on a terminal (capture replay and the capture tools);
@@ -33,6 +34,7 @@ pub mod metrics;
 pub mod pacing;
 pub mod progress;
 pub mod retransmit;
+pub mod ring;
 pub mod run;
 pub mod source;
 pub mod stats;
