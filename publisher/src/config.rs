@@ -784,7 +784,7 @@ impl FileConfig {
             }
             // A literal address can be checked now; a host name is checked once resolved.
             if let Ok(addr) = upstream.connect.parse::<SocketAddr>() {
-                crate::upstream::check_not_self(addr, &own_listeners(tcp.as_ref(), &retransmit))?;
+                check_not_self(addr, &own_listeners(tcp.as_ref(), &retransmit))?;
             }
         }
         Ok(Config {
@@ -815,6 +815,22 @@ pub fn own_listeners(tcp: Option<&Tcp>, retransmit: &Retransmit) -> Vec<(&'stati
 /// system chooses) on the same address, or on the unspecified address, which covers them all.
 fn same_port(a: SocketAddr, b: SocketAddr) -> bool {
     a.port() == b.port() && a.port() != 0 && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
+/// Refuses an upstream address that is one of this publisher's own servers (`own`, by setting): a
+/// relay taking its own stream would wait for itself.
+pub fn check_not_self(upstream: SocketAddr, own: &[(&str, SocketAddr)]) -> anyhow::Result<()> {
+    for (setting, listen) in own {
+        let same_host = upstream.ip() == listen.ip()
+            || listen.ip().is_unspecified()
+            || (upstream.ip().is_loopback() && listen.ip().is_loopback());
+        if listen.port() != 0 && upstream.port() == listen.port() && same_host {
+            anyhow::bail!(
+                "source.upstream.connect: {upstream} is this publisher's own {setting} ({listen}); a relay cannot take its own stream"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// `[source.upstream]`, checked: an address to connect to, and bounded waits.
@@ -898,5 +914,25 @@ impl Config {
         check("metrics", self.metrics == new.metrics);
         check("protection", self.protection == new.protection);
         changed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn its_own_servers_are_not_an_upstream() {
+        let own =
+            [("tcp.listen", "0.0.0.0:9100".parse().unwrap()), ("retransmit.listen", "127.0.0.1:9101".parse().unwrap())];
+        let e = check_not_self("127.0.0.1:9100".parse().unwrap(), &own).unwrap_err().to_string();
+        assert!(e.contains("source.upstream.connect") && e.contains("tcp.listen"), "{e}");
+        assert!(check_not_self("127.0.0.2:9101".parse().unwrap(), &own).is_err(), "loopback is one host");
+        assert!(check_not_self("10.0.0.1:9101".parse().unwrap(), &own).is_ok());
+        assert!(check_not_self("10.0.0.1:9102".parse().unwrap(), &own).is_ok());
+        assert!(
+            check_not_self("127.0.0.1:9100".parse().unwrap(), &[("tcp.listen", "127.0.0.1:0".parse().unwrap())])
+                .is_ok()
+        );
     }
 }

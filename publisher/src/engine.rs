@@ -10,6 +10,7 @@ use crate::fanout::Fanout;
 use crate::metrics::{EngineMetrics, FeedMetrics, FormatCount, LIVE_METRICS_EVERY, PUBLISH_EVERY, UpstreamMetrics};
 use crate::pacing::Pacer;
 use crate::progress::ReplayProgress;
+use crate::ring::{SharedRing, lock};
 use crate::source::{FeedSummary, SegmentSource, SourceSkips};
 use crate::stats::Echoes;
 use crate::udp::UdpOut;
@@ -18,9 +19,9 @@ use bytes::Bytes;
 use mdrelay_proto::codec::{Codec, Format, Limits, MessageScratch, collect_segment};
 use mdrelay_proto::counts::TypeCounts;
 use mdrelay_proto::iextp::Segment;
-use mdrelay_proto::relay::{Coalescer, Envelope, FrameRing, Protector, RecordTag, Sealed, Totals, control_record};
+use mdrelay_proto::relay::{Coalescer, Envelope, Protector, RecordTag, Sealed, Totals, control_record};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Controls shared with the signal handlers.
@@ -77,17 +78,6 @@ pub struct Outputs {
     pub protector: Protector,
     /// The publisher's session, in every nonce.
     pub session: u64,
-}
-
-/// The retransmission ring, shared by the hot path (which fills it) and the connection tasks
-/// (which read it). Each side holds the lock for one frame's copy or one record's copy: never
-/// across a wait.
-pub type SharedRing = Arc<Mutex<FrameRing>>;
-
-/// Locks the ring; a task that panicked while holding it left it consistent (every update is
-/// a single push or mark), so the poison is ignored.
-pub fn lock(ring: &SharedRing) -> std::sync::MutexGuard<'_, FrameRing> {
-    ring.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Outputs {

@@ -6,6 +6,7 @@
 //! - [`run`]: the `run` command: runtime, signals, summary;
 //! - [`engine`]: the hot path on its own thread: source → pacing → encoding → outputs;
 //! - [`source`]: capture files, synthetic days, live UDP feeds;
+//! - [`item`]: what every source yields: a segment, its time, a relayed frame's origin;
 //! - [`upstream`]: another publisher's TCP stream as the source (relay chaining);
 //! - [`cpu`]: the hot thread's core and timer slack;
 //! - [`pacing`]: original timing, fixed rate, top speed, anchored against drift;
@@ -14,6 +15,7 @@
 //!   replaying the ring to a subscriber that resumes;
 //! - [`udp`]: unicast and multicast datagrams with the relay header, on one line or two (A/B);
 //! - [`retransmit`]: the retransmission service over TCP, answering from the ring of last frames;
+//! - [`ring`]: that ring of last frames, as the hot path and the tasks share it;
 //! - [`stats`]: echoes checked against the frames sent, and round trips;
 //! - [`metrics`]: the Prometheus metrics, copied from the hot path's and the tasks' own counts;
 //! - [`progress`]: progress bars on a terminal (capture replay and the capture tools);
@@ -27,10 +29,12 @@ pub mod config;
 pub mod cpu;
 pub mod engine;
 pub mod fanout;
+pub mod item;
 pub mod metrics;
 pub mod pacing;
 pub mod progress;
 pub mod retransmit;
+pub mod ring;
 pub mod run;
 pub mod source;
 pub mod stats;

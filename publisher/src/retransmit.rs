@@ -23,7 +23,7 @@
 //! newcomer told `BUSY` at once.
 
 use crate::config::Retransmit;
-use crate::engine::{SharedRing, lock};
+use crate::ring::{SharedRing, lock};
 use crate::tcp::Acceptor;
 use mdrelay_proto::codec::Format;
 use mdrelay_proto::relay::recovery::{Entered, ServiceSlots};

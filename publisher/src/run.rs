@@ -3,9 +3,10 @@
 //! next frame) and Ctrl-C (end the stream with its totals), and prints a summary.
 
 use crate::config::{self, FileConfig, PacingMode, Reading, SlowPolicy};
-use crate::engine::{self, Controls, EngineSummary, Outputs, SharedRing};
+use crate::engine::{self, Controls, EngineSummary, Outputs};
 use crate::fanout::{ConnectionCounts, Fanout, Shared, SubscriberSummary};
 use crate::retransmit::{RetransmitSummary, Service};
+use crate::ring::SharedRing;
 use crate::source::SegmentSource;
 use crate::stats::Echoes;
 use crate::tcp::Server;
@@ -354,7 +355,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
             if u.connect.parse::<std::net::SocketAddr>().is_err() {
                 if let Ok(addrs) = std::net::ToSocketAddrs::to_socket_addrs(u.connect.as_str()) {
                     for addr in addrs {
-                        crate::upstream::check_not_self(addr, &own).exit_status(ExitStatus::Config)?;
+                        config::check_not_self(addr, &own).exit_status(ExitStatus::Config)?;
                     }
                 }
             }

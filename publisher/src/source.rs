@@ -2,6 +2,7 @@
 //! publisher's TCP stream ([`crate::upstream`]).
 
 use crate::config::{Live, Source};
+use crate::item::Item;
 use crate::progress::Counted;
 use crate::upstream::{UpstreamSource, UpstreamSummary};
 use anyhow::{Context, Result, bail};
@@ -22,28 +23,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
-
-/// One segment from the source.
-#[derive(Debug, Clone, Copy)]
-pub struct Item<'a> {
-    /// Its time on the source's clock (capture time or IEX send time), ns, for pacing.
-    pub time_ns: i64,
-    /// The IEX-TP segment bytes.
-    pub bytes: &'a [u8],
-    /// For a frame relayed from another publisher: the origin's stamp and number, which the
-    /// frame keeps instead of new ones.
-    pub origin: Option<Origin>,
-}
-
-/// The first publisher of a chain's stamp and number for one frame, carried through every relay
-/// so a leaf measures origin-to-leaf latency and sees the origin's gaps as gaps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Origin {
-    /// The origin's publish time, ns since the epoch.
-    pub publish_time: i64,
-    /// The origin's sequence number for the frame.
-    pub sequence: u64,
-}
 
 /// A source of segments.
 pub enum SegmentSource {

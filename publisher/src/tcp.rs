@@ -25,8 +25,8 @@
 //! - Accept errors (out of file descriptors, say) back off from 1 ms to 1 s.
 
 use crate::config::{SlowPolicy, Tcp};
-use crate::engine::{SharedRing, lock};
 use crate::fanout::{ReplayShare, Shared, SubscriberStats};
+use crate::ring::{SharedRing, lock};
 use crate::stats::Echoes;
 use bytes::{Buf, Bytes};
 use mdrelay_proto::codec::Format;

@@ -33,8 +33,8 @@
 //! is read into memory (the buffer grows only as bytes arrive), every frame is delimited and
 //! decoded by checked code, and a frame that fails is counted and skipped, never a panic.
 
-use crate::config::Upstream;
-use crate::source::{Item, Origin};
+use crate::config::{Upstream, check_not_self};
+use crate::item::{Item, Origin};
 use hdrhistogram::Histogram;
 use mdrelay_proto::clock::wall_clock_ns;
 use mdrelay_proto::codec::{BatchHeader, Codec, Format, Limits};
@@ -967,22 +967,6 @@ fn peer_name(peer: Option<SocketAddr>) -> String {
     peer.map_or_else(|| "not connected".to_string(), |p| p.to_string())
 }
 
-/// Refuses an upstream address that is one of this publisher's own servers (`own`, by setting): a
-/// relay taking its own stream would wait for itself.
-pub fn check_not_self(upstream: SocketAddr, own: &[(&str, SocketAddr)]) -> anyhow::Result<()> {
-    for (setting, listen) in own {
-        let same_host = upstream.ip() == listen.ip()
-            || listen.ip().is_unspecified()
-            || (upstream.ip().is_loopback() && listen.ip().is_loopback());
-        if listen.port() != 0 && upstream.port() == listen.port() && same_host {
-            anyhow::bail!(
-                "source.upstream.connect: {upstream} is this publisher's own {setting} ({listen}); a relay cannot take its own stream"
-            );
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1000,20 +984,5 @@ mod tests {
         b.commit(10);
         assert_eq!(b.spare().unwrap().len(), READ_BUFFER);
         assert_eq!(b.data().len(), READ_BUFFER);
-    }
-
-    #[test]
-    fn its_own_servers_are_not_an_upstream() {
-        let own =
-            [("tcp.listen", "0.0.0.0:9100".parse().unwrap()), ("retransmit.listen", "127.0.0.1:9101".parse().unwrap())];
-        let e = check_not_self("127.0.0.1:9100".parse().unwrap(), &own).unwrap_err().to_string();
-        assert!(e.contains("source.upstream.connect") && e.contains("tcp.listen"), "{e}");
-        assert!(check_not_self("127.0.0.2:9101".parse().unwrap(), &own).is_err(), "loopback is one host");
-        assert!(check_not_self("10.0.0.1:9101".parse().unwrap(), &own).is_ok());
-        assert!(check_not_self("10.0.0.1:9102".parse().unwrap(), &own).is_ok());
-        assert!(
-            check_not_self("127.0.0.1:9100".parse().unwrap(), &[("tcp.listen", "127.0.0.1:0".parse().unwrap())])
-                .is_ok()
-        );
     }
 }
