@@ -8,6 +8,13 @@
 //! [`ReadBuf::hold`]) when its format cares; shifting the whole buffer after every such record
 //! would cost far more. The storage grows only as bytes actually arrive (doubling when full),
 //! never because a length field asks for it.
+//!
+//! `read_some` fills it from a TCP socket. It lives beside the buffer whose `spare`/`commit`
+//! contract it follows because both TCP readers use it, the stream ([`crate::tcp`]) and the
+//! recovery connection ([`crate::recovery`]), and neither should depend on the other.
+
+use std::io;
+use tokio::net::TcpStream;
 
 /// Bytes kept ahead of the aligned start so the start can always be moved to an 8-aligned
 /// address inside the allocation.
@@ -138,6 +145,26 @@ impl ReadBuf {
         self.base = base;
         self.start = 0;
         self.end = len;
+    }
+}
+
+/// Reads what the socket has into the spare room of `buf`; 0 means the peer closed.
+/// Cancel-safe: bytes are committed in the same poll that reads them.
+pub(crate) async fn read_some(stream: &TcpStream, buf: &mut ReadBuf) -> io::Result<usize> {
+    if buf.spare().is_empty() {
+        // reserve_for guarantees room; reading into nothing would look like end of stream.
+        return Err(io::Error::other("read buffer full"));
+    }
+    loop {
+        stream.readable().await?;
+        match stream.try_read(buf.spare()) {
+            Ok(n) => {
+                buf.commit(n);
+                return Ok(n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 use crate::config::{LatencyMode, Settings, Transport};
 use crate::histlog::HistogramLog;
 use crate::lines::{Line, Lines};
-use crate::metrics::SubscriberMetrics;
+use crate::metrics::{LoopCounts, SubscriberMetrics};
 use crate::record::Recorder;
 use crate::recovery::{RecoveryBook, RecoveryReport};
 use crate::stats::{FromStartReport, Report, RunInfo, Stats};
@@ -451,10 +451,15 @@ impl Pipeline {
 
     /// Copies the counts to the metrics endpoint, if there is one.
     pub fn export_metrics(&mut self) {
-        if let Some(mut metrics) = self.metrics.take() {
-            metrics.export(self);
-            self.metrics = Some(metrics);
-        }
+        let Some(metrics) = &mut self.metrics else { return };
+        metrics.export(&LoopCounts {
+            stats: &self.stats,
+            sequence: self.tracker.counts().plus(self.lines.as_ref().map(|l| l.merged_extra()).unwrap_or_default()),
+            frames_recovered: self.recovery.as_ref().map(|book| book.counts().frames_recovered),
+            last_sequence: self.tracker.highest(),
+            format: self.current,
+            record: self.recorder.as_ref().map(Recorder::counts),
+        });
     }
 
     /// A report period has passed: prints the interval line and logs the interval's histogram.

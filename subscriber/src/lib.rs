@@ -15,7 +15,7 @@
 //! - [`lines`]: A/B lines: each line's accounting, and the merged stream's copies arbitrated;
 //! - [`recovery`]: the missing frames' bookkeeping, and the task that asks the publisher's
 //!   retransmission service for them;
-//! - [`buffer`]: the reusable, 8-aligned read buffer;
+//! - [`buffer`]: the reusable, 8-aligned read buffer, and the TCP read into it;
 //! - [`frames`]: codecs per format, walking and decoding frames, frame accounting, the report
 //!   ticks;
 //! - [`stats`]: counters, aggregates, latency histograms, the text and JSON reports;

@@ -5,10 +5,15 @@
 //! [`EXPORT_EVERY`] (and at the end of the run) [`SubscriberMetrics::export`] copies them into
 //! the exporter's atomics, and feeds the latencies recorded since the last copy into the
 //! latency summary. Nothing is added per frame.
+//!
+//! The pipeline ([`crate::frames`]) holds the handles and gathers its counts into [`LoopCounts`]
+//! for each export. This module reads only that, so it depends on the modules that keep the
+//! counters, and not back on the pipeline that calls it.
 
-use crate::frames::Pipeline;
 use crate::record::RecordCounts;
+use crate::stats::Stats;
 use mdrelay_proto::codec::Format;
+use mdrelay_proto::relay::SequenceCounts;
 use mdrelay_telemetry::prometheus::HistogramExport;
 use metrics::{
     Counter, Gauge, Histogram as Summary, Unit, counter, describe_counter, describe_gauge, describe_histogram,
@@ -18,6 +23,22 @@ use std::time::Duration;
 
 /// How often the loop's counts are copied into the exporter.
 pub const EXPORT_EVERY: Duration = Duration::from_secs(1);
+
+/// The receive loop's counts as one export copies them.
+pub struct LoopCounts<'a> {
+    /// The run's counters and latencies.
+    pub stats: &'a Stats,
+    /// Frame accounting: the tracker's, with what the merged A/B stream keeps outside it.
+    pub sequence: SequenceCounts,
+    /// Frames recovered from the retransmission service; `None` without recovery.
+    pub frames_recovered: Option<u64>,
+    /// The highest frame sequence number received, if any.
+    pub last_sequence: Option<u64>,
+    /// The wire format the publisher sends now, if it announced one.
+    pub format: Option<Format>,
+    /// `--record`: what the writer thread has written; `None` when not recording.
+    pub record: Option<RecordCounts>,
+}
 
 /// Handles to the subscriber's metrics, and what was exported last.
 pub struct SubscriberMetrics {
@@ -69,11 +90,10 @@ impl SubscriberMetrics {
         }
     }
 
-    /// Copies the pipeline's counts, and the latencies recorded since the last export.
-    pub fn export(&mut self, pipeline: &Pipeline) {
-        let stats = &pipeline.stats;
-        let sequence =
-            pipeline.tracker.counts().plus(pipeline.lines.as_ref().map(|l| l.merged_extra()).unwrap_or_default());
+    /// Copies the loop's counts, and the latencies recorded since the last export.
+    pub fn export(&mut self, counts: &LoopCounts<'_>) {
+        let stats = counts.stats;
+        let sequence = counts.sequence;
         self.frames.absolute(stats.frames);
         self.messages.absolute(stats.messages);
         self.bytes.absolute(stats.bytes);
@@ -88,18 +108,17 @@ impl SubscriberMetrics {
             counter.absolute(n);
         }
         self.reconnects.absolute(stats.reconnects);
-        if let Some(book) = &pipeline.recovery {
-            self.recovered.absolute(book.counts().frames_recovered);
+        if let Some(recovered) = counts.frames_recovered {
+            self.recovered.absolute(recovered);
         }
-        if let Some(highest) = pipeline.tracker.highest() {
+        if let Some(highest) = counts.last_sequence {
             self.last_sequence.set(highest as f64);
         }
-        let current = pipeline.current_format();
         for (f, gauge) in Format::ALL.iter().zip(&self.format) {
-            gauge.set(if Some(*f) == current { 1.0 } else { 0.0 });
+            gauge.set(if Some(*f) == counts.format { 1.0 } else { 0.0 });
         }
-        if let Some(recorder) = &pipeline.recorder {
-            self.record.get_or_insert_with(RecordMetrics::new).export(recorder.counts());
+        if let Some(record) = counts.record {
+            self.record.get_or_insert_with(RecordMetrics::new).export(record);
         }
         self.build_info.set(1.0);
         self.exported.export(&self.latency, &stats.latency_so_far());

@@ -18,8 +18,7 @@
 //! late) moves from unrecoverable to filled late. So once everything still missing is given up,
 //! the frames the stream counts as lost are exactly the unrecoverable ones.
 
-use crate::buffer::ReadBuf;
-use crate::tcp::read_some;
+use crate::buffer::{ReadBuf, read_some};
 use hdrhistogram::Histogram;
 use mdrelay_proto::clock::wall_clock_ns;
 use mdrelay_proto::latency::{LatencySummary, latency_histogram};

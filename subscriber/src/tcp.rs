@@ -14,7 +14,7 @@
 //! in memory (see [`crate::buffer`]). Reads use `readable` + `try_read`, which are cancel-safe,
 //! so the same loop also serves report ticks, stops and the echo records going back.
 
-use crate::buffer::ReadBuf;
+use crate::buffer::{ReadBuf, read_some};
 use crate::control::{Control, Event, RunError, Stop};
 use crate::frames::{Origin, Payload, Pipeline, Place};
 use crate::poll::Poller;
@@ -133,26 +133,6 @@ pub async fn run(
             return Ok(stop);
         }
         backoff = (backoff * 2).min(reconnect_max);
-    }
-}
-
-/// Reads what the socket has into the spare room of `buf`; 0 means the peer closed.
-/// Cancel-safe: bytes are committed in the same poll that reads them.
-pub(crate) async fn read_some(stream: &TcpStream, buf: &mut ReadBuf) -> io::Result<usize> {
-    if buf.spare().is_empty() {
-        // reserve_for guarantees room; reading into nothing would look like end of stream.
-        return Err(io::Error::other("read buffer full"));
-    }
-    loop {
-        stream.readable().await?;
-        match stream.try_read(buf.spare()) {
-            Ok(n) => {
-                buf.commit(n);
-                return Ok(n);
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            Err(e) => return Err(e),
-        }
     }
 }
 
