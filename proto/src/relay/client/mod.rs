@@ -5,14 +5,30 @@
 //!
 //! - [`connection`]: one TCP connection for any purpose ([`StreamConnection`]): handshake,
 //!   version negotiation, protection checks, records;
+//! - [`frames`]: a payload of frames in, per frame out ([`FrameReader`]): protection opened,
+//!   frames delimited, accounted for and decoded;
+//! - [`lines`]: two A/B lines merged into one stream ([`Lines`]);
+//! - [`book`]: the missing frames and what became of them ([`RecoveryBook`]);
+//! - [`unseal`]: protected frames and datagrams opened before anything reads them;
 //! - [`buffer`]: the connection's read buffer, 8-aligned and grown only as bytes arrive.
 
+pub mod book;
 pub mod buffer;
 pub mod connection;
+pub mod frames;
+pub mod lines;
 #[cfg(test)]
 pub(crate) mod testing;
+pub mod unseal;
 
+pub use book::{RecoveryBook, RecoveryReport, UnrecoverableCauses};
 pub use connection::{
     CloseReason, Closed, ConnectionConfig, ConnectionCounts, ConnectionEvent, Disposition, ResumeAsked, ResumePlan,
     Role, StreamConnection,
 };
+pub use frames::{
+    Anomaly, FormatChange, FrameCheckFailure, FrameCounts, FrameInfo, FrameReader, FrameVisitor, Origin, Payload,
+    PayloadOutcome, Place, PlaceAt, ReaderConfig, ReaderMode,
+};
+pub use lines::{Line, LineReport, Lines, LinesReport};
+pub use unseal::{ProtectionCounts, Unsealer};

@@ -77,3 +77,94 @@ pub(crate) fn feed(conn: &mut StreamConnection, bytes: &[u8], cuts: &[usize], no
     drain(conn, &mut events);
     events
 }
+
+/// The first `limit` segments of the shared capture `name` (in `../shared/data/iex`) encoded as
+/// frames of `format`, each with a publish time of its index + 1 (0 is what a frame without one
+/// would read).
+pub(crate) fn capture_frames(name: &str, format: Format, limit: usize) -> Vec<Vec<u8>> {
+    use crate::capture::CaptureReader;
+    use crate::codec::{Codec, Limits, MessageScratch, collect_segment};
+    use crate::iextp::Segment;
+    let mut reader = CaptureReader::open(mdrelay_harness::iex_data().join(name)).expect("the shared capture opens");
+    let mut codec = Codec::new(format, Limits::default());
+    let mut scratch = MessageScratch::new();
+    let mut frames = Vec::new();
+    while frames.len() < limit {
+        let Some(packet) = reader.next_packet().expect("the shared capture reads") else { break };
+        let Ok(datagram) = crate::link::udp_datagram(packet.link_type, packet.data) else { continue };
+        let Ok(segment) = Segment::parse(datagram.payload) else { continue };
+        let mut frame = Vec::new();
+        let publish_time = frames.len() as i64 + 1;
+        scratch
+            .with(|list| {
+                collect_segment(&segment, list);
+                codec.encode_segment(publish_time, &segment, datagram.payload, list, &mut frame)
+            })
+            .expect("the capture's segments encode");
+        frames.push(frame);
+    }
+    frames
+}
+
+/// A visitor that writes down everything it is told.
+#[derive(Default)]
+pub(crate) struct Notes {
+    /// Frames decoded: sequence, origin and publish time.
+    pub frames: Vec<(u64, super::frames::Origin, i64)>,
+    /// Frames that failed to decode.
+    pub failed: Vec<u64>,
+    /// Messages visited, by type byte.
+    pub kinds: Vec<u8>,
+    /// Messages skipped by the filter, by type byte.
+    pub skipped: Vec<u8>,
+    /// Anomalies, as their `Debug` text.
+    pub anomalies: Vec<String>,
+    /// Format changes.
+    pub formats: Vec<(Option<Format>, Format)>,
+    /// Ask for every message whatever the filter.
+    pub every: bool,
+    /// Messages aggregated, as a subscriber does.
+    pub aggregator: crate::Aggregator,
+}
+
+impl super::frames::FrameVisitor for Notes {
+    fn every_message(&self) -> bool {
+        self.every
+    }
+
+    fn message(&mut self, _: &super::frames::FrameInfo, message: &crate::Message<'_>) {
+        self.kinds.push(message.kind());
+        self.aggregator.apply(message);
+    }
+
+    fn skipped(&mut self, _: &super::frames::FrameInfo, kind: u8) {
+        self.skipped.push(kind);
+    }
+
+    fn end(
+        &mut self,
+        frame: &super::frames::FrameInfo,
+        _: &[u8],
+        decoded: Result<&crate::codec::BatchHeader, &crate::codec::DecodeError>,
+    ) {
+        match decoded {
+            Ok(header) => self.frames.push((frame.sequence, frame.origin, header.publish_time)),
+            Err(_) => self.failed.push(frame.sequence),
+        }
+    }
+
+    fn format_changed(&mut self, from: Option<Format>, to: Format) {
+        self.formats.push((from, to));
+    }
+
+    fn anomaly(&mut self, anomaly: &super::frames::Anomaly<'_>) {
+        self.anomalies.push(format!("{anomaly:?}"));
+    }
+}
+
+impl Notes {
+    /// The sequence numbers of the frames decoded.
+    pub fn sequences(&self) -> Vec<u64> {
+        self.frames.iter().map(|f| f.0).collect()
+    }
+}
