@@ -5,6 +5,8 @@
 //!
 //! - [`connection`]: one TCP connection for any purpose ([`StreamConnection`]): handshake,
 //!   version negotiation, protection checks, records;
+//! - [`stream`]: one TCP stream across connections ([`StreamClient`]): when to connect, where to
+//!   resume, restarts, when to give up;
 //! - [`frames`]: a payload of frames in, per frame out ([`FrameReader`]): protection opened,
 //!   frames delimited, accounted for and decoded;
 //! - [`lines`]: two A/B lines merged into one stream ([`Lines`]);
@@ -17,6 +19,7 @@ pub mod buffer;
 pub mod connection;
 pub mod frames;
 pub mod lines;
+pub mod stream;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod unseal;
@@ -31,4 +34,5 @@ pub use frames::{
     PayloadOutcome, Place, PlaceAt, ReaderConfig, ReaderMode,
 };
 pub use lines::{Line, LineReport, Lines, LinesReport};
+pub use stream::{ClientAction, ClientCounts, ClientEvent, EndOfStream, Finish, StreamClient, StreamClientConfig};
 pub use unseal::{ProtectionCounts, Unsealer};
