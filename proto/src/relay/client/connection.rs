@@ -744,6 +744,14 @@ impl StreamConnection {
         true
     }
 
+    /// Queues a `REQUEST` record whatever is waiting already: the one a connection was made for
+    /// goes out first, whatever else waits.
+    pub fn queue_request_unbounded(&mut self, request: RetransmitRequest) {
+        if self.closed.is_none() && self.state == State::Records {
+            self.out.extend_from_slice(&request.to_record());
+        }
+    }
+
     /// Whether another request would be taken now.
     pub fn has_room_for_requests(&self) -> bool {
         self.closed.is_none() && self.state == State::Records && self.out.len() < MAX_PENDING_REQUESTS

@@ -31,8 +31,8 @@ use crate::message::Message;
 use crate::relay::protect::{LEN_PREFIX, ProtectError, WireKey};
 use crate::relay::session::SessionTracker;
 use crate::relay::window::Observed;
-use crate::relay::wire::{DatagramHeader, Echo};
-use std::collections::BTreeSet;
+use crate::relay::wire::Echo;
+use std::collections::{BTreeSet, VecDeque};
 use std::fmt;
 
 /// Where a payload sits, for messages: a byte offset in the TCP stream, a datagram or the
@@ -312,7 +312,9 @@ pub struct FormatChange {
 
 /// Frames in, per frame out: see the module's documentation.
 pub struct FrameReader {
-    unsealer: Unsealer,
+    /// Opens protected payloads; taken out while a datagram it opened is read (see
+    /// [`FrameReader::take_unsealer`]).
+    unsealer: Option<Unsealer>,
     core: Core,
 }
 
@@ -335,7 +337,7 @@ struct Core {
     next: Option<u64>,
     echo_every: Option<u64>,
     echo_countdown: u64,
-    echoes: Vec<Echo>,
+    echoes: VecDeque<Echo>,
     counts: FrameCounts,
 }
 
@@ -355,7 +357,7 @@ impl FrameReader {
         // A relay's reader checks CRC-32Cs only: relays refuse encrypted upstreams.
         let key = config.key.as_ref().filter(|_| config.mode == ReaderMode::Window);
         FrameReader {
-            unsealer: Unsealer::new(config.crc, key),
+            unsealer: Some(Unsealer::new(config.crc, key)),
             core: Core {
                 mode: config.mode,
                 codecs: Default::default(),
@@ -370,7 +372,7 @@ impl FrameReader {
                 next: None,
                 echo_every: config.echo_every.map(|n| n.max(1)),
                 echo_countdown: config.echo_every.map_or(0, |n| n.max(1)),
-                echoes: Vec::new(),
+                echoes: VecDeque::new(),
                 counts: FrameCounts::default(),
             },
         }
@@ -390,7 +392,7 @@ impl FrameReader {
 
     /// What the reader counted.
     pub fn counts(&self) -> FrameCounts {
-        FrameCounts { protection: self.unsealer.counts, ..self.core.counts }
+        FrameCounts { protection: self.unsealer.as_ref().map(|u| u.counts).unwrap_or_default(), ..self.core.counts }
     }
 
     /// The format now in use, if any was announced.
@@ -457,8 +459,13 @@ impl FrameReader {
     }
 
     /// Echoes due (round-trip mode), oldest first, to be sent back.
-    pub fn drain_echoes(&mut self) -> std::vec::Drain<'_, Echo> {
+    pub fn drain_echoes(&mut self) -> std::collections::vec_deque::Drain<'_, Echo> {
         self.core.echoes.drain(..)
+    }
+
+    /// The oldest echo due, if any.
+    pub fn next_echo(&mut self) -> Option<Echo> {
+        self.core.echoes.pop_front()
     }
 
     /// Whether echoes are waiting.
@@ -501,19 +508,18 @@ impl FrameReader {
 
     /// The protection this reader expects.
     pub fn protection(&self) -> crate::relay::protect::Protection {
-        self.unsealer.protection()
+        self.unsealer.as_ref().map(Unsealer::protection).unwrap_or_default()
     }
 
-    /// A datagram with its frames (or its `END` totals) opened, its header kept, if its
-    /// protection is this reader's and it opens; `current` is the stream's session so far.
-    /// Refusals are counted; the error says why.
-    pub fn open_datagram<'a>(
-        &'a mut self,
-        datagram: &'a [u8],
-        header: &DatagramHeader,
-        current: Option<u64>,
-    ) -> Result<&'a [u8], String> {
-        self.unsealer.datagram(datagram, header, current)
+    /// Takes the unsealer out, so a datagram it opened can be read by this reader: payloads are
+    /// taken as plain while it is out. Give it back with [`FrameReader::put_unsealer`].
+    pub fn take_unsealer(&mut self) -> Option<Unsealer> {
+        self.unsealer.take()
+    }
+
+    /// Gives the unsealer back.
+    pub fn put_unsealer(&mut self, unsealer: Unsealer) {
+        self.unsealer = Some(unsealer);
     }
 
     /// Takes a payload: opens its protected frames, accounts for and decodes each declared frame,
@@ -521,19 +527,19 @@ impl FrameReader {
     pub fn payload<V: FrameVisitor + ?Sized>(&mut self, p: Payload<'_>, visitor: &mut V) -> PayloadOutcome {
         match self.core.mode {
             ReaderMode::Window => {
-                let plain =
-                    match self.unsealer.frames(p.session, p.first_sequence, p.format, p.declared_frames, p.bytes) {
-                        Ok(plain) => plain,
-                        Err(error) => {
-                            visitor.anomaly(&Anomaly::Unsealed {
-                                at: p.place.at(0),
-                                first: p.first_sequence,
-                                frames: p.declared_frames,
-                                error: &error,
-                            });
-                            return PayloadOutcome::default();
-                        }
-                    };
+                let Some(unsealer) = self.unsealer.as_mut() else { return self.core.window(p, visitor) };
+                let plain = match unsealer.frames(p.session, p.first_sequence, p.format, p.declared_frames, p.bytes) {
+                    Ok(plain) => plain,
+                    Err(error) => {
+                        visitor.anomaly(&Anomaly::Unsealed {
+                            at: p.place.at(0),
+                            first: p.first_sequence,
+                            frames: p.declared_frames,
+                            error: &error,
+                        });
+                        return PayloadOutcome::default();
+                    }
+                };
                 self.core.window(Payload { bytes: plain, ..p }, visitor)
             }
             ReaderMode::Ordered => self.ordered(p, visitor),
@@ -546,7 +552,7 @@ impl FrameReader {
         if let Some(change) = core.note_format(p.format) {
             visitor.format_changed(change.from, change.to);
         }
-        let crc = unsealer.protection().any();
+        let crc = unsealer.as_ref().is_some_and(|u| u.protection().any());
         let codec =
             core.codecs[usize::from(p.format.id())].get_or_insert_with(|| Codec::new(p.format, Limits::default()));
         let mut outcome = PayloadOutcome::default();
@@ -559,6 +565,7 @@ impl FrameReader {
             let (start, len, taken) = if crc {
                 // Checked before anything of the frame is read: a changed byte, or a length that
                 // does not fit the record, costs the connection, not the frame.
+                let Some(unsealer) = unsealer.as_mut() else { break };
                 let opened = match unsealer.sealed_len(rest) {
                     Ok(Some(sealed)) => unsealer
                         .open_one(p.session, sequence, p.format, &rest[..sealed])
@@ -800,7 +807,7 @@ impl Core {
                         *echo_countdown -= 1;
                         if *echo_countdown == 0 {
                             *echo_countdown = every;
-                            echoes.push(Echo { publish_time: header.publish_time, sequence });
+                            echoes.push_back(Echo { publish_time: header.publish_time, sequence });
                         }
                     }
                 }

@@ -7,6 +7,8 @@
 //!   version negotiation, protection checks, records;
 //! - [`stream`]: one TCP stream across connections ([`StreamClient`]): when to connect, where to
 //!   resume, restarts, when to give up;
+//! - [`datagram`]: the UDP and multicast side ([`DatagramReceiver`]): protection, held datagrams,
+//!   END, A/B lines, and loss recovery over a connection to the retransmission service;
 //! - [`frames`]: a payload of frames in, per frame out ([`FrameReader`]): protection opened,
 //!   frames delimited, accounted for and decoded;
 //! - [`lines`]: two A/B lines merged into one stream ([`Lines`]);
@@ -17,6 +19,7 @@
 pub mod book;
 pub mod buffer;
 pub mod connection;
+pub mod datagram;
 pub mod frames;
 pub mod lines;
 pub mod stream;
@@ -29,6 +32,7 @@ pub use connection::{
     CloseReason, Closed, ConnectionConfig, ConnectionCounts, ConnectionEvent, Disposition, ResumeAsked, ResumePlan,
     Role, StreamConnection,
 };
+pub use datagram::{DatagramConfig, DatagramCounts, DatagramEvent, DatagramReceiver, RecoveryAction, RecoveryConfig};
 pub use frames::{
     Anomaly, FormatChange, FrameCheckFailure, FrameCounts, FrameInfo, FrameReader, FrameVisitor, Origin, Payload,
     PayloadOutcome, Place, PlaceAt, ReaderConfig, ReaderMode,
