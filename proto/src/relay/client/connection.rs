@@ -590,6 +590,12 @@ impl StreamConnection {
         self.closed.is_some()
     }
 
+    /// Bytes the read buffer holds without growing: it grows only as bytes arrive, up to one
+    /// record of the largest size allowed and the header after it.
+    pub fn buffer_capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
     /// Whether a recovery connection received any whole record.
     pub fn answered(&self) -> bool {
         self.answered

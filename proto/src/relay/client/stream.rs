@@ -66,6 +66,8 @@ pub struct StreamClientConfig {
     pub idle_timeout_ns: Option<i64>,
     /// Shorten each wait by up to this fraction, at random from this seed (none by default).
     pub jitter: Option<(f64, u64)>,
+    /// Starting size of each connection's read buffer (it grows as records need).
+    pub read_buffer: usize,
 }
 
 impl StreamClientConfig {
@@ -83,6 +85,7 @@ impl StreamClientConfig {
             handshake_timeout_ns: duration_ns(super::connection::SUBSCRIBER_HANDSHAKE_TIMEOUT),
             idle_timeout_ns: None,
             jitter: None,
+            read_buffer: STREAM_READ_BUFFER,
         }
     }
 
@@ -107,6 +110,7 @@ impl StreamClientConfig {
             handshake_timeout_ns: duration_ns(handshake_timeout),
             idle_timeout_ns: idle_timeout.map(duration_ns),
             jitter: None,
+            read_buffer: STREAM_READ_BUFFER,
         }
     }
 }
@@ -474,7 +478,7 @@ impl StreamClient {
         config.echo = self.config.echo_every.is_some();
         config.handshake_timeout_ns = self.config.handshake_timeout_ns;
         config.idle_timeout_ns = self.config.idle_timeout_ns;
-        config.read_buffer = STREAM_READ_BUFFER;
+        config.read_buffer = self.config.read_buffer;
         config.resume = self.plan();
         self.hello = None;
         self.conn = Some(Box::new(StreamConnection::new(config, now)));
@@ -575,6 +579,11 @@ impl StreamClient {
         if let Some(conn) = self.conn() {
             conn.read_failed(error);
         }
+    }
+
+    /// Bytes the current connection's read buffer holds without growing (0 without one).
+    pub fn buffer_capacity(&self) -> usize {
+        self.conn.as_ref().map_or(0, |c| c.buffer_capacity())
     }
 
     /// Bytes to write to the connection.
