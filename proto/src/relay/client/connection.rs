@@ -624,9 +624,8 @@ impl StreamConnection {
         self.buf.spare()
     }
 
-    /// `n` bytes were read into [`StreamConnection::read_buf`] at `now` (`receive_time`: the wall
-    /// clock, ns since the epoch, unused here but kept by callers with the frames); 0 means the
-    /// peer closed its side.
+    /// `n` bytes were read into [`StreamConnection::read_buf`] at `now`; 0 means the peer closed
+    /// its side.
     pub fn received(&mut self, n: usize, now: i64) {
         if self.closed.is_some() || self.input_end.is_some() {
             return;

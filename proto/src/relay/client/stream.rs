@@ -227,8 +227,8 @@ pub enum ClientEvent {
     End(EndOfStream),
     /// A connection attempt failed; the next one is in `retry_in` ns.
     ConnectFailed {
-        /// Why, when the attempt got as far as a connection (a relay's handshake that failed);
-        /// otherwise the driver knows.
+        /// Why, for a relay (its connection error, or the handshake that failed, which it logs
+        /// as one); a subscriber's driver knows its own connection error.
         why: Option<String>,
         /// Attempts since the last success.
         attempt: u64,
@@ -516,7 +516,7 @@ impl StreamClient {
             if let Some(reach) = &mut self.reach {
                 reach.attempt += 1;
             }
-            self.relay_attempt_failed(why.to_string(), false);
+            self.relay_attempt_failed(why.to_string());
         } else {
             let wait = self.backoff.next_wait();
             self.events.push_back(ClientEvent::ConnectFailed { why: None, attempt: self.attempt, retry_in: wait });
@@ -526,7 +526,7 @@ impl StreamClient {
 
     /// A relay's attempt failed: another after a wait, or give up if that would pass
     /// `give_up_after`.
-    fn relay_attempt_failed(&mut self, why: String, connected: bool) {
+    fn relay_attempt_failed(&mut self, why: String) {
         let reach = self.reach.unwrap_or(Reach { started: self.now, attempt: 1, reconnecting: false });
         let waited = self.now.saturating_sub(reach.started);
         let give_up = self.config.give_up_after_ns.unwrap_or(i64::MAX);
@@ -544,8 +544,7 @@ impl StreamClient {
             )));
         }
         let wait = self.backoff.next_wait();
-        let why = connected.then_some(why);
-        self.events.push_back(ClientEvent::ConnectFailed { why, attempt: reach.attempt, retry_in: wait });
+        self.events.push_back(ClientEvent::ConnectFailed { why: Some(why), attempt: reach.attempt, retry_in: wait });
         self.phase = Phase::Waiting(self.now.saturating_add(wait));
     }
 
@@ -832,7 +831,7 @@ impl StreamClient {
         }
         if !closed.established {
             // The handshake did not complete: this attempt failed.
-            return self.relay_attempt_failed(closed.why, true);
+            return self.relay_attempt_failed(closed.why);
         }
         // A connection that worked: reached again at once, with waits from the first.
         self.reach = Some(Reach { started: now, attempt: 0, reconnecting: true });
