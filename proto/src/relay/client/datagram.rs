@@ -695,7 +695,8 @@ impl DatagramReceiver {
         let mut at = |t: i64| deadline = Some(deadline.map_or(t, |d| d.min(t)));
         if let Some(link) = &self.link {
             if self.reader.missing() > 0 && !matches!(link.state, LinkState::Off) {
-                at(self.last_ask.map_or(i64::MIN, |last| last.saturating_add(self.ask_period_ns)));
+                // Due at once when the gaps were never looked at.
+                at(self.last_ask.map_or(self.now, |last| last.saturating_add(self.ask_period_ns)));
             }
             match &link.state {
                 LinkState::Waiting(until) => at(*until),

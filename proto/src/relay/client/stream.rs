@@ -453,19 +453,21 @@ impl StreamClient {
             return;
         }
         self.retire_connection();
-        self.attempt += 1;
         let again = self.connected_before;
         if !self.relay() {
+            self.attempt += 1;
             if again {
                 self.counts.reconnects += 1;
             }
             self.events.push_back(ClientEvent::Connected { peer, attempt: self.attempt, again });
             self.attempt = 0;
         } else {
-            if let Some(reach) = &mut self.reach {
+            // A relay counts the attempts of one reach (see `relay_attempt_failed`).
+            let attempt = self.reach.as_mut().map_or(1, |reach| {
                 reach.attempt += 1;
-            }
-            self.events.push_back(ClientEvent::Connected { peer, attempt: self.attempt, again });
+                reach.attempt
+            });
+            self.events.push_back(ClientEvent::Connected { peer, attempt, again });
         }
         self.connected_before = true;
         self.counts.connections += 1;
@@ -511,13 +513,13 @@ impl StreamClient {
         if matches!(self.phase, Phase::Finished(_)) {
             return;
         }
-        self.attempt += 1;
         if self.relay() {
             if let Some(reach) = &mut self.reach {
                 reach.attempt += 1;
             }
             self.relay_attempt_failed(why.to_string());
         } else {
+            self.attempt += 1;
             let wait = self.backoff.next_wait();
             self.events.push_back(ClientEvent::ConnectFailed { why: None, attempt: self.attempt, retry_in: wait });
             self.phase = Phase::Waiting(now.saturating_add(wait));
