@@ -14,6 +14,7 @@
 //! - [`relay`]: the publisher/subscriber protocol: its bytes (handshake, records, datagrams,
 //!   totals) and its state machines (coalescing, sessions, frame accounting, echo checks);
 //! - [`clock`]: the wall clock publish and receive times are read from;
+//! - [`backoff`]: capped exponential waits between reconnections, with optional seeded jitter;
 //! - [`idle`]: idle strategies (spin, yield, backoff, sleep) and profiles for hot threads;
 //! - [`latency`]: latency histograms and their percentiles;
 //! - [`counts`]: messages counted by type;
@@ -27,6 +28,7 @@
 #![warn(missing_docs)]
 
 pub mod aggregate;
+pub mod backoff;
 pub mod capture;
 pub mod capture_writer;
 pub mod clock;

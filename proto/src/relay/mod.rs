@@ -35,7 +35,9 @@
 //! - [`echo`]: checking echoes against the frames actually sent;
 //! - [`ring`]: the publisher's last frames, bounded in bytes, for retransmission and resume;
 //! - [`recovery`]: the subscriber's missing frames and when to ask for them;
-//! - [`protect`]: per-frame CRC-32C and authenticated encryption ([`Protector`]).
+//! - [`protect`]: per-frame CRC-32C and authenticated encryption ([`Protector`]);
+//! - [`client`]: the client's machines, fed bytes and time: a TCP connection, a stream across
+//!   connections, datagrams in, frames out.
 //!
 //! **Recovery (version 2).** A TCP subscriber that reconnects answers the greeting with
 //! [`Resume::From`] its next frame (or 1, for the whole session): the publisher replays what its
@@ -45,6 +47,7 @@
 //! `DATA` records of the frames (in their original format), `GONE` for frames the ring no longer
 //! holds, and `BUSY` for a request over the rate limit.
 
+pub mod client;
 pub mod coalesce;
 pub mod continuity;
 pub mod echo;

@@ -1,0 +1,438 @@
+//! The datagram receiver on real frames and a fake clock: protection, held datagrams, END, A/B
+//! lines, echoes, and recovery over a connection to a retransmission service made of bytes.
+
+use super::*;
+use crate::relay::client::testing::{Notes, capture_frames, peer, record};
+use crate::relay::protect::{KEY_LEN, Protector, WireKey};
+use crate::relay::wire::{Hello, Subscribe, gone_payload};
+
+const MS: i64 = 1_000_000;
+const SESSION: u64 = 0x1234;
+
+fn data(session: u64, first: u64, frames: &[&[u8]], format: Format) -> Vec<u8> {
+    let header = DatagramHeader {
+        version: DATAGRAM_VERSION,
+        format,
+        kind: DatagramKind::Data,
+        frame_count: frames.len() as u8,
+        protection: Protection::NONE,
+        session,
+        sequence: first,
+    };
+    let mut d = header.to_bytes().to_vec();
+    for f in frames {
+        d.extend_from_slice(f);
+    }
+    d
+}
+
+fn end(session: u64, next: u64) -> Vec<u8> {
+    let header = DatagramHeader {
+        version: DATAGRAM_VERSION,
+        format: Format::Sbe,
+        kind: DatagramKind::End,
+        frame_count: 0,
+        protection: Protection::NONE,
+        session,
+        sequence: next,
+    };
+    let mut d = header.to_bytes().to_vec();
+    Totals { frames: next - 1, messages: 5, ..Totals::default() }.write(&mut d);
+    d
+}
+
+fn events(r: &mut DatagramReceiver, notes: &mut Notes) -> Vec<DatagramEvent> {
+    std::iter::from_fn(|| r.poll_event(notes)).collect()
+}
+
+fn recovery(linger_ms: u64) -> Option<RecoveryConfig> {
+    Some(RecoveryConfig {
+        delay: Duration::from_millis(5),
+        retry: Duration::from_millis(50),
+        attempts: 3,
+        linger: Duration::from_millis(linger_ms),
+    })
+}
+
+#[test]
+fn datagrams_in_order_give_their_frames_and_the_end_finishes_the_stream() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 10);
+    let mut r = DatagramReceiver::new(DatagramConfig::default());
+    let mut notes = Notes::default();
+    assert_eq!(r.deadline(), None);
+    for seq in 1..=10u64 {
+        r.datagram(
+            Origin::Stream,
+            &data(SESSION, seq, &[&frames[seq as usize - 1]], Format::Sbe),
+            peer(),
+            0,
+            0,
+            &mut notes,
+        );
+    }
+    r.datagram(Origin::Stream, &end(SESSION, 11), peer(), 0, 0, &mut notes);
+    let ev = events(&mut r, &mut notes);
+    assert_eq!(ev[0], DatagramEvent::SessionStarted { session: SESSION, peer: peer() });
+    assert!(matches!(&ev[1], DatagramEvent::End { first: true, totals, .. } if totals.frames == 10), "{ev:?}");
+    assert_eq!(ev[2], DatagramEvent::Finished);
+    assert!(r.is_finished());
+    assert_eq!(notes.sequences(), (1..=10).collect::<Vec<_>>());
+    assert_eq!(r.reader().tracker().counts().lost, 0);
+    assert_eq!(r.counts().datagrams, 11);
+}
+
+#[test]
+fn foreign_and_broken_datagrams_are_counted_and_skipped() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 2);
+    let mut r = DatagramReceiver::new(DatagramConfig::default());
+    let mut notes = Notes::default();
+    r.datagram(Origin::Stream, b"\x01\x00\x04\x80an IEX-TP segment, say", peer(), 0, 0, &mut notes);
+    let mut v9 = data(SESSION, 1, &[&frames[0]], Format::Sbe);
+    v9[4] = 9;
+    r.datagram(Origin::Stream, &v9, peer(), 0, 0, &mut notes);
+    r.datagram(Origin::Stream, &end(SESSION, 3), peer(), 0, 0, &mut notes);
+    let mut cut_end = end(SESSION, 3);
+    cut_end.truncate(30);
+    r.datagram(Origin::Stream, &cut_end, peer(), 0, 0, &mut notes);
+    let ev = events(&mut r, &mut notes);
+    assert!(
+        matches!(&ev[0], DatagramEvent::NotRelay { head, len: 26, .. } if head == b"\x01\x00\x04\x80an I"),
+        "{ev:?}"
+    );
+    assert!(matches!(&ev[1], DatagramEvent::BadHeader { error, .. } if error.what.contains("version 9")), "{ev:?}");
+    assert!(matches!(ev[2], DatagramEvent::ForeignEnd { next_sequence: 3, .. }), "an END before any data: {ev:?}");
+    assert!(matches!(ev[3], DatagramEvent::UnreadableEnd { at: 24, .. }), "{ev:?}");
+    assert_eq!(r.counts().invalid_packets, 4);
+    assert!(!r.is_finished());
+    r.datagram(Origin::Stream, &data(SESSION, 1, &[&frames[0], &frames[1]], Format::Sbe), peer(), 0, 0, &mut notes);
+    r.datagram(Origin::Stream, &end(SESSION + 1, 3), peer(), 0, 0, &mut notes);
+    let ev = events(&mut r, &mut notes);
+    assert!(matches!(ev.last(), Some(DatagramEvent::ForeignEnd { session, .. }) if *session == SESSION + 1), "{ev:?}");
+}
+
+#[test]
+fn a_wild_datagram_is_held_and_refuted_and_a_real_restart_confirmed() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 6);
+    let mut r = DatagramReceiver::new(DatagramConfig::default());
+    let mut notes = Notes::default();
+    let f = |i: usize| frames[i].as_slice();
+    for (session, seq, i) in [(SESSION, 1, 0), (SESSION, 2, 1), (SESSION, 1 << 40, 2), (SESSION, 3, 2)] {
+        r.datagram(Origin::Stream, &data(session, seq, &[f(i)], Format::Sbe), peer(), 0, 0, &mut notes);
+    }
+    let ev = events(&mut r, &mut notes);
+    assert!(ev.contains(&DatagramEvent::Held { session: SESSION, sequence: 1 << 40, peer: peer() }));
+    assert_eq!(r.reader().tracker().unconfirmed(), 1);
+    assert_eq!(notes.sequences(), [1, 2, 3]);
+    // Another session twice in a row: a restart.
+    for seq in [1, 2] {
+        r.datagram(
+            Origin::Stream,
+            &data(SESSION + 9, seq, &[f(3 + seq as usize)], Format::Sbe),
+            peer(),
+            0,
+            0,
+            &mut notes,
+        );
+    }
+    let ev = events(&mut r, &mut notes);
+    assert!(ev.contains(&DatagramEvent::Restarted { old: SESSION, new: SESSION + 9, peer: peer() }), "{ev:?}");
+    assert_eq!(notes.sequences(), [1, 2, 3, 1, 2], "the held datagram first, then the one that confirmed it");
+}
+
+#[test]
+fn protected_datagrams_are_opened_before_their_header_is_believed() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Capnp, 3);
+    let key = WireKey::new([3; KEY_LEN]);
+    let protection = Protection { crc: true, encrypted: true };
+    let mut sealer = Protector::new(true, Some(&key), 1 << 20);
+    let sealed = |sealer: &mut Protector, session: u64, seq: u64, f: &[u8]| {
+        let header = DatagramHeader {
+            version: DATAGRAM_VERSION,
+            format: Format::Capnp,
+            kind: DatagramKind::Data,
+            frame_count: 1,
+            protection,
+            session,
+            sequence: seq,
+        };
+        let mut d = header.to_bytes().to_vec();
+        sealer.seal(session, seq, Format::Capnp, f, &mut d);
+        d
+    };
+    let config = DatagramConfig {
+        reader: ReaderConfig { crc: true, key: Some(key.clone()), ..ReaderConfig::default() },
+        ..DatagramConfig::default()
+    };
+    let mut r = DatagramReceiver::new(config);
+    let mut notes = Notes::default();
+    r.datagram(Origin::Stream, &sealed(&mut sealer, SESSION, 1, &frames[0]), peer(), 0, 0, &mut notes);
+    // An unprotected sender on the group; a flipped bit; an older session replayed.
+    r.datagram(Origin::Stream, &data(SESSION, 2, &[&frames[1]], Format::Capnp), peer(), 0, 0, &mut notes);
+    let mut bad = sealed(&mut sealer, SESSION, 2, &frames[1]);
+    bad[40] ^= 1;
+    r.datagram(Origin::Stream, &bad, peer(), 0, 0, &mut notes);
+    r.datagram(Origin::Stream, &sealed(&mut sealer, SESSION - 1, 2, &frames[1]), peer(), 0, 0, &mut notes);
+    r.datagram(Origin::Stream, &sealed(&mut sealer, SESSION, 3, &frames[2]), peer(), 0, 0, &mut notes);
+    assert_eq!(notes.sequences(), [1, 3]);
+    let ev = events(&mut r, &mut notes);
+    let refused: Vec<&str> = ev
+        .iter()
+        .filter_map(|e| if let DatagramEvent::Refused { why, .. } = e { Some(why.as_str()) } else { None })
+        .collect();
+    assert_eq!(refused.len(), 3, "{ev:?}");
+    assert_eq!(refused[0], "protected with none, this subscriber expects crc32c+encrypted");
+    assert!(refused[2].ends_with("older than the stream's 0x1234: replayed"), "{}", refused[2]);
+    let p = r.reader().counts().protection;
+    assert_eq!((p.mismatched_datagrams, p.crc_failures, p.replayed_datagrams, p.frames_refused), (1, 1, 1, 3));
+    assert_eq!(r.reader().tracker().counts().lost, 1);
+}
+
+#[test]
+fn two_lines_wait_a_while_for_the_second_end() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 3);
+    let config = DatagramConfig { lines: Some(("a:1".into(), "b:2".into())), ..DatagramConfig::default() };
+    let mut r = DatagramReceiver::new(config.clone());
+    let mut notes = Notes::default();
+    for line in [Line::A, Line::B] {
+        for seq in 1..=3u64 {
+            r.datagram(
+                Origin::Line(line),
+                &data(SESSION, seq, &[&frames[seq as usize - 1]], Format::Sbe),
+                peer(),
+                0,
+                0,
+                &mut notes,
+            );
+        }
+    }
+    r.datagram(Origin::Line(Line::A), &end(SESSION, 4), peer(), 10 * MS, 0, &mut notes);
+    let ev = events(&mut r, &mut notes);
+    assert!(ev.contains(&DatagramEvent::Ending { missing: 0, wait: 1_000 * MS }), "{ev:?}");
+    assert_eq!(r.deadline(), Some(1_010 * MS));
+    r.on_timeout(1_009 * MS);
+    assert!(!r.is_finished());
+    r.on_timeout(1_010 * MS);
+    let ev = events(&mut r, &mut notes);
+    assert_eq!(ev, [DatagramEvent::EndWaitOver { lines_without_end: true, given_up: 0 }, DatagramEvent::Finished]);
+    assert_eq!(notes.sequences(), [1, 2, 3]);
+    assert_eq!(r.reader().lines().unwrap().arbitrated(), 3);
+    // Both ENDs: over at once.
+    let mut r = DatagramReceiver::new(config);
+    r.datagram(Origin::Line(Line::B), &data(SESSION, 1, &[&frames[0]], Format::Sbe), peer(), 0, 0, &mut notes);
+    r.datagram(Origin::Line(Line::A), &end(SESSION, 2), peer(), 0, 0, &mut notes);
+    r.datagram(Origin::Line(Line::B), &end(SESSION, 2), peer(), 0, 0, &mut notes);
+    assert!(r.is_finished());
+}
+
+#[test]
+fn echoes_go_back_as_datagrams_with_the_streams_session() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 2);
+    let config = DatagramConfig {
+        reader: ReaderConfig { echo_every: Some(1), ..ReaderConfig::default() },
+        ..DatagramConfig::default()
+    };
+    let mut r = DatagramReceiver::new(config);
+    r.datagram(Origin::Stream, &data(SESSION, 7, &[&frames[0], &frames[1]], Format::Sbe), peer(), 0, 0, &mut ());
+    let echoes: Vec<[u8; ECHO_DATAGRAM]> = std::iter::from_fn(|| r.next_echo()).collect();
+    assert_eq!(echoes.len(), 2);
+    let header = DatagramHeader::parse(&echoes[1]).unwrap();
+    assert_eq!(
+        (header.kind, header.session, header.sequence, header.format),
+        (DatagramKind::Echo, SESSION, 8, Format::Sbe)
+    );
+    assert_eq!(Echo::parse(&echoes[1][24..]).unwrap(), Echo { publish_time: 2, sequence: 8 });
+    assert_eq!(r.last_peer(), Some(peer()));
+}
+
+#[test]
+fn from_the_start_the_frames_before_the_first_received_are_owed() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 5);
+    let mut r = DatagramReceiver::new(DatagramConfig { from_start: true, ..DatagramConfig::default() });
+    for seq in 3..=5u64 {
+        r.datagram(
+            Origin::Stream,
+            &data(SESSION, seq, &[&frames[seq as usize - 1]], Format::Sbe),
+            peer(),
+            0,
+            0,
+            &mut (),
+        );
+    }
+    assert_eq!(r.reader().tracker().counts().lost, 2);
+}
+
+/// A retransmission service's greeting.
+fn service_greeting() -> Vec<u8> {
+    Hello::new(Format::Sbe, SESSION, 1, 100).to_bytes().to_vec()
+}
+
+/// Feeds the recovery connection `bytes` at `now`, polling its events into `events` and writing
+/// what it has as a driver does, then closes it when `eof`; returns what it wrote.
+fn serve(
+    r: &mut DatagramReceiver,
+    bytes: &[u8],
+    now: i64,
+    eof: bool,
+    notes: &mut Notes,
+    events: &mut Vec<DatagramEvent>,
+) -> Vec<u8> {
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let room = r.recovery_read_buf();
+        let n = room.len().min(rest.len());
+        assert!(n > 0, "the connection takes bytes");
+        room[..n].copy_from_slice(&rest[..n]);
+        r.recovery_received(n, now, now);
+        rest = &rest[n..];
+    }
+    events.extend(std::iter::from_fn(|| r.poll_event(notes)));
+    let written = r.recovery_transmit().to_vec();
+    r.recovery_transmitted(written.len());
+    if eof {
+        r.recovery_received(0, now, now);
+        events.extend(std::iter::from_fn(|| r.poll_event(notes)));
+    }
+    written
+}
+
+/// A stream of frames 1..=6 with frames 3 and 4 lost, and recovery on.
+fn with_a_gap(frames: &[Vec<u8>], notes: &mut Notes, linger_ms: u64) -> DatagramReceiver {
+    let mut r = DatagramReceiver::new(DatagramConfig { recovery: recovery(linger_ms), ..DatagramConfig::default() });
+    for seq in [1u64, 2, 5, 6] {
+        r.datagram(Origin::Stream, &data(SESSION, seq, &[&frames[seq as usize - 1]], Format::Sbe), peer(), 0, 0, notes);
+    }
+    events(&mut r, notes);
+    r
+}
+
+#[test]
+fn a_gap_is_asked_for_after_the_delay_and_filled_by_the_service() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 6);
+    let mut notes = Notes::default();
+    let mut r = with_a_gap(&frames, &mut notes, 2_000);
+    assert_eq!(r.reader().missing(), 2);
+    assert_eq!(r.recovery_action(0), None, "nothing asked yet");
+    // The timer looks every 2.5 ms (half the 5 ms delay): not due at once, due after the delay.
+    r.on_timeout(0);
+    assert_eq!(r.recovery_action(0), None);
+    assert_eq!(r.deadline(), Some(2_500_000));
+    r.on_timeout(5 * MS);
+    assert_eq!(r.recovery_action(5 * MS), Some(RecoveryAction::Connect));
+    r.recovery_connected(peer(), 5 * MS);
+    let mut ev = Vec::new();
+    let written = serve(&mut r, &service_greeting(), 6 * MS, false, &mut notes, &mut ev);
+    assert!(matches!(ev[0], DatagramEvent::RecoveryConnected { session: SESSION, stream: None, .. }), "{ev:?}");
+    let answer = Subscribe::parse(&written).unwrap();
+    assert_eq!(answer.purpose, crate::relay::wire::Purpose::Recovery);
+    let request = &written[Subscribe::V2_LEN..];
+    let header = crate::relay::wire::RecordHeader::parse(request, 8).unwrap();
+    let asked = RetransmitRequest::parse(&header, &request[16..]).unwrap();
+    assert_eq!(asked, RetransmitRequest { first: 3, count: 2 });
+    // The service answers with frame 3, then GONE for frame 4.
+    let mut answer = record(RecordTag::Data, Format::Sbe, 1, 3, &frames[2]);
+    answer.extend(record(RecordTag::Gone, Format::Raw, 0, 4, &gone_payload(1)));
+    let mut ev = Vec::new();
+    serve(&mut r, &answer, 7 * MS, false, &mut notes, &mut ev);
+    assert_eq!(ev, [DatagramEvent::RecoveryGone { first: 4, count: 1 }]);
+    assert_eq!(notes.frames.last().unwrap().0, 3);
+    assert_eq!(notes.frames.last().unwrap().1, Origin::Recovered);
+    let book = r.reader().book().unwrap();
+    let c = book.counts();
+    assert_eq!((c.frames_recovered, c.frames_unrecoverable, c.requests), (1, 1, 1));
+    assert_eq!(book.report("h:1").latency_ns.count, 1, "the recovery's time was measured");
+    assert_eq!(r.reader().missing(), 0);
+    // The END with nothing missing finishes at once.
+    r.datagram(Origin::Stream, &end(SESSION, 7), peer(), 8 * MS, 0, &mut notes);
+    assert!(r.is_finished());
+    assert_eq!(r.reader().tracker().counts().lost, 1);
+}
+
+#[test]
+fn after_the_end_the_receiver_lingers_for_missing_frames_then_gives_them_up() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 6);
+    let mut notes = Notes::default();
+    let mut r = with_a_gap(&frames, &mut notes, 300);
+    r.datagram(Origin::Stream, &end(SESSION, 7), peer(), MS, 0, &mut notes);
+    let ev = events(&mut r, &mut notes);
+    assert!(ev.contains(&DatagramEvent::Ending { missing: 2, wait: 300 * MS }), "{ev:?}");
+    r.on_timeout(301 * MS);
+    let ev = events(&mut r, &mut notes);
+    assert_eq!(ev.last(), Some(&DatagramEvent::Finished));
+    assert!(ev.contains(&DatagramEvent::EndWaitOver { lines_without_end: false, given_up: 2 }), "{ev:?}");
+}
+
+#[test]
+fn a_busy_service_is_connected_to_again_later_and_a_refusing_one_turns_recovery_off() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 6);
+    let mut notes = Notes::default();
+    let mut r = with_a_gap(&frames, &mut notes, 2_000);
+    r.on_timeout(5 * MS);
+    assert_eq!(r.recovery_action(5 * MS), Some(RecoveryAction::Connect));
+    r.recovery_connected(peer(), 5 * MS);
+    let mut ev = Vec::new();
+    serve(
+        &mut r,
+        &record(RecordTag::Busy, Format::Raw, 0, 0, b"retransmit.max_connections (64) reached"),
+        6 * MS,
+        false,
+        &mut notes,
+        &mut ev,
+    );
+    assert_eq!(
+        ev,
+        [DatagramEvent::RecoveryLost {
+            why: "127.0.0.1:9100 is busy: retransmit.max_connections (64) reached".into(),
+            retry_in: 50 * MS,
+            quiet: false
+        }]
+    );
+    let report = r.reader().book().unwrap().report("h:1");
+    assert_eq!((report.busy_answers, report.busy_at_connect), (1, 1));
+    // The request that made that connection is dropped: the next connection waits for the retry.
+    assert_eq!(r.recovery_action(56 * MS), None);
+    r.on_timeout(56 * MS);
+    assert_eq!(r.recovery_action(56 * MS), Some(RecoveryAction::Connect), "the retry after 50 ms asks again");
+    r.recovery_connected(peer(), 56 * MS);
+    let mut ev = Vec::new();
+    serve(&mut r, &record(RecordTag::Refuse, Format::Raw, 0, 0, b"purpose"), 57 * MS, false, &mut notes, &mut ev);
+    assert_eq!(
+        ev,
+        [DatagramEvent::RecoveryRefused { why: "127.0.0.1:9100 refused the recovery connection: purpose".into() }]
+    );
+    assert!(!r.recovering());
+    assert_eq!(r.reader().missing(), 0, "given up once refused");
+    assert_eq!(r.reader().book().unwrap().report("h:1").unrecoverable_causes.refused, 2);
+}
+
+#[test]
+fn a_quiet_close_and_a_failed_connection_wait_and_connect_again() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 6);
+    let mut notes = Notes::default();
+    let mut r = with_a_gap(&frames, &mut notes, 2_000);
+    r.on_timeout(5 * MS);
+    r.recovery_action(5 * MS);
+    r.recovery_connect_failed("cannot connect: Connection refused (os error 111)", 5 * MS);
+    let ev = events(&mut r, &mut notes);
+    assert_eq!(
+        ev,
+        [DatagramEvent::RecoveryLost {
+            why: "cannot connect: Connection refused (os error 111)".into(),
+            retry_in: 50 * MS,
+            quiet: false
+        }]
+    );
+    r.on_timeout(55 * MS);
+    assert_eq!(r.recovery_action(55 * MS), Some(RecoveryAction::Connect));
+    r.recovery_connected(peer(), 55 * MS);
+    let mut bytes = service_greeting();
+    bytes.extend(record(RecordTag::Data, Format::Sbe, 1, 3, &frames[2]));
+    bytes.extend(record(RecordTag::Data, Format::Sbe, 1, 4, &frames[3]));
+    let mut ev = Vec::new();
+    serve(&mut r, &bytes, 56 * MS, true, &mut notes, &mut ev);
+    assert!(
+        matches!(ev.last(), Some(DatagramEvent::RecoveryLost { quiet: true, retry_in, .. }) if *retry_in == 50 * MS),
+        "{ev:?}"
+    );
+    assert_eq!(r.reader().missing(), 0);
+    assert_eq!(r.reader().book().unwrap().report("h:1").connections, 1);
+}

@@ -1,0 +1,853 @@
+//! One TCP stream across connections ([`StreamClient`]): the decisions a subscriber's stream and
+//! a relay's upstream make between connections, on top of [`StreamConnection`] and
+//! [`FrameReader`].
+//!
+//! - **When to connect.** The driver asks [`StreamClient::poll_action`]: connect now, wait until a
+//!   time, run the connection it has, or stop. A subscriber waits before each new connection,
+//!   from 100 ms doubling up to its cap, and starts the waits over after a connection whose
+//!   handshake had succeeded (a violation or a `BUSY` keeps them growing), and never gives up. A
+//!   relay tries again at once after losing a connection that worked, then waits between
+//!   attempts, doubling, and gives up when `give_up_after` would pass; after a protocol
+//!   violation it waits first, longer for each violation that follows within 30 s, and gives up
+//!   when violations keep coming without a frame taken for `give_up_after`.
+//! - **Where to resume.** A greeting of the session received so far is answered with a resume
+//!   from the frame after the highest received (a relay: after the last handed on); with
+//!   from-start, before anything was received, from frame 1; else live. Whether the resume
+//!   worked is the first record's sequence.
+//! - **Sessions.** A subscriber follows a publisher that restarted (the tracker starts over); a
+//!   relay cannot (its frames carry the first session's numbers) and stops.
+//! - **Frames.** `DATA` records go through the frame reader to the driver's visitor; echoes due
+//!   are queued on the connection.
+
+use super::connection::{
+    CloseReason, Closed, ConnectionConfig, ConnectionCounts, ConnectionEvent, Disposition, ResumeAsked, ResumePlan,
+    Role, STREAM_READ_BUFFER, StreamConnection,
+};
+use super::frames::{FrameReader, FrameVisitor, Origin, Payload, Place, ReaderConfig, ReaderMode};
+use crate::backoff::{Backoff, duration_ns};
+use crate::codec::{Format, SymbolFilter};
+use crate::relay::continuity::Violation;
+use crate::relay::protect::{ProtectError, Protection, WireKey};
+use crate::relay::session::Greeted;
+use crate::relay::wire::{Hello, RecordTag, RelayError, Totals};
+use std::collections::VecDeque;
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// First wait before connecting again; it doubles up to the configured cap.
+pub const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
+/// A relay's protocol violation this long after the one before starts its waits over: a link
+/// that corrupts a record now and then costs a short pause each time.
+pub const VIOLATIONS_FORGOTTEN_AFTER: Duration = Duration::from_secs(30);
+
+/// How a stream client is set up.
+#[derive(Clone, Debug)]
+pub struct StreamClientConfig {
+    /// A subscriber's stream or a relay's upstream (not [`Role::Recovery`]).
+    pub role: Role,
+    /// The protection expected of the frames.
+    pub protection: Protection,
+    /// The pre-shared key, when frames are encrypted.
+    pub key: Option<WireKey>,
+    /// Decode only these symbols' messages.
+    pub symbols: Option<SymbolFilter>,
+    /// Round-trip mode: echo every Nth frame.
+    pub echo_every: Option<u64>,
+    /// Ask for the session from its first frame, before anything was received.
+    pub from_start: bool,
+    /// Longest wait between connections, ns.
+    pub reconnect_max_ns: i64,
+    /// Give up when no connection works for this long (a relay), ns.
+    pub give_up_after_ns: Option<i64>,
+    /// Time for the greeting, and then for the answer, ns.
+    pub handshake_timeout_ns: i64,
+    /// A connection that receives nothing for this long after its handshake is lost, ns.
+    pub idle_timeout_ns: Option<i64>,
+    /// Shorten each wait by up to this fraction, at random from this seed (none by default).
+    pub jitter: Option<(f64, u64)>,
+    /// Starting size of each connection's read buffer (it grows as records need).
+    pub read_buffer: usize,
+}
+
+impl StreamClientConfig {
+    /// A subscriber's stream, connecting again after at most `reconnect_max`.
+    pub fn subscriber(protection: Protection, key: Option<WireKey>, reconnect_max: Duration) -> StreamClientConfig {
+        StreamClientConfig {
+            role: Role::Subscriber,
+            protection,
+            key,
+            symbols: None,
+            echo_every: None,
+            from_start: false,
+            reconnect_max_ns: duration_ns(reconnect_max),
+            give_up_after_ns: None,
+            handshake_timeout_ns: duration_ns(super::connection::SUBSCRIBER_HANDSHAKE_TIMEOUT),
+            idle_timeout_ns: None,
+            jitter: None,
+            read_buffer: STREAM_READ_BUFFER,
+        }
+    }
+
+    /// A relay's upstream `connect` (as configured); `crc`: its frames carry a CRC-32C.
+    pub fn relay(
+        connect: String,
+        crc: bool,
+        reconnect_max: Duration,
+        give_up_after: Duration,
+        handshake_timeout: Duration,
+        idle_timeout: Option<Duration>,
+    ) -> StreamClientConfig {
+        StreamClientConfig {
+            role: Role::Relay { connect },
+            protection: Protection { crc, encrypted: false },
+            key: None,
+            symbols: None,
+            echo_every: None,
+            from_start: false,
+            reconnect_max_ns: duration_ns(reconnect_max),
+            give_up_after_ns: Some(duration_ns(give_up_after)),
+            handshake_timeout_ns: duration_ns(handshake_timeout),
+            idle_timeout_ns: idle_timeout.map(duration_ns),
+            jitter: None,
+            read_buffer: STREAM_READ_BUFFER,
+        }
+    }
+}
+
+/// What the driver does next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientAction {
+    /// Connect a socket now, then call [`StreamClient::connected`] (or
+    /// [`StreamClient::connect_failed`]).
+    Connect,
+    /// Nothing to do before this time, ns.
+    Wait(i64),
+    /// Move bytes for the connection: read, write, poll events, honour the deadline.
+    Run,
+    /// The stream is over: see [`StreamClient::finished`].
+    Finished,
+}
+
+/// How the stream ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Finish {
+    /// The publisher's `END`.
+    End,
+    /// The publisher refused this client, or speaks another protocol (exit status 3): the
+    /// connection's end says why.
+    Refused(Closed),
+    /// Another connection would not help: the reason, naming the peer.
+    Fatal(String),
+}
+
+/// What the END said, once believed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndOfStream {
+    /// The number the next frame would have had, as the record gave it.
+    pub next_sequence: u64,
+    /// Whether it was believed (a relay ignores one that does not fit what it handed on).
+    pub believed: bool,
+    /// The publisher's totals, or where and why they could not be read.
+    pub totals: Result<Totals, (u64, RelayError)>,
+}
+
+/// Something that happened to the stream, for the program to act on or log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClientEvent {
+    /// A socket was connected (`again`: not the first of the run); `attempt` counts the
+    /// attempts since the last success.
+    Connected {
+        /// The peer.
+        peer: SocketAddr,
+        /// Attempts it took.
+        attempt: u64,
+        /// A connection was made before this one.
+        again: bool,
+    },
+    /// The greeting passed the checks and the answer is queued.
+    Greeted {
+        /// The greeting.
+        hello: Hello,
+        /// What the answer asked for.
+        resume: ResumeAsked,
+        /// The first greeting of the run.
+        first: bool,
+    },
+    /// The handshake completed (the answer written) on a connection made after losing one.
+    Reconnected {
+        /// Attempts it took.
+        attempt: u64,
+    },
+    /// The publisher restarted (another session): accounting starts over.
+    Restarted {
+        /// The session before.
+        old: u64,
+        /// The new one.
+        new: u64,
+    },
+    /// The first record started the stream where the resume asked.
+    Resumed {
+        /// The frame asked for.
+        from: u64,
+    },
+    /// The first record started the stream later than the resume asked: the frames between are
+    /// lost.
+    ResumeFailed {
+        /// The frame asked for.
+        asked: u64,
+        /// The first frame offered.
+        offered: u64,
+    },
+    /// A record out of place (skipped).
+    OutOfPlace {
+        /// Its tag.
+        tag: RecordTag,
+        /// Where it starts.
+        at: u64,
+    },
+    /// A record that does not fit the stream: the connection is dropped.
+    Violation {
+        /// How.
+        violation: Violation,
+        /// Where it starts.
+        at: u64,
+    },
+    /// A relay's frame that failed its CRC-32C: the connection is dropped, and the next resumes
+    /// from this frame.
+    FrameCheckFailed {
+        /// The frame.
+        sequence: u64,
+        /// Where it starts.
+        at: u64,
+        /// Why.
+        error: ProtectError,
+    },
+    /// The publisher's `END`.
+    End(EndOfStream),
+    /// A connection attempt failed; the next one is in `retry_in` ns.
+    ConnectFailed {
+        /// Why, for a relay (its connection error, or the handshake that failed, which it logs
+        /// as one); a subscriber's driver knows its own connection error.
+        why: Option<String>,
+        /// Attempts since the last success.
+        attempt: u64,
+        /// Wait before the next, ns.
+        retry_in: i64,
+    },
+    /// A connection ended; another follows in `retry_in` ns.
+    Lost {
+        /// How it ended.
+        closed: Closed,
+        /// Wait before the next, ns.
+        retry_in: i64,
+    },
+    /// The stream is over.
+    Finished(Finish),
+}
+
+/// What the client counted over every connection.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientCounts {
+    /// Connections made.
+    pub connections: u64,
+    /// Connections made again after one was lost (a subscriber counts sockets connected, a
+    /// relay handshakes completed).
+    pub reconnects: u64,
+    /// Reconnections where the publisher resumed at the frame asked for.
+    pub resumes: u64,
+    /// Every connection's counts, added up.
+    pub connection: ConnectionCounts,
+}
+
+/// Where the client is.
+#[derive(Debug)]
+enum Phase {
+    /// Connect when asked.
+    Idle,
+    /// Waiting until then, ns.
+    Waiting(i64),
+    /// The driver is connecting.
+    Connecting,
+    /// A connection is running; `established_seen`: its handshake's completion was noted.
+    Connected { established_seen: bool },
+    /// Over.
+    Finished(Finish),
+}
+
+/// A relay's attempts to reach its upstream since it lost it (or started).
+#[derive(Clone, Copy, Debug)]
+struct Reach {
+    started: i64,
+    attempt: u64,
+    reconnecting: bool,
+}
+
+/// A stream across connections: see the module's documentation.
+#[derive(Debug)]
+pub struct StreamClient {
+    config: StreamClientConfig,
+    reader: FrameReader,
+    phase: Phase,
+    /// The last connection made: running, or closed and kept for what is left to write (echoes
+    /// at the end) until the next one replaces it.
+    conn: Option<Box<StreamConnection>>,
+    backoff: Backoff,
+    events: VecDeque<ClientEvent>,
+    now: i64,
+    receive_time: i64,
+    /// The greeting of the current connection.
+    hello: Option<Hello>,
+    /// The first greeting's session (a relay's, which its frames carry).
+    session: Option<u64>,
+    connected_before: bool,
+    attempt: u64,
+    reach: Option<Reach>,
+    violation_backoff: Backoff,
+    last_violation: Option<i64>,
+    violations_without_frames: Option<(i64, u64)>,
+    /// A version-1 publisher's missing resume was reported.
+    warned_v1: bool,
+    end: Option<EndOfStream>,
+    counts: ClientCounts,
+}
+
+fn plus(a: ConnectionCounts, b: ConnectionCounts) -> ConnectionCounts {
+    ConnectionCounts {
+        bytes: a.bytes + b.bytes,
+        bad_headers: a.bad_headers + b.bad_headers,
+        violations: a.violations + b.violations,
+        out_of_place: a.out_of_place + b.out_of_place,
+        echoes_from_publisher: a.echoes_from_publisher + b.echoes_from_publisher,
+        unreadable_totals: a.unreadable_totals + b.unreadable_totals,
+        echoes_sent: a.echoes_sent + b.echoes_sent,
+        echoes_dropped: a.echoes_dropped + b.echoes_dropped,
+    }
+}
+
+impl StreamClient {
+    /// A client that has not connected yet.
+    pub fn new(config: StreamClientConfig) -> StreamClient {
+        let relay = matches!(config.role, Role::Relay { .. });
+        let reader = FrameReader::new(ReaderConfig {
+            mode: if relay { ReaderMode::Ordered } else { ReaderMode::Window },
+            crc: config.protection.crc,
+            key: config.key.clone(),
+            symbols: config.symbols.clone(),
+            echo_every: config.echo_every,
+        });
+        let initial = duration_ns(INITIAL_BACKOFF);
+        let mut backoff = Backoff::new(initial, config.reconnect_max_ns);
+        if let Some((fraction, seed)) = config.jitter {
+            backoff = backoff.with_jitter(fraction, seed);
+        }
+        let violation_backoff = backoff.clone();
+        StreamClient {
+            reach: relay.then_some(Reach { started: 0, attempt: 0, reconnecting: false }),
+            config,
+            reader,
+            phase: Phase::Idle,
+            conn: None,
+            backoff,
+            events: VecDeque::new(),
+            now: 0,
+            receive_time: 0,
+            hello: None,
+            session: None,
+            connected_before: false,
+            attempt: 0,
+            violation_backoff,
+            last_violation: None,
+            violations_without_frames: None,
+            warned_v1: false,
+            end: None,
+            counts: ClientCounts::default(),
+        }
+    }
+
+    /// The frame reader: its counts, tracker, formats.
+    pub fn reader(&self) -> &FrameReader {
+        &self.reader
+    }
+
+    /// The frame reader, to finish the run.
+    pub fn reader_mut(&mut self) -> &mut FrameReader {
+        &mut self.reader
+    }
+
+    /// What the client counted, over every connection so far.
+    pub fn counts(&self) -> ClientCounts {
+        let current = self.conn.as_ref().map(|c| c.counts()).unwrap_or_default();
+        ClientCounts { connection: plus(self.counts.connection, current), ..self.counts }
+    }
+
+    /// The session of the first greeting, once greeted.
+    pub fn session(&self) -> Option<u64> {
+        self.session
+    }
+
+    /// The publisher's `END`, once it came.
+    pub fn end(&self) -> Option<&EndOfStream> {
+        self.end.as_ref()
+    }
+
+    /// How the stream ended, once it has.
+    pub fn finished(&self) -> Option<&Finish> {
+        match &self.phase {
+            Phase::Finished(finish) => Some(finish),
+            _ => None,
+        }
+    }
+
+    fn relay(&self) -> bool {
+        matches!(self.config.role, Role::Relay { .. })
+    }
+
+    /// What to do at `now`.
+    pub fn poll_action(&mut self, now: i64) -> ClientAction {
+        self.now = now;
+        match self.phase {
+            Phase::Idle => self.connect_now(),
+            Phase::Waiting(until) if now >= until => self.connect_now(),
+            Phase::Waiting(until) => ClientAction::Wait(until),
+            Phase::Connecting | Phase::Connected { .. } => ClientAction::Run,
+            Phase::Finished(_) => ClientAction::Finished,
+        }
+    }
+
+    fn connect_now(&mut self) -> ClientAction {
+        if let Some(reach) = &mut self.reach
+            && reach.attempt == 0
+        {
+            // A relay's time to give up counts from its first attempt.
+            reach.started = self.now;
+        }
+        self.phase = Phase::Connecting;
+        ClientAction::Connect
+    }
+
+    /// The stream ends for a reason outside the protocol (a relay's upstream that is its own
+    /// server, a stop); `why` names it.
+    pub fn give_up(&mut self, why: String) {
+        self.finish(Finish::Fatal(why));
+    }
+
+    fn finish(&mut self, finish: Finish) {
+        if !matches!(self.phase, Phase::Finished(_)) {
+            self.events.push_back(ClientEvent::Finished(finish.clone()));
+            self.phase = Phase::Finished(finish);
+        }
+    }
+
+    /// Keeps the counts of the connection being replaced.
+    fn retire_connection(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            self.counts.connection = plus(self.counts.connection, conn.counts());
+        }
+    }
+
+    /// A socket to `peer` was connected at `now`.
+    pub fn connected(&mut self, peer: SocketAddr, now: i64) {
+        self.now = now;
+        if matches!(self.phase, Phase::Finished(_)) {
+            return;
+        }
+        self.retire_connection();
+        let again = self.connected_before;
+        if !self.relay() {
+            self.attempt += 1;
+            if again {
+                self.counts.reconnects += 1;
+            }
+            self.events.push_back(ClientEvent::Connected { peer, attempt: self.attempt, again });
+            self.attempt = 0;
+        } else {
+            // A relay counts the attempts of one reach (see `relay_attempt_failed`).
+            let attempt = self.reach.as_mut().map_or(1, |reach| {
+                reach.attempt += 1;
+                reach.attempt
+            });
+            self.events.push_back(ClientEvent::Connected { peer, attempt, again });
+        }
+        self.connected_before = true;
+        self.counts.connections += 1;
+        let mut config = match &self.config.role {
+            Role::Relay { connect } => {
+                ConnectionConfig::relay(connect.clone(), peer, self.config.protection.crc, Duration::ZERO)
+            }
+            _ => ConnectionConfig::subscriber(peer, self.config.protection, self.config.key.clone(), false),
+        };
+        config.echo = self.config.echo_every.is_some();
+        config.handshake_timeout_ns = self.config.handshake_timeout_ns;
+        config.idle_timeout_ns = self.config.idle_timeout_ns;
+        config.read_buffer = self.config.read_buffer;
+        config.resume = self.plan();
+        self.hello = None;
+        self.conn = Some(Box::new(StreamConnection::new(config, now)));
+        self.phase = Phase::Connected { established_seen: false };
+    }
+
+    /// Where the next connection asks to start.
+    fn plan(&self) -> ResumePlan {
+        if self.relay() {
+            return ResumePlan {
+                session: self.session,
+                next: self.reader.ordered_next(),
+                from_start: false,
+                same_session_only: true,
+            };
+        }
+        let tracker = self.reader.tracker();
+        ResumePlan {
+            session: tracker.session(),
+            next: tracker.highest().map(|high| high.saturating_add(1)),
+            from_start: self.config.from_start && self.reader.first_frame().is_none(),
+            same_session_only: false,
+        }
+    }
+
+    /// A connection attempt failed at `now` (refused, unreachable, timed out, a name that does
+    /// not resolve); `why` says so, for a relay's message when it gives up.
+    pub fn connect_failed(&mut self, why: &str, now: i64) {
+        self.now = now;
+        if matches!(self.phase, Phase::Finished(_)) {
+            return;
+        }
+        if self.relay() {
+            if let Some(reach) = &mut self.reach {
+                reach.attempt += 1;
+            }
+            self.relay_attempt_failed(why.to_string());
+        } else {
+            self.attempt += 1;
+            let wait = self.backoff.next_wait();
+            self.events.push_back(ClientEvent::ConnectFailed { why: None, attempt: self.attempt, retry_in: wait });
+            self.phase = Phase::Waiting(now.saturating_add(wait));
+        }
+    }
+
+    /// A relay's attempt failed: another after a wait, or give up if that would pass
+    /// `give_up_after`.
+    fn relay_attempt_failed(&mut self, why: String) {
+        let reach = self.reach.unwrap_or(Reach { started: self.now, attempt: 1, reconnecting: false });
+        let waited = self.now.saturating_sub(reach.started);
+        let give_up = self.config.give_up_after_ns.unwrap_or(i64::MAX);
+        if waited.saturating_add(self.backoff.peek()) > give_up {
+            let since = if reach.reconnecting { "after losing it" } else { "at start" };
+            let connect = match &self.config.role {
+                Role::Relay { connect } => connect.as_str(),
+                _ => "",
+            };
+            return self.finish(Finish::Fatal(format!(
+                "upstream {connect}: {why}; not reached in {} attempts over {:.1} s {since} (source.upstream.give_up_after = {:?})",
+                reach.attempt,
+                waited as f64 / 1e9,
+                shown(give_up)
+            )));
+        }
+        let wait = self.backoff.next_wait();
+        self.events.push_back(ClientEvent::ConnectFailed { why: Some(why), attempt: reach.attempt, retry_in: wait });
+        self.phase = Phase::Waiting(self.now.saturating_add(wait));
+    }
+
+    fn conn(&mut self) -> Option<&mut StreamConnection> {
+        self.conn.as_deref_mut()
+    }
+
+    /// Where to read the connection's next bytes into (empty without a connection).
+    pub fn read_buf(&mut self) -> &mut [u8] {
+        match self.conn() {
+            Some(conn) => conn.read_buf(),
+            None => &mut [],
+        }
+    }
+
+    /// `n` bytes were read at `now` (monotonic) and `receive_time` (the wall clock, ns since
+    /// the epoch); 0: the peer closed.
+    pub fn received(&mut self, n: usize, now: i64, receive_time: i64) {
+        self.now = now;
+        if n > 0 {
+            self.receive_time = receive_time;
+        }
+        if let Some(conn) = self.conn() {
+            conn.received(n, now);
+        }
+    }
+
+    /// A read failed.
+    pub fn read_failed(&mut self, error: &dyn fmt::Display, now: i64) {
+        self.now = now;
+        if let Some(conn) = self.conn() {
+            conn.read_failed(error);
+        }
+    }
+
+    /// Bytes the current connection's read buffer holds without growing (0 without one).
+    pub fn buffer_capacity(&self) -> usize {
+        self.conn.as_ref().map_or(0, |c| c.buffer_capacity())
+    }
+
+    /// Bytes to write to the connection.
+    pub fn transmit(&self) -> &[u8] {
+        self.conn.as_ref().map_or(&[], |c| c.transmit())
+    }
+
+    /// `n` bytes of [`StreamClient::transmit`] were written.
+    pub fn transmitted(&mut self, n: usize) {
+        if let Some(conn) = self.conn() {
+            conn.transmitted(n);
+        }
+    }
+
+    /// A write failed.
+    pub fn write_failed(&mut self, error: &dyn fmt::Display, now: i64) {
+        self.now = now;
+        if let Some(conn) = self.conn() {
+            conn.write_failed(error);
+        }
+    }
+
+    /// When [`StreamClient::on_timeout`] (or, while waiting, [`StreamClient::poll_action`]) is
+    /// due, if ever.
+    pub fn deadline(&self) -> Option<i64> {
+        match &self.phase {
+            Phase::Connected { .. } => self.conn.as_ref().and_then(|c| c.deadline()),
+            Phase::Waiting(until) => Some(*until),
+            _ => None,
+        }
+    }
+
+    /// Time passed.
+    pub fn on_timeout(&mut self, now: i64) {
+        self.now = now;
+        if let Some(conn) = self.conn() {
+            conn.on_timeout(now);
+        }
+    }
+
+    /// The next event, handing frames to `visitor` as their records are read; poll until `None`
+    /// before reading again.
+    pub fn poll_event<V: FrameVisitor + ?Sized>(&mut self, visitor: &mut V) -> Option<ClientEvent> {
+        loop {
+            if let Some(event) = self.events.pop_front() {
+                return Some(event);
+            }
+            let relay = self.relay();
+            let StreamClient {
+                phase,
+                conn,
+                reader,
+                events,
+                hello,
+                receive_time,
+                now,
+                reach,
+                counts,
+                session,
+                warned_v1,
+                violations_without_frames,
+                end,
+                ..
+            } = self;
+            let (Phase::Connected { established_seen }, Some(conn)) = (phase, conn.as_deref_mut()) else { return None };
+            if !*established_seen && conn.is_established() {
+                *established_seen = true;
+                if relay && let Some(done) = reach.take() {
+                    // A relay's attempt succeeds when its handshake does.
+                    *reach = Some(Reach { started: *now, attempt: 0, reconnecting: false });
+                    if done.reconnecting {
+                        counts.reconnects += 1;
+                        events.push_back(ClientEvent::Reconnected { attempt: done.attempt });
+                    }
+                }
+                continue;
+            }
+            let event = conn.poll_event()?;
+            let stream_session = hello.map_or(0, |h| h.session);
+            let mut ended = None;
+            match event {
+                ConnectionEvent::Greeted { hello: greeting, resume, .. } => {
+                    *hello = Some(greeting);
+                    let first = session.is_none();
+                    if first {
+                        *session = Some(greeting.session);
+                    }
+                    if !relay {
+                        if let Greeted::Restarted { old } =
+                            reader.tracker_mut().greeted(greeting.session, greeting.next_sequence)
+                        {
+                            events.push_back(ClientEvent::Restarted { old, new: greeting.session });
+                        }
+                        if let Some(change) = reader.note_format(greeting.format) {
+                            visitor.format_changed(change.from, change.to);
+                        }
+                    }
+                    // A version-1 publisher's missing resume is reported once.
+                    let resume = match resume {
+                        ResumeAsked::NotSupported { .. } if *warned_v1 => ResumeAsked::Live,
+                        ResumeAsked::NotSupported { version } => {
+                            *warned_v1 = true;
+                            ResumeAsked::NotSupported { version }
+                        }
+                        other => other,
+                    };
+                    events.push_back(ClientEvent::Greeted { hello: greeting, resume, first });
+                }
+                ConnectionEvent::Format { format, first_sequence, .. } => {
+                    if !relay {
+                        // The first record names the first frame offered to this subscriber.
+                        reader.tracker_mut().expect_from(first_sequence);
+                    }
+                    if let Some(change) = reader.note_format(format) {
+                        visitor.format_changed(change.from, change.to);
+                    }
+                }
+                ConnectionEvent::Resume { asked, offered } => {
+                    if asked == offered {
+                        counts.resumes += 1;
+                        events.push_back(ClientEvent::Resumed { from: asked });
+                    } else {
+                        events.push_back(ClientEvent::ResumeFailed { asked, offered });
+                    }
+                }
+                ConnectionEvent::Data { header, payload, payload_at } => {
+                    let p = Payload {
+                        origin: Origin::Stream,
+                        format: header.format,
+                        bytes: payload,
+                        first_sequence: header.sequence,
+                        declared_frames: u64::from(header.frame_count),
+                        session: stream_session,
+                        receive_time: *receive_time,
+                        now: *now,
+                        place: Place::Stream(payload_at),
+                    };
+                    let outcome = reader.payload(p, visitor);
+                    if outcome.decoded > 0 {
+                        *violations_without_frames = None;
+                    }
+                    if let Some(failed) = outcome.check_failed {
+                        let at = payload_at.saturating_add(failed.at.1);
+                        events.push_back(ClientEvent::FrameCheckFailed {
+                            sequence: failed.sequence,
+                            at,
+                            error: failed.error.clone(),
+                        });
+                        conn.abort(CloseReason::FrameCheck { sequence: failed.sequence, at, error: failed.error });
+                    }
+                    if reader.has_echoes() {
+                        let format = reader.current_format().unwrap_or(Format::Raw);
+                        for echo in reader.drain_echoes() {
+                            conn.queue_echo(echo, format);
+                        }
+                    }
+                }
+                ConnectionEvent::End { next_sequence, totals, payload_at } => {
+                    let believed = if relay {
+                        // Believed when it fits the stream: a wild number would invent loss
+                        // downstream.
+                        let next = reader.ordered_next().unwrap_or(1);
+                        next_sequence >= next && next_sequence - next <= u64::from(u32::MAX)
+                    } else {
+                        reader.tracker_mut().end(next_sequence);
+                        true
+                    };
+                    let totals = totals.map_err(|e| (payload_at.saturating_add(e.offset as u64), e));
+                    let eos = EndOfStream { next_sequence, believed, totals };
+                    *end = Some(eos.clone());
+                    events.push_back(ClientEvent::End(eos));
+                }
+                ConnectionEvent::OutOfPlace { tag, at } => events.push_back(ClientEvent::OutOfPlace { tag, at }),
+                ConnectionEvent::Violation { violation, at } => {
+                    events.push_back(ClientEvent::Violation { violation, at })
+                }
+                // Answers of a recovery connection: never on a stream connection.
+                ConnectionEvent::Gone { .. } | ConnectionEvent::Busy { .. } => {}
+                ConnectionEvent::Closed(closed) => ended = Some(closed),
+            }
+            if let Some(closed) = ended {
+                self.closed(closed);
+            }
+        }
+    }
+
+    /// The connection ended: what next.
+    fn closed(&mut self, closed: Closed) {
+        let now = self.now;
+        match closed.reason.disposition() {
+            Disposition::Finished => self.finish(Finish::End),
+            Disposition::Refused => self.finish(Finish::Refused(closed)),
+            Disposition::Fatal => {
+                let why = closed.why.clone();
+                self.finish(Finish::Fatal(why))
+            }
+            _ if self.relay() => self.relay_lost(closed),
+            disposition => {
+                // A connection whose handshake worked starts the waits over; one that broke its
+                // numbering or was busy does not, so a publisher that keeps failing is not
+                // connected to in a loop.
+                if closed.established && disposition == Disposition::Retry {
+                    self.backoff.reset();
+                }
+                let wait = self.backoff.next_wait();
+                self.events.push_back(ClientEvent::Lost { closed, retry_in: wait });
+                self.phase = Phase::Waiting(now.saturating_add(wait));
+            }
+        }
+    }
+
+    /// A relay's connection ended: a failed attempt, a lost connection (reached again at once),
+    /// or a violation (after a wait).
+    fn relay_lost(&mut self, closed: Closed) {
+        let now = self.now;
+        if closed.reason.disposition() == Disposition::Violation {
+            let forgotten = duration_ns(VIOLATIONS_FORGOTTEN_AFTER);
+            if self.last_violation.is_none_or(|last| now.saturating_sub(last) > forgotten) {
+                self.violation_backoff.reset();
+            }
+            self.last_violation = Some(now);
+            let wait = self.violation_backoff.next_wait();
+            let (since, count) = self.violations_without_frames.get_or_insert((now, 0));
+            *count += 1;
+            let (since, count) = (*since, *count);
+            let give_up = self.config.give_up_after_ns.unwrap_or(i64::MAX);
+            // The first violation always gets another connection; then, as when the upstream is
+            // out of reach, `give_up_after` bounds the time without a frame that fits.
+            if count > 1 && now.saturating_sub(since).saturating_add(wait) > give_up {
+                let connect = match &self.config.role {
+                    Role::Relay { connect } => connect.clone(),
+                    _ => String::new(),
+                };
+                return self.finish(Finish::Fatal(format!(
+                    "upstream {connect}: {}; {count} protocol violations in a row over {:.1} s without a frame taken (source.upstream.give_up_after = {:?})",
+                    closed.why,
+                    now.saturating_sub(since) as f64 / 1e9,
+                    shown(give_up)
+                )));
+            }
+            self.reach = Some(Reach { started: now, attempt: 0, reconnecting: true });
+            self.backoff.reset();
+            self.events.push_back(ClientEvent::Lost { closed, retry_in: wait });
+            self.phase = Phase::Waiting(now.saturating_add(wait));
+            return;
+        }
+        if !closed.established {
+            // The handshake did not complete: this attempt failed.
+            return self.relay_attempt_failed(closed.why);
+        }
+        // A connection that worked: reached again at once, with waits from the first.
+        self.reach = Some(Reach { started: now, attempt: 0, reconnecting: true });
+        self.backoff.reset();
+        self.events.push_back(ClientEvent::Lost { closed, retry_in: 0 });
+        self.phase = Phase::Idle;
+    }
+}
+
+/// A duration of ns as `Debug` shows it, as the programs have always written it.
+fn shown(ns: i64) -> Duration {
+    Duration::from_nanos(u64::try_from(ns).unwrap_or(0))
+}
+
+#[cfg(test)]
+#[path = "stream_tests.rs"]
+mod tests;

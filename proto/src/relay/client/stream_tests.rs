@@ -1,0 +1,443 @@
+//! The stream client across connections, with a fake clock and a publisher made of bytes: a
+//! whole stream in random splits, resume after a cut, restarts, the waits between connections,
+//! refusals, and a relay's give-up, violations and CRC failures.
+
+use super::*;
+use crate::codec::Format;
+use crate::relay::client::testing::{Notes, capture_frames, peer, random_cuts, record};
+use crate::relay::protect::Protector;
+use crate::relay::wire::{Resume, Subscribe, Totals};
+
+const MS: i64 = 1_000_000;
+const S: i64 = 1_000 * MS;
+const SESSION: u64 = 0xabc;
+
+/// A publisher's bytes: greeting, FORMAT naming `from`, the frames `from..` one per record up to
+/// `to` (exclusive), then END when `end`.
+fn publisher(frames: &[Vec<u8>], format: Format, session: u64, from: u64, to: u64, end: bool) -> Vec<u8> {
+    let mut b = Hello::new(format, session, 1, from).to_bytes().to_vec();
+    b.extend(record(RecordTag::Format, format, 0, from, &[]));
+    for seq in from..to {
+        b.extend(record(RecordTag::Data, format, 1, seq, &frames[seq as usize - 1]));
+    }
+    if end {
+        let mut totals = Vec::new();
+        Totals { frames: frames.len() as u64, messages: 0, ..Totals::default() }.write(&mut totals);
+        b.extend(record(RecordTag::End, format, 0, to, &totals));
+    }
+    b
+}
+
+/// Feeds `bytes` in pieces cut at `cuts`, then closes the input when `eof`; the answer is written
+/// at once. Returns the events and the answer the client wrote.
+fn drive(
+    client: &mut StreamClient,
+    bytes: &[u8],
+    cuts: &[usize],
+    now: i64,
+    eof: bool,
+    notes: &mut Notes,
+) -> (Vec<ClientEvent>, Vec<u8>) {
+    let mut events = Vec::new();
+    let mut written = Vec::new();
+    let mut poll = |client: &mut StreamClient, events: &mut Vec<ClientEvent>, written: &mut Vec<u8>| {
+        while let Some(e) = client.poll_event(notes) {
+            events.push(e);
+            written.extend_from_slice(client.transmit());
+            let n = client.transmit().len();
+            client.transmitted(n);
+        }
+        written.extend_from_slice(client.transmit());
+        let n = client.transmit().len();
+        client.transmitted(n);
+    };
+    let mut start = 0;
+    for end in cuts.iter().copied().chain([bytes.len()]) {
+        let mut piece = &bytes[start.min(end)..end];
+        start = end;
+        while !piece.is_empty() {
+            let room = client.read_buf();
+            if room.is_empty() {
+                poll(client, &mut events, &mut written);
+                if client.read_buf().is_empty() {
+                    return (events, written);
+                }
+                continue;
+            }
+            let n = room.len().min(piece.len());
+            room[..n].copy_from_slice(&piece[..n]);
+            client.received(n, now, now);
+            piece = &piece[n..];
+            poll(client, &mut events, &mut written);
+        }
+    }
+    if eof {
+        client.received(0, now, now);
+    }
+    poll(client, &mut events, &mut written);
+    (events, written)
+}
+
+fn subscriber() -> StreamClient {
+    StreamClient::new(StreamClientConfig::subscriber(Protection::NONE, None, Duration::from_secs(5)))
+}
+
+fn answer(written: &[u8]) -> Subscribe {
+    Subscribe::parse(written).expect("the client answered")
+}
+
+#[test]
+fn a_whole_stream_in_any_split_gives_every_frame_once_and_ends() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Capnp, 60);
+    let bytes = publisher(&frames, Format::Capnp, SESSION, 1, 61, true);
+    let mut reference: Option<(Vec<u64>, Vec<u8>)> = None;
+    for seed in 0..40 {
+        let mut client = subscriber();
+        assert_eq!(client.poll_action(0), ClientAction::Connect);
+        client.connected(peer(), 0);
+        let mut notes = Notes::default();
+        let cuts = if seed == 0 { (1..bytes.len()).collect() } else { random_cuts(bytes.len(), seed) };
+        let (events, written) = drive(&mut client, &bytes, &cuts, 0, false, &mut notes);
+        assert_eq!(answer(&written).resume, Resume::Live);
+        assert!(matches!(events[0], ClientEvent::Connected { again: false, .. }));
+        assert!(matches!(events[1], ClientEvent::Greeted { first: true, .. }));
+        assert!(matches!(events.last(), Some(ClientEvent::Finished(Finish::End))), "{events:?}");
+        assert_eq!(client.poll_action(0), ClientAction::Finished);
+        let got = (notes.sequences(), notes.kinds.clone());
+        assert_eq!(got.0, (1..=60).collect::<Vec<_>>());
+        match &reference {
+            None => reference = Some(got),
+            Some(r) => assert_eq!(&got, r, "seed {seed}"),
+        }
+        assert_eq!(client.reader().tracker().counts().lost, 0);
+        assert!(client.end().is_some_and(|e| e.believed && e.next_sequence == 61));
+    }
+}
+
+#[test]
+fn a_cut_stream_resumes_after_the_last_frame_received_and_loses_nothing() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 30);
+    let mut client = subscriber();
+    let mut notes = Notes::default();
+    client.poll_action(0);
+    client.connected(peer(), 0);
+    // The connection dies inside the record of frame 13.
+    let first = publisher(&frames, Format::Sbe, SESSION, 1, 14, false);
+    let (events, _) = drive(&mut client, &first[..first.len() - 7], &[], S, true, &mut notes);
+    let Some(ClientEvent::Lost { closed, retry_in }) = events.last() else { panic!("{events:?}") };
+    assert!(
+        closed.why.starts_with("the publisher closed the connection inside a record at stream byte"),
+        "{}",
+        closed.why
+    );
+    assert_eq!(*retry_in, 100 * MS, "a connection that worked starts the waits over");
+    assert_eq!(client.poll_action(S + 50 * MS), ClientAction::Wait(S + 100 * MS));
+    assert_eq!(client.poll_action(S + 100 * MS), ClientAction::Connect);
+    client.connected(peer(), S + 100 * MS);
+    // The same publisher run: the answer asks for frame 13; the ring replays from there.
+    let second = publisher(&frames, Format::Sbe, SESSION, 13, 31, true);
+    let (events, written) = drive(&mut client, &second, &random_cuts(second.len(), 3), 2 * S, false, &mut notes);
+    assert_eq!(answer(&written).resume, Resume::From(13));
+    assert!(
+        events.iter().any(|e| matches!(e, ClientEvent::Greeted { resume: ResumeAsked::Resuming { from: 13 }, .. }))
+    );
+    assert!(events.contains(&ClientEvent::Resumed { from: 13 }), "{events:?}");
+    assert!(matches!(events[0], ClientEvent::Connected { again: true, .. }));
+    assert_eq!(notes.sequences(), (1..=30).collect::<Vec<_>>(), "no gap, no duplicate");
+    let c = client.counts();
+    assert_eq!((c.connections, c.reconnects, c.resumes), (2, 1, 1));
+    assert_eq!(client.reader().tracker().counts(), Default::default());
+}
+
+#[test]
+fn a_resume_the_publisher_cannot_serve_loses_the_frames_between() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 20);
+    let mut client = subscriber();
+    let mut notes = Notes::default();
+    client.poll_action(0);
+    client.connected(peer(), 0);
+    drive(&mut client, &publisher(&frames, Format::Sbe, SESSION, 1, 6, false), &[], 0, true, &mut notes);
+    client.poll_action(S);
+    client.connected(peer(), S);
+    // No ring: live from frame 9.
+    let (events, _) =
+        drive(&mut client, &publisher(&frames, Format::Sbe, SESSION, 9, 21, true), &[], S, false, &mut notes);
+    assert!(events.contains(&ClientEvent::ResumeFailed { asked: 6, offered: 9 }), "{events:?}");
+    assert_eq!(client.reader().tracker().counts().lost, 3);
+    assert_eq!(client.counts().resumes, 0);
+}
+
+#[test]
+fn a_restarted_publisher_starts_the_accounting_over_and_from_start_asks_for_frame_one() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 10);
+    let mut config = StreamClientConfig::subscriber(Protection::NONE, None, Duration::from_secs(5));
+    config.from_start = true;
+    let mut client = StreamClient::new(config);
+    let mut notes = Notes::default();
+    client.poll_action(0);
+    client.connected(peer(), 0);
+    let (_, written) =
+        drive(&mut client, &publisher(&frames, Format::Sbe, SESSION, 1, 5, false), &[], 0, true, &mut notes);
+    assert_eq!(answer(&written).resume, Resume::From(1), "from the start before anything was received");
+    client.poll_action(S);
+    client.connected(peer(), S);
+    let (events, written) =
+        drive(&mut client, &publisher(&frames, Format::Sbe, SESSION + 1, 3, 11, true), &[], S, false, &mut notes);
+    assert_eq!(answer(&written).resume, Resume::Live, "frames were received: from-start is over");
+    assert!(events.contains(&ClientEvent::Restarted { old: SESSION, new: SESSION + 1 }), "{events:?}");
+    assert_eq!(client.reader().tracker().restarts(), 1);
+    assert_eq!(client.reader().tracker().late_join(), None, "the first session was had from its start");
+}
+
+#[test]
+fn waits_double_after_failures_and_start_over_after_a_connection_that_worked() {
+    let mut client =
+        StreamClient::new(StreamClientConfig::subscriber(Protection::NONE, None, Duration::from_millis(500)));
+    let mut notes = Notes::default();
+    let mut now = 0;
+    let mut waits = Vec::new();
+    for _ in 0..4 {
+        assert_eq!(client.poll_action(now), ClientAction::Connect);
+        client.connect_failed("connection refused", now);
+        let Some(ClientEvent::ConnectFailed { retry_in, .. }) = client.poll_event(&mut notes) else { panic!() };
+        waits.push(retry_in / MS);
+        assert_eq!(client.poll_action(now), ClientAction::Wait(now + retry_in));
+        assert_eq!(client.deadline(), Some(now + retry_in));
+        now += retry_in;
+    }
+    assert_eq!(waits, [100, 200, 400, 500]);
+    // A greeting that never comes is no connection that worked: the waits keep growing.
+    client.poll_action(now);
+    client.connected(peer(), now);
+    now += 10 * S;
+    client.on_timeout(now);
+    let events: Vec<ClientEvent> = std::iter::from_fn(|| client.poll_event(&mut notes)).collect();
+    let Some(ClientEvent::Lost { closed, retry_in }) = events.last() else { panic!("{events:?}") };
+    assert_eq!((closed.why.as_str(), *retry_in), ("no greeting within 10s", 500 * MS));
+    // A connection whose handshake worked, then lost: from the first wait again.
+    now += retry_in;
+    client.poll_action(now);
+    client.connected(peer(), now);
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 2);
+    let (events, _) =
+        drive(&mut client, &publisher(&frames, Format::Sbe, SESSION, 1, 3, false), &[], now, true, &mut notes);
+    assert!(matches!(events.last(), Some(ClientEvent::Lost { retry_in, .. }) if *retry_in == 100 * MS), "{events:?}");
+    // BUSY and violations keep the waits growing.
+    client.poll_action(now + S);
+    client.connected(peer(), now + S);
+    let mut busy = Hello::new(Format::Sbe, SESSION, 1, 3).to_bytes().to_vec();
+    busy.extend(record(RecordTag::Busy, Format::Sbe, 0, 3, b"full"));
+    let (events, _) = drive(&mut client, &busy, &[], now + S, false, &mut notes);
+    assert!(matches!(events.last(), Some(ClientEvent::Lost { retry_in, .. }) if *retry_in == 200 * MS), "{events:?}");
+}
+
+#[test]
+fn a_refusal_ends_the_stream() {
+    let mut client = subscriber();
+    let mut notes = Notes::default();
+    client.poll_action(0);
+    client.connected(peer(), 0);
+    let mut bytes = Hello::new(Format::Sbe, SESSION, 1, 1).to_bytes().to_vec();
+    bytes[8] = 7;
+    let (events, _) = drive(&mut client, &bytes, &[], 0, false, &mut notes);
+    let Some(ClientEvent::Finished(Finish::Refused(closed))) = events.last() else { panic!("{events:?}") };
+    assert!(closed.why.starts_with("publisher 127.0.0.1:9100: the peer speaks relay protocol version 7"));
+    assert_eq!(client.poll_action(0), ClientAction::Finished);
+    assert!(client.read_buf().is_empty());
+}
+
+#[test]
+fn every_nth_frame_is_echoed_back_on_the_stream() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 6);
+    let mut config = StreamClientConfig::subscriber(Protection::NONE, None, Duration::from_secs(5));
+    config.echo_every = Some(3);
+    let mut client = StreamClient::new(config);
+    let mut notes = Notes::default();
+    client.poll_action(0);
+    client.connected(peer(), 0);
+    let (_, written) =
+        drive(&mut client, &publisher(&frames, Format::Sbe, SESSION, 1, 7, true), &[], 0, false, &mut notes);
+    let subscribe = answer(&written);
+    assert!(subscribe.echo);
+    let echoes: Vec<u64> = written[Subscribe::V2_LEN..]
+        .chunks(32)
+        .map(|r| {
+            let h = crate::relay::wire::RecordHeader::parse(r, 16).unwrap();
+            assert_eq!((h.tag, h.format), (RecordTag::Echo, Format::Sbe));
+            h.sequence
+        })
+        .collect();
+    assert_eq!(echoes, [3, 6]);
+    assert_eq!(client.counts().connection.echoes_sent, 2);
+}
+
+fn relay(give_up: Duration) -> StreamClient {
+    StreamClient::new(StreamClientConfig::relay(
+        "up.example:9100".into(),
+        false,
+        Duration::from_secs(1),
+        give_up,
+        Duration::from_secs(10),
+        None,
+    ))
+}
+
+#[test]
+fn a_relay_retries_at_once_after_a_loss_then_waits_and_gives_up_in_time() {
+    let mut client = relay(Duration::from_secs(2));
+    let mut notes = Notes::default();
+    let mut now = 0;
+    let mut waits = Vec::new();
+    let finish = loop {
+        match client.poll_action(now) {
+            ClientAction::Connect => client.connect_failed("connecting to 10.0.0.1:9100: connection refused", now),
+            ClientAction::Wait(until) => now = until,
+            ClientAction::Finished => break client.finished().cloned(),
+            ClientAction::Run => panic!("never connected"),
+        }
+        while let Some(e) = client.poll_event(&mut notes) {
+            if let ClientEvent::ConnectFailed { retry_in, .. } = e {
+                waits.push(retry_in / MS);
+            }
+        }
+    };
+    assert_eq!(waits, [100, 200, 400, 800], "the next wait would pass give_up_after");
+    let Some(Finish::Fatal(why)) = finish else { panic!("{finish:?}") };
+    assert_eq!(
+        why,
+        "upstream up.example:9100: connecting to 10.0.0.1:9100: connection refused; not reached in 5 attempts over 1.5 s at start (source.upstream.give_up_after = 2s)"
+    );
+
+    // A connection that worked and was lost: the next attempt is at once.
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 8);
+    let mut client = relay(Duration::from_secs(2));
+    client.poll_action(0);
+    client.connected(peer(), 0);
+    drive(&mut client, &publisher(&frames, Format::Sbe, SESSION, 1, 5, false), &[], S, true, &mut notes);
+    assert_eq!(client.poll_action(S), ClientAction::Connect);
+    client.connected(peer(), S);
+    let (events, written) =
+        drive(&mut client, &publisher(&frames, Format::Sbe, SESSION, 5, 9, true), &[], S, false, &mut notes);
+    assert_eq!(answer(&written).resume, Resume::From(5), "after the last frame handed on");
+    assert!(events.contains(&ClientEvent::Reconnected { attempt: 1 }), "{events:?}");
+    assert!(events.contains(&ClientEvent::Resumed { from: 5 }), "{events:?}");
+    assert_eq!((client.counts().reconnects, client.counts().resumes), (1, 1));
+    assert!(matches!(client.finished(), Some(Finish::End)));
+}
+
+#[test]
+fn a_relay_cannot_follow_a_restart_and_ignores_an_end_that_does_not_fit() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 8);
+    let mut client = relay(Duration::from_secs(30));
+    let mut notes = Notes::default();
+    client.poll_action(0);
+    client.connected(peer(), 0);
+    drive(&mut client, &publisher(&frames, Format::Sbe, SESSION, 1, 4, false), &[], 0, true, &mut notes);
+    client.poll_action(0);
+    client.connected(peer(), 0);
+    let (events, _) =
+        drive(&mut client, &publisher(&frames, Format::Sbe, SESSION + 1, 1, 4, false), &[], 0, false, &mut notes);
+    let Some(ClientEvent::Finished(Finish::Fatal(why))) = events.last() else { panic!("{events:?}") };
+    assert!(why.contains("restarted: its session 0xabc is now 0xabd"), "{why}");
+
+    let mut client = relay(Duration::from_secs(30));
+    client.poll_action(0);
+    client.connected(peer(), 0);
+    let mut bytes = publisher(&frames, Format::Sbe, SESSION, 1, 4, false);
+    let mut totals = Vec::new();
+    Totals::default().write(&mut totals);
+    bytes.extend(record(RecordTag::End, Format::Sbe, 0, 4 + (1 << 40), &totals));
+    let (events, _) = drive(&mut client, &bytes, &[], 0, false, &mut notes);
+    assert!(events.iter().any(|e| matches!(e, ClientEvent::End(end) if !end.believed)), "{events:?}");
+}
+
+#[test]
+fn a_relay_drops_a_connection_whose_frame_fails_its_crc_and_resumes_from_that_frame() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 6);
+    let mut sealer = Protector::new(true, None, 1 << 20);
+    let sealed: Vec<Vec<u8>> = frames
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let mut out = Vec::new();
+            sealer.seal(SESSION, i as u64 + 1, Format::Sbe, f, &mut out);
+            out
+        })
+        .collect();
+    let mut bad = sealed.clone();
+    bad[3][9] ^= 1;
+    let crc = Protection { crc: true, encrypted: false };
+    let greeting = |from| {
+        let mut b = Hello::new(Format::Sbe, SESSION, 1, from).protected(crc, [0; 4]).to_bytes().to_vec();
+        b.extend(record(RecordTag::Format, Format::Sbe, 0, from, &[]));
+        b
+    };
+    let mut config = StreamClientConfig::relay(
+        "u:1".into(),
+        true,
+        Duration::from_secs(1),
+        Duration::from_secs(30),
+        Duration::from_secs(10),
+        None,
+    );
+    config.jitter = None;
+    let mut client = StreamClient::new(config);
+    let mut notes = Notes::default();
+    client.poll_action(0);
+    client.connected(peer(), 0);
+    let mut bytes = greeting(1);
+    bytes.extend(record(RecordTag::Data, Format::Sbe, 6, 1, &bad.concat()));
+    let (events, _) = drive(&mut client, &bytes, &[], 0, false, &mut notes);
+    assert_eq!(notes.sequences(), [1, 2, 3], "the frames before the bad one were handed on");
+    assert!(events.iter().any(|e| matches!(e, ClientEvent::FrameCheckFailed { sequence: 4, .. })), "{events:?}");
+    let Some(ClientEvent::Lost { closed, retry_in }) = events.last() else { panic!("{events:?}") };
+    assert!(closed.why.starts_with("frame 4 at stream byte"), "{}", closed.why);
+    assert_eq!(*retry_in, 100 * MS);
+    assert_eq!(client.reader().counts().frame_check_failures, 1);
+    assert_eq!(client.poll_action(100 * MS), ClientAction::Connect);
+    client.connected(peer(), 100 * MS);
+    let mut again = greeting(4);
+    again.extend(record(RecordTag::Data, Format::Sbe, 3, 4, &sealed[3..].concat()));
+    let (_, written) = drive(&mut client, &again, &[], 100 * MS, false, &mut notes);
+    assert_eq!(answer(&written).resume, Resume::From(4));
+    assert_eq!(notes.sequences(), [1, 2, 3, 4, 5, 6]);
+}
+
+#[test]
+fn violations_in_a_row_without_a_frame_make_a_relay_give_up() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 3);
+    let mut client = relay(Duration::from_secs(1));
+    let mut notes = Notes::default();
+    let mut now = 0;
+    let mut waits = Vec::new();
+    // Every connection: FORMAT at 1, then a record numbered behind it.
+    let mut bytes = Hello::new(Format::Sbe, SESSION, 1, 1).to_bytes().to_vec();
+    bytes.extend(record(RecordTag::Format, Format::Sbe, 0, 5, &[]));
+    bytes.extend(record(RecordTag::Data, Format::Sbe, 1, 2, &frames[0]));
+    let finish = loop {
+        match client.poll_action(now) {
+            ClientAction::Connect => {
+                client.connected(peer(), now);
+                let (events, _) = drive(&mut client, &bytes, &[], now, false, &mut notes);
+                for e in events {
+                    if let ClientEvent::Lost { retry_in, closed } = e {
+                        assert!(closed.why.starts_with("protocol violation at stream byte 56: DATA numbered from 2"));
+                        waits.push(retry_in / MS);
+                    }
+                }
+            }
+            ClientAction::Wait(until) => now = until,
+            ClientAction::Finished => break client.finished().cloned(),
+            ClientAction::Run => panic!("the connection should have ended"),
+        }
+    };
+    assert_eq!(waits, [100, 200, 400]);
+    let Some(Finish::Fatal(why)) = finish else { panic!() };
+    assert!(
+        why.ends_with(
+            "4 protocol violations in a row over 0.7 s without a frame taken (source.upstream.give_up_after = 1s)"
+        ),
+        "{why}"
+    );
+    assert_eq!(client.counts().connection.violations, 4);
+}

@@ -1,0 +1,170 @@
+//! What the client machines' tests share: a peer, records built with the wire structures, and
+//! feeding a connection its bytes cut where a test says.
+
+use super::connection::{ConnectionEvent, StreamConnection};
+use crate::codec::Format;
+use crate::relay::wire::{RecordHeader, RecordTag};
+use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg32;
+use std::net::SocketAddr;
+
+/// The publisher every test talks to.
+pub(crate) fn peer() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 9100))
+}
+
+/// A whole record: header and payload.
+pub(crate) fn record(tag: RecordTag, format: Format, frames: u16, sequence: u64, payload: &[u8]) -> Vec<u8> {
+    let header = RecordHeader { tag, format, frame_count: frames, length: payload.len() as u32, sequence };
+    let mut out = header.to_bytes().to_vec();
+    out.extend_from_slice(payload);
+    out
+}
+
+/// Cut points splitting `len` bytes at random (sorted, distinct, inside the bytes).
+pub(crate) fn random_cuts(len: usize, seed: u64) -> Vec<usize> {
+    let mut rng = Pcg32::seed_from_u64(seed);
+    let mut cuts: Vec<usize> =
+        (0..rng.random_range(0..=len.min(64))).map(|_| rng.random_range(1..len.max(2))).collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    cuts
+}
+
+/// Every event as its `Debug` text: comparable across runs whatever the buffer held. What the
+/// connection has to write is taken as written after each event, as a driver that writes at
+/// once does.
+pub(crate) fn drain(conn: &mut StreamConnection, out: &mut Vec<String>) {
+    while let Some(event) = conn.poll_event() {
+        let last = matches!(event, ConnectionEvent::Closed(_));
+        out.push(format!("{event:?}"));
+        let written = conn.transmit().len();
+        conn.transmitted(written);
+        if last {
+            break;
+        }
+    }
+}
+
+/// Feeds `bytes` to `conn` in pieces cut at `cuts`, at time `now`, polling every event after
+/// each piece (as a driver does); then `eof` closes the input. The answer and echoes are taken
+/// as written at once.
+pub(crate) fn feed(conn: &mut StreamConnection, bytes: &[u8], cuts: &[usize], now: i64, eof: bool) -> Vec<String> {
+    let mut events = Vec::new();
+    let mut start = 0;
+    for end in cuts.iter().copied().chain([bytes.len()]) {
+        let mut piece = &bytes[start.min(end)..end];
+        start = end;
+        while !piece.is_empty() {
+            let room = conn.read_buf();
+            if room.is_empty() {
+                drain(conn, &mut events);
+                if conn.read_buf().is_empty() {
+                    return events;
+                }
+                continue;
+            }
+            let n = room.len().min(piece.len());
+            room[..n].copy_from_slice(&piece[..n]);
+            conn.received(n, now);
+            piece = &piece[n..];
+            drain(conn, &mut events);
+        }
+    }
+    if eof {
+        conn.received(0, now);
+    }
+    drain(conn, &mut events);
+    events
+}
+
+/// The first `limit` segments of the shared capture `name` (in `../shared/data/iex`) encoded as
+/// frames of `format`, each with a publish time of its index + 1 (0 is what a frame without one
+/// would read).
+pub(crate) fn capture_frames(name: &str, format: Format, limit: usize) -> Vec<Vec<u8>> {
+    use crate::capture::CaptureReader;
+    use crate::codec::{Codec, Limits, MessageScratch, collect_segment};
+    use crate::iextp::Segment;
+    let mut reader = CaptureReader::open(mdrelay_harness::iex_data().join(name)).expect("the shared capture opens");
+    let mut codec = Codec::new(format, Limits::default());
+    let mut scratch = MessageScratch::new();
+    let mut frames = Vec::new();
+    while frames.len() < limit {
+        let Some(packet) = reader.next_packet().expect("the shared capture reads") else { break };
+        let Ok(datagram) = crate::link::udp_datagram(packet.link_type, packet.data) else { continue };
+        let Ok(segment) = Segment::parse(datagram.payload) else { continue };
+        let mut frame = Vec::new();
+        let publish_time = frames.len() as i64 + 1;
+        scratch
+            .with(|list| {
+                collect_segment(&segment, list);
+                codec.encode_segment(publish_time, &segment, datagram.payload, list, &mut frame)
+            })
+            .expect("the capture's segments encode");
+        frames.push(frame);
+    }
+    frames
+}
+
+/// A visitor that writes down everything it is told.
+#[derive(Default)]
+pub(crate) struct Notes {
+    /// Frames decoded: sequence, origin and publish time.
+    pub frames: Vec<(u64, super::frames::Origin, i64)>,
+    /// Frames that failed to decode.
+    pub failed: Vec<u64>,
+    /// Messages visited, by type byte.
+    pub kinds: Vec<u8>,
+    /// Messages skipped by the filter, by type byte.
+    pub skipped: Vec<u8>,
+    /// Anomalies, as their `Debug` text.
+    pub anomalies: Vec<String>,
+    /// Format changes.
+    pub formats: Vec<(Option<Format>, Format)>,
+    /// Ask for every message whatever the filter.
+    pub every: bool,
+    /// Messages aggregated, as a subscriber does.
+    pub aggregator: crate::Aggregator,
+}
+
+impl super::frames::FrameVisitor for Notes {
+    fn every_message(&self) -> bool {
+        self.every
+    }
+
+    fn message(&mut self, _: &super::frames::FrameInfo, message: &crate::Message<'_>) {
+        self.kinds.push(message.kind());
+        self.aggregator.apply(message);
+    }
+
+    fn skipped(&mut self, _: &super::frames::FrameInfo, kind: u8) {
+        self.skipped.push(kind);
+    }
+
+    fn end(
+        &mut self,
+        frame: &super::frames::FrameInfo,
+        _: &[u8],
+        decoded: Result<&crate::codec::BatchHeader, &crate::codec::DecodeError>,
+    ) {
+        match decoded {
+            Ok(header) => self.frames.push((frame.sequence, frame.origin, header.publish_time)),
+            Err(_) => self.failed.push(frame.sequence),
+        }
+    }
+
+    fn format_changed(&mut self, from: Option<Format>, to: Format) {
+        self.formats.push((from, to));
+    }
+
+    fn anomaly(&mut self, anomaly: &super::frames::Anomaly<'_>) {
+        self.anomalies.push(format!("{anomaly:?}"));
+    }
+}
+
+impl Notes {
+    /// The sequence numbers of the frames decoded.
+    pub fn sequences(&self) -> Vec<u64> {
+        self.frames.iter().map(|f| f.0).collect()
+    }
+}
