@@ -567,7 +567,7 @@ impl FileConfig {
     pub fn check(self) -> Result<Config> {
         let format = self.format.unwrap_or(Format::Sbe);
         let profile = self.profile.unwrap_or_default();
-        let hot_core = self.cpu.hot_core.map(|c| crate::cpu::check_core("cpu.hot_core", c)).transpose()?;
+        let hot_core = self.cpu.hot_core.map(|c| mdrelay_telemetry::cpu::check_core("cpu.hot_core", c)).transpose()?;
         let io_threads = count_within("cpu.io_threads", self.cpu.io_threads.unwrap_or(1) as u64, 1, 256)? as usize;
         let s = self.source;
         let chosen = usize::from(s.capture.is_some())

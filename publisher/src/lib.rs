@@ -8,7 +8,7 @@
 //! - [`source`]: capture files, synthetic days, live UDP feeds;
 //! - [`item`]: what every source yields: a segment, its time, a relayed frame's origin;
 //! - [`upstream`]: another publisher's TCP stream as the source (relay chaining);
-//! - [`cpu`]: the hot thread's core and timer slack;
+//! - [`cpu`]: the hot thread's timer slack (its core: `mdrelay_telemetry::cpu`);
 //! - [`pacing`]: original timing, fixed rate, top speed, anchored against drift;
 //! - [`fanout`]: the subscriber list, owned by the hot path, with the slow-subscriber policies;
 //! - [`tcp`]: the server's tasks: accepting, handshakes, writing each subscriber's queue, and

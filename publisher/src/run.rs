@@ -569,7 +569,7 @@ fn hot_thread_setup(config: &config::Config) -> Result<()> {
     }
     match config.hot_core {
         Some(core) => {
-            crate::cpu::pin_current_thread(core)
+            mdrelay_telemetry::cpu::pin_current_thread(core)
                 .with_context(|| format!("cpu.hot_core: cannot pin the hot thread to CPU {core}"))?;
             tracing::info!(%idle, profile = %config.profile, core, "hot thread pinned");
         }
@@ -578,7 +578,7 @@ fn hot_thread_setup(config: &config::Config) -> Result<()> {
         }
         None => tracing::info!(%idle, profile = %config.profile, "hot thread"),
     }
-    if idle.busy() && crate::cpu::allowed_cpus().len() < 2 {
+    if idle.busy() && mdrelay_telemetry::cpu::allowed_cpus().len() < 2 {
         tracing::warn!(%idle, "a busy idle strategy on a single CPU competes with every other thread of the relay");
     }
     Ok(())

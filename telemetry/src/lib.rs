@@ -1,5 +1,6 @@
-//! What `mdrelay-pub` and `mdrelay-sub` show an operator while they run, in one place so both
-//! programs behave alike:
+//! What `mdrelay-pub` and `mdrelay-sub` show an operator while they run, and how they sit on a
+//! host, in one place so both programs behave alike:
+//! - [`cpu`]: the CPUs the process may use, and pinning a hot thread to one of them;
 //! - [`exit`]: the exit statuses, one table for both programs;
 //! - [`logs`]: the log lines, plain for people or JSON for machines, at the level `--log-level`
 //!   or `MDRELAY_LOG` names;
@@ -12,6 +13,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod cpu;
 pub mod exit;
 pub mod logs;
 pub mod prometheus;
