@@ -56,6 +56,10 @@ pub struct StreamClientConfig {
     pub echo_every: Option<u64>,
     /// Ask for the session from its first frame, before anything was received.
     pub from_start: bool,
+    /// A reconnection to the same session asks for the frames after the highest received (true
+    /// for every client by default); without it, a reconnection takes the stream live and the
+    /// frames sent while away are lost.
+    pub resume: bool,
     /// Longest wait between connections, ns.
     pub reconnect_max_ns: i64,
     /// Give up when no connection works for this long (a relay), ns.
@@ -80,6 +84,7 @@ impl StreamClientConfig {
             symbols: None,
             echo_every: None,
             from_start: false,
+            resume: true,
             reconnect_max_ns: duration_ns(reconnect_max),
             give_up_after_ns: None,
             handshake_timeout_ns: duration_ns(super::connection::SUBSCRIBER_HANDSHAKE_TIMEOUT),
@@ -105,6 +110,7 @@ impl StreamClientConfig {
             symbols: None,
             echo_every: None,
             from_start: false,
+            resume: true,
             reconnect_max_ns: duration_ns(reconnect_max),
             give_up_after_ns: Some(duration_ns(give_up_after)),
             handshake_timeout_ns: duration_ns(handshake_timeout),
@@ -500,7 +506,7 @@ impl StreamClient {
         let tracker = self.reader.tracker();
         ResumePlan {
             session: tracker.session(),
-            next: tracker.highest().map(|high| high.saturating_add(1)),
+            next: tracker.highest().filter(|_| self.config.resume).map(|high| high.saturating_add(1)),
             from_start: self.config.from_start && self.reader.first_frame().is_none(),
             same_session_only: false,
         }

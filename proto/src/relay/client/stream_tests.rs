@@ -168,6 +168,29 @@ fn a_resume_the_publisher_cannot_serve_loses_the_frames_between() {
 }
 
 #[test]
+fn without_resume_a_reconnection_takes_the_stream_live_and_the_frames_between_are_lost() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 20);
+    let mut config = StreamClientConfig::subscriber(Protection::NONE, None, Duration::from_secs(5));
+    config.resume = false;
+    let mut client = StreamClient::new(config);
+    let mut notes = Notes::default();
+    client.poll_action(0);
+    client.connected(peer(), 0);
+    drive(&mut client, &publisher(&frames, Format::Sbe, SESSION, 1, 6, false), &[], 0, true, &mut notes);
+    client.poll_action(S);
+    client.connected(peer(), S);
+    // The same session, yet the answer asks for the stream live; the publisher goes on at 9.
+    let (events, written) =
+        drive(&mut client, &publisher(&frames, Format::Sbe, SESSION, 9, 21, true), &[], S, false, &mut notes);
+    assert_eq!(answer(&written).resume, Resume::Live);
+    assert!(events.iter().any(|e| matches!(e, ClientEvent::Greeted { resume: ResumeAsked::Live, .. })), "{events:?}");
+    assert!(!events.iter().any(|e| matches!(e, ClientEvent::Resumed { .. } | ClientEvent::ResumeFailed { .. })));
+    assert_eq!(client.reader().tracker().counts().lost, 3, "frames 6 to 8");
+    assert_eq!(notes.sequences(), (1..=5).chain(9..=20).collect::<Vec<_>>());
+    assert_eq!(client.counts().resumes, 0);
+}
+
+#[test]
 fn a_restarted_publisher_starts_the_accounting_over_and_from_start_asks_for_frame_one() {
     let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 10);
     let mut config = StreamClientConfig::subscriber(Protection::NONE, None, Duration::from_secs(5));
