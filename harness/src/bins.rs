@@ -48,12 +48,17 @@ pub fn binary(package: &str, name: &str) -> io::Result<PathBuf> {
     Ok(path)
 }
 
-/// `<target>/<profile>`: where cargo puts binaries, and test executables under `deps/`.
+/// `<target>/<profile>`: where cargo puts binaries, and test executables under `deps/`. A
+/// program that runs from elsewhere (a doctest, which rustdoc builds in a temporary directory)
+/// gets the one this harness was built in.
 fn profile_dir() -> io::Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let mut dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
     if dir.ends_with("deps") {
         dir.pop();
+    }
+    if !dir.join("deps").is_dir() {
+        return Ok(PathBuf::from(env!("MDRELAY_HARNESS_PROFILE_DIR")));
     }
     Ok(dir)
 }
