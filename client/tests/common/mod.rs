@@ -31,7 +31,6 @@ struct Figures {
     bid_low: Option<i64>,
     ask_high: Option<i64>,
     ask_low: Option<i64>,
-    quoted: bool,
 }
 
 fn high(v: &mut Option<i64>, p: i64) {
@@ -89,7 +88,6 @@ impl Tally {
             Message::TradeBreak(t) => figures(&mut self.symbols, &t.symbol).broken_trades += 1,
             Message::PriceLevelUpdate(p) => {
                 let f = figures(&mut self.symbols, &p.symbol);
-                f.quoted = true;
                 match m.kind() {
                     b'8' => {
                         high(&mut f.bid_high, p.price.0);
@@ -103,7 +101,6 @@ impl Tally {
             }
             Message::QuoteUpdate(q) => {
                 let f = figures(&mut self.symbols, &q.symbol);
-                f.quoted = true;
                 if q.bid_size > 0 {
                     high(&mut f.bid_high, q.bid_price.0);
                     low(&mut f.bid_low, q.bid_price.0);
@@ -121,7 +118,8 @@ impl Tally {
     pub fn symbols(&self) -> Value {
         let mut out = Map::new();
         for (name, f) in &self.symbols {
-            if f.trades == 0 && !f.quoted {
+            // Listed when it has a trade or a quote (a bid or an ask set).
+            if f.trades == 0 && f.bid_high.is_none() && f.ask_high.is_none() {
                 continue;
             }
             out.insert(
@@ -145,7 +143,19 @@ impl Tally {
     pub fn assert_reference(&self, reference: &Value, context: &str) {
         assert_eq!(self.messages, reference["messages"].as_u64().unwrap(), "{context}: messages");
         assert_eq!(json!(self.types), reference["message_types"], "{context}: message types");
-        assert_eq!(self.symbols(), reference["symbols"], "{context}: symbols");
+        let ours = self.symbols();
+        if ours != reference["symbols"] {
+            // The symbols that differ, not two whole tables.
+            let (a, b) = (ours.as_object().unwrap(), reference["symbols"].as_object().unwrap());
+            let differ: Vec<String> = a
+                .keys()
+                .chain(b.keys())
+                .filter(|k| a.get(*k) != b.get(*k))
+                .map(|k| format!("{k}: {:?} against the reference's {:?}", a.get(k), b.get(k)))
+                .take(5)
+                .collect();
+            panic!("{context}: symbols differ: {differ:#?}");
+        }
         assert_eq!(self.volume(), reference["total_trade_volume"].as_u64().unwrap(), "{context}: volume");
         let mut seen = self.sequences.clone();
         seen.sort_unstable();
