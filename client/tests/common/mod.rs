@@ -73,6 +73,21 @@ impl Tally {
         }
     }
 
+    /// Takes one owned frame (from the stream adapter).
+    pub fn owned_frame(&mut self, frame: &mdrelay_client::OwnedFrame) {
+        assert!(frame.decode_error().is_none(), "frame {} did not decode", frame.sequence());
+        self.frames += 1;
+        self.recovered += u64::from(frame.recovered());
+        self.sequences.push(frame.sequence());
+        for m in frame.messages() {
+            self.message(&m.as_message());
+        }
+        for &kind in frame.skipped() {
+            self.messages += 1;
+            *self.types.entry((kind as char).to_string()).or_default() += 1;
+        }
+    }
+
     /// Takes one message.
     pub fn message(&mut self, m: &Message<'_>) {
         self.messages += 1;
