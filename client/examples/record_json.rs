@@ -36,7 +36,9 @@ fn fields(m: &Message<'_>) -> Value {
         Message::ShortSalePriceTestStatus(p) => json!({
             "symbol": p.symbol.to_text(), "in_effect": p.in_effect, "detail": text(&[p.detail]), "timestamp": p.timestamp,
         }),
-        Message::SecurityEvent(e) => json!({"symbol": e.symbol.to_text(), "event": text(&[e.event]), "timestamp": e.timestamp}),
+        Message::SecurityEvent(e) => {
+            json!({"symbol": e.symbol.to_text(), "event": text(&[e.event]), "timestamp": e.timestamp})
+        }
         Message::PriceLevelUpdate(p) => json!({
             "symbol": p.symbol.to_text(), "side": if p.side == Side::Buy { "buy" } else { "sell" },
             "size": p.size, "price": p.price.0, "event_flags": p.event_flags, "timestamp": p.timestamp,
@@ -65,7 +67,9 @@ fn builder(args: &[String]) -> Option<Builder> {
     let (builder, rest) = match args {
         [t, addr, rest @ ..] if t == "tcp" => (Builder::tcp(addr.as_str()), rest),
         [t, addr, rest @ ..] if t == "udp" => (Builder::udp(addr.as_str()), rest),
-        [t, group, interface, rest @ ..] if t == "multicast" => (Builder::multicast(group.as_str(), interface.as_str()), rest),
+        [t, group, interface, rest @ ..] if t == "multicast" => {
+            (Builder::multicast(group.as_str(), interface.as_str()), rest)
+        }
         _ => return None,
     };
     match rest {
@@ -78,7 +82,9 @@ fn builder(args: &[String]) -> Option<Builder> {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(builder) = builder(&args) else {
-        eprintln!("usage: record_json tcp HOST:PORT | udp ADDR:PORT | multicast GROUP:PORT INTERFACE [--recovery HOST:PORT]");
+        eprintln!(
+            "usage: record_json tcp HOST:PORT | udp ADDR:PORT | multicast GROUP:PORT INTERFACE [--recovery HOST:PORT]"
+        );
         return ExitCode::from(2);
     };
     let mut subscriber = match builder.build() {

@@ -40,7 +40,9 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (publisher, every) = match args.as_slice() {
         [p] => (p.clone(), 10_000),
-        [p, flag, n] if flag == "--every" && n.parse::<u64>().is_ok_and(|n| n > 0) => (p.clone(), n.parse().unwrap_or(1)),
+        [p, flag, n] if flag == "--every" && n.parse::<u64>().is_ok_and(|n| n > 0) => {
+            (p.clone(), n.parse().unwrap_or(1))
+        }
         _ => {
             eprintln!("usage: vwap HOST:PORT [--every N]");
             return ExitCode::from(2);
@@ -65,7 +67,9 @@ fn main() -> ExitCode {
                         r.volume += u64::from(t.size);
                         r.notional += i128::from(t.size) * i128::from(t.price.0);
                         trades += 1;
-                        if trades % every == 0 && write_table(&mut out, &format!("after {trades} trades"), &symbols).is_err() {
+                        if trades % every == 0
+                            && write_table(&mut out, &format!("after {trades} trades"), &symbols).is_err()
+                        {
                             return ExitCode::SUCCESS;
                         }
                     }

@@ -439,8 +439,7 @@ impl Builder {
             None => None,
             Some(KeySource::Key(key)) => Some(key),
             Some(KeySource::File(path)) => Some(
-                WireKey::read_file(&path)
-                    .map_err(|e| Error::config("key_file", format!("{}: {e}", path.display())))?,
+                WireKey::read_file(&path).map_err(|e| Error::config("key_file", format!("{}: {e}", path.display())))?,
             ),
         };
         let echo_every = match self.echo_every {
@@ -456,8 +455,7 @@ impl Builder {
             None => Some(DEFAULT_RECEIVE_BUFFER),
         };
         let low_latency = self.profile == Profile::LowLatency;
-        let idle =
-            self.idle.unwrap_or(if low_latency { IdleStrategy::Spin } else { IdleStrategy::Sleep });
+        let idle = self.idle.unwrap_or(if low_latency { IdleStrategy::Spin } else { IdleStrategy::Sleep });
         Ok(Settings {
             transport,
             line_b,
@@ -527,7 +525,9 @@ fn ranged(
     max: Duration,
 ) -> Result<Option<Duration>, Error> {
     match value {
-        Some(v) if v < min || v > max => Err(Error::config(setting, format!("{v:?} is out of range ({min:?} to {max:?})"))),
+        Some(v) if v < min || v > max => {
+            Err(Error::config(setting, format!("{v:?} is out of range ({min:?} to {max:?})")))
+        }
         other => Ok(other),
     }
 }
@@ -579,7 +579,9 @@ fn multicast_group(value: &str, setting: &'static str) -> Result<SocketAddr, Err
             setting,
             format!("{ip} is not a multicast address (224.0.0.0/4); for unicast UDP use Builder::udp"),
         )),
-        IpAddr::V6(_) => Err(Error::config(setting, format!("{addr} is IPv6; only IPv4 multicast groups are supported"))),
+        IpAddr::V6(_) => {
+            Err(Error::config(setting, format!("{addr} is IPv6; only IPv4 multicast groups are supported")))
+        }
     }
 }
 
@@ -591,7 +593,10 @@ fn interface_addr(value: &str, setting: &'static str) -> Result<Ipv4Addr, Error>
         )
     })?;
     if ip.is_multicast() {
-        return Err(Error::config(setting, format!("{ip} is a multicast address; give the local interface's own address")));
+        return Err(Error::config(
+            setting,
+            format!("{ip} is a multicast address; give the local interface's own address"),
+        ));
     }
     Ok(ip)
 }
@@ -657,7 +662,10 @@ mod tests {
         assert_eq!((s.idle, s.busy_poll), (IdleStrategy::Backoff, true), "an explicit setting beats the profile's");
         assert_eq!(s.receive_buffer, Some(DEFAULT_RECEIVE_BUFFER));
         let r = s.recovery.unwrap();
-        assert_eq!((r.delay, r.retry, r.attempts, r.linger), (DEFAULT_RECOVERY_DELAY, DEFAULT_RECOVERY_RETRY, 10, DEFAULT_RECOVERY_LINGER));
+        assert_eq!(
+            (r.delay, r.retry, r.attempts, r.linger),
+            (DEFAULT_RECOVERY_DELAY, DEFAULT_RECOVERY_RETRY, 10, DEFAULT_RECOVERY_LINGER)
+        );
         assert_eq!(
             s.line_b,
             Some(Transport::Multicast { group: "239.255.0.2:9300".parse().unwrap(), interface: Ipv4Addr::UNSPECIFIED })

@@ -8,6 +8,7 @@ use mdrelay_proto::codec::{BatchHeader, DecodeError, Format};
 use mdrelay_proto::counts::TypeCounts;
 use mdrelay_proto::message::Message;
 use mdrelay_proto::relay::client::{Anomaly, FrameInfo, FrameVisitor, Origin};
+use std::net::SocketAddr;
 
 /// One thing to hand out.
 #[derive(Debug)]
@@ -45,6 +46,11 @@ pub(crate) struct Collector {
     open: Option<usize>,
     /// A frame announced as filling a gap (reordered), until it is decoded.
     reordered: Option<u64>,
+    /// Who sent the frames of the stream now: the publisher (TCP), or the sender of the
+    /// datagram being taken (UDP); set by the driver.
+    pub stream_peer: Option<SocketAddr>,
+    /// The retransmission service answering now; set by the driver.
+    pub recovery_peer: Option<SocketAddr>,
     pub tally: Tally,
 }
 
@@ -65,6 +71,8 @@ impl Collector {
             keep_bytes,
             open: None,
             reordered: None,
+            stream_peer: None,
+            recovery_peer: None,
             tally: Tally::default(),
         }
     }
@@ -120,6 +128,7 @@ impl FrameVisitor for Collector {
             Origin::Line(line) => (Some(line), false),
             Origin::Recovered => (None, true),
         };
+        let peer = if recovered { self.recovery_peer } else { self.stream_peer };
         let reordered = self.reordered.take() == Some(info.sequence);
         let messages = len32(self.messages.len());
         let skipped = len32(self.skipped.len());
@@ -128,6 +137,7 @@ impl FrameVisitor for Collector {
             sequence: info.sequence,
             format: info.format,
             line,
+            peer,
             recovered,
             reordered,
             receive_time: info.receive_time,
@@ -184,9 +194,7 @@ impl FrameVisitor for Collector {
 
     fn anomaly(&mut self, anomaly: &Anomaly<'_>) {
         let notice = match anomaly {
-            Anomaly::Gap { missing, before } => {
-                Event::Gap { first: before.saturating_sub(*missing), count: *missing }
-            }
+            Anomaly::Gap { missing, before } => Event::Gap { first: before.saturating_sub(*missing), count: *missing },
             Anomaly::Reordered { sequence } => {
                 self.reordered = Some(*sequence);
                 return;

@@ -350,6 +350,7 @@ pub(crate) struct FrameSlot {
     pub sequence: u64,
     pub format: Format,
     pub line: Option<Line>,
+    pub peer: Option<SocketAddr>,
     pub recovered: bool,
     pub reordered: bool,
     pub receive_time: i64,
@@ -429,6 +430,12 @@ impl<'a> Frame<'a> {
         self.slot.line
     }
 
+    /// Who sent it: the publisher (TCP), the sender of its datagram (UDP), or the
+    /// retransmission service (a recovered frame).
+    pub fn peer(&self) -> Option<SocketAddr> {
+        self.slot.peer
+    }
+
     /// Its messages, borrowed (of the filter's symbols only, with
     /// [`Builder::symbols`](crate::Builder::symbols)).
     pub fn messages(&self) -> Messages<'a> {
@@ -456,6 +463,7 @@ impl<'a> Frame<'a> {
             recovered: self.recovered(),
             reordered: self.reordered(),
             line: self.line(),
+            peer: self.peer(),
             messages: self.messages().map(|m| OwnedMessage::from_message(&m)).collect(),
             skipped: self.skipped.to_vec(),
             bytes: self.bytes().map(<[u8]>::to_vec),
@@ -535,6 +543,7 @@ pub struct OwnedFrame {
     recovered: bool,
     reordered: bool,
     line: Option<Line>,
+    peer: Option<SocketAddr>,
     messages: Vec<OwnedMessage>,
     skipped: Vec<u8>,
     bytes: Option<Vec<u8>>,
@@ -584,6 +593,11 @@ impl OwnedFrame {
     /// See [`Frame::line`].
     pub fn line(&self) -> Option<Line> {
         self.line
+    }
+
+    /// See [`Frame::peer`].
+    pub fn peer(&self) -> Option<SocketAddr> {
+        self.peer
     }
 
     /// Its messages.

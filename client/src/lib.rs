@@ -105,6 +105,8 @@ pub use mdrelay_proto::idle::{IdleStrategy, Profile};
 pub use mdrelay_proto::latency::LatencySummary;
 /// The IEX message model: one type per message, every field a small `Copy` value.
 pub use mdrelay_proto::message;
-pub use mdrelay_proto::relay::client::{Line, LineReport, LinesReport, ProtectionCounts, RecoveryReport, UnrecoverableCauses};
+pub use mdrelay_proto::relay::client::{
+    Line, LineReport, LinesReport, ProtectionCounts, RecoveryReport, UnrecoverableCauses,
+};
 pub use mdrelay_proto::relay::{Protection, Totals, WireKey};
 pub use mdrelay_proto::{Message, Price, Symbol};

@@ -94,7 +94,11 @@ pub(crate) struct Opened {
 }
 
 /// Opens the socket of a UDP or multicast line (`setting` names it in errors).
-pub(crate) fn open_udp(transport: &Transport, setting: &'static str, receive_buffer: Option<usize>) -> Result<Opened, Error> {
+pub(crate) fn open_udp(
+    transport: &Transport,
+    setting: &'static str,
+    receive_buffer: Option<usize>,
+) -> Result<Opened, Error> {
     let io = |context: &str, source: io::Error| Error::Io { context: format!("{setting}: {context}"), source };
     let (bind, multicast) = match transport {
         Transport::Udp(addr) => (*addr, None),
@@ -117,11 +121,17 @@ pub(crate) fn open_udp(transport: &Transport, setting: &'static str, receive_buf
     socket.bind(&bind.into()).map_err(|source| Error::Bind { setting, address: bind, source })?;
     if let Some((group, interface)) = multicast {
         let IpAddr::V4(ip) = group.ip() else { return Err(Error::config(setting, format!("{group} is not IPv4"))) };
-        socket.join_multicast_v4(&ip, &interface).map_err(|source| Error::Join { setting, group, interface, source })?;
+        socket.join_multicast_v4(&ip, &interface).map_err(|source| Error::Join {
+            setting,
+            group,
+            interface,
+            source,
+        })?;
     }
     socket.set_nonblocking(true).map_err(|e| io("cannot make the socket non-blocking", e))?;
     let granted = socket.recv_buffer_size().unwrap_or(0);
-    let socket = UdpSocket::from_std(socket.into()).map_err(|e| io("cannot register the socket with the runtime", e))?;
+    let socket =
+        UdpSocket::from_std(socket.into()).map_err(|e| io("cannot register the socket with the runtime", e))?;
     Ok(Opened { socket, granted })
 }
 

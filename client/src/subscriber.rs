@@ -17,11 +17,11 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-/// The transport's driver.
+/// The transport's driver (boxed: each holds its machines' buffers and codecs inline).
 #[derive(Debug)]
 enum Driver {
-    Tcp(TcpDriver),
-    Udp(UdpDriver),
+    Tcp(Box<TcpDriver>),
+    Udp(Box<UdpDriver>),
 }
 
 /// A subscription to one publisher's stream, on a tokio runtime (I/O and time enabled). Built
@@ -45,8 +45,8 @@ impl AsyncSubscriber {
     pub(crate) async fn start(settings: Settings) -> Result<AsyncSubscriber, Error> {
         let clock = Clock::new();
         let driver = match &settings.transport {
-            Transport::Tcp(address) => Driver::Tcp(TcpDriver::start(address.clone(), &settings, clock).await?),
-            _ => Driver::Udp(UdpDriver::start(&settings, clock)?),
+            Transport::Tcp(address) => Driver::Tcp(Box::new(TcpDriver::start(address.clone(), &settings, clock).await?)),
+            _ => Driver::Udp(Box::new(UdpDriver::start(&settings, clock)?)),
         };
         Ok(AsyncSubscriber { driver, out: Collector::new(settings.frame_bytes), error: None, done: false })
     }

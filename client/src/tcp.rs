@@ -57,7 +57,8 @@ impl TcpDriver {
     /// A driver for `address`, checked to resolve.
     pub async fn start(address: String, settings: &Settings, clock: Clock) -> Result<TcpDriver, Error> {
         net::resolve(&address, settings.connect_timeout).await?;
-        let mut config = StreamClientConfig::subscriber(settings.protection, settings.key.clone(), settings.reconnect_max);
+        let mut config =
+            StreamClientConfig::subscriber(settings.protection, settings.key.clone(), settings.reconnect_max);
         config.symbols = settings.symbols.clone();
         config.echo_every = settings.echo_every;
         config.from_start = settings.from_start;
@@ -101,7 +102,8 @@ impl TcpDriver {
                 }
                 ClientAction::Connect => {
                     let address = self.address.clone();
-                    self.connecting = Some(ConnectingDebug(net::connect(address, self.connect_timeout, self.receive_buffer)));
+                    self.connecting =
+                        Some(ConnectingDebug(net::connect(address, self.connect_timeout, self.receive_buffer)));
                 }
                 ClientAction::Wait(until) => tokio::time::sleep_until(self.clock.instant(until)).await,
                 ClientAction::Run => {
@@ -218,6 +220,7 @@ impl TcpDriver {
 
     /// Takes the machine's events; an error when the stream ended with one.
     fn pump(&mut self, out: &mut Collector) -> Result<(), Error> {
+        out.stream_peer = self.peer;
         while let Some(event) = self.client.poll_event(out) {
             match event {
                 ClientEvent::Connected { peer, attempt, again } => {
@@ -245,11 +248,13 @@ impl TcpDriver {
                 ClientEvent::Violation { violation, at } => {
                     out.notice(Event::Skipped(Skipped::Violation { at, what: violation.to_string() }))
                 }
-                ClientEvent::FrameCheckFailed { sequence, at, error } => out.notice(Event::Skipped(Skipped::Protection {
-                    at: format!("stream byte {at}"),
-                    first: sequence,
-                    why: error.to_string(),
-                })),
+                ClientEvent::FrameCheckFailed { sequence, at, error } => {
+                    out.notice(Event::Skipped(Skipped::Protection {
+                        at: format!("stream byte {at}"),
+                        first: sequence,
+                        why: error.to_string(),
+                    }))
+                }
                 ClientEvent::End(eos) => self.end = Some((eos.next_sequence, eos.totals.ok())),
                 ClientEvent::ConnectFailed { why, attempt, retry_in } => out.notice(Event::Reconnecting {
                     reason: why.unwrap_or_else(|| self.last_error.clone()),
@@ -354,12 +359,9 @@ fn refusal(closed: Closed, peer: Option<SocketAddr>) -> Error {
         CloseReason::ProtectionMismatch { theirs, ours } => {
             Error::ProtectionMismatch { peer, publisher: theirs, subscriber: ours }
         }
-        CloseReason::Version(HandshakeError::Version { protocol, schema }) => Error::Version {
-            peer,
-            protocol,
-            schema,
-            detail: HandshakeError::Version { protocol, schema }.to_string(),
-        },
+        CloseReason::Version(HandshakeError::Version { protocol, schema }) => {
+            Error::Version { peer, protocol, schema, detail: HandshakeError::Version { protocol, schema }.to_string() }
+        }
         CloseReason::Version(HandshakeError::Malformed(e)) | CloseReason::NotAPublisher(e) => {
             Error::NotAPublisher { peer, detail: e.to_string() }
         }

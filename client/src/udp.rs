@@ -35,6 +35,8 @@ struct Link {
     conn: Option<TcpStream>,
     connecting: Option<Connecting>,
     blocked_write: bool,
+    /// The service's address, once connected.
+    peer: Option<SocketAddr>,
 }
 
 impl std::fmt::Debug for Link {
@@ -121,6 +123,7 @@ impl UdpDriver {
                 conn: None,
                 connecting: None,
                 blocked_write: false,
+                peer: None,
             }),
             end: None,
             given_up: 0,
@@ -247,6 +250,7 @@ impl UdpDriver {
             };
             self.turn = i + 1;
             let now = self.clock.now();
+            out.stream_peer = Some(peer);
             self.receiver.datagram(line.origin, &self.buf[..n], peer, now, self.clock.wall(), out);
             if let Some(to) = self.receiver.last_peer() {
                 while let Some(echo) = self.receiver.next_echo() {
@@ -270,6 +274,7 @@ impl UdpDriver {
         let now = self.clock.now();
         match made {
             Ok((fd, peer)) => {
+                link.peer = Some(peer);
                 link.conn = Some(fd);
                 link.blocked_write = false;
                 self.receiver.recovery_connected(peer, now);
@@ -311,6 +316,7 @@ impl UdpDriver {
 
     /// Takes the machine's events.
     fn pump(&mut self, out: &mut Collector) {
+        out.recovery_peer = self.link.as_ref().and_then(|l| l.peer);
         while let Some(event) = self.receiver.poll_event(out) {
             let notice = match event {
                 DatagramEvent::SessionStarted { session, peer } => Event::SessionStarted { session, peer },
@@ -327,14 +333,17 @@ impl UdpDriver {
                 DatagramEvent::Refused { peer, sequence, why, .. } => {
                     Event::Skipped(Skipped::Protection { at: format!("datagram from {peer}"), first: sequence, why })
                 }
-                DatagramEvent::UnreadableEnd { peer, at, error } => {
-                    Event::Skipped(Skipped::End { peer, what: format!("its totals cannot be read at byte {at}: {error}") })
-                }
+                DatagramEvent::UnreadableEnd { peer, at, error } => Event::Skipped(Skipped::End {
+                    peer,
+                    what: format!("its totals cannot be read at byte {at}: {error}"),
+                }),
                 DatagramEvent::ForeignEnd { peer, session, next_sequence } => Event::Skipped(Skipped::End {
                     peer,
                     what: format!("of session {session:#x} up to frame {next_sequence}: it does not fit the stream"),
                 }),
-                DatagramEvent::EchoIgnored { .. } | DatagramEvent::Ending { .. } | DatagramEvent::EndWaitOver { .. } => {
+                DatagramEvent::EchoIgnored { .. }
+                | DatagramEvent::Ending { .. }
+                | DatagramEvent::EndWaitOver { .. } => {
                     continue;
                 }
                 DatagramEvent::End { next_sequence, totals, .. } => {

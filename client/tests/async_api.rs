@@ -37,13 +37,30 @@ async fn receive_beside_a_timer(subscriber: &mut AsyncSubscriber) -> (Tally, u64
     }
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn next_event_dropped_mid_wait_loses_nothing() {
+#[test]
+fn next_event_dropped_mid_wait_loses_nothing() {
     let _serial = serial();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(dropped_calls());
+}
+
+async fn dropped_calls() {
     let deep10 = capture("DEEP10");
     let mut publisher = publisher(&[
-        "--capture", &deep10, "--format", "capnp", "--tcp", "127.0.0.1:0", "--wait-subscribers", "1",
-        "--slow-subscriber", "block", "--pacing", "rate", "--rate", "300000",
+        "--capture",
+        &deep10,
+        "--format",
+        "capnp",
+        "--tcp",
+        "127.0.0.1:0",
+        "--wait-subscribers",
+        "1",
+        "--slow-subscriber",
+        "block",
+        "--pacing",
+        "rate",
+        "--rate",
+        "300000",
     ]);
     let mut subscriber = Builder::tcp(publisher.serving_on().to_string()).build_async().await.unwrap();
     let (tally, cancelled, complete) = receive_beside_a_timer(&mut subscriber).await;
@@ -60,8 +77,20 @@ async fn next_event_dropped_mid_wait_loses_nothing() {
     link.forward_to(subscriber.local_addrs()[0]);
     let link_addr = link.addr.to_string();
     let udp_publisher = common::publisher(&[
-        "--capture", &deep10, "--format", "sbe", "--udp", &link_addr, "--coalesce-bytes", "0",
-        "--retransmit-listen", &retransmit, "--pacing", "rate", "--rate", "150000",
+        "--capture",
+        &deep10,
+        "--format",
+        "sbe",
+        "--udp",
+        &link_addr,
+        "--coalesce-bytes",
+        "0",
+        "--retransmit-listen",
+        &retransmit,
+        "--pacing",
+        "rate",
+        "--rate",
+        "150000",
     ]);
     let (tally, cancelled, complete) = receive_beside_a_timer(&mut subscriber).await;
     let dropped = link.dropped();
@@ -73,13 +102,26 @@ async fn next_event_dropped_mid_wait_loses_nothing() {
     udp_publisher.finish(RUN).assert_success();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_stream_adapter_yields_owned_events_until_the_end() {
+#[test]
+fn the_stream_adapter_yields_owned_events_until_the_end() {
     let _serial = serial();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(owned_events());
+}
+
+async fn owned_events() {
     let tops16 = capture("TOPS16");
     let mut publisher = publisher(&[
-        "--capture", &tops16, "--format", "flatbuffers", "--tcp", "127.0.0.1:0", "--wait-subscribers", "1",
-        "--slow-subscriber", "block",
+        "--capture",
+        &tops16,
+        "--format",
+        "flatbuffers",
+        "--tcp",
+        "127.0.0.1:0",
+        "--wait-subscribers",
+        "1",
+        "--slow-subscriber",
+        "block",
     ]);
     let subscriber = Builder::tcp(publisher.serving_on().to_string()).build_async().await.unwrap();
     let mut stream = subscriber.into_stream();

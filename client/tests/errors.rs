@@ -77,7 +77,10 @@ fn a_wrong_key_a_protection_mismatch_and_a_refusal_are_typed_errors_naming_the_p
     let mdrelay_client::Error::ProtectionMismatch { publisher: theirs, subscriber: ours, .. } = &e else {
         panic!("{e:?}")
     };
-    assert_eq!((*theirs, *ours), (Protection { crc: false, encrypted: true }, Protection { crc: true, encrypted: false }));
+    assert_eq!(
+        (*theirs, *ours),
+        (Protection { crc: false, encrypted: true }, Protection { crc: true, encrypted: false })
+    );
     assert!(e.to_string().contains("encrypted") && e.to_string().contains("crc32c"), "both sides named: {e}");
 
     // The retransmission port refuses a stream subscription, and says where to go.

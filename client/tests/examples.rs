@@ -119,7 +119,9 @@ fn record_json_writes_every_message_as_a_json_line() {
         messages += 1;
         let kind = m["type"].as_str().expect("a type").to_string();
         let sequence = m["sequence"].as_u64().expect("a sequence");
-        assert!(sequence >= last_sequence && m["publish_time"].as_i64() > Some(0) && m["receive_time"].as_i64() > Some(0));
+        assert!(
+            sequence >= last_sequence && m["publish_time"].as_i64() > Some(0) && m["receive_time"].as_i64() > Some(0)
+        );
         last_sequence = sequence;
         if kind == "T" {
             let v = volume.entry(m["symbol"].as_str().unwrap().to_string()).or_default();

@@ -55,14 +55,25 @@ pub struct Tally {
     pub recovered: u64,
     /// Sequence numbers taken, to find a frame taken twice.
     pub sequences: Vec<u64>,
+    /// Who sent the recovered frames.
+    pub recovered_from: std::collections::BTreeSet<SocketAddr>,
 }
 
 impl Tally {
     /// Takes one frame's messages and skipped kinds.
     pub fn frame(&mut self, frame: &Frame<'_>) {
-        assert!(frame.decode_error().is_none(), "frame {} did not decode: {:?}", frame.sequence(), frame.decode_error());
+        assert!(
+            frame.decode_error().is_none(),
+            "frame {} did not decode: {:?}",
+            frame.sequence(),
+            frame.decode_error()
+        );
+        let peer = frame.peer().unwrap_or_else(|| panic!("frame {} says who sent it", frame.sequence()));
         self.frames += 1;
         self.recovered += u64::from(frame.recovered());
+        if frame.recovered() {
+            self.recovered_from.insert(peer);
+        }
         self.sequences.push(frame.sequence());
         for m in frame.messages() {
             self.message(&m);

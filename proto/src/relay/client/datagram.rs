@@ -609,7 +609,12 @@ impl DatagramReceiver {
                 }
                 self.reader.stream_ended(header.sequence, now);
                 let first = self.publisher_totals.is_none();
-                self.events.push_back(DatagramEvent::End { peer, next_sequence: header.sequence, totals: totals.clone(), first });
+                self.events.push_back(DatagramEvent::End {
+                    peer,
+                    next_sequence: header.sequence,
+                    totals: totals.clone(),
+                    first,
+                });
                 self.publisher_totals = Some(totals);
                 true
             }
