@@ -45,7 +45,9 @@ impl AsyncSubscriber {
     pub(crate) async fn start(settings: Settings) -> Result<AsyncSubscriber, Error> {
         let clock = Clock::new();
         let driver = match &settings.transport {
-            Transport::Tcp(address) => Driver::Tcp(Box::new(TcpDriver::start(address.clone(), &settings, clock).await?)),
+            Transport::Tcp(address) => {
+                Driver::Tcp(Box::new(TcpDriver::start(address.clone(), &settings, clock).await?))
+            }
             _ => Driver::Udp(Box::new(UdpDriver::start(&settings, clock)?)),
         };
         Ok(AsyncSubscriber { driver, out: Collector::new(settings.frame_bytes), error: None, done: false })

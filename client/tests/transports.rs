@@ -89,3 +89,71 @@ fn every_format_over_tcp_udp_and_multicast_gives_the_reference_aggregates() {
         }
     }
 }
+
+#[test]
+fn echoes_of_every_tenth_frame_reach_the_publisher_over_tcp_and_udp() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    for transport in ["tcp", "udp"] {
+        let pub_json = dir.path().join(format!("pub-{transport}.json")).display().to_string();
+        // 30,000 messages at 50,000 msg/s: a few thousand small datagrams a second each way.
+        let mut args = vec!["--synthetic", "--messages", "30000", "--symbols", "20", "--format", "capnp"];
+        args.extend(["--pacing", "rate", "--rate", "50000", "--json", &pub_json]);
+        let (publisher, mut subscriber) = if transport == "tcp" {
+            args.extend(["--tcp", "127.0.0.1:0", "--wait-subscribers", "1"]);
+            let mut publisher = publisher(&args);
+            let subscriber = Builder::tcp(publisher.serving_on().to_string()).echo_every(10).build().unwrap();
+            (publisher, subscriber)
+        } else {
+            let subscriber = Builder::udp("127.0.0.1:0").echo_every(10).build().unwrap();
+            let addr = subscriber.local_addrs()[0].to_string();
+            args.extend(["--udp", &addr]);
+            (publisher(&args), subscriber)
+        };
+        let (tally, _, end) = receive_all(&mut subscriber, RUN);
+        publisher.finish(RUN).assert_success();
+        assert!(end.is_some_and(|e| e.complete), "{transport}");
+        let c = subscriber.counters();
+        let echoes = mdrelay_harness::json_file(std::path::Path::new(&pub_json))["round_trip_ns"]["count"].as_u64();
+        assert!(tally.frames > 1000, "{transport}: {c:?}");
+        // One echo per ten frames, every one measured by the publisher.
+        assert_eq!(echoes, Some(c.echoes_sent), "{transport}: {c:?}");
+        assert_eq!(c.echoes_sent, tally.frames / 10, "{transport}");
+        assert_eq!(c.echoes_dropped, 0, "{transport}");
+    }
+}
+
+#[test]
+fn the_low_latency_profile_busy_polls_and_takes_every_frame() {
+    let _serial = serial();
+    let tops16 = capture("TOPS16");
+    for idle in [mdrelay_client::IdleStrategy::Spin, mdrelay_client::IdleStrategy::Backoff] {
+        let mut publisher = publisher(&[
+            "--capture",
+            &tops16,
+            "--format",
+            "sbe",
+            "--tcp",
+            "127.0.0.1:0",
+            "--wait-subscribers",
+            "1",
+            "--slow-subscriber",
+            "block",
+            "--pacing",
+            "rate",
+            "--rate",
+            "200000",
+        ]);
+        let mut subscriber = Builder::tcp(publisher.serving_on().to_string())
+            .profile(mdrelay_client::Profile::LowLatency)
+            .idle(idle)
+            .build()
+            .unwrap();
+        let (tally, _, end) = receive_all(&mut subscriber, RUN);
+        publisher.finish(RUN).assert_success();
+        tally.assert_reference(&expected("TOPS16.json"), &format!("TOPS16, low-latency profile, idle {idle}"));
+        assert!(end.is_some_and(|e| e.complete));
+        // SO_BUSY_POLL needs CAP_NET_ADMIN above net.core.busy_read: said, not fatal.
+        eprintln!("idle {idle}: SO_BUSY_POLL refused: {}", subscriber.counters().busy_poll_refused);
+    }
+}
