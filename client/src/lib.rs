@@ -87,6 +87,7 @@ mod error;
 mod event;
 mod net;
 mod poll;
+mod settings;
 mod subscriber;
 mod tcp;
 mod udp;

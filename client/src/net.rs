@@ -5,8 +5,8 @@
 //! Sockets are tokio's: the drivers read and write with `try_` calls, which cannot wait, and
 //! wait for readiness (or time) when there is nothing to do.
 
-use crate::builder::Transport;
 use crate::error::Error;
+use crate::settings::Transport;
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 use std::future::Future;
 use std::io;
@@ -48,6 +48,11 @@ impl Clock {
     pub fn wall(&self) -> i64 {
         mdrelay_proto::clock::wall_clock_ns()
     }
+}
+
+/// A wait of ns (the machines') as a `Duration`.
+pub(crate) fn shown(ns: i64) -> Duration {
+    Duration::from_nanos(u64::try_from(ns).unwrap_or(0))
 }
 
 /// A connection to `address` (`host:port`, resolved now) within `timeout`, made non-blocking.

@@ -2,12 +2,12 @@
 //! current-thread runtime of its own, and [`EventStream`], the owned events as a
 //! [`Stream`].
 
-use crate::builder::{Settings, Transport};
 use crate::collect::Collector;
 use crate::counters::Counters;
 use crate::error::Error;
 use crate::event::{Event, Frame, OwnedEvent};
 use crate::net::Clock;
+use crate::settings::{Settings, Transport};
 use crate::tcp::TcpDriver;
 use crate::udp::UdpDriver;
 use futures_core::Stream;

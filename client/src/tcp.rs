@@ -5,13 +5,13 @@
 //! Every wait is a readiness wait, a sleep, or the connection being made (kept in the driver),
 //! so a wait that is dropped loses nothing: the next call goes on where it left off.
 
-use crate::builder::Settings;
 use crate::collect::Collector;
 use crate::counters::Counters;
 use crate::error::Error;
 use crate::event::{End, Event, Skipped, Start};
-use crate::net::{self, Clock, Connecting};
+use crate::net::{self, Clock, Connecting, shown};
 use crate::poll::{Idle, Poller};
+use crate::settings::Settings;
 use mdrelay_proto::relay::client::{
     ClientAction, ClientEvent, CloseReason, Closed, Finish, ResumeAsked, StreamClient, StreamClientConfig,
 };
@@ -368,9 +368,4 @@ fn refusal(closed: Closed, peer: Option<SocketAddr>) -> Error {
         CloseReason::Refused(reason) => Error::Refused { peer, reason },
         _ => Error::Ended { peer: peer.to_string(), reason: closed.why },
     }
-}
-
-/// A wait of ns.
-pub(crate) fn shown(ns: i64) -> Duration {
-    Duration::from_nanos(u64::try_from(ns).unwrap_or(0))
 }

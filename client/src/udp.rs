@@ -6,14 +6,13 @@
 //! Every wait is a readiness wait, a sleep, or the recovery connection being made (kept in the
 //! driver), so a wait that is dropped loses nothing.
 
-use crate::builder::{Settings, Transport};
 use crate::collect::Collector;
 use crate::counters::Counters;
 use crate::error::Error;
 use crate::event::{End, Event, RecoveryEvent, Skipped};
-use crate::net::{self, Clock, Connecting};
+use crate::net::{self, Clock, Connecting, shown};
 use crate::poll::{Idle, Poller};
-use crate::tcp::shown;
+use crate::settings::{Settings, Transport};
 use mdrelay_proto::relay::Totals;
 use mdrelay_proto::relay::client::{
     DatagramConfig, DatagramEvent, DatagramReceiver, Line, Origin, ReaderConfig, RecoveryAction, RecoveryConfig,
