@@ -157,13 +157,14 @@ impl UdpDriver {
             if self.recovery_io(now).await {
                 continue;
             }
-            if self.receive(out) {
-                continue;
-            }
+            // Before the datagrams: a stream that never pauses still gets its gaps asked for.
             if let Some(deadline) = self.receiver.deadline()
                 && deadline <= now
             {
                 self.receiver.on_timeout(now);
+                continue;
+            }
+            if self.receive(out) {
                 continue;
             }
             match self.poller.empty() {
