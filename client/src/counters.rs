@@ -38,6 +38,10 @@ pub struct Counters {
     pub reordered: u64,
     /// Frames older than the sequence window: not taken.
     pub too_late: u64,
+    /// The publisher's session now, once known.
+    pub session: Option<u64>,
+    /// The highest frame number seen in that session.
+    pub highest_sequence: Option<u64>,
     /// The lowest frame taken in the first session, if any: above 1, the subscriber joined
     /// late and the frames before it were never owed to it (unless it asked from the start).
     pub first_frame: Option<u64>,

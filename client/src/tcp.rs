@@ -325,6 +325,8 @@ impl TcpDriver {
             duplicates: seq.duplicates,
             reordered: seq.reordered,
             too_late: seq.too_late,
+            session: tracker.session(),
+            highest_sequence: tracker.highest(),
             first_frame: reader.first_frame(),
             late_join: tracker.late_join(),
             publisher_restarts: tracker.restarts(),
