@@ -80,6 +80,7 @@ pub struct Builder {
     key_twice: bool,
     echo_every: Option<u64>,
     reconnect_max: Option<Duration>,
+    give_up_after: Option<Duration>,
     connect_timeout: Option<Duration>,
     receive_buffer: Option<usize>,
     profile: Profile,
@@ -107,6 +108,7 @@ impl Builder {
             key_twice: false,
             echo_every: None,
             reconnect_max: None,
+            give_up_after: None,
             connect_timeout: None,
             receive_buffer: None,
             profile: Profile::Default,
@@ -239,6 +241,15 @@ impl Builder {
     /// TCP: the longest wait between connection attempts (10 ms to 1 day, default 5 s).
     pub fn reconnect_max(mut self, max: Duration) -> Builder {
         self.reconnect_max = Some(max);
+        self
+    }
+
+    /// TCP: give up with [`ErrorKind::Unreachable`](crate::ErrorKind::Unreachable) when no
+    /// connection could be made for this long (10 ms to 1 day), counted from the first attempt
+    /// that failed since the last connection that worked; by default a subscriber tries for
+    /// ever.
+    pub fn give_up_after(mut self, limit: Duration) -> Builder {
+        self.give_up_after = Some(limit);
         self
     }
 
@@ -403,6 +414,7 @@ impl Builder {
             for (setting, set) in [
                 ("resume", self.resume.is_some()),
                 ("reconnect_max", self.reconnect_max.is_some()),
+                ("give_up_after", self.give_up_after.is_some()),
                 ("connect_timeout", self.connect_timeout.is_some()),
             ] {
                 if set {
@@ -414,6 +426,7 @@ impl Builder {
         let tens_of_ms = Duration::from_millis(10);
         let reconnect_max =
             ranged(self.reconnect_max, "reconnect_max", tens_of_ms, day)?.unwrap_or(DEFAULT_RECONNECT_MAX);
+        let give_up_after = ranged(self.give_up_after, "give_up_after", tens_of_ms, day)?;
         let connect_timeout =
             ranged(self.connect_timeout, "connect_timeout", tens_of_ms, day)?.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
         let symbols = match self.symbols {
@@ -468,6 +481,7 @@ impl Builder {
             key,
             echo_every,
             reconnect_max,
+            give_up_after,
             connect_timeout,
             receive_buffer,
             idle,
@@ -598,6 +612,8 @@ mod tests {
         assert_eq!(setting(udp().resume(false)), "resume");
         assert_eq!(setting(udp().reconnect_max(ms(100))), "reconnect_max");
         assert_eq!(setting(Builder::tcp("h:1").reconnect_max(ms(1))), "reconnect_max");
+        assert_eq!(setting(Builder::tcp("h:1").give_up_after(ms(1))), "give_up_after");
+        assert_eq!(setting(udp().give_up_after(ms(100))), "give_up_after");
         assert_eq!(setting(udp().symbols(Vec::<String>::new())), "symbols");
         assert_eq!(setting(udp().symbols(["TOOLONGSYM"])), "symbols");
         assert_eq!(setting(udp().echo_every(0)), "echo_every");

@@ -15,8 +15,9 @@ use std::net::SocketAddr;
 ///   protocol version.
 /// - [`ErrorKind::Refused`], [`ErrorKind::NotAPublisher`]: check the address (a retransmission
 ///   port, another program's port) or the publisher's logs for the reason given.
-/// - [`ErrorKind::Unreachable`]: the publisher's name does not resolve (a publisher that is
-///   away is connected to again and again, see [`Builder::reconnect_max`](crate::Builder::reconnect_max)).
+/// - [`ErrorKind::Unreachable`]: the publisher's name does not resolve, or no connection could
+///   be made within [`Builder::give_up_after`](crate::Builder::give_up_after) (without it, a
+///   publisher that is away is connected to again and again).
 /// - [`ErrorKind::AddrInUse`], [`ErrorKind::Bind`]: another program (another subscriber?) holds
 ///   the port, or the address is not this host's.
 /// - [`ErrorKind::Config`]: a setting is out of range or does not fit the transport.
@@ -69,7 +70,8 @@ pub enum Error {
         /// What was wrong, and at which byte.
         detail: String,
     },
-    /// The publisher's address does not resolve.
+    /// The publisher's address does not resolve, or no connection could be made within the
+    /// limit set.
     #[error("{address}: {reason}")]
     Unreachable {
         /// The address as given to the builder.

@@ -40,6 +40,7 @@ pub(crate) struct Settings {
     pub key: Option<WireKey>,
     pub echo_every: Option<u64>,
     pub reconnect_max: Duration,
+    pub give_up_after: Option<Duration>,
     pub connect_timeout: Duration,
     pub receive_buffer: Option<usize>,
     pub idle: IdleStrategy,

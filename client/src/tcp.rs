@@ -63,6 +63,7 @@ impl TcpDriver {
         config.echo_every = settings.echo_every;
         config.from_start = settings.from_start;
         config.resume = settings.resume;
+        config.give_up_after_ns = settings.give_up_after.map(mdrelay_proto::backoff::duration_ns);
         Ok(TcpDriver {
             address,
             client: StreamClient::new(config),
@@ -282,8 +283,10 @@ impl TcpDriver {
                             out.notice(Event::End(End { totals, next_sequence, complete }));
                         }
                         Finish::Refused(closed) => return Err(refusal(closed, self.peer)),
+                        // A subscriber's machine gives up only when nothing could be reached for
+                        // the time set (a close is no event of the stream).
                         Finish::Fatal(reason) => {
-                            return Err(Error::Ended { peer: self.address.clone(), reason });
+                            return Err(Error::Unreachable { address: self.address.clone(), reason });
                         }
                     }
                 }

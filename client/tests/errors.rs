@@ -143,3 +143,29 @@ fn a_name_that_does_not_resolve_and_a_port_in_use_fail_the_build() {
     let e = Builder::udp("127.0.0.1:0").echo_every(0).build().unwrap_err();
     assert_eq!((e.kind(), e.setting()), (ErrorKind::Config, Some("echo_every")), "{e}");
 }
+
+#[test]
+fn a_publisher_that_cannot_be_reached_within_the_limit_is_unreachable() {
+    // A port nobody listens on: every attempt is refused.
+    let port = mdrelay_harness::free_tcp_port();
+    let address = format!("127.0.0.1:{port}");
+    let started = std::time::Instant::now();
+    let mut subscriber =
+        Builder::tcp(&address).give_up_after(std::time::Duration::from_millis(500)).build().expect("built");
+    let mut attempts = 0;
+    let e = loop {
+        match subscriber.next_event() {
+            Ok(Some(mdrelay_client::Event::Reconnecting { reason, .. })) => {
+                assert!(reason.contains("cannot connect"), "{reason}");
+                attempts += 1;
+            }
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(e.kind(), ErrorKind::Unreachable, "{e}");
+    assert!(e.to_string().starts_with(&format!("{address}: cannot connect")), "{e}");
+    // Waits of 100, 200 ms: the attempt after 300 ms is the last before 500 ms.
+    assert_eq!(attempts, 2, "{e}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}

@@ -62,7 +62,8 @@ pub struct StreamClientConfig {
     pub resume: bool,
     /// Longest wait between connections, ns.
     pub reconnect_max_ns: i64,
-    /// Give up when no connection works for this long (a relay), ns.
+    /// Give up when no connection works for this long, ns: a relay's upstream, or a subscriber
+    /// that asked for a limit (by default a subscriber tries for ever).
     pub give_up_after_ns: Option<i64>,
     /// Time for the greeting, and then for the answer, ns.
     pub handshake_timeout_ns: i64,
@@ -312,6 +313,8 @@ pub struct StreamClient {
     violation_backoff: Backoff,
     last_violation: Option<i64>,
     violations_without_frames: Option<(i64, u64)>,
+    /// A subscriber's first failed attempt since its last connection that worked (or its start).
+    unreached_since: Option<i64>,
     /// A version-1 publisher's missing resume was reported.
     warned_v1: bool,
     end: Option<EndOfStream>,
@@ -365,6 +368,7 @@ impl StreamClient {
             violation_backoff,
             last_violation: None,
             violations_without_frames: None,
+            unreached_since: None,
             warned_v1: false,
             end: None,
             counts: ClientCounts::default(),
@@ -526,6 +530,18 @@ impl StreamClient {
             self.relay_attempt_failed(why.to_string());
         } else {
             self.attempt += 1;
+            let since = *self.unreached_since.get_or_insert(now);
+            if let Some(limit) = self.config.give_up_after_ns
+                && now.saturating_sub(since).saturating_add(self.backoff.peek()) > limit
+            {
+                // The next attempt would come after the limit: give up now, saying why.
+                return self.finish(Finish::Fatal(format!(
+                    "{why}; not reached in {} attempts over {:.1} s (give up after {:?})",
+                    self.attempt,
+                    now.saturating_sub(since) as f64 / 1e9,
+                    shown(limit)
+                )));
+            }
             let wait = self.backoff.next_wait();
             self.events.push_back(ClientEvent::ConnectFailed { why: None, attempt: self.attempt, retry_in: wait });
             self.phase = Phase::Waiting(now.saturating_add(wait));
@@ -652,12 +668,15 @@ impl StreamClient {
                 session,
                 warned_v1,
                 violations_without_frames,
+                unreached_since,
                 end,
                 ..
             } = self;
             let (Phase::Connected { established_seen }, Some(conn)) = (phase, conn.as_deref_mut()) else { return None };
             if !*established_seen && conn.is_established() {
                 *established_seen = true;
+                // A connection that works: a subscriber's limit counts from its next failure.
+                *unreached_since = None;
                 if relay && let Some(done) = reach.take() {
                     // A relay's attempt succeeds when its handshake does.
                     *reach = Some(Reach { started: *now, attempt: 0, reconnecting: false });

@@ -255,6 +255,54 @@ fn waits_double_after_failures_and_start_over_after_a_connection_that_worked() {
 }
 
 #[test]
+fn a_subscriber_with_a_limit_gives_up_when_no_connection_works_for_that_long() {
+    let mut config = StreamClientConfig::subscriber(Protection::NONE, None, Duration::from_millis(500));
+    config.give_up_after_ns = Some(2 * S);
+    let mut client = StreamClient::new(config);
+    let mut notes = Notes::default();
+    let mut now = 0;
+    let mut attempts = 0;
+    loop {
+        match client.poll_action(now) {
+            ClientAction::Connect => {
+                attempts += 1;
+                client.connect_failed("connection refused", now);
+            }
+            ClientAction::Wait(until) => now = until,
+            ClientAction::Finished => break,
+            ClientAction::Run => panic!("nothing connected"),
+        }
+        while client.poll_event(&mut notes).is_some() {}
+    }
+    // 100, 200, 400, 500, 500 ms of waits: the attempt at 1.7 s is the last before 2 s.
+    assert_eq!((attempts, now), (6, 1_700 * MS));
+    let Some(Finish::Fatal(why)) = client.finished() else { panic!("{:?}", client.finished()) };
+    assert!(why.starts_with("connection refused; not reached in 6 attempts over 1.7 s (give up after 2s)"), "{why}");
+    // A connection that works starts the count over; without a limit, attempts never end.
+    let mut config = StreamClientConfig::subscriber(Protection::NONE, None, Duration::from_millis(500));
+    config.give_up_after_ns = Some(2 * S);
+    let mut client = StreamClient::new(config);
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 3);
+    client.poll_action(0);
+    client.connect_failed("connection refused", 0);
+    client.poll_action(S);
+    client.connected(peer(), S);
+    drive(&mut client, &publisher(&frames, Format::Sbe, SESSION, 1, 3, false), &[], S, true, &mut notes);
+    let mut now = 5 * S;
+    for _ in 0..4 {
+        assert_eq!(client.poll_action(now), ClientAction::Connect, "{:?}", client.finished());
+        client.connect_failed("connection refused", now);
+        while client.poll_event(&mut notes).is_some() {}
+        now += S / 2;
+    }
+    let mut forever = subscriber();
+    for n in 0..100 {
+        assert_eq!(forever.poll_action(n * 10 * S), ClientAction::Connect);
+        forever.connect_failed("connection refused", n * 10 * S);
+    }
+}
+
+#[test]
 fn a_refusal_ends_the_stream() {
     let mut client = subscriber();
     let mut notes = Notes::default();
