@@ -22,6 +22,23 @@ pub fn bench_bin() -> PathBuf {
     expect_binary("mdrelay-bench", "mdrelay-bench")
 }
 
+/// The example `name` of `package` (`<target>/<profile>/examples/name`), built when missing;
+/// panics when it cannot be found or built.
+pub fn example_bin(package: &str, name: &str) -> PathBuf {
+    let found = profile_dir().and_then(|dir| {
+        let path = dir.join("examples").join(name);
+        if !path.is_file() {
+            build_target(&dir, package, "--example", name)?;
+        }
+        if path.is_file() {
+            Ok(path)
+        } else {
+            Err(io::Error::new(io::ErrorKind::NotFound, format!("{} missing after building it", path.display())))
+        }
+    });
+    found.unwrap_or_else(|e| panic!("example {name}: {e}"))
+}
+
 fn expect_binary(package: &str, name: &str) -> PathBuf {
     binary(package, name).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
@@ -48,21 +65,32 @@ pub fn binary(package: &str, name: &str) -> io::Result<PathBuf> {
     Ok(path)
 }
 
-/// `<target>/<profile>`: where cargo puts binaries, and test executables under `deps/`.
+/// `<target>/<profile>`: where cargo puts binaries, and test executables under `deps/`. A
+/// program that runs from elsewhere (a doctest, which rustdoc builds in a temporary directory)
+/// gets the one this harness was built in.
 fn profile_dir() -> io::Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let mut dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
     if dir.ends_with("deps") {
         dir.pop();
     }
+    if !dir.join("deps").is_dir() {
+        return Ok(PathBuf::from(env!("MDRELAY_HARNESS_PROFILE_DIR")));
+    }
     Ok(dir)
 }
 
 /// `cargo build -p package --bin name` into `dir`'s target directory and profile.
 fn build(dir: &Path, package: &str, name: &str) -> io::Result<()> {
+    build_target(dir, package, "--bin", name)
+}
+
+/// `cargo build -p package KIND name` (`--bin`, `--example`) into `dir`'s target directory and
+/// profile.
+fn build_target(dir: &Path, package: &str, kind: &str, name: &str) -> io::Result<()> {
     let cargo = std::env::var_os("CARGO").or_else(|| option_env!("CARGO").map(Into::into)).unwrap_or("cargo".into());
     let mut command = Command::new(cargo);
-    command.args(["build", "--quiet", "-p", package, "--bin", name]);
+    command.args(["build", "--quiet", "-p", package, kind, name]);
     match dir.file_name().and_then(|n| n.to_str()) {
         Some("debug") => {}
         Some("release") => {

@@ -2,10 +2,10 @@
 //!
 //! - [`process`]: a binary run as a child process, its stderr read line by line as it comes, so
 //!   a test waits for the readiness lines the programs print instead of sleeping;
-//! - [`bins`]: the paths of `mdrelay-pub`, `mdrelay-sub` and `mdrelay-bench` from the running
+//! - [`bins`]: the paths of `mdrelay-pub`, `mdrelay-sub`, `mdrelay-bench` and examples from the running
 //!   build, built on demand;
-//! - [`net`]: free loopback ports, an accept with a deadline, and proxies that cut or change a
-//!   publisher's stream;
+//! - [`net`]: free loopback ports, an accept with a deadline, proxies that cut or change a
+//!   publisher's stream, and a lossy UDP link;
 //! - [`netns`]: emulated hosts on this machine (network namespaces), processes started on them,
 //!   and injected loss with a record of every datagram dropped;
 //! - [`data`]: the shared IEX captures and their independent reference outputs;
@@ -32,10 +32,10 @@ pub mod scrape;
 pub mod serial;
 pub mod version;
 
-pub use bins::{bench_bin, publisher_bin, subscriber_bin};
+pub use bins::{bench_bin, example_bin, publisher_bin, subscriber_bin};
 pub use data::{deep10_tcp_config, expected, iex_data, reference_output, reference_reader};
 pub use formats::formats;
-pub use net::{accept_within, cutting_proxy, free_tcp_port, free_udp_port, mangling_proxy};
+pub use net::{LossyLink, accept_within, cutting_proxy, free_tcp_port, free_udp_port, mangling_proxy, mix};
 pub use netns::{Host, Hosts, Line};
 pub use process::{Failure, Finished, Process, STEP, Signal};
 pub use report::{assert_aggregates, assert_matches_reference, json_file};

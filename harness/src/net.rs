@@ -121,3 +121,70 @@ where
     });
     (addr, thread)
 }
+
+/// A splitmix64 step: a lossy link's hash of a frame number, so the frames dropped are spread
+/// like random loss and the same on every run.
+pub fn mix(seq: u64) -> u64 {
+    let mut z = seq.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A lossy link on loopback: forwards every datagram it receives to the address given with
+/// [`LossyLink::forward_to`], except the relay `DATA` datagrams whose first frame `drop` picks
+/// (by sequence number; see [`mix`] for a spread like random loss); `END` and anything else
+/// always pass. Runs until [`LossyLink::dropped`], which returns the frames it dropped.
+pub struct LossyLink {
+    /// Where the publisher sends to.
+    pub addr: SocketAddr,
+    to: std::sync::mpsc::Sender<SocketAddr>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: JoinHandle<std::collections::BTreeSet<u64>>,
+}
+
+impl LossyLink {
+    /// A link on 127.0.0.1 dropping the datagrams `drop` says to, with a 16 MiB receive buffer.
+    pub fn start(drop: impl Fn(u64) -> bool + Send + 'static) -> LossyLink {
+        use std::sync::atomic::Ordering;
+        let socket = UdpSocket::bind("127.0.0.1:0").expect("binding 127.0.0.1:0");
+        // Forced past net.core.rmem_max when running as root (as CI does); asked for otherwise.
+        if nix::sys::socket::setsockopt(&socket, nix::sys::socket::sockopt::RcvBufForce, &(16 << 20)).is_err() {
+            let _ = socket2::SockRef::from(&socket).set_recv_buffer_size(16 << 20);
+        }
+        let addr = socket.local_addr().expect("the link's address");
+        let (to, target) = std::sync::mpsc::channel::<SocketAddr>();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut dropped = std::collections::BTreeSet::new();
+            let Ok(target) = target.recv_timeout(Duration::from_secs(120)) else { return dropped };
+            socket.set_read_timeout(Some(Duration::from_millis(100))).expect("setting a read timeout");
+            let mut buf = vec![0u8; 65_536];
+            while !stopped.load(Ordering::Relaxed) {
+                let Ok(n) = socket.recv(&mut buf) else { continue };
+                if let Ok(h) = mdrelay_proto::relay::DatagramHeader::parse(&buf[..n])
+                    && h.kind == mdrelay_proto::relay::DatagramKind::Data
+                    && drop(h.sequence)
+                {
+                    dropped.extend(h.sequence..h.sequence + u64::from(h.frame_count));
+                    continue;
+                }
+                let _ = socket.send_to(&buf[..n], target);
+            }
+            dropped
+        });
+        LossyLink { addr, to, stop, thread }
+    }
+
+    /// Starts forwarding to `target` (once the receiver is bound).
+    pub fn forward_to(&self, target: SocketAddr) {
+        self.to.send(target).expect("the link is running");
+    }
+
+    /// Stops forwarding; the frames dropped.
+    pub fn dropped(self) -> std::collections::BTreeSet<u64> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().expect("the link's thread")
+    }
+}

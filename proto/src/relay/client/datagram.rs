@@ -183,6 +183,8 @@ pub enum DatagramEvent {
     End {
         /// Who sent it.
         peer: SocketAddr,
+        /// The number the next frame would have had: every frame below it was sent.
+        next_sequence: u64,
         /// Its totals.
         totals: Totals,
         /// The first `END` taken (a publisher sends it three times, and each line).
@@ -607,7 +609,12 @@ impl DatagramReceiver {
                 }
                 self.reader.stream_ended(header.sequence, now);
                 let first = self.publisher_totals.is_none();
-                self.events.push_back(DatagramEvent::End { peer, totals: totals.clone(), first });
+                self.events.push_back(DatagramEvent::End {
+                    peer,
+                    next_sequence: header.sequence,
+                    totals: totals.clone(),
+                    first,
+                });
                 self.publisher_totals = Some(totals);
                 true
             }

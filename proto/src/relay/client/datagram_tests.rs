@@ -73,7 +73,10 @@ fn datagrams_in_order_give_their_frames_and_the_end_finishes_the_stream() {
     r.datagram(Origin::Stream, &end(SESSION, 11), peer(), 0, 0, &mut notes);
     let ev = events(&mut r, &mut notes);
     assert_eq!(ev[0], DatagramEvent::SessionStarted { session: SESSION, peer: peer() });
-    assert!(matches!(&ev[1], DatagramEvent::End { first: true, totals, .. } if totals.frames == 10), "{ev:?}");
+    assert!(
+        matches!(&ev[1], DatagramEvent::End { first: true, totals, next_sequence: 11, .. } if totals.frames == 10),
+        "{ev:?}"
+    );
     assert_eq!(ev[2], DatagramEvent::Finished);
     assert!(r.is_finished());
     assert_eq!(notes.sequences(), (1..=10).collect::<Vec<_>>());

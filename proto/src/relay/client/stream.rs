@@ -56,9 +56,14 @@ pub struct StreamClientConfig {
     pub echo_every: Option<u64>,
     /// Ask for the session from its first frame, before anything was received.
     pub from_start: bool,
+    /// A reconnection to the same session asks for the frames after the highest received (true
+    /// for every client by default); without it, a reconnection takes the stream live and the
+    /// frames sent while away are lost.
+    pub resume: bool,
     /// Longest wait between connections, ns.
     pub reconnect_max_ns: i64,
-    /// Give up when no connection works for this long (a relay), ns.
+    /// Give up when no connection works for this long, ns: a relay's upstream, or a subscriber
+    /// that asked for a limit (by default a subscriber tries for ever).
     pub give_up_after_ns: Option<i64>,
     /// Time for the greeting, and then for the answer, ns.
     pub handshake_timeout_ns: i64,
@@ -80,6 +85,7 @@ impl StreamClientConfig {
             symbols: None,
             echo_every: None,
             from_start: false,
+            resume: true,
             reconnect_max_ns: duration_ns(reconnect_max),
             give_up_after_ns: None,
             handshake_timeout_ns: duration_ns(super::connection::SUBSCRIBER_HANDSHAKE_TIMEOUT),
@@ -105,6 +111,7 @@ impl StreamClientConfig {
             symbols: None,
             echo_every: None,
             from_start: false,
+            resume: true,
             reconnect_max_ns: duration_ns(reconnect_max),
             give_up_after_ns: Some(duration_ns(give_up_after)),
             handshake_timeout_ns: duration_ns(handshake_timeout),
@@ -306,6 +313,8 @@ pub struct StreamClient {
     violation_backoff: Backoff,
     last_violation: Option<i64>,
     violations_without_frames: Option<(i64, u64)>,
+    /// A subscriber's first failed attempt since its last connection that worked (or its start).
+    unreached_since: Option<i64>,
     /// A version-1 publisher's missing resume was reported.
     warned_v1: bool,
     end: Option<EndOfStream>,
@@ -359,6 +368,7 @@ impl StreamClient {
             violation_backoff,
             last_violation: None,
             violations_without_frames: None,
+            unreached_since: None,
             warned_v1: false,
             end: None,
             counts: ClientCounts::default(),
@@ -500,7 +510,7 @@ impl StreamClient {
         let tracker = self.reader.tracker();
         ResumePlan {
             session: tracker.session(),
-            next: tracker.highest().map(|high| high.saturating_add(1)),
+            next: tracker.highest().filter(|_| self.config.resume).map(|high| high.saturating_add(1)),
             from_start: self.config.from_start && self.reader.first_frame().is_none(),
             same_session_only: false,
         }
@@ -520,6 +530,18 @@ impl StreamClient {
             self.relay_attempt_failed(why.to_string());
         } else {
             self.attempt += 1;
+            let since = *self.unreached_since.get_or_insert(now);
+            if let Some(limit) = self.config.give_up_after_ns
+                && now.saturating_sub(since).saturating_add(self.backoff.peek()) > limit
+            {
+                // The next attempt would come after the limit: give up now, saying why.
+                return self.finish(Finish::Fatal(format!(
+                    "{why}; not reached in {} attempts over {:.1} s (give up after {:?})",
+                    self.attempt,
+                    now.saturating_sub(since) as f64 / 1e9,
+                    shown(limit)
+                )));
+            }
             let wait = self.backoff.next_wait();
             self.events.push_back(ClientEvent::ConnectFailed { why: None, attempt: self.attempt, retry_in: wait });
             self.phase = Phase::Waiting(now.saturating_add(wait));
@@ -646,12 +668,15 @@ impl StreamClient {
                 session,
                 warned_v1,
                 violations_without_frames,
+                unreached_since,
                 end,
                 ..
             } = self;
             let (Phase::Connected { established_seen }, Some(conn)) = (phase, conn.as_deref_mut()) else { return None };
             if !*established_seen && conn.is_established() {
                 *established_seen = true;
+                // A connection that works: a subscriber's limit counts from its next failure.
+                *unreached_since = None;
                 if relay && let Some(done) = reach.take() {
                     // A relay's attempt succeeds when its handshake does.
                     *reach = Some(Reach { started: *now, attempt: 0, reconnecting: false });

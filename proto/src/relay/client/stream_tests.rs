@@ -168,6 +168,29 @@ fn a_resume_the_publisher_cannot_serve_loses_the_frames_between() {
 }
 
 #[test]
+fn without_resume_a_reconnection_takes_the_stream_live_and_the_frames_between_are_lost() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 20);
+    let mut config = StreamClientConfig::subscriber(Protection::NONE, None, Duration::from_secs(5));
+    config.resume = false;
+    let mut client = StreamClient::new(config);
+    let mut notes = Notes::default();
+    client.poll_action(0);
+    client.connected(peer(), 0);
+    drive(&mut client, &publisher(&frames, Format::Sbe, SESSION, 1, 6, false), &[], 0, true, &mut notes);
+    client.poll_action(S);
+    client.connected(peer(), S);
+    // The same session, yet the answer asks for the stream live; the publisher goes on at 9.
+    let (events, written) =
+        drive(&mut client, &publisher(&frames, Format::Sbe, SESSION, 9, 21, true), &[], S, false, &mut notes);
+    assert_eq!(answer(&written).resume, Resume::Live);
+    assert!(events.iter().any(|e| matches!(e, ClientEvent::Greeted { resume: ResumeAsked::Live, .. })), "{events:?}");
+    assert!(!events.iter().any(|e| matches!(e, ClientEvent::Resumed { .. } | ClientEvent::ResumeFailed { .. })));
+    assert_eq!(client.reader().tracker().counts().lost, 3, "frames 6 to 8");
+    assert_eq!(notes.sequences(), (1..=5).chain(9..=20).collect::<Vec<_>>());
+    assert_eq!(client.counts().resumes, 0);
+}
+
+#[test]
 fn a_restarted_publisher_starts_the_accounting_over_and_from_start_asks_for_frame_one() {
     let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 10);
     let mut config = StreamClientConfig::subscriber(Protection::NONE, None, Duration::from_secs(5));
@@ -229,6 +252,54 @@ fn waits_double_after_failures_and_start_over_after_a_connection_that_worked() {
     busy.extend(record(RecordTag::Busy, Format::Sbe, 0, 3, b"full"));
     let (events, _) = drive(&mut client, &busy, &[], now + S, false, &mut notes);
     assert!(matches!(events.last(), Some(ClientEvent::Lost { retry_in, .. }) if *retry_in == 200 * MS), "{events:?}");
+}
+
+#[test]
+fn a_subscriber_with_a_limit_gives_up_when_no_connection_works_for_that_long() {
+    let mut config = StreamClientConfig::subscriber(Protection::NONE, None, Duration::from_millis(500));
+    config.give_up_after_ns = Some(2 * S);
+    let mut client = StreamClient::new(config);
+    let mut notes = Notes::default();
+    let mut now = 0;
+    let mut attempts = 0;
+    loop {
+        match client.poll_action(now) {
+            ClientAction::Connect => {
+                attempts += 1;
+                client.connect_failed("connection refused", now);
+            }
+            ClientAction::Wait(until) => now = until,
+            ClientAction::Finished => break,
+            ClientAction::Run => panic!("nothing connected"),
+        }
+        while client.poll_event(&mut notes).is_some() {}
+    }
+    // 100, 200, 400, 500, 500 ms of waits: the attempt at 1.7 s is the last before 2 s.
+    assert_eq!((attempts, now), (6, 1_700 * MS));
+    let Some(Finish::Fatal(why)) = client.finished() else { panic!("{:?}", client.finished()) };
+    assert!(why.starts_with("connection refused; not reached in 6 attempts over 1.7 s (give up after 2s)"), "{why}");
+    // A connection that works starts the count over; without a limit, attempts never end.
+    let mut config = StreamClientConfig::subscriber(Protection::NONE, None, Duration::from_millis(500));
+    config.give_up_after_ns = Some(2 * S);
+    let mut client = StreamClient::new(config);
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 3);
+    client.poll_action(0);
+    client.connect_failed("connection refused", 0);
+    client.poll_action(S);
+    client.connected(peer(), S);
+    drive(&mut client, &publisher(&frames, Format::Sbe, SESSION, 1, 3, false), &[], S, true, &mut notes);
+    let mut now = 5 * S;
+    for _ in 0..4 {
+        assert_eq!(client.poll_action(now), ClientAction::Connect, "{:?}", client.finished());
+        client.connect_failed("connection refused", now);
+        while client.poll_event(&mut notes).is_some() {}
+        now += S / 2;
+    }
+    let mut forever = subscriber();
+    for n in 0..100 {
+        assert_eq!(forever.poll_action(n * 10 * S), ClientAction::Connect);
+        forever.connect_failed("connection refused", n * 10 * S);
+    }
 }
 
 #[test]

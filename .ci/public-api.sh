@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The public API of mdrelay-client against its committed snapshot, client/public-api.txt: nightly
+# rustdoc writes the crate's documentation as JSON (rustdoc's JSON output is nightly-only), and
+# client/public-api (cargo-public-api's library) prints every public item with its path and
+# signature, one a line. A difference fails with the diff: an intended change is committed with
+# `bash .ci/public-api.sh --update`, so every change to the API is seen in review.
+#
+# Installs nightly when missing (as .ci/miri.sh does).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=never
+
+if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+    rustup toolchain install nightly --profile minimal
+fi
+target=target/public-api
+cargo +nightly rustdoc -q -p mdrelay-client --lib --target-dir "$target" -- -Z unstable-options --output-format json
+cargo build -q --release --manifest-path client/public-api/Cargo.toml --target-dir "$target"
+fresh=$(mktemp)
+trap 'rm -f "$fresh"' EXIT
+"$target/release/mdrelay-client-public-api" "$target/doc/mdrelay_client.json" >"$fresh"
+if [ "${1:-}" = "--update" ]; then
+    cp "$fresh" client/public-api.txt
+    echo "client/public-api.txt updated ($(wc -l <client/public-api.txt) items)"
+    exit 0
+fi
+if ! diff -u client/public-api.txt "$fresh"; then
+    echo "error: mdrelay-client's public API differs from client/public-api.txt (above: - committed, + now)." >&2
+    echo "If the change is intended, run: bash .ci/public-api.sh --update, and commit client/public-api.txt" >&2
+    exit 1
+fi
+echo "mdrelay-client's public API matches client/public-api.txt ($(wc -l <client/public-api.txt) items)"

@@ -1,0 +1,113 @@
+//! Receive an [mdrelay] publisher's market data in your own program: IEX DEEP and TOPS messages
+//! over TCP, UDP unicast or UDP multicast, in whichever wire format the publisher chose (it
+//! says so; a switch mid-stream is followed), as the typed message model, with the frames'
+//! publish and receive times, loss accounting, loss recovery and A/B line arbitration.
+//!
+//! [mdrelay]: https://example.invalid/mdrelay
+//!
+//! # A first subscriber
+//!
+//! Connect to a publisher over TCP and add up the traded volume of the whole stream:
+//!
+//! ```
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # // A real publisher replaying IEX's DEEP sample on a port of its choosing.
+//! # let deep10 = mdrelay_harness::iex_data().join("DEEP10.pcap.gz").display().to_string();
+//! # let mut publisher = mdrelay_harness::Process::start(
+//! #     mdrelay_harness::publisher_bin(),
+//! #     ["run", "--capture", &deep10, "--tcp", "127.0.0.1:0", "--wait-subscribers", "1", "--slow-subscriber", "block"],
+//! # );
+//! # let address = publisher.serving_on().to_string();
+//! use mdrelay_client::{Builder, Event, Message};
+//!
+//! let mut subscriber = Builder::tcp(address).build()?;
+//! let mut volume = 0u64;
+//! while let Some(event) = subscriber.next_event()? {
+//!     match event {
+//!         Event::Frame(frame) => {
+//!             for message in frame.messages() {
+//!                 if let Message::TradeReport(trade) = message {
+//!                     volume += u64::from(trade.size);
+//!                 }
+//!             }
+//!         }
+//!         Event::Gap { first, count } => eprintln!("{count} frames missing from {first}"),
+//!         Event::End(end) => assert!(end.complete, "every frame and message the publisher sent"),
+//!         _ => {}
+//!     }
+//! }
+//! # let reference = mdrelay_harness::expected("DEEP10.json");
+//! assert_eq!(Some(volume), reference["total_trade_volume"].as_u64());
+//! # publisher.finish(mdrelay_harness::STEP).assert_success();
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # How it works
+//!
+//! A [`Builder`] says how the stream arrives and what to do with it; [`Builder::build`] gives a
+//! blocking [`Subscriber`], [`Builder::build_async`] an [`AsyncSubscriber`] for a tokio
+//! runtime. Both hand out one [`Event`] at a time: a [`Frame`] with its messages, borrowed from
+//! the subscriber's buffers until the next call (nothing is allocated per message), or what
+//! happened to the stream (connections, gaps, format changes, restarts, the end with the
+//! publisher's totals). [`AsyncSubscriber::into_stream`] gives owned events as a
+//! [`futures_core::Stream`]. [`Subscriber::counters`] says what was counted so far; an
+//! [`Error`] says what went wrong and what to do ([`Error::kind`]).
+//!
+//! Every decision of the protocol (the handshake, versions, protection, records, resume,
+//! sequence accounting, held datagrams, A/B arbitration, when to ask for missing frames) is made
+//! by the I/O-free machines of `mdrelay_proto::relay::client`; this crate moves bytes between
+//! them and tokio's sockets and timers. `docs/protocol.md` describes the protocol byte by byte.
+//!
+//! # Transports
+//!
+//! - [`Builder::tcp`]: one connection, made again when lost (resuming after the last frame
+//!   received, from the publisher's ring), or from the session's first frame
+//!   ([`Builder::from_start`]).
+//! - [`Builder::udp`] and [`Builder::multicast`], with a second line ([`Builder::line_b`]) and
+//!   loss recovery from the publisher's retransmission service ([`Builder::recovery`]).
+//!
+//! Frames protected by the publisher (`[protection]`) are checked ([`Builder::crc`]) and opened
+//! ([`Builder::key_file`]) before anything reads them.
+//!
+//! # Re-exports
+//!
+//! The message model ([`Message`] and the [`message`] module's types, [`Symbol`], [`Price`]),
+//! the wire formats ([`Format`]), batch headers, the publisher's [`Totals`] and the report types
+//! of lines and recovery come from `mdrelay_proto`, re-exported here so a program needs this
+//! crate only.
+
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod builder;
+mod collect;
+mod counters;
+mod error;
+mod event;
+mod net;
+mod poll;
+mod settings;
+mod subscriber;
+mod tcp;
+mod udp;
+
+pub use builder::{
+    Builder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RECEIVE_BUFFER, DEFAULT_RECONNECT_MAX, DEFAULT_RECOVERY_ATTEMPTS,
+    DEFAULT_RECOVERY_DELAY, DEFAULT_RECOVERY_LINGER, DEFAULT_RECOVERY_RETRY,
+};
+pub use counters::Counters;
+pub use error::{Error, ErrorKind};
+pub use event::{End, Event, Frame, Messages, OwnedEvent, OwnedFrame, OwnedMessage, RecoveryEvent, Skipped, Start};
+pub use subscriber::{AsyncSubscriber, EventStream, Subscriber, Waited};
+
+pub use mdrelay_proto::codec::{BatchHeader, DecodeError, Format};
+pub use mdrelay_proto::idle::{IdleStrategy, Profile};
+pub use mdrelay_proto::latency::LatencySummary;
+/// The IEX message model: one type per message, every field a small `Copy` value.
+pub use mdrelay_proto::message;
+pub use mdrelay_proto::relay::client::{
+    Line, LineReport, LinesReport, ProtectionCounts, RecoveryReport, UnrecoverableCauses,
+};
+pub use mdrelay_proto::relay::{Protection, Totals, WireKey};
+pub use mdrelay_proto::{Message, Price, Symbol};

@@ -1,0 +1,49 @@
+//! The settings a [`Builder`](crate::Builder) checked, as the drivers take them.
+
+use mdrelay_proto::codec::SymbolFilter;
+use mdrelay_proto::idle::IdleStrategy;
+use mdrelay_proto::relay::{Protection, WireKey};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+/// Where the stream comes from, checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Transport {
+    /// TCP to `host:port`.
+    Tcp(String),
+    /// UDP to this local address.
+    Udp(SocketAddr),
+    /// Multicast: the group and port, joined on the interface.
+    Multicast { group: SocketAddr, interface: Ipv4Addr },
+}
+
+/// Recovery's settings, checked.
+#[derive(Clone, Debug)]
+pub(crate) struct RecoverySettings {
+    pub server: String,
+    pub delay: Duration,
+    pub retry: Duration,
+    pub attempts: u32,
+    pub linger: Duration,
+}
+
+/// Every setting, checked.
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub transport: Transport,
+    pub line_b: Option<Transport>,
+    pub recovery: Option<RecoverySettings>,
+    pub resume: bool,
+    pub from_start: bool,
+    pub symbols: Option<SymbolFilter>,
+    pub protection: Protection,
+    pub key: Option<WireKey>,
+    pub echo_every: Option<u64>,
+    pub reconnect_max: Duration,
+    pub give_up_after: Option<Duration>,
+    pub connect_timeout: Duration,
+    pub receive_buffer: Option<usize>,
+    pub idle: IdleStrategy,
+    pub busy_poll: bool,
+    pub frame_bytes: bool,
+}

@@ -1,0 +1,469 @@
+//! The UDP and multicast driver: moves datagrams from one or two sockets (A/B lines) into
+//! [`DatagramReceiver`], which decides everything (protection, held datagrams, the end, the
+//! lines, when to ask for missing frames); sends the echoes it makes; connects to the
+//! retransmission service when it says, and moves that connection's bytes.
+//!
+//! Every wait is a readiness wait, a sleep, or the recovery connection being made (kept in the
+//! driver), so a wait that is dropped loses nothing.
+
+use crate::collect::Collector;
+use crate::counters::Counters;
+use crate::error::Error;
+use crate::event::{End, Event, RecoveryEvent, Skipped};
+use crate::net::{self, Clock, Connecting, shown};
+use crate::poll::{Idle, Poller};
+use crate::settings::{Settings, Transport};
+use mdrelay_proto::relay::Totals;
+use mdrelay_proto::relay::client::{
+    DatagramConfig, DatagramEvent, DatagramReceiver, Line, Origin, ReaderConfig, RecoveryAction, RecoveryConfig,
+};
+use socket2::SockRef;
+use std::io;
+use std::net::SocketAddr;
+use std::task::Poll;
+use std::time::Duration;
+use tokio::net::{TcpStream, UdpSocket};
+
+/// Largest UDP payload there is.
+const MAX_DATAGRAM: usize = 65_536;
+
+/// The connection to the retransmission service.
+struct Link {
+    server: String,
+    connect_timeout: Duration,
+    conn: Option<TcpStream>,
+    connecting: Option<Connecting>,
+    blocked_write: bool,
+    /// The service's address, once connected.
+    peer: Option<SocketAddr>,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link").field("server", &self.server).field("connected", &self.conn.is_some()).finish()
+    }
+}
+
+/// One line's socket.
+#[derive(Debug)]
+struct LineSocket {
+    socket: UdpSocket,
+    origin: Origin,
+    granted: usize,
+}
+
+/// A UDP or multicast subscription's driver.
+#[derive(Debug)]
+pub(crate) struct UdpDriver {
+    receiver: DatagramReceiver,
+    lines: Vec<LineSocket>,
+    /// The line read first in the next round, so neither waits behind the other.
+    turn: usize,
+    buf: Vec<u8>,
+    link: Option<Link>,
+    end: Option<(u64, Totals)>,
+    /// Frames given up so far, to tell when more are.
+    given_up: u64,
+    /// The retransmission service as configured, for the report.
+    recovery_server: String,
+    echoes_sent: u64,
+    echoes_dropped: u64,
+    busy_poll_refused: bool,
+    clock: Clock,
+    poller: Poller,
+    finished: bool,
+}
+
+impl UdpDriver {
+    /// Binds (and joins) the lines' sockets.
+    pub fn start(settings: &Settings, clock: Clock) -> Result<UdpDriver, Error> {
+        let a = net::open_udp(&settings.transport, setting_of(&settings.transport), settings.receive_buffer)?;
+        let b = match &settings.line_b {
+            Some(line) => Some(net::open_udp(line, "line_b", settings.receive_buffer)?),
+            None => None,
+        };
+        let name = |s: &UdpSocket| s.local_addr().map_or_else(|_| "-".to_string(), |a| a.to_string());
+        let names = b.as_ref().map(|b| (name(&a.socket), name(&b.socket)));
+        let config = DatagramConfig {
+            reader: ReaderConfig {
+                crc: settings.protection.crc,
+                key: settings.key.clone(),
+                symbols: settings.symbols.clone(),
+                echo_every: settings.echo_every,
+                ..ReaderConfig::default()
+            },
+            from_start: settings.from_start,
+            lines: names,
+            recovery: settings.recovery.as_ref().map(|r| RecoveryConfig {
+                delay: r.delay,
+                retry: r.retry,
+                attempts: r.attempts,
+                linger: r.linger,
+            }),
+        };
+        let mut busy_poll_refused = false;
+        let mut lines = Vec::new();
+        let two = b.is_some();
+        for (opened, line) in [Some(a), b].into_iter().flatten().zip([Line::A, Line::B]) {
+            if settings.busy_poll && !net::busy_poll(SockRef::from(&opened.socket)) {
+                busy_poll_refused = true;
+            }
+            let origin = if two { Origin::Line(line) } else { Origin::Stream };
+            lines.push(LineSocket { socket: opened.socket, origin, granted: opened.granted });
+        }
+        Ok(UdpDriver {
+            receiver: DatagramReceiver::new(config),
+            lines,
+            turn: 0,
+            buf: vec![0u8; MAX_DATAGRAM],
+            link: settings.recovery.as_ref().map(|r| Link {
+                server: r.server.clone(),
+                connect_timeout: settings.connect_timeout,
+                conn: None,
+                connecting: None,
+                blocked_write: false,
+                peer: None,
+            }),
+            end: None,
+            given_up: 0,
+            recovery_server: settings.recovery.as_ref().map(|r| r.server.clone()).unwrap_or_default(),
+            echoes_sent: 0,
+            echoes_dropped: 0,
+            busy_poll_refused,
+            clock,
+            poller: Poller::new(settings.idle),
+            finished: false,
+        })
+    }
+
+    /// The local addresses of the lines (A first).
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.lines.iter().filter_map(|l| l.socket.local_addr().ok()).collect()
+    }
+
+    /// The stream ended.
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Moves bytes until the machine has something for the caller, or the stream is over.
+    pub async fn step(&mut self, out: &mut Collector) -> Result<(), Error> {
+        loop {
+            self.pump(out);
+            if out.has_items() || self.finished {
+                return Ok(());
+            }
+            let now = self.clock.now();
+            if self.recovery_io(now).await {
+                continue;
+            }
+            // Before the datagrams: a stream that never pauses still gets its gaps asked for.
+            if let Some(deadline) = self.receiver.deadline()
+                && deadline <= now
+            {
+                self.receiver.on_timeout(now);
+                continue;
+            }
+            if self.receive(out) {
+                continue;
+            }
+            match self.poller.empty() {
+                Idle::Poll => continue,
+                Idle::Yield => {
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+                Idle::Park => self.park().await,
+            }
+        }
+    }
+
+    /// The recovery connection: made when the machine asks, written and read. True when
+    /// something happened.
+    async fn recovery_io(&mut self, now: i64) -> bool {
+        let Some(link) = &mut self.link else { return false };
+        if link.conn.is_none()
+            && link.connecting.is_none()
+            && self.receiver.recovery_action(now) == Some(RecoveryAction::Connect)
+        {
+            link.connecting = Some(net::connect(link.server.clone(), link.connect_timeout, None));
+        }
+        if let Some(connecting) = &mut link.connecting {
+            // Polled once: the connection is made in the background of the datagrams.
+            let polled = std::future::poll_fn(|cx| Poll::Ready(connecting.as_mut().poll(cx))).await;
+            let Poll::Ready(made) = polled else { return false };
+            self.link_made(made);
+            return true;
+        }
+        let Some(fd) = &link.conn else { return false };
+        let mut moved = false;
+        loop {
+            let pending = self.receiver.recovery_transmit();
+            if pending.is_empty() {
+                link.blocked_write = false;
+                break;
+            }
+            match fd.try_write(pending) {
+                Ok(n) => {
+                    self.receiver.recovery_transmitted(n);
+                    moved = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    link.blocked_write = true;
+                    break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.receiver.recovery_write_failed(&e);
+                    return true;
+                }
+            }
+        }
+        let buf = self.receiver.recovery_read_buf();
+        if buf.is_empty() {
+            return moved;
+        }
+        match fd.try_read(buf) {
+            Ok(n) => {
+                self.receiver.recovery_received(n, now, self.clock.wall());
+                true
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => moved,
+            Err(e) => {
+                self.receiver.recovery_read_failed(&e);
+                true
+            }
+        }
+    }
+
+    /// Takes one datagram from the lines (in turn), and sends the echoes it makes; false when
+    /// none was waiting.
+    fn receive(&mut self, out: &mut Collector) -> bool {
+        let count = self.lines.len();
+        for k in 0..count {
+            let i = (self.turn + k) % count;
+            let line = &self.lines[i];
+            let (n, peer) = match line.socket.try_recv_from(&mut self.buf) {
+                Ok(r) => r,
+                // An ICMP error for an echo sent earlier, say: the socket stays usable.
+                Err(_) => continue,
+            };
+            self.turn = i + 1;
+            let now = self.clock.now();
+            out.stream_peer = Some(peer);
+            self.receiver.datagram(line.origin, &self.buf[..n], peer, now, self.clock.wall(), out);
+            if let Some(to) = self.receiver.last_peer() {
+                while let Some(echo) = self.receiver.next_echo() {
+                    // Echoes are best effort: one lost is one round trip less.
+                    match line.socket.try_send_to(&echo, to) {
+                        Ok(_) => self.echoes_sent += 1,
+                        Err(_) => self.echoes_dropped += 1,
+                    }
+                }
+            }
+            self.poller.data();
+            return true;
+        }
+        false
+    }
+
+    /// The recovery connection was made, or could not be.
+    fn link_made(&mut self, made: Result<(TcpStream, SocketAddr), String>) {
+        let Some(link) = &mut self.link else { return };
+        link.connecting = None;
+        let now = self.clock.now();
+        match made {
+            Ok((fd, peer)) => {
+                link.peer = Some(peer);
+                link.conn = Some(fd);
+                link.blocked_write = false;
+                self.receiver.recovery_connected(peer, now);
+            }
+            Err(why) => self.receiver.recovery_connect_failed(&why, now),
+        }
+    }
+
+    /// Waits for a line, the recovery connection (being made, or its bytes) or the machine's
+    /// deadline.
+    async fn park(&mut self) {
+        let clock = self.clock;
+        let deadline = self.receiver.deadline();
+        let sleep = async move {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(clock.instant(d)).await,
+                None => std::future::pending().await,
+            }
+        };
+        let a = &self.lines[0].socket;
+        let b = self.lines.get(1).map(|l| &l.socket);
+        let (conn, blocked_write, connecting) = match &mut self.link {
+            Some(Link { conn, blocked_write, connecting, .. }) => (conn.as_ref(), *blocked_write, connecting.as_mut()),
+            None => (None, false, None),
+        };
+        let making = connecting.is_some();
+        let made = tokio::select! {
+            _ = a.readable() => None,
+            _ = async { b.expect("guarded").readable().await }, if b.is_some() => None,
+            _ = async { conn.expect("guarded").readable().await }, if conn.is_some() => None,
+            _ = async { conn.expect("guarded").writable().await }, if conn.is_some() && blocked_write => None,
+            made = async { connecting.expect("guarded").as_mut().await }, if making => Some(made),
+            _ = sleep => None,
+        };
+        if let Some(made) = made {
+            self.link_made(made);
+        }
+    }
+
+    /// Takes the machine's events.
+    fn pump(&mut self, out: &mut Collector) {
+        out.recovery_peer = self.link.as_ref().and_then(|l| l.peer);
+        while let Some(event) = self.receiver.poll_event(out) {
+            let notice = match event {
+                DatagramEvent::SessionStarted { session, peer } => Event::SessionStarted { session, peer },
+                DatagramEvent::Restarted { old, new, .. } => Event::Restarted { old, new },
+                DatagramEvent::Held { session, sequence, peer } => {
+                    Event::Skipped(Skipped::Held { peer, session, sequence })
+                }
+                DatagramEvent::NotRelay { peer, len, .. } => {
+                    Event::Skipped(Skipped::Invalid { peer, len, what: "not a relay datagram".into() })
+                }
+                DatagramEvent::BadHeader { peer, len, error } => {
+                    Event::Skipped(Skipped::Invalid { peer, len, what: error.to_string() })
+                }
+                DatagramEvent::Refused { peer, sequence, why, .. } => {
+                    Event::Skipped(Skipped::Protection { at: format!("datagram from {peer}"), first: sequence, why })
+                }
+                DatagramEvent::UnreadableEnd { peer, at, error } => Event::Skipped(Skipped::End {
+                    peer,
+                    what: format!("its totals cannot be read at byte {at}: {error}"),
+                }),
+                DatagramEvent::ForeignEnd { peer, session, next_sequence } => Event::Skipped(Skipped::End {
+                    peer,
+                    what: format!("of session {session:#x} up to frame {next_sequence}: it does not fit the stream"),
+                }),
+                DatagramEvent::EchoIgnored { .. }
+                | DatagramEvent::Ending { .. }
+                | DatagramEvent::EndWaitOver { .. } => {
+                    continue;
+                }
+                DatagramEvent::End { next_sequence, totals, .. } => {
+                    self.end = Some((next_sequence, totals));
+                    continue;
+                }
+                DatagramEvent::Finished => {
+                    self.finish_run(out);
+                    let (next_sequence, totals) = match self.end.take() {
+                        Some((next, totals)) => (next, Some(totals)),
+                        None => (0, None),
+                    };
+                    let complete = totals.as_ref().is_some_and(|t| self.counters_with(out).matches(t));
+                    Event::End(End { totals, next_sequence, complete })
+                }
+                DatagramEvent::RecoveryConnected { peer, session, stream } => {
+                    Event::Recovery(RecoveryEvent::Connected { peer, session, other_session: stream.is_some() })
+                }
+                DatagramEvent::RecoveryGone { first, count } => Event::Recovery(RecoveryEvent::Gone { first, count }),
+                DatagramEvent::RecoveryBusy { first } => Event::Recovery(RecoveryEvent::Busy { first }),
+                DatagramEvent::RecoveryOutOfPlace { tag, at } => {
+                    Event::Skipped(Skipped::OutOfPlace { tag: tag as u8, at })
+                }
+                DatagramEvent::RecoveryLost { why, retry_in, .. } => {
+                    if let Some(link) = &mut self.link {
+                        link.conn = None;
+                    }
+                    Event::Recovery(RecoveryEvent::Lost { reason: why, retry_in: shown(retry_in) })
+                }
+                DatagramEvent::RecoveryRefused { why } => {
+                    if let Some(link) = &mut self.link {
+                        link.conn = None;
+                    }
+                    Event::Recovery(RecoveryEvent::Refused { reason: why })
+                }
+            };
+            out.notice(notice);
+        }
+        self.note_given_up(out);
+    }
+
+    /// Tells of frames given up since the last look.
+    fn note_given_up(&mut self, out: &mut Collector) {
+        let Some(book) = self.receiver.reader().book() else { return };
+        let now = book.counts().frames_unrecoverable;
+        if now > self.given_up {
+            out.notice(Event::GivenUp { frames: now - self.given_up });
+        }
+        // A frame given up and then taken after all leaves the count: followed down too.
+        self.given_up = now;
+    }
+
+    /// The run is over: what is still held or missing is given up.
+    fn finish_run(&mut self, out: &mut Collector) {
+        if !self.finished {
+            self.finished = true;
+            self.receiver.finish_run();
+            self.note_given_up(out);
+            self.link = None;
+        }
+    }
+
+    /// Ends the stream now.
+    pub fn close(&mut self, out: &mut Collector) {
+        self.finish_run(out);
+    }
+
+    /// What was counted, with what the collector counted.
+    pub fn counters_with(&self, out: &Collector) -> Counters {
+        let d = self.receiver.counts();
+        let reader = self.receiver.reader();
+        let r = reader.counts();
+        let tracker = reader.tracker();
+        let lines = reader.lines();
+        let seq = tracker.counts().plus(lines.map(|l| l.merged_extra()).unwrap_or_default());
+        let tally = &out.tally;
+        Counters {
+            frames: r.frames_decoded,
+            frames_recovered: r.frames_recovered,
+            decode_errors: r.decode_errors,
+            messages: tally.messages,
+            messages_skipped: tally.skipped,
+            messages_by_type: tally.by_type.seen().collect(),
+            raw_skipped_messages: reader.raw_skipped_messages(),
+            bytes: d.bytes,
+            lost: seq.lost,
+            duplicates: seq.duplicates,
+            reordered: seq.reordered,
+            too_late: seq.too_late,
+            session: tracker.session(),
+            highest_sequence: tracker.highest(),
+            first_frame: reader.first_frame(),
+            late_join: tracker.late_join(),
+            publisher_restarts: tracker.restarts(),
+            unconfirmed_datagrams: tracker.unconfirmed(),
+            invalid_packets: d.invalid_packets,
+            undelimited_payloads: r.undelimited_payloads,
+            excess_payloads: r.excess_payloads,
+            protection: r.protection,
+            format: reader.current_format(),
+            format_switches: reader.format_switches(),
+            formats_seen: reader.formats_seen().iter().copied().collect(),
+            echoes_sent: self.echoes_sent,
+            echoes_dropped: self.echoes_dropped,
+            datagrams: d.datagrams,
+            receive_buffers: self.lines.iter().map(|l| l.granted).collect(),
+            lines: lines.map(|l| l.report()),
+            arbitrated: lines.map_or(0, |l| l.arbitrated()),
+            recovery: reader.book().map(|b| b.report(&self.recovery_server)),
+            publisher_totals: self.receiver.publisher_totals().cloned(),
+            busy_poll_refused: self.busy_poll_refused,
+            ..Counters::default()
+        }
+    }
+}
+
+/// The builder setting line A came from.
+fn setting_of(transport: &Transport) -> &'static str {
+    match transport {
+        Transport::Multicast { .. } => "multicast",
+        _ => "udp",
+    }
+}
