@@ -37,7 +37,9 @@
 //! - [`recovery`]: the subscriber's missing frames and when to ask for them;
 //! - [`protect`]: per-frame CRC-32C and authenticated encryption ([`Protector`]);
 //! - [`client`]: the client's machines, fed bytes and time: a TCP connection, a stream across
-//!   connections, datagrams in, frames out.
+//!   connections, datagrams in, frames out;
+//! - [`server`]: the publisher's machines, fed bytes, the ring and time: the handshake, what a
+//!   subscriber is sent (replay, FORMAT records, hand-over), retransmission answers, pacing.
 //!
 //! **Recovery (version 2).** A TCP subscriber that reconnects answers the greeting with
 //! [`Resume::From`] its next frame (or 1, for the whole session): the publisher replays what its
@@ -54,6 +56,7 @@ pub mod echo;
 pub mod protect;
 pub mod recovery;
 pub mod ring;
+pub mod server;
 pub mod session;
 pub mod window;
 pub mod wire;
