@@ -346,16 +346,6 @@ pub fn hello(
     mdrelay_proto::relay::Hello::new(format, session, stream, next_sequence).protected(guard.0, guard.1)
 }
 
-/// The refusal of a subscriber that expects other frame protection than `guard`'s, if it does.
-pub fn protection_mismatch(guard: Guard, expected: mdrelay_proto::relay::Protection) -> Option<String> {
-    (guard.0 != expected).then(|| {
-        format!(
-            "this publisher's frames are protected with {} and the subscriber expects {expected}: configure the same [protection] (crc, key_file) on both",
-            guard.0
-        )
-    })
-}
-
 /// The shared queue's sending side and its policy, owned by the hot path.
 pub struct Fanout {
     shared: Arc<Shared>,

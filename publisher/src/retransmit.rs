@@ -24,15 +24,17 @@
 
 use crate::config::Retransmit;
 use crate::ring::{SharedRing, lock};
-use crate::tcp::Acceptor;
+use crate::tcp::{Acceptor, Clock};
 use mdrelay_proto::codec::Format;
 use mdrelay_proto::relay::recovery::{Entered, ServiceSlots};
-use mdrelay_proto::relay::{
-    Purpose, RecordHeader, RecordTag, RetransmitRequest, Subscribe, control_record, gone_payload,
+use mdrelay_proto::relay::server::{
+    ANSWER_BYTES, Answer, ClientEnd, HandshakeConfig, RequestEvent, RequestReader, ServerHandshake, TokenBucket,
+    throttled,
 };
+use mdrelay_proto::relay::{Purpose, RecordHeader, RecordTag, RetransmitRequest, control_record};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
@@ -50,10 +52,6 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 pub const EVICTION_GRACE: Duration = Duration::from_secs(1);
 /// Time an answer may take to write: a client that reads nothing for this long is cut off.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Payload bytes per `DATA` record of an answer.
-const RECORD_BYTES: usize = 64 << 10;
-/// A request record's bytes.
-const REQUEST_LEN: usize = RecordHeader::LEN + RetransmitRequest::PAYLOAD;
 
 /// Counters over every connection to the service.
 #[derive(Debug, Default)]
@@ -166,14 +164,14 @@ impl Service {
 struct Place {
     slots: Slots,
     slot: u64,
-    epoch: Instant,
+    clock: Clock,
     /// Cancelled when the connection is made to leave for a newcomer.
     evicted: CancellationToken,
 }
 
 impl Place {
     fn now(&self) -> i64 {
-        nanos_since(self.epoch)
+        self.clock.now()
     }
 
     fn slots(&self) -> std::sync::MutexGuard<'_, ServiceSlots<CancellationToken>> {
@@ -188,10 +186,6 @@ impl Drop for Place {
     }
 }
 
-fn nanos_since(epoch: Instant) -> i64 {
-    i64::try_from(epoch.elapsed().as_nanos()).unwrap_or(i64::MAX)
-}
-
 /// Locks the places; every update is a single insert, removal or store, so a task that
 /// panicked while holding the lock left them consistent and the poison is ignored.
 fn lock_slots(slots: &Slots) -> std::sync::MutexGuard<'_, ServiceSlots<CancellationToken>> {
@@ -200,7 +194,7 @@ fn lock_slots(slots: &Slots) -> std::sync::MutexGuard<'_, ServiceSlots<Cancellat
 
 /// Accepts connections until `stop` is cancelled; connection tasks end at `stop` too.
 pub async fn serve(listener: TcpListener, service: Service, stop: CancellationToken) {
-    let epoch = Instant::now();
+    let clock = Clock::new();
     let grace = i64::try_from(EVICTION_GRACE.as_nanos()).unwrap_or(i64::MAX);
     let slots: Slots = Arc::new(Mutex::new(ServiceSlots::new(service.settings.max_connections, grace)));
     let mut acceptor = Acceptor::new(listener);
@@ -210,7 +204,7 @@ pub async fn serve(listener: TcpListener, service: Service, stop: CancellationTo
     {
         counters.connections.fetch_add(1, Ordering::Relaxed);
         let evicted = CancellationToken::new();
-        let entered = lock_slots(&slots).enter(nanos_since(epoch), evicted.clone());
+        let entered = lock_slots(&slots).enter(clock.now(), evicted.clone());
         let slot = match entered {
             Entered::Admitted { slot, evicted: made_way } => {
                 if let Some(token) = made_way {
@@ -233,7 +227,7 @@ pub async fn serve(listener: TcpListener, service: Service, stop: CancellationTo
                 continue;
             }
         };
-        let place = Place { slots: slots.clone(), slot, epoch, evicted };
+        let place = Place { slots: slots.clone(), slot, clock, evicted };
         let task_service = service.clone();
         let task_stop = stop.clone();
         // Every line the connection logs names the client through this span, once.
@@ -314,32 +308,6 @@ async fn client(mut stream: TcpStream, service: &Service, place: Place) {
     }
 }
 
-/// Requests per second as a token bucket holding a second's worth.
-struct RateLimit {
-    tokens: f64,
-    rate: f64,
-    last: Instant,
-}
-
-impl RateLimit {
-    fn new(rate: u32) -> RateLimit {
-        let rate = f64::from(rate);
-        RateLimit { tokens: rate, rate, last: Instant::now() }
-    }
-
-    fn admit(&mut self) -> bool {
-        let now = Instant::now();
-        self.tokens = (self.tokens + now.duration_since(self.last).as_secs_f64() * self.rate).min(self.rate);
-        self.last = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-}
-
 /// One client: handshake, then requests answered in order until it closes or has to go.
 async fn connection(stream: &mut TcpStream, service: &Service, place: &Place) -> Ended {
     let _ = stream.set_nodelay(true);
@@ -348,122 +316,97 @@ async fn connection(stream: &mut TcpStream, service: &Service, place: &Place) ->
         (ring.next().checked_sub(1).and_then(|last| ring.format_of(last)).unwrap_or(service.format), ring.next())
     };
     let hello = crate::fanout::hello(service.session, service.stream, service.guard, format, next);
-    let subscribe = tokio::select! {
+    let config = HandshakeConfig {
+        serves: Purpose::Recovery,
+        protection: service.guard.0,
+        timeout: HANDSHAKE_TIMEOUT,
+        setting: "5 s",
+    };
+    let clock = place.clock;
+    let handshake = ServerHandshake::new(&hello, config, clock.now());
+    let (_, answer_len) = tokio::select! {
         biased;
         _ = place.evicted.cancelled() => return Ended::Evicted,
-        greeted = crate::tcp::greet(stream, &hello, HANDSHAKE_TIMEOUT, "5 s") => match greeted {
-            Ok(s) => s,
-            Err(why) => return Ended::Refused(why),
+        greeted = crate::tcp::greet(stream, handshake, &clock) => match greeted {
+            Ok(greeted) => greeted,
+            Err(why) => return Ended::Refused(why.to_string()),
         },
     };
-    if let Some(why) = crate::fanout::protection_mismatch(service.guard, subscribe.protection) {
-        return Ended::Refused(why);
-    }
-    if subscribe.purpose != Purpose::Recovery {
-        return Ended::Refused(
-            "this is the retransmission port; subscribe to the stream on the publisher's TCP port".into(),
-        );
-    }
     tracing::info!("retransmission client connected");
-    let mut limit = RateLimit::new(service.settings.requests_per_second);
-    let mut answer = Vec::with_capacity(RECORD_BYTES + RecordHeader::LEN);
+    let rate = service.settings.requests_per_second;
+    let mut limit = TokenBucket::new(rate, clock.now());
+    let mut answer = Vec::with_capacity(ANSWER_BYTES + RecordHeader::LEN);
     // Bytes of the connection read so far, for messages: the answer to the greeting came first.
-    let mut offset = Subscribe::len_of(subscribe.protocol_version) as u64;
+    let mut requests = RequestReader::new(answer_len as u64, service.settings.idle_timeout, REQUEST_TIMEOUT, clock.now());
     place.slots().answered(place.slot, place.now());
     loop {
-        let asked = match next_request(stream, service, place, offset).await {
+        let asked = match next_request(stream, &mut requests, place).await {
             Ok(asked) => asked,
             Err(ended) => return ended,
         };
-        offset += REQUEST_LEN as u64;
         place.slots().asked(place.slot);
         service.counters.requests.fetch_add(1, Ordering::Relaxed);
         answer.clear();
-        let answered = if limit.admit() {
+        let answered = if limit.admit(clock.now()) {
             answer_request(service, asked, stream, &mut answer).await
         } else {
             service.counters.throttled.fetch_add(1, Ordering::Relaxed);
-            let why = format!(
-                "over {} requests per second (retransmit.requests_per_second); ask again later",
-                service.settings.requests_per_second
-            );
-            answer.extend(control_record(RecordTag::Busy, Format::Raw, asked.first, why.as_bytes()));
+            answer.extend(throttled(&asked, rate));
             write(stream, &answer, service).await
         };
         if let Err(why) = answered {
             return Ended::Failed(why);
         }
-        place.slots().answered(place.slot, place.now());
+        let now = clock.now();
+        requests.answered(now);
+        place.slots().answered(place.slot, now);
     }
 }
 
-/// Reads the next request: it must begin within the idle timeout (counted from the last answer)
-/// and, once begun, arrive whole within [`REQUEST_TIMEOUT`]. A record that is not a request is
-/// refused as soon as its header is in, naming the byte of the connection (`offset`: where it
-/// starts) that is wrong.
+impl From<ClientEnd> for Ended {
+    fn from(end: ClientEnd) -> Ended {
+        match end {
+            ClientEnd::Closed => Ended::Closed,
+            ClientEnd::Idle => Ended::Idle,
+            ClientEnd::RequestTimeout => Ended::RequestTimeout,
+            ClientEnd::Refused(why) => Ended::Refused(why),
+            ClientEnd::Failed(why) => Ended::Failed(why),
+        }
+    }
+}
+
+/// Reads the next request as `requests` decides (its deadlines, its checks), or the end of the
+/// connection.
 async fn next_request(
     stream: &mut TcpStream,
-    service: &Service,
+    requests: &mut RequestReader,
     place: &Place,
-    offset: u64,
 ) -> Result<RetransmitRequest, Ended> {
-    let mut request = [0u8; REQUEST_LEN];
-    let mut have = 0;
-    let idle_until = tokio::time::Instant::now() + service.settings.idle_timeout;
-    let mut whole_by = None;
-    while have < REQUEST_LEN {
-        let deadline = whole_by.unwrap_or(idle_until);
+    loop {
+        let deadline = place.clock.instant(requests.deadline().unwrap_or(i64::MAX));
         let read = tokio::select! {
             biased;
             _ = place.evicted.cancelled() => return Err(Ended::Evicted),
-            _ = tokio::time::sleep_until(deadline) => {
-                return Err(if whole_by.is_some() { Ended::RequestTimeout } else { Ended::Idle });
-            }
-            read = stream.read(&mut request[have..]) => read,
+            _ = tokio::time::sleep_until(deadline) => None,
+            read = stream.read(requests.read_buf()) => Some(read),
         };
-        match read {
-            Ok(0) if have == 0 => return Err(Ended::Closed),
-            Ok(0) => {
-                return Err(Ended::Failed(format!(
-                    "the client closed inside a request, at byte {}",
-                    offset + have as u64
-                )));
-            }
-            Ok(n) => {
-                whole_by.get_or_insert_with(|| tokio::time::Instant::now() + REQUEST_TIMEOUT);
-                let header_was_in = have >= RecordHeader::LEN;
-                have += n;
-                if !header_was_in && have >= RecordHeader::LEN {
-                    check_header(&request, offset)?;
-                }
-            }
-            Err(e) => return Err(Ended::Failed(format!("reading a request at byte {}: {e}", offset + have as u64))),
+        let event = match read {
+            None => match requests.on_timeout(place.now()) {
+                Some(end) => return Err(end.into()),
+                None => continue,
+            },
+            Some(Ok(n)) => requests.received(n, place.now()),
+            Some(Err(e)) => return Err(requests.read_failed(&e).into()),
+        };
+        match event {
+            Some(RequestEvent::Request(asked)) => return Ok(asked),
+            Some(RequestEvent::Ended(end)) => return Err(end.into()),
+            None => {}
         }
     }
-    let header = check_header(&request, offset)?;
-    RetransmitRequest::parse(&header, &request[RecordHeader::LEN..]).map_err(|e| {
-        let at = offset + (RecordHeader::LEN + e.offset) as u64;
-        Ended::Refused(format!("bad request at byte {at}: {}", e.what))
-    })
 }
 
-/// The header of a request record, or the refusal of anything else.
-fn check_header(request: &[u8], offset: u64) -> Result<RecordHeader, Ended> {
-    // Nothing is allocated by the length: a request's size is fixed, and checked here.
-    let header = RecordHeader::parse(request, u32::MAX as usize)
-        .map_err(|e| Ended::Refused(format!("bad request at byte {}: {}", offset + e.offset as u64, e.what)))?;
-    if header.tag != RecordTag::Request || header.length as usize != RetransmitRequest::PAYLOAD {
-        return Err(Ended::Refused(format!(
-            "a client sends only REQUEST records of {} bytes; this one sent {:?} of {} at byte {offset}",
-            RetransmitRequest::PAYLOAD,
-            header.tag,
-            header.length
-        )));
-    }
-    Ok(header)
-}
-
-/// Answers one admitted request, a record at a time.
+/// Answers one admitted request, a part at a time: the ring is locked for one part's copy.
 async fn answer_request(
     service: &Service,
     asked: RetransmitRequest,
@@ -471,38 +414,18 @@ async fn answer_request(
     answer: &mut Vec<u8>,
 ) -> Result<(), String> {
     let counters = &service.counters;
-    let count = u64::from(asked.count);
-    // What is gone is said at once, however much; the range limit bounds the frames served.
-    let mut lookup = lock(&service.ring).lookup(asked.first, count);
-    // The frames after those gone and held are not sent yet, also those past the end of the
-    // numbering, where the range's end saturates.
-    if count > lookup.gone + lookup.held {
+    let (mut plan, first) = Answer::new(&lock(&service.ring), asked, service.settings.max_range, answer);
+    if plan.ahead {
         counters.requests_ahead.fetch_add(1, Ordering::Relaxed);
     }
-    lookup.held = lookup.held.min(u64::from(service.settings.max_range));
-    if lookup.gone > 0 {
-        counters.frames_gone.fetch_add(lookup.gone, Ordering::Relaxed);
-        answer.extend(control_record(RecordTag::Gone, Format::Raw, asked.first, &gone_payload(lookup.gone)));
-    }
-    let mut next = asked.first + lookup.gone;
-    let end = next + lookup.held;
-    while next < end {
-        let copied = lock(&service.ring).copy_record(next, end - next, RECORD_BYTES, answer);
-        match copied {
-            Some(after) => {
-                counters.frames_sent.fetch_add(after - next, Ordering::Relaxed);
-                next = after;
-            }
-            None => {
-                // Left the ring while the answer was written: gone after all.
-                let held = lock(&service.ring).first().clamp(next, end);
-                let gone = held.max(next + 1) - next;
-                counters.frames_gone.fetch_add(gone, Ordering::Relaxed);
-                answer.extend(control_record(RecordTag::Gone, Format::Raw, next, &gone_payload(gone)));
-                next += gone;
-            }
-        }
-        if answer.len() >= RECORD_BYTES {
+    counters.frames_gone.fetch_add(first.gone, Ordering::Relaxed);
+    let mut more = first.more;
+    while more {
+        let step = plan.fill(&lock(&service.ring), answer);
+        counters.frames_sent.fetch_add(step.sent, Ordering::Relaxed);
+        counters.frames_gone.fetch_add(step.gone, Ordering::Relaxed);
+        more = step.more;
+        if answer.len() >= ANSWER_BYTES {
             write(stream, answer, service).await?;
             answer.clear();
         }

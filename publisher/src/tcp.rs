@@ -29,11 +29,12 @@ use crate::fanout::{ReplayShare, Shared, SubscriberStats};
 use crate::ring::{SharedRing, lock};
 use crate::stats::Echoes;
 use bytes::{Buf, Bytes};
-use mdrelay_proto::codec::Format;
 use mdrelay_proto::relay::echo::EchoGate;
-use mdrelay_proto::relay::{
-    Echo, HandshakeError, Hello, Purpose, RecordHeader, RecordTag, Resume, Subscribe, control_record,
+use mdrelay_proto::relay::server::{
+    FeedStep, HandshakeConfig, Join, Refusal, ReplayCursor, ReplayFill, ServerHandshake, SubscriberFeed,
+    busy_greeting, plan_join, refusal_record,
 };
+use mdrelay_proto::relay::{Echo, Purpose, RecordHeader, RecordTag, Resume, Subscribe};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
@@ -173,12 +174,9 @@ fn busy(stream: &TcpStream, peer: SocketAddr, server: &Server) {
         "this publisher is at its limit of {} connections (tcp.max_connections); retry later",
         server.tcp.max_connections
     );
-    let mut bytes =
-        crate::fanout::hello(shared.session, shared.stream, shared.guard, position.format(), position.next_sequence())
-            .to_bytes()
-            .to_vec();
-    bytes.extend(control_record(RecordTag::Busy, position.format(), position.next_sequence(), reason.as_bytes()));
-    let _ = stream.try_write(&bytes);
+    let hello =
+        crate::fanout::hello(shared.session, shared.stream, shared.guard, position.format(), position.next_sequence());
+    let _ = stream.try_write(&busy_greeting(&hello, &reason));
     if mdrelay_proto::warn::allow("busy") {
         tracing::warn!(%peer, limit = server.tcp.max_connections, "connection refused: at the connection limit");
     }
@@ -207,17 +205,16 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, server: Server) {
             if mdrelay_proto::warn::allow("handshake") {
                 tracing::warn!(%reason, "subscriber refused");
             }
-            let record = control_record(RecordTag::Refuse, server.shared.position.format(), 0, reason.as_bytes());
-            let _ = stream.try_write(&record);
-            stats.refuse(reason);
+            let _ = stream.try_write(&refusal_record(server.shared.position.format(), &reason.to_string()));
+            stats.refuse(reason.to_string());
             close_after_refusal(stream).await;
             return;
         }
     };
     let kill = server.abort.child_token();
     let mut out = join(&server, subscribe.resume);
-    match &out.replay {
-        Some(r) => tracing::info!(echo = subscribe.echo, from = r.next, to = r.end, "subscriber admitted, resuming"),
+    match out.replay.map(|r| r.range()) {
+        Some((from, to)) => tracing::info!(echo = subscribe.echo, from, to, "subscriber admitted, resuming"),
         None => tracing::info!(echo = subscribe.echo, "subscriber admitted"),
     }
     let _admitted = Admitted::enter(&server.shared, &stats);
@@ -227,7 +224,7 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, server: Server) {
         Ok(Ended::Killed) => {
             // Cut off at the end of the drain time: what it was never given is dropped for it.
             if !stats.disconnected_slow() {
-                if let Some(next) = out.next {
+                if let Some(next) = out.feed.next() {
                     stats.dropped(server.shared.position.next_sequence().saturating_sub(next));
                 }
             }
@@ -277,50 +274,75 @@ pub(crate) async fn close_after_refusal(mut stream: TcpStream) {
 
 /// Greets the peer and reads its answer within the handshake timeout; the reason to refuse it
 /// otherwise.
-async fn handshake(stream: &mut TcpStream, server: &Server) -> Result<Subscribe, String> {
+async fn handshake(stream: &mut TcpStream, server: &Server) -> Result<Subscribe, Refusal> {
     let shared = &server.shared;
     let position = &shared.position;
     let hello =
         crate::fanout::hello(shared.session, shared.stream, shared.guard, position.format(), position.next_sequence());
-    let subscribe = greet(stream, &hello, server.tcp.handshake_timeout, "tcp.handshake_timeout").await?;
-    if subscribe.purpose != Purpose::Stream {
-        return Err("this is the stream port; retransmission requests go to the port in retransmit.listen".into());
-    }
-    if let Some(why) = crate::fanout::protection_mismatch(shared.guard, subscribe.protection) {
-        return Err(why);
-    }
-    Ok(subscribe)
+    let config = HandshakeConfig {
+        serves: Purpose::Stream,
+        protection: shared.guard.0,
+        timeout: server.tcp.handshake_timeout,
+        setting: "tcp.handshake_timeout",
+    };
+    let clock = Clock::new();
+    greet(stream, ServerHandshake::new(&hello, config, clock.now()), &clock).await.map(|(subscribe, _)| subscribe)
 }
 
-/// Sends `hello` and reads the answer, of any version this build speaks (the version, in its
-/// first bytes, says how long the rest is), within `timeout` (the setting `setting`).
+/// The drivers' monotonic clock for the server machines: ns since it was made.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    epoch: Instant,
+}
+
+impl Clock {
+    /// A clock starting now.
+    pub fn new() -> Clock {
+        Clock { epoch: Instant::now() }
+    }
+
+    /// Now, ns since the start.
+    pub fn now(&self) -> i64 {
+        mdrelay_proto::backoff::duration_ns(self.epoch.elapsed())
+    }
+
+    /// The instant `ns` after the start (far in the future when out of range).
+    pub fn instant(&self, ns: i64) -> Instant {
+        let far = self.epoch + Duration::from_secs(86_400 * 365);
+        self.epoch.checked_add(Duration::from_nanos(ns.max(0).unsigned_abs())).unwrap_or(far)
+    }
+}
+
+/// Runs `handshake` on `stream`: writes the greeting and reads the answer until the machine
+/// decides, or its deadline passes. The answer and the bytes it took, or the refusal.
 pub async fn greet(
     stream: &mut TcpStream,
-    hello: &Hello,
-    timeout: Duration,
-    setting: &str,
-) -> Result<Subscribe, String> {
+    mut handshake: ServerHandshake,
+    clock: &Clock,
+) -> Result<(Subscribe, usize), Refusal> {
+    let deadline = handshake.deadline().unwrap_or(i64::MAX);
     let exchange = async {
-        stream.write_all(&hello.to_bytes()).await?;
-        let mut answer = [0u8; Subscribe::V2_LEN];
-        stream.read_exact(&mut answer[..Subscribe::LEN]).await?;
-        let version = match Subscribe::parse_version(&answer[..Subscribe::LEN]) {
-            Ok(v) => v,
-            Err(e) => return Ok(Err(e)),
-        };
-        let len = Subscribe::len_of(version);
-        stream.read_exact(&mut answer[Subscribe::LEN..len]).await?;
-        Ok::<_, io::Error>(Subscribe::parse(&answer[..len]))
+        let greeting = handshake.transmit();
+        let len = greeting.len();
+        stream.write_all(greeting).await?;
+        handshake.transmitted(len);
+        while handshake.outcome().is_none() {
+            let n = stream.read(handshake.read_buf()).await?;
+            handshake.received(n);
+        }
+        Ok::<_, io::Error>(())
     };
-    let answer = match tokio::time::timeout(timeout, exchange).await {
-        Err(_) => return Err(format!("no answer to the greeting within {timeout:?} ({setting})")),
-        Ok(Err(e)) => return Err(format!("connection closed during the handshake: {e}")),
-        Ok(Ok(answer)) => answer,
-    };
-    answer.map_err(|e| match e {
-        HandshakeError::Malformed(e) => format!("not an mdrelay subscriber: {e}"),
-        version => version.to_string(),
-    })
+    match tokio::time::timeout_at(clock.instant(deadline), exchange).await {
+        Err(_) => handshake.on_timeout(clock.now().max(deadline)),
+        Ok(Err(e)) => handshake.failed(&e),
+        Ok(Ok(())) => {}
+    }
+    let len = handshake.answer_len();
+    match handshake.take_outcome() {
+        Some(Ok(subscribe)) => Ok((subscribe, len)),
+        Some(Err(refusal)) => Err(refusal),
+        None => Err(Refusal::Closed("the handshake ended undecided".into())),
+    }
 }
 
 /// Joins the fanout from the next record on (once the stream has ended there is nothing to join,
@@ -337,32 +359,21 @@ fn join(server: &Server, resume: Resume) -> Outgoing {
     };
     let held = lock(ring);
     out.records = subscribe();
-    let end = held.published();
-    if from > end {
-        // Frames this publisher has not sent: the subscriber's numbers are not ours.
-        tracing::warn!(from, next = end, "resume from a frame not sent yet; served live instead");
-        return out;
-    }
-    let first = from.max(held.first());
-    let format = held.format_of(first).unwrap_or(server.shared.position.format());
+    let join = plan_join(&held, from, server.shared.position.format());
     drop(held);
+    let Some((feed, format_record)) = SubscriberFeed::resuming(&join) else {
+        if let Join::Ahead { from, mark } = join {
+            // Frames this publisher has not sent: the subscriber's numbers are not ours.
+            tracing::warn!(from, next = mark, "resume from a frame not sent yet; served live instead");
+        }
+        return out;
+    };
     server.shared.counters.replays.fetch_add(1, Ordering::Relaxed);
     // The first frame owed is the one asked for: frames the ring no longer holds count as lost.
-    out.batch.push_back(Bytes::from(control_record(RecordTag::Format, format, from, &[])));
-    out.format = Some(format);
-    out.next = Some(from);
-    out.skip_below = end;
-    out.replay = Some(Replay { next: first, end });
+    out.batch.push_back(Bytes::from(format_record));
+    out.feed = feed;
+    out.replay = ReplayCursor::of(&join);
     out
-}
-
-/// Frames a resuming subscriber is owed from the ring.
-#[derive(Clone, Copy, Debug)]
-struct Replay {
-    /// The next frame to replay.
-    next: u64,
-    /// The ring's mark when the subscriber joined: the fanout's records bring the rest.
-    end: u64,
 }
 
 /// Bytes of one replay chunk, record headers included: what a resuming subscriber is given from
@@ -395,7 +406,7 @@ impl Drop for ChunkOwner {
     }
 }
 
-/// What building a replay chunk came to.
+/// What building a replay chunk came to, for the driver.
 enum Chunk {
     /// Records were taken for writing.
     Built,
@@ -423,16 +434,10 @@ struct Outgoing {
     policy: SlowPolicy,
     /// Records being written: the front may be partly written.
     batch: VecDeque<Bytes>,
-    /// The format of the last DATA record taken.
-    format: Option<Format>,
-    /// The sequence number the next record should start at, once one was taken.
-    next: Option<u64>,
-    /// END was taken.
-    ended: bool,
+    /// What it has been sent: formats, the next frame, the hand-over from the replay.
+    feed: SubscriberFeed,
     /// Frames still to replay from the ring, for a subscriber that resumed.
-    replay: Option<Replay>,
-    /// Records of the fanout starting below this sequence are covered by the replay.
-    skip_below: u64,
+    replay: Option<ReplayCursor>,
     /// When the replay chunk in `batch` must have been taken whole, while it has not.
     replay_deadline: Option<Instant>,
 }
@@ -454,11 +459,8 @@ impl Outgoing {
             records,
             policy,
             batch: VecDeque::new(),
-            format: None,
-            next: None,
-            ended: false,
+            feed: SubscriberFeed::live(),
             replay: None,
-            skip_below: 0,
             replay_deadline: None,
         }
     }
@@ -468,36 +470,23 @@ impl Outgoing {
     /// or the first of a new format; frames skipped before it (the subscriber fell a whole queue
     /// behind) are counted as dropped for it.
     fn take(&mut self, record: Bytes, stats: &SubscriberStats) {
-        let Ok(header) = RecordHeader::parse(&record, usize::MAX) else { return };
-        match header.tag {
-            // Replay records are taken while the replay runs, the fanout's only after it. A run
-            // is handed over whole, after the ring's mark moved past its end (`engine::publish`),
-            // so one that starts below the mark was replayed whole.
-            RecordTag::Data if header.sequence < self.skip_below && self.replay.is_none() => return,
-            RecordTag::Data => {
-                stats.started_at(header.sequence);
-                if let Some(next) = self.next {
-                    if header.sequence > next {
-                        stats.dropped(header.sequence - next);
-                    }
+        match self.feed.take(&record, self.replay.is_some()) {
+            FeedStep::Skip => return,
+            FeedStep::Data { format_record, dropped, first } => {
+                stats.started_at(first);
+                if dropped > 0 {
+                    stats.dropped(dropped);
                 }
-                let last = last_record(&record).unwrap_or(header);
-                self.next = Some(last.sequence.saturating_add(u64::from(last.frame_count)));
-                if self.format != Some(header.format) {
-                    self.format = Some(header.format);
-                    let announce = control_record(RecordTag::Format, header.format, header.sequence, &[]);
+                if let Some(announce) = format_record {
                     self.batch.push_back(Bytes::from(announce));
                 }
             }
-            RecordTag::End => {
-                if let Some(next) = self.next {
-                    if header.sequence > next {
-                        stats.dropped(header.sequence - next);
-                    }
+            FeedStep::End { dropped } => {
+                if dropped > 0 {
+                    stats.dropped(dropped);
                 }
-                self.ended = true;
             }
-            _ => {}
+            FeedStep::Other => {}
         }
         self.batch.push_back(record);
     }
@@ -518,55 +507,34 @@ impl Outgoing {
         share: &ReplayShare,
         stats: &SubscriberStats,
     ) -> Chunk {
-        let Some(mut replay) = self.replay else { return Chunk::Done };
+        let Some(replay) = &mut self.replay else { return Chunk::Done };
         let room = permit.num_permits();
-        let mut buf: Option<Vec<u8>> = None;
-        let mut records = Vec::new();
-        {
+        let filled = {
             let held = lock(ring);
-            replay.next = replay.next.max(held.first());
-            while replay.next < replay.end {
-                let Some(len) = held.frame_len(replay.next) else { break };
-                let filled = buf.as_ref().map_or(0, Vec::len);
-                let left = room.saturating_sub(filled);
-                let need = RecordHeader::LEN + len;
-                if need > left {
-                    if filled > 0 {
-                        break;
-                    }
-                    if room < share.budget_bytes {
-                        return Chunk::Needs(need);
-                    }
-                }
-                let bytes = buf.get_or_insert_with(|| {
-                    let size = room.max(need);
-                    let spare =
-                        (size <= REPLAY_CHUNK).then(|| share.spares.lock().unwrap_or_else(|e| e.into_inner()).pop());
-                    spare.flatten().unwrap_or_else(|| Vec::with_capacity(size.max(REPLAY_CHUNK)))
-                });
-                // Within the buffer: the first frame fits (or is alone), the rest are bounded.
-                let most = left.saturating_sub(RecordHeader::LEN);
-                let Some(next) = held.copy_record(replay.next, replay.end - replay.next, most, bytes) else {
-                    break;
-                };
-                records.push(filled..bytes.len());
-                replay.next = next;
-            }
-            if held.first() > replay.end {
-                replay.next = replay.end;
-            }
-        }
-        let Some(buf) = buf else {
-            // Nothing left: replayed, or gone from the ring (the gap is counted at the next
-            // record taken).
-            self.replay = None;
-            return Chunk::Done;
+            replay.fill(&held, room, room >= share.budget_bytes, |size| {
+                let spare =
+                    (size <= REPLAY_CHUNK).then(|| share.spares.lock().unwrap_or_else(|e| e.into_inner()).pop());
+                spare.flatten().unwrap_or_else(|| Vec::with_capacity(size.max(REPLAY_CHUNK)))
+            })
         };
+        let (buf, records) = match filled {
+            ReplayFill::Needs(need) => return Chunk::Needs(need),
+            ReplayFill::Done => {
+                // Nothing left: replayed, or gone from the ring (the gap is counted at the next
+                // record taken).
+                self.replay = None;
+                return Chunk::Done;
+            }
+            ReplayFill::Built { buf, records } => (buf, records),
+        };
+        let finished = replay.is_finished();
         let chunk = Bytes::from_owner(ChunkOwner { buf, _permit: permit, spares: share.spares.clone() });
         for range in records {
             self.take(chunk.slice(range), stats);
         }
-        self.replay = (replay.next < replay.end).then_some(replay);
+        if finished {
+            self.replay = None;
+        }
         Chunk::Built
     }
 
@@ -639,19 +607,6 @@ impl Outgoing {
                 }
             }
         }
-    }
-}
-
-/// The header of the last record in `bytes`, one record or a run of them back to back.
-fn last_record(bytes: &[u8]) -> Option<RecordHeader> {
-    let mut at = 0usize;
-    loop {
-        let header = RecordHeader::parse(bytes.get(at..)?, usize::MAX).ok()?;
-        let next = at.checked_add(RecordHeader::LEN)?.checked_add(header.length as usize)?;
-        if next >= bytes.len() {
-            return Some(header);
-        }
-        at = next;
     }
 }
 
@@ -833,7 +788,7 @@ async fn subscriber(
         }
     }
     // The stream is over. A subscriber that joined after END was sent gets it now.
-    if !out.ended {
+    if !out.feed.ended() {
         if let Some(end) = server.shared.end.get() {
             out.batch.push_back(end.clone());
         }
@@ -984,6 +939,7 @@ mod tests {
     use super::*;
     use crate::config::Tcp;
     use crate::fanout::Fanout;
+    use mdrelay_proto::codec::Format;
     use mdrelay_proto::relay::{Coalescer, Envelope, Sealed};
     use std::sync::atomic::{AtomicBool, AtomicU64};
 
@@ -1081,10 +1037,8 @@ mod tests {
             assert_eq!(written, &run.bytes);
         }
         // The frames after each run's last record are expected next: 21-30 never came.
-        assert_eq!(out.next, Some(41));
+        assert_eq!(out.feed.next(), Some(41));
         assert_eq!(stats_summary(&shared, &stats).dropped_frames, 10);
-        assert_eq!(last_record(&runs[1].bytes).map(|h| h.sequence), Some(16));
-        assert_eq!(last_record(&[0u8; 7]), None);
     }
 
     fn stats_summary(shared: &Shared, stats: &Arc<SubscriberStats>) -> crate::fanout::SubscriberSummary {
@@ -1164,10 +1118,9 @@ mod tests {
         }
         // As `join` leaves it: the FORMAT record written, the replay owed.
         let mut out = Outgoing::new(None, SlowPolicy::Drop);
-        out.format = Some(Format::Sbe);
-        out.replay = Some(Replay { next: 1, end: frames + 1 });
-        out.next = Some(1);
-        out.skip_below = frames + 1;
+        let join = Join::Replay { from: 1, first: 1, end: frames + 1, format: Format::Sbe };
+        out.feed = SubscriberFeed::resuming(&join).unwrap().0;
+        out.replay = ReplayCursor::of(&join);
         (ring, out)
     }
 
