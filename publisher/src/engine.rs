@@ -366,7 +366,7 @@ pub fn run(
     summary.totals.by_type = by_type.by_byte();
     summary.source_skipped = source.skipped();
     summary.upstream = source.upstream_summary();
-    summary.pacing_reanchors = pacer.reanchors;
+    summary.pacing_reanchors = pacer.reanchors();
     // A relay's END carries its upstream's totals, or says its stream was cut short
     // (`UpstreamSource::end_totals`), so no leaf takes a truncated session for a whole one.
     let end_totals = source.upstream().map_or_else(|| summary.totals.clone(), |u| u.end_totals(&summary.totals));

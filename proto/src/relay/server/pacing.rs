@@ -114,7 +114,7 @@ impl PaceSchedule {
         });
         // A heartbeat weighs as one message: otherwise the idle seconds of a capture would be
         // scheduled at a single instant and go out as one burst, whose tail reads as latency.
-        self.messages += messages.max(1);
+        self.messages = self.messages.saturating_add(messages.max(1));
         Paced { target, publish_time, reanchored }
     }
 
