@@ -337,7 +337,8 @@ async fn connection(stream: &mut TcpStream, service: &Service, place: &Place) ->
     let mut limit = TokenBucket::new(rate, clock.now());
     let mut answer = Vec::with_capacity(ANSWER_BYTES + RecordHeader::LEN);
     // Bytes of the connection read so far, for messages: the answer to the greeting came first.
-    let mut requests = RequestReader::new(answer_len as u64, service.settings.idle_timeout, REQUEST_TIMEOUT, clock.now());
+    let mut requests =
+        RequestReader::new(answer_len as u64, service.settings.idle_timeout, REQUEST_TIMEOUT, clock.now());
     place.slots().answered(place.slot, place.now());
     loop {
         let asked = match next_request(stream, &mut requests, place).await {

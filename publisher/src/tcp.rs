@@ -31,8 +31,8 @@ use crate::stats::Echoes;
 use bytes::{Buf, Bytes};
 use mdrelay_proto::relay::echo::EchoGate;
 use mdrelay_proto::relay::server::{
-    FeedStep, HandshakeConfig, Join, Refusal, ReplayCursor, ReplayFill, ServerHandshake, SubscriberFeed,
-    busy_greeting, plan_join, refusal_record,
+    FeedStep, HandshakeConfig, Join, Refusal, ReplayCursor, ReplayFill, ServerHandshake, SubscriberFeed, busy_greeting,
+    plan_join, refusal_record,
 };
 use mdrelay_proto::relay::{Echo, Purpose, RecordHeader, RecordTag, Resume, Subscribe};
 use std::collections::VecDeque;

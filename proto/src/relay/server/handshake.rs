@@ -215,8 +215,7 @@ impl ServerHandshake {
     /// The time is `now`: past the deadline, an undecided handshake is refused.
     pub fn on_timeout(&mut self, now: i64) {
         if self.outcome.is_none() && now >= self.deadline {
-            self.outcome =
-                Some(Err(Refusal::TimedOut { timeout: self.config.timeout, setting: self.config.setting }));
+            self.outcome = Some(Err(Refusal::TimedOut { timeout: self.config.timeout, setting: self.config.setting }));
         }
     }
 

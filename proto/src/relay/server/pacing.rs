@@ -78,7 +78,9 @@ impl PaceSchedule {
         let offset = match self.mode {
             PaceMode::TopSpeed => return None,
             // Casts from f64 saturate: the max_gap check keeps offsets far from the limits.
-            PaceMode::Original { speed, .. } => (capture_time.saturating_sub(anchor_capture).max(0) as f64 / speed) as i64,
+            PaceMode::Original { speed, .. } => {
+                (capture_time.saturating_sub(anchor_capture).max(0) as f64 / speed) as i64
+            }
             PaceMode::Rate { per_second } => (self.messages as f64 * 1e9 / per_second).round() as i64,
         };
         anchor.checked_add(offset)
