@@ -31,10 +31,10 @@ use crate::stats::Echoes;
 use bytes::{Buf, Bytes};
 use mdrelay_proto::relay::echo::EchoGate;
 use mdrelay_proto::relay::server::{
-    FeedStep, HandshakeConfig, Join, Refusal, ReplayCursor, ReplayFill, ServerHandshake, SubscriberFeed, busy_greeting,
-    plan_join, refusal_record,
+    EchoReader, FeedStep, HandshakeConfig, Join, Refusal, ReplayCursor, ReplayFill, ServerHandshake, SubscriberFeed,
+    busy_greeting, plan_join, refusal_record,
 };
-use mdrelay_proto::relay::{Echo, Purpose, RecordHeader, RecordTag, Resume, Subscribe};
+use mdrelay_proto::relay::{Purpose, RecordHeader, RecordTag, Resume, Subscribe};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
@@ -218,7 +218,7 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, server: Server) {
         None => tracing::info!(echo = subscribe.echo, "subscriber admitted"),
     }
     let _admitted = Admitted::enter(&server.shared, &stats);
-    let mut incoming = Incoming { buf: Vec::with_capacity(1024), gate: EchoGate::default() };
+    let mut incoming = Incoming { echoes: EchoReader::new(), gate: EchoGate::default() };
     match subscriber(&stream, &mut out, &mut incoming, &server, &stats, &kill).await {
         Ok(Ended::Stream) => {}
         Ok(Ended::Killed) => {
@@ -612,12 +612,9 @@ impl Outgoing {
 
 /// What the subscriber sends: echo records only.
 struct Incoming {
-    buf: Vec<u8>,
+    echoes: EchoReader,
     gate: EchoGate,
 }
-
-/// Bytes of one ECHO record.
-const ECHO_RECORD: usize = RecordHeader::LEN + Echo::LEN;
 
 impl Incoming {
     /// Reads what the socket has; `Ok(false)` when the peer closed. Checks every whole ECHO record;
@@ -625,50 +622,24 @@ impl Incoming {
     fn read_some(&mut self, stream: &TcpStream, server: &Server, stats: &SubscriberStats) -> io::Result<bool> {
         let mut chunk = [0u8; 4096];
         // At most 16 chunks per call, so a subscriber that floods us cannot keep this task from
-        // yielding; the socket stays readable and the rest is read at the next turn.
+        // yielding; the socket stays readable and the rest is read at the next turn. Each chunk
+        // is parsed before the next is read: what is kept is a partial record at most.
         for _ in 0..16 {
-            // One chunk at a time, each parsed before the next is read: the buffer never holds
-            // more than a chunk and a partial record, however fast the subscriber sends.
-            let open = match stream.try_read(&mut chunk) {
-                Ok(0) => false,
-                Ok(n) => {
-                    self.buf.extend_from_slice(&chunk[..n]);
-                    true
-                }
+            match stream.try_read(&mut chunk) {
+                Ok(0) => return Ok(false),
+                Ok(n) => self.take_echoes(&chunk[..n], server, stats)?,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
                 Err(e) => return Err(e),
-            };
-            // Echoes that came just before the subscriber closed count too.
-            self.take_echoes(server, stats)?;
-            if !open {
-                return Ok(false);
             }
         }
         Ok(true)
     }
 
-    /// Checks and records every whole ECHO record in the buffer.
-    fn take_echoes(&mut self, server: &Server, stats: &SubscriberStats) -> io::Result<()> {
-        let mut at = 0;
-        while self.buf.len() - at >= RecordHeader::LEN {
-            let header = RecordHeader::parse(&self.buf[at..], Echo::LEN).map_err(|e| {
-                io::Error::new(io::ErrorKind::InvalidData, format!("bad record from the subscriber: {e}"))
-            })?;
-            if header.tag != RecordTag::Echo || header.length as usize != Echo::LEN {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!(
-                        "a subscriber sends only ECHO records, this one sent {:?} of {} bytes",
-                        header.tag, header.length
-                    ),
-                ));
-            }
-            if self.buf.len() - at < ECHO_RECORD {
-                break;
-            }
-            let echo = Echo::parse(&self.buf[at + RecordHeader::LEN..at + ECHO_RECORD])
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-            match self.gate.admit(&server.echoes.sent, &echo) {
+    /// Checks and records every whole ECHO record `bytes` complete.
+    fn take_echoes(&mut self, bytes: &[u8], server: &Server, stats: &SubscriberStats) -> io::Result<()> {
+        let gate = &mut self.gate;
+        self.echoes
+            .received(bytes, |echo| match gate.admit(&server.echoes.sent, &echo) {
                 Ok(()) => server.echoes.round_trips.record(echo.publish_time),
                 Err(why) => {
                     stats.echo_rejected();
@@ -677,11 +648,8 @@ impl Incoming {
                         tracing::warn!(%why, "echo rejected");
                     }
                 }
-            }
-            at += ECHO_RECORD;
-        }
-        self.buf.drain(..at);
-        Ok(())
+            })
+            .map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))
     }
 }
 

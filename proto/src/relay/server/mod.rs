@@ -9,16 +9,20 @@
 //!   replay starts and ends ([`plan_join`]), the replay's chunks out of the ring
 //!   ([`ReplayCursor`]), FORMAT records before the first record and at each switch, and the
 //!   hand-over to the live records without a gap or a duplicate;
+//! - [`echoes`]: what a subscriber sends back, `ECHO` records only ([`EchoReader`]);
 //! - [`retransmit`]: the retransmission service's side of a client ([`RequestReader`]: requests
 //!   out of bytes, idle and partial-request deadlines), its rate ([`TokenBucket`]) and each
 //!   request's answer out of the ring ([`Answer`]);
 //! - [`pacing`]: when each segment is due ([`PaceSchedule`]), given the time.
 
+pub mod echoes;
 pub mod feed;
 pub mod handshake;
 pub mod pacing;
 pub mod retransmit;
 
+#[cfg(test)]
+mod echoes_tests;
 #[cfg(test)]
 mod feed_tests;
 #[cfg(test)]
@@ -28,6 +32,7 @@ mod pacing_tests;
 #[cfg(test)]
 mod retransmit_tests;
 
+pub use echoes::{ECHO_RECORD, EchoReader};
 pub use feed::{FeedStep, Join, ReplayCursor, ReplayFill, SubscriberFeed, last_record, plan_join};
 pub use handshake::{HandshakeConfig, Refusal, ServerHandshake, busy_greeting, protection_mismatch, refusal_record};
 pub use pacing::{PaceMode, PaceSchedule, Paced};
