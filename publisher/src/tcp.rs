@@ -295,6 +295,12 @@ pub struct Clock {
     epoch: Instant,
 }
 
+impl Default for Clock {
+    fn default() -> Clock {
+        Clock::new()
+    }
+}
+
 impl Clock {
     /// A clock starting now.
     pub fn new() -> Clock {

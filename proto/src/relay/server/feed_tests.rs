@@ -93,6 +93,17 @@ fn replay(ring: &FrameRing, from: u64, room: usize) -> (SubscriberFeed, Sent, Jo
     (feed, sent, join)
 }
 
+/// A ring with room for `room` 10-byte frames, given frames `1..=last` in SBE, all handed to
+/// the live records.
+fn small_ring(room: usize, last: u64) -> FrameRing {
+    let mut r = FrameRing::new(room * (10 + crate::relay::ring::ENTRY_OVERHEAD));
+    for seq in 1..=last {
+        r.push(seq, Sbe, &[seq as u8; 10]);
+    }
+    r.set_published(last + 1);
+    r
+}
+
 use Format::{Capnp, Raw, Sbe};
 use RecordTag::{Data, End, Format as Fmt};
 
@@ -157,11 +168,7 @@ fn a_replay_with_several_switches_names_each_and_records_split_by_room() {
 #[test]
 fn frames_no_longer_held_are_the_subscribers_loss_named_by_the_format_record() {
     // Room for 4 frames: 1 to 6 left the ring.
-    let mut r = FrameRing::new(4 * (10 + crate::relay::ring::ENTRY_OVERHEAD));
-    for seq in 1..=10u64 {
-        r.push(seq, Sbe, &[seq as u8; 10]);
-    }
-    r.set_published(11);
+    let r = small_ring(4, 10);
     let join = plan_join(&r, 2, Raw);
     assert_eq!((join, join.gone()), (Join::Replay { from: 2, first: 7, end: 11, format: Sbe }, 5));
     let (_, sent, _) = replay(&r, 2, 1 << 16);
@@ -172,11 +179,7 @@ fn frames_no_longer_held_are_the_subscribers_loss_named_by_the_format_record() {
 
 #[test]
 fn frames_leaving_the_ring_during_the_replay_are_passed_over_and_counted() {
-    let mut r = FrameRing::new(4 * (10 + crate::relay::ring::ENTRY_OVERHEAD));
-    for seq in 1..=4u64 {
-        r.push(seq, Sbe, &[seq as u8; 10]);
-    }
-    r.set_published(5);
+    let mut r = small_ring(4, 4);
     let join = plan_join(&r, 1, Raw);
     let (mut feed, format_record) = SubscriberFeed::resuming(&join).unwrap();
     let mut cursor = ReplayCursor::of(&join).unwrap();

@@ -2,6 +2,7 @@
 //! every offset, silence past the deadline, and any bytes at all without a panic.
 
 use super::handshake::*;
+use super::testing::bytes_and_cuts;
 use crate::codec::Format;
 use crate::relay::protect::Protection;
 use crate::relay::wire::{HandshakeError, Hello, Purpose, RecordHeader, RecordTag, Resume, Subscribe};
@@ -223,20 +224,13 @@ proptest! {
     /// Whatever a peer sends, in whatever pieces, the handshake takes at most one answer's
     /// bytes, decides at most once, and never panics.
     #[test]
-    fn any_bytes_in_any_pieces_never_panic(
-        bytes in proptest::collection::vec(any::<u8>(), 0..80),
-        prefix in any::<bool>(),
-        cuts in proptest::collection::vec(0usize..80, 0..6),
-    ) {
-        let mut bytes = bytes;
+    fn any_bytes_in_any_pieces_never_panic((mut bytes, cuts) in bytes_and_cuts(80), prefix in any::<bool>()) {
         if prefix {
             // Mostly well-formed: a real answer's start, so the later checks are reached.
             let real = answer(Resume::From(3), Purpose::Stream, Protection::NONE);
             let n = real.len().min(bytes.len());
             bytes[..n.min(10)].copy_from_slice(&real[..n.min(10)]);
         }
-        let mut cuts: Vec<usize> = cuts.into_iter().filter(|&c| c < bytes.len()).collect();
-        cuts.sort_unstable();
         let mut hs = stream_port();
         let taken = feed(&mut hs, &bytes, &cuts);
         prop_assert!(taken <= Subscribe::V2_LEN);

@@ -31,6 +31,8 @@ mod handshake_tests;
 mod pacing_tests;
 #[cfg(test)]
 mod retransmit_tests;
+#[cfg(test)]
+mod testing;
 
 pub use echoes::{ECHO_RECORD, EchoReader};
 pub use feed::{FeedStep, Join, ReplayCursor, ReplayFill, SubscriberFeed, last_record, plan_join};

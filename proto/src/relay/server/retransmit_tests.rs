@@ -3,6 +3,7 @@
 //! answers within, across and beyond the ring, absurd ranges; any bytes without a panic.
 
 use super::retransmit::*;
+use super::testing::bytes_and_cuts;
 use crate::codec::Format;
 use crate::relay::ring::{ENTRY_OVERHEAD, FrameRing};
 use crate::relay::wire::{RecordHeader, RecordTag, RetransmitRequest, control_record, parse_gone};
@@ -290,18 +291,11 @@ proptest! {
     /// Whatever a client sends, in whatever pieces: a request is at most 24 bytes read, the
     /// reader ends or asks, and nothing panics.
     #[test]
-    fn any_bytes_never_panic(
-        bytes in proptest::collection::vec(any::<u8>(), 0..120),
-        plausible in any::<bool>(),
-        cuts in proptest::collection::vec(0usize..120, 0..6),
-    ) {
-        let mut bytes = bytes;
+    fn any_bytes_never_panic((mut bytes, cuts) in bytes_and_cuts(120), plausible in any::<bool>()) {
         if plausible && bytes.len() >= 2 {
             bytes[0] = RecordTag::Request as u8;
             bytes[1] = 0;
         }
-        let mut cuts: Vec<usize> = cuts.into_iter().filter(|&c| c < bytes.len()).collect();
-        cuts.sort_unstable();
         let mut r = reader(0);
         let (events, taken) = feed(&mut r, &bytes, &cuts, 0);
         prop_assert!(taken <= REQUEST_LEN);
