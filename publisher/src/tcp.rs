@@ -34,7 +34,7 @@ use mdrelay_proto::relay::server::{
     EchoReader, FeedStep, HandshakeConfig, Join, Refusal, ReplayCursor, ReplayFill, ServerHandshake, SubscriberFeed,
     busy_greeting, plan_join, refusal_record,
 };
-use mdrelay_proto::relay::{Purpose, RecordHeader, RecordTag, Resume, Subscribe};
+use mdrelay_proto::relay::{Purpose, Resume, Subscribe};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
@@ -915,6 +915,7 @@ mod tests {
     use crate::fanout::Fanout;
     use mdrelay_proto::codec::Format;
     use mdrelay_proto::relay::{Coalescer, Envelope, Sealed};
+    use mdrelay_proto::relay::{RecordHeader, RecordTag};
     use std::sync::atomic::{AtomicBool, AtomicU64};
 
     fn tcp(queue: usize, slow: SlowPolicy) -> Tcp {
