@@ -512,3 +512,51 @@ fn violations_in_a_row_without_a_frame_make_a_relay_give_up() {
     );
     assert_eq!(client.counts().connection.violations, 4);
 }
+
+/// A publisher at its connection limit: greeting, then BUSY at once.
+fn busy_publisher() -> Vec<u8> {
+    let mut busy = Hello::new(Format::Sbe, SESSION, 1, 3).to_bytes().to_vec();
+    busy.extend(record(RecordTag::Busy, Format::Sbe, 0, 3, b"at its limit; retry later"));
+    busy
+}
+
+#[test]
+fn a_relay_told_busy_after_the_handshake_waits_longer_each_time_counts_no_reconnection_and_gives_up_in_time() {
+    let mut client = relay(Duration::from_secs(2));
+    let mut notes = Notes::default();
+    let mut now = 0;
+    let mut waits = Vec::new();
+    let mut events = Vec::new();
+    let finish = loop {
+        match client.poll_action(now) {
+            ClientAction::Connect => {
+                client.connected(peer(), now);
+                // The answer is written before BUSY is read: the handshake completed.
+                let (got, written) = drive(&mut client, &busy_publisher(), &[], now, true, &mut notes);
+                assert_eq!(answer(&written).resume, Resume::Live);
+                events.extend(got);
+            }
+            ClientAction::Wait(until) => now = until,
+            ClientAction::Finished => break client.finished().cloned(),
+            ClientAction::Run => panic!("the connection was closed by BUSY"),
+        }
+        for e in std::iter::from_fn(|| client.poll_event(&mut notes)).chain(events.drain(..)) {
+            match e {
+                ClientEvent::Lost { closed, retry_in } => {
+                    assert_eq!(closed.reason.disposition(), Disposition::Busy, "{closed:?}");
+                    assert!(closed.established, "the handshake had completed");
+                    waits.push(retry_in / MS);
+                }
+                ClientEvent::Reconnected { .. } | ClientEvent::ConnectFailed { .. } => {
+                    panic!("BUSY is neither a reconnection nor a failed attempt: {e:?}")
+                }
+                _ => {}
+            }
+        }
+    };
+    assert_eq!(waits, [100, 200, 400, 800], "never at once; the next wait would pass give_up_after");
+    assert_eq!(client.counts().reconnects, 0);
+    let Some(Finish::Fatal(why)) = finish else { panic!("{finish:?}") };
+    assert!(why.contains("the upstream is busy: at its limit; retry later"), "{why}");
+    assert!(why.contains("not reached in 5 attempts over 1.5 s"), "{why}");
+}
