@@ -646,6 +646,14 @@ impl StreamClient {
         }
     }
 
+    /// The driver will write nothing more to the connection (the stream is over): what is
+    /// still unsent is dropped, and its echoes counted as dropped.
+    pub fn discard_unsent(&mut self) {
+        if let Some(conn) = self.conn() {
+            conn.discard_unsent();
+        }
+    }
+
     /// A write failed.
     pub fn write_failed(&mut self, error: &dyn fmt::Display, now: i64) {
         self.now = now;

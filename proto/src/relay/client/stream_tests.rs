@@ -560,3 +560,32 @@ fn a_relay_told_busy_after_the_handshake_waits_longer_each_time_counts_no_reconn
     assert!(why.contains("the upstream is busy: at its limit; retry later"), "{why}");
     assert!(why.contains("not reached in 5 attempts over 1.5 s"), "{why}");
 }
+
+#[test]
+fn a_resume_whose_first_record_is_data_is_judged_there_and_a_later_format_switch_is_no_failed_resume() {
+    let sbe = capture_frames("DEEP10.pcap.gz", Format::Sbe, 12);
+    let capnp = capture_frames("DEEP10.pcap.gz", Format::Capnp, 12);
+    let mut client = subscriber();
+    let mut notes = Notes::default();
+    client.poll_action(0);
+    client.connected(peer(), 0);
+    drive(&mut client, &publisher(&sbe, Format::Sbe, SESSION, 1, 6, false), &[], 0, true, &mut notes);
+    client.poll_action(S);
+    client.connected(peer(), S);
+    // The ring replays from frame 6 with DATA straight after the greeting (no FORMAT: the
+    // greeting named the format), then the publisher switches to Cap'n Proto at frame 9.
+    let mut second = Hello::new(Format::Sbe, SESSION, 1, 6).to_bytes().to_vec();
+    for seq in 6..9 {
+        second.extend(record(RecordTag::Data, Format::Sbe, 1, seq, &sbe[seq as usize - 1]));
+    }
+    second.extend(record(RecordTag::Format, Format::Capnp, 0, 9, &[]));
+    for seq in 9..13 {
+        second.extend(record(RecordTag::Data, Format::Capnp, 1, seq, &capnp[seq as usize - 1]));
+    }
+    let (events, written) = drive(&mut client, &second, &[], S, false, &mut notes);
+    assert_eq!(answer(&written).resume, Resume::From(6));
+    assert!(events.contains(&ClientEvent::Resumed { from: 6 }), "{events:?}");
+    assert!(!events.iter().any(|e| matches!(e, ClientEvent::ResumeFailed { .. })), "{events:?}");
+    assert_eq!(client.counts().resumes, 1);
+    assert_eq!(notes.sequences(), (1..=12).collect::<Vec<_>>(), "no gap, no duplicate");
+}
