@@ -22,6 +22,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::net::TcpStream;
 
+/// Items taken from the machine per call before they are handed out (see `TcpDriver::pump`).
+const PUMP_BATCH: usize = 32;
+
 /// A TCP subscription's driver.
 #[derive(Debug)]
 pub(crate) struct TcpDriver {
@@ -222,7 +225,12 @@ impl TcpDriver {
     /// Takes the machine's events; an error when the stream ended with one.
     fn pump(&mut self, out: &mut Collector) -> Result<(), Error> {
         out.stream_peer = self.peer;
-        while let Some(event) = self.client.poll_event(out) {
+        // A read holds up to 256 KiB of records: the caller gets the first frames while their
+        // messages are still in cache, rather than after all of them were stored. The machine
+        // keeps the rest, and nothing is read before it has handed them out.
+        while out.waiting() < PUMP_BATCH
+            && let Some(event) = self.client.poll_event(out)
+        {
             match event {
                 ClientEvent::Connected { peer, attempt, again } => {
                     out.notice(Event::Connected { peer, attempt, reconnect: again })
