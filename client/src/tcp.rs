@@ -278,8 +278,10 @@ impl TcpDriver {
                     });
                 }
                 ClientEvent::Finished(finish) => {
-                    // Echoes still waiting go out if the socket takes them now.
+                    // Echoes still waiting go out if the socket takes them now; the rest count
+                    // as dropped, so every echo is counted once, sent or dropped.
                     self.write();
+                    self.client.discard_unsent();
                     self.conn = None;
                     self.finished = true;
                     self.client.reader_mut().finish();
@@ -306,6 +308,8 @@ impl TcpDriver {
     /// Ends the stream now.
     pub fn close(&mut self) {
         self.write();
+        // Nothing more is written: echoes still waiting count as dropped.
+        self.client.discard_unsent();
         self.conn = None;
         self.connecting = None;
         if !self.finished {

@@ -1,0 +1,110 @@
+//! A resume judged where the stream starts, against a publisher made here for what a publisher
+//! of this build does not send: after a cut, the ring's replay starts with `DATA` (no `FORMAT`
+//! first; the greeting named the format), and a `FORMAT` later switches the format. The resume
+//! worked; only the first stream record says so, never the later switch.
+
+use mdrelay_client::{Builder, Event};
+use mdrelay_harness::{STEP, accept_within, iex_data};
+use mdrelay_proto::capture::CaptureReader;
+use mdrelay_proto::codec::{Codec, Format, Limits, MessageScratch, collect_segment};
+use mdrelay_proto::iextp::Segment;
+use mdrelay_proto::relay::{Hello, RecordHeader, RecordTag, Resume, Subscribe, Totals, control_record};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+const SESSION: u64 = 0x5e55;
+
+/// The first `n` DEEP10 segments that carry messages, each encoded as one frame of `format`.
+fn frames(format: Format, n: usize) -> Vec<Vec<u8>> {
+    let path = iex_data().join("DEEP10.pcap.gz");
+    let mut reader = CaptureReader::open(&path).unwrap();
+    let mut codec = Codec::new(format, Limits::default());
+    let mut out = Vec::new();
+    while out.len() < n {
+        let packet = reader.next_packet().unwrap().expect("DEEP10 has enough segments");
+        let Ok(datagram) = mdrelay_proto::link::udp_datagram(packet.link_type, packet.data) else { continue };
+        let Ok(segment) = Segment::parse(datagram.payload) else { continue };
+        if segment.blocks().count() == 0 {
+            continue;
+        }
+        let mut frame = Vec::new();
+        MessageScratch::new().with(|list| {
+            collect_segment(&segment, list);
+            codec.encode_segment(1_000 + out.len() as i64, &segment, datagram.payload, list, &mut frame).unwrap();
+        });
+        out.push(frame);
+    }
+    out
+}
+
+fn data(format: Format, sequence: u64, frame: &[u8]) -> Vec<u8> {
+    let header = RecordHeader { tag: RecordTag::Data, format, frame_count: 1, length: frame.len() as u32, sequence };
+    [&header.to_bytes()[..], frame].concat()
+}
+
+/// Greets one connection as the publisher of `SESSION` whose next frame is `next`, and returns
+/// the subscriber's answer.
+fn greet(listener: &TcpListener, next: u64) -> (TcpStream, Subscribe) {
+    let mut s = accept_within(listener, STEP);
+    s.set_read_timeout(Some(STEP)).unwrap();
+    s.write_all(&Hello::new(Format::Sbe, SESSION, 1, next).to_bytes()).unwrap();
+    let mut answer = [0u8; Subscribe::V2_LEN];
+    s.read_exact(&mut answer).unwrap();
+    (s, Subscribe::parse(&answer).expect("a subscriber's answer"))
+}
+
+#[test]
+fn a_resume_whose_replay_starts_with_data_is_a_resume_and_a_later_format_switch_is_not_a_failed_one() {
+    let sbe = frames(Format::Sbe, 6);
+    let capnp = frames(Format::Capnp, 8);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let publisher = std::thread::spawn(move || {
+        // Frames 1 to 3, then the connection is cut.
+        let (mut s, answer) = greet(&listener, 1);
+        assert_eq!(answer.resume, Resume::Live);
+        s.write_all(&control_record(RecordTag::Format, Format::Sbe, 1, &[])).unwrap();
+        for seq in 1..=3u64 {
+            s.write_all(&data(Format::Sbe, seq, &sbe[seq as usize - 1])).unwrap();
+        }
+        drop(s);
+        // The resume: frames 4 to 6 straight after the greeting, then a switch to Cap'n Proto
+        // for frames 7 and 8, then the end.
+        let (mut s, answer) = greet(&listener, 4);
+        let mut bytes = Vec::new();
+        for seq in 4..=6u64 {
+            bytes.extend(data(Format::Sbe, seq, &sbe[seq as usize - 1]));
+        }
+        bytes.extend(control_record(RecordTag::Format, Format::Capnp, 7, &[]));
+        for seq in 7..=8u64 {
+            bytes.extend(data(Format::Capnp, seq, &capnp[seq as usize - 1]));
+        }
+        let mut totals = Vec::new();
+        Totals { frames: 8, ..Totals::default() }.write(&mut totals);
+        bytes.extend(control_record(RecordTag::End, Format::Capnp, 9, &totals));
+        s.write_all(&bytes).unwrap();
+        // Held until the subscriber leaves.
+        let _ = s.read_to_end(&mut Vec::new());
+        answer.resume
+    });
+    let mut subscriber = Builder::tcp(addr.to_string()).build().unwrap();
+    let started = Instant::now();
+    let (mut sequences, mut resumes) = (Vec::new(), Vec::new());
+    while let Some(event) = subscriber.next_event().unwrap() {
+        assert!(started.elapsed() < Duration::from_secs(60), "the stream took too long");
+        match event {
+            Event::Frame(frame) => {
+                assert!(frame.decode_error().is_none(), "frame {}: {:?}", frame.sequence(), frame.decode_error());
+                sequences.push(frame.sequence());
+            }
+            Event::Resumed { asked, offered } => resumes.push((asked, offered)),
+            _ => {}
+        }
+    }
+    assert_eq!(publisher.join().unwrap(), Resume::From(4), "the subscriber asked for the frame after frame 3");
+    assert_eq!(sequences, (1..=8).collect::<Vec<u64>>(), "every frame once");
+    assert_eq!(resumes, [(4, 4)], "resumed where asked, and the switch at frame 7 is no resume");
+    let counters = subscriber.counters();
+    assert_eq!((counters.reconnects, counters.resumes, counters.lost), (1, 1, 0), "{counters:?}");
+}
