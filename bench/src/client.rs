@@ -212,8 +212,11 @@ pub fn run(args: &ClientArgs) -> Result<()> {
     for (mode, mode_args) in &modes {
         let units = if mode_args.top_speed { 1 } else { loopback::frame_schedule(mode_args)?.1 };
         for repetition in 0..args.repetitions {
-            let order =
-                if repetition % 2 == 0 { [Program::Binary, Program::Library] } else { [Program::Library, Program::Binary] };
+            let order = if repetition % 2 == 0 {
+                [Program::Binary, Program::Library]
+            } else {
+                [Program::Library, Program::Binary]
+            };
             for program in order {
                 let plan = Plan {
                     args: mode_args,
@@ -244,9 +247,8 @@ pub fn run(args: &ClientArgs) -> Result<()> {
     let comparisons: Vec<Comparison> = modes
         .iter()
         .map(|(mode, _)| {
-            let of = |p: Program| {
-                medians(&runs.iter().filter(|r| r.mode == *mode && r.program == p).collect::<Vec<_>>())
-            };
+            let of =
+                |p: Program| medians(&runs.iter().filter(|r| r.mode == *mode && r.program == p).collect::<Vec<_>>());
             let (binary, library) = (of(Program::Binary), of(Program::Library));
             Comparison {
                 mode,
@@ -325,7 +327,8 @@ fn table(report: &Report, args: &ClientArgs) -> String {
         );
     }
     let _ = writeln!(out, "\nEvery run, in order:\n");
-    let _ = writeln!(out, "| mode | repetition | program | msg/s delivered | p50 µs | p99 µs | max µs | CPU s | totals |");
+    let _ =
+        writeln!(out, "| mode | repetition | program | msg/s delivered | p50 µs | p99 µs | max µs | CPU s | totals |");
     let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|");
     for r in &report.runs {
         let _ = writeln!(

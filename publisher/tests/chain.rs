@@ -1066,8 +1066,7 @@ fn deep10_through_a_relay_across_three_hosts_reaches_a_multicast_leaf_exact() {
 }
 
 #[test]
-fn an_upstream_at_its_connection_limit_is_retried_with_growing_waits_and_no_busy_connection_counts_as_a_reconnection()
-{
+fn an_upstream_at_its_connection_limit_is_retried_with_growing_waits_and_no_busy_connection_counts_as_a_reconnection() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let (origin_json, relay_json) = (path(dir.path(), "origin.json"), path(dir.path(), "relay.json"));

@@ -716,7 +716,10 @@ impl StreamClient {
             }
             let event = conn.poll_event()?;
             if !*streaming
-                && matches!(event, ConnectionEvent::Format { .. } | ConnectionEvent::Data { .. } | ConnectionEvent::End { .. })
+                && matches!(
+                    event,
+                    ConnectionEvent::Format { .. } | ConnectionEvent::Data { .. } | ConnectionEvent::End { .. }
+                )
             {
                 *streaming = true;
                 if relay && let Some(done) = reach.take() {
