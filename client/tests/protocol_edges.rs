@@ -1,16 +1,21 @@
-//! A resume judged where the stream starts, against a publisher made here for what a publisher
-//! of this build does not send: after a cut, the ring's replay starts with `DATA` (no `FORMAT`
-//! first; the greeting named the format), and a `FORMAT` later switches the format. The resume
-//! worked; only the first stream record says so, never the later switch.
+//! Against peers made here for what a publisher of this build does not send: a resume judged
+//! where the stream starts (after a cut, the ring's replay starts with `DATA`, no `FORMAT` first
+//! since the greeting named the format, and a `FORMAT` later switches the format: the resume
+//! worked, and only the first stream record says so, never the later switch); and a
+//! retransmission service refusing with a reason longer than the 4096 bytes read of it, which
+//! is still a refusal, not a peer that is no retransmission service.
 
 use mdrelay_client::{Builder, Event};
+use mdrelay_client::{RecoveryEvent, Waited};
 use mdrelay_harness::{STEP, accept_within, iex_data};
 use mdrelay_proto::capture::CaptureReader;
 use mdrelay_proto::codec::{Codec, Format, Limits, MessageScratch, collect_segment};
 use mdrelay_proto::iextp::Segment;
-use mdrelay_proto::relay::{Hello, RecordHeader, RecordTag, Resume, Subscribe, Totals, control_record};
+use mdrelay_proto::relay::{
+    Coalescer, Envelope, Hello, Protection, RecordHeader, RecordTag, Resume, Subscribe, Totals, control_record,
+};
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
 const SESSION: u64 = 0x5e55;
@@ -107,4 +112,55 @@ fn a_resume_whose_replay_starts_with_data_is_a_resume_and_a_later_format_switch_
     assert_eq!(resumes, [(4, 4)], "resumed where asked, and the switch at frame 7 is no resume");
     let counters = subscriber.counters();
     assert_eq!((counters.reconnects, counters.resumes, counters.lost), (1, 1, 0), "{counters:?}");
+}
+
+/// A UDP `DATA` datagram of one frame.
+fn datagram(format: Format, sequence: u64, frame: &[u8]) -> Vec<u8> {
+    let mut coalescer =
+        Coalescer::new(Envelope::Datagram { session: SESSION, protection: Protection::NONE }, usize::MAX);
+    coalescer.push(sequence, format, frame, |_| panic!("one frame fits")).unwrap();
+    let mut out = Vec::new();
+    coalescer.flush(|sealed| out = sealed.bytes.to_vec());
+    out
+}
+
+#[test]
+fn a_retransmission_service_refusing_with_a_reason_past_the_limit_is_a_refusal_with_that_reason_cut() {
+    let reason: Vec<u8> = b"this service is closed for maintenance; ".iter().copied().cycle().take(5000).collect();
+    let service = TcpListener::bind("127.0.0.1:0").unwrap();
+    let service_addr = service.local_addr().unwrap();
+    let refusal = control_record(RecordTag::Refuse, Format::Raw, 0, &reason);
+    let server = std::thread::spawn(move || {
+        let mut s = accept_within(&service, Duration::from_secs(60));
+        s.write_all(&refusal).unwrap();
+        // Held until the subscriber leaves.
+        s.set_read_timeout(Some(STEP)).unwrap();
+        let _ = s.read_to_end(&mut Vec::new());
+    });
+    let mut subscriber = Builder::udp("127.0.0.1:0")
+        .recovery(service_addr.to_string())
+        .recovery_delay(Duration::from_millis(1))
+        .build()
+        .unwrap();
+    let local = subscriber.local_addrs()[0];
+    // Frames 1 and 3: frame 2 is missing, and asked of the service.
+    let sbe = frames(Format::Sbe, 3);
+    let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for seq in [1u64, 3] {
+        sender.send_to(&datagram(Format::Sbe, seq, &sbe[seq as usize - 1]), local).unwrap();
+    }
+    let started = Instant::now();
+    let refused = loop {
+        assert!(started.elapsed() < Duration::from_secs(60), "no answer of the service came");
+        match subscriber.next_event_timeout(Duration::from_millis(100)).unwrap() {
+            Waited::Event(Event::Recovery(RecoveryEvent::Refused { reason })) => break reason,
+            Waited::Finished => panic!("the stream ended first"),
+            _ => {}
+        }
+    };
+    let expected = String::from_utf8_lossy(&reason[..4096]);
+    assert!(refused.contains("refused the recovery connection"), "{refused:.300}");
+    assert!(refused.ends_with(&*expected), "the reason, cut at 4096 bytes: {refused:.300}");
+    subscriber.close();
+    server.join().unwrap();
 }
