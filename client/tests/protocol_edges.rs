@@ -3,7 +3,8 @@
 //! since the greeting named the format, and a `FORMAT` later switches the format: the resume
 //! worked, and only the first stream record says so, never the later switch); and a
 //! retransmission service refusing with a reason longer than the 4096 bytes read of it, which
-//! is still a refusal, not a peer that is no retransmission service.
+//! is still a refusal, not a peer that is no retransmission service; and a publisher that never
+//! reads its subscriber's echoes, whose echoes are each counted once, sent or dropped.
 
 use mdrelay_client::{Builder, Event};
 use mdrelay_client::{RecoveryEvent, Waited};
@@ -163,4 +164,48 @@ fn a_retransmission_service_refusing_with_a_reason_past_the_limit_is_a_refusal_w
     assert!(refused.ends_with(&*expected), "the reason, cut at 4096 bytes: {refused:.300}");
     subscriber.close();
     server.join().unwrap();
+}
+
+#[test]
+fn echoes_a_publisher_never_reads_are_each_counted_once_sent_or_dropped_at_the_end() {
+    // Far more echoes than the kernel's buffers and the subscriber's bound on echoes waiting
+    // hold: at the end some wait unsent.
+    const FRAMES: u64 = 600_000;
+    let sbe = frames(Format::Sbe, 1);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let publisher = std::thread::spawn(move || {
+        let (mut s, answer) = greet(&listener, 1);
+        assert!(answer.echo, "the subscriber asked to echo");
+        let mut bytes = control_record(RecordTag::Format, Format::Sbe, 1, &[]);
+        for seq in 1..=FRAMES {
+            bytes.extend(data(Format::Sbe, seq, &sbe[0]));
+            if bytes.len() > 1 << 20 {
+                s.write_all(&bytes).unwrap();
+                bytes.clear();
+            }
+        }
+        let mut totals = Vec::new();
+        Totals { frames: FRAMES, ..Totals::default() }.write(&mut totals);
+        bytes.extend(control_record(RecordTag::End, Format::Sbe, FRAMES + 1, &totals));
+        s.write_all(&bytes).unwrap();
+        // Never reads an echo; holds the connection until the subscriber is done.
+        let _ = done_rx.recv_timeout(Duration::from_secs(120));
+    });
+    let mut subscriber = Builder::tcp(addr.to_string()).echo_every(1).build().unwrap();
+    let started = Instant::now();
+    while let Some(event) = subscriber.next_event().unwrap() {
+        assert!(started.elapsed() < Duration::from_secs(120), "the stream took too long");
+        if matches!(event, Event::End(_)) {
+            break;
+        }
+    }
+    let c = subscriber.counters();
+    assert_eq!(c.frames, FRAMES);
+    assert!(c.echoes_dropped > 0, "the way back was full: {c:?}");
+    assert_eq!(c.echoes_sent + c.echoes_dropped, FRAMES, "every echo counted once: {c:?}");
+    drop(subscriber);
+    done_tx.send(()).unwrap();
+    publisher.join().unwrap();
 }
