@@ -278,7 +278,7 @@ pub(crate) fn sibling(package: &str, name: &str) -> Result<PathBuf> {
 
 /// Whether `bin args --help` lists a `--profile` flag: the flag is new, and a binary without it
 /// would reject it, so the benchmark asks first and says so instead of failing.
-fn has_profile_flag(bin: &Path, args: &[&str]) -> bool {
+pub(crate) fn has_profile_flag(bin: &Path, args: &[&str]) -> bool {
     std::process::Command::new(bin)
         .args(args)
         .arg("--help")
@@ -287,10 +287,10 @@ fn has_profile_flag(bin: &Path, args: &[&str]) -> bool {
 }
 
 /// Which programs get `--profile`, and how the tables name what was applied.
-struct ProfileUse {
-    requested: Profile,
-    publisher: bool,
-    subscriber: bool,
+pub(crate) struct ProfileUse {
+    pub(crate) requested: Profile,
+    pub(crate) publisher: bool,
+    pub(crate) subscriber: bool,
 }
 
 impl ProfileUse {
@@ -301,7 +301,7 @@ impl ProfileUse {
         }
     }
 
-    fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         match (self.requested, self.publisher, self.subscriber) {
             (Profile::Default, ..) => "default".into(),
             (Profile::LowLatency, true, true) => "low-latency".into(),
@@ -362,26 +362,33 @@ fn read_histogram_log(path: &Path) -> Result<Histogram<u64>> {
 }
 
 /// Everything one format's run needs to know.
-struct Plan<'a> {
-    args: &'a LoopbackArgs,
-    transport: Transport,
-    format: Format,
-    coalesce: usize,
-    protection: ProtectionChoice,
-    publisher: &'a Path,
-    subscriber: &'a Path,
-    dir: &'a Path,
-    profile: &'a ProfileUse,
+pub(crate) struct Plan<'a> {
+    pub(crate) args: &'a LoopbackArgs,
+    pub(crate) transport: Transport,
+    pub(crate) format: Format,
+    pub(crate) coalesce: usize,
+    pub(crate) protection: ProtectionChoice,
+    pub(crate) publisher: &'a Path,
+    /// The receiving program: `mdrelay-sub`, or a program taking the same flags
+    /// (`mdrelay-bench-client`).
+    pub(crate) subscriber: &'a Path,
+    pub(crate) dir: &'a Path,
+    pub(crate) profile: &'a ProfileUse,
     /// The pacer's units in the source (see [`frame_schedule`]).
-    units: u64,
+    pub(crate) units: u64,
 }
 
-fn run_one(plan: &Plan<'_>) -> Result<Row> {
+pub(crate) fn run_one(plan: &Plan<'_>) -> Result<Row> {
     let Plan { args, transport, format, coalesce, protection, .. } = *plan;
-    let name = format!("{}-{format}-{coalesce}-{}", transport.name(), protection.name());
-    let sub_json = plan.dir.join(format!("sub-{name}.json"));
+    // The receiving program in the name too, so no run reads another program's files.
+    let receiver = plan.subscriber.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
+    let name = format!("{receiver}-{}-{format}-{coalesce}-{}", transport.name(), protection.name());
+    for stale in [&sub_json_of(plan.dir, &name), &hlog_of(plan.dir, &name)] {
+        let _ = std::fs::remove_file(stale);
+    }
+    let sub_json = sub_json_of(plan.dir, &name);
     let pub_json = plan.dir.join(format!("pub-{name}.json"));
-    let hlog = plan.dir.join(format!("sub-{name}.hlog"));
+    let hlog = hlog_of(plan.dir, &name);
     let messages = args.messages();
     let mut pub_args: Vec<String> = vec!["run".into(), "--format".into(), format.name().into()];
     if args.top_speed {
@@ -523,11 +530,21 @@ fn run_one(plan: &Plan<'_>) -> Result<Row> {
     })
 }
 
+/// The receiving program's report of run `name`.
+fn sub_json_of(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("sub-{name}.json"))
+}
+
+/// The receiving program's histogram log of run `name`.
+fn hlog_of(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("sub-{name}.hlog"))
+}
+
 /// The relay's packet schedule for the source: frames (one per IEX segment, heartbeats
 /// included) and the pacer's units (a segment's messages, or one for a segment without any, as
 /// `mdrelay-pub`'s rate pacing counts them). The floor sends one ping per frame over the same
 /// time, so it carries the same packet rate as the relay does.
-fn frame_schedule(args: &LoopbackArgs) -> Result<(u64, u64)> {
+pub(crate) fn frame_schedule(args: &LoopbackArgs) -> Result<(u64, u64)> {
     let (mut frames, mut units) = (0u64, 0u64);
     let mut count = |payload: &[u8]| {
         if let Ok(segment) = Segment::parse(payload) {
@@ -629,7 +646,7 @@ pub(crate) fn thousands(v: f64) -> String {
     out
 }
 
-fn us(ns: u64) -> String {
+pub(crate) fn us(ns: u64) -> String {
     let us = ns as f64 / 1000.0;
     if us >= 100.0 { format!("{us:.0}") } else { format!("{us:.1}") }
 }

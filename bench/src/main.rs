@@ -9,6 +9,10 @@
 //! tabulates end-to-end latency percentiles against the floor, CPU time and peak memory, to
 //! choose a format; `--top-speed` measures throughput instead. Plots are written as SVG.
 //!
+//! `mdrelay-bench client` runs a program built on `mdrelay-client` (`mdrelay-bench-client`)
+//! and `mdrelay-sub` against the same publisher, alternating, and compares their throughput and
+//! latency.
+//!
 //! `mdrelay-bench recovery` multicasts across emulated hosts with loss injected by nftables and
 //! tabulates recovery latency percentiles per loss rate (root); `mdrelay-bench arbitration`
 //! measures what A/B line arbitration costs the receive path per datagram.
@@ -25,6 +29,7 @@
 static GLOBAL: mdrelay_harness::alloc::CountingAllocator = mdrelay_harness::alloc::CountingAllocator;
 
 mod arbitration;
+mod client;
 mod codecs;
 mod floor;
 mod latency;
@@ -52,6 +57,8 @@ enum Command {
     Codecs(codecs::CodecArgs),
     /// Run publisher and subscriber over loopback once per format: latency against a socket floor, or top speed.
     Loopback(loopback::LoopbackArgs),
+    /// A program on mdrelay-client against mdrelay-sub, alternating: throughput and latency, and their ratio.
+    Client(client::ClientArgs),
     /// Recovery latency under injected loss, across emulated hosts (root).
     Recovery(recovery::RecoveryArgs),
     /// What A/B line arbitration costs the receive path, per datagram.
@@ -65,6 +72,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Codecs(args) => codecs::run(&args),
         Command::Loopback(args) => loopback::run(&args),
+        Command::Client(args) => client::run(&args),
         Command::Recovery(args) => recovery::run(&args),
         Command::Arbitration(args) => arbitration::run(&args),
         Command::Scale(args) => scale::run(&args),

@@ -82,6 +82,11 @@ impl Collector {
         self.cursor < self.items.len()
     }
 
+    /// Items not yet handed out.
+    pub fn waiting(&self) -> usize {
+        self.items.len() - self.cursor
+    }
+
     /// Forgets what was handed out, once everything was: the buffers are reused.
     pub fn recycle(&mut self) {
         if !self.has_items() && !self.items.is_empty() {

@@ -81,7 +81,8 @@ pub struct Counters {
     pub records_out_of_place: u64,
     /// Echoes sent back to the publisher (round-trip latency).
     pub echoes_sent: u64,
-    /// Echoes dropped because the way back was full, or the connection was lost first.
+    /// Echoes dropped because the way back was full, or because the connection was lost or the
+    /// stream ended before they were written (every echo is counted once, sent or dropped).
     pub echoes_dropped: u64,
     /// UDP: datagrams received.
     pub datagrams: u64,

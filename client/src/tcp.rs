@@ -22,6 +22,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::net::TcpStream;
 
+/// Items taken from the machine per call before they are handed out (see `TcpDriver::pump`).
+const PUMP_BATCH: usize = 32;
+
 /// A TCP subscription's driver.
 #[derive(Debug)]
 pub(crate) struct TcpDriver {
@@ -222,7 +225,12 @@ impl TcpDriver {
     /// Takes the machine's events; an error when the stream ended with one.
     fn pump(&mut self, out: &mut Collector) -> Result<(), Error> {
         out.stream_peer = self.peer;
-        while let Some(event) = self.client.poll_event(out) {
+        // A read holds up to 256 KiB of records: the caller gets the first frames while their
+        // messages are still in cache, rather than after all of them were stored. The machine
+        // keeps the rest, and nothing is read before it has handed them out.
+        while out.waiting() < PUMP_BATCH
+            && let Some(event) = self.client.poll_event(out)
+        {
             match event {
                 ClientEvent::Connected { peer, attempt, again } => {
                     out.notice(Event::Connected { peer, attempt, reconnect: again })
@@ -270,8 +278,10 @@ impl TcpDriver {
                     });
                 }
                 ClientEvent::Finished(finish) => {
-                    // Echoes still waiting go out if the socket takes them now.
+                    // Echoes still waiting go out if the socket takes them now; the rest count
+                    // as dropped, so every echo is counted once, sent or dropped.
                     self.write();
+                    self.client.discard_unsent();
                     self.conn = None;
                     self.finished = true;
                     self.client.reader_mut().finish();
@@ -298,6 +308,8 @@ impl TcpDriver {
     /// Ends the stream now.
     pub fn close(&mut self) {
         self.write();
+        // Nothing more is written: echoes still waiting count as dropped.
+        self.client.discard_unsent();
         self.conn = None;
         self.connecting = None;
         if !self.finished {

@@ -1064,3 +1064,65 @@ fn deep10_through_a_relay_across_three_hosts_reaches_a_multicast_leaf_exact() {
         recovered => eprintln!("three hosts: the leaf recovered {recovered} frames lost on the multicast leg"),
     }
 }
+
+#[test]
+fn an_upstream_at_its_connection_limit_is_retried_with_growing_waits_and_no_busy_connection_counts_as_a_reconnection() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (origin_json, relay_json) = (path(dir.path(), "origin.json"), path(dir.path(), "relay.json"));
+    // An origin with room for one connection, streaming slowly to it: every connection past the
+    // first is greeted and told BUSY.
+    let deep10 = deep10();
+    let mut origin = Process::start(
+        publisher_bin(),
+        [
+            "run",
+            "--capture",
+            &deep10,
+            "--tcp",
+            "127.0.0.1:0",
+            "--max-connections",
+            "1",
+            "--wait-subscribers",
+            "1",
+            "--slow-subscriber",
+            "block",
+            "--pacing",
+            "rate",
+            "--rate",
+            "1000",
+            "--json",
+            &origin_json,
+        ],
+    );
+    let origin_addr = origin.serving_on();
+    // The one connection it has room for: greeted, and answered as a subscriber.
+    let mut holder = TcpStream::connect(origin_addr).unwrap();
+    holder.set_read_timeout(Some(STEP)).unwrap();
+    let mut hello = [0u8; Hello::LEN];
+    holder.read_exact(&mut hello).unwrap();
+    Hello::parse(&hello).expect("the origin greets its first connection");
+    holder.write_all(&Subscribe::new(false).to_bytes()).unwrap();
+    // A relay of it: greeted (so it starts serving), then told BUSY, again and again.
+    let upstream = origin_addr.to_string();
+    let mut relay = Process::start(
+        publisher_bin(),
+        ["run", "--upstream", &upstream, "--tcp", "127.0.0.1:0", "--json", &relay_json],
+    );
+    relay.serving_on();
+    // The window the waits are counted over: 100 + 200 + 400 + 800 ms of waits fit in it, so a
+    // relay that backs off connects about five times; one that does not, hundreds of times.
+    let window = Duration::from_secs(2);
+    std::thread::sleep(window);
+    relay.signal(Signal::SIGTERM);
+    let done = relay.finish(RUN);
+    done.assert_success();
+    drop(holder);
+    origin.signal(Signal::SIGTERM);
+    origin.finish(RUN).assert_success();
+    let busy = json_file(Path::new(&origin_json))["connections"]["busy"].as_u64().unwrap();
+    assert!((2..=8).contains(&busy), "BUSY answers in {window:?}: {busy} (the relay must back off)\n{done:?}");
+    let u = &json_file(Path::new(&relay_json))["upstream"];
+    assert_eq!(u["reconnects"], 0, "a connection told BUSY is no reconnection: {u}");
+    assert!(done.stderr.contains("busy"), "the relay says why it waits: {done:?}");
+}

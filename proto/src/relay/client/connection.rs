@@ -44,7 +44,8 @@ pub const RECOVERY_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest answer record a recovery client takes. A publisher's records hold up to 64 KiB of
 /// frames, or one frame of a datagram's size at most.
 pub const MAX_ANSWER_RECORD: usize = 1 << 20;
-/// Longest reason a `BUSY` or `REFUSE` record sent instead of a greeting may carry.
+/// Longest reason read of a `BUSY` or `REFUSE` record sent instead of a greeting; a longer one
+/// is cut there.
 pub const MAX_REASON: usize = 4096;
 /// Echo bytes waiting to be written before further echoes are dropped (the publisher is not
 /// reading them); bounded so a stalled way back costs neither memory nor the data flow.
@@ -767,6 +768,16 @@ impl StreamConnection {
         ((self.out.len() - self.answer_left) as u64).div_ceil(ECHO_RECORD as u64)
     }
 
+    /// The driver will write nothing more (the stream ended, the program stops): echoes still
+    /// unsent count as dropped, so every echo queued is counted once, sent or dropped.
+    pub fn discard_unsent(&mut self) {
+        if self.config.role != Role::Recovery {
+            self.counts.echoes_dropped += self.unsent_echoes();
+        }
+        let answer = self.answer_left.min(self.out.len());
+        self.out.truncate(answer);
+    }
+
     fn close(&mut self, reason: CloseReason) {
         let established = self.is_established();
         // Echoes that will never go out count as dropped when the connection is lost; after
@@ -833,10 +844,12 @@ impl StreamConnection {
             && self.buf.data()[..HELLO_MAGIC.len()] != HELLO_MAGIC
         {
             // Not a greeting: a record saying why not, or something else altogether.
-            if let Ok(header) = RecordHeader::parse(&self.buf.data()[..RecordHeader::LEN], MAX_REASON)
+            // Any length: a reason longer than MAX_REASON is still a BUSY or REFUSE, read up to
+            // MAX_REASON bytes (the rest is never read: the connection ends here).
+            if let Ok(header) = RecordHeader::parse(&self.buf.data()[..RecordHeader::LEN], u32::MAX as usize)
                 && matches!(header.tag, RecordTag::Busy | RecordTag::Refuse)
             {
-                let length = header.length as usize;
+                let length = (header.length as usize).min(MAX_REASON);
                 self.state = State::Greeting { refusal: Some((header, length)) };
                 return self.greeting(Some((header, length)));
             }
@@ -1028,11 +1041,10 @@ impl StreamConnection {
         self.answered = true;
         let payload_at = at + RecordHeader::LEN as u64;
         if let Some(asked) = self.resume_asked {
-            let first = matches!(
-                (&self.config.role, header.tag),
-                (_, RecordTag::Format) | (Role::Relay { .. }, RecordTag::Data)
-            );
-            if first {
+            // The first stream record says where the stream starts, whether FORMAT or DATA: a
+            // publisher need not send FORMAT first, and a FORMAT later (a switch) names a later
+            // frame than the one the resume started at.
+            if matches!(header.tag, RecordTag::Format | RecordTag::Data) {
                 self.resume_asked = None;
                 self.events.push_back(ConnectionEvent::Resume { asked, offered: header.sequence });
             }

@@ -562,3 +562,50 @@ fn the_read_buffer_grows_only_as_records_need_it() {
     feed(&mut conn, &bytes, &[], 0, false);
     assert!(conn.read_buf().len() < 1024, "room grows by doubling as bytes arrive, not to the length's size");
 }
+
+#[test]
+fn echoes_still_unsent_at_the_end_of_the_stream_count_as_dropped_once_the_driver_stops_writing() {
+    let mut conn = subscriber();
+    let mut bytes = greeting();
+    bytes.extend(record(RecordTag::Format, Format::Sbe, 0, 1, &[]));
+    feed(&mut conn, &bytes, &[], 0, false);
+    let echo = Echo { publish_time: 99, sequence: 7 };
+    for _ in 0..3 {
+        assert!(conn.queue_echo(echo, Format::Sbe));
+    }
+    // One and a half go out; then END, and the driver's last write takes nothing more.
+    conn.transmitted(ECHO_RECORD + ECHO_RECORD / 2);
+    let end = record(RecordTag::End, Format::Sbe, 0, 1, &totals_bytes());
+    conn.read_buf()[..end.len()].copy_from_slice(&end);
+    conn.received(end.len(), 0);
+    while conn.poll_event().is_some() {}
+    assert_eq!(conn.closed().unwrap().reason, CloseReason::End);
+    conn.discard_unsent();
+    let c = conn.counts();
+    assert_eq!((c.echoes_sent, c.echoes_dropped), (1, 2), "every echo queued is counted once");
+    assert!(conn.transmit().is_empty());
+}
+
+#[test]
+fn a_busy_or_refuse_reason_longer_than_the_limit_is_cut_there_and_still_understood() {
+    let long: Vec<u8> = b"at the limit; ".iter().copied().cycle().take(MAX_REASON + 5000).collect();
+    for (tag, disposition, start) in [
+        (RecordTag::Busy, Disposition::Busy, "127.0.0.1:9100 is busy: at the limit; "),
+        (RecordTag::Refuse, Disposition::Refused, "127.0.0.1:9100 refused the recovery connection: at the limit; "),
+    ] {
+        let bytes = record(tag, Format::Raw, 0, 0, &long);
+        for cuts in [vec![], vec![7, 100, MAX_REASON]] {
+            let mut conn = recovery();
+            // The service keeps the connection open: the reason is read without the rest.
+            feed(&mut conn, &bytes[..RecordHeader::LEN + MAX_REASON + 10], &cuts, 0, false);
+            let closed = conn.closed().unwrap_or_else(|| panic!("{tag:?}: not understood"));
+            assert_eq!(closed.reason.disposition(), disposition, "{closed:?}");
+            assert!(closed.why.starts_with(start), "{}", closed.why);
+            let reason = match &closed.reason {
+                CloseReason::Busy(r) | CloseReason::Refused(r) => r.clone(),
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(reason.as_bytes(), &long[..MAX_REASON], "cut at MAX_REASON bytes");
+        }
+    }
+}

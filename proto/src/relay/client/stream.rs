@@ -6,8 +6,10 @@
 //!   time, run the connection it has, or stop. A subscriber waits before each new connection,
 //!   from 100 ms doubling up to its cap, and starts the waits over after a connection whose
 //!   handshake had succeeded (a violation or a `BUSY` keeps them growing), and never gives up. A
-//!   relay tries again at once after losing a connection that worked, then waits between
-//!   attempts, doubling, and gives up when `give_up_after` would pass; after a protocol
+//!   relay tries again at once after losing a connection that worked (one whose stream started),
+//!   then waits between attempts, doubling, and gives up when `give_up_after` would pass; a
+//!   `BUSY`, before or after the handshake, is such a wait (never a failed handshake, never a
+//!   connection that worked); after a protocol
 //!   violation it waits first, longer for each violation that follows within 30 s, and gives up
 //!   when violations keep coming without a frame taken for `give_up_after`.
 //! - **Where to resume.** A greeting of the session received so far is answered with a resume
@@ -259,7 +261,7 @@ pub struct ClientCounts {
     /// Connections made.
     pub connections: u64,
     /// Connections made again after one was lost (a subscriber counts sockets connected, a
-    /// relay handshakes completed).
+    /// relay connections whose stream started: one told BUSY is none).
     pub reconnects: u64,
     /// Reconnections where the publisher resumed at the frame asked for.
     pub resumes: u64,
@@ -276,8 +278,10 @@ enum Phase {
     Waiting(i64),
     /// The driver is connecting.
     Connecting,
-    /// A connection is running; `established_seen`: its handshake's completion was noted.
-    Connected { established_seen: bool },
+    /// A connection is running; `established_seen`: its handshake's completion was noted;
+    /// `streaming`: its first stream record came (a relay's attempt succeeds there, not at the
+    /// handshake, since a publisher at its limit completes the handshake and then says BUSY).
+    Connected { established_seen: bool, streaming: bool },
     /// Over.
     Finished(Finish),
 }
@@ -494,7 +498,7 @@ impl StreamClient {
         config.resume = self.plan();
         self.hello = None;
         self.conn = Some(Box::new(StreamConnection::new(config, now)));
-        self.phase = Phase::Connected { established_seen: false };
+        self.phase = Phase::Connected { established_seen: false, streaming: false };
     }
 
     /// Where the next connection asks to start.
@@ -546,6 +550,27 @@ impl StreamClient {
             self.events.push_back(ClientEvent::ConnectFailed { why: None, attempt: self.attempt, retry_in: wait });
             self.phase = Phase::Waiting(now.saturating_add(wait));
         }
+    }
+
+    /// A relay's upstream said BUSY (at its connection limit), before or after the handshake
+    /// completed: not a failed handshake, and not a connection that worked. The relay waits, the
+    /// waits growing as for an upstream out of reach (never at once, which would ask again and
+    /// again in a loop), and gives up when `give_up_after` would pass without the stream.
+    fn relay_busy(&mut self, closed: Closed) {
+        if matches!(self.phase, Phase::Connected { streaming: true, .. }) {
+            // BUSY after the stream had started: the upstream was lost; its waits start over.
+            self.reach = Some(Reach { started: self.now, attempt: 0, reconnecting: true });
+            self.backoff.reset();
+        }
+        let reach = self.reach.unwrap_or(Reach { started: self.now, attempt: 1, reconnecting: false });
+        let waited = self.now.saturating_sub(reach.started);
+        let give_up = self.config.give_up_after_ns.unwrap_or(i64::MAX);
+        if waited.saturating_add(self.backoff.peek()) > give_up {
+            return self.relay_attempt_failed(closed.why);
+        }
+        let wait = self.backoff.next_wait();
+        self.events.push_back(ClientEvent::Lost { closed, retry_in: wait });
+        self.phase = Phase::Waiting(self.now.saturating_add(wait));
     }
 
     /// A relay's attempt failed: another after a wait, or give up if that would pass
@@ -621,6 +646,14 @@ impl StreamClient {
         }
     }
 
+    /// The driver will write nothing more to the connection (the stream is over): what is
+    /// still unsent is dropped, and its echoes counted as dropped.
+    pub fn discard_unsent(&mut self) {
+        if let Some(conn) = self.conn() {
+            conn.discard_unsent();
+        }
+    }
+
     /// A write failed.
     pub fn write_failed(&mut self, error: &dyn fmt::Display, now: i64) {
         self.now = now;
@@ -672,22 +705,33 @@ impl StreamClient {
                 end,
                 ..
             } = self;
-            let (Phase::Connected { established_seen }, Some(conn)) = (phase, conn.as_deref_mut()) else { return None };
+            let (Phase::Connected { established_seen, streaming }, Some(conn)) = (phase, conn.as_deref_mut()) else {
+                return None;
+            };
             if !*established_seen && conn.is_established() {
                 *established_seen = true;
                 // A connection that works: a subscriber's limit counts from its next failure.
                 *unreached_since = None;
+                continue;
+            }
+            let event = conn.poll_event()?;
+            if !*streaming
+                && matches!(
+                    event,
+                    ConnectionEvent::Format { .. } | ConnectionEvent::Data { .. } | ConnectionEvent::End { .. }
+                )
+            {
+                *streaming = true;
                 if relay && let Some(done) = reach.take() {
-                    // A relay's attempt succeeds when its handshake does.
+                    // A relay's attempt succeeds when the stream starts: a BUSY after the
+                    // handshake is no success (and no reconnection).
                     *reach = Some(Reach { started: *now, attempt: 0, reconnecting: false });
                     if done.reconnecting {
                         counts.reconnects += 1;
                         events.push_back(ClientEvent::Reconnected { attempt: done.attempt });
                     }
                 }
-                continue;
             }
-            let event = conn.poll_event()?;
             let stream_session = hello.map_or(0, |h| h.session);
             let mut ended = None;
             match event {
@@ -855,6 +899,9 @@ impl StreamClient {
             self.events.push_back(ClientEvent::Lost { closed, retry_in: wait });
             self.phase = Phase::Waiting(now.saturating_add(wait));
             return;
+        }
+        if closed.reason.disposition() == Disposition::Busy {
+            return self.relay_busy(closed);
         }
         if !closed.established {
             // The handshake did not complete: this attempt failed.

@@ -512,3 +512,80 @@ fn violations_in_a_row_without_a_frame_make_a_relay_give_up() {
     );
     assert_eq!(client.counts().connection.violations, 4);
 }
+
+/// A publisher at its connection limit: greeting, then BUSY at once.
+fn busy_publisher() -> Vec<u8> {
+    let mut busy = Hello::new(Format::Sbe, SESSION, 1, 3).to_bytes().to_vec();
+    busy.extend(record(RecordTag::Busy, Format::Sbe, 0, 3, b"at its limit; retry later"));
+    busy
+}
+
+#[test]
+fn a_relay_told_busy_after_the_handshake_waits_longer_each_time_counts_no_reconnection_and_gives_up_in_time() {
+    let mut client = relay(Duration::from_secs(2));
+    let mut notes = Notes::default();
+    let mut now = 0;
+    let mut waits = Vec::new();
+    let mut events = Vec::new();
+    let finish = loop {
+        match client.poll_action(now) {
+            ClientAction::Connect => {
+                client.connected(peer(), now);
+                // The answer is written before BUSY is read: the handshake completed.
+                let (got, written) = drive(&mut client, &busy_publisher(), &[], now, true, &mut notes);
+                assert_eq!(answer(&written).resume, Resume::Live);
+                events.extend(got);
+            }
+            ClientAction::Wait(until) => now = until,
+            ClientAction::Finished => break client.finished().cloned(),
+            ClientAction::Run => panic!("the connection was closed by BUSY"),
+        }
+        for e in std::iter::from_fn(|| client.poll_event(&mut notes)).chain(events.drain(..)) {
+            match e {
+                ClientEvent::Lost { closed, retry_in } => {
+                    assert_eq!(closed.reason.disposition(), Disposition::Busy, "{closed:?}");
+                    assert!(closed.established, "the handshake had completed");
+                    waits.push(retry_in / MS);
+                }
+                ClientEvent::Reconnected { .. } | ClientEvent::ConnectFailed { .. } => {
+                    panic!("BUSY is neither a reconnection nor a failed attempt: {e:?}")
+                }
+                _ => {}
+            }
+        }
+    };
+    assert_eq!(waits, [100, 200, 400, 800], "never at once; the next wait would pass give_up_after");
+    assert_eq!(client.counts().reconnects, 0);
+    let Some(Finish::Fatal(why)) = finish else { panic!("{finish:?}") };
+    assert!(why.contains("the upstream is busy: at its limit; retry later"), "{why}");
+    assert!(why.contains("not reached in 5 attempts over 1.5 s"), "{why}");
+}
+
+#[test]
+fn a_resume_whose_first_record_is_data_is_judged_there_and_a_later_format_switch_is_no_failed_resume() {
+    let sbe = capture_frames("DEEP10.pcap.gz", Format::Sbe, 12);
+    let capnp = capture_frames("DEEP10.pcap.gz", Format::Capnp, 12);
+    let mut client = subscriber();
+    let mut notes = Notes::default();
+    client.poll_action(0);
+    client.connected(peer(), 0);
+    drive(&mut client, &publisher(&sbe, Format::Sbe, SESSION, 1, 6, false), &[], 0, true, &mut notes);
+    client.poll_action(S);
+    client.connected(peer(), S);
+    // The ring replays from frame 6 with DATA straight after the greeting (no FORMAT: the
+    // greeting named the format), then the publisher switches to Cap'n Proto at frame 9.
+    let mut second = Hello::new(Format::Sbe, SESSION, 1, 6).to_bytes().to_vec();
+    for seq in 6..9 {
+        second.extend(record(RecordTag::Data, Format::Sbe, 1, seq, &sbe[seq as usize - 1]));
+    }
+    second.extend(record(RecordTag::Format, Format::Capnp, 0, 9, &[]));
+    for seq in 9..13 {
+        second.extend(record(RecordTag::Data, Format::Capnp, 1, seq, &capnp[seq as usize - 1]));
+    }
+    let (events, written) = drive(&mut client, &second, &[], S, false, &mut notes);
+    assert_eq!(answer(&written).resume, Resume::From(6));
+    assert!(events.contains(&ClientEvent::Resumed { from: 6 }), "{events:?}");
+    assert!(!events.iter().any(|e| matches!(e, ClientEvent::ResumeFailed { .. })), "{events:?}");
+    assert_eq!(client.counts().resumes, 1);
+    assert_eq!(notes.sequences(), (1..=12).collect::<Vec<_>>(), "no gap, no duplicate");
+}
