@@ -79,7 +79,13 @@ pub struct NatsServer {
 impl NatsServer {
     /// Starts a single server with JetStream and waits until it is ready.
     pub fn start() -> NatsServer {
-        let mut server = NatsServer::configure("single", &[], None);
+        NatsServer::start_with(&[])
+    }
+
+    /// Starts a single server with JetStream and `extra` arguments (`--user`, `--pass`, ...).
+    pub fn start_with(extra: &[&str]) -> NatsServer {
+        let extra: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
+        let mut server = NatsServer::configure("single", &extra, None);
         server.launch();
         server
     }
