@@ -498,12 +498,6 @@ async fn relay(
         None => None,
     };
     tokio::spawn(signals(handlers, args, config.clone(), controls.clone()).instrument(session_span.clone()));
-    let metrics_sources = build_info.map(|build_info| crate::metrics::Sources {
-        tcp: serving.as_ref().map(|s| s.shared.clone()),
-        retransmit: retransmit.as_ref().map(|(service, _)| service.clone()),
-        build_info,
-    });
-    let sampler = metrics_sources.clone().map(|sources| tokio::spawn(crate::metrics::sample(sources)));
     let (nats_out, nats_task) = match &config.nats {
         Some(nats) => {
             let (out, task) = crate::nats::NatsOut::start(nats, session).await?;
@@ -511,6 +505,13 @@ async fn relay(
         }
         None => (None, None),
     };
+    let metrics_sources = build_info.map(|build_info| crate::metrics::Sources {
+        tcp: serving.as_ref().map(|s| s.shared.clone()),
+        retransmit: retransmit.as_ref().map(|(service, _)| service.clone()),
+        build_info,
+        nats: nats_task.as_ref().map(|t| t.counters.clone()),
+    });
+    let sampler = metrics_sources.clone().map(|sources| tokio::spawn(crate::metrics::sample(sources)));
     let outputs = Outputs::new(&config, fanout, udp, nats_out, session, ring, protector);
     let engine_config = config.clone();
     let engine_controls = controls.clone();

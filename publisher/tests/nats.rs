@@ -79,7 +79,11 @@ fn every_frame_is_stored_once_in_the_stream() {
 fn a_server_restart_mid_stream_loses_nothing_and_duplicates_nothing() {
     let mut server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
-    let settings = format!("servers = [\"{}\"]\nsubject = \"md.deep\"\nstream = \"DEEP\"", server.url());
+    let metrics_port = mdrelay_harness::free_tcp_port();
+    let settings = format!(
+        "servers = [\"{}\"]\nsubject = \"md.deep\"\nstream = \"DEEP\"\n[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\nhold = 60",
+        server.url()
+    );
     let json = dir.path().join("summary.json");
     let mut publisher = run_publisher(&config(dir.path(), 100_000, &settings), &json);
     publisher.wait_for("publishing to NATS");
@@ -93,9 +97,19 @@ fn a_server_restart_mid_stream_loses_nothing_and_duplicates_nothing() {
     server.kill();
     std::thread::sleep(Duration::from_millis(500));
     server.restart();
-    let finished = publisher.finish(Duration::from_secs(180));
+    publisher.wait_for_within("metrics endpoint stays up", Duration::from_secs(180));
+    let scraped = mdrelay_harness::scrape(([127, 0, 0, 1], metrics_port).into()).unwrap();
+    publisher.signal(mdrelay_harness::Signal::SIGTERM);
+    let finished = publisher.finish(Duration::from_secs(30));
     finished.assert_success();
     let segments = expected("DEEP10.json")["segments"].as_u64().unwrap();
+    assert_eq!(
+        scraped.get("mdrelay_pub_nats_messages_total", "outcome=\"published\""),
+        Some((segments + 1) as f64),
+        "the scrape counts every message published once"
+    );
+    assert!(scraped.get("mdrelay_pub_nats_reconnects_total", "").unwrap_or(0.0) >= 1.0, "the reconnect is scraped");
+    assert_eq!(scraped.get("mdrelay_pub_nats_acks_pending", ""), Some(0.0), "nothing is left unacknowledged");
     let state = stream_state(&server.url(), "DEEP");
     assert_eq!(state["messages"].as_u64(), Some(segments + 1), "every frame stored once: {state}");
     let summary = mdrelay_harness::json_file(&json);
