@@ -6,6 +6,7 @@
 //!   build, brought up to date (built, or rebuilt when stale) on first use;
 //! - [`net`]: free loopback ports, an accept with a deadline, proxies that cut or change a
 //!   publisher's stream, and a lossy UDP link;
+//! - [`nats`]: real `nats-server` processes, one or a three-node JetStream cluster;
 //! - [`netns`]: emulated hosts on this machine (network namespaces), processes started on them,
 //!   and injected loss with a record of every datagram dropped;
 //! - [`data`]: the shared IEX captures and their independent reference outputs;
@@ -24,6 +25,7 @@ pub mod alloc;
 pub mod bins;
 pub mod data;
 pub mod formats;
+pub mod nats;
 pub mod net;
 pub mod netns;
 pub mod process;
@@ -35,6 +37,7 @@ pub mod version;
 pub use bins::{bench_bin, example_bin, publisher_bin, subscriber_bin};
 pub use data::{deep10_tcp_config, expected, iex_data, reference_output, reference_reader};
 pub use formats::formats;
+pub use nats::{NatsCluster, NatsServer, nats_tool};
 pub use net::{LossyLink, accept_within, cutting_proxy, free_tcp_port, free_udp_port, mangling_proxy, mix};
 pub use netns::{Host, Hosts, Line};
 pub use process::{Failure, Finished, Process, STEP, Signal};

@@ -40,6 +40,8 @@ pub struct FileConfig {
     pub multicast: Option<MulticastSection>,
     /// A second multicast line (B): every datagram is sent to both groups.
     pub multicast_b: Option<MulticastSection>,
+    /// A NATS subject, stored in a JetStream stream.
+    pub nats: Option<NatsSection>,
     /// The retransmission ring and service.
     #[serde(default)]
     pub retransmit: RetransmitSection,
@@ -245,6 +247,205 @@ pub struct MulticastSection {
     pub max_datagram: Option<usize>,
 }
 
+/// What the publisher does when the NATS server takes messages slower than they come (its
+/// queue is full), or is gone.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum SlowServerPolicy {
+    /// Wait for room (lossless; the stream goes at the server's pace).
+    #[default]
+    Block,
+    /// Skip the messages and count them; subscribers see the gap and cannot repair it.
+    Drop,
+    /// End the run with an error (exit 1).
+    Fail,
+}
+
+impl SlowServerPolicy {
+    /// The name in configuration files.
+    pub fn name(self) -> &'static str {
+        match self {
+            SlowServerPolicy::Block => "block",
+            SlowServerPolicy::Drop => "drop",
+            SlowServerPolicy::Fail => "fail",
+        }
+    }
+}
+
+/// JetStream stream storage.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum NatsStorage {
+    /// On disk: survives a server restart.
+    #[default]
+    File,
+    /// In memory: faster, lost with the server.
+    Memory,
+}
+
+/// JetStream stream retention.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum NatsRetention {
+    /// Kept until `max_age` or `max_bytes` says otherwise: late joiners and repairs find it.
+    #[default]
+    Limits,
+    /// Kept while a consumer has not acknowledged it.
+    Interest,
+}
+
+/// `[nats]`: publish every datagram to a NATS subject, stored in a JetStream stream.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct NatsSection {
+    /// Server URLs of the cluster (default nats://127.0.0.1:4222); the client fails over among them.
+    pub servers: Option<Vec<String>>,
+    /// Subject the stream goes to (default `mdrelay.<stream>`).
+    pub subject: Option<String>,
+    /// JetStream stream that stores the subject (default `MDRELAY_<stream>`).
+    pub stream: Option<String>,
+    /// Create the stream when it is missing (default true); otherwise a missing stream is an error.
+    pub create_stream: Option<bool>,
+    /// file or memory, for a stream created here.
+    pub storage: Option<NatsStorage>,
+    /// limits or interest, for a stream created here.
+    pub retention: Option<NatsRetention>,
+    /// Copies of the stream in a cluster (1 to 5), for a stream created here.
+    pub replicas: Option<usize>,
+    /// Seconds a message is kept (0: no limit), for a stream created here.
+    pub max_age: Option<f64>,
+    /// Bytes the stream keeps at most (0: no limit), for a stream created here.
+    pub max_bytes: Option<u64>,
+    /// Seconds within which the server drops a message whose id it has seen (the same frame from
+    /// a second publisher or a restarted one), for a stream created here.
+    pub duplicate_window: Option<f64>,
+    /// A `.creds` file (JWT and nkey seed).
+    pub creds_file: Option<PathBuf>,
+    /// A file holding an nkey seed.
+    pub nkey_file: Option<PathBuf>,
+    /// User name, with `password_file`.
+    pub user: Option<String>,
+    /// A file holding the password of `user`.
+    pub password_file: Option<PathBuf>,
+    /// CA certificates (PEM) to check the servers' TLS certificates with; TLS is required when set.
+    pub tls_ca_file: Option<PathBuf>,
+    /// Messages published and not yet acknowledged by JetStream, at most.
+    pub max_pending_acks: Option<usize>,
+    /// Messages queued between the hot thread and the publishing task.
+    pub queue: Option<usize>,
+    /// block, drop or fail when that queue is full.
+    pub slow_server: Option<SlowServerPolicy>,
+    /// Largest message to build when coalescing, header included.
+    pub max_message: Option<usize>,
+}
+
+/// How the publisher authenticates to NATS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NatsAuth {
+    /// No credentials.
+    None,
+    /// A `.creds` file.
+    Creds(PathBuf),
+    /// An nkey seed in a file.
+    Nkey(PathBuf),
+    /// A user and the file with its password.
+    UserPassword(String, PathBuf),
+}
+
+/// The NATS output, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Nats {
+    /// Server URLs.
+    pub servers: Vec<String>,
+    /// Subject.
+    pub subject: String,
+    /// JetStream stream.
+    pub stream: String,
+    /// Create the stream when missing.
+    pub create_stream: bool,
+    /// Storage of a created stream.
+    pub storage: NatsStorage,
+    /// Retention of a created stream.
+    pub retention: NatsRetention,
+    /// Replicas of a created stream.
+    pub replicas: usize,
+    /// Age limit of a created stream (zero: none).
+    pub max_age: Duration,
+    /// Byte limit of a created stream (0: none).
+    pub max_bytes: u64,
+    /// Deduplication window of a created stream.
+    pub duplicate_window: Duration,
+    /// Credentials.
+    pub auth: NatsAuth,
+    /// CA file for TLS.
+    pub tls_ca_file: Option<PathBuf>,
+    /// Unacknowledged messages at most.
+    pub max_pending_acks: usize,
+    /// Queue between the hot thread and the publishing task, in messages.
+    pub queue: usize,
+    /// What a full queue does.
+    pub slow_server: SlowServerPolicy,
+    /// Largest coalesced message.
+    pub max_message: usize,
+}
+
+/// The largest NATS message built: the datagram header counts its frames in one byte, and a
+/// server's default `max_payload` is 1 MiB.
+const MAX_NATS_MESSAGE: u64 = 1 << 20;
+
+fn nats_output(n: NatsSection, stream_number: u32) -> Result<Nats> {
+    let servers = n.servers.unwrap_or_else(|| vec!["nats://127.0.0.1:4222".into()]);
+    if servers.is_empty() {
+        bail!("nats.servers: give at least one server URL");
+    }
+    for (i, url) in servers.iter().enumerate() {
+        if url.trim().is_empty() || url.contains(char::is_whitespace) {
+            bail!("nats.servers[{i}]: {url:?} is not a server URL (nats://HOST:PORT)");
+        }
+    }
+    let subject = n.subject.unwrap_or_else(|| format!("mdrelay.{stream_number}"));
+    let tokens_ok = !subject.is_empty() && subject.split('.').all(|t| !t.is_empty() && t != "*" && t != ">");
+    if !tokens_ok || subject.contains(char::is_whitespace) {
+        bail!(
+            "nats.subject: {subject:?} is not a subject to publish to (dot-separated tokens, no wildcards or spaces)"
+        );
+    }
+    let stream = n.stream.unwrap_or_else(|| format!("MDRELAY_{stream_number}"));
+    if stream.is_empty() || stream.contains(['.', '*', '>', ' ', '\t', '/', '\\']) {
+        bail!("nats.stream: {stream:?} is not a JetStream stream name (no dots, wildcards, spaces or slashes)");
+    }
+    let auth = match (n.creds_file, n.nkey_file, n.user, n.password_file) {
+        (None, None, None, None) => NatsAuth::None,
+        (Some(creds), None, None, None) => NatsAuth::Creds(creds),
+        (None, Some(nkey), None, None) => NatsAuth::Nkey(nkey),
+        (None, None, Some(user), Some(password)) => NatsAuth::UserPassword(user, password),
+        (None, None, Some(_), None) => bail!("nats.user: give its password in nats.password_file"),
+        (None, None, None, Some(_)) => bail!("nats.password_file: give the user in nats.user"),
+        _ => bail!("nats: give one of creds_file, nkey_file, or user with password_file"),
+    };
+    let max_message =
+        count_within("nats.max_message", n.max_message.unwrap_or(64 << 10) as u64, 64, MAX_NATS_MESSAGE)? as usize;
+    Ok(Nats {
+        servers,
+        subject,
+        stream,
+        create_stream: n.create_stream.unwrap_or(true),
+        storage: n.storage.unwrap_or_default(),
+        retention: n.retention.unwrap_or_default(),
+        replicas: count_within("nats.replicas", n.replicas.unwrap_or(1) as u64, 1, 5)? as usize,
+        max_age: seconds("nats.max_age", n.max_age.unwrap_or(0.0), 0.0, 10.0 * YEAR)?,
+        max_bytes: n.max_bytes.unwrap_or(0),
+        duplicate_window: seconds("nats.duplicate_window", n.duplicate_window.unwrap_or(120.0), 0.001, YEAR)?,
+        auth,
+        tls_ca_file: n.tls_ca_file,
+        max_pending_acks: count_within("nats.max_pending_acks", n.max_pending_acks.unwrap_or(4096) as u64, 1, 1 << 20)?
+            as usize,
+        queue: count_within("nats.queue", n.queue.unwrap_or(65_536) as u64, 16, 1 << 22)? as usize,
+        slow_server: n.slow_server.unwrap_or_default(),
+        max_message,
+    })
+}
+
 /// `[retransmit]`: the ring of the last frames (for TCP resume and retransmission requests) and
 /// the retransmission service for UDP subscribers.
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -418,6 +619,8 @@ pub struct Config {
     pub tcp: Option<Tcp>,
     /// UDP, if any destination.
     pub udp: Option<Udp>,
+    /// NATS, if configured.
+    pub nats: Option<Nats>,
     /// The ring and the retransmission service.
     pub retransmit: Retransmit,
     /// The profile the idle strategy and pinning defaulted from.
@@ -712,9 +915,11 @@ impl FileConfig {
             multicast_b,
             max_datagram,
         });
-        if tcp.is_none() && udp.is_none() {
+        let stream_number = self.stream.unwrap_or(1);
+        let nats = self.nats.map(|n| nats_output(n, stream_number)).transpose()?;
+        if tcp.is_none() && udp.is_none() && nats.is_none() {
             bail!(
-                "no transport: configure [tcp], [udp] destinations or [multicast] (or pass --tcp, --udp, --multicast)"
+                "no transport: configure [tcp], [udp] destinations, [multicast] or [nats] (or pass --tcp, --udp, --multicast)"
             );
         }
         let coalesce_bytes =
@@ -789,12 +994,13 @@ impl FileConfig {
         }
         Ok(Config {
             format,
-            stream: self.stream.unwrap_or(1),
+            stream: stream_number,
             source,
             pacing,
             coalesce_bytes,
             tcp,
             udp,
+            nats,
             retransmit,
             profile,
             hot_core,
@@ -907,6 +1113,7 @@ impl Config {
         check("batching.coalesce_bytes", self.coalesce_bytes == new.coalesce_bytes);
         check("tcp", self.tcp == new.tcp);
         check("udp / multicast", self.udp == new.udp);
+        check("nats", self.nats == new.nats);
         check("retransmit", self.retransmit == new.retransmit);
         check("profile", self.profile == new.profile);
         check("cpu.hot_core", self.hot_core == new.hot_core);

@@ -8,6 +8,7 @@
 use crate::config::{Config, PacingMode};
 use crate::fanout::Fanout;
 use crate::metrics::{EngineMetrics, FeedMetrics, FormatCount, LIVE_METRICS_EVERY, PUBLISH_EVERY, UpstreamMetrics};
+use crate::nats::NatsOut;
 use crate::pacing::Pacer;
 use crate::progress::ReplayProgress;
 use crate::ring::{SharedRing, lock};
@@ -60,6 +61,8 @@ pub struct EngineSummary {
     pub udp_send_errors: u64,
     /// Frames too large for a UDP datagram, not sent over UDP.
     pub udp_oversized_frames: u64,
+    /// Frames too large for a NATS message (`nats.max_message`), not sent over NATS.
+    pub nats_oversized_frames: u64,
     /// What came from the upstream publisher, when the source is one.
     pub upstream: Option<crate::upstream::UpstreamSummary>,
     /// A live feed's input by its IEX-TP numbering: gaps, copies dropped, late segments, restarts.
@@ -72,6 +75,8 @@ pub struct Outputs {
     pub tcp: Option<(Coalescer, Fanout)>,
     /// UDP destinations, if any.
     pub udp: Option<(Coalescer, UdpOut)>,
+    /// The NATS subject, if configured: datagrams, as UDP's.
+    pub nats: Option<(Coalescer, NatsOut)>,
     /// The last frames, for retransmission and resume, if kept.
     pub ring: Option<SharedRing>,
     /// Seals each frame once (CRC-32C, encryption), before it goes anywhere.
@@ -86,6 +91,7 @@ impl Outputs {
         config: &Config,
         fanout: Option<Fanout>,
         udp: Option<UdpOut>,
+        nats: Option<NatsOut>,
         session: u64,
         ring: Option<SharedRing>,
         protector: Protector,
@@ -102,7 +108,13 @@ impl Outputs {
             let budget = if config.coalesce_bytes == 0 { 0 } else { config.coalesce_bytes.min(limit) };
             (Coalescer::new(envelope, budget), u)
         });
-        Outputs { tcp, udp, ring, protector, session }
+        let nats = nats.map(|n| {
+            let envelope = Envelope::Datagram { session, protection: protector.protection() };
+            let limit = config.nats.as_ref().map_or(0, |n| n.max_message);
+            let budget = if config.coalesce_bytes == 0 { 0 } else { config.coalesce_bytes.min(limit) };
+            (Coalescer::new(envelope, budget), n)
+        });
+        Outputs { tcp, udp, nats, ring, protector, session }
     }
 
     fn frame(&mut self, sequence: u64, format: Format, frame: &[u8], stop: &AtomicBool, summary: &mut EngineSummary) {
@@ -119,6 +131,11 @@ impl Outputs {
                 }
             }
         }
+        if let Some((coalescer, out)) = &mut self.nats {
+            if coalescer.push(sequence, format, frame, |d| out.send(d.bytes, stop)).is_err() {
+                summary.nats_oversized_frames += 1;
+            }
+        }
         if let Some((coalescer, fanout)) = &mut self.tcp {
             // A frame within the record limit always fits: frames are limited far below it.
             let ring = &self.ring;
@@ -131,6 +148,9 @@ impl Outputs {
         if let Some((coalescer, out)) = &mut self.udp {
             coalescer.flush(|d| out.send(d.bytes));
             out.flush();
+        }
+        if let Some((coalescer, out)) = &mut self.nats {
+            coalescer.flush(|d| out.send(d.bytes, stop));
         }
         if let Some((coalescer, fanout)) = &mut self.tcp {
             let ring = &self.ring;
@@ -318,6 +338,9 @@ pub fn run(
             }
             outputs.frame(sequence, format, wire, stop, &mut summary);
             sequence += 1;
+            if let Some(failure) = outputs.nats.as_mut().and_then(|(_, out)| out.failure()) {
+                return Err(failure);
+            }
             if live {
                 outputs.flush(sequence, format, stop);
                 // A live feed's frames may be few: the metrics follow the clock, not a count.
@@ -379,6 +402,12 @@ pub fn run(
     if let Some((_, udp)) = &mut outputs.udp {
         udp.end(format, sequence, &totals, &mut outputs.protector);
         summary.udp_send_errors = udp.send_errors;
+    }
+    if let Some((_, nats)) = &mut outputs.nats {
+        nats.end(format, sequence, &totals, &mut outputs.protector, stop);
+        if let Some(failure) = nats.failure() {
+            return Err(failure);
+        }
     }
     tracing::info!(
         frames = summary.totals.frames,

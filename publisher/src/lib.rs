@@ -14,6 +14,7 @@
 //! - [`tcp`]: the server's tasks: accepting, handshakes, writing each subscriber's queue, and
 //!   replaying the ring to a subscriber that resumes;
 //! - [`udp`]: unicast and multicast datagrams with the relay header, on one line or two (A/B);
+//! - [`nats`]: datagrams published to a NATS subject stored in a JetStream stream;
 //! - [`retransmit`]: the retransmission service over TCP, answering from the ring of last frames;
 //! - [`ring`]: that ring of last frames, as the hot path and the tasks share it;
 //! - [`stats`]: echoes checked against the frames sent, and round trips;
@@ -31,6 +32,7 @@ pub mod engine;
 pub mod fanout;
 pub mod item;
 pub mod metrics;
+pub mod nats;
 pub mod pacing;
 pub mod progress;
 pub mod retransmit;

@@ -219,6 +219,9 @@ pub fn transports(config: &crate::config::Config) -> Vec<&'static str> {
             names.push("multicast");
         }
     }
+    if config.nats.is_some() {
+        names.push("nats");
+    }
     names
 }
 
@@ -279,6 +282,8 @@ pub struct Sources {
     pub retransmit: Option<Service>,
     /// `mdrelay_build_info`, set again with the other gauges so it stays in the scrape.
     pub build_info: Gauge,
+    /// The NATS output's counts, if it runs.
+    pub nats: Option<Arc<crate::nats::NatsCounters>>,
 }
 
 /// Copies the connection tasks' and the service's counts into the exporter every
@@ -324,11 +329,28 @@ pub fn sample_once(sources: &Sources) {
             .absolute(s.request_timeouts);
         gauge!("mdrelay_pub_ring_frames").set(s.ring_next.saturating_sub(s.ring_first) as f64);
     }
+    if let Some(nats) = &sources.nats {
+        let n = nats.summary();
+        counter!("mdrelay_pub_nats_messages_total", "outcome" => "published").absolute(n.published);
+        counter!("mdrelay_pub_nats_messages_total", "outcome" => "acknowledged").absolute(n.acknowledged);
+        counter!("mdrelay_pub_nats_messages_total", "outcome" => "duplicate").absolute(n.duplicates);
+        counter!("mdrelay_pub_nats_messages_total", "outcome" => "retried").absolute(n.retries);
+        counter!("mdrelay_pub_nats_messages_total", "outcome" => "dropped").absolute(n.dropped);
+        counter!("mdrelay_pub_nats_reconnects_total").absolute(n.reconnects);
+        gauge!("mdrelay_pub_nats_acks_pending")
+            .set(nats.pending_acks.load(std::sync::atomic::Ordering::Relaxed) as f64);
+    }
 }
 
 /// HELP lines and units, once.
 fn describe() {
     describe_counter!("mdrelay_pub_frames_sent_total", "Frames handed to a transport, by wire format.");
+    describe_counter!(
+        "mdrelay_pub_nats_messages_total",
+        "NATS messages by outcome: published, acknowledged by JetStream, acknowledged as a duplicate id, published again after a failure, dropped for a full queue."
+    );
+    describe_counter!("mdrelay_pub_nats_reconnects_total", "Connections to a NATS server after the first.");
+    describe_gauge!("mdrelay_pub_nats_acks_pending", "NATS messages published and not yet acknowledged by JetStream.");
     describe_counter!("mdrelay_pub_messages_sent_total", "IEX messages in the frames handed to a transport.");
     describe_counter!(
         "mdrelay_pub_frame_bytes_sent_total",

@@ -324,6 +324,8 @@ pub struct RunSummary {
     pub warnings_suppressed: u64,
     /// The retransmission service, when it ran.
     pub retransmit: Option<RetransmitSummary>,
+    /// The NATS output, when configured.
+    pub nats: Option<crate::nats::NatsSummary>,
 }
 
 /// Runs the publisher until the stream ends. An error carries the exit status it ends the
@@ -496,13 +498,21 @@ async fn relay(
         None => None,
     };
     tokio::spawn(signals(handlers, args, config.clone(), controls.clone()).instrument(session_span.clone()));
+    let (nats_out, nats_task) = match &config.nats {
+        Some(nats) => {
+            let (out, task) = crate::nats::NatsOut::start(nats, session).await?;
+            (Some(out), Some(task))
+        }
+        None => (None, None),
+    };
     let metrics_sources = build_info.map(|build_info| crate::metrics::Sources {
         tcp: serving.as_ref().map(|s| s.shared.clone()),
         retransmit: retransmit.as_ref().map(|(service, _)| service.clone()),
         build_info,
+        nats: nats_task.as_ref().map(|t| t.counters.clone()),
     });
     let sampler = metrics_sources.clone().map(|sources| tokio::spawn(crate::metrics::sample(sources)));
-    let outputs = Outputs::new(&config, fanout, udp, session, ring, protector);
+    let outputs = Outputs::new(&config, fanout, udp, nats_out, session, ring, protector);
     let engine_config = config.clone();
     let engine_controls = controls.clone();
     let engine_echoes = echoes.clone();
@@ -523,6 +533,14 @@ async fn relay(
     if let Some(serving) = &serving {
         shut_down(serving).await;
     }
+    let nats = match nats_task {
+        Some(task) => {
+            let counters = task.counters.clone();
+            task.finish().await?;
+            Some(counters.summary())
+        }
+        None => None,
+    };
     echo_stop.store(true, Ordering::Relaxed);
     for t in echo_threads {
         let _ = tokio::task::spawn_blocking(move || t.join()).await;
@@ -557,6 +575,7 @@ async fn relay(
         echoes_rejected: echoes.rejected.load(Ordering::Relaxed),
         warnings_suppressed: mdrelay_proto::warn::suppressed(),
         retransmit,
+        nats,
     })
 }
 
@@ -851,6 +870,12 @@ fn print_summary(s: &RunSummary) {
         };
         let from = sub.first_sequence.map_or_else(|| "-".to_string(), |f| f.to_string());
         println!("  subscriber {} from frame {from}: {fate}", sub.peer);
+    }
+    if let Some(n) = &s.nats {
+        println!(
+            "  NATS: {} messages published, {} acknowledged ({} duplicates), {} retried, {} dropped, {} reconnects",
+            n.published, n.acknowledged, n.duplicates, n.retries, n.dropped, n.reconnects
+        );
     }
     if let Some(r) = &s.retransmit {
         println!(

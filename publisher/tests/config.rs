@@ -113,3 +113,23 @@ fn absurd_counts_are_refused_naming_the_setting_and_its_range() {
         assert!(names.iter().all(|n| e.contains(n)), "{toml} {flags:?}: {e}");
     }
 }
+
+#[test]
+fn bad_nats_settings_fail_at_start_naming_the_setting() {
+    let e = failure("[nats]\nsubject = \"md.>\"\n", &[]);
+    assert!(e.contains("nats.subject") && e.contains("wildcards"), "{e}");
+    let e = failure("[nats]\nstream = \"a.b\"\n", &[]);
+    assert!(e.contains("nats.stream"), "{e}");
+    let e = failure("[nats]\nmax_pending_acks = 0\n", &[]);
+    assert!(e.contains("nats.max_pending_acks"), "{e}");
+    let e = failure("[nats]\nreplicas = 9\n", &[]);
+    assert!(e.contains("nats.replicas"), "{e}");
+    let e = failure("[nats]\nuser = \"feed\"\n", &[]);
+    assert!(e.contains("nats.password_file"), "{e}");
+    let e = failure("[nats]\ncreds_file = \"a.creds\"\nnkey_file = \"b.nk\"\n", &[]);
+    assert!(e.contains("one of creds_file"), "{e}");
+    let e = failure("[nats]\nservers = []\n", &[]);
+    assert!(e.contains("nats.servers"), "{e}");
+    let e = failure("[nats]\nslow_server = \"later\"\n", &[]);
+    assert!(e.contains("slow_server") || e.contains("later"), "{e}");
+}

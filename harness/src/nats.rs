@@ -1,0 +1,234 @@
+//! Real `nats-server` processes for tests: one server or a three-node JetStream cluster on free
+//! loopback ports, each node with its own store directory, ready when the server says so (and,
+//! in a cluster, when JetStream has a metadata leader), stopped by pid when dropped.
+//!
+//! The server is not built by the tests: `.ci/nats.sh` builds it from the Go module proxy into
+//! a cache outside the clone. A test that cannot find it fails with that command.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::net::free_tcp_port;
+use crate::process::{Process, Signal};
+
+/// The version `.ci/nats.sh` installs; the servers' startup line is checked against it.
+pub const NATS_SERVER_VERSION: &str = "2.15.2";
+
+/// How long a server may take to be ready (a cluster elects its JetStream leader within it).
+const READY: Duration = Duration::from_secs(30);
+
+/// Where `.ci/nats.sh` puts the binaries unless `MDRELAY_TOOLS` says otherwise.
+fn tools_bin() -> PathBuf {
+    match std::env::var_os("MDRELAY_TOOLS") {
+        Some(dir) => PathBuf::from(dir).join("bin"),
+        None => {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache/mdrelay-tools/bin")
+        }
+    }
+}
+
+/// The path of `program` (`nats-server`, `nats`): on `PATH`, else in the tools cache; panics
+/// with the command that installs it when it is in neither.
+pub fn nats_tool(program: &str) -> PathBuf {
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
+        .map(|dir| dir.join(program));
+    let cached = std::iter::once(tools_bin().join(program));
+    on_path.chain(cached).find(|candidate| candidate.is_file()).unwrap_or_else(|| {
+        panic!(
+            "{program} is not on PATH nor in {}: install it with `bash .ci/nats.sh` \
+             (go install from the Go module proxy, about a minute)",
+            tools_bin().display()
+        )
+    })
+}
+
+/// A store directory removed when dropped.
+struct StoreDir(PathBuf);
+
+impl StoreDir {
+    fn new(name: &str) -> StoreDir {
+        let dir = std::env::temp_dir().join(format!("mdrelay-nats-{}-{name}", crate::netns::unique_prefix()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+        StoreDir(dir)
+    }
+}
+
+impl Drop for StoreDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// One `nats-server` with JetStream, on loopback.
+pub struct NatsServer {
+    name: String,
+    client_port: u16,
+    monitor_port: u16,
+    args: Vec<String>,
+    store: StoreDir,
+    process: Option<Process>,
+    /// Lines that say the node is ready, beyond "Server is ready".
+    also_wait_for: Option<&'static str>,
+}
+
+impl NatsServer {
+    /// Starts a single server with JetStream and waits until it is ready.
+    pub fn start() -> NatsServer {
+        NatsServer::start_with(&[])
+    }
+
+    /// Starts a single server with JetStream and `extra` arguments (`--user`, `--pass`, ...).
+    pub fn start_with(extra: &[&str]) -> NatsServer {
+        let extra: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
+        let mut server = NatsServer::configure("single", &extra, None);
+        server.launch();
+        server
+    }
+
+    fn configure(name: &str, extra: &[String], also_wait_for: Option<&'static str>) -> NatsServer {
+        let client_port = free_tcp_port();
+        let monitor_port = free_tcp_port();
+        let store = StoreDir::new(name);
+        let mut args: Vec<String> = vec![
+            "-a".into(),
+            "127.0.0.1".into(),
+            "-p".into(),
+            client_port.to_string(),
+            "-m".into(),
+            monitor_port.to_string(),
+            "-n".into(),
+            name.into(),
+            "-js".into(),
+            "-sd".into(),
+            store.0.display().to_string(),
+        ];
+        args.extend_from_slice(extra);
+        NatsServer { name: name.into(), client_port, monitor_port, args, store, process: None, also_wait_for }
+    }
+
+    fn spawn(&mut self) {
+        let mut command = Command::new(nats_tool("nats-server"));
+        command.args(&self.args);
+        let process = Process::spawn_command(&format!("nats-server {}", self.name), command)
+            .unwrap_or_else(|e| panic!("starting nats-server {}: {e}", self.name));
+        self.process = Some(process);
+    }
+
+    fn wait_ready(&mut self) {
+        let also = self.also_wait_for;
+        let process = self.process.as_mut().expect("started");
+        let banner = process.wait_for_within("Version:", READY);
+        assert!(
+            banner.contains(NATS_SERVER_VERSION),
+            "nats-server {}: expected version {NATS_SERVER_VERSION}, it says: {banner}",
+            self.name
+        );
+        process.wait_for_within("Server is ready", READY);
+        if let Some(line) = also {
+            process.wait_for_within(line, READY);
+        }
+    }
+
+    fn launch(&mut self) {
+        self.spawn();
+        self.wait_ready();
+    }
+
+    /// The client URL (`nats://127.0.0.1:PORT`).
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.client_port)
+    }
+
+    /// The client address.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.client_port))
+    }
+
+    /// The HTTP monitoring address (`/varz`, `/jsz`, `/healthz`).
+    pub fn monitor(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.monitor_port))
+    }
+
+    /// The node's JetStream store directory (kept across restarts).
+    pub fn store(&self) -> &Path {
+        &self.store.0
+    }
+
+    /// The server's pid; panics when it is stopped.
+    pub fn pid(&self) -> u32 {
+        self.process.as_ref().expect("the server is running").pid()
+    }
+
+    /// Sends `signal` to the server (SIGKILL to crash it, SIGSTOP to freeze it).
+    pub fn signal(&self, signal: Signal) {
+        self.process.as_ref().expect("the server is running").signal(signal);
+    }
+
+    /// Kills the server at once (SIGKILL) and reaps it; the store stays for a restart.
+    pub fn kill(&mut self) {
+        if let Some(process) = self.process.take() {
+            process.signal(Signal::SIGKILL);
+            let _ = process.try_finish(READY);
+        }
+    }
+
+    /// Starts the server again on the same ports and store, and waits until it is ready.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.launch();
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Three `nats-server` nodes routed to each other, JetStream clustered (R3 streams possible).
+pub struct NatsCluster {
+    /// The nodes, in the order their URLs are listed.
+    pub nodes: Vec<NatsServer>,
+}
+
+impl NatsCluster {
+    /// Starts three nodes and waits until each is ready and JetStream has a metadata leader.
+    pub fn start() -> NatsCluster {
+        let cluster_ports: Vec<u16> = (0..3).map(|_| free_tcp_port()).collect();
+        let routes = cluster_ports.iter().map(|port| format!("nats://127.0.0.1:{port}")).collect::<Vec<_>>().join(",");
+        let cluster_name = format!("mdrelay-{}", crate::netns::unique_prefix());
+        let mut nodes: Vec<NatsServer> = cluster_ports
+            .iter()
+            .enumerate()
+            .map(|(i, port)| {
+                let extra = [
+                    "--cluster_name".to_string(),
+                    cluster_name.clone(),
+                    "--cluster".into(),
+                    format!("nats://127.0.0.1:{port}"),
+                    "--routes".into(),
+                    routes.clone(),
+                ];
+                NatsServer::configure(&format!("n{}", i + 1), &extra, Some("metadata leader"))
+            })
+            .collect();
+        // All three first: JetStream elects its leader only when a quorum is up.
+        for node in &mut nodes {
+            node.spawn();
+        }
+        for node in &mut nodes {
+            node.wait_ready();
+        }
+        NatsCluster { nodes }
+    }
+
+    /// Every node's client URL, comma-separated (as a client's server list).
+    pub fn urls(&self) -> String {
+        self.nodes.iter().map(NatsServer::url).collect::<Vec<_>>().join(",")
+    }
+}

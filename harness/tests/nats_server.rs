@@ -1,0 +1,87 @@
+//! The NATS servers the transport's tests stand on: a single server and a three-node cluster
+//! start on free ports, serve clients, keep JetStream's store across a restart, and survive one
+//! node's SIGKILL. Checked with natscli (`nats`), the NATS project's own client.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use mdrelay_harness::{NatsCluster, NatsServer, nats_tool};
+
+/// Runs `nats` against `servers` with `args`, bounded to 30 s; its stdout, or a panic with both
+/// streams.
+fn nats(servers: &str, args: &[&str]) -> String {
+    try_nats(servers, args).unwrap_or_else(|failure| panic!("{failure}"))
+}
+
+/// Runs `nats` against `servers` with `args`, bounded to 30 s; its stdout, or what it printed
+/// when it failed.
+fn try_nats(servers: &str, args: &[&str]) -> Result<String, String> {
+    let mut child = Command::new(nats_tool("nats"))
+        .arg("--server")
+        .arg(servers)
+        .args(["--timeout", "10s"])
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting nats");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().expect("waiting for nats").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return Err(format!("nats {args:?} took over 30 s"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("nats output");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        return Err(format!("nats {args:?}: {}\n{stdout}\n{}", out.status, String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(stdout)
+}
+
+/// The number of messages a stream holds, from `nats stream info --json`.
+fn stream_messages(servers: &str, stream: &str) -> u64 {
+    let info: serde_json::Value =
+        serde_json::from_str(&nats(servers, &["stream", "info", stream, "--json"])).expect("stream info is JSON");
+    info["state"]["messages"].as_u64().expect("state.messages")
+}
+
+#[test]
+fn a_single_server_keeps_its_stream_across_a_restart() {
+    let mut server = NatsServer::start();
+    let url = server.url();
+    nats(&url, &["stream", "add", "T", "--subjects", "t.>", "--storage", "file", "--defaults"]);
+    for i in 0..5 {
+        nats(&url, &["publish", "t.a", &format!("message {i}")]);
+    }
+    assert_eq!(stream_messages(&url, "T"), 5);
+    server.restart();
+    assert_eq!(stream_messages(&server.url(), "T"), 5, "the file store survives a restart on the same ports");
+}
+
+#[test]
+fn a_three_node_cluster_keeps_an_r3_stream_when_a_node_is_killed() {
+    let mut cluster = NatsCluster::start();
+    let urls = cluster.urls();
+    nats(&urls, &["stream", "add", "R", "--subjects", "r.>", "--storage", "file", "--replicas", "3", "--defaults"]);
+    for i in 0..5 {
+        nats(&urls, &["publish", "r.a", &format!("message {i}")]);
+    }
+    cluster.nodes[0].kill();
+    let survivors = format!("{},{}", cluster.nodes[1].url(), cluster.nodes[2].url());
+    // The stream may need a new leader first; bounded retries, not a sleep.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match try_nats(&survivors, &["publish", "r.a", "after the kill"]) {
+            Ok(_) => break,
+            Err(failure) => assert!(
+                Instant::now() < deadline,
+                "the R3 stream took no message 30 s after one node was killed: {failure}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(stream_messages(&survivors, "R"), 6);
+}

@@ -1,0 +1,569 @@
+//! NATS output: every datagram the coalescer seals (relay header, then frames, protected as on
+//! UDP) is published to one subject, stored in a JetStream stream. Subscribers read it with the
+//! same datagram code as UDP, and JetStream's copy serves late joiners and repairs.
+//!
+//! The hot thread never waits on the server: it hands each message to a bounded queue
+//! ([`NatsOut`]); a task on the runtime publishes from it with at most `max_pending_acks`
+//! messages unacknowledged, and publishes again any message whose acknowledgement failed (a
+//! server restarted, a cluster node lost): every message carries `Nats-Msg-Id` = session and
+//! first sequence, so the stream keeps one copy whatever is sent twice. A full queue follows
+//! `nats.slow_server`: wait for room, drop and count, or fail the run.
+
+use crate::config::{Nats, NatsAuth, NatsRetention, NatsStorage, SlowServerPolicy};
+use anyhow::{Context, Result, anyhow};
+use async_nats::jetstream::{self, stream};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use mdrelay_proto::codec::Format;
+use mdrelay_proto::relay::{DATAGRAM_VERSION, DatagramHeader, DatagramKind, Protector};
+use mdrelay_telemetry::exit::{ExitStatus, WithExitStatus};
+use std::future::IntoFuture;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc::{self, error::TrySendError};
+
+/// How long the publishing task has at the end of the stream to have everything acknowledged.
+const DRAIN: Duration = Duration::from_secs(30);
+
+/// How long one acknowledgement may take before the message is published again.
+const ACK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Wait between two publications of a message the server did not take.
+const RETRY_WAIT: Duration = Duration::from_millis(100);
+
+/// The NATS output's counts, shared by the hot thread, the publishing task and the metrics.
+#[derive(Debug, Default)]
+pub struct NatsCounters {
+    /// Messages handed to the client (first publications).
+    pub published: AtomicU64,
+    /// Messages JetStream acknowledged as stored.
+    pub acknowledged: AtomicU64,
+    /// Acknowledged as duplicates: the stream had that id already (a retry, or another
+    /// publisher of the same session).
+    pub duplicates: AtomicU64,
+    /// Publications that failed or were not acknowledged in time, each published again.
+    pub retries: AtomicU64,
+    /// Messages dropped because the queue was full (`slow_server = "drop"`).
+    pub dropped: AtomicU64,
+    /// Messages published and not yet acknowledged.
+    pub pending_acks: AtomicU64,
+    /// Connections made to a server after the first (fail-over, server restarts).
+    pub reconnects: AtomicU64,
+    /// Connections lost.
+    pub disconnects: AtomicU64,
+}
+
+/// The NATS output's counts at the end of a run.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct NatsSummary {
+    /// Messages published (first publications).
+    pub published: u64,
+    /// Messages JetStream acknowledged.
+    pub acknowledged: u64,
+    /// Acknowledged as duplicates of a stored id.
+    pub duplicates: u64,
+    /// Publications repeated after a failure or a missing acknowledgement.
+    pub retries: u64,
+    /// Messages dropped for a full queue.
+    pub dropped: u64,
+    /// Connections after the first.
+    pub reconnects: u64,
+    /// Connections lost.
+    pub disconnects: u64,
+}
+
+impl NatsCounters {
+    /// The counts now.
+    pub fn summary(&self) -> NatsSummary {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        NatsSummary {
+            published: get(&self.published),
+            acknowledged: get(&self.acknowledged),
+            duplicates: get(&self.duplicates),
+            retries: get(&self.retries),
+            dropped: get(&self.dropped),
+            reconnects: get(&self.reconnects),
+            disconnects: get(&self.disconnects),
+        }
+    }
+}
+
+/// What the publishing task reports when it stops before the end of the stream.
+type Failure = Arc<Mutex<Option<anyhow::Error>>>;
+
+/// The hot thread's side: a bounded queue to the publishing task.
+pub struct NatsOut {
+    tx: Option<mpsc::Sender<Bytes>>,
+    policy: SlowServerPolicy,
+    session: u64,
+    counters: Arc<NatsCounters>,
+    failure: Failure,
+    /// Set once the task is gone or the policy failed the run; the engine ends with it.
+    failed: bool,
+}
+
+/// The publishing task, to be awaited after the stream's end.
+pub struct NatsTask {
+    handle: tokio::task::JoinHandle<()>,
+    failure: Failure,
+    /// The counts, for the summary and the metrics.
+    pub counters: Arc<NatsCounters>,
+}
+
+impl NatsOut {
+    /// Connects to the servers, checks (or creates) the stream, and starts the publishing task.
+    /// A server not up yet is waited for in the background; refused credentials and a stream
+    /// that does not fit are configuration errors (exit 2), named by setting.
+    pub async fn start(settings: &Nats, session: u64) -> Result<(NatsOut, NatsTask)> {
+        let counters = Arc::new(NatsCounters::default());
+        let client = connect(settings, &counters).await?;
+        let js = jetstream::new(client.clone());
+        let checked = if client.connection_state() == async_nats::connection::State::Connected {
+            ensure_stream(&js, settings).await?;
+            true
+        } else {
+            tracing::warn!(servers = ?settings.servers, "NATS server not reachable yet; publishing when it is");
+            false
+        };
+        let (tx, rx) = mpsc::channel(settings.queue);
+        let failure: Failure = Arc::default();
+        let task =
+            Publisher { settings: settings.clone(), js, client, counters: counters.clone(), stream_checked: checked };
+        let task_failure = failure.clone();
+        let handle = tokio::spawn(async move {
+            if let Err(e) = task.run(rx).await {
+                tracing::error!(error = %format!("{e:#}"), "NATS publishing stopped");
+                *task_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+            }
+        });
+        tracing::info!(servers = ?settings.servers, subject = %settings.subject, stream = %settings.stream, "publishing to NATS");
+        let out = NatsOut {
+            tx: Some(tx),
+            policy: settings.slow_server,
+            session,
+            counters: counters.clone(),
+            failure: failure.clone(),
+            failed: false,
+        };
+        Ok((out, NatsTask { handle, failure, counters }))
+    }
+
+    /// Queues one sealed datagram; under `block`, waits for room (the stop flag ends the wait).
+    pub fn send(&mut self, message: Bytes, stop: &AtomicBool) {
+        let Some(tx) = &self.tx else { return };
+        let mut message = message;
+        loop {
+            match tx.try_send(message) {
+                Ok(()) => return,
+                Err(TrySendError::Closed(_)) => {
+                    self.failed = true;
+                    self.tx = None;
+                    return;
+                }
+                Err(TrySendError::Full(back)) => match self.policy {
+                    SlowServerPolicy::Drop => {
+                        self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                        return;
+                    }
+                    SlowServerPolicy::Fail => {
+                        let mut slot = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+                        slot.get_or_insert_with(|| {
+                            anyhow!("nats: the server takes messages slower than they come (queue full; nats.slow_server = \"fail\")")
+                        });
+                        self.failed = true;
+                        self.tx = None;
+                        return;
+                    }
+                    SlowServerPolicy::Block => {
+                        if stop.load(Ordering::Relaxed) {
+                            return;
+                        }
+                        message = back;
+                        std::thread::sleep(Duration::from_micros(50));
+                    }
+                },
+            }
+        }
+    }
+
+    /// The error the run ends with, once the output failed.
+    pub fn failure(&mut self) -> Option<anyhow::Error> {
+        if !self.failed {
+            return None;
+        }
+        let taken = self.failure.lock().unwrap_or_else(|p| p.into_inner()).take();
+        Some(taken.unwrap_or_else(|| anyhow!("nats: the publishing task stopped")))
+    }
+
+    /// Publishes the END datagram (the totals), then closes the queue: the task publishes what
+    /// is left and waits for the acknowledgements.
+    pub fn end(
+        &mut self,
+        format: Format,
+        next_sequence: u64,
+        totals: &[u8],
+        protector: &mut Protector,
+        stop: &AtomicBool,
+    ) {
+        let header = DatagramHeader {
+            version: DATAGRAM_VERSION,
+            format,
+            kind: DatagramKind::End,
+            frame_count: 0,
+            protection: protector.protection(),
+            session: self.session,
+            sequence: next_sequence,
+        };
+        let mut datagram = header.to_bytes().to_vec();
+        protector.seal_end(self.session, next_sequence, totals, &mut datagram);
+        // The end is not dropped for a slow server: it says the stream is whole.
+        let policy = std::mem::replace(&mut self.policy, SlowServerPolicy::Block);
+        self.send(Bytes::from(datagram), stop);
+        self.policy = policy;
+        self.tx = None;
+    }
+}
+
+impl NatsTask {
+    /// Waits for the task to publish everything queued and have it acknowledged (bounded).
+    pub async fn finish(self) -> Result<()> {
+        match tokio::time::timeout(DRAIN + ACK_TIMEOUT, self.handle).await {
+            Ok(_) => {}
+            Err(_) => return Err(anyhow!("nats: messages still unacknowledged {} s after the end", DRAIN.as_secs())),
+        }
+        match self.failure.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Connects with the configured credentials. A refusal of the credentials fails at once; an
+/// unreachable server is retried in the background (the client reconnects for ever).
+async fn connect(settings: &Nats, counters: &Arc<NatsCounters>) -> Result<async_nats::Client> {
+    let options = || async {
+        let mut options = async_nats::ConnectOptions::new()
+            .name("mdrelay-pub")
+            .max_reconnects(None)
+            .connection_timeout(Duration::from_secs(2));
+        let event_counters = counters.clone();
+        let connected_once = Arc::new(AtomicBool::new(false));
+        options = options.event_callback(move |event| {
+            let counters = event_counters.clone();
+            let connected_once = connected_once.clone();
+            async move {
+                match event {
+                    async_nats::Event::Connected => {
+                        if connected_once.swap(true, Ordering::Relaxed) {
+                            counters.reconnects.fetch_add(1, Ordering::Relaxed);
+                        }
+                        tracing::info!("NATS connected");
+                    }
+                    async_nats::Event::Disconnected => {
+                        counters.disconnects.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!("NATS connection lost; reconnecting");
+                    }
+                    other => tracing::info!(event = %other, "NATS"),
+                }
+            }
+        });
+        options = match &settings.auth {
+            NatsAuth::None => options,
+            NatsAuth::Creds(path) => options
+                .credentials_file(path)
+                .await
+                .with_context(|| format!("nats.creds_file: cannot read {}", path.display()))
+                .exit_status(ExitStatus::Config)?,
+            NatsAuth::Nkey(path) => {
+                let seed = read_secret("nats.nkey_file", path)?;
+                options.nkey(seed)
+            }
+            NatsAuth::UserPassword(user, path) => {
+                let password = read_secret("nats.password_file", path)?;
+                options.user_and_password(user.clone(), password)
+            }
+        };
+        if let Some(ca) = &settings.tls_ca_file {
+            if !ca.is_file() {
+                return Err(anyhow!("nats.tls_ca_file: {} is not a file", ca.display()))
+                    .exit_status(ExitStatus::Config);
+            }
+            options = options.add_root_certificates(ca.clone()).require_tls(true);
+        }
+        Ok::<_, anyhow::Error>(options)
+    };
+    let servers: Vec<async_nats::ServerAddr> = settings
+        .servers
+        .iter()
+        .enumerate()
+        .map(|(i, url)| {
+            url.parse().map_err(|e| anyhow!("nats.servers[{i}]: {url}: {e}")).exit_status(ExitStatus::Config)
+        })
+        .collect::<Result<_>>()?;
+    match options().await?.connect(servers.clone()).await {
+        Ok(client) => Ok(client),
+        Err(e) => {
+            use async_nats::ConnectErrorKind as Kind;
+            let setting = match settings.auth {
+                NatsAuth::None => "nats (no credentials given)",
+                NatsAuth::Creds(_) => "nats.creds_file",
+                NatsAuth::Nkey(_) => "nats.nkey_file",
+                NatsAuth::UserPassword(..) => "nats.user / nats.password_file",
+            };
+            match e.kind() {
+                Kind::Authentication | Kind::AuthorizationViolation => {
+                    Err(anyhow!("{setting}: the NATS server refused the credentials: {e}"))
+                        .exit_status(ExitStatus::Config)
+                }
+                Kind::Tls => Err(anyhow!("nats.tls_ca_file: TLS with the NATS server failed: {e}"))
+                    .exit_status(ExitStatus::Config),
+                Kind::ServerParse | Kind::Dns => Err(anyhow!("nats.servers: {e}")).exit_status(ExitStatus::Config),
+                _ => Ok(options().await?.retry_on_initial_connect().connect(servers).await?),
+            }
+        }
+    }
+}
+
+/// A secret from a file, its surrounding white space trimmed.
+fn read_secret(setting: &str, path: &std::path::Path) -> Result<String> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("{setting}: cannot read {}", path.display()))
+        .exit_status(ExitStatus::Config)?;
+    Ok(text.trim().to_string())
+}
+
+/// The stream configuration the settings ask for.
+fn wanted_stream(settings: &Nats) -> stream::Config {
+    stream::Config {
+        name: settings.stream.clone(),
+        subjects: vec![settings.subject.clone()],
+        storage: match settings.storage {
+            NatsStorage::File => stream::StorageType::File,
+            NatsStorage::Memory => stream::StorageType::Memory,
+        },
+        retention: match settings.retention {
+            NatsRetention::Limits => stream::RetentionPolicy::Limits,
+            NatsRetention::Interest => stream::RetentionPolicy::Interest,
+        },
+        num_replicas: settings.replicas,
+        max_age: settings.max_age,
+        max_bytes: if settings.max_bytes == 0 { -1 } else { i64::try_from(settings.max_bytes).unwrap_or(i64::MAX) },
+        duplicate_window: settings.duplicate_window,
+        // Repairs and late joiners read single messages directly from any replica.
+        allow_direct: true,
+        ..Default::default()
+    }
+}
+
+/// Whether `pattern` (a stream's subject, with `*` and `>` wildcards) takes `subject`.
+fn subject_matches(pattern: &str, subject: &str) -> bool {
+    let mut wanted = subject.split('.');
+    for token in pattern.split('.') {
+        match (token, wanted.next()) {
+            (">", Some(_)) => return true,
+            ("*", Some(_)) => {}
+            (t, Some(s)) if t == s => {}
+            _ => return false,
+        }
+    }
+    wanted.next().is_none()
+}
+
+/// Checks that the stream exists with settings that fit, or creates it; a mismatch names the
+/// setting and both values.
+async fn ensure_stream(js: &jetstream::Context, settings: &Nats) -> Result<()> {
+    let wanted = wanted_stream(settings);
+    match js.get_stream(&settings.stream).await {
+        Ok(mut existing) => {
+            let info = existing.info().await.with_context(|| format!("nats.stream: reading {}", settings.stream))?;
+            let have = &info.config;
+            if !have.subjects.iter().any(|s| subject_matches(s, &settings.subject)) {
+                return Err(anyhow!(
+                    "nats.subject: stream {} stores {:?}, not {}; give a subject it stores, or another nats.stream",
+                    settings.stream,
+                    have.subjects,
+                    settings.subject
+                ))
+                .exit_status(ExitStatus::Config);
+            }
+            let mismatch = if have.storage != wanted.storage {
+                Some(("nats.storage", format!("{:?}", have.storage), format!("{:?}", wanted.storage)))
+            } else if have.retention != wanted.retention {
+                Some(("nats.retention", format!("{:?}", have.retention), format!("{:?}", wanted.retention)))
+            } else if have.num_replicas != wanted.num_replicas {
+                Some(("nats.replicas", have.num_replicas.to_string(), wanted.num_replicas.to_string()))
+            } else {
+                None
+            };
+            if let Some((setting, theirs, ours)) = mismatch {
+                return Err(anyhow!(
+                    "{setting}: stream {} exists with {theirs}, the configuration says {ours}; change the setting or the stream",
+                    settings.stream
+                ))
+                .exit_status(ExitStatus::Config);
+            }
+            tracing::info!(stream = %settings.stream, messages = info.state.messages, "JetStream stream found");
+            Ok(())
+        }
+        Err(e) => {
+            let missing = matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(ref j)
+                if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND);
+            if !missing {
+                return Err(anyhow!("nats.stream: cannot look up {}: {e}", settings.stream));
+            }
+            if !settings.create_stream {
+                return Err(anyhow!(
+                    "nats.stream: stream {} does not exist and nats.create_stream is false; create it, or let the publisher",
+                    settings.stream
+                ))
+                .exit_status(ExitStatus::Config);
+            }
+            js.create_stream(wanted)
+                .await
+                .map_err(|e| anyhow!("nats.stream: cannot create {}: {e}", settings.stream))
+                .exit_status(ExitStatus::Config)?;
+            tracing::info!(stream = %settings.stream, subject = %settings.subject, "JetStream stream created");
+            Ok(())
+        }
+    }
+}
+
+/// The `Nats-Msg-Id` of a datagram: its session and first sequence (`end` for the END).
+fn message_id(datagram: &[u8]) -> Option<String> {
+    let header = DatagramHeader::parse(datagram).ok()?;
+    Some(match header.kind {
+        DatagramKind::End => format!("{:016x}-end", header.session),
+        _ => format!("{:016x}-{}", header.session, header.sequence),
+    })
+}
+
+/// The publishing task.
+struct Publisher {
+    settings: Nats,
+    js: jetstream::Context,
+    client: async_nats::Client,
+    counters: Arc<NatsCounters>,
+    stream_checked: bool,
+}
+
+/// An acknowledgement awaited: the message again if it has to be published again.
+type Acked = (Bytes, Result<jetstream::publish::PublishAck, String>);
+
+impl Publisher {
+    async fn run(mut self, mut rx: mpsc::Receiver<Bytes>) -> Result<()> {
+        if !self.stream_checked {
+            // Bounded only by the stop of the run: a server that never comes is waited for (the
+            // queue fills, and `slow_server` decides).
+            loop {
+                match ensure_stream(&self.js, &self.settings).await {
+                    Ok(()) => break,
+                    Err(e) if ExitStatus::of(&e) == ExitStatus::Config => return Err(e),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "stream not checked yet");
+                        tokio::time::sleep(RETRY_WAIT).await;
+                    }
+                }
+            }
+            self.stream_checked = true;
+        }
+        let mut acks = FuturesUnordered::new();
+        let max = self.settings.max_pending_acks;
+        let mut open = true;
+        while open || !acks.is_empty() {
+            tokio::select! {
+                biased;
+                Some((message, result)) = acks.next(), if !acks.is_empty() => {
+                    let (message, result): Acked = (message, result);
+                    self.counters.pending_acks.fetch_sub(1, Ordering::Relaxed);
+                    match result {
+                        Ok(ack) => {
+                            self.counters.acknowledged.fetch_add(1, Ordering::Relaxed);
+                            if ack.duplicate {
+                                self.counters.duplicates.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        Err(e) => {
+                            self.counters.retries.fetch_add(1, Ordering::Relaxed);
+                            if mdrelay_proto::warn::allow("nats retry") {
+                                tracing::warn!(error = %e, "NATS publication not acknowledged; publishing it again");
+                            }
+                            acks.push(self.publish(message, RETRY_WAIT));
+                        }
+                    }
+                }
+                message = rx.recv(), if open && acks.len() < max => match message {
+                    Some(message) => {
+                        self.counters.published.fetch_add(1, Ordering::Relaxed);
+                        acks.push(self.publish(message, Duration::ZERO));
+                    }
+                    None => open = false,
+                },
+            }
+        }
+        // Everything is acknowledged: nothing is left in the client's buffers either.
+        let _ = tokio::time::timeout(DRAIN, self.client.flush()).await;
+        Ok(())
+    }
+
+    /// Publishes `message` after `delay` (a retry's) and awaits its acknowledgement, as one
+    /// future: a retry waits without holding up the others.
+    fn publish(&self, message: Bytes, delay: Duration) -> impl std::future::Future<Output = Acked> + use<> {
+        self.counters.pending_acks.fetch_add(1, Ordering::Relaxed);
+        let js = self.js.clone();
+        let subject = self.settings.subject.clone();
+        async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            let mut headers = async_nats::HeaderMap::new();
+            if let Some(id) = message_id(&message) {
+                headers.insert("Nats-Msg-Id", id.as_str());
+            }
+            let result = match js.publish_with_headers(subject, headers, message.clone()).await {
+                Ok(ack) => match tokio::time::timeout(ACK_TIMEOUT, ack.into_future()).await {
+                    Ok(Ok(ack)) => Ok(ack),
+                    Ok(Err(e)) => Err(e.to_string()),
+                    Err(_) => Err(format!("no acknowledgement within {} s", ACK_TIMEOUT.as_secs())),
+                },
+                Err(e) => Err(e.to_string()),
+            };
+            (message, result)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subjects_match_as_nats_matches_them() {
+        assert!(subject_matches("mdrelay.1", "mdrelay.1"));
+        assert!(subject_matches("mdrelay.*", "mdrelay.1"));
+        assert!(subject_matches("mdrelay.>", "mdrelay.1.a"));
+        assert!(subject_matches(">", "a"));
+        assert!(!subject_matches("mdrelay.*", "mdrelay.1.a"));
+        assert!(!subject_matches("mdrelay.1", "mdrelay.2"));
+        assert!(!subject_matches("mdrelay.1.a", "mdrelay.1"));
+        assert!(!subject_matches("mdrelay.>", "mdrelay"));
+    }
+
+    #[test]
+    fn a_message_id_names_the_session_and_first_frame() {
+        let header = DatagramHeader {
+            version: DATAGRAM_VERSION,
+            format: Format::Sbe,
+            kind: DatagramKind::Data,
+            frame_count: 3,
+            protection: Default::default(),
+            session: 0xab,
+            sequence: 42,
+        };
+        assert_eq!(message_id(&header.to_bytes()).as_deref(), Some("00000000000000ab-42"));
+        let end = DatagramHeader { kind: DatagramKind::End, frame_count: 0, ..header };
+        assert_eq!(message_id(&end.to_bytes()).as_deref(), Some("00000000000000ab-end"));
+        assert_eq!(message_id(b"garbage"), None);
+    }
+}

@@ -1,0 +1,155 @@
+//! The NATS output against real `nats-server` processes: every frame of DEEP10 stored in the
+//! JetStream stream once (counted by natscli, against the reference's segment count), across a
+//! server restart mid-stream; a stream that is missing or does not fit, and refused
+//! credentials, as configuration errors (exit 2) naming the setting.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mdrelay_harness::{NatsServer, Process, expected, iex_data, nats_tool, publisher_bin};
+
+/// Runs natscli against `server` with `args` (bounded to 30 s); its stdout, or a panic.
+fn nats(server: &str, args: &[&str]) -> String {
+    let mut child = Command::new(nats_tool("nats"))
+        .args(["--server", server, "--timeout", "10s"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting nats");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().expect("waiting for nats").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("nats {args:?} took over 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("nats output");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "nats {args:?}: {}\n{stdout}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    stdout
+}
+
+/// The stream's state (`messages`, `first_seq`, ...) from `nats stream info --json`.
+fn stream_state(server: &str, stream: &str) -> serde_json::Value {
+    let info: serde_json::Value =
+        serde_json::from_str(&nats(server, &["stream", "info", stream, "--json"])).expect("stream info is JSON");
+    info["state"].clone()
+}
+
+/// A publisher configuration: DEEP10 in SBE to `[nats]` with `nats` (its keys), at `rate`
+/// messages per second (0: top speed), one frame per message.
+fn config(dir: &Path, rate: u32, nats: &str) -> std::path::PathBuf {
+    let pacing = if rate == 0 { "mode = \"top-speed\"".to_string() } else { format!("mode = \"rate\"\nrate = {rate}") };
+    let text = format!(
+        "format = \"sbe\"\n[source]\ncapture = \"{}\"\n[pacing]\n{pacing}\n[nats]\n{nats}\n",
+        iex_data().join("DEEP10.pcap.gz").display()
+    );
+    let path = dir.join("pub.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn run_publisher(config: &Path, json: &Path) -> Process {
+    Process::start(publisher_bin(), ["run", "--config", config.to_str().unwrap(), "--json", json.to_str().unwrap()])
+}
+
+#[test]
+fn every_frame_is_stored_once_in_the_stream() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let settings = format!("servers = [\"{}\"]\nsubject = \"md.deep\"\nstream = \"DEEP\"", server.url());
+    let json = dir.path().join("summary.json");
+    let finished = run_publisher(&config(dir.path(), 0, &settings), &json).finish(Duration::from_secs(120));
+    finished.assert_success();
+    let segments = expected("DEEP10.json")["segments"].as_u64().unwrap();
+    let state = stream_state(&server.url(), "DEEP");
+    // One message per frame (no coalescing), and the END.
+    assert_eq!(state["messages"].as_u64(), Some(segments + 1), "stream state: {state}");
+    let summary = mdrelay_harness::json_file(&json);
+    assert_eq!(summary["nats"]["published"].as_u64(), Some(segments + 1), "summary: {summary}");
+    assert_eq!(summary["nats"]["acknowledged"].as_u64(), Some(segments + 1), "summary: {summary}");
+    assert_eq!(summary["nats"]["dropped"].as_u64(), Some(0));
+    assert!(finished.stdout.contains("NATS:"), "the printed summary has a NATS line:\n{}", finished.stdout);
+}
+
+#[test]
+fn a_server_restart_mid_stream_loses_nothing_and_duplicates_nothing() {
+    let mut server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let metrics_port = mdrelay_harness::free_tcp_port();
+    let settings = format!(
+        "servers = [\"{}\"]\nsubject = \"md.deep\"\nstream = \"DEEP\"\n[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\nhold = 60",
+        server.url()
+    );
+    let json = dir.path().join("summary.json");
+    let mut publisher = run_publisher(&config(dir.path(), 100_000, &settings), &json);
+    publisher.wait_for("publishing to NATS");
+    // A quarter of the way in (about a second at this rate), the server dies and comes back.
+    let url = server.url();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while stream_state(&url, "DEEP")["messages"].as_u64().unwrap_or(0) < 30_000 {
+        assert!(Instant::now() < deadline, "the stream did not fill");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server.kill();
+    std::thread::sleep(Duration::from_millis(500));
+    server.restart();
+    publisher.wait_for_within("metrics endpoint stays up", Duration::from_secs(180));
+    let scraped = mdrelay_harness::scrape(([127, 0, 0, 1], metrics_port).into()).unwrap();
+    publisher.signal(mdrelay_harness::Signal::SIGTERM);
+    let finished = publisher.finish(Duration::from_secs(30));
+    finished.assert_success();
+    let segments = expected("DEEP10.json")["segments"].as_u64().unwrap();
+    assert_eq!(
+        scraped.get("mdrelay_pub_nats_messages_total", "outcome=\"published\""),
+        Some((segments + 1) as f64),
+        "the scrape counts every message published once"
+    );
+    assert!(scraped.get("mdrelay_pub_nats_reconnects_total", "").unwrap_or(0.0) >= 1.0, "the reconnect is scraped");
+    assert_eq!(scraped.get("mdrelay_pub_nats_acks_pending", ""), Some(0.0), "nothing is left unacknowledged");
+    let state = stream_state(&server.url(), "DEEP");
+    assert_eq!(state["messages"].as_u64(), Some(segments + 1), "every frame stored once: {state}");
+    let summary = mdrelay_harness::json_file(&json);
+    assert!(summary["nats"]["reconnects"].as_u64().unwrap() >= 1, "the reconnect is counted: {summary}");
+}
+
+#[test]
+fn a_missing_stream_without_creation_is_a_configuration_error() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let settings = format!("servers = [\"{}\"]\nstream = \"ABSENT\"\ncreate_stream = false", server.url());
+    let finished =
+        run_publisher(&config(dir.path(), 0, &settings), &dir.path().join("s.json")).finish(Duration::from_secs(60));
+    assert_eq!(finished.code(), Some(2), "stderr: {}", finished.stderr);
+    assert!(finished.stderr.contains("nats.stream") && finished.stderr.contains("ABSENT"), "{}", finished.stderr);
+}
+
+#[test]
+fn a_stream_with_other_settings_is_refused_by_setting() {
+    let server = NatsServer::start();
+    nats(&server.url(), &["stream", "add", "MEM", "--subjects", "md.>", "--storage", "memory", "--defaults"]);
+    let dir = tempfile::tempdir().unwrap();
+    let settings = format!("servers = [\"{}\"]\nsubject = \"md.x\"\nstream = \"MEM\"", server.url());
+    let finished =
+        run_publisher(&config(dir.path(), 0, &settings), &dir.path().join("s.json")).finish(Duration::from_secs(60));
+    assert_eq!(finished.code(), Some(2), "stderr: {}", finished.stderr);
+    assert!(finished.stderr.contains("nats.storage"), "{}", finished.stderr);
+    assert_eq!(stream_state(&server.url(), "MEM")["messages"].as_u64(), Some(0), "nothing was published");
+}
+
+#[test]
+fn refused_credentials_name_the_setting() {
+    let server = NatsServer::start_with(&["--user", "feed", "--pass", "right"]);
+    let dir = tempfile::tempdir().unwrap();
+    let password = dir.path().join("password");
+    std::fs::write(&password, "wrong\n").unwrap();
+    let settings =
+        format!("servers = [\"{}\"]\nuser = \"feed\"\npassword_file = \"{}\"", server.url(), password.display());
+    let finished =
+        run_publisher(&config(dir.path(), 0, &settings), &dir.path().join("s.json")).finish(Duration::from_secs(60));
+    assert_eq!(finished.code(), Some(2), "stderr: {}", finished.stderr);
+    assert!(finished.stderr.contains("nats.user / nats.password_file"), "{}", finished.stderr);
+}
