@@ -182,26 +182,20 @@ impl Pipeline {
             Event::SessionStarted { session, peer } => {
                 tracing::info!(publisher = %peer, session = format_args!("{session:#x}"), "publisher session")
             }
-            Event::Restarted { old, new } => {
-                if warn::allow("restart") {
-                    tracing::warn!(
-                        old_session = format_args!("{old:#x}"),
-                        new_session = format_args!("{new:#x}"),
-                        "publisher restarted: sequence tracking starts over"
-                    );
-                }
+            Event::Restarted { old, new } if warn::allow("restart") => {
+                tracing::warn!(
+                    old_session = format_args!("{old:#x}"),
+                    new_session = format_args!("{new:#x}"),
+                    "publisher restarted: sequence tracking starts over"
+                );
             }
             Event::FormatChanged { from: None, to } => tracing::info!(format = %to, "format"),
             Event::FormatChanged { from: Some(from), to } => tracing::info!(%from, %to, "format switch"),
-            Event::Gap { first, count } => {
-                if warn::allow("gap") {
-                    tracing::warn!(missing = count, before = first.saturating_add(count), "frames missing");
-                }
+            Event::Gap { first, count } if warn::allow("gap") => {
+                tracing::warn!(missing = count, before = first.saturating_add(count), "frames missing");
             }
-            Event::GivenUp { frames } => {
-                if warn::allow("given up") {
-                    tracing::info!(frames, "missing frames given up");
-                }
+            Event::GivenUp { frames } if warn::allow("given up") => {
+                tracing::info!(frames, "missing frames given up");
             }
             Event::Recovery(recovery) => recovery_event(recovery),
             Event::Skipped(skipped) => skipped_event(skipped),
@@ -290,18 +284,14 @@ fn recovery_event(event: RecoveryEvent) {
                     "the retransmission service serves another publisher session than the stream's: the stream's gaps cannot be recovered from it");
             }
         }
-        RecoveryEvent::Gone { first, count } => {
-            if warn::allow("recovery gone") {
-                tracing::info!(first, count, "frames no longer held by the publisher: unrecoverable");
-            }
+        RecoveryEvent::Gone { first, count } if warn::allow("recovery gone") => {
+            tracing::info!(first, count, "frames no longer held by the publisher: unrecoverable");
         }
-        RecoveryEvent::Busy { first } => {
-            if warn::allow("recovery busy") {
-                tracing::info!(
-                    first,
-                    "the retransmission service is busy (over its rate limit, or full); asking again later"
-                );
-            }
+        RecoveryEvent::Busy { first } if warn::allow("recovery busy") => {
+            tracing::info!(
+                first,
+                "the retransmission service is busy (over its rate limit, or full); asking again later"
+            );
         }
         RecoveryEvent::Lost { reason, retry_in } => {
             tracing::warn!(retry_in = ?retry_in, "recovery connection: {reason}")
@@ -315,56 +305,36 @@ fn recovery_event(event: RecoveryEvent) {
 /// Logs what was received and not taken (each is counted in the report), within the budget.
 fn skipped_event(skipped: Skipped) {
     match skipped {
-        Skipped::Duplicate { sequence } => {
-            if warn::allow("duplicate") {
-                tracing::info!(sequence, "duplicate frame skipped");
-            }
+        Skipped::Duplicate { sequence } if warn::allow("duplicate") => {
+            tracing::info!(sequence, "duplicate frame skipped");
         }
-        Skipped::TooLate { sequence } => {
-            if warn::allow("too late") {
-                tracing::info!(sequence, "frame older than the sequence window skipped");
-            }
+        Skipped::TooLate { sequence } if warn::allow("too late") => {
+            tracing::info!(sequence, "frame older than the sequence window skipped");
         }
-        Skipped::Undelimited { at, format, what } => {
-            if warn::allow("delimit") {
-                tracing::warn!(%at, %format, error = %what, "cannot delimit a frame; rest of the payload skipped");
-            }
+        Skipped::Undelimited { at, format, what } if warn::allow("delimit") => {
+            tracing::warn!(%at, %format, error = %what, "cannot delimit a frame; rest of the payload skipped");
         }
-        Skipped::Excess { at, bytes } => {
-            if warn::allow("excess") {
-                tracing::warn!(%at, bytes, "bytes after the frames the header declares; not read");
-            }
+        Skipped::Excess { at, bytes } if warn::allow("excess") => {
+            tracing::warn!(%at, bytes, "bytes after the frames the header declares; not read");
         }
-        Skipped::FewerFrames { at, declared, found } => {
-            if warn::allow("frame count") {
-                tracing::warn!(%at, declared, found, "fewer frames than the header declares");
-            }
+        Skipped::FewerFrames { at, declared, found } if warn::allow("frame count") => {
+            tracing::warn!(%at, declared, found, "fewer frames than the header declares");
         }
-        Skipped::Protection { at, first, why } => {
-            if warn::allow("unprotected frames") {
-                tracing::warn!(%at, first, error = %why, "frames refused: they do not pass the protection check");
-            }
+        Skipped::Protection { at, first, why } if warn::allow("unprotected frames") => {
+            tracing::warn!(%at, first, error = %why, "frames refused: they do not pass the protection check");
         }
-        Skipped::Invalid { peer, len, what } => {
-            if warn::allow("invalid datagram") {
-                tracing::warn!(%peer, len, "datagram skipped: {what}");
-            }
+        Skipped::Invalid { peer, len, what } if warn::allow("invalid datagram") => {
+            tracing::warn!(%peer, len, "datagram skipped: {what}");
         }
-        Skipped::Held { peer, session, sequence } => {
-            if warn::allow("held datagram") {
-                tracing::info!(%peer, session = format_args!("{session:#x}"), sequence,
-                    "datagram out of line with the stream (session or sequence): held until the next one confirms it");
-            }
+        Skipped::Held { peer, session, sequence } if warn::allow("held datagram") => {
+            tracing::info!(%peer, session = format_args!("{session:#x}"), sequence,
+                "datagram out of line with the stream (session or sequence): held until the next one confirms it");
         }
-        Skipped::End { peer, what } => {
-            if warn::allow("foreign end") {
-                tracing::warn!(%peer, "end of stream ignored: {what}");
-            }
+        Skipped::End { peer, what } if warn::allow("foreign end") => {
+            tracing::warn!(%peer, "end of stream ignored: {what}");
         }
-        Skipped::OutOfPlace { tag, at } => {
-            if warn::allow("record out of place") {
-                tracing::warn!(at, tag, "a record that has no place on the connection; skipped");
-            }
+        Skipped::OutOfPlace { tag, at } if warn::allow("record out of place") => {
+            tracing::warn!(at, tag, "a record that has no place on the connection; skipped");
         }
         Skipped::Violation { at, what } => tracing::warn!(
             at,
