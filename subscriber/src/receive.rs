@@ -46,6 +46,8 @@ pub struct Pipeline {
     connected: bool,
     /// A version-1 publisher's missing resume was reported.
     warned_v1: bool,
+    /// `publisher{peer}` while a TCP connection is up: every line it logs names the publisher.
+    span: tracing::Span,
     started: Instant,
     last_tick: Instant,
 }
@@ -74,6 +76,7 @@ impl Pipeline {
             transport: settings.transport.to_string(),
             connected: false,
             warned_v1: false,
+            span: tracing::Span::none(),
             started,
             last_tick: started,
         }
@@ -131,13 +134,22 @@ impl Pipeline {
 
     /// Takes one event of the subscriber: frames into the statistics, the rest into the log.
     fn event(&mut self, event: Event<Frame<'_>>) -> After {
+        if let Event::Frame(f) = &event {
+            self.frame(f);
+            return if self.count_reached() { After::Stop(Stop::Count) } else { After::Go };
+        }
+        if matches!(event, Event::Reconnecting { .. } | Event::Busy { .. }) {
+            // Said with the publisher's address, after its connection.
+            self.span = tracing::Span::none();
+        }
+        let span = self.span.clone();
+        let _in = span.enter();
+        self.notice(event)
+    }
+
+    /// Logs what happened to the stream.
+    fn notice(&mut self, event: Event<Frame<'_>>) -> After {
         match event {
-            Event::Frame(f) => {
-                self.frame(&f);
-                if self.count_reached() {
-                    return After::Stop(Stop::Count);
-                }
-            }
             Event::Connected { peer, attempt, reconnect } => {
                 self.connected = true;
                 if reconnect {
@@ -145,6 +157,7 @@ impl Pipeline {
                 } else {
                     tracing::info!(publisher = %peer, attempt, "connected");
                 }
+                self.span = tracing::info_span!("publisher", %peer);
                 return After::Connected;
             }
             Event::Subscribed { peer, session, protocol_version, format, start } => {
