@@ -207,9 +207,8 @@ impl Pipeline {
             Event::Gap { first, count } if warn::allow("gap") => {
                 tracing::warn!(missing = count, before = first.saturating_add(count), "frames missing");
             }
-            Event::GivenUp { frames } if warn::allow("given up") => {
-                tracing::info!(frames, "missing frames given up");
-            }
+            // Counted in the report (recovery, gaps); not worth a warning each.
+            Event::GivenUp { frames } => tracing::debug!(frames, "missing frames given up"),
             Event::Recovery(recovery) => recovery_event(recovery),
             Event::Skipped(skipped) => skipped_event(skipped),
             Event::End(end) => {
@@ -333,20 +332,20 @@ fn skipped_event(skipped: Skipped) {
         Skipped::FewerFrames { at, declared, found } if warn::allow("frame count") => {
             tracing::warn!(%at, declared, found, "fewer frames than the header declares");
         }
-        Skipped::Protection { at, first, why } if warn::allow("unprotected frames") => {
+        Skipped::Protection { at, first, why } if warn::allow(protection_kind(&at)) => {
             tracing::warn!(%at, first, error = %why, "frames refused: they do not pass the protection check");
         }
-        Skipped::Invalid { peer, len, what } if warn::allow("invalid datagram") => {
+        Skipped::Invalid { peer, len, what } if warn::allow(invalid_kind(&what)) => {
             tracing::warn!(%peer, len, "datagram skipped: {what}");
         }
         Skipped::Held { peer, session, sequence } if warn::allow("held datagram") => {
             tracing::info!(%peer, session = format_args!("{session:#x}"), sequence,
                 "datagram out of line with the stream (session or sequence): held until the next one confirms it");
         }
-        Skipped::End { peer, what } if warn::allow("foreign end") => {
+        Skipped::End { peer, what } if warn::allow(end_kind(&what)) => {
             tracing::warn!(%peer, "end of stream ignored: {what}");
         }
-        Skipped::OutOfPlace { tag, at } if warn::allow("record out of place") => {
+        Skipped::OutOfPlace { tag, at } if warn::allow("recovery record on the stream") => {
             tracing::warn!(at, tag, "a record that has no place on the connection; skipped");
         }
         Skipped::Violation { at, what } => tracing::warn!(
@@ -355,6 +354,23 @@ fn skipped_event(skipped: Skipped) {
         ),
         _ => {}
     }
+}
+
+/// The warning budget's kind for frames refused by protection: datagrams apart from records.
+fn protection_kind(at: &str) -> &'static str {
+    if at.starts_with("datagram") { "protection" } else { "unprotected frames" }
+}
+
+/// The warning budget's kind for a datagram skipped before its frames: foreign traffic apart
+/// from relay datagrams with a bad header.
+fn invalid_kind(what: &str) -> &'static str {
+    if what == "not a relay datagram" { "foreign datagram" } else { "datagram header" }
+}
+
+/// The warning budget's kind for an end of stream ignored: unreadable totals apart from one that
+/// does not fit the stream.
+fn end_kind(what: &str) -> &'static str {
+    if what.starts_with("its totals cannot be read") { "end totals" } else { "foreign end" }
 }
 
 /// The library's builder for the subscriber's settings; `recording`: frames are decoded whole
