@@ -559,6 +559,20 @@ fn start_error(error: Error, settings: &Settings) -> RunError {
 /// What an error ending the stream means for the run: a publisher that refuses this
 /// subscriber, or speaks another protocol or protection, exits 3; anything else 1.
 fn run_error(error: Error) -> RunError {
+    // Named as the subscriber's configuration names them.
+    match &error {
+        Error::ProtectionMismatch { peer, publisher, subscriber } => {
+            return RunError::Refused(format!(
+                "publisher {peer} protects its frames with {publisher} and this subscriber expects {subscriber}: configure the same [protection] (crc, key_file) on both"
+            ));
+        }
+        Error::WrongKey { peer } => {
+            return RunError::Refused(format!(
+                "publisher {peer} encrypts with another key than protection.key_file: give both the same key file"
+            ));
+        }
+        _ => {}
+    }
     match error.kind() {
         ErrorKind::WrongKey
         | ErrorKind::ProtectionMismatch
