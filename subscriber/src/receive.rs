@@ -418,7 +418,21 @@ pub fn builder(settings: &Settings, recording: bool) -> Builder {
 
 /// Receives until a stop; the counts are in the pipeline for its report.
 pub async fn run(settings: &Settings, pipeline: &mut Pipeline, control: &mut Control) -> Result<Stop, RunError> {
-    let mut subscriber = match builder(settings, pipeline.recorder.is_some()).build_async().await {
+    // Setting up (resolving a publisher's name, say) may take a while: ticks and stops go on.
+    let build = builder(settings, pipeline.recorder.is_some()).build_async();
+    tokio::pin!(build);
+    let built = loop {
+        tokio::select! {
+            biased;
+            event = control.next() => match event {
+                ControlEvent::Tick => pipeline.tick(),
+                ControlEvent::Metrics => pipeline.export_metrics(),
+                ControlEvent::Stop(stop) => return Ok(stop),
+            },
+            built = &mut build => break built,
+        }
+    };
+    let mut subscriber = match built {
         Ok(s) => s,
         Err(error) => return Err(start_error(error, settings)),
     };
@@ -565,6 +579,9 @@ fn run_error(error: Error) -> RunError {
             return RunError::Refused(format!(
                 "publisher {peer} protects its frames with {publisher} and this subscriber expects {subscriber}: configure the same [protection] (crc, key_file) on both"
             ));
+        }
+        Error::Refused { peer, reason } => {
+            return RunError::Refused(format!("publisher {peer} refused the subscription: {reason}"));
         }
         Error::WrongKey { peer } => {
             return RunError::Refused(format!(
