@@ -506,8 +506,15 @@ fn ranged(
     }
 }
 
-/// Whether `value` is a `host:port` that can be connected to; why not.
-pub(crate) fn check_host_port(value: &str) -> Result<(), &'static str> {
+/// Whether `value` is a `host:port` that can be connected to (an IP address and port, or a
+/// name and port; the name is not resolved here), as [`Builder::tcp`] and [`Builder::recovery`]
+/// check it; why not, to follow the value in a message (`"h" is not host:port (...)`).
+///
+/// ```
+/// assert!(mdrelay_client::check_host_port("localhost:9100").is_ok());
+/// assert_eq!(mdrelay_client::check_host_port("localhost"), Err("is not host:port (the port is missing)"));
+/// ```
+pub fn check_host_port(value: &str) -> Result<(), &'static str> {
     if let Ok(addr) = value.parse::<SocketAddr>() {
         return if addr.port() == 0 { Err("is not host:port (port 0 cannot be connected to)") } else { Ok(()) };
     }

@@ -1,8 +1,9 @@
 //! What a subscriber counted so far ([`Counters`]), made on demand from the machines' counts.
 
+use crate::collect::Tally;
 use mdrelay_proto::codec::Format;
-use mdrelay_proto::relay::Totals;
-use mdrelay_proto::relay::client::{LinesReport, ProtectionCounts, RecoveryReport};
+use mdrelay_proto::relay::client::{FrameReader, LinesReport, ProtectionCounts, RecoveryReport};
+use mdrelay_proto::relay::{SequenceCounts, Totals};
 use std::collections::BTreeMap;
 
 /// Everything a subscriber counted since it was built. Frames are counted by sequence number
@@ -102,6 +103,41 @@ pub struct Counters {
 }
 
 impl Counters {
+    /// What both transports count alike: the frame reader's counts (its tracker's with
+    /// `extra`, what A/B lines keep outside it) and what the collector tallied of the messages.
+    /// The drivers add their own.
+    pub(crate) fn of_reader(reader: &FrameReader, tally: &Tally, extra: SequenceCounts) -> Counters {
+        let r = reader.counts();
+        let tracker = reader.tracker();
+        let seq = tracker.counts().plus(extra);
+        Counters {
+            frames: r.frames_decoded,
+            frames_recovered: r.frames_recovered,
+            decode_errors: r.decode_errors,
+            messages: tally.messages,
+            messages_skipped: tally.skipped,
+            messages_by_type: tally.by_type.seen().collect(),
+            raw_skipped_messages: reader.raw_skipped_messages(),
+            lost: seq.lost,
+            duplicates: seq.duplicates,
+            reordered: seq.reordered,
+            too_late: seq.too_late,
+            session: tracker.session(),
+            highest_sequence: tracker.highest(),
+            first_frame: reader.first_frame(),
+            late_join: tracker.late_join(),
+            publisher_restarts: tracker.restarts(),
+            unconfirmed_datagrams: tracker.unconfirmed(),
+            undelimited_payloads: r.undelimited_payloads,
+            excess_payloads: r.excess_payloads,
+            protection: r.protection,
+            format: reader.current_format(),
+            format_switches: reader.format_switches(),
+            formats_seen: reader.formats_seen().iter().copied().collect(),
+            ..Counters::default()
+        }
+    }
+
     /// Whether what was taken is everything the publisher's `totals` say it sent: frames,
     /// messages and messages by type equal, no late join, and a whole stream at its end (see
     /// [`End::complete`](crate::End::complete)).

@@ -199,6 +199,12 @@ pub enum RecoveryEvent {
         /// The wait before the next connection.
         retry_in: Duration,
     },
+    /// The service closed the connection after a quiet spell: nothing was lost, and another is
+    /// made for the next request.
+    Closed {
+        /// What the service did, naming it.
+        reason: String,
+    },
     /// The service refused this subscriber (or cannot serve it): recovery is off, and what is
     /// missing is given up.
     Refused {

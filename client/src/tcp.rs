@@ -15,7 +15,7 @@ use crate::settings::Settings;
 use mdrelay_proto::relay::client::{
     ClientAction, ClientEvent, CloseReason, Closed, Finish, ResumeAsked, StreamClient, StreamClientConfig,
 };
-use mdrelay_proto::relay::{HandshakeError, PROTOCOL_VERSION, Totals};
+use mdrelay_proto::relay::{HandshakeError, PROTOCOL_VERSION, SequenceCounts, Totals};
 use socket2::SockRef;
 use std::io;
 use std::net::SocketAddr;
@@ -322,48 +322,21 @@ impl TcpDriver {
     /// What was counted, with what the collector counted.
     pub fn counters_with(&self, out: &Collector) -> Counters {
         let c = self.client.counts();
-        let reader = self.client.reader();
-        let r = reader.counts();
-        let tracker = reader.tracker();
-        let seq = tracker.counts();
-        let tally = &out.tally;
+        let conn = &c.connection;
         Counters {
-            frames: r.frames_decoded,
-            frames_recovered: r.frames_recovered,
-            decode_errors: r.decode_errors,
-            messages: tally.messages,
-            messages_skipped: tally.skipped,
-            messages_by_type: tally.by_type.seen().collect(),
-            raw_skipped_messages: reader.raw_skipped_messages(),
-            bytes: c.connection.bytes,
-            lost: seq.lost,
-            duplicates: seq.duplicates,
-            reordered: seq.reordered,
-            too_late: seq.too_late,
-            session: tracker.session(),
-            highest_sequence: tracker.highest(),
-            first_frame: reader.first_frame(),
-            late_join: tracker.late_join(),
-            publisher_restarts: tracker.restarts(),
-            unconfirmed_datagrams: tracker.unconfirmed(),
-            invalid_packets: c.connection.bad_headers + c.connection.violations + c.connection.out_of_place,
-            undelimited_payloads: r.undelimited_payloads,
-            excess_payloads: r.excess_payloads,
-            protection: r.protection,
-            format: reader.current_format(),
-            format_switches: reader.format_switches(),
-            formats_seen: reader.formats_seen().iter().copied().collect(),
+            bytes: conn.bytes,
+            invalid_packets: conn.bad_headers + conn.violations + conn.out_of_place,
             connections: c.connections,
             reconnects: c.reconnects,
             resumes: c.resumes,
-            bad_headers: c.connection.bad_headers,
-            violations: c.connection.violations,
-            records_out_of_place: c.connection.out_of_place,
-            echoes_sent: c.connection.echoes_sent,
-            echoes_dropped: c.connection.echoes_dropped,
+            bad_headers: conn.bad_headers,
+            violations: conn.violations,
+            records_out_of_place: conn.out_of_place,
+            echoes_sent: conn.echoes_sent,
+            echoes_dropped: conn.echoes_dropped,
             publisher_totals: self.client.end().and_then(|e| e.totals.clone().ok()),
             busy_poll_refused: self.busy_poll_refused,
-            ..Counters::default()
+            ..Counters::of_reader(self.client.reader(), &out.tally, SequenceCounts::default())
         }
     }
 }

@@ -367,11 +367,15 @@ impl UdpDriver {
                 DatagramEvent::RecoveryOutOfPlace { tag, at } => {
                     Event::Skipped(Skipped::OutOfPlace { tag: tag as u8, at })
                 }
-                DatagramEvent::RecoveryLost { why, retry_in, .. } => {
+                DatagramEvent::RecoveryLost { why, retry_in, quiet } => {
                     if let Some(link) = &mut self.link {
                         link.conn = None;
                     }
-                    Event::Recovery(RecoveryEvent::Lost { reason: why, retry_in: shown(retry_in) })
+                    if quiet {
+                        Event::Recovery(RecoveryEvent::Closed { reason: why })
+                    } else {
+                        Event::Recovery(RecoveryEvent::Lost { reason: why, retry_in: shown(retry_in) })
+                    }
                 }
                 DatagramEvent::RecoveryRefused { why } => {
                     if let Some(link) = &mut self.link {
@@ -415,37 +419,10 @@ impl UdpDriver {
     pub fn counters_with(&self, out: &Collector) -> Counters {
         let d = self.receiver.counts();
         let reader = self.receiver.reader();
-        let r = reader.counts();
-        let tracker = reader.tracker();
         let lines = reader.lines();
-        let seq = tracker.counts().plus(lines.map(|l| l.merged_extra()).unwrap_or_default());
-        let tally = &out.tally;
         Counters {
-            frames: r.frames_decoded,
-            frames_recovered: r.frames_recovered,
-            decode_errors: r.decode_errors,
-            messages: tally.messages,
-            messages_skipped: tally.skipped,
-            messages_by_type: tally.by_type.seen().collect(),
-            raw_skipped_messages: reader.raw_skipped_messages(),
             bytes: d.bytes,
-            lost: seq.lost,
-            duplicates: seq.duplicates,
-            reordered: seq.reordered,
-            too_late: seq.too_late,
-            session: tracker.session(),
-            highest_sequence: tracker.highest(),
-            first_frame: reader.first_frame(),
-            late_join: tracker.late_join(),
-            publisher_restarts: tracker.restarts(),
-            unconfirmed_datagrams: tracker.unconfirmed(),
             invalid_packets: d.invalid_packets,
-            undelimited_payloads: r.undelimited_payloads,
-            excess_payloads: r.excess_payloads,
-            protection: r.protection,
-            format: reader.current_format(),
-            format_switches: reader.format_switches(),
-            formats_seen: reader.formats_seen().iter().copied().collect(),
             echoes_sent: self.echoes_sent,
             echoes_dropped: self.echoes_dropped,
             datagrams: d.datagrams,
@@ -455,7 +432,7 @@ impl UdpDriver {
             recovery: reader.book().map(|b| b.report(&self.recovery_server)),
             publisher_totals: self.receiver.publisher_totals().cloned(),
             busy_poll_refused: self.busy_poll_refused,
-            ..Counters::default()
+            ..Counters::of_reader(reader, &out.tally, lines.map(|l| l.merged_extra()).unwrap_or_default())
         }
     }
 }

@@ -3,6 +3,7 @@
 //! message naming the setting (and, for the file, the file and line).
 
 use clap::{Parser, ValueEnum};
+use mdrelay_client::check_host_port;
 use mdrelay_proto::Symbol;
 use mdrelay_proto::idle::{IdleStrategy, Profile};
 use mdrelay_proto::relay::{ProtectionSection, ProtectionSettings};
@@ -990,30 +991,6 @@ fn record(cli: &Cli, file: &FileConfig, origin: &Origin<'_>) -> Result<Option<Re
         rotate_interval: interval,
         max_files,
     }))
-}
-
-/// Checks `host:port` syntax without resolving the name (the publisher may not be up yet).
-fn check_host_port(value: &str) -> Result<(), &'static str> {
-    if value.parse::<SocketAddr>().is_ok() {
-        return Ok(());
-    }
-    let Some((host, port)) = value.rsplit_once(':') else {
-        return Err("is not host:port (the port is missing)");
-    };
-    if host.is_empty() {
-        return Err("is not host:port (the host is missing)");
-    }
-    if host.contains(':') && !(host.starts_with('[') && host.ends_with(']')) {
-        return Err("is not host:port (write an IPv6 address in brackets, e.g. \"[::1]:9100\")");
-    }
-    if host.contains(char::is_whitespace) {
-        return Err("is not host:port (the host contains a space)");
-    }
-    match port.parse::<u16>() {
-        Ok(0) => Err("is not host:port (port 0 cannot be connected to)"),
-        Ok(_) => Ok(()),
-        Err(_) => Err("is not host:port (the port is not a number from 1 to 65535)"),
-    }
 }
 
 #[cfg(test)]

@@ -1,10 +1,7 @@
 //! What interrupts receiving, whatever the transport: the report ticker, the `--duration`
-//! deadline and Ctrl-C / SIGTERM. Every wait in the transports goes through
-//! [`Control::next`] alongside the socket, so a report or a stop is never held up by a quiet
-//! network.
+//! deadline and Ctrl-C / SIGTERM. The receive loop waits on [`Control::next`] beside the
+//! subscriber's next event, so a report or a stop is never held up by a quiet network.
 
-use crate::frames::Pipeline;
-use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -113,23 +110,6 @@ impl Control {
             }
             _ = async { ticker.as_mut().expect("guarded").tick().await }, if has_ticker => Event::Tick,
             _ = async { metrics.as_mut().expect("guarded").tick().await }, if has_metrics => Event::Metrics,
-        }
-    }
-
-    /// Runs `work` to completion while handling ticks; `Err` with the reason if a stop comes
-    /// first (`work` is then dropped).
-    pub async fn run<T>(&mut self, pipeline: &mut Pipeline, work: impl Future<Output = T>) -> Result<T, Stop> {
-        tokio::pin!(work);
-        loop {
-            tokio::select! {
-                biased;
-                event = self.next() => match event {
-                    Event::Tick => pipeline.tick(),
-                    Event::Metrics => pipeline.export_metrics(),
-                    Event::Stop(stop) => return Err(stop),
-                },
-                out = &mut work => return Ok(out),
-            }
         }
     }
 }

@@ -3,14 +3,12 @@
 #![forbid(unsafe_code)]
 
 use clap::{CommandFactory, FromArgMatches};
-use mdrelay_subscriber::config::{Cli, JsonTarget, Settings, Transport};
+use mdrelay_subscriber::config::{Cli, JsonTarget, Settings};
 use mdrelay_subscriber::control::{Control, RunError};
-use mdrelay_subscriber::frames::Pipeline;
 use mdrelay_subscriber::histlog::HistogramLog;
-use mdrelay_subscriber::lines::Line;
 use mdrelay_subscriber::metrics::{EXPORT_EVERY, SubscriberMetrics};
+use mdrelay_subscriber::receive::Pipeline;
 use mdrelay_subscriber::record::Recorder;
-use mdrelay_subscriber::tcp::Receive;
 use mdrelay_telemetry::exit::{self, ExitStatus};
 use std::fs::File;
 use std::io::Write;
@@ -107,7 +105,6 @@ async fn run(settings: Settings, build_info: Option<metrics::Gauge>) -> ExitStat
         }
     }
     tracing::info!(profile = %settings.profile, idle = %settings.idle, core = ?settings.core, busy_poll = settings.busy_poll, "receive loop");
-    let receive = Receive { idle: settings.idle, busy_poll: settings.busy_poll };
     let mut pipeline = Pipeline::new(&settings, histogram_log, started);
     pipeline.recorder = recorder;
     pipeline.metrics = build_info.map(|b| SubscriberMetrics::new(b, settings.latency.name()));
@@ -115,23 +112,7 @@ async fn run(settings: Settings, build_info: Option<metrics::Gauge>) -> ExitStat
         .map(|c| if settings.metrics.is_some() { c.with_metrics(EXPORT_EVERY) } else { c });
     let result = match control {
         Err(error) => Err(RunError::Fatal(anyhow::anyhow!("cannot install the signal handlers: {error}"))),
-        Ok(mut control) => match &settings.transport {
-            Transport::Tcp(addr) => {
-                mdrelay_subscriber::tcp::run(addr, settings.reconnect_max, receive, &mut pipeline, &mut control).await
-            }
-            udp_or_multicast => match open_lines(udp_or_multicast, settings.line_b.as_ref()) {
-                Ok(sockets) => {
-                    if receive.busy_poll {
-                        for socket in &sockets {
-                            mdrelay_subscriber::cpu::busy_poll(socket, "udp");
-                        }
-                    }
-                    let recovery = settings.recovery.as_ref();
-                    mdrelay_subscriber::udp::run(sockets, recovery, receive.idle, &mut pipeline, &mut control).await
-                }
-                Err(error) => Err(RunError::Fatal(error)),
-            },
-        },
+        Ok(mut control) => mdrelay_subscriber::receive::run(&settings, &mut pipeline, &mut control).await,
     };
     let (stop_reason, code) = match result {
         Ok(stop) => (stop.name(), ExitStatus::Success),
@@ -191,13 +172,4 @@ async fn run(settings: Settings, build_info: Option<metrics::Gauge>) -> ExitStat
 /// missing.
 fn failed(code: ExitStatus) -> ExitStatus {
     if code == ExitStatus::Success { ExitStatus::Failure } else { code }
-}
-
-/// The socket of the transport, and of line B when there is one.
-fn open_lines(line_a: &Transport, line_b: Option<&Transport>) -> anyhow::Result<Vec<tokio::net::UdpSocket>> {
-    let mut sockets = vec![mdrelay_subscriber::udp::open(line_a)?];
-    if let Some(b) = line_b {
-        sockets.push(mdrelay_subscriber::udp::open_line(b, Line::B)?);
-    }
-    Ok(sockets)
 }

@@ -6,14 +6,15 @@
 //! the exporter's atomics, and feeds the latencies recorded since the last copy into the
 //! latency summary. Nothing is added per frame.
 //!
-//! The pipeline ([`crate::frames`]) holds the handles and gathers its counts into [`LoopCounts`]
-//! for each export. This module reads only that, so it depends on the modules that keep the
-//! counters, and not back on the pipeline that calls it.
+//! The pipeline ([`crate::receive`]) holds the handles and gathers its counts into
+//! [`LoopCounts`] for each export: its own statistics and what the `mdrelay_client` subscriber
+//! counted. This module reads only that, so it depends on the modules that keep the counters,
+//! and not back on the pipeline that calls it.
 
 use crate::record::RecordCounts;
 use crate::stats::Stats;
+use mdrelay_client::Counters;
 use mdrelay_proto::codec::Format;
-use mdrelay_proto::relay::SequenceCounts;
 use mdrelay_telemetry::prometheus::HistogramExport;
 use metrics::{
     Counter, Gauge, Histogram as Summary, Unit, counter, describe_counter, describe_gauge, describe_histogram,
@@ -28,14 +29,9 @@ pub const EXPORT_EVERY: Duration = Duration::from_secs(1);
 pub struct LoopCounts<'a> {
     /// The run's counters and latencies.
     pub stats: &'a Stats,
-    /// Frame accounting: the tracker's, with what the merged A/B stream keeps outside it.
-    pub sequence: SequenceCounts,
-    /// Frames recovered from the retransmission service; `None` without recovery.
-    pub frames_recovered: Option<u64>,
-    /// The highest frame sequence number received, if any.
-    pub last_sequence: Option<u64>,
-    /// The wire format the publisher sends now, if it announced one.
-    pub format: Option<Format>,
+    /// What the subscriber counted: bytes, frame accounting, refusals, reconnections,
+    /// recovery, the highest frame and the format now.
+    pub counters: &'a Counters,
     /// `--record`: what the writer thread has written; `None` when not recording.
     pub record: Option<RecordCounts>,
 }
@@ -93,29 +89,29 @@ impl SubscriberMetrics {
     /// Copies the loop's counts, and the latencies recorded since the last export.
     pub fn export(&mut self, counts: &LoopCounts<'_>) {
         let stats = counts.stats;
-        let sequence = counts.sequence;
+        let c = counts.counters;
         self.frames.absolute(stats.frames);
         self.messages.absolute(stats.messages);
-        self.bytes.absolute(stats.bytes);
-        self.gaps.absolute(sequence.lost);
-        self.duplicates.absolute(sequence.duplicates);
-        self.reordered.absolute(sequence.reordered);
+        self.bytes.absolute(c.bytes);
+        self.gaps.absolute(c.lost);
+        self.duplicates.absolute(c.duplicates);
+        self.reordered.absolute(c.reordered);
         self.decode_errors.absolute(stats.decode_errors);
-        self.invalid_packets.absolute(stats.invalid_packets);
-        let p = &stats.protection;
+        self.invalid_packets.absolute(c.invalid_packets);
+        let p = &c.protection;
         let refused = [p.crc_failures, p.authentication_failures, p.replayed_datagrams, p.mismatched_datagrams];
         for (counter, n) in self.refused.iter().zip(refused) {
             counter.absolute(n);
         }
-        self.reconnects.absolute(stats.reconnects);
-        if let Some(recovered) = counts.frames_recovered {
-            self.recovered.absolute(recovered);
+        self.reconnects.absolute(c.reconnects);
+        if let Some(recovery) = &c.recovery {
+            self.recovered.absolute(recovery.frames_recovered);
         }
-        if let Some(highest) = counts.last_sequence {
+        if let Some(highest) = c.highest_sequence {
             self.last_sequence.set(highest as f64);
         }
         for (f, gauge) in Format::ALL.iter().zip(&self.format) {
-            gauge.set(if Some(*f) == counts.format { 1.0 } else { 0.0 });
+            gauge.set(if Some(*f) == c.format { 1.0 } else { 0.0 });
         }
         if let Some(record) = counts.record {
             self.record.get_or_insert_with(RecordMetrics::new).export(record);

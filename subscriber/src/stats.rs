@@ -2,19 +2,17 @@
 //! optional symbol filter), frame sequence counts, one-way latency; and the reports made of
 //! them: the interval line, the final text report and the JSON report.
 
-use crate::lines::LinesReport;
-use crate::recovery::RecoveryReport;
-use crate::unseal::ProtectionCounts;
 use hdrhistogram::Histogram;
+use mdrelay_client::{Counters, LinesReport, ProtectionCounts, RecoveryReport};
 use mdrelay_proto::aggregate::{Aggregator, SymbolAggregate};
-use mdrelay_proto::codec::{Format, SymbolFilter};
+use mdrelay_proto::codec::SymbolFilter;
 use mdrelay_proto::counts::TypeCounts;
 use mdrelay_proto::latency::{LatencySummary, latency_histogram};
 use mdrelay_proto::message::Message;
 use mdrelay_proto::price::Symbol;
-use mdrelay_proto::relay::{SequenceCounts, SessionTracker, Totals};
+use mdrelay_proto::relay::Totals;
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
 use std::time::Duration;
 
@@ -24,30 +22,10 @@ pub struct Stats {
     pub frames: u64,
     /// Messages decoded.
     pub messages: u64,
-    /// Bytes received from the network, relay headers included.
-    pub bytes: u64,
     /// Frames delimited but not decodable (skipped).
     pub decode_errors: u64,
-    /// Payloads whose frames could not all be delimited (the rest of the payload is lost).
-    pub undelimited_payloads: u64,
-    /// Payloads with bytes after the frames their header declares (not read).
-    pub excess_payloads: u64,
-    /// Records or datagrams refused before any frame was read (bad header, foreign traffic).
-    pub invalid_packets: u64,
-    /// What frame protection refused.
-    pub protection: ProtectionCounts,
-    /// Connections re-established after one was lost (TCP).
-    pub reconnects: u64,
-    /// Reconnections that asked the publisher to resume after the last frame received (TCP).
-    pub resumes: u64,
-    /// Echoes sent back to the publisher (round-trip mode).
-    pub echoes_sent: u64,
-    /// Echoes dropped because the way back was full.
-    pub echoes_dropped: u64,
     /// Frames whose publish time was after their receive time (clocks apart); recorded as 0.
     pub negative_latencies: u64,
-    /// The publisher's END totals.
-    pub publisher_totals: Option<Totals>,
     types: TypeCounts,
     aggregator: Aggregator,
     /// `None` aggregates every symbol.
@@ -65,18 +43,8 @@ impl Stats {
         Stats {
             frames: 0,
             messages: 0,
-            bytes: 0,
             decode_errors: 0,
-            undelimited_payloads: 0,
-            excess_payloads: 0,
-            invalid_packets: 0,
-            protection: ProtectionCounts::default(),
-            reconnects: 0,
-            resumes: 0,
-            echoes_sent: 0,
-            echoes_dropped: 0,
             negative_latencies: 0,
-            publisher_totals: None,
             types: TypeCounts::new(),
             aggregator: Aggregator::new(),
             filter,
@@ -192,9 +160,10 @@ impl Stats {
         line
     }
 
-    /// Whether what arrived equals what the publisher says it sent (see [`Report::totals_match`]).
-    fn totals_match(&self, late_join: Option<u64>) -> Option<bool> {
-        let totals = self.publisher_totals.as_ref()?;
+    /// Whether what arrived equals what the publisher's `totals` say it sent (see
+    /// [`Report::totals_match`]).
+    fn totals_match(&self, totals: Option<&Totals>, late_join: Option<u64>) -> Option<bool> {
+        let totals = totals?;
         Some(
             late_join.is_none()
                 && !totals.truncated
@@ -205,11 +174,12 @@ impl Stats {
     }
 
     /// The final report (call [`Stats::end_interval`] first, so the last interval counts), with
-    /// the frame accounting of `tracker`.
-    pub fn report(&self, tracker: &SessionTracker, run: RunInfo) -> Report {
+    /// what the subscriber counted besides (`counters`: the transport's, the frame accounting,
+    /// recovery, the lines).
+    pub fn report(&self, counters: &Counters, run: RunInfo) -> Report {
         let symbols = self.aggregator.active();
-        let seq = tracker.counts().plus(run.merged_extra);
-        let late_join = tracker.late_join();
+        let late_join = counters.late_join;
+        let c = counters;
         Report {
             total_trade_volume: symbols.iter().map(|(_, a)| a.trade_volume).sum(),
             symbols_with_trades_or_quotes: symbols.len() as u64,
@@ -217,45 +187,45 @@ impl Stats {
             message_types: self.types.by_name(),
             frames: self.frames,
             messages: self.messages,
-            bytes: self.bytes,
-            gaps: seq.lost,
-            duplicates: seq.duplicates,
-            reordered: seq.reordered,
+            bytes: c.bytes,
+            gaps: c.lost,
+            duplicates: c.duplicates,
+            reordered: c.reordered,
             decode_errors: self.decode_errors,
-            undelimited_payloads: self.undelimited_payloads,
-            excess_payloads: self.excess_payloads,
-            format_switches: run.format_switches,
-            formats_seen: run.formats_seen.iter().map(|f| f.name()).collect(),
+            undelimited_payloads: c.undelimited_payloads,
+            excess_payloads: c.excess_payloads,
+            format_switches: c.format_switches,
+            formats_seen: c.formats_seen.iter().map(|f| f.name()).collect(),
             late_join_sequence: late_join,
-            publisher_totals: self.publisher_totals.clone(),
-            totals_match: self.totals_match(late_join),
+            publisher_totals: c.publisher_totals.clone(),
+            totals_match: self.totals_match(c.publisher_totals.as_ref(), late_join),
             latency_ns: LatencySummary::of(&self.latency),
-            reconnects: self.reconnects,
-            resumes: self.resumes,
+            reconnects: c.reconnects,
+            resumes: c.resumes,
             from_start: run.from_start,
-            recovery: run.recovery,
-            lines: run.lines,
-            arbitrated: run.arbitrated,
+            recovery: c.recovery.clone().unwrap_or_default(),
+            lines: c.lines.clone(),
+            arbitrated: c.arbitrated,
             transport: run.transport,
             stop_reason: run.stop_reason,
             elapsed_seconds: run.elapsed.as_secs_f64(),
             latency_mode: run.latency_mode,
-            echoes_sent: self.echoes_sent,
-            echoes_dropped: self.echoes_dropped,
-            publisher_restarts: tracker.restarts(),
-            unconfirmed_datagrams: tracker.unconfirmed(),
-            invalid_packets: self.invalid_packets,
-            protection: self.protection,
+            echoes_sent: c.echoes_sent,
+            echoes_dropped: c.echoes_dropped,
+            publisher_restarts: c.publisher_restarts,
+            unconfirmed_datagrams: c.unconfirmed_datagrams,
+            invalid_packets: c.invalid_packets,
+            protection: c.protection,
             negative_latencies: self.negative_latencies,
-            beyond_window: seq.too_late,
-            raw_skipped_messages: run.raw_skipped_messages,
+            beyond_window: c.too_late,
+            raw_skipped_messages: c.raw_skipped_messages,
             warnings_suppressed: mdrelay_proto::warn::suppressed(),
             record: None,
         }
     }
 }
 
-/// What the run knows besides the statistics, for the report.
+/// What the run knows besides the counts, for the report.
 #[derive(Debug)]
 pub struct RunInfo {
     /// The transport, as text.
@@ -266,20 +236,6 @@ pub struct RunInfo {
     pub elapsed: Duration,
     /// `one-way` or `round-trip`.
     pub latency_mode: &'static str,
-    /// Format changes seen.
-    pub format_switches: u64,
-    /// Formats the publisher used.
-    pub formats_seen: BTreeSet<Format>,
-    /// Messages the raw decoder skipped for being shorter than their type's layout.
-    pub raw_skipped_messages: u64,
-    /// Loss recovery (UDP).
-    pub recovery: RecoveryReport,
-    /// A/B: each line's figures.
-    pub lines: Option<LinesReport>,
-    /// A/B: copies of frames the other line had delivered first.
-    pub arbitrated: u64,
-    /// Sequence counts of the merged A/B stream kept outside the tracker.
-    pub merged_extra: SequenceCounts,
     /// `--from-start`: whether the whole session came.
     pub from_start: Option<FromStartReport>,
 }
@@ -543,6 +499,7 @@ impl fmt::Display for Report {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mdrelay_proto::codec::Format;
     use mdrelay_proto::message::{Trade, TradingStatus};
     use mdrelay_proto::price::Price;
 
@@ -560,9 +517,6 @@ mod tests {
     #[test]
     fn the_filter_limits_aggregates_but_not_counts_and_totals_compare_by_type() {
         let mut stats = Stats::new(Some(vec![Symbol::new("B").unwrap()]));
-        let mut tracker = SessionTracker::new();
-        tracker.observe(1);
-        tracker.observe(2);
         for m in [trade("A", 5), trade("B", 7)] {
             stats.message(&m);
         }
@@ -575,27 +529,22 @@ mod tests {
         stats.frame_decoded(100, 350);
         stats.frame_decoded(500, 400);
         stats.end_interval();
-        stats.publisher_totals = Some(Totals {
+        let mut counters = Counters::default();
+        counters.publisher_totals = Some(Totals {
             frames: 2,
             messages: 3,
             by_type: [(b'T', 2), (b'H', 1)].into_iter().collect(),
             truncated: false,
         });
+        counters.formats_seen = vec![Format::Raw];
         let run = RunInfo {
             transport: "test".into(),
             stop_reason: "end",
             elapsed: Duration::from_secs(1),
             latency_mode: "one-way",
-            format_switches: 0,
-            formats_seen: [Format::Raw].into_iter().collect(),
-            raw_skipped_messages: 0,
-            recovery: RecoveryReport::default(),
-            lines: None,
-            arbitrated: 0,
-            merged_extra: SequenceCounts::default(),
             from_start: None,
         };
-        let report = stats.report(&tracker, run);
+        let report = stats.report(&counters, run);
         assert_eq!(report.total_trade_volume, 7);
         assert_eq!(report.symbols.len(), 1);
         assert_eq!(report.message_types.get("T"), Some(&2));
@@ -607,7 +556,7 @@ mod tests {
         assert_eq!(json["late_join_sequence"], serde_json::Value::Null);
         assert!(report.to_string().contains("match yes"));
         // The same counts against a truncated stream's END (a relay that lost its upstream).
-        stats.publisher_totals.as_mut().unwrap().truncated = true;
-        assert_eq!(stats.totals_match(None), Some(false));
+        counters.publisher_totals.as_mut().unwrap().truncated = true;
+        assert_eq!(stats.totals_match(counters.publisher_totals.as_ref(), None), Some(false));
     }
 }
