@@ -10,7 +10,7 @@ use anyhow::Result;
 use clap::Args;
 use hdrhistogram::Histogram;
 use mdrelay_proto::relay::SessionTracker;
-use mdrelay_subscriber::lines::{Line, Lines};
+use mdrelay_proto::relay::client::{Line, Lines};
 use quanta::Clock;
 
 /// Arguments of `arbitration`.

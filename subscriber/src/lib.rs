@@ -36,9 +36,3 @@ pub mod metrics;
 pub mod receive;
 pub mod record;
 pub mod stats;
-
-/// A/B lines' accounting, which `mdrelay-client` does for the subscriber (it lives in
-/// `mdrelay_proto::relay::client`): named here still for `mdrelay-bench arbitration`, which times it.
-pub mod lines {
-    pub use mdrelay_proto::relay::client::{Line, Lines};
-}

@@ -297,7 +297,8 @@ pub struct Report {
     pub latency_ns: LatencySummary,
     /// Connections re-established after a loss (TCP).
     pub reconnects: u64,
-    /// Reconnections that resumed after the last frame received (TCP, protocol version 2).
+    /// Reconnections the publisher resumed at the frame asked for, after the last frame
+    /// received (TCP, protocol version 2).
     pub resumes: u64,
     /// `--from-start` (TCP): `null` when not asked for.
     pub from_start: Option<FromStartReport>,
