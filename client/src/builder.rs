@@ -34,6 +34,7 @@ enum TransportSpec {
     Tcp(String),
     Udp(String),
     Multicast { group: String, interface: String },
+    Nats { servers: String, subject: String },
 }
 
 /// Where the frame protection key comes from.
@@ -87,6 +88,7 @@ pub struct Builder {
     idle: Option<IdleStrategy>,
     busy_poll: Option<bool>,
     frame_bytes: bool,
+    nats_stream: Option<String>,
 }
 
 impl Builder {
@@ -115,6 +117,7 @@ impl Builder {
             idle: None,
             busy_poll: None,
             frame_bytes: false,
+            nats_stream: None,
         }
     }
 
@@ -135,6 +138,21 @@ impl Builder {
     /// address is `interface` (`0.0.0.0`: the system's choice).
     pub fn multicast(group: impl Into<String>, interface: impl Into<String>) -> Builder {
         Builder::new(TransportSpec::Multicast { group: group.into(), interface: interface.into() })
+    }
+
+    /// NATS: the messages of `subject` on the servers `servers` (comma-separated URLs,
+    /// `nats://host:port`; the client fails over among them and reconnects for ever), each one
+    /// relay datagram as a publisher's `[nats]` output sends it. With [`Builder::nats_stream`]
+    /// and [`Builder::from_start`], the stream is replayed from JetStream first.
+    pub fn nats(servers: impl Into<String>, subject: impl Into<String>) -> Builder {
+        Builder::new(TransportSpec::Nats { servers: servers.into(), subject: subject.into() })
+    }
+
+    /// NATS: the JetStream stream that stores the subject (the publisher's `nats.stream`), from
+    /// which [`Builder::from_start`] replays.
+    pub fn nats_stream(mut self, stream: impl Into<String>) -> Builder {
+        self.nats_stream = Some(stream.into());
+        self
     }
 
     /// A second line (A/B) carrying the same datagrams: a local `addr:port` for UDP, a
@@ -314,6 +332,7 @@ impl Builder {
     /// The settings checked.
     pub(crate) fn settings(self) -> Result<Settings, Error> {
         let tcp = matches!(self.transport, TransportSpec::Tcp(_));
+        let nats = matches!(self.transport, TransportSpec::Nats { .. });
         let transport = match &self.transport {
             TransportSpec::Tcp(address) => {
                 check_host_port(address).map_err(|why| Error::config("tcp", format!("{address:?} {why}")))?;
@@ -324,7 +343,33 @@ impl Builder {
                 let group = multicast_group(group, "multicast")?;
                 Transport::Multicast { group, interface: interface_addr(interface, "multicast")? }
             }
+            TransportSpec::Nats { servers, subject } => {
+                let servers: Vec<String> =
+                    servers.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
+                if servers.is_empty() {
+                    return Err(Error::config("nats", "no server URL given (nats://host:port, comma-separated)"));
+                }
+                let wildcard = subject.split('.').any(|t| t.is_empty() || t == "*" || t == ">");
+                if wildcard || subject.contains(char::is_whitespace) {
+                    return Err(Error::config(
+                        "nats",
+                        format!(
+                            "{subject:?} is not one stream's subject (dot-separated tokens, no wildcards or spaces)"
+                        ),
+                    ));
+                }
+                if self.from_start && self.nats_stream.is_none() {
+                    return Err(Error::config(
+                        "from_start",
+                        "over NATS the start is replayed from JetStream: give the stream with nats_stream",
+                    ));
+                }
+                Transport::Nats { servers, subject: subject.clone(), stream: self.nats_stream.clone() }
+            }
         };
+        if self.nats_stream.is_some() && !nats {
+            return Err(Error::config("nats_stream", "only used with a NATS subscriber (Builder::nats)"));
+        }
         let not_tcp = |setting: &'static str, what: &str| {
             Error::config(setting, format!("{what} is for UDP and multicast; a TCP subscriber has one connection"))
         };
@@ -334,6 +379,9 @@ impl Builder {
         let line_b = match (&transport, self.line_b.as_deref()) {
             (_, None) => None,
             (Transport::Tcp(_), Some(_)) => return Err(not_tcp("line_b", "a second line (A/B)")),
+            (Transport::Nats { .. }, Some(_)) => {
+                return Err(Error::config("line_b", "a second line (A/B) is for UDP and multicast, not NATS"));
+            }
             (Transport::Udp(a), Some(b)) => {
                 let b = listen_addr(b, "line_b", "multicast")?;
                 if *a == b && b.port() != 0 {
@@ -369,6 +417,12 @@ impl Builder {
         }
         let recovery = match &self.recovery {
             None => None,
+            Some(_) if nats => {
+                return Err(Error::config(
+                    "recovery",
+                    "the retransmission service is for UDP and multicast subscribers, not NATS",
+                ));
+            }
             Some(_) if tcp => {
                 return Err(Error::config(
                     "recovery",
@@ -415,7 +469,7 @@ impl Builder {
                 ("resume", self.resume.is_some()),
                 ("reconnect_max", self.reconnect_max.is_some()),
                 ("give_up_after", self.give_up_after.is_some()),
-                ("connect_timeout", self.connect_timeout.is_some()),
+                ("connect_timeout", self.connect_timeout.is_some() && !nats),
             ] {
                 if set {
                     return Err(only_tcp(setting));
@@ -465,7 +519,7 @@ impl Builder {
                 return Err(Error::config("receive_buffer", format!("{n} bytes is out of range (4 KiB to 1 GiB)")));
             }
             Some(n) => Some(n),
-            None if tcp => None,
+            None if tcp || nats => None,
             None => Some(DEFAULT_RECEIVE_BUFFER),
         };
         let low_latency = self.profile == Profile::LowLatency;

@@ -1,5 +1,5 @@
 //! Receive an [mdrelay] publisher's market data in your own program: IEX DEEP and TOPS messages
-//! over TCP, UDP unicast or UDP multicast, in whichever wire format the publisher chose (it
+//! over TCP, UDP unicast, UDP multicast or NATS, in whichever wire format the publisher chose (it
 //! says so; a switch mid-stream is followed), as the typed message model, with the frames'
 //! publish and receive times, loss accounting, loss recovery and A/B line arbitration.
 //!
@@ -66,6 +66,10 @@
 //!   ([`Builder::from_start`]).
 //! - [`Builder::udp`] and [`Builder::multicast`], with a second line ([`Builder::line_b`]) and
 //!   loss recovery from the publisher's retransmission service ([`Builder::recovery`]).
+//! - [`Builder::nats`]: a NATS subject a publisher's `[nats]` output feeds, each message one
+//!   datagram; with [`Builder::nats_stream`] and [`Builder::from_start`], the JetStream stream
+//!   that stores it is replayed first and handed over to the live subject without a gap or a
+//!   duplicate.
 //!
 //! Frames protected by the publisher (`[protection]`) are checked ([`Builder::crc`]) and opened
 //! ([`Builder::key_file`]) before anything reads them.
@@ -85,6 +89,7 @@ mod collect;
 mod counters;
 mod error;
 mod event;
+mod nats;
 mod net;
 mod poll;
 mod settings;

@@ -110,7 +110,7 @@ pub(crate) fn open_udp(
         // Bound to the group address, the socket gets only this group's datagrams, not those of
         // every group (or unicast) sent to the same port.
         Transport::Multicast { group, interface } => (*group, Some((*group, *interface))),
-        Transport::Tcp(_) => return Err(Error::config(setting, "not a UDP transport")),
+        Transport::Tcp(_) | Transport::Nats { .. } => return Err(Error::config(setting, "not a UDP transport")),
     };
     let socket = Socket::new(Domain::for_address(bind), Type::DGRAM, Some(Protocol::UDP))
         .map_err(|e| io("cannot open a UDP socket", e))?;

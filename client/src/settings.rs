@@ -15,6 +15,8 @@ pub(crate) enum Transport {
     Udp(SocketAddr),
     /// Multicast: the group and port, joined on the interface.
     Multicast { group: SocketAddr, interface: Ipv4Addr },
+    /// NATS: the servers' URLs, the subject, and the JetStream stream that stores it.
+    Nats { servers: Vec<String>, subject: String, stream: Option<String> },
 }
 
 /// Recovery's settings, checked.

@@ -6,6 +6,7 @@ use crate::collect::Collector;
 use crate::counters::Counters;
 use crate::error::Error;
 use crate::event::{Event, Frame, OwnedEvent};
+use crate::nats::NatsDriver;
 use crate::net::Clock;
 use crate::settings::{Settings, Transport};
 use crate::tcp::TcpDriver;
@@ -22,6 +23,7 @@ use std::time::Duration;
 enum Driver {
     Tcp(Box<TcpDriver>),
     Udp(Box<UdpDriver>),
+    Nats(Box<NatsDriver>),
 }
 
 /// A subscription to one publisher's stream, on a tokio runtime (I/O and time enabled). Built
@@ -48,6 +50,9 @@ impl AsyncSubscriber {
             Transport::Tcp(address) => {
                 Driver::Tcp(Box::new(TcpDriver::start(address.clone(), &settings, clock).await?))
             }
+            Transport::Nats { servers, subject, stream } => {
+                Driver::Nats(Box::new(NatsDriver::start(servers, subject, stream.as_deref(), &settings, clock).await?))
+            }
             _ => Driver::Udp(Box::new(UdpDriver::start(&settings, clock)?)),
         };
         Ok(AsyncSubscriber { driver, out: Collector::new(settings.frame_bytes), error: None, done: false })
@@ -71,6 +76,7 @@ impl AsyncSubscriber {
             let (stepped, finished) = match &mut self.driver {
                 Driver::Tcp(d) => (d.step(&mut self.out).await, d.is_finished()),
                 Driver::Udp(d) => (d.step(&mut self.out).await, d.is_finished()),
+                Driver::Nats(d) => (d.step(&mut self.out).await, d.is_finished()),
             };
             self.done |= finished;
             if let Err(error) = stepped {
@@ -99,6 +105,7 @@ impl AsyncSubscriber {
         match &self.driver {
             Driver::Tcp(d) => d.counters_with(&self.out),
             Driver::Udp(d) => d.counters_with(&self.out),
+            Driver::Nats(d) => d.counters_with(&self.out),
         }
     }
 
@@ -106,7 +113,7 @@ impl AsyncSubscriber {
     /// ports the system picked for port 0. Empty over TCP.
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
         match &self.driver {
-            Driver::Tcp(_) => Vec::new(),
+            Driver::Tcp(_) | Driver::Nats(_) => Vec::new(),
             Driver::Udp(d) => d.local_addrs(),
         }
     }
@@ -118,6 +125,7 @@ impl AsyncSubscriber {
         match &mut self.driver {
             Driver::Tcp(d) => d.close(),
             Driver::Udp(d) => d.close(&mut self.out),
+            Driver::Nats(d) => d.close(&mut self.out),
         }
         self.done = true;
         self.error = None;

@@ -9,7 +9,7 @@
 use crate::collect::Collector;
 use crate::counters::Counters;
 use crate::error::Error;
-use crate::event::{End, Event, RecoveryEvent, Skipped};
+use crate::event::{End, Event, Notice, RecoveryEvent, Skipped};
 use crate::net::{self, Clock, Connecting, shown};
 use crate::poll::{Idle, Poller};
 use crate::settings::{Settings, Transport};
@@ -319,28 +319,6 @@ impl UdpDriver {
         out.recovery_peer = self.link.as_ref().and_then(|l| l.peer);
         while let Some(event) = self.receiver.poll_event(out) {
             let notice = match event {
-                DatagramEvent::SessionStarted { session, peer } => Event::SessionStarted { session, peer },
-                DatagramEvent::Restarted { old, new, .. } => Event::Restarted { old, new },
-                DatagramEvent::Held { session, sequence, peer } => {
-                    Event::Skipped(Skipped::Held { peer, session, sequence })
-                }
-                DatagramEvent::NotRelay { peer, len, .. } => {
-                    Event::Skipped(Skipped::Invalid { peer, len, what: "not a relay datagram".into() })
-                }
-                DatagramEvent::BadHeader { peer, len, error } => {
-                    Event::Skipped(Skipped::Invalid { peer, len, what: error.to_string() })
-                }
-                DatagramEvent::Refused { peer, sequence, why, .. } => {
-                    Event::Skipped(Skipped::Protection { at: format!("datagram from {peer}"), first: sequence, why })
-                }
-                DatagramEvent::UnreadableEnd { peer, at, error } => Event::Skipped(Skipped::End {
-                    peer,
-                    what: format!("its totals cannot be read at byte {at}: {error}"),
-                }),
-                DatagramEvent::ForeignEnd { peer, session, next_sequence } => Event::Skipped(Skipped::End {
-                    peer,
-                    what: format!("of session {session:#x} up to frame {next_sequence}: it does not fit the stream"),
-                }),
                 DatagramEvent::EchoIgnored { .. }
                 | DatagramEvent::Ending { .. }
                 | DatagramEvent::EndWaitOver { .. } => {
@@ -383,6 +361,10 @@ impl UdpDriver {
                     }
                     Event::Recovery(RecoveryEvent::Refused { reason: why })
                 }
+                other => match datagram_notice(other) {
+                    Some(notice) => notice,
+                    None => continue,
+                },
             };
             out.notice(notice);
         }
@@ -435,6 +417,33 @@ impl UdpDriver {
             ..Counters::of_reader(reader, &out.tally, lines.map(|l| l.merged_extra()).unwrap_or_default())
         }
     }
+}
+
+/// The event a datagram machine's event is for the caller, for the events that need nothing of
+/// the driver's (the session, restarts, what was skipped); `None` for the others.
+pub(crate) fn datagram_notice(event: DatagramEvent) -> Option<Notice> {
+    Some(match event {
+        DatagramEvent::SessionStarted { session, peer } => Event::SessionStarted { session, peer },
+        DatagramEvent::Restarted { old, new, .. } => Event::Restarted { old, new },
+        DatagramEvent::Held { session, sequence, peer } => Event::Skipped(Skipped::Held { peer, session, sequence }),
+        DatagramEvent::NotRelay { peer, len, .. } => {
+            Event::Skipped(Skipped::Invalid { peer, len, what: "not a relay datagram".into() })
+        }
+        DatagramEvent::BadHeader { peer, len, error } => {
+            Event::Skipped(Skipped::Invalid { peer, len, what: error.to_string() })
+        }
+        DatagramEvent::Refused { peer, sequence, why, .. } => {
+            Event::Skipped(Skipped::Protection { at: format!("datagram from {peer}"), first: sequence, why })
+        }
+        DatagramEvent::UnreadableEnd { peer, at, error } => {
+            Event::Skipped(Skipped::End { peer, what: format!("its totals cannot be read at byte {at}: {error}") })
+        }
+        DatagramEvent::ForeignEnd { peer, session, next_sequence } => Event::Skipped(Skipped::End {
+            peer,
+            what: format!("of session {session:#x} up to frame {next_sequence}: it does not fit the stream"),
+        }),
+        _ => return None,
+    })
 }
 
 /// The builder setting line A came from.
