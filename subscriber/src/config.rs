@@ -35,6 +35,15 @@ pub struct Cli {
     /// Multicast: the local interface address to join the group on (default 0.0.0.0).
     #[arg(long, value_name = "ADDR")]
     pub interface: Option<String>,
+    /// NATS: the servers' URLs (comma-separated, nats://HOST:PORT) of a publisher's `[nats]` output.
+    #[arg(long, value_name = "URLS")]
+    pub nats: Option<String>,
+    /// NATS: the subject the stream is published to (default mdrelay.1).
+    #[arg(long, value_name = "SUBJECT")]
+    pub nats_subject: Option<String>,
+    /// NATS: the JetStream stream that stores the subject, replayed by --from-start.
+    #[arg(long, value_name = "NAME")]
+    pub nats_stream: Option<String>,
     /// Aggregate and report only these symbols (comma-separated or repeated).
     #[arg(long, value_name = "SYMBOL", value_delimiter = ',')]
     pub symbols: Option<Vec<String>>,
@@ -187,6 +196,9 @@ struct FileConfig {
     listen: Option<Spanned<String>>,
     group: Option<Spanned<String>>,
     interface: Option<Spanned<String>>,
+    nats: Option<Spanned<String>>,
+    nats_subject: Option<Spanned<String>>,
+    nats_stream: Option<Spanned<String>>,
     symbols: Option<Spanned<Vec<String>>>,
     latency: Option<LatencyMode>,
     echo_every: Option<Spanned<u64>>,
@@ -233,6 +245,15 @@ pub enum Transport {
         /// Local interface address.
         interface: Ipv4Addr,
     },
+    /// NATS: a publisher's `[nats]` subject.
+    Nats {
+        /// Server URLs, comma-separated.
+        servers: String,
+        /// The subject.
+        subject: String,
+        /// The JetStream stream that stores it, for `from_start`.
+        stream: Option<String>,
+    },
 }
 
 impl fmt::Display for Transport {
@@ -241,6 +262,7 @@ impl fmt::Display for Transport {
             Transport::Tcp(addr) => write!(f, "tcp {addr}"),
             Transport::Udp(addr) => write!(f, "udp {addr}"),
             Transport::Multicast { group, interface } => write!(f, "multicast {group} on {interface}"),
+            Transport::Nats { servers, subject, .. } => write!(f, "nats {subject} on {servers}"),
         }
     }
 }
@@ -594,25 +616,26 @@ fn seconds(
 /// The transport, and whether it came from the file (no transport flag was given).
 fn transport(cli: &Cli, file: &FileConfig, origin: &Origin<'_>) -> Result<(Transport, bool), ConfigError> {
     let file_given: Vec<(&str, &Spanned<String>)> =
-        [("connect", &file.connect), ("listen", &file.listen), ("group", &file.group)]
+        [("connect", &file.connect), ("listen", &file.listen), ("group", &file.group), ("nats", &file.nats)]
             .into_iter()
             .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))
             .collect();
     if file_given.len() > 1 {
         let names: Vec<String> = file_given.iter().map(|(k, v)| origin.file_key(k, v.span())).collect();
         return Err(ConfigError(format!(
-            "several transports configured ({}): set exactly one of connect (TCP), listen (UDP) or group (multicast)",
+            "several transports configured ({}): set exactly one of connect (TCP), listen (UDP), group (multicast) or nats",
             names.join(", ")
         )));
     }
-    let cli_given: Vec<(&str, &String)> = [("connect", &cli.connect), ("listen", &cli.listen), ("group", &cli.group)]
-        .into_iter()
-        .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))
-        .collect();
+    let cli_given: Vec<(&str, &String)> =
+        [("connect", &cli.connect), ("listen", &cli.listen), ("group", &cli.group), ("nats", &cli.nats)]
+            .into_iter()
+            .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))
+            .collect();
     if cli_given.len() > 1 {
         let names: Vec<String> = cli_given.iter().map(|(k, _)| Origin::flag(k)).collect();
         return Err(ConfigError(format!(
-            "several transports given ({}): use exactly one of --connect (TCP), --listen (UDP) or --group (multicast)",
+            "several transports given ({}): use exactly one of --connect (TCP), --listen (UDP), --group (multicast) or --nats",
             names.join(", ")
         )));
     }
@@ -653,8 +676,24 @@ fn transport(cli: &Cli, file: &FileConfig, origin: &Origin<'_>) -> Result<(Trans
             Transport::Tcp(value)
         }
         "listen" => Transport::Udp(listen_addr(&value, &name, "listen", "group")?),
+        "nats" => {
+            let subject = pick(cli.nats_subject.clone(), file.nats_subject.clone(), "nats_subject", origin)
+                .map_or_else(|| "mdrelay.1".to_string(), |s| s.value);
+            let stream =
+                pick(cli.nats_stream.clone(), file.nats_stream.clone(), "nats_stream", origin).map(|s| s.value);
+            Transport::Nats { servers: value, subject, stream }
+        }
         _ => multicast(&value, &name, interface, "listen")?,
     };
+    if !matches!(transport, Transport::Nats { .. }) {
+        let given = [
+            ("nats_subject", cli.nats_subject.is_some() || file.nats_subject.is_some()),
+            ("nats_stream", cli.nats_stream.is_some() || file.nats_stream.is_some()),
+        ];
+        if let Some((key, _)) = given.iter().find(|(_, set)| *set) {
+            return Err(ConfigError(format!("{key}: only used with a NATS transport (nats), and {name} is not one")));
+        }
+    }
     Ok((transport, transport_from_file))
 }
 

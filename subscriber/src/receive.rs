@@ -382,13 +382,20 @@ pub fn builder(settings: &Settings, recording: bool) -> Builder {
         }
         Transport::Udp(addr) => Builder::udp(addr.to_string()),
         Transport::Multicast { group, interface } => Builder::multicast(group.to_string(), interface.to_string()),
+        Transport::Nats { servers, subject, stream } => {
+            let b = Builder::nats(servers.clone(), subject.clone());
+            match stream {
+                Some(stream) => b.nats_stream(stream.clone()),
+                None => b,
+            }
+        }
     };
     match &settings.line_b {
         Some(Transport::Multicast { group, interface }) => {
             b = b.line_b(group.to_string()).interface_b(interface.to_string())
         }
         Some(Transport::Udp(addr)) => b = b.line_b(addr.to_string()),
-        Some(Transport::Tcp(_)) | None => {}
+        Some(Transport::Tcp(_)) | Some(Transport::Nats { .. }) | None => {}
     }
     if let Some(r) = &settings.recovery {
         b = b
@@ -436,7 +443,11 @@ pub async fn run(settings: &Settings, pipeline: &mut Pipeline, control: &mut Con
         Ok(s) => s,
         Err(error) => return Err(start_error(error, settings)),
     };
-    if !matches!(settings.transport, Transport::Tcp(_)) {
+    if let Transport::Nats { subject, servers, .. } = &settings.transport {
+        // The subscription is made: what is published from now on reaches it.
+        tracing::info!(%subject, %servers, "subscribed over NATS");
+    }
+    if matches!(settings.transport, Transport::Udp(_) | Transport::Multicast { .. }) {
         announce_lines(&subscriber, settings);
     }
     let result = receive(&mut subscriber, settings, pipeline, control).await;
