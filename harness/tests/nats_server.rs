@@ -54,7 +54,7 @@ fn a_single_server_keeps_its_stream_across_a_restart() {
     let url = server.url();
     nats(&url, &["stream", "add", "T", "--subjects", "t.>", "--storage", "file", "--defaults"]);
     for i in 0..5 {
-        nats(&url, &["publish", "t.a", &format!("message {i}")]);
+        nats(&url, &["publish", "--jetstream", "t.a", &format!("message {i}")]);
     }
     assert_eq!(stream_messages(&url, "T"), 5);
     server.restart();
@@ -67,14 +67,14 @@ fn a_three_node_cluster_keeps_an_r3_stream_when_a_node_is_killed() {
     let urls = cluster.urls();
     nats(&urls, &["stream", "add", "R", "--subjects", "r.>", "--storage", "file", "--replicas", "3", "--defaults"]);
     for i in 0..5 {
-        nats(&urls, &["publish", "r.a", &format!("message {i}")]);
+        nats(&urls, &["publish", "--jetstream", "r.a", &format!("message {i}")]);
     }
     cluster.nodes[0].kill();
     let survivors = format!("{},{}", cluster.nodes[1].url(), cluster.nodes[2].url());
     // The stream may need a new leader first; bounded retries, not a sleep.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        match try_nats(&survivors, &["publish", "r.a", "after the kill"]) {
+        match try_nats(&survivors, &["publish", "--jetstream", "r.a", "after the kill"]) {
             Ok(_) => break,
             Err(failure) => assert!(
                 Instant::now() < deadline,
