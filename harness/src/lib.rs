@@ -3,7 +3,7 @@
 //! - [`process`]: a binary run as a child process, its stderr read line by line as it comes, so
 //!   a test waits for the readiness lines the programs print instead of sleeping;
 //! - [`bins`]: the paths of `mdrelay-pub`, `mdrelay-sub`, `mdrelay-bench` and examples from the running
-//!   build, brought up to date (built, or rebuilt when stale) on first use;
+//!   build, built on demand;
 //! - [`net`]: free loopback ports, an accept with a deadline, proxies that cut or change a
 //!   publisher's stream, and a lossy UDP link;
 //! - [`nats`]: real `nats-server` processes, one or a three-node JetStream cluster;
