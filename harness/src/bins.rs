@@ -1,9 +1,5 @@
 //! The binaries under test, from the same target directory and profile as the running
-//! executable, brought up to date on first use in each process: `cargo build` of that binary,
-//! which builds it when missing and rebuilds it when its sources changed since (a package tested
-//! alone builds only its own, so another package's binary could otherwise be stale), and costs a
-//! fraction of a second when it is current. Where cargo cannot run, a binary that exists is used
-//! as it is, with a warning.
+//! executable, built on demand when missing (a package tested alone builds only its own).
 
 use std::collections::HashMap;
 use std::io;
@@ -26,12 +22,14 @@ pub fn bench_bin() -> PathBuf {
     expect_binary("mdrelay-bench", "mdrelay-bench")
 }
 
-/// The example `name` of `package` (`<target>/<profile>/examples/name`), brought up to date
-/// (see the module's documentation); panics when it cannot be found or built.
+/// The example `name` of `package` (`<target>/<profile>/examples/name`), built when missing;
+/// panics when it cannot be found or built.
 pub fn example_bin(package: &str, name: &str) -> PathBuf {
     let found = profile_dir().and_then(|dir| {
         let path = dir.join("examples").join(name);
-        up_to_date(&dir, package, "--example", name, &path)?;
+        if !path.is_file() {
+            build_target(&dir, package, "--example", name)?;
+        }
         if path.is_file() {
             Ok(path)
         } else {
@@ -46,8 +44,8 @@ fn expect_binary(package: &str, name: &str) -> PathBuf {
 }
 
 /// The binary `name` of `package` beside the running executable (a test's `deps/` counts as
-/// beside), brought up to date with `cargo build` in the same profile and target directory.
-/// Looked up (and built) once per process.
+/// beside), built with `cargo build` in the same profile and target directory when missing.
+/// Looked up once per process.
 pub fn binary(package: &str, name: &str) -> io::Result<PathBuf> {
     static FOUND: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
     // Held while building, so two threads do not run cargo for the same binary at once.
@@ -57,7 +55,9 @@ pub fn binary(package: &str, name: &str) -> io::Result<PathBuf> {
     }
     let dir = profile_dir()?;
     let path = dir.join(name);
-    up_to_date(&dir, package, "--bin", name, &path)?;
+    if !path.is_file() {
+        build(&dir, package, name)?;
+    }
     if !path.is_file() {
         return Err(io::Error::new(io::ErrorKind::NotFound, format!("{} missing after building it", path.display())));
     }
@@ -80,18 +80,9 @@ fn profile_dir() -> io::Result<PathBuf> {
     Ok(dir)
 }
 
-/// Builds `name` (of `kind`, at `path`) unless cargo finds it current. A build that cannot run
-/// (no cargo, a read-only tree) leaves an existing binary in use, with a warning saying it may be
-/// stale; a binary that does not exist is an error.
-fn up_to_date(dir: &Path, package: &str, kind: &str, name: &str, path: &Path) -> io::Result<()> {
-    match build_target(dir, package, kind, name) {
-        Ok(()) => Ok(()),
-        Err(e) if path.is_file() => {
-            eprintln!("warning: {name}: {e}; using {} as it is, which may be stale", path.display());
-            Ok(())
-        }
-        Err(e) => Err(e),
-    }
+/// `cargo build -p package --bin name` into `dir`'s target directory and profile.
+fn build(dir: &Path, package: &str, name: &str) -> io::Result<()> {
+    build_target(dir, package, "--bin", name)
 }
 
 /// `cargo build -p package KIND name` (`--bin`, `--example`) into `dir`'s target directory and

@@ -3,7 +3,7 @@
 //! - [`process`]: a binary run as a child process, its stderr read line by line as it comes, so
 //!   a test waits for the readiness lines the programs print instead of sleeping;
 //! - [`bins`]: the paths of `mdrelay-pub`, `mdrelay-sub`, `mdrelay-bench` and examples from the running
-//!   build, brought up to date (built, or rebuilt when stale) on first use;
+//!   build, built on demand;
 //! - [`net`]: free loopback ports, an accept with a deadline, proxies that cut or change a
 //!   publisher's stream, and a lossy UDP link;
 //! - [`nats`]: real `nats-server` processes, one or a three-node JetStream cluster;
@@ -37,7 +37,7 @@ pub mod version;
 pub use bins::{bench_bin, example_bin, publisher_bin, subscriber_bin};
 pub use data::{deep10_tcp_config, expected, iex_data, reference_output, reference_reader};
 pub use formats::formats;
-pub use nats::{NatsCluster, NatsServer, nats_tool};
+pub use nats::{NatsCluster, NatsServer, nats_cli, nats_tool};
 pub use net::{LossyLink, accept_within, cutting_proxy, free_tcp_port, free_udp_port, mangling_proxy, mix};
 pub use netns::{Host, Hosts, Line};
 pub use process::{Failure, Finished, Process, STEP, Signal};

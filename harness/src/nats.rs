@@ -232,3 +232,29 @@ impl NatsCluster {
         self.nodes.iter().map(NatsServer::url).collect::<Vec<_>>().join(",")
     }
 }
+
+/// Runs natscli (`nats`) against `servers` with `args`, bounded to 30 s: its stdout, or what it
+/// printed when it failed or took too long.
+pub fn nats_cli(servers: &str, args: &[&str]) -> Result<String, String> {
+    let mut child = Command::new(nats_tool("nats"))
+        .args(["--server", servers, "--timeout", "10s"])
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("starting nats: {e}"))?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while child.try_wait().map_err(|e| e.to_string())?.is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            return Err(format!("nats {args:?} took over 30 s"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        return Err(format!("nats {args:?}: {}\n{stdout}\n{}", out.status, String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(stdout)
+}

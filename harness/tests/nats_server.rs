@@ -2,10 +2,9 @@
 //! start on free ports, serve clients, keep JetStream's store across a restart, and survive one
 //! node's SIGKILL. Checked with natscli (`nats`), the NATS project's own client.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use mdrelay_harness::{NatsCluster, NatsServer, nats_tool};
+use mdrelay_harness::{NatsCluster, NatsServer, nats_cli};
 
 /// Runs `nats` against `servers` with `args`, bounded to 30 s; its stdout, or a panic with both
 /// streams.
@@ -13,32 +12,9 @@ fn nats(servers: &str, args: &[&str]) -> String {
     try_nats(servers, args).unwrap_or_else(|failure| panic!("{failure}"))
 }
 
-/// Runs `nats` against `servers` with `args`, bounded to 30 s; its stdout, or what it printed
-/// when it failed.
+/// Runs natscli with `args`; its stdout, or what it printed when it failed.
 fn try_nats(servers: &str, args: &[&str]) -> Result<String, String> {
-    let mut child = Command::new(nats_tool("nats"))
-        .arg("--server")
-        .arg(servers)
-        .args(["--timeout", "10s"])
-        .args(args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("starting nats");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while child.try_wait().expect("waiting for nats").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            return Err(format!("nats {args:?} took over 30 s"));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().expect("nats output");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    if !out.status.success() {
-        return Err(format!("nats {args:?}: {}\n{stdout}\n{}", out.status, String::from_utf8_lossy(&out.stderr)));
-    }
-    Ok(stdout)
+    nats_cli(servers, args)
 }
 
 /// The number of messages a stream holds, from `nats stream info --json`.

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use mdrelay_proto::codec::Format;
-use mdrelay_proto::relay::{DATAGRAM_VERSION, DatagramHeader, DatagramKind, Protector};
+use mdrelay_proto::relay::{DatagramHeader, DatagramKind, Protector};
 use mdrelay_telemetry::exit::{ExitStatus, WithExitStatus};
 use std::future::IntoFuture;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -207,20 +207,10 @@ impl NatsOut {
         protector: &mut Protector,
         stop: &AtomicBool,
     ) {
-        let header = DatagramHeader {
-            version: DATAGRAM_VERSION,
-            format,
-            kind: DatagramKind::End,
-            frame_count: 0,
-            protection: protector.protection(),
-            session: self.session,
-            sequence: next_sequence,
-        };
-        let mut datagram = header.to_bytes().to_vec();
-        protector.seal_end(self.session, next_sequence, totals, &mut datagram);
+        let datagram = crate::udp::end_datagram(self.session, format, next_sequence, totals, protector);
         // The end is not dropped for a slow server: it says the stream is whole.
         let policy = std::mem::replace(&mut self.policy, SlowServerPolicy::Block);
-        self.send(Bytes::from(datagram), stop);
+        self.send(datagram, stop);
         self.policy = policy;
         self.tx = None;
     }
@@ -537,6 +527,7 @@ impl Publisher {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mdrelay_proto::relay::DATAGRAM_VERSION;
 
     #[test]
     fn subjects_match_as_nats_matches_them() {

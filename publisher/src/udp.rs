@@ -204,18 +204,7 @@ impl UdpOut {
     /// Sends the end of stream with the publisher's totals, a few times: UDP may lose one.
     /// With protection, the totals are sealed like a frame, so no other sender can end the stream.
     pub fn end(&mut self, format: Format, next_sequence: u64, totals: &[u8], protector: &mut Protector) {
-        let header = DatagramHeader {
-            version: DATAGRAM_VERSION,
-            format,
-            kind: DatagramKind::End,
-            frame_count: 0,
-            protection: protector.protection(),
-            session: self.session,
-            sequence: next_sequence,
-        };
-        let mut datagram = header.to_bytes().to_vec();
-        protector.seal_end(self.session, next_sequence, totals, &mut datagram);
-        let datagram = Bytes::from(datagram);
+        let datagram = end_datagram(self.session, format, next_sequence, totals, protector);
         self.flush();
         for _ in 0..3 {
             self.send(datagram.clone());
@@ -223,6 +212,29 @@ impl UdpOut {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// The END datagram of `session`: the header, then the totals, sealed as the frames are (so no
+/// other sender can end the stream). UDP and NATS send the same bytes.
+pub fn end_datagram(
+    session: u64,
+    format: Format,
+    next_sequence: u64,
+    totals: &[u8],
+    protector: &mut Protector,
+) -> Bytes {
+    let header = DatagramHeader {
+        version: DATAGRAM_VERSION,
+        format,
+        kind: DatagramKind::End,
+        frame_count: 0,
+        protection: protector.protection(),
+        session,
+        sequence: next_sequence,
+    };
+    let mut datagram = header.to_bytes().to_vec();
+    protector.seal_end(session, next_sequence, totals, &mut datagram);
+    Bytes::from(datagram)
 }
 
 /// Sends `datagrams` (at most [`BATCH`] of them) to `target` in one `sendmmsg` call: how many

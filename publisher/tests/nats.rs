@@ -4,32 +4,13 @@
 //! credentials, as configuration errors (exit 2) naming the setting.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use mdrelay_harness::{NatsServer, Process, expected, iex_data, nats_tool, publisher_bin};
+use mdrelay_harness::{NatsServer, Process, expected, iex_data, publisher_bin};
 
 /// Runs natscli against `server` with `args` (bounded to 30 s); its stdout, or a panic.
 fn nats(server: &str, args: &[&str]) -> String {
-    let mut child = Command::new(nats_tool("nats"))
-        .args(["--server", server, "--timeout", "10s"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting nats");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while child.try_wait().expect("waiting for nats").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("nats {args:?} took over 30 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().expect("nats output");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "nats {args:?}: {}\n{stdout}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
-    stdout
+    mdrelay_harness::nats_cli(server, args).unwrap_or_else(|failure| panic!("{failure}"))
 }
 
 /// The stream's state (`messages`, `first_seq`, ...) from `nats stream info --json`.
