@@ -263,9 +263,9 @@ impl Builder {
     }
 
     /// TCP: give up with [`ErrorKind::Unreachable`](crate::ErrorKind::Unreachable) when no
-    /// connection could be made for this long (10 ms to 1 day), counted from the first attempt
-    /// that failed since the last connection that worked; by default a subscriber tries for
-    /// ever.
+    /// connection could be made, or every one was told BUSY, for this long (10 ms to 1 day),
+    /// counted from the first attempt that failed since the last connection whose stream
+    /// started; by default a subscriber tries for ever.
     pub fn give_up_after(mut self, limit: Duration) -> Builder {
         self.give_up_after = Some(limit);
         self

@@ -169,3 +169,53 @@ fn a_publisher_that_cannot_be_reached_within_the_limit_is_unreachable() {
     assert_eq!(attempts, 2, "{e}");
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
 }
+
+#[test]
+fn a_publisher_still_busy_when_the_limit_passes_is_given_up_on() {
+    let _serial = serial();
+    // One place, taken by a subscriber of this test for the whole stream (a slow one: 1,000
+    // messages a second for far longer than the test).
+    let mut publisher = publisher(&[
+        "--synthetic",
+        "--messages",
+        "10000000",
+        "--pacing",
+        "rate",
+        "--rate",
+        "1000",
+        "--tcp",
+        "127.0.0.1:0",
+        "--wait-subscribers",
+        "1",
+        "--max-connections",
+        "1",
+    ]);
+    let addr = publisher.serving_on().to_string();
+    let mut holder = Builder::tcp(&addr).build().expect("built");
+    loop {
+        match holder.next_event() {
+            Ok(Some(mdrelay_client::Event::Frame(_))) => break,
+            Ok(Some(_)) => {}
+            other => panic!("the holder of the place: {other:?}"),
+        }
+    }
+    let started = std::time::Instant::now();
+    let mut subscriber = Builder::tcp(&addr).give_up_after(std::time::Duration::from_secs(1)).build().expect("built");
+    // Each BUSY is an event (the waits are at most the default 5 s), so this loop looks at the
+    // clock often enough to bound the test when the limit is not kept.
+    let e = loop {
+        assert!(started.elapsed() < std::time::Duration::from_secs(30), "still trying after 30 s");
+        match subscriber.next_event() {
+            Ok(Some(mdrelay_client::Event::Frame(f))) => panic!("frame {} taken", f.sequence()),
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("the stream ended without an error"),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(e.kind(), ErrorKind::Unreachable, "{e}");
+    assert!(e.to_string().contains("busy"), "{e}");
+    assert!(e.to_string().contains("give up after 1s"), "{e}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
+    drop(holder);
+    drop(publisher);
+}

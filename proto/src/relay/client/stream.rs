@@ -710,8 +710,6 @@ impl StreamClient {
             };
             if !*established_seen && conn.is_established() {
                 *established_seen = true;
-                // A connection that works: a subscriber's limit counts from its next failure.
-                *unreached_since = None;
                 continue;
             }
             let event = conn.poll_event()?;
@@ -722,6 +720,10 @@ impl StreamClient {
                 )
             {
                 *streaming = true;
+                // A connection that works (the stream started, not only the handshake: a
+                // publisher at its limit completes it, then says BUSY): a subscriber's limit
+                // counts from its next failure.
+                *unreached_since = None;
                 if relay && let Some(done) = reach.take() {
                     // A relay's attempt succeeds when the stream starts: a BUSY after the
                     // handshake is no success (and no reconnection).
@@ -857,6 +859,21 @@ impl StreamClient {
                 // connected to in a loop.
                 if closed.established && disposition == Disposition::Retry {
                     self.backoff.reset();
+                }
+                if disposition == Disposition::Busy {
+                    // A publisher at its limit serves no stream: the subscriber's limit runs as
+                    // for one out of reach.
+                    let since = *self.unreached_since.get_or_insert(now);
+                    if let Some(limit) = self.config.give_up_after_ns
+                        && now.saturating_sub(since).saturating_add(self.backoff.peek()) > limit
+                    {
+                        return self.finish(Finish::Fatal(format!(
+                            "{}; still busy after {:.1} s of attempts (give up after {:?})",
+                            closed.why,
+                            now.saturating_sub(since) as f64 / 1e9,
+                            shown(limit)
+                        )));
+                    }
                 }
                 let wait = self.backoff.next_wait();
                 self.events.push_back(ClientEvent::Lost { closed, retry_in: wait });

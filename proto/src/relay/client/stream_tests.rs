@@ -589,3 +589,31 @@ fn a_resume_whose_first_record_is_data_is_judged_there_and_a_later_format_switch
     assert_eq!(client.counts().resumes, 1);
     assert_eq!(notes.sequences(), (1..=12).collect::<Vec<_>>(), "no gap, no duplicate");
 }
+
+#[test]
+fn a_subscriber_told_busy_at_every_connection_gives_up_when_its_limit_passes() {
+    let mut config = StreamClientConfig::subscriber(Protection::NONE, None, Duration::from_secs(5));
+    config.give_up_after_ns = Some(2 * S);
+    let mut client = StreamClient::new(config);
+    let mut notes = Notes::default();
+    let mut now = 0;
+    let mut connections = 0;
+    let finish = loop {
+        match client.poll_action(now) {
+            ClientAction::Connect => {
+                connections += 1;
+                assert!(connections < 100, "a publisher that is always busy is not connected to for ever");
+                client.connected(peer(), now);
+                drive(&mut client, &busy_publisher(), &[], now, true, &mut notes);
+            }
+            ClientAction::Wait(until) => now = until,
+            ClientAction::Finished => break client.finished().cloned(),
+            ClientAction::Run => panic!("the connection was closed by BUSY"),
+        }
+        while client.poll_event(&mut notes).is_some() {}
+    };
+    assert!(now <= 2 * S, "gave up within its limit, at {now} ns");
+    let Some(Finish::Fatal(why)) = finish else { panic!("{finish:?}") };
+    assert!(why.contains("at its limit; retry later"), "{why}");
+    assert!(why.contains("still busy after 1.5 s of attempts (give up after 2s)"), "{why}");
+}
