@@ -107,6 +107,7 @@ pub struct Builder {
     nats_user: Option<String>,
     nats_password_file: Option<PathBuf>,
     nats_tls_ca_file: Option<PathBuf>,
+    nats_pending_messages: Option<usize>,
 }
 
 impl Builder {
@@ -142,6 +143,7 @@ impl Builder {
             nats_user: None,
             nats_password_file: None,
             nats_tls_ca_file: None,
+            nats_pending_messages: None,
         }
     }
 
@@ -214,6 +216,15 @@ impl Builder {
     /// trimmed), as the publisher's `nats.password_file`.
     pub fn nats_password_file(mut self, path: impl Into<PathBuf>) -> Builder {
         self.nats_password_file = Some(path.into());
+        self
+    }
+
+    /// NATS: messages the client holds for the subscription, at most, while the program does
+    /// not read them (16 to 16 Mi, default 65,536, async-nats's); past it the client drops them
+    /// as a slow consumer's and the gap is repaired from [`Builder::nats_stream`] (or counted
+    /// lost). Lower it to bound memory when the program may stall.
+    pub fn nats_pending_messages(mut self, messages: usize) -> Builder {
+        self.nats_pending_messages = Some(messages);
         self
     }
 
@@ -445,6 +456,7 @@ impl Builder {
                 ("nats_user", self.nats_user.is_some()),
                 ("nats_password_file", self.nats_password_file.is_some()),
                 ("nats_tls_ca_file", self.nats_tls_ca_file.is_some()),
+                ("nats_pending_messages", self.nats_pending_messages.is_some()),
             ] {
                 if set {
                     return Err(Error::config(setting, "only used with a NATS subscriber (Builder::nats)"));
@@ -682,7 +694,17 @@ impl Builder {
                 return Err(Error::config(setting, format!("{} is not a file", path.display())));
             }
         }
-        Ok(NatsSettings { start_at: self.nats_start_at, auth, tls_ca_file: self.nats_tls_ca_file.clone() })
+        if let Some(n) = self.nats_pending_messages
+            && !(16..=1 << 24).contains(&n)
+        {
+            return Err(Error::config("nats_pending_messages", format!("{n} is out of range (16 to 16 Mi)")));
+        }
+        Ok(NatsSettings {
+            start_at: self.nats_start_at,
+            auth,
+            tls_ca_file: self.nats_tls_ca_file.clone(),
+            pending_messages: self.nats_pending_messages,
+        })
     }
 }
 

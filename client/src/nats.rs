@@ -256,7 +256,7 @@ impl NatsDriver {
             }
         };
         enum Woke {
-            Replayed(Option<Result<async_nats::jetstream::Message, String>>),
+            Replayed(Option<Result<Box<async_nats::jetstream::Message>, String>>),
             Live(Option<async_nats::Message>),
             Repaired(Option<Repaired>),
             Slept,
@@ -264,7 +264,7 @@ impl NatsDriver {
         let woke = match &mut self.replay {
             Some(replay) => {
                 tokio::select! {
-                    replayed = replay.messages.next() => Woke::Replayed(replayed.map(|r| r.map_err(|e| e.to_string()))),
+                    replayed = replay.messages.next() => Woke::Replayed(replayed.map(|r| r.map(Box::new).map_err(|e| e.to_string()))),
                     live = self.live.next(), if hold_more => Woke::Live(live),
                     repaired = repaired => Woke::Repaired(repaired),
                     _ = sleep => Woke::Slept,
@@ -434,6 +434,9 @@ async fn connect(servers: &[String], settings: &Settings) -> Result<async_nats::
             "nats_password_file"
         }
     };
+    if let Some(n) = settings.nats.pending_messages {
+        options = options.subscription_capacity(n);
+    }
     if let Some(ca) = &settings.nats.tls_ca_file {
         options = options.add_root_certificates(ca.clone()).require_tls(true);
     }

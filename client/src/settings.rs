@@ -52,6 +52,8 @@ pub(crate) struct NatsSettings {
     pub auth: NatsAuth,
     /// CA certificates (PEM) to check the servers' certificates with; TLS is required.
     pub tls_ca_file: Option<PathBuf>,
+    /// Messages held for the subscription at most (async-nats's default when none).
+    pub pending_messages: Option<usize>,
 }
 
 /// Every setting, checked.
