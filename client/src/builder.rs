@@ -2,7 +2,7 @@
 //! there, with an [`Error::Config`] naming the builder method that set it.
 
 use crate::error::Error;
-use crate::settings::{RecoverySettings, Settings, Transport};
+use crate::settings::{NatsAuth, NatsSettings, RecoverySettings, Settings, Transport};
 use crate::subscriber::{AsyncSubscriber, Subscriber};
 use mdrelay_proto::Symbol;
 use mdrelay_proto::codec::SymbolFilter;
@@ -10,7 +10,7 @@ use mdrelay_proto::idle::{IdleStrategy, Profile};
 use mdrelay_proto::relay::{Protection, WireKey};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 /// Default cap of the wait between TCP connection attempts (they start at 100 ms and double).
 pub const DEFAULT_RECONNECT_MAX: Duration = Duration::from_secs(5);
@@ -27,6 +27,18 @@ pub const DEFAULT_RECOVERY_RETRY: Duration = Duration::from_millis(50);
 pub const DEFAULT_RECOVERY_ATTEMPTS: u32 = 10;
 /// Default wait after the end of the stream for frames still missing.
 pub const DEFAULT_RECOVERY_LINGER: Duration = Duration::from_secs(2);
+/// NATS with a JetStream stream: default wait after a gap is seen before it is read from the
+/// stream (one connection delivers in order, so a gap is a loss; the wait lets the stream store
+/// the frames that follow it).
+pub const DEFAULT_NATS_REPAIR_DELAY: Duration = Duration::from_millis(20);
+/// NATS with a JetStream stream: default wait before frames still missing are read again (a
+/// large gap takes a while to read).
+pub const DEFAULT_NATS_REPAIR_RETRY: Duration = Duration::from_secs(1);
+/// NATS with a JetStream stream: default number of reads of a gap before it is given up.
+pub const DEFAULT_NATS_REPAIR_ATTEMPTS: u32 = 5;
+/// NATS with a JetStream stream: default wait after the end of the stream for frames still
+/// missing.
+pub const DEFAULT_NATS_REPAIR_LINGER: Duration = Duration::from_secs(10);
 
 /// How the stream arrives, as given to the builder.
 #[derive(Clone, Debug)]
@@ -89,6 +101,13 @@ pub struct Builder {
     busy_poll: Option<bool>,
     frame_bytes: bool,
     nats_stream: Option<String>,
+    nats_start_at: Option<SystemTime>,
+    nats_creds_file: Option<PathBuf>,
+    nats_nkey_file: Option<PathBuf>,
+    nats_user: Option<String>,
+    nats_password_file: Option<PathBuf>,
+    nats_tls_ca_file: Option<PathBuf>,
+    nats_pending_messages: Option<usize>,
 }
 
 impl Builder {
@@ -118,6 +137,13 @@ impl Builder {
             busy_poll: None,
             frame_bytes: false,
             nats_stream: None,
+            nats_start_at: None,
+            nats_creds_file: None,
+            nats_nkey_file: None,
+            nats_user: None,
+            nats_password_file: None,
+            nats_tls_ca_file: None,
+            nats_pending_messages: None,
         }
     }
 
@@ -149,9 +175,63 @@ impl Builder {
     }
 
     /// NATS: the JetStream stream that stores the subject (the publisher's `nats.stream`), from
-    /// which [`Builder::from_start`] replays.
+    /// which [`Builder::from_start`] and [`Builder::nats_start_at`] replay and from which gaps
+    /// in the live subject are repaired (the [`Builder::recovery_delay`], retry, attempts and
+    /// linger settings apply, with NATS's defaults: [`DEFAULT_NATS_REPAIR_DELAY`] and the rest).
     pub fn nats_stream(mut self, stream: impl Into<String>) -> Builder {
         self.nats_stream = Some(stream.into());
+        self
+    }
+
+    /// NATS with [`Builder::nats_stream`]: start with the stream's first message stored at or
+    /// after `time` (a late joiner that wants the last minutes, say), replayed and then handed
+    /// over to the live subject without a gap or a duplicate, as [`Builder::from_start`] is.
+    /// The frames before it are not owed (the subscriber joined late).
+    pub fn nats_start_at(mut self, time: SystemTime) -> Builder {
+        self.nats_start_at = Some(time);
+        self
+    }
+
+    /// NATS: authenticate with a `.creds` file (JWT and nkey seed), as the publisher's
+    /// `nats.creds_file`.
+    pub fn nats_creds_file(mut self, path: impl Into<PathBuf>) -> Builder {
+        self.nats_creds_file = Some(path.into());
+        self
+    }
+
+    /// NATS: authenticate with the nkey seed in this file, as the publisher's `nats.nkey_file`.
+    pub fn nats_nkey_file(mut self, path: impl Into<PathBuf>) -> Builder {
+        self.nats_nkey_file = Some(path.into());
+        self
+    }
+
+    /// NATS: authenticate as this user, with [`Builder::nats_password_file`] (the publisher's
+    /// `nats.user`).
+    pub fn nats_user(mut self, user: impl Into<String>) -> Builder {
+        self.nats_user = Some(user.into());
+        self
+    }
+
+    /// NATS: the file holding [`Builder::nats_user`]'s password (white space around it is
+    /// trimmed), as the publisher's `nats.password_file`.
+    pub fn nats_password_file(mut self, path: impl Into<PathBuf>) -> Builder {
+        self.nats_password_file = Some(path.into());
+        self
+    }
+
+    /// NATS: messages the client holds for the subscription, at most, while the program does
+    /// not read them (16 to 16 Mi, default 65,536, async-nats's); past it the client drops them
+    /// as a slow consumer's and the gap is repaired from [`Builder::nats_stream`] (or counted
+    /// lost). Lower it to bound memory when the program may stall.
+    pub fn nats_pending_messages(mut self, messages: usize) -> Builder {
+        self.nats_pending_messages = Some(messages);
+        self
+    }
+
+    /// NATS: check the servers' TLS certificates with the CA certificates (PEM) in this file,
+    /// and require TLS, as the publisher's `nats.tls_ca_file`.
+    pub fn nats_tls_ca_file(mut self, path: impl Into<PathBuf>) -> Builder {
+        self.nats_tls_ca_file = Some(path.into());
         self
     }
 
@@ -367,9 +447,23 @@ impl Builder {
                 Transport::Nats { servers, subject: subject.clone(), stream: self.nats_stream.clone() }
             }
         };
-        if self.nats_stream.is_some() && !nats {
-            return Err(Error::config("nats_stream", "only used with a NATS subscriber (Builder::nats)"));
+        if !nats {
+            for (setting, set) in [
+                ("nats_stream", self.nats_stream.is_some()),
+                ("nats_start_at", self.nats_start_at.is_some()),
+                ("nats_creds_file", self.nats_creds_file.is_some()),
+                ("nats_nkey_file", self.nats_nkey_file.is_some()),
+                ("nats_user", self.nats_user.is_some()),
+                ("nats_password_file", self.nats_password_file.is_some()),
+                ("nats_tls_ca_file", self.nats_tls_ca_file.is_some()),
+                ("nats_pending_messages", self.nats_pending_messages.is_some()),
+            ] {
+                if set {
+                    return Err(Error::config(setting, "only used with a NATS subscriber (Builder::nats)"));
+                }
+            }
         }
+        let nats_settings = self.nats_settings()?;
         let not_tcp = |setting: &'static str, what: &str| {
             Error::config(setting, format!("{what} is for UDP and multicast; a TCP subscriber has one connection"))
         };
@@ -415,21 +509,36 @@ impl Builder {
                 "an interface for line B is only used with a multicast line B (line_b on a multicast subscriber)",
             ));
         }
-        let recovery = match &self.recovery {
-            None => None,
-            Some(_) if nats => {
+        let recovery = match (&self.recovery, &transport) {
+            (None, Transport::Nats { stream: Some(stream), .. }) => {
+                // Gaps are repaired from the stream, by the same book as a retransmission
+                // service's, with NATS's defaults.
+                let ms = Duration::from_millis;
+                Some(RecoverySettings {
+                    server: format!("JetStream stream {stream}"),
+                    delay: ranged(self.recovery_delay, "recovery_delay", Duration::ZERO, ms(10_000))?
+                        .unwrap_or(DEFAULT_NATS_REPAIR_DELAY),
+                    retry: ranged(self.recovery_retry, "recovery_retry", ms(1), ms(60_000))?
+                        .unwrap_or(DEFAULT_NATS_REPAIR_RETRY),
+                    attempts: attempts(self.recovery_attempts)?.unwrap_or(DEFAULT_NATS_REPAIR_ATTEMPTS),
+                    linger: ranged(self.recovery_linger, "recovery_linger", Duration::ZERO, Duration::from_secs(600))?
+                        .unwrap_or(DEFAULT_NATS_REPAIR_LINGER),
+                })
+            }
+            (None, _) => None,
+            (Some(_), _) if nats => {
                 return Err(Error::config(
                     "recovery",
                     "the retransmission service is for UDP and multicast subscribers, not NATS",
                 ));
             }
-            Some(_) if tcp => {
+            (Some(_), _) if tcp => {
                 return Err(Error::config(
                     "recovery",
                     "a TCP subscriber resumes from the publisher's ring when it reconnects; the retransmission service is for UDP and multicast subscribers",
                 ));
             }
-            Some(server) => {
+            (Some(server), _) => {
                 check_host_port(server).map_err(|why| Error::config("recovery", format!("{server:?} {why}")))?;
                 let ms = Duration::from_millis;
                 Some(RecoverySettings {
@@ -438,13 +547,7 @@ impl Builder {
                         .unwrap_or(DEFAULT_RECOVERY_DELAY),
                     retry: ranged(self.recovery_retry, "recovery_retry", ms(1), ms(60_000))?
                         .unwrap_or(DEFAULT_RECOVERY_RETRY),
-                    attempts: match self.recovery_attempts {
-                        None => DEFAULT_RECOVERY_ATTEMPTS,
-                        Some(n @ 1..=1000) => n,
-                        Some(n) => {
-                            return Err(Error::config("recovery_attempts", format!("{n} is out of range (1 to 1000)")));
-                        }
-                    },
+                    attempts: attempts(self.recovery_attempts)?.unwrap_or(DEFAULT_RECOVERY_ATTEMPTS),
                     linger: ranged(self.recovery_linger, "recovery_linger", Duration::ZERO, Duration::from_secs(600))?
                         .unwrap_or(DEFAULT_RECOVERY_LINGER),
                 })
@@ -460,7 +563,7 @@ impl Builder {
             if let Some((setting, _)) = given.iter().find(|(_, set)| *set) {
                 return Err(Error::config(
                     setting,
-                    "only used with recovery (the publisher's retransmission service), which is not set",
+                    "only used with recovery (the publisher's retransmission service, or a NATS subscriber's JetStream stream), which is not set",
                 ));
             }
         }
@@ -541,7 +644,77 @@ impl Builder {
             idle,
             busy_poll: self.busy_poll.unwrap_or(low_latency),
             frame_bytes: self.frame_bytes,
+            nats: nats_settings,
         })
+    }
+
+    /// NATS's own settings checked (whether they fit the transport was checked before).
+    fn nats_settings(&self) -> Result<NatsSettings, Error> {
+        if let Some(time) = self.nats_start_at {
+            if self.nats_stream.is_none() {
+                return Err(Error::config(
+                    "nats_start_at",
+                    "the start is replayed from JetStream: give the stream with nats_stream",
+                ));
+            }
+            if self.from_start {
+                return Err(Error::config("nats_start_at", "give from_start or a start time, not both"));
+            }
+            if time.duration_since(SystemTime::UNIX_EPOCH).is_err() {
+                return Err(Error::config("nats_start_at", "the time is before 1970"));
+            }
+        }
+        let auth = match (&self.nats_creds_file, &self.nats_nkey_file, &self.nats_user, &self.nats_password_file) {
+            (None, None, None, None) => NatsAuth::None,
+            (Some(creds), None, None, None) => NatsAuth::Creds(creds.clone()),
+            (None, Some(nkey), None, None) => NatsAuth::Nkey(nkey.clone()),
+            (None, None, Some(user), Some(password)) => NatsAuth::UserPassword(user.clone(), password.clone()),
+            (None, None, Some(_), None) => {
+                return Err(Error::config("nats_user", "give its password's file with nats_password_file"));
+            }
+            (None, None, None, Some(_)) => {
+                return Err(Error::config("nats_password_file", "give the user with nats_user"));
+            }
+            _ => {
+                return Err(Error::config(
+                    "nats_creds_file",
+                    "give one of nats_creds_file, nats_nkey_file, or nats_user with nats_password_file",
+                ));
+            }
+        };
+        for (setting, path) in [
+            ("nats_creds_file", &self.nats_creds_file),
+            ("nats_nkey_file", &self.nats_nkey_file),
+            ("nats_password_file", &self.nats_password_file),
+            ("nats_tls_ca_file", &self.nats_tls_ca_file),
+        ] {
+            if let Some(path) = path
+                && !path.is_file()
+            {
+                return Err(Error::config(setting, format!("{} is not a file", path.display())));
+            }
+        }
+        if let Some(n) = self.nats_pending_messages
+            && !(16..=1 << 24).contains(&n)
+        {
+            return Err(Error::config("nats_pending_messages", format!("{n} is out of range (16 to 16 Mi)")));
+        }
+        Ok(NatsSettings {
+            start_at: self.nats_start_at,
+            auth,
+            tls_ca_file: self.nats_tls_ca_file.clone(),
+            pending_messages: self.nats_pending_messages,
+        })
+    }
+}
+
+/// Recovery's attempts, when within range.
+fn attempts(value: Option<u32>) -> Result<Option<u32>, Error> {
+    match value {
+        Some(n) if !(1..=1000).contains(&n) => {
+            Err(Error::config("recovery_attempts", format!("{n} is out of range (1 to 1000)")))
+        }
+        other => Ok(other),
     }
 }
 

@@ -15,7 +15,8 @@ pub struct Counters {
     /// Frames taken and decoded (retransmitted ones included); a frame taken that did not
     /// decode is handed out too, and counted in [`Counters::decode_errors`] instead.
     pub frames: u64,
-    /// Of those, frames that filled a gap from the retransmission service.
+    /// Of those, frames that filled a gap from the retransmission service (NATS: from the
+    /// JetStream stream).
     pub frames_recovered: u64,
     /// Frames taken that did not decode (handed out with their error).
     pub decode_errors: u64,
@@ -94,8 +95,13 @@ pub struct Counters {
     pub lines: Option<LinesReport>,
     /// A/B: copies of frames the other line had delivered first (taken once).
     pub arbitrated: u64,
-    /// UDP with recovery: what was missing and what became of it.
+    /// UDP with recovery, or NATS with a JetStream stream: what was missing and what became of
+    /// it (NATS: `requests` are the ranges read from the stream, `gone_frames` those it no
+    /// longer held).
     pub recovery: Option<RecoveryReport>,
+    /// NATS with a JetStream stream: messages read from the stream to repair gaps, the ones
+    /// read to find where a range starts included.
+    pub repair_fetches: u64,
     /// The publisher's totals, once its end of stream came.
     pub publisher_totals: Option<Totals>,
     /// SO_BUSY_POLL was asked for and the kernel refused it (receiving works without it).

@@ -67,9 +67,12 @@
 //! - [`Builder::udp`] and [`Builder::multicast`], with a second line ([`Builder::line_b`]) and
 //!   loss recovery from the publisher's retransmission service ([`Builder::recovery`]).
 //! - [`Builder::nats`]: a NATS subject a publisher's `[nats]` output feeds, each message one
-//!   datagram; with [`Builder::nats_stream`] and [`Builder::from_start`], the JetStream stream
-//!   that stores it is replayed first and handed over to the live subject without a gap or a
-//!   duplicate.
+//!   datagram; with [`Builder::nats_stream`], gaps in the live subject (a connection the server
+//!   cut as too slow, say) are repaired from the JetStream stream that stores it, and with
+//!   [`Builder::from_start`] or [`Builder::nats_start_at`] the stream is replayed first (from
+//!   its first message, or from a time) and handed over to the live subject without a gap or a
+//!   duplicate. Secured clusters: [`Builder::nats_creds_file`], [`Builder::nats_nkey_file`],
+//!   [`Builder::nats_user`] with [`Builder::nats_password_file`], [`Builder::nats_tls_ca_file`].
 //!
 //! Frames protected by the publisher (`[protection]`) are checked ([`Builder::crc`]) and opened
 //! ([`Builder::key_file`]) before anything reads them.
@@ -98,8 +101,10 @@ mod tcp;
 mod udp;
 
 pub use builder::{
-    Builder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RECEIVE_BUFFER, DEFAULT_RECONNECT_MAX, DEFAULT_RECOVERY_ATTEMPTS,
-    DEFAULT_RECOVERY_DELAY, DEFAULT_RECOVERY_LINGER, DEFAULT_RECOVERY_RETRY, check_host_port,
+    Builder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_NATS_REPAIR_ATTEMPTS, DEFAULT_NATS_REPAIR_DELAY,
+    DEFAULT_NATS_REPAIR_LINGER, DEFAULT_NATS_REPAIR_RETRY, DEFAULT_RECEIVE_BUFFER, DEFAULT_RECONNECT_MAX,
+    DEFAULT_RECOVERY_ATTEMPTS, DEFAULT_RECOVERY_DELAY, DEFAULT_RECOVERY_LINGER, DEFAULT_RECOVERY_RETRY,
+    check_host_port,
 };
 pub use counters::Counters;
 pub use error::{Error, ErrorKind};

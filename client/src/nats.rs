@@ -2,41 +2,106 @@
 //! frames, protected as on UDP), taken by [`DatagramReceiver`] exactly as from a UDP socket.
 //!
 //! Live, the messages come from a core subscription. From the start ([`Builder::from_start`]
-//! with [`Builder::nats_stream`]), the live subscription is made first and its messages wait,
-//! while JetStream's ordered consumer replays the stream from its first message up to the last
+//! with [`Builder::nats_stream`]) or from a time ([`Builder::nats_start_at`]), the live
+//! subscription is made first and its messages wait, while JetStream's ordered consumer replays
+//! the stream from its first message (or the first stored at or after the time) up to the last
 //! one stored when the replay began; then the waiting messages, then the live ones. What both
 //! delivered is a duplicate the frame accounting drops, so the hand-over has no gap and hands
 //! no frame out twice.
 //!
-//! Every wait is on a stream of messages or a sleep, so a wait that is dropped loses nothing.
+//! # Gaps repaired from JetStream
+//!
+//! A gap in the live subject (the server cut a connection too slow to read, a reconnection, a
+//! subscription whose queue overflowed) is found by the receiver's recovery book as over UDP,
+//! and the book's requests go to the stream instead of a retransmission service. One stream
+//! message is one datagram of several frames, so the stream's sequence is not the relay's: the
+//! datagram carrying a missing frame is found by bisection over the stream's sequence, each step
+//! one direct get of "the subject's first message at or after this sequence" whose relay header
+//! says which frames it carries (`proto`'s [`StoreSearch`] decides where to look; every datagram
+//! read is remembered as an anchor, so the next gap starts from the closest ones), then the
+//! range is read forward, a direct get per message, until its last frame is passed. Direct gets
+//! were chosen over an ordered consumer per gap: they need no consumer on the server (a burst
+//! of gaps would make one each), any replica answers them, and a search needs single reads
+//! anyway; a stream without `allow_direct` is read through the stream's message API instead.
+//!
+//! Bounds: the reads run in a task of their own and their datagrams come back through a short
+//! queue that the driver reads between live messages, so a repair never holds the live subject
+//! up for longer than one datagram's decoding. Frames older than the stream's first message of
+//! the session (its limits removed them) are given up as gone at once; frames past its last are
+//! asked again at the retry, and given up after the attempts ([`Builder::recovery_attempts`]);
+//! frames the window can no longer take are given up as too old; at the end, the linger bounds
+//! the wait. A range read once is not read again. Without a stream, a gap is counted lost.
+//!
+//! Every wait is on a stream of messages, a queue or a sleep, so a wait that is dropped loses
+//! nothing.
 //!
 //! [`Builder::from_start`]: crate::Builder::from_start
 //! [`Builder::nats_stream`]: crate::Builder::nats_stream
+//! [`Builder::nats_start_at`]: crate::Builder::nats_start_at
+//! [`Builder::recovery_attempts`]: crate::Builder::recovery_attempts
 
 use crate::collect::Collector;
 use crate::counters::Counters;
 use crate::error::Error;
-use crate::event::{End, Event};
+use crate::event::{End, Event, RecoveryEvent};
 use crate::net::Clock;
-use crate::settings::Settings;
+use crate::settings::{NatsAuth, Settings};
 use crate::udp::datagram_notice;
-use async_nats::jetstream::consumer::pull;
+use async_nats::jetstream::consumer::{DeliverPolicy, pull};
+use async_nats::jetstream::message::StreamMessage;
+use async_nats::jetstream::stream::Stream as JetStream;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use mdrelay_proto::relay::Totals;
-use mdrelay_proto::relay::client::{DatagramConfig, DatagramEvent, DatagramReceiver, Origin, ReaderConfig};
+use mdrelay_proto::relay::client::{
+    DatagramConfig, DatagramEvent, DatagramReceiver, Origin, ReaderConfig, RecoveryConfig, StoreSearch, StoreStep,
+    Stored,
+};
+use mdrelay_proto::relay::wire::{DatagramHeader, DatagramKind, RetransmitRequest};
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::sync::mpsc;
 
 /// Live messages held while the replay catches up, at most; past it the live subscription is
 /// not read (the server holds, then cuts a consumer that slow, which is counted as lost).
 const MAX_HELD: usize = 1 << 20;
+/// Ranges waiting for the repair task; more are asked again at their retry.
+const REPAIR_REQUESTS: usize = 1024;
+/// Datagrams read from the stream waiting for the driver: the task waits when it is full.
+const REPAIRED_QUEUE: usize = 256;
 
-/// The replay of a stream from its start.
+/// The replay of a stream from its start, or from a time.
 struct Replay {
     messages: pull::Ordered,
     /// The last stream sequence stored when the replay began: the hand-over point.
     until: u64,
+}
+
+/// What the repair task hands back.
+#[derive(Debug)]
+enum Repaired {
+    /// A datagram read from the stream.
+    Datagram(Bytes),
+    /// Frames the stream does not hold.
+    Gone { session: u64, first: u64, count: u64 },
+}
+
+/// The task that reads missing frames from the stream, and its queues.
+struct Repairs {
+    requests: mpsc::Sender<(u64, RetransmitRequest)>,
+    repaired: mpsc::Receiver<Repaired>,
+    fetches: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+    /// The stream, for the report.
+    server: String,
+}
+
+impl Drop for Repairs {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 /// A NATS subscription's driver.
@@ -45,21 +110,28 @@ pub(crate) struct NatsDriver {
     live: async_nats::Subscriber,
     replay: Option<Replay>,
     held: VecDeque<Bytes>,
+    repairs: Option<Repairs>,
     /// The server, as the machine's peer (messages have no address of their own).
     peer: SocketAddr,
     end: Option<(u64, Totals)>,
+    /// Frames given up so far, to tell when more are.
+    given_up: u64,
     clock: Clock,
     finished: bool,
 }
 
 impl std::fmt::Debug for NatsDriver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NatsDriver").field("peer", &self.peer).field("replaying", &self.replay.is_some()).finish()
+        f.debug_struct("NatsDriver")
+            .field("peer", &self.peer)
+            .field("replaying", &self.replay.is_some())
+            .field("repairing", &self.repairs.is_some())
+            .finish()
     }
 }
 
 impl NatsDriver {
-    /// Connects, subscribes, and (from the start) begins the replay.
+    /// Connects, subscribes, and (from the start or a time) begins the replay.
     pub async fn start(
         servers: &[String],
         subject: &str,
@@ -67,26 +139,32 @@ impl NatsDriver {
         settings: &Settings,
         clock: Clock,
     ) -> Result<NatsDriver, Error> {
+        let client = connect(servers, settings).await?;
         let unreachable = |reason: String| Error::Unreachable { address: servers.join(","), reason };
-        let addrs: Vec<async_nats::ServerAddr> = servers
-            .iter()
-            .map(|url| url.parse().map_err(|e| Error::config("nats", format!("{url:?}: {e}"))))
-            .collect::<Result<_, _>>()?;
-        let client = async_nats::ConnectOptions::new()
-            .name("mdrelay-client")
-            .max_reconnects(None)
-            .connection_timeout(settings.connect_timeout)
-            .connect(addrs)
-            .await
-            .map_err(|e| unreachable(e.to_string()))?;
         let info = client.server_info();
         let peer = format!("{}:{}", info.host, info.port)
             .parse()
             .unwrap_or(SocketAddr::from((Ipv4Addr::UNSPECIFIED, info.port)));
         // The live subscription first: whatever is published from now on is in it.
         let live = client.subscribe(subject.to_string()).await.map_err(|e| unreachable(e.to_string()))?;
-        let replay = match (settings.from_start, stream) {
-            (true, Some(name)) => start_replay(&client, name, subject).await?,
+        let jetstream = async_nats::jetstream::new(client.clone());
+        let start = match (settings.from_start, settings.nats.start_at) {
+            (true, _) => Some(DeliverPolicy::All),
+            (false, Some(time)) => Some(DeliverPolicy::ByStartTime { start_time: time.into() }),
+            _ => None,
+        };
+        let replay = match (stream, start) {
+            // A replay needs the stream now; live, it is looked up when a gap is (the
+            // subscriber may start before the publisher creates it).
+            (Some(name), Some(policy)) => {
+                let not_found = |e: String| Error::config("nats_stream", format!("{name:?}: {e}"));
+                let js = jetstream.get_stream(name).await.map_err(|e| not_found(e.to_string()))?;
+                start_replay(&js, subject, policy).await?
+            }
+            _ => None,
+        };
+        let repairs = match (stream, &settings.recovery) {
+            (Some(name), Some(recovery)) => Some(start_repairs(jetstream, name, subject, recovery.server.clone())),
             _ => None,
         };
         let config = DatagramConfig {
@@ -98,15 +176,22 @@ impl NatsDriver {
             },
             from_start: settings.from_start,
             lines: None,
-            recovery: None,
+            recovery: settings.recovery.as_ref().map(|r| RecoveryConfig {
+                delay: r.delay,
+                retry: r.retry,
+                attempts: r.attempts,
+                linger: r.linger,
+            }),
         };
         Ok(NatsDriver {
-            receiver: DatagramReceiver::new(config),
+            receiver: DatagramReceiver::new(config).with_store_recovery(),
             live,
             replay,
             held: VecDeque::new(),
+            repairs,
             peer,
             end: None,
+            given_up: 0,
             clock,
             finished: false,
         })
@@ -129,6 +214,7 @@ impl NatsDriver {
                 && deadline <= now
             {
                 self.receiver.on_timeout(now);
+                self.ask_repairs();
                 continue;
             }
             if self.replay.is_none()
@@ -141,7 +227,18 @@ impl NatsDriver {
         }
     }
 
-    /// Waits for a message (the replay's first, then the live ones) or the machine's deadline.
+    /// Hands the ranges the book asks for to the repair task; a range that does not fit its
+    /// queue is asked again at its retry.
+    fn ask_repairs(&mut self) {
+        while let Some(request) = self.receiver.next_store_request() {
+            if let Some(repairs) = &self.repairs {
+                let _ = repairs.requests.try_send(request);
+            }
+        }
+    }
+
+    /// Waits for a message (the replay's first, then the live ones), a repaired datagram, or
+    /// the machine's deadline.
     async fn wait(&mut self, out: &mut Collector) -> Result<(), Error> {
         let clock = self.clock;
         let deadline = self.receiver.deadline();
@@ -152,43 +249,68 @@ impl NatsDriver {
             }
         };
         let hold_more = self.held.len() < MAX_HELD;
-        match &mut self.replay {
+        let repaired = async {
+            match &mut self.repairs {
+                Some(r) => r.repaired.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        enum Woke {
+            Replayed(Option<Result<Box<async_nats::jetstream::Message>, String>>),
+            Live(Option<async_nats::Message>),
+            Repaired(Option<Repaired>),
+            Slept,
+        }
+        let woke = match &mut self.replay {
             Some(replay) => {
                 tokio::select! {
-                    replayed = replay.messages.next() => match replayed {
-                        Some(Ok(message)) => {
-                            // Caught up: the subject's last message when the replay began, or
-                            // nothing pending (the live subscription has all that follows).
-                            let done = message.info().map_or(true, |i| i.stream_sequence >= replay.until || i.pending == 0);
-                            self.take(&message.message.payload.clone(), out);
-                            if done {
-                                self.replay = None;
-                            }
-                        }
-                        Some(Err(e)) => {
-                            return Err(Error::Io {
-                                context: format!("replaying the NATS stream from its start: {e}"),
-                                source: std::io::Error::other(e.to_string()),
-                            });
-                        }
-                        None => self.replay = None,
-                    },
-                    live = self.live.next(), if hold_more => match live {
-                        Some(message) => self.held.push_back(message.payload),
-                        None => return Err(self.closed()),
-                    },
-                    _ = sleep => {}
+                    replayed = replay.messages.next() => Woke::Replayed(replayed.map(|r| r.map(Box::new).map_err(|e| e.to_string()))),
+                    live = self.live.next(), if hold_more => Woke::Live(live),
+                    repaired = repaired => Woke::Repaired(repaired),
+                    _ = sleep => Woke::Slept,
                 }
             }
             None => {
                 tokio::select! {
-                    live = self.live.next() => match live {
-                        Some(message) => self.take(&message.payload, out),
-                        None => return Err(self.closed()),
-                    },
-                    _ = sleep => {}
+                    live = self.live.next() => Woke::Live(live),
+                    repaired = repaired => Woke::Repaired(repaired),
+                    _ = sleep => Woke::Slept,
                 }
             }
+        };
+        match woke {
+            Woke::Replayed(Some(Ok(message))) => {
+                let until = self.replay.as_ref().map_or(0, |r| r.until);
+                // Caught up: the subject's last message when the replay began, or nothing
+                // pending (the live subscription has all that follows).
+                let done = message.info().map_or(true, |i| i.stream_sequence >= until || i.pending == 0);
+                self.take(&message.message.payload.clone(), out);
+                if done {
+                    self.replay = None;
+                }
+            }
+            Woke::Replayed(Some(Err(e))) => {
+                return Err(Error::Io {
+                    context: format!("replaying the NATS stream: {e}"),
+                    source: std::io::Error::other(e),
+                });
+            }
+            Woke::Replayed(None) => self.replay = None,
+            Woke::Live(Some(message)) if self.replay.is_some() => self.held.push_back(message.payload),
+            Woke::Live(Some(message)) => self.take(&message.payload, out),
+            Woke::Live(None) => return Err(self.closed()),
+            Woke::Repaired(Some(Repaired::Datagram(bytes))) => {
+                // Recovered frames name where they came from: the server that answered.
+                out.recovery_peer = Some(self.peer);
+                self.receiver.store_datagram(&bytes, self.clock.now(), self.clock.wall(), out);
+            }
+            Woke::Repaired(Some(Repaired::Gone { session, first, count })) => {
+                self.receiver.store_gone(session, first, count);
+            }
+            // The task ended (it cannot read the stream any more): what is missing is given
+            // up at its attempts.
+            Woke::Repaired(None) => self.repairs = None,
+            Woke::Slept => {}
         }
         Ok(())
     }
@@ -227,6 +349,7 @@ impl NatsDriver {
                     let complete = totals.as_ref().is_some_and(|t| self.counters_with(out).matches(t));
                     Event::End(End { totals, next_sequence, complete })
                 }
+                DatagramEvent::RecoveryGone { first, count } => Event::Recovery(RecoveryEvent::Gone { first, count }),
                 other => match datagram_notice(other) {
                     Some(notice) => notice,
                     None => continue,
@@ -234,13 +357,28 @@ impl NatsDriver {
             };
             out.notice(notice);
         }
+        self.note_given_up(out);
     }
 
-    /// The run is over.
-    fn finish_run(&mut self, _out: &mut Collector) {
+    /// Tells of frames given up since the last look.
+    fn note_given_up(&mut self, out: &mut Collector) {
+        let Some(book) = self.receiver.reader().book() else { return };
+        let now = book.counts().frames_unrecoverable;
+        if now > self.given_up {
+            out.notice(Event::GivenUp { frames: now - self.given_up });
+        }
+        self.given_up = now;
+    }
+
+    /// The run is over: what is still missing is given up, and the repairs stop.
+    fn finish_run(&mut self, out: &mut Collector) {
         if !self.finished {
             self.finished = true;
             self.receiver.finish_run();
+            self.note_given_up(out);
+            if let Some(repairs) = &self.repairs {
+                repairs.task.abort();
+            }
         }
     }
 
@@ -253,33 +391,184 @@ impl NatsDriver {
     pub fn counters_with(&self, out: &Collector) -> Counters {
         let d = self.receiver.counts();
         let reader = self.receiver.reader();
+        let server = self.repairs.as_ref().map_or("JetStream", |r| r.server.as_str());
         Counters {
             bytes: d.bytes,
             invalid_packets: d.invalid_packets,
             datagrams: d.datagrams,
             publisher_totals: self.receiver.publisher_totals().cloned(),
+            recovery: reader.book().map(|b| b.report(server)),
+            repair_fetches: self.repairs.as_ref().map_or(0, |r| r.fetches.load(Ordering::Relaxed)),
             ..Counters::of_reader(reader, &out.tally, Default::default())
         }
     }
 }
 
-/// The ordered consumer over the whole stream, and where it hands over to the live
-/// subscription; `None` when the stream holds nothing yet.
-async fn start_replay(client: &async_nats::Client, name: &str, subject: &str) -> Result<Option<Replay>, Error> {
+/// Connects to the servers with the credentials and TLS asked for; credentials or TLS the
+/// server refuses are a [`Error::Config`] naming the setting.
+async fn connect(servers: &[String], settings: &Settings) -> Result<async_nats::Client, Error> {
+    let unreachable = |reason: String| Error::Unreachable { address: servers.join(","), reason };
+    let addrs: Vec<async_nats::ServerAddr> = servers
+        .iter()
+        .map(|url| url.parse().map_err(|e| Error::config("nats", format!("{url:?}: {e}"))))
+        .collect::<Result<_, _>>()?;
+    let mut options = async_nats::ConnectOptions::new()
+        .name("mdrelay-client")
+        .max_reconnects(None)
+        .connection_timeout(settings.connect_timeout);
+    let setting = match &settings.nats.auth {
+        NatsAuth::None => "nats",
+        NatsAuth::Creds(path) => {
+            options = options
+                .credentials_file(path)
+                .await
+                .map_err(|e| Error::config("nats_creds_file", format!("{}: {e}", path.display())))?;
+            "nats_creds_file"
+        }
+        NatsAuth::Nkey(path) => {
+            options = options.nkey(secret("nats_nkey_file", path)?);
+            "nats_nkey_file"
+        }
+        NatsAuth::UserPassword(user, path) => {
+            options = options.user_and_password(user.clone(), secret("nats_password_file", path)?);
+            "nats_password_file"
+        }
+    };
+    if let Some(n) = settings.nats.pending_messages {
+        options = options.subscription_capacity(n);
+    }
+    if let Some(ca) = &settings.nats.tls_ca_file {
+        options = options.add_root_certificates(ca.clone()).require_tls(true);
+    }
+    options.connect(addrs).await.map_err(|e| {
+        use async_nats::ConnectErrorKind as Kind;
+        match e.kind() {
+            Kind::Authentication | Kind::AuthorizationViolation => {
+                Error::config(setting, format!("the NATS server refused the credentials: {e}"))
+            }
+            Kind::Tls => Error::config("nats_tls_ca_file", format!("TLS with the NATS server failed: {e}")),
+            _ => unreachable(e.to_string()),
+        }
+    })
+}
+
+/// A secret from a file, the white space around it trimmed.
+fn secret(setting: &'static str, path: &std::path::Path) -> Result<String, Error> {
+    std::fs::read_to_string(path)
+        .map(|text| text.trim().to_string())
+        .map_err(|e| Error::config(setting, format!("cannot read {}: {e}", path.display())))
+}
+
+/// The ordered consumer over the stream from `policy`'s start, and where it hands over to the
+/// live subscription; `None` when the stream holds nothing from there yet.
+async fn start_replay(stream: &JetStream, subject: &str, policy: DeliverPolicy) -> Result<Option<Replay>, Error> {
+    let name = stream.cached_info().config.name.clone();
     let not_found = |e: String| Error::config("nats_stream", format!("{name:?}: {e}"));
-    let js = async_nats::jetstream::new(client.clone());
-    let stream = js.get_stream(name).await.map_err(|e| not_found(e.to_string()))?;
     // The subject's last message now; none: nothing to replay.
     let Ok(last) = stream.get_last_raw_message_by_subject(subject).await else { return Ok(None) };
-    let until = last.sequence;
+    if let DeliverPolicy::ByStartTime { start_time } = policy
+        && last.time < start_time
+    {
+        // Nothing stored from that time on: the live subject has it all.
+        return Ok(None);
+    }
     let consumer = stream
         .create_consumer(pull::OrderedConfig {
             filter_subject: subject.to_string(),
-            deliver_policy: async_nats::jetstream::consumer::DeliverPolicy::All,
+            deliver_policy: policy,
             ..Default::default()
         })
         .await
         .map_err(|e| not_found(e.to_string()))?;
     let messages = consumer.messages().await.map_err(|e| not_found(e.to_string()))?;
-    Ok(Some(Replay { messages, until }))
+    Ok(Some(Replay { messages, until: last.sequence }))
+}
+
+/// Starts the task that reads missing frames from the stream.
+fn start_repairs(jetstream: async_nats::jetstream::Context, name: &str, subject: &str, server: String) -> Repairs {
+    let (requests, asked) = mpsc::channel(REPAIR_REQUESTS);
+    let (answers, repaired) = mpsc::channel(REPAIRED_QUEUE);
+    let fetches = Arc::new(AtomicU64::new(0));
+    let task = tokio::spawn(repair(jetstream, name.to_string(), subject.to_string(), asked, answers, fetches.clone()));
+    Repairs { requests, repaired, fetches, task, server }
+}
+
+/// The repair task: each range asked for is found in the stream and read (see the module's
+/// documentation); it ends when the driver is gone.
+async fn repair(
+    jetstream: async_nats::jetstream::Context,
+    name: String,
+    subject: String,
+    mut asked: mpsc::Receiver<(u64, RetransmitRequest)>,
+    answers: mpsc::Sender<Repaired>,
+    fetches: Arc<AtomicU64>,
+) {
+    let mut search = StoreSearch::new();
+    let mut found_stream: Option<JetStream> = None;
+    while let Some((session, request)) = asked.recv().await {
+        if found_stream.is_none() {
+            // Not there (yet): the range is asked again at its retry.
+            found_stream = jetstream.get_stream(&name).await.ok();
+        }
+        let Some(stream) = &mut found_stream else { continue };
+        let direct = stream.cached_info().config.allow_direct;
+        let end = request.first.saturating_add(u64::from(request.count));
+        // A range read once is not read again.
+        let Some((first, end)) = search.delivered(session, request.first, end) else { continue };
+        let positions = match stream.info().await {
+            Ok(info) if info.state.messages > 0 => Some((info.state.first_sequence, info.state.last_sequence)),
+            _ => None,
+        };
+        let mut step = search.begin(session, first, end, positions);
+        loop {
+            step = match step {
+                StoreStep::Look(position) => {
+                    let found = at_or_after(stream, &subject, position, direct).await;
+                    fetches.fetch_add(1, Ordering::Relaxed);
+                    search.looked(position, found.as_ref().map(stored))
+                }
+                StoreStep::Read(position) => {
+                    let found = at_or_after(stream, &subject, position, direct).await;
+                    fetches.fetch_add(1, Ordering::Relaxed);
+                    let header = found.as_ref().map(stored);
+                    if let Some(message) = found
+                        && answers.send(Repaired::Datagram(message.payload)).await.is_err()
+                    {
+                        return;
+                    }
+                    search.read(header)
+                }
+                StoreStep::Gone { first, count } => {
+                    if answers.send(Repaired::Gone { session, first, count }).await.is_err() {
+                        return;
+                    }
+                    search.after_gone()
+                }
+                StoreStep::NotStored | StoreStep::Done => break,
+            };
+        }
+    }
+}
+
+/// The subject's first message stored at or after `position`; none when there is none (or it
+/// cannot be read now: the range is asked again at its retry).
+async fn at_or_after(stream: &JetStream, subject: &str, position: u64, direct: bool) -> Option<StreamMessage> {
+    if direct {
+        stream.direct_get_next_for_subject(subject, Some(position)).await.ok()
+    } else {
+        stream.raw_message_builder().sequence(position).next_by_subject(subject).send().await.ok()
+    }
+}
+
+/// A stream message's place and relay header; one that is no relay datagram is of no session.
+fn stored(message: &StreamMessage) -> Stored {
+    match DatagramHeader::parse(&message.payload) {
+        Ok(h) => Stored {
+            position: message.sequence,
+            session: h.session,
+            sequence: h.sequence,
+            frames: if h.kind == DatagramKind::Data { u64::from(h.frame_count) } else { 0 },
+        },
+        Err(_) => Stored { position: message.sequence, session: 0, sequence: 0, frames: 0 },
+    }
 }

@@ -4,7 +4,8 @@ use mdrelay_proto::codec::SymbolFilter;
 use mdrelay_proto::idle::IdleStrategy;
 use mdrelay_proto::relay::{Protection, WireKey};
 use std::net::{Ipv4Addr, SocketAddr};
-use std::time::Duration;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
 
 /// Where the stream comes from, checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,6 +30,32 @@ pub(crate) struct RecoverySettings {
     pub linger: Duration,
 }
 
+/// How a NATS subscriber proves who it is, as the publisher's `[nats]` settings say it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) enum NatsAuth {
+    /// No credentials.
+    #[default]
+    None,
+    /// A `.creds` file (JWT and nkey seed).
+    Creds(PathBuf),
+    /// A file holding an nkey seed.
+    Nkey(PathBuf),
+    /// A user, and the file holding its password.
+    UserPassword(String, PathBuf),
+}
+
+/// NATS's own settings, checked.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct NatsSettings {
+    /// Replay the JetStream stream from its first message stored at or after this time.
+    pub start_at: Option<SystemTime>,
+    pub auth: NatsAuth,
+    /// CA certificates (PEM) to check the servers' certificates with; TLS is required.
+    pub tls_ca_file: Option<PathBuf>,
+    /// Messages held for the subscription at most (async-nats's default when none).
+    pub pending_messages: Option<usize>,
+}
+
 /// Every setting, checked.
 #[derive(Clone, Debug)]
 pub(crate) struct Settings {
@@ -48,4 +75,5 @@ pub(crate) struct Settings {
     pub idle: IdleStrategy,
     pub busy_poll: bool,
     pub frame_bytes: bool,
+    pub nats: NatsSettings,
 }

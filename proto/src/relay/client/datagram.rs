@@ -19,6 +19,13 @@
 //!   the service answered), a `BUSY` instead of a greeting is counted, a `REFUSE` turns recovery
 //!   off.
 //!
+//! - **Recovery from a store** ([`DatagramReceiver::with_store_recovery`]): where the datagrams
+//!   are also kept by the transport (a JetStream stream), the same requests are handed to the
+//!   driver ([`DatagramReceiver::next_store_request`]) instead of a retransmission service; it
+//!   reads the datagrams from the store ([`super::store::StoreSearch`] finds them) and hands
+//!   them back ([`DatagramReceiver::store_datagram`]), marked recovered, or says they are gone
+//!   ([`DatagramReceiver::store_gone`]).
+//!
 //! Nothing here knows the transport: a datagram is bytes and the line it came on, so another
 //! source of the same datagrams (a message bus) reuses the receiver unchanged.
 
@@ -341,6 +348,8 @@ pub struct DatagramReceiver {
     ask_period_ns: i64,
     last_ask: Option<i64>,
     link: Option<RecoveryLink>,
+    /// Recovery from a store: the requests waiting for the driver, of the stream's session.
+    store: Option<VecDeque<(u64, RetransmitRequest)>>,
     publisher_totals: Option<Totals>,
     events: VecDeque<DatagramEvent>,
     /// The sender of the last datagram: where its echoes go.
@@ -393,6 +402,7 @@ impl DatagramReceiver {
                 backoff: Backoff::new(duration_ns(RECOVERY_INITIAL_BACKOFF), duration_ns(RECOVERY_MAX_BACKOFF)),
                 receive_time: 0,
             }),
+            store: None,
             publisher_totals: None,
             events: VecDeque::new(),
             last_peer: None,
@@ -400,6 +410,90 @@ impl DatagramReceiver {
             finished: false,
             counts: DatagramCounts::default(),
         }
+    }
+
+    /// Recovery asks the driver, which reads the datagrams from a store that keeps them (a
+    /// JetStream stream), instead of a retransmission service: see the module's documentation.
+    /// Needs a [`RecoveryConfig`] (when and how often to ask, the linger).
+    pub fn with_store_recovery(mut self) -> DatagramReceiver {
+        if self.link.take().is_some() {
+            self.store = Some(VecDeque::new());
+        }
+        self
+    }
+
+    /// The next range to read from the store: the stream's session, and the frames.
+    pub fn next_store_request(&mut self) -> Option<(u64, RetransmitRequest)> {
+        self.store.as_mut()?.pop_front()
+    }
+
+    /// A datagram read from the store, at `now` and `receive_time`: opened as a datagram from
+    /// the lines is, and its frames taken only where they are missing (as retransmitted ones).
+    pub fn store_datagram<V: FrameVisitor + ?Sized>(
+        &mut self,
+        bytes: &[u8],
+        now: i64,
+        receive_time: i64,
+        visitor: &mut V,
+    ) {
+        self.now = now;
+        if self.finished || self.store.is_none() {
+            return;
+        }
+        self.counts.bytes += bytes.len() as u64;
+        let Ok(header) = DatagramHeader::parse(bytes) else { return };
+        match self.reader.take_unsealer() {
+            Some(mut unsealer) => {
+                if let Ok(plain) = unsealer.datagram(bytes, &header, self.reader.tracker().session()) {
+                    self.stored_plain(plain, now, receive_time, visitor);
+                }
+                self.reader.put_unsealer(unsealer);
+            }
+            None => self.stored_plain(bytes, now, receive_time, visitor),
+        }
+        self.check_finished();
+    }
+
+    /// A plain datagram from the store: its frames of the stream's session, as recovered.
+    fn stored_plain<V: FrameVisitor + ?Sized>(&mut self, d: &[u8], now: i64, receive_time: i64, visitor: &mut V) {
+        let Ok(header) = DatagramHeader::parse(d) else { return };
+        if header.kind != DatagramKind::Data {
+            return;
+        }
+        let Some(session) = self.reader.tracker().session() else { return };
+        if header.session != session {
+            if let Some(book) = self.reader.book_mut() {
+                book.not_taken(u64::from(header.frame_count));
+            }
+            return;
+        }
+        self.reader.payload(
+            Payload {
+                origin: Origin::Recovered,
+                format: header.format,
+                bytes: &d[DatagramHeader::LEN..],
+                first_sequence: header.sequence,
+                declared_frames: u64::from(header.frame_count),
+                session,
+                receive_time,
+                now,
+                place: Place::Datagram(DatagramHeader::LEN as u64),
+            },
+            visitor,
+        );
+    }
+
+    /// The store no longer holds frames `first..first + count` of `session` (or never did):
+    /// given up.
+    pub fn store_gone(&mut self, session: u64, first: u64, count: u64) {
+        if self.store.is_none() || self.reader.tracker().session() != Some(session) {
+            return;
+        }
+        if let Some(book) = self.reader.book_mut() {
+            book.gone(first, count);
+            self.events.push_back(DatagramEvent::RecoveryGone { first, count });
+        }
+        self.check_finished();
     }
 
     /// The frame reader: its counts, tracker, lines and book.
@@ -429,7 +523,7 @@ impl DatagramReceiver {
 
     /// Whether recovery is on (configured, and not refused).
     pub fn recovering(&self) -> bool {
-        self.link.as_ref().is_some_and(|l| !matches!(l.state, LinkState::Off))
+        self.store.is_some() || self.link.as_ref().is_some_and(|l| !matches!(l.state, LinkState::Off))
     }
 
     /// The next event, handing the frames of the retransmission service's answers to `visitor`.
@@ -700,6 +794,9 @@ impl DatagramReceiver {
         }
         let mut deadline = self.ending;
         let mut at = |t: i64| deadline = Some(deadline.map_or(t, |d| d.min(t)));
+        if self.store.is_some() && self.reader.missing() > 0 {
+            at(self.last_ask.map_or(self.now, |last| last.saturating_add(self.ask_period_ns)));
+        }
         if let Some(link) = &self.link {
             if self.reader.missing() > 0 && !matches!(link.state, LinkState::Off) {
                 // Due at once when the gaps were never looked at.
@@ -752,6 +849,17 @@ impl DatagramReceiver {
     /// Asks for the frames due (those that do not fit the queue are asked again at their retry).
     fn ask(&mut self, now: i64) {
         let Some(session) = self.reader.tracker().session() else { return };
+        if let Some(store) = &mut self.store {
+            let Some(book) = self.reader.book_mut() else { return };
+            for request in book.due(now, MAX_REQUESTS_PER_TICK) {
+                if store.len() < ASK_QUEUE {
+                    store.push_back((session, request));
+                } else {
+                    book.deferred();
+                }
+            }
+            return;
+        }
         let Some(link) = &mut self.link else { return };
         let Some(book) = self.reader.book_mut() else { return };
         for request in book.due(now, MAX_REQUESTS_PER_TICK) {

@@ -439,3 +439,44 @@ fn a_quiet_close_and_a_failed_connection_wait_and_connect_again() {
     assert_eq!(r.reader().missing(), 0);
     assert_eq!(r.reader().book().unwrap().report("h:1").connections, 1);
 }
+
+#[test]
+fn recovery_from_a_store_hands_the_requests_to_the_driver_and_takes_its_datagrams_once() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 8);
+    let f = |i: usize| frames[i - 1].as_slice();
+    let mut r = DatagramReceiver::new(DatagramConfig { recovery: recovery(1_000), ..DatagramConfig::default() })
+        .with_store_recovery();
+    let mut notes = Notes::default();
+    assert!(r.recovering());
+    r.datagram(Origin::Stream, &data(SESSION, 1, &[f(1), f(2)], Format::Sbe), peer(), 0, 0, &mut notes);
+    r.datagram(Origin::Stream, &data(SESSION, 7, &[f(7), f(8)], Format::Sbe), peer(), MS, 0, &mut notes);
+    assert_eq!(r.next_store_request(), None, "asked after the delay, not at once");
+    let due = r.deadline().expect("a gap to ask for");
+    r.on_timeout(due.max(6 * MS));
+    assert_eq!(r.next_store_request(), Some((SESSION, RetransmitRequest { first: 3, count: 4 })));
+    assert_eq!(r.recovery_action(6 * MS), None, "no connection to a retransmission service");
+    // The store's datagram covering 3..5 is taken, recovered; the same again is redundant.
+    let stored = data(SESSION, 3, &[f(3), f(4)], Format::Sbe);
+    r.store_datagram(&stored, 7 * MS, 0, &mut notes);
+    r.store_datagram(&stored, 7 * MS, 0, &mut notes);
+    // The store no longer has 5..7.
+    r.store_gone(SESSION, 5, 2);
+    r.datagram(Origin::Stream, &end(SESSION, 9), peer(), 8 * MS, 0, &mut notes);
+    let ev = events(&mut r, &mut notes);
+    assert!(ev.contains(&DatagramEvent::RecoveryGone { first: 5, count: 2 }), "{ev:?}");
+    assert!(ev.contains(&DatagramEvent::Finished), "nothing missing once the end came: {ev:?}");
+    let report = r.reader().book().unwrap().report("store");
+    assert_eq!(
+        (
+            report.frames_recovered,
+            report.frames_unrecoverable,
+            report.unrecoverable_causes.gone,
+            report.frames_redundant
+        ),
+        (2, 2, 2, 2)
+    );
+    let recovered: Vec<u64> =
+        notes.frames.iter().filter(|(_, o, _)| *o == Origin::Recovered).map(|(s, ..)| *s).collect();
+    assert_eq!(recovered, vec![3, 4]);
+    assert_eq!(r.reader().tracker().counts().lost, 2);
+}

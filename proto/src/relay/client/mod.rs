@@ -12,6 +12,8 @@
 //! - [`frames`]: a payload of frames in, per frame out ([`FrameReader`]): protection opened,
 //!   frames delimited, accounted for and decoded;
 //! - [`lines`]: two A/B lines merged into one stream ([`Lines`]);
+//! - [`store`]: missing frames found in a store of datagrams numbered by its own positions
+//!   (JetStream) ([`StoreSearch`]);
 //! - [`book`]: the missing frames and what became of them ([`RecoveryBook`]);
 //! - [`unseal`]: protected frames and datagrams opened before anything reads them;
 //! - [`buffer`]: the connection's read buffer, 8-aligned and grown only as bytes arrive.
@@ -22,6 +24,7 @@ pub mod connection;
 pub mod datagram;
 pub mod frames;
 pub mod lines;
+pub mod store;
 pub mod stream;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -38,5 +41,6 @@ pub use frames::{
     PayloadOutcome, Place, PlaceAt, ReaderConfig, ReaderMode,
 };
 pub use lines::{Line, LineReport, Lines, LinesReport};
+pub use store::{StoreSearch, StoreStep, Stored};
 pub use stream::{ClientAction, ClientCounts, ClientEvent, EndOfStream, Finish, StreamClient, StreamClientConfig};
 pub use unseal::{ProtectionCounts, Unsealer};

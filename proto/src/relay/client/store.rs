@@ -1,0 +1,341 @@
+//! Finding missing frames in a store of datagrams numbered by its own positions
+//! ([`StoreSearch`]): a message bus that keeps every datagram a publisher sent (JetStream's
+//! stream, whose sequence counts messages, not frames) is asked "the first datagram at or after
+//! position `p`", one position at a time, and this machine says which position to ask next.
+//!
+//! A relay datagram carries several frames, so a relay sequence number does not give the
+//! store's position. Within one publisher session positions grow with sequence numbers, and the
+//! datagrams of earlier sessions come before, so "this datagram reaches frame `first`" is false
+//! and then true along the store: the datagram carrying `first` is found by bisection over the
+//! positions the store holds (about log2 of them, 20 reads for a million), started from the
+//! closest positions already seen (anchors: every datagram read is remembered, up to
+//! [`MAX_ANCHORS`]). The range is then read forward from there until its last frame is passed.
+//!
+//! What it decides, the driver reports:
+//! - frames below the first datagram of the session the store still holds are gone (the store
+//!   dropped them by its limits, or they were never stored): [`StoreStep::Gone`];
+//! - frames past the last datagram stored are not stored yet: [`StoreStep::NotStored`], asked
+//!   again later by the recovery book's retry;
+//! - a range is read once: what a search read is remembered ([`StoreSearch::delivered`]), so
+//!   asking again for frames already handed over reads nothing.
+
+use std::collections::BTreeMap;
+
+/// Positions remembered from earlier reads, at most (the oldest are forgotten first).
+pub const MAX_ANCHORS: usize = 4096;
+
+/// A datagram read from the store: where, and its header's numbers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stored {
+    /// Its position in the store.
+    pub position: u64,
+    /// Its publisher session.
+    pub session: u64,
+    /// Its first frame (an `END`: the next frame's number).
+    pub sequence: u64,
+    /// Frames it carries (0 for an `END`).
+    pub frames: u64,
+}
+
+impl Stored {
+    /// One past its last frame.
+    fn end(&self) -> u64 {
+        self.sequence.saturating_add(self.frames)
+    }
+}
+
+/// What the driver does next for the range being searched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreStep {
+    /// Read the first datagram at or after `position` and report it with
+    /// [`StoreSearch::looked`] (none: the store holds nothing from there).
+    Look(u64),
+    /// Read datagrams forward from `position` (the datagrams from there are the range's), and
+    /// report each with [`StoreSearch::read`] until it says stop.
+    Read(u64),
+    /// Frames `first..first + count` are not in the store (any more): give them up, then go on
+    /// with [`StoreSearch::after_gone`].
+    Gone {
+        /// The first.
+        first: u64,
+        /// How many.
+        count: u64,
+    },
+    /// The range's frames are past the last datagram stored: ask again later.
+    NotStored,
+    /// The range is done.
+    Done,
+}
+
+/// The range being searched.
+#[derive(Clone, Copy, Debug)]
+struct Job {
+    session: u64,
+    first: u64,
+    end: u64,
+    /// Every datagram before this position ends at or below `first` (or is of an earlier
+    /// session).
+    low: u64,
+    /// The datagram at or after this position reaches `first` (`last + 1`: none is known to).
+    high: u64,
+    /// One past the store's last position.
+    limit: u64,
+    /// Reading forward (after the search).
+    reading: bool,
+    /// One past the last frame read of the range, once one was.
+    reached: Option<u64>,
+}
+
+/// The search over a store's positions: see the module's documentation.
+#[derive(Debug, Default)]
+pub struct StoreSearch {
+    /// The stream session's datagrams seen, by position.
+    anchors: BTreeMap<u64, Stored>,
+    session: Option<u64>,
+    job: Option<Job>,
+    /// Frames already read from the store and handed over, in the session: `(first, end)`.
+    delivered: Option<(u64, u64, u64)>,
+    reads: u64,
+}
+
+impl StoreSearch {
+    /// A search that has read nothing.
+    pub fn new() -> StoreSearch {
+        StoreSearch::default()
+    }
+
+    /// Datagrams read from the store so far (searches and ranges).
+    pub fn reads(&self) -> u64 {
+        self.reads
+    }
+
+    /// The part of `first..end` of `session` not yet handed over by an earlier range (a range
+    /// asked again is not read again): `None` when it all was.
+    pub fn delivered(&self, session: u64, first: u64, end: u64) -> Option<(u64, u64)> {
+        match self.delivered {
+            Some((s, from, to)) if s == session && from <= first && first < to => (to < end).then_some((to, end)),
+            Some((s, from, to)) if s == session && first < from && from < end && end <= to => Some((first, from)),
+            _ => Some((first, end)),
+        }
+    }
+
+    /// Starts on frames `first..end` of `session`, in a store holding positions
+    /// `first_position..=last_position` (none when it is empty).
+    pub fn begin(&mut self, session: u64, first: u64, end: u64, positions: Option<(u64, u64)>) -> StoreStep {
+        if self.session != Some(session) {
+            self.session = Some(session);
+            self.anchors.clear();
+            self.delivered = None;
+        }
+        let Some((first_position, last_position)) = positions.filter(|(a, b)| a <= b) else {
+            self.job = None;
+            return StoreStep::NotStored;
+        };
+        let limit = last_position.saturating_add(1);
+        // The closest positions already seen on either side.
+        let low = self
+            .anchors
+            .values()
+            .rev()
+            .find(|a| a.end() <= first)
+            .map_or(first_position, |a| a.position.saturating_add(1))
+            .max(first_position);
+        let high = self.anchors.values().find(|a| a.end() > first).map_or(limit, |a| a.position).min(limit);
+        self.job = Some(Job { session, first, end, low, high, limit, reading: false, reached: None });
+        self.next()
+    }
+
+    /// The step after the last one reported.
+    fn next(&mut self) -> StoreStep {
+        let Some(job) = &mut self.job else { return StoreStep::Done };
+        if job.reading {
+            return StoreStep::Read(job.low);
+        }
+        if job.low < job.high {
+            return StoreStep::Look(job.low + (job.high - job.low) / 2);
+        }
+        if job.high >= job.limit {
+            // Nothing stored reaches the range.
+            self.job = None;
+            return StoreStep::NotStored;
+        }
+        job.reading = true;
+        StoreStep::Read(job.low)
+    }
+
+    /// What [`StoreStep::Look`] at `position` found: the first datagram at or after it, if any.
+    pub fn looked(&mut self, position: u64, found: Option<Stored>) -> StoreStep {
+        if let Some(d) = found {
+            self.reads += 1;
+            self.remember(d);
+        }
+        let Some(job) = &mut self.job else { return StoreStep::Done };
+        match found {
+            // Nothing from there on (or nothing before the known upper bound): the range starts
+            // below `position` if anywhere.
+            None => job.high = job.high.min(position),
+            Some(d) if d.position >= job.high => job.high = job.high.min(position),
+            Some(d) if d.session == job.session && d.end() > job.first => job.high = position,
+            Some(d) => job.low = d.position.saturating_add(1),
+        }
+        self.next()
+    }
+
+    /// A datagram read forward ([`StoreStep::Read`]), or none when the store ended: whether to
+    /// read on, or what to do.
+    pub fn read(&mut self, found: Option<Stored>) -> StoreStep {
+        if let Some(d) = found {
+            self.reads += 1;
+            self.remember(d);
+        }
+        let Some(job) = &mut self.job else { return StoreStep::Done };
+        let Some(d) = found else {
+            // The store ends within the range: the rest is not stored yet.
+            self.job = None;
+            return StoreStep::NotStored;
+        };
+        job.low = d.position.saturating_add(1);
+        if d.session != job.session {
+            // An earlier session's, before the range: read on.
+            return StoreStep::Read(job.low);
+        }
+        let expected = job.reached.unwrap_or(job.first);
+        // Frames between the last datagram read and this one are not in the store: the
+        // session's first datagram it holds is past them, or the ones holding them were removed.
+        let hole =
+            (d.sequence > expected && expected < job.end).then(|| (expected, d.sequence.min(job.end) - expected));
+        let reached = expected.max(d.end());
+        job.reached = Some(reached);
+        let first = job.first;
+        self.delivered = match self.delivered {
+            Some((s, a, b)) if s == job.session && a <= first && first <= b => Some((s, a, b.max(reached))),
+            _ => Some((job.session, first, reached)),
+        };
+        // Past the range, or the session's END (nothing follows it).
+        let done = d.end() >= job.end || d.frames == 0;
+        let next = job.low;
+        if done {
+            self.job = None;
+        }
+        match hole {
+            Some((first, count)) => StoreStep::Gone { first, count },
+            None if done => StoreStep::Done,
+            None => StoreStep::Read(next),
+        }
+    }
+
+    /// The step after a [`StoreStep::Gone`].
+    pub fn after_gone(&mut self) -> StoreStep {
+        match &self.job {
+            Some(job) => StoreStep::Read(job.low),
+            None => StoreStep::Done,
+        }
+    }
+
+    fn remember(&mut self, d: Stored) {
+        if Some(d.session) != self.session {
+            return;
+        }
+        self.anchors.insert(d.position, d);
+        while self.anchors.len() > MAX_ANCHORS {
+            self.anchors.pop_first();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store: positions from `from`, each datagram `frames` frames of session 7 from frame
+    /// `start`, with an earlier session's datagrams first.
+    fn store(from: u64, earlier: u64, start: u64, datagrams: u64, frames: u64) -> Vec<Stored> {
+        let mut out = Vec::new();
+        let mut position = from;
+        for i in 0..earlier {
+            out.push(Stored { position, session: 3, sequence: 1 + i * 10, frames: 10 });
+            position += 1;
+        }
+        for i in 0..datagrams {
+            out.push(Stored { position, session: 7, sequence: start + i * frames, frames });
+            position += 1;
+        }
+        out
+    }
+
+    /// Runs a search over `store` for `first..end`; the frames read, the frames gone, the
+    /// last step, and the look-ups made.
+    fn run(search: &mut StoreSearch, store: &[Stored], first: u64, end: u64) -> (Vec<u64>, u64, StoreStep, u64) {
+        let positions = store.first().map(|a| (a.position, store.last().unwrap().position));
+        let at_or_after = |p: u64| store.iter().find(|d| d.position >= p).copied();
+        let mut step = search.begin(7, first, end, positions);
+        let (mut read, mut gone, mut looks) = (Vec::new(), 0, 0);
+        loop {
+            step = match step {
+                StoreStep::Look(p) => {
+                    looks += 1;
+                    assert!(looks < 64, "the search does not end");
+                    search.looked(p, at_or_after(p))
+                }
+                StoreStep::Read(p) => {
+                    let d = at_or_after(p);
+                    if let Some(d) = d.filter(|d| d.session == 7) {
+                        read.extend(d.sequence..d.end());
+                    }
+                    search.read(d)
+                }
+                StoreStep::Gone { count, .. } => {
+                    gone += count;
+                    search.after_gone()
+                }
+                done => return (read, gone, done, looks),
+            }
+        }
+    }
+
+    #[test]
+    fn finds_the_datagram_carrying_a_frame_by_bisection_and_reads_the_range() {
+        let s = store(100, 50, 1, 10_000, 12);
+        let mut search = StoreSearch::new();
+        let (read, gone, last, looks) = run(&mut search, &s, 50_001, 50_100);
+        assert_eq!((gone, last), (0, StoreStep::Done));
+        assert!(read.first() <= Some(&50_001) && read.last() >= Some(&50_099), "{:?}", (read.first(), read.last()));
+        assert!(looks <= 15, "{looks} look-ups for 10,050 positions");
+        // The same range again reads nothing: it was handed over.
+        assert_eq!(search.delivered(7, 50_001, 50_100), None);
+        assert_eq!(search.delivered(7, 50_050, 50_200), Some((50_101, 50_200)));
+        // A later range starts from what was seen: fewer look-ups.
+        let (_, _, _, again) = run(&mut search, &s, 60_001, 60_010);
+        assert!(again <= looks, "{again} look-ups with anchors against {looks} without");
+    }
+
+    #[test]
+    fn frames_older_than_the_store_are_gone_and_frames_past_it_are_not_stored() {
+        // The store kept session 7 from frame 1,001 on.
+        let s = store(5_000, 0, 1_001, 100, 10);
+        let mut search = StoreSearch::new();
+        let (read, gone, last, _) = run(&mut search, &s, 900, 1_050);
+        assert_eq!((gone, last), (101, StoreStep::Done));
+        assert_eq!(read.first(), Some(&1_001));
+        let (read, gone, last, _) = run(&mut StoreSearch::new(), &s, 500, 800);
+        // One datagram read, the session's first stored, to learn that.
+        assert_eq!((read.len(), gone, last), (10, 300, StoreStep::Done));
+        assert_eq!(run(&mut StoreSearch::new(), &s, 2_001, 2_010).2, StoreStep::NotStored);
+        assert_eq!(StoreSearch::new().begin(7, 1, 5, None), StoreStep::NotStored);
+        // The range runs past the last datagram: what is stored is read, the rest not yet.
+        let (read, _, last, _) = run(&mut StoreSearch::new(), &s, 1_991, 2_050);
+        assert_eq!((read.last(), last), (Some(&2_000), StoreStep::NotStored));
+    }
+
+    #[test]
+    fn holes_in_the_positions_and_other_subjects_are_stepped_over() {
+        // Every third position missing (deleted, or another subject's).
+        let s: Vec<Stored> = store(1, 0, 1, 3_000, 4).into_iter().filter(|d| d.position % 3 != 0).collect();
+        let (read, gone, last, _) = run(&mut StoreSearch::new(), &s, 4_001, 4_021);
+        assert_eq!(last, StoreStep::Done);
+        // Frames in the deleted datagrams are gone; every other frame of the range is read.
+        let deleted = (4_001..4_021u64).filter(|seq| ((seq - 1) / 4 + 1) % 3 == 0).count() as u64;
+        assert_eq!(gone, deleted);
+        assert!((4_001..4_021u64).all(|seq| read.contains(&seq) || ((seq - 1) / 4 + 1) % 3 == 0), "{read:?}");
+    }
+}
