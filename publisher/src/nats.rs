@@ -93,6 +93,10 @@ impl NatsCounters {
 /// What the publishing task reports when it stops before the end of the stream.
 type Failure = Arc<Mutex<Option<anyhow::Error>>>;
 
+/// Connections made so far: a publication still unacknowledged when the count moves was sent on
+/// a connection that is gone, and its acknowledgement will never come.
+type Connections = tokio::sync::watch::Receiver<u64>;
+
 /// The hot thread's side: a bounded queue to the publishing task.
 pub struct NatsOut {
     tx: Option<mpsc::Sender<Bytes>>,
@@ -118,7 +122,8 @@ impl NatsOut {
     /// that does not fit are configuration errors (exit 2), named by setting.
     pub async fn start(settings: &Nats, session: u64) -> Result<(NatsOut, NatsTask)> {
         let counters = Arc::new(NatsCounters::default());
-        let client = connect(settings, &counters).await?;
+        let (connections_tx, connections) = tokio::sync::watch::channel(0u64);
+        let client = connect(settings, &counters, Arc::new(connections_tx)).await?;
         let js = jetstream::new(client.clone());
         let checked = if client.connection_state() == async_nats::connection::State::Connected {
             ensure_stream(&js, settings).await?;
@@ -129,8 +134,14 @@ impl NatsOut {
         };
         let (tx, rx) = mpsc::channel(settings.queue);
         let failure: Failure = Arc::default();
-        let task =
-            Publisher { settings: settings.clone(), js, client, counters: counters.clone(), stream_checked: checked };
+        let task = Publisher {
+            settings: settings.clone(),
+            js,
+            client,
+            counters: counters.clone(),
+            stream_checked: checked,
+            connections,
+        };
         let task_failure = failure.clone();
         let handle = tokio::spawn(async move {
             if let Err(e) = task.run(rx).await {
@@ -232,7 +243,11 @@ impl NatsTask {
 
 /// Connects with the configured credentials. A refusal of the credentials fails at once; an
 /// unreachable server is retried in the background (the client reconnects for ever).
-async fn connect(settings: &Nats, counters: &Arc<NatsCounters>) -> Result<async_nats::Client> {
+async fn connect(
+    settings: &Nats,
+    counters: &Arc<NatsCounters>,
+    connections: Arc<tokio::sync::watch::Sender<u64>>,
+) -> Result<async_nats::Client> {
     let options = || async {
         let mut options = async_nats::ConnectOptions::new()
             .name("mdrelay-pub")
@@ -240,15 +255,18 @@ async fn connect(settings: &Nats, counters: &Arc<NatsCounters>) -> Result<async_
             .connection_timeout(Duration::from_secs(2));
         let event_counters = counters.clone();
         let connected_once = Arc::new(AtomicBool::new(false));
+        let event_connections = connections.clone();
         options = options.event_callback(move |event| {
             let counters = event_counters.clone();
             let connected_once = connected_once.clone();
+            let connections = event_connections.clone();
             async move {
                 match event {
                     async_nats::Event::Connected => {
                         if connected_once.swap(true, Ordering::Relaxed) {
                             counters.reconnects.fetch_add(1, Ordering::Relaxed);
                         }
+                        connections.send_modify(|n| *n += 1);
                         tracing::info!("NATS connected");
                     }
                     async_nats::Event::Disconnected => {
@@ -429,6 +447,11 @@ fn message_id(datagram: &[u8]) -> Option<String> {
     })
 }
 
+/// Whether a sealed datagram is the stream's END.
+fn is_end(datagram: &[u8]) -> bool {
+    DatagramHeader::parse(datagram).is_ok_and(|h| h.kind == DatagramKind::End)
+}
+
 /// The publishing task.
 struct Publisher {
     settings: Nats,
@@ -436,10 +459,12 @@ struct Publisher {
     client: async_nats::Client,
     counters: Arc<NatsCounters>,
     stream_checked: bool,
+    connections: Connections,
 }
 
-/// An acknowledgement awaited: the message again if it has to be published again.
-type Acked = (Bytes, Result<jetstream::publish::PublishAck, String>);
+/// An acknowledgement awaited: the message again if it has to be published again, with the
+/// reason and how long to wait before doing so.
+type Acked = (Bytes, Result<jetstream::publish::PublishAck, (String, Duration)>);
 
 impl Publisher {
     async fn run(mut self, mut rx: mpsc::Receiver<Bytes>) -> Result<()> {
@@ -461,7 +486,16 @@ impl Publisher {
         let mut acks = FuturesUnordered::new();
         let max = self.settings.max_pending_acks;
         let mut open = true;
-        while open || !acks.is_empty() {
+        // The END waits until everything before it is stored: a subscriber ends on it, so a
+        // message published again after it would come too late.
+        let mut end: Option<Bytes> = None;
+        while open || !acks.is_empty() || end.is_some() {
+            if acks.is_empty()
+                && let Some(end) = end.take()
+            {
+                acks.push(self.publish(end, Duration::ZERO));
+                continue;
+            }
             tokio::select! {
                 biased;
                 Some((message, result)) = acks.next(), if !acks.is_empty() => {
@@ -474,19 +508,23 @@ impl Publisher {
                                 self.counters.duplicates.fetch_add(1, Ordering::Relaxed);
                             }
                         }
-                        Err(e) => {
+                        Err((e, retry_wait)) => {
                             self.counters.retries.fetch_add(1, Ordering::Relaxed);
                             if mdrelay_proto::warn::allow("nats retry") {
                                 tracing::warn!(error = %e, "NATS publication not acknowledged; publishing it again");
                             }
-                            acks.push(self.publish(message, RETRY_WAIT));
+                            acks.push(self.publish(message, retry_wait));
                         }
                     }
                 }
-                message = rx.recv(), if open && acks.len() < max => match message {
+                message = rx.recv(), if open && end.is_none() && acks.len() < max => match message {
                     Some(message) => {
                         self.counters.published.fetch_add(1, Ordering::Relaxed);
-                        acks.push(self.publish(message, Duration::ZERO));
+                        if is_end(&message) {
+                            end = Some(message);
+                        } else {
+                            acks.push(self.publish(message, Duration::ZERO));
+                        }
                     }
                     None => open = false,
                 },
@@ -503,6 +541,7 @@ impl Publisher {
         self.counters.pending_acks.fetch_add(1, Ordering::Relaxed);
         let js = self.js.clone();
         let subject = self.settings.subject.clone();
+        let mut connections = self.connections.clone();
         async move {
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
@@ -511,13 +550,28 @@ impl Publisher {
             if let Some(id) = message_id(&message) {
                 headers.insert("Nats-Msg-Id", id.as_str());
             }
+            // The connection it goes out on (or, while disconnected, the next one).
+            let sent_on = *connections.borrow_and_update();
             let result = match js.publish_with_headers(subject, headers, message.clone()).await {
-                Ok(ack) => match tokio::time::timeout(ACK_TIMEOUT, ack.into_future()).await {
-                    Ok(Ok(ack)) => Ok(ack),
-                    Ok(Err(e)) => Err(e.to_string()),
-                    Err(_) => Err(format!("no acknowledgement within {} s", ACK_TIMEOUT.as_secs())),
+                Ok(ack) => tokio::select! {
+                    acked = tokio::time::timeout(ACK_TIMEOUT, ack.into_future()) => match acked {
+                        Ok(Ok(ack)) => Ok(ack),
+                        Ok(Err(e)) => Err((e.to_string(), RETRY_WAIT)),
+                        Err(_) => Err((format!("no acknowledgement within {} s", ACK_TIMEOUT.as_secs()), RETRY_WAIT)),
+                    },
+                    // A new connection: the one it went out on is gone, and with it the
+                    // acknowledgement. Published again at once on the new one (the stream keeps
+                    // one copy), instead of after the acknowledgement's time-out.
+                    _ = async {
+                        if connections.wait_for(|now| *now != sent_on).await.is_err() {
+                            // The client is gone; its acknowledgements time out as they are.
+                            std::future::pending::<()>().await;
+                        }
+                    } => {
+                        Err(("the connection was lost before the acknowledgement".to_string(), Duration::ZERO))
+                    }
                 },
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err((e.to_string(), RETRY_WAIT)),
             };
             (message, result)
         }
