@@ -4,10 +4,16 @@
 //!
 //! The hot thread never waits on the server: it hands each message to a bounded queue
 //! ([`NatsOut`]); a task on the runtime publishes from it with at most `max_pending_acks`
-//! messages unacknowledged, and publishes again any message whose acknowledgement failed (a
-//! server restarted, a cluster node lost): every message carries `Nats-Msg-Id` = session and
-//! first sequence, so the stream keeps one copy whatever is sent twice. A full queue follows
-//! `nats.slow_server`: wait for room, drop and count, or fail the run.
+//! messages unacknowledged, and publishes again any message whose acknowledgement failed or
+//! timed out, or was still awaited when the connection was lost (at once on the new
+//! connection: a server restarted, a cluster node lost). Every message carries `Nats-Msg-Id` =
+//! session and first sequence, so the stream keeps one copy whatever is sent twice. A full
+//! queue follows `nats.slow_server`: wait for room, drop and count, or fail the run; a server
+//! not up yet at the start is the same as a slow one (the queue fills while it is away).
+//!
+//! The END has a way of its own to the task, so the hot thread never waits to hand it over;
+//! the task publishes it once everything before it is acknowledged, since a subscriber ends on
+//! it and a message published again after it would come too late.
 
 use crate::config::{Nats, NatsAuth, NatsRetention, NatsStorage, SlowServerPolicy};
 use anyhow::{Context, Result, anyhow};
@@ -23,12 +29,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc::{self, error::TrySendError};
+use tokio::sync::oneshot;
 
 /// How long the publishing task has at the end of the stream to have everything acknowledged.
 const DRAIN: Duration = Duration::from_secs(30);
 
 /// How long one acknowledgement may take before the message is published again.
 const ACK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long the connection stays open once the END is stored.
+const END_LINGER: Duration = Duration::from_secs(1);
 
 /// Wait between two publications of a message the server did not take.
 const RETRY_WAIT: Duration = Duration::from_millis(100);
@@ -100,6 +110,8 @@ type Connections = tokio::sync::watch::Receiver<u64>;
 /// The hot thread's side: a bounded queue to the publishing task.
 pub struct NatsOut {
     tx: Option<mpsc::Sender<Bytes>>,
+    /// The END's own way to the task: never dropped and never waited for, whatever the queue.
+    end: Option<oneshot::Sender<Bytes>>,
     policy: SlowServerPolicy,
     session: u64,
     counters: Arc<NatsCounters>,
@@ -133,6 +145,7 @@ impl NatsOut {
             false
         };
         let (tx, rx) = mpsc::channel(settings.queue);
+        let (end_tx, end_rx) = oneshot::channel();
         let failure: Failure = Arc::default();
         let task = Publisher {
             settings: settings.clone(),
@@ -144,7 +157,7 @@ impl NatsOut {
         };
         let task_failure = failure.clone();
         let handle = tokio::spawn(async move {
-            if let Err(e) = task.run(rx).await {
+            if let Err(e) = task.run(rx, end_rx).await {
                 tracing::error!(error = %format!("{e:#}"), "NATS publishing stopped");
                 *task_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
             }
@@ -152,6 +165,7 @@ impl NatsOut {
         tracing::info!(servers = ?settings.servers, subject = %settings.subject, stream = %settings.stream, "publishing to NATS");
         let out = NatsOut {
             tx: Some(tx),
+            end: Some(end_tx),
             policy: settings.slow_server,
             session,
             counters: counters.clone(),
@@ -208,22 +222,18 @@ impl NatsOut {
         Some(taken.unwrap_or_else(|| anyhow!("nats: the publishing task stopped")))
     }
 
-    /// Publishes the END datagram (the totals), then closes the queue: the task publishes what
-    /// is left and waits for the acknowledgements.
-    pub fn end(
-        &mut self,
-        format: Format,
-        next_sequence: u64,
-        totals: &[u8],
-        protector: &mut Protector,
-        stop: &AtomicBool,
-    ) {
+    /// Hands the END datagram (the totals) to the task and closes the queue: the task publishes
+    /// what is queued, then the END once everything before it is acknowledged. The END is not
+    /// dropped (it says the stream is whole), nor does the hot thread wait for a slow or frozen
+    /// server to take it, whatever `slow_server` says.
+    pub fn end(&mut self, format: Format, next_sequence: u64, totals: &[u8], protector: &mut Protector) {
         let datagram = crate::udp::end_datagram(self.session, format, next_sequence, totals, protector);
-        // The end is not dropped for a slow server: it says the stream is whole.
-        let policy = std::mem::replace(&mut self.policy, SlowServerPolicy::Block);
-        self.send(datagram, stop);
-        self.policy = policy;
-        self.tx = None;
+        if self.tx.take().is_some()
+            && let Some(end) = self.end.take()
+        {
+            // The task is gone if this fails, and `failure` says why.
+            let _ = end.send(datagram);
+        }
     }
 }
 
@@ -447,11 +457,6 @@ fn message_id(datagram: &[u8]) -> Option<String> {
     })
 }
 
-/// Whether a sealed datagram is the stream's END.
-fn is_end(datagram: &[u8]) -> bool {
-    DatagramHeader::parse(datagram).is_ok_and(|h| h.kind == DatagramKind::End)
-}
-
 /// The publishing task.
 struct Publisher {
     settings: Nats,
@@ -467,7 +472,7 @@ struct Publisher {
 type Acked = (Bytes, Result<jetstream::publish::PublishAck, (String, Duration)>);
 
 impl Publisher {
-    async fn run(mut self, mut rx: mpsc::Receiver<Bytes>) -> Result<()> {
+    async fn run(mut self, mut rx: mpsc::Receiver<Bytes>, mut end_rx: oneshot::Receiver<Bytes>) -> Result<()> {
         if !self.stream_checked {
             // Bounded only by the stop of the run: a server that never comes is waited for (the
             // queue fills, and `slow_server` decides).
@@ -517,21 +522,28 @@ impl Publisher {
                         }
                     }
                 }
-                message = rx.recv(), if open && end.is_none() && acks.len() < max => match message {
+                message = rx.recv(), if open && acks.len() < max => match message {
                     Some(message) => {
                         self.counters.published.fetch_add(1, Ordering::Relaxed);
-                        if is_end(&message) {
-                            end = Some(message);
-                        } else {
-                            acks.push(self.publish(message, Duration::ZERO));
+                        acks.push(self.publish(message, Duration::ZERO));
+                    }
+                    None => {
+                        open = false;
+                        // Handed over before the queue closed; missing if the run failed.
+                        end = end_rx.try_recv().ok();
+                        if end.is_some() {
+                            self.counters.published.fetch_add(1, Ordering::Relaxed);
                         }
                     }
-                    None => open = false,
                 },
             }
         }
         // Everything is acknowledged: nothing is left in the client's buffers either.
         let _ = tokio::time::timeout(DRAIN, self.client.flush()).await;
+        // Connected a little longer: a publisher that closed its connection as soon as the END
+        // was stored left subscribers on other nodes of a cluster without the END now and then
+        // (its delivery to them is core NATS, at most once), and they waited for it for ever.
+        tokio::time::sleep(END_LINGER).await;
         Ok(())
     }
 
