@@ -404,7 +404,7 @@ pub fn run(
         summary.udp_send_errors = udp.send_errors;
     }
     if let Some((_, nats)) = &mut outputs.nats {
-        nats.end(format, sequence, &totals, &mut outputs.protector, stop);
+        nats.end(format, sequence, &totals, &mut outputs.protector);
         if let Some(failure) = nats.failure() {
             return Err(failure);
         }

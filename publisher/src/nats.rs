@@ -4,10 +4,16 @@
 //!
 //! The hot thread never waits on the server: it hands each message to a bounded queue
 //! ([`NatsOut`]); a task on the runtime publishes from it with at most `max_pending_acks`
-//! messages unacknowledged, and publishes again any message whose acknowledgement failed (a
-//! server restarted, a cluster node lost): every message carries `Nats-Msg-Id` = session and
-//! first sequence, so the stream keeps one copy whatever is sent twice. A full queue follows
-//! `nats.slow_server`: wait for room, drop and count, or fail the run.
+//! messages unacknowledged, and publishes again any message whose acknowledgement failed or
+//! timed out, or was still awaited when the connection was lost (at once on the new
+//! connection: a server restarted, a cluster node lost). Every message carries `Nats-Msg-Id` =
+//! session and first sequence, so the stream keeps one copy whatever is sent twice. A full
+//! queue follows `nats.slow_server`: wait for room, drop and count, or fail the run; a server
+//! not up yet at the start is the same as a slow one (the queue fills while it is away).
+//!
+//! The END has a way of its own to the task, so the hot thread never waits to hand it over;
+//! the task publishes it once everything before it is acknowledged, since a subscriber ends on
+//! it and a message published again after it would come too late.
 
 use crate::config::{Nats, NatsAuth, NatsRetention, NatsStorage, SlowServerPolicy};
 use anyhow::{Context, Result, anyhow};
@@ -23,12 +29,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc::{self, error::TrySendError};
+use tokio::sync::oneshot;
 
 /// How long the publishing task has at the end of the stream to have everything acknowledged.
 const DRAIN: Duration = Duration::from_secs(30);
 
 /// How long one acknowledgement may take before the message is published again.
 const ACK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long the connection stays open once the END is stored.
+const END_LINGER: Duration = Duration::from_secs(1);
 
 /// Wait between two publications of a message the server did not take.
 const RETRY_WAIT: Duration = Duration::from_millis(100);
@@ -93,9 +103,15 @@ impl NatsCounters {
 /// What the publishing task reports when it stops before the end of the stream.
 type Failure = Arc<Mutex<Option<anyhow::Error>>>;
 
+/// Connections made so far: a publication still unacknowledged when the count moves was sent on
+/// a connection that is gone, and its acknowledgement will never come.
+type Connections = tokio::sync::watch::Receiver<u64>;
+
 /// The hot thread's side: a bounded queue to the publishing task.
 pub struct NatsOut {
     tx: Option<mpsc::Sender<Bytes>>,
+    /// The END's own way to the task: never dropped and never waited for, whatever the queue.
+    end: Option<oneshot::Sender<Bytes>>,
     policy: SlowServerPolicy,
     session: u64,
     counters: Arc<NatsCounters>,
@@ -118,7 +134,8 @@ impl NatsOut {
     /// that does not fit are configuration errors (exit 2), named by setting.
     pub async fn start(settings: &Nats, session: u64) -> Result<(NatsOut, NatsTask)> {
         let counters = Arc::new(NatsCounters::default());
-        let client = connect(settings, &counters).await?;
+        let (connections_tx, connections) = tokio::sync::watch::channel(0u64);
+        let client = connect(settings, &counters, Arc::new(connections_tx)).await?;
         let js = jetstream::new(client.clone());
         let checked = if client.connection_state() == async_nats::connection::State::Connected {
             ensure_stream(&js, settings).await?;
@@ -128,12 +145,19 @@ impl NatsOut {
             false
         };
         let (tx, rx) = mpsc::channel(settings.queue);
+        let (end_tx, end_rx) = oneshot::channel();
         let failure: Failure = Arc::default();
-        let task =
-            Publisher { settings: settings.clone(), js, client, counters: counters.clone(), stream_checked: checked };
+        let task = Publisher {
+            settings: settings.clone(),
+            js,
+            client,
+            counters: counters.clone(),
+            stream_checked: checked,
+            connections,
+        };
         let task_failure = failure.clone();
         let handle = tokio::spawn(async move {
-            if let Err(e) = task.run(rx).await {
+            if let Err(e) = task.run(rx, end_rx).await {
                 tracing::error!(error = %format!("{e:#}"), "NATS publishing stopped");
                 *task_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
             }
@@ -141,6 +165,7 @@ impl NatsOut {
         tracing::info!(servers = ?settings.servers, subject = %settings.subject, stream = %settings.stream, "publishing to NATS");
         let out = NatsOut {
             tx: Some(tx),
+            end: Some(end_tx),
             policy: settings.slow_server,
             session,
             counters: counters.clone(),
@@ -197,22 +222,18 @@ impl NatsOut {
         Some(taken.unwrap_or_else(|| anyhow!("nats: the publishing task stopped")))
     }
 
-    /// Publishes the END datagram (the totals), then closes the queue: the task publishes what
-    /// is left and waits for the acknowledgements.
-    pub fn end(
-        &mut self,
-        format: Format,
-        next_sequence: u64,
-        totals: &[u8],
-        protector: &mut Protector,
-        stop: &AtomicBool,
-    ) {
+    /// Hands the END datagram (the totals) to the task and closes the queue: the task publishes
+    /// what is queued, then the END once everything before it is acknowledged. The END is not
+    /// dropped (it says the stream is whole), nor does the hot thread wait for a slow or frozen
+    /// server to take it, whatever `slow_server` says.
+    pub fn end(&mut self, format: Format, next_sequence: u64, totals: &[u8], protector: &mut Protector) {
         let datagram = crate::udp::end_datagram(self.session, format, next_sequence, totals, protector);
-        // The end is not dropped for a slow server: it says the stream is whole.
-        let policy = std::mem::replace(&mut self.policy, SlowServerPolicy::Block);
-        self.send(datagram, stop);
-        self.policy = policy;
-        self.tx = None;
+        if self.tx.take().is_some()
+            && let Some(end) = self.end.take()
+        {
+            // The task is gone if this fails, and `failure` says why.
+            let _ = end.send(datagram);
+        }
     }
 }
 
@@ -232,7 +253,11 @@ impl NatsTask {
 
 /// Connects with the configured credentials. A refusal of the credentials fails at once; an
 /// unreachable server is retried in the background (the client reconnects for ever).
-async fn connect(settings: &Nats, counters: &Arc<NatsCounters>) -> Result<async_nats::Client> {
+async fn connect(
+    settings: &Nats,
+    counters: &Arc<NatsCounters>,
+    connections: Arc<tokio::sync::watch::Sender<u64>>,
+) -> Result<async_nats::Client> {
     let options = || async {
         let mut options = async_nats::ConnectOptions::new()
             .name("mdrelay-pub")
@@ -240,15 +265,18 @@ async fn connect(settings: &Nats, counters: &Arc<NatsCounters>) -> Result<async_
             .connection_timeout(Duration::from_secs(2));
         let event_counters = counters.clone();
         let connected_once = Arc::new(AtomicBool::new(false));
+        let event_connections = connections.clone();
         options = options.event_callback(move |event| {
             let counters = event_counters.clone();
             let connected_once = connected_once.clone();
+            let connections = event_connections.clone();
             async move {
                 match event {
                     async_nats::Event::Connected => {
                         if connected_once.swap(true, Ordering::Relaxed) {
                             counters.reconnects.fetch_add(1, Ordering::Relaxed);
                         }
+                        connections.send_modify(|n| *n += 1);
                         tracing::info!("NATS connected");
                     }
                     async_nats::Event::Disconnected => {
@@ -436,13 +464,15 @@ struct Publisher {
     client: async_nats::Client,
     counters: Arc<NatsCounters>,
     stream_checked: bool,
+    connections: Connections,
 }
 
-/// An acknowledgement awaited: the message again if it has to be published again.
-type Acked = (Bytes, Result<jetstream::publish::PublishAck, String>);
+/// An acknowledgement awaited: the message again if it has to be published again, with the
+/// reason and how long to wait before doing so.
+type Acked = (Bytes, Result<jetstream::publish::PublishAck, (String, Duration)>);
 
 impl Publisher {
-    async fn run(mut self, mut rx: mpsc::Receiver<Bytes>) -> Result<()> {
+    async fn run(mut self, mut rx: mpsc::Receiver<Bytes>, mut end_rx: oneshot::Receiver<Bytes>) -> Result<()> {
         if !self.stream_checked {
             // Bounded only by the stop of the run: a server that never comes is waited for (the
             // queue fills, and `slow_server` decides).
@@ -461,7 +491,16 @@ impl Publisher {
         let mut acks = FuturesUnordered::new();
         let max = self.settings.max_pending_acks;
         let mut open = true;
-        while open || !acks.is_empty() {
+        // The END waits until everything before it is stored: a subscriber ends on it, so a
+        // message published again after it would come too late.
+        let mut end: Option<Bytes> = None;
+        while open || !acks.is_empty() || end.is_some() {
+            if acks.is_empty()
+                && let Some(end) = end.take()
+            {
+                acks.push(self.publish(end, Duration::ZERO));
+                continue;
+            }
             tokio::select! {
                 biased;
                 Some((message, result)) = acks.next(), if !acks.is_empty() => {
@@ -474,12 +513,12 @@ impl Publisher {
                                 self.counters.duplicates.fetch_add(1, Ordering::Relaxed);
                             }
                         }
-                        Err(e) => {
+                        Err((e, retry_wait)) => {
                             self.counters.retries.fetch_add(1, Ordering::Relaxed);
                             if mdrelay_proto::warn::allow("nats retry") {
                                 tracing::warn!(error = %e, "NATS publication not acknowledged; publishing it again");
                             }
-                            acks.push(self.publish(message, RETRY_WAIT));
+                            acks.push(self.publish(message, retry_wait));
                         }
                     }
                 }
@@ -488,12 +527,23 @@ impl Publisher {
                         self.counters.published.fetch_add(1, Ordering::Relaxed);
                         acks.push(self.publish(message, Duration::ZERO));
                     }
-                    None => open = false,
+                    None => {
+                        open = false;
+                        // Handed over before the queue closed; missing if the run failed.
+                        end = end_rx.try_recv().ok();
+                        if end.is_some() {
+                            self.counters.published.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
                 },
             }
         }
         // Everything is acknowledged: nothing is left in the client's buffers either.
         let _ = tokio::time::timeout(DRAIN, self.client.flush()).await;
+        // Connected a little longer: a publisher that closed its connection as soon as the END
+        // was stored left subscribers on other nodes of a cluster without the END now and then
+        // (its delivery to them is core NATS, at most once), and they waited for it for ever.
+        tokio::time::sleep(END_LINGER).await;
         Ok(())
     }
 
@@ -503,6 +553,7 @@ impl Publisher {
         self.counters.pending_acks.fetch_add(1, Ordering::Relaxed);
         let js = self.js.clone();
         let subject = self.settings.subject.clone();
+        let mut connections = self.connections.clone();
         async move {
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
@@ -511,13 +562,28 @@ impl Publisher {
             if let Some(id) = message_id(&message) {
                 headers.insert("Nats-Msg-Id", id.as_str());
             }
+            // The connection it goes out on (or, while disconnected, the next one).
+            let sent_on = *connections.borrow_and_update();
             let result = match js.publish_with_headers(subject, headers, message.clone()).await {
-                Ok(ack) => match tokio::time::timeout(ACK_TIMEOUT, ack.into_future()).await {
-                    Ok(Ok(ack)) => Ok(ack),
-                    Ok(Err(e)) => Err(e.to_string()),
-                    Err(_) => Err(format!("no acknowledgement within {} s", ACK_TIMEOUT.as_secs())),
+                Ok(ack) => tokio::select! {
+                    acked = tokio::time::timeout(ACK_TIMEOUT, ack.into_future()) => match acked {
+                        Ok(Ok(ack)) => Ok(ack),
+                        Ok(Err(e)) => Err((e.to_string(), RETRY_WAIT)),
+                        Err(_) => Err((format!("no acknowledgement within {} s", ACK_TIMEOUT.as_secs()), RETRY_WAIT)),
+                    },
+                    // A new connection: the one it went out on is gone, and with it the
+                    // acknowledgement. Published again at once on the new one (the stream keeps
+                    // one copy), instead of after the acknowledgement's time-out.
+                    _ = async {
+                        if connections.wait_for(|now| *now != sent_on).await.is_err() {
+                            // The client is gone; its acknowledgements time out as they are.
+                            std::future::pending::<()>().await;
+                        }
+                    } => {
+                        Err(("the connection was lost before the acknowledgement".to_string(), Duration::ZERO))
+                    }
                 },
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err((e.to_string(), RETRY_WAIT)),
             };
             (message, result)
         }

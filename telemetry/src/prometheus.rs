@@ -93,12 +93,14 @@ pub async fn hold(hold: Duration) {
         return;
     }
     use tokio::signal::unix::{SignalKind, signal};
-    tracing::info!(?hold, "metrics endpoint stays up with the final counts (metrics.hold)");
+    // Listened for before the line is logged: a signal sent on seeing the line ends the wait.
     let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+        tracing::info!(?hold, "metrics endpoint stays up with the final counts (metrics.hold)");
         // Without handlers the default actions end the process on a signal anyway.
         tokio::time::sleep(hold).await;
         return;
     };
+    tracing::info!(?hold, "metrics endpoint stays up with the final counts (metrics.hold)");
     tokio::select! {
         _ = tokio::time::sleep(hold) => {}
         _ = int.recv() => {}
