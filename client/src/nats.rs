@@ -147,6 +147,9 @@ impl NatsDriver {
             .unwrap_or(SocketAddr::from((Ipv4Addr::UNSPECIFIED, info.port)));
         // The live subscription first: whatever is published from now on is in it.
         let live = client.subscribe(subject.to_string()).await.map_err(|e| unreachable(e.to_string()))?;
+        // The subscription is only queued to the server: a round trip makes sure the server has
+        // it, so a subscriber built before its publisher starts misses nothing.
+        client.flush().await.map_err(|e| unreachable(e.to_string()))?;
         let jetstream = async_nats::jetstream::new(client.clone());
         let start = match (settings.from_start, settings.nats.start_at) {
             (true, _) => Some(DeliverPolicy::All),
