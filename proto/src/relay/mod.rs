@@ -63,8 +63,8 @@ pub mod window;
 pub mod wire;
 
 pub use coalesce::{Coalescer, Envelope, MAX_RUN_BYTES, Sealed};
-pub use order::{InOrder, InOrderCounts, Offered};
 pub use continuity::{Continuity, MAX_SEQUENCE, Verdict, Violation, ViolationKind};
+pub use order::{InOrder, InOrderCounts, Offered};
 pub use protect::{ProtectError, Protection, ProtectionSection, ProtectionSettings, Protector, WireKey};
 pub use recovery::{GapList, RecoveryCounts, RecoveryPolicy};
 pub use ring::FrameRing;
