@@ -1231,6 +1231,41 @@ impl Config {
 mod tests {
     use super::*;
 
+    /// A transport for the configurations of the tests.
+    const TCP: &str = "[tcp]\nlisten = \"127.0.0.1:0\"\n";
+
+    /// The error of checking `[source.upstream]` given as `upstream` (TOML lines).
+    fn upstream_error(upstream: &str) -> String {
+        let file: FileConfig = toml::from_str(&format!("{TCP}[source.upstream]\n{upstream}\n")).unwrap();
+        format!("{:#}", file.check().unwrap_err())
+    }
+
+    #[test]
+    fn a_nats_upstream_is_checked_and_its_mistakes_are_named() {
+        let file: FileConfig = toml::from_str(&format!(
+            "{TCP}[source.upstream]\nnats = [\"nats://10.0.0.1:4222\"]\nsubject = \"md.1\"\nstream = \"MD\"\n"
+        ))
+        .unwrap();
+        let Source::NatsUpstream(u) = file.check().unwrap().source else { panic!("not a NATS upstream") };
+        assert_eq!((u.subject.as_str(), u.stream.as_deref(), u.from_start), ("md.1", Some("MD"), false));
+        assert_eq!(u.repair_wait, Duration::from_secs(2), "a stream to repair from: frames wait for it");
+        let nats = "nats = [\"nats://h:4222\"]\nsubject = \"md.1\"";
+        let e = upstream_error(&format!("{nats}\nconnect = \"h:9100\""));
+        assert!(e.contains("source.upstream.connect") && e.contains("nats"), "{e}");
+        let e = upstream_error(&format!("{nats}\nreconnect_max = 1"));
+        assert!(e.contains("source.upstream.reconnect_max"), "{e}");
+        let e = upstream_error(&format!("{nats}\nfrom_start = true"));
+        assert!(e.contains("source.upstream.from_start") && e.contains("source.upstream.stream"), "{e}");
+        let e = upstream_error("nats = [\"nats://h:4222\"]\nsubject = \"md.>\"");
+        assert!(e.contains("source.upstream.subject"), "{e}");
+        let e = upstream_error("nats = []\nsubject = \"md.1\"");
+        assert!(e.contains("source.upstream.nats"), "{e}");
+        let e = upstream_error("connect = \"h:9100\"\nstream = \"MD\"");
+        assert!(e.contains("source.upstream.stream") && e.contains("TCP"), "{e}");
+        let e = upstream_error(&format!("{nats}\n[protection]\nkey_file = \"/k\""));
+        assert!(e.contains("protection.key_file"), "{e}");
+    }
+
     #[test]
     fn its_own_servers_are_not_an_upstream() {
         let own =
