@@ -319,12 +319,10 @@ impl NatsUpstream {
                 Some(old) => tracing::info!(upstream = %self.name, from = %old, %to, "upstream format switch"),
                 None => tracing::info!(upstream = %self.name, format = %to, "upstream format"),
             },
-            Event::Gap { first, count } => {
-                if mdrelay_proto::warn::allow("upstream gap") {
-                    let wait = self.settings.repair_wait;
-                    tracing::warn!(upstream = %self.name, first, count, ?wait,
-                        "frames missing upstream; the frames after them wait for a repair this long at most");
-                }
+            Event::Gap { first, count } if mdrelay_proto::warn::allow("upstream gap") => {
+                let wait = self.settings.repair_wait;
+                tracing::warn!(upstream = %self.name, first, count, ?wait,
+                    "frames missing upstream; the frames after them wait for a repair this long at most");
             }
             // What the client could not repair will not come: the frames held go on without it.
             Event::GivenUp { .. } => self.gate.release(),
@@ -337,10 +335,8 @@ impl NatsUpstream {
                 self.pop_due();
                 self.finish("end", None);
             }
-            Event::Skipped(skipped) => {
-                if mdrelay_proto::warn::allow("upstream skipped") {
-                    tracing::warn!(upstream = %self.name, ?skipped, "received and not taken");
-                }
+            Event::Skipped(skipped) if mdrelay_proto::warn::allow("upstream skipped") => {
+                tracing::warn!(upstream = %self.name, ?skipped, "received and not taken");
             }
             _ => {}
         }
