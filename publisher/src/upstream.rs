@@ -4,10 +4,11 @@
 //! The relay is a subscriber of its upstream, speaking the relay protocol as `mdrelay-sub` does:
 //! greeting, answer, then `FORMAT`, `DATA` and `END` records. It follows the upstream's format,
 //! switches included, decodes every frame and rebuilds the IEX-TP segment it carried
-//! ([`Resegmenter`](mdrelay_proto::resegment::Resegmenter): a raw frame's segment is kept byte for byte), which the engine then
-//! publishes in this relay's own format and transports.
+//! ([`Resegmenter`](mdrelay_proto::resegment::Resegmenter): a raw frame's segment is kept byte
+//! for byte), which the engine then publishes in this relay's own format and transports.
 //!
-//! Each frame keeps the origin's publish time and sequence number ([`Origin`](crate::item::Origin)): a leaf measures
+//! Each frame keeps the origin's publish time and sequence number
+//! ([`Origin`](crate::item::Origin)): a leaf measures
 //! origin-to-leaf latency, and a gap anywhere upstream stays a gap downstream. The relay adopts
 //! the upstream's session too (it connects before its outputs are built), so a leaf sees one
 //! session through the whole chain. Each hop measures its own latency: receipt time minus the
