@@ -15,6 +15,19 @@
 #   deploy/netns-hosts.sh status                  what exists, addresses, links, loss rules
 #   deploy/netns-hosts.sh down                    remove everything (idempotent)
 #
+# The NATS variant: a nats-server on every host, clustered across line A's bridge.
+#   deploy/netns-hosts.sh nats-up DIR             start them (client port 4222 and routes on 6222
+#                                                 on each host's line A address, JetStream stores,
+#                                                 logs and pids in DIR); returns once each is ready
+#                                                 and JetStream has a metadata leader
+#   deploy/netns-hosts.sh nats-loss HOST PERCENT PEER
+#                                                 drop PERCENT % of the NATS route's TCP segments
+#                                                 HOST receives from PEER on line A (0 removes it)
+#   deploy/netns-hosts.sh nats-counter HOST       "a=N b=M": route segments dropped so far per line
+#   deploy/netns-hosts.sh nats-down DIR           stop the servers started with DIR (idempotent)
+# TCP retransmits what is dropped, so loss on a route is delay, never loss, for NATS. nats-server
+# comes from PATH or ${MDRELAY_TOOLS:-~/.cache/mdrelay-tools}/bin (`bash .ci/nats.sh` builds it).
+#
 # Hosts and addresses (interface a0 on line A, b0 on line B, multicast 239.255.0.0/16 via a0):
 #   pub  198.18.0.1  198.18.1.1
 #   sub1 198.18.0.2  198.18.1.2
@@ -44,7 +57,10 @@ usage: $prog up | down | status
        $prog counter HOST
        $prog dropped HOST LINE
        $prog link HOST LINE up|down
-HOST is pub, sub1 or sub2; LINE is a (198.18.0.0/24, the default) or b (198.18.1.0/24);
+       $prog nats-up DIR | nats-down DIR
+       $prog nats-loss HOST PERCENT PEER
+       $prog nats-counter HOST
+HOST and PEER are pub, sub1 or sub2; LINE is a (198.18.0.0/24, the default) or b (198.18.1.0/24);
 PERCENT is a whole number from 0 (no loss: the rule is removed) to 100.
 MDR_NETNS_PREFIX (now "$prefix") names the namespaces: \$MDR_NETNS_PREFIX-pub and so on.
 EOF
@@ -161,14 +177,20 @@ nft_base() {
 table inet mdrelay {
     counter drops_a { }
     counter drops_b { }
+    counter route_drops_a { }
+    counter route_drops_b { }
     set dropped_a { typeof @th,192,64; size 1048576; flags dynamic; }
     set dropped_b { typeof @th,192,64; size 1048576; flags dynamic; }
     chain loss_a { }
     chain loss_b { }
+    chain route_loss_a { }
+    chain route_loss_b { }
     chain input {
         type filter hook input priority filter; policy accept;
         iifname "a0" meta l4proto udp jump loss_a
         iifname "b0" meta l4proto udp jump loss_b
+        iifname "a0" meta l4proto tcp jump route_loss_a
+        iifname "b0" meta l4proto tcp jump route_loss_b
     }
 }
 EOF
@@ -262,9 +284,9 @@ cmd_loss() {
         add "@dropped_$line" "{ @th,192,64 }" counter name "drops_$line" drop
 }
 
-# Packets a line's counter has counted.
+# Packets a line's counter has counted (the route's, with the prefix "route_").
 drops() {
-    ip netns exec "$1" nft list counter inet mdrelay "drops_$2" | awk '$1 == "packets" { print $2 }'
+    ip netns exec "$1" nft list counter inet mdrelay "${3-}drops_$2" | awk '$1 == "packets" { print $2 }'
 }
 
 cmd_counter() {
@@ -310,6 +332,123 @@ cmd_link() {
     fi
 }
 
+# NATS's ports on every host: clients, and the cluster's routes.
+readonly NATS_CLIENT_PORT=4222
+readonly NATS_ROUTE_PORT=6222
+
+# The nats-server binary: on PATH, else where .ci/nats.sh caches it.
+nats_server_bin() {
+    local cached="${MDRELAY_TOOLS:-$HOME/.cache/mdrelay-tools}/bin/nats-server"
+    if command -v nats-server >/dev/null; then
+        command -v nats-server
+    elif [ -x "$cached" ]; then
+        echo "$cached"
+    else
+        die "nats-server is not on PATH nor in ${cached%/*}: install it with \"bash .ci/nats.sh\""
+    fi
+}
+
+# Waits up to 30 s for FILE to contain TEXT.
+wait_for_log() {
+    local file=$1 text=$2
+    for _ in $(seq 300); do
+        grep -q -- "$text" "$file" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+cmd_nats_up() {
+    [ $# -eq 1 ] || bad "nats-up needs a directory for the servers' stores, logs and pids"
+    need_root nats-up
+    local dir=$1 server host ns addr routes=() joined
+    server=$(nats_server_bin)
+    mkdir -p "$dir"
+    for host in "${HOSTS[@]}"; do
+        routes+=("nats://$(address "$host" a):$NATS_ROUTE_PORT")
+    done
+    joined=$(IFS=,; echo "${routes[*]}")
+    for host in "${HOSTS[@]}"; do
+        ns=$(host_ns "$host")
+        addr=$(address "$host" a)
+        [ -f "$dir/$host.pid" ] && die "nats-up: $dir/$host.pid exists: run \"$prog nats-down $dir\" first"
+        rm -f "$dir/$host.log"
+        # `ip netns exec` execs the server, so $! is the server's own pid.
+        ip netns exec "$ns" "$server" --jetstream --store_dir "$dir/$host" --addr "$addr" --port "$NATS_CLIENT_PORT" \
+            --server_name "$prefix-$host" --cluster_name "$prefix" --cluster "nats://$addr:$NATS_ROUTE_PORT" \
+            --routes "$joined" </dev/null >"$dir/$host.log" 2>&1 &
+        echo $! >"$dir/$host.pid"
+    done
+    for host in "${HOSTS[@]}"; do
+        wait_for_log "$dir/$host.log" "Server is ready" ||
+            die "nats-up: the server on $host is not ready after 30 s (see $dir/$host.log)"
+    done
+    local leader=0
+    for _ in $(seq 300); do
+        if grep -q "metadata leader" "$dir"/*.log 2>/dev/null; then leader=1 && break; fi
+        sleep 0.1
+    done
+    [ "$leader" = 1 ] || die "nats-up: JetStream has no metadata leader after 30 s (see $dir/*.log)"
+    echo "$prog: nats-up: servers on ${HOSTS[*]} at nats://198.18.0.N:$NATS_CLIENT_PORT, clustered over line A" >&2
+}
+
+cmd_nats_down() {
+    [ $# -eq 1 ] || bad "nats-down needs the directory given to nats-up"
+    need_root nats-down
+    local dir=$1 host pid
+    for host in "${HOSTS[@]}"; do
+        [ -f "$dir/$host.pid" ] || continue
+        pid=$(cat "$dir/$host.pid")
+        kill -TERM "$pid" 2>/dev/null || true
+        for _ in $(seq 50); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -KILL "$pid" 2>/dev/null || true
+        rm -f "$dir/$host.pid"
+    done
+}
+
+cmd_nats_loss() {
+    [ $# -eq 3 ] || bad "nats-loss needs a host, a percentage and the peer whose segments are dropped"
+    local host=$1 percent=$2 peer=$3
+    check_host "$host"
+    check_host "$peer"
+    [ "$host" != "$peer" ] || bad "nats-loss: a host has no route to itself"
+    if ! [[ $percent =~ ^[0-9]{1,3}$ ]] || [ $((10#$percent)) -gt 100 ]; then
+        bad "nats-loss: \"$percent\" is not a whole percentage from 0 to 100"
+    fi
+    percent=$((10#$percent))
+    need_root nats-loss
+    local ns from
+    ns=$(host_ns "$host")
+    from=$(address "$peer" a)
+    # One peer's rules are replaced; the others' stay.
+    local handle
+    for handle in $(ip netns exec "$ns" nft -a list chain inet mdrelay route_loss_a |
+        awk -v from="$from" '$0 ~ "saddr " from " " { print $NF }'); do
+        ip netns exec "$ns" nft delete rule inet mdrelay route_loss_a handle "$handle"
+    done
+    [ "$percent" -eq 0 ] && return
+    local chance=(numgen random mod 100 "<" "$percent")
+    [ "$percent" -eq 100 ] && chance=()
+    # Either end of a route may have opened it: the route port is the source or the destination.
+    local port
+    for port in sport dport; do
+        ip netns exec "$ns" nft add rule inet mdrelay route_loss_a \
+            ip saddr "$from" tcp "$port" "$NATS_ROUTE_PORT" "${chance[@]}" counter name route_drops_a drop
+    done
+}
+
+cmd_nats_counter() {
+    [ $# -eq 1 ] || bad "nats-counter needs a host"
+    check_host "$1"
+    need_root nats-counter
+    local ns
+    ns=$(host_ns "$1")
+    echo "a=$(drops "$ns" a route_) b=$(drops "$ns" b route_)"
+}
+
 cmd_status() {
     [ $# -eq 0 ] || bad "status takes no arguments"
     need_root status
@@ -348,6 +487,10 @@ case $command in
     dropped) cmd_dropped "$@" ;;
     link) cmd_link "$@" ;;
     status) cmd_status "$@" ;;
+    nats-up) cmd_nats_up "$@" ;;
+    nats-down) cmd_nats_down "$@" ;;
+    nats-loss) cmd_nats_loss "$@" ;;
+    nats-counter) cmd_nats_counter "$@" ;;
     -h | --help | help) usage ;;
     *) bad "unknown command \"$command\"" ;;
 esac

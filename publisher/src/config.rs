@@ -77,16 +77,30 @@ pub struct SourceSection {
     pub synthetic: Option<SyntheticSection>,
     /// A live IEX-TP feed on UDP.
     pub live: Option<LiveSection>,
-    /// Another mdrelay publisher's TCP stream (relay chaining).
+    /// Another mdrelay publisher's stream, over TCP or from a NATS subject (relay chaining).
     pub upstream: Option<UpstreamSection>,
 }
 
-/// `[source.upstream]`: another publisher's TCP server, whose stream this one re-publishes.
+/// `[source.upstream]`: another publisher's stream, which this one re-publishes: its TCP server
+/// (`connect`), or the NATS subject its `[nats]` output feeds (`nats` and `subject`).
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamSection {
     /// The upstream publisher's TCP server, "host:port".
+    #[serde(default)]
     pub connect: String,
+    /// NATS: the servers' URLs ("nats://host:port"), instead of `connect`.
+    pub nats: Option<Vec<String>>,
+    /// NATS: the subject the upstream's `[nats]` output publishes to.
+    pub subject: Option<String>,
+    /// NATS: the JetStream stream that stores the subject (the upstream's `nats.stream`): gaps
+    /// are repaired from it where the client can, and `from_start` replays it.
+    pub stream: Option<String>,
+    /// NATS: replay the stream from its first frame before taking the subject live.
+    pub from_start: Option<bool>,
+    /// NATS: seconds frames after a gap wait for it to be repaired before going on without it
+    /// (0: never wait; default 2 with a `stream`, 0 without).
+    pub repair_wait: Option<f64>,
     /// Seconds one connection attempt may take.
     pub connect_timeout: Option<f64>,
     /// Seconds the upstream has to greet once connected.
@@ -477,8 +491,29 @@ pub enum Source {
     Synthetic(mdrelay_proto::synth::SynthConfig),
     /// A live feed.
     Live(Live),
-    /// Another publisher's stream.
+    /// Another publisher's stream, over TCP.
     Upstream(Upstream),
+    /// Another publisher's stream, from the NATS subject its `[nats]` output feeds.
+    NatsUpstream(NatsUpstream),
+}
+
+/// An upstream publisher's NATS subject, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NatsUpstream {
+    /// The servers' URLs.
+    pub servers: Vec<String>,
+    /// The subject.
+    pub subject: String,
+    /// The JetStream stream that stores it.
+    pub stream: Option<String>,
+    /// Replay the stream from its first frame first.
+    pub from_start: bool,
+    /// How long frames after a gap wait for its repair.
+    pub repair_wait: Duration,
+    /// How long the servers may stay out of reach, and the first frame in coming, at start.
+    pub give_up_after: Duration,
+    /// The upstream's frames carry a CRC-32C, checked on receipt.
+    pub crc: bool,
 }
 
 /// An upstream publisher, checked.
@@ -783,7 +818,11 @@ impl FileConfig {
         let source = if let Some(path) = s.capture {
             Source::Capture(path)
         } else if let Some(upstream) = s.upstream {
-            Source::Upstream(upstream_source(&upstream)?)
+            if upstream.nats.is_some() {
+                Source::NatsUpstream(nats_upstream_source(&upstream)?)
+            } else {
+                Source::Upstream(upstream_source(&upstream)?)
+            }
         } else if let Some(live) = s.live {
             let listen = socket_addr("source.live.listen", &live.listen)?;
             let group = live.group.as_deref().map(|g| ipv4("source.live.group", g)).transpose()?;
@@ -973,7 +1012,7 @@ impl FileConfig {
             }
         }
         let protection = self.protection.check().map_err(anyhow::Error::msg)?;
-        if let Source::Upstream(upstream) = &source {
+        if matches!(source, Source::Upstream(_) | Source::NatsUpstream(_)) {
             // Subscribers refuse an encrypted session older than the one they follow (a replay);
             // that needs sessions that grow, which an origin's start time is and an upstream's
             // session, kept by the relay, need not be.
@@ -987,6 +1026,8 @@ impl FileConfig {
                     "pacing.mode: an upstream's frames go out as they arrive, with the origin's publish times; leave pacing.mode out (or top-speed)"
                 );
             }
+        }
+        if let Source::Upstream(upstream) = &source {
             // A literal address can be checked now; a host name is checked once resolved.
             if let Ok(addr) = upstream.connect.parse::<SocketAddr>() {
                 check_not_self(addr, &own_listeners(tcp.as_ref(), &retransmit))?;
@@ -1039,8 +1080,70 @@ pub fn check_not_self(upstream: SocketAddr, own: &[(&str, SocketAddr)]) -> anyho
     Ok(())
 }
 
+/// `[source.upstream]` with `nats`, checked: servers, a subject, and bounded waits; the TCP
+/// settings refused by name.
+fn nats_upstream_source(u: &UpstreamSection) -> Result<NatsUpstream> {
+    let tcp_only = [
+        ("connect", !u.connect.trim().is_empty()),
+        ("connect_timeout", u.connect_timeout.is_some()),
+        ("handshake_timeout", u.handshake_timeout.is_some()),
+        ("reconnect_max", u.reconnect_max.is_some()),
+        ("idle_timeout", u.idle_timeout.is_some()),
+    ];
+    if let Some((setting, _)) = tcp_only.iter().find(|(_, set)| *set) {
+        bail!(
+            "source.upstream.{setting}: a TCP upstream's setting, and source.upstream.nats makes this a NATS upstream; give one of connect and nats"
+        );
+    }
+    let servers: Vec<String> = u.nats.iter().flatten().map(|s| s.trim().to_string()).collect();
+    if servers.is_empty() {
+        bail!("source.upstream.nats: the list is empty; give the servers' URLs (e.g. [\"nats://10.0.0.1:4222\"])");
+    }
+    for url in &servers {
+        if url.parse::<async_nats::ServerAddr>().is_err() {
+            bail!("source.upstream.nats: {url:?} is not a server URL (nats://host:port)");
+        }
+    }
+    let subject = u.subject.as_deref().map(str::trim).unwrap_or_default();
+    if subject.is_empty() || subject.contains(['*', '>', ' ']) {
+        bail!(
+            "source.upstream.subject: {subject:?} is not a subject to take a stream from; give the upstream's nats.subject (e.g. \"mdrelay.1\"), without wildcards"
+        );
+    }
+    let stream = u.stream.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_string);
+    let from_start = u.from_start.unwrap_or(false);
+    if from_start && stream.is_none() {
+        bail!("source.upstream.from_start: the replay is from the JetStream stream; give source.upstream.stream");
+    }
+    let default_wait = if stream.is_some() { 2.0 } else { 0.0 };
+    Ok(NatsUpstream {
+        servers,
+        subject: subject.to_string(),
+        stream,
+        from_start,
+        repair_wait: Duration::from_secs_f64(within(
+            "source.upstream.repair_wait",
+            u.repair_wait.unwrap_or(default_wait),
+            0.0,
+            600.0,
+            "seconds",
+        )?),
+        give_up_after: seconds("source.upstream.give_up_after", u.give_up_after.unwrap_or(30.0), 0.0, 86_400.0)?,
+        crc: u.crc.unwrap_or(false),
+    })
+}
+
 /// `[source.upstream]`, checked: an address to connect to, and bounded waits.
 fn upstream_source(u: &UpstreamSection) -> Result<Upstream> {
+    let nats_only = [
+        ("subject", u.subject.is_some()),
+        ("stream", u.stream.is_some()),
+        ("from_start", u.from_start.is_some()),
+        ("repair_wait", u.repair_wait.is_some()),
+    ];
+    if let Some((setting, _)) = nats_only.iter().find(|(_, set)| *set) {
+        bail!("source.upstream.{setting}: only used with a NATS upstream (source.upstream.nats), and this one is TCP");
+    }
     let connect = u.connect.trim();
     let (host, port) = connect.rsplit_once(':').with_context(|| {
         format!("source.upstream.connect: {connect:?} has no port; give host:port (e.g. 10.0.0.1:9100)")
@@ -1127,6 +1230,41 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A transport for the configurations of the tests.
+    const TCP: &str = "[tcp]\nlisten = \"127.0.0.1:0\"\n";
+
+    /// The error of checking `[source.upstream]` given as `upstream` (TOML lines).
+    fn upstream_error(upstream: &str) -> String {
+        let file: FileConfig = toml::from_str(&format!("{TCP}[source.upstream]\n{upstream}\n")).unwrap();
+        format!("{:#}", file.check().unwrap_err())
+    }
+
+    #[test]
+    fn a_nats_upstream_is_checked_and_its_mistakes_are_named() {
+        let file: FileConfig = toml::from_str(&format!(
+            "{TCP}[source.upstream]\nnats = [\"nats://10.0.0.1:4222\"]\nsubject = \"md.1\"\nstream = \"MD\"\n"
+        ))
+        .unwrap();
+        let Source::NatsUpstream(u) = file.check().unwrap().source else { panic!("not a NATS upstream") };
+        assert_eq!((u.subject.as_str(), u.stream.as_deref(), u.from_start), ("md.1", Some("MD"), false));
+        assert_eq!(u.repair_wait, Duration::from_secs(2), "a stream to repair from: frames wait for it");
+        let nats = "nats = [\"nats://h:4222\"]\nsubject = \"md.1\"";
+        let e = upstream_error(&format!("{nats}\nconnect = \"h:9100\""));
+        assert!(e.contains("source.upstream.connect") && e.contains("nats"), "{e}");
+        let e = upstream_error(&format!("{nats}\nreconnect_max = 1"));
+        assert!(e.contains("source.upstream.reconnect_max"), "{e}");
+        let e = upstream_error(&format!("{nats}\nfrom_start = true"));
+        assert!(e.contains("source.upstream.from_start") && e.contains("source.upstream.stream"), "{e}");
+        let e = upstream_error("nats = [\"nats://h:4222\"]\nsubject = \"md.>\"");
+        assert!(e.contains("source.upstream.subject"), "{e}");
+        let e = upstream_error("nats = []\nsubject = \"md.1\"");
+        assert!(e.contains("source.upstream.nats"), "{e}");
+        let e = upstream_error("connect = \"h:9100\"\nstream = \"MD\"");
+        assert!(e.contains("source.upstream.stream") && e.contains("TCP"), "{e}");
+        let e = upstream_error(&format!("{nats}\n[protection]\nkey_file = \"/k\""));
+        assert!(e.contains("protection.key_file"), "{e}");
+    }
 
     #[test]
     fn its_own_servers_are_not_an_upstream() {

@@ -11,7 +11,8 @@ use crate::source::SegmentSource;
 use crate::stats::Echoes;
 use crate::tcp::Server;
 use crate::udp::UdpOut;
-use crate::upstream::UpstreamSource;
+use crate::upstream::{TcpUpstream, UpstreamSource};
+use crate::upstream_nats::NatsUpstream;
 use anyhow::{Context, Result};
 use clap::Args;
 use mdrelay_proto::codec::Format;
@@ -361,7 +362,10 @@ pub fn run(args: &RunArgs) -> Result<()> {
                     }
                 }
             }
-            Some(UpstreamSource::connect(u.clone(), own, Arc::default())?)
+            Some(UpstreamSource::Tcp(Box::new(TcpUpstream::connect(u.clone(), own, Arc::default())?)))
+        }
+        config::Source::NatsUpstream(u) => {
+            Some(UpstreamSource::Nats(Box::new(NatsUpstream::connect(u.clone(), Arc::default())?)))
         }
         _ => None,
     };

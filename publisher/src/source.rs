@@ -4,7 +4,8 @@
 use crate::config::{Live, Source};
 use crate::item::Item;
 use crate::progress::Counted;
-use crate::upstream::{UpstreamSource, UpstreamSummary};
+use crate::upstream::{TcpUpstream, UpstreamSource, UpstreamSummary};
+use crate::upstream_nats::NatsUpstream;
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use flate2::read::MultiGzDecoder;
@@ -78,9 +79,12 @@ impl SegmentSource {
             }
             Source::Synthetic(config) => SegmentSource::Synthetic { config: *config, day: SyntheticDay::new(*config)? },
             Source::Live(live) => SegmentSource::Live(LiveSource::bind(live, stop)?),
-            Source::Upstream(upstream) => {
-                SegmentSource::Upstream(Box::new(UpstreamSource::connect(upstream.clone(), Vec::new(), stop)?))
-            }
+            Source::Upstream(upstream) => SegmentSource::Upstream(Box::new(UpstreamSource::Tcp(Box::new(
+                TcpUpstream::connect(upstream.clone(), Vec::new(), stop)?,
+            )))),
+            Source::NatsUpstream(upstream) => SegmentSource::Upstream(Box::new(UpstreamSource::Nats(Box::new(
+                NatsUpstream::connect(upstream.clone(), stop)?,
+            )))),
         })
     }
 

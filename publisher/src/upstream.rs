@@ -4,10 +4,11 @@
 //! The relay is a subscriber of its upstream, speaking the relay protocol as `mdrelay-sub` does:
 //! greeting, answer, then `FORMAT`, `DATA` and `END` records. It follows the upstream's format,
 //! switches included, decodes every frame and rebuilds the IEX-TP segment it carried
-//! ([`Resegmenter`]: a raw frame's segment is kept byte for byte), which the engine then
-//! publishes in this relay's own format and transports.
+//! ([`Resegmenter`](mdrelay_proto::resegment::Resegmenter): a raw frame's segment is kept byte
+//! for byte), which the engine then publishes in this relay's own format and transports.
 //!
-//! Each frame keeps the origin's publish time and sequence number ([`Origin`]): a leaf measures
+//! Each frame keeps the origin's publish time and sequence number
+//! ([`Origin`](crate::item::Origin)): a leaf measures
 //! origin-to-leaf latency, and a gap anywhere upstream stays a gap downstream. The relay adopts
 //! the upstream's session too (it connects before its outputs are built), so a leaf sees one
 //! session through the whole chain. Each hop measures its own latency: receipt time minus the
@@ -33,24 +34,24 @@
 //! stop instead of waiting; the summary and the exit status say why. That END says the stream was
 //! cut short ([`Totals::truncated`]), so no leaf reports its totals as matching; after the
 //! upstream's own END, the relay's END carries the upstream's totals
-//! ([`UpstreamSource::end_totals`]).
+//! ([`TcpUpstream::end_totals`]).
+//!
+//! [`UpstreamSource`] is either this TCP upstream or a NATS subject ([`crate::upstream_nats`]).
 
 use crate::config::{Upstream, check_not_self};
-use crate::item::{Item, Origin};
+use crate::item::Item;
+use crate::relayed::Relayed;
+pub use crate::relayed::UpstreamSummary;
+use crate::upstream_nats::NatsUpstream;
 use hdrhistogram::Histogram;
-use mdrelay_proto::Message;
 use mdrelay_proto::backoff::duration_ns;
 use mdrelay_proto::clock::wall_clock_ns;
-use mdrelay_proto::codec::{BatchHeader, DecodeError, Format};
-use mdrelay_proto::latency::{LatencySummary, latency_histogram};
+use mdrelay_proto::latency::LatencySummary;
 use mdrelay_proto::relay::Totals;
 use mdrelay_proto::relay::client::{
-    Anomaly, ClientAction, ClientEvent, Disposition, Finish, FrameInfo, FrameVisitor, Place, PlaceAt, ResumeAsked,
-    StreamClient, StreamClientConfig,
+    ClientAction, ClientEvent, Disposition, Finish, ResumeAsked, StreamClient, StreamClientConfig,
 };
-use mdrelay_proto::resegment::Resegmenter;
 use mdrelay_telemetry::exit::{ExitStatus, WithExitStatus};
-use std::collections::BTreeSet;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::Arc;
@@ -65,219 +66,8 @@ const KEEPALIVE_IDLE: Duration = Duration::from_secs(5);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
 const KEEPALIVE_RETRIES: u32 = 5;
 
-/// What the relay received from its upstream, for the run's summary.
-#[derive(Debug, Default, Clone, serde::Serialize)]
-pub struct UpstreamSummary {
-    /// The upstream's address, as configured.
-    pub connect: String,
-    /// The upstream's session, which this relay's frames carry.
-    pub session: u64,
-    /// Frames decoded and handed on.
-    pub frames: u64,
-    /// Messages in them.
-    pub messages: u64,
-    /// Sequence number of the first frame handed on.
-    pub first_sequence: Option<u64>,
-    /// Sequence number of the last frame handed on.
-    pub last_sequence: Option<u64>,
-    /// Frames missing from the upstream's numbering (they stay missing downstream).
-    pub gaps: u64,
-    /// Frames at or below one already handed on (a replay overlapping), skipped.
-    pub duplicates: u64,
-    /// Frames that did not decode (skipped: a gap downstream).
-    pub decode_errors: u64,
-    /// Records with a frame that could not be delimited (the rest of the record skipped).
-    pub undelimited_records: u64,
-    /// Frames whose segment cannot be rebuilt (larger than a UDP datagram holds).
-    pub unrepresentable_frames: u64,
-    /// Records that have no place on a stream connection (ECHO, REQUEST, GONE), skipped.
-    pub invalid_records: u64,
-    /// Records whose numbers did not fit the stream (a header changed on the way, say): each
-    /// dropped its connection, and the next resumed after the last frame taken.
-    pub protocol_violations: u64,
-    /// Frames whose CRC-32C did not match (`crc`): each dropped its connection, and the next
-    /// resumed from that frame.
-    pub crc_failures: u64,
-    /// Changes of the upstream's format.
-    pub format_switches: u64,
-    /// Formats the upstream sent.
-    pub formats_seen: BTreeSet<Format>,
-    /// Connections made again after one was lost.
-    pub reconnects: u64,
-    /// Reconnections where the upstream resumed at the frame asked for.
-    pub resumes: u64,
-    /// Bytes received.
-    pub bytes: u64,
-    /// This hop's latency: receipt time minus the origin's publish time, ns.
-    pub latency_ns: LatencySummary,
-    /// Frames received before their origin's publish time (clocks out of step), not in the
-    /// latency figures.
-    pub negative_latencies: u64,
-    /// The upstream's totals, from its END.
-    pub totals: Option<Totals>,
-    /// How the upstream stream ended: "end" (its END), "stopped" (this relay was stopped) or
-    /// "failed" (see `error`).
-    pub stop_reason: &'static str,
-    /// Why the relay could not go on, naming the upstream.
-    pub error: Option<String>,
-    /// The upstream refused this relay (or speaks another protocol): exit status 3, not 4.
-    #[serde(skip)]
-    pub refused: bool,
-}
-
-/// A frame rebuilt and waiting to be handed on: where its segment is in [`Relayed::bytes`].
-#[derive(Debug, Clone, Copy)]
-struct Ready {
-    start: usize,
-    end: usize,
-    /// The IEX send time of the segment.
-    time_ns: i64,
-    origin: Origin,
-}
-
-/// What the frame reader hands each frame to: its segment is rebuilt and kept until the engine
-/// takes it. The reader visits all the frames of the records read at once; the engine takes one
-/// per call, so the segments wait here (at most what one read buffer held), in order.
-struct Relayed {
-    /// The upstream, as configured, for logs.
-    connect: String,
-    /// The upstream's address on the current connection, for logs.
-    peer: Option<SocketAddr>,
-    resegmenter: Resegmenter,
-    /// The rebuilt segments, back to back.
-    bytes: Vec<u8>,
-    ready: Vec<Ready>,
-    /// Frames of `ready` handed on.
-    taken: usize,
-    /// Messages of the frame being decoded.
-    frame_messages: u64,
-    messages: u64,
-    first_sequence: Option<u64>,
-    last_sequence: Option<u64>,
-    unrepresentable_frames: u64,
-    negative_latencies: u64,
-    latency: Histogram<u64>,
-}
-
-impl Relayed {
-    fn new(connect: String) -> Relayed {
-        Relayed {
-            connect,
-            peer: None,
-            resegmenter: Resegmenter::new(),
-            bytes: Vec::new(),
-            ready: Vec::new(),
-            taken: 0,
-            frame_messages: 0,
-            messages: 0,
-            first_sequence: None,
-            last_sequence: None,
-            unrepresentable_frames: 0,
-            negative_latencies: 0,
-            latency: latency_histogram(),
-        }
-    }
-
-    /// Whether a frame waits to be handed on.
-    fn has_ready(&self) -> bool {
-        self.taken < self.ready.len()
-    }
-
-    /// The next frame to hand on.
-    fn take(&mut self) -> Option<Ready> {
-        let ready = *self.ready.get(self.taken)?;
-        self.taken += 1;
-        Some(ready)
-    }
-
-    /// Forgets the frames handed on once none waits (the engine is done with the last one).
-    fn release(&mut self) {
-        if !self.has_ready() {
-            self.ready.clear();
-            self.bytes.clear();
-            self.taken = 0;
-        }
-    }
-
-    fn peer(&self) -> String {
-        peer_name(self.peer)
-    }
-}
-
-/// The stream byte a place in a payload stands at.
-fn stream_byte(at: PlaceAt) -> u64 {
-    match at.0 {
-        Place::Stream(base) | Place::Datagram(base) | Place::Recovery(base) => base.saturating_add(at.1),
-    }
-}
-
-impl FrameVisitor for Relayed {
-    fn begin(&mut self, frame: &FrameInfo) {
-        self.resegmenter.begin(frame.format);
-        self.frame_messages = 0;
-    }
-
-    fn message(&mut self, _frame: &FrameInfo, message: &Message<'_>) {
-        self.frame_messages += 1;
-        self.resegmenter.message(message);
-    }
-
-    fn end(&mut self, frame: &FrameInfo, bytes: &[u8], decoded: Result<&BatchHeader, &DecodeError>) {
-        // A frame that did not decode was counted and logged as an anomaly: a gap downstream.
-        let Ok(header) = decoded else { return };
-        self.messages += self.frame_messages;
-        self.first_sequence.get_or_insert(frame.sequence);
-        self.last_sequence = Some(frame.sequence);
-        match u64::try_from(frame.receive_time.saturating_sub(header.publish_time)) {
-            Ok(ns) => self.latency.saturating_record(ns.max(1)),
-            Err(_) => self.negative_latencies += 1,
-        }
-        let start = self.bytes.len();
-        match self.resegmenter.finish(bytes, header) {
-            Ok(segment) => self.bytes.extend_from_slice(segment),
-            Err(error) => {
-                // Handed on empty: the engine counts it as a segment it could not parse, and the
-                // frame's number is a gap downstream.
-                self.unrepresentable_frames += 1;
-                if mdrelay_proto::warn::allow("upstream segment") {
-                    tracing::warn!(upstream = %self.connect, sequence = frame.sequence, %error, "frame not relayed");
-                }
-            }
-        }
-        let origin = Origin { publish_time: header.publish_time, sequence: frame.sequence };
-        self.ready.push(Ready { start, end: self.bytes.len(), time_ns: header.send_time, origin });
-    }
-
-    fn format_changed(&mut self, from: Option<Format>, to: Format) {
-        match from {
-            Some(old) => tracing::info!(upstream = %self.peer(), from = %old, %to, "upstream format switch"),
-            None => tracing::info!(upstream = %self.peer(), format = %to, "upstream format"),
-        }
-    }
-
-    fn anomaly(&mut self, anomaly: &Anomaly<'_>) {
-        match anomaly {
-            Anomaly::Gap { missing, before } if mdrelay_proto::warn::allow("upstream gap") => {
-                tracing::warn!(upstream = %self.peer(), missing, before,
-                    "frames missing upstream; they stay missing downstream");
-            }
-            Anomaly::Undelimited { at, format, what, .. } if mdrelay_proto::warn::allow("upstream delimit") => {
-                tracing::warn!(upstream = %self.peer(), at = stream_byte(*at), %format, error = %what,
-                    "cannot delimit a frame; the rest of the record is skipped");
-            }
-            Anomaly::DecodeFailed { at, sequence, error, .. } if mdrelay_proto::warn::allow("upstream decode") => {
-                tracing::warn!(upstream = %self.peer(), at = stream_byte(*at), sequence, %error,
-                    "frame skipped; it is a gap downstream");
-            }
-            // Past the warning budget; a relay's reader counts duplicates without a word, and
-            // meets nothing else.
-            _ => {}
-        }
-    }
-}
-
-/// Another publisher's stream as a source of segments.
-pub struct UpstreamSource {
+/// Another publisher's TCP stream as a source of segments.
+pub struct TcpUpstream {
     settings: Upstream,
     /// Addresses of this publisher's own servers, by setting: never an upstream.
     own: Vec<(&'static str, SocketAddr)>,
@@ -295,12 +85,12 @@ pub struct UpstreamSource {
     error: Option<String>,
     refused: bool,
     ended: bool,
-    /// Still in [`UpstreamSource::connect`]: how the stream ends is its caller's error, not a
+    /// Still in [`TcpUpstream::connect`]: how the stream ends is its caller's error, not a
     /// log line.
     starting: bool,
 }
 
-impl UpstreamSource {
+impl TcpUpstream {
     /// Connects to the upstream (trying for `give_up_after`) and completes the handshake, so its
     /// session is known before this publisher's outputs are built; `own` are this publisher's
     /// servers, which must not be the upstream; `stop` ends the attempts.
@@ -308,7 +98,7 @@ impl UpstreamSource {
         settings: Upstream,
         own: Vec<(&'static str, SocketAddr)>,
         stop: Arc<AtomicBool>,
-    ) -> anyhow::Result<UpstreamSource> {
+    ) -> anyhow::Result<TcpUpstream> {
         let client = StreamClient::new(StreamClientConfig::relay(
             settings.connect.clone(),
             settings.crc,
@@ -317,7 +107,7 @@ impl UpstreamSource {
             settings.handshake_timeout,
             settings.idle_timeout,
         ));
-        let mut source = UpstreamSource {
+        let mut source = TcpUpstream {
             relayed: Relayed::new(settings.connect.clone()),
             settings,
             own,
@@ -385,7 +175,7 @@ impl UpstreamSource {
         }
     }
 
-    /// The counts so far (without the latency figures, which are in [`UpstreamSource::latency`]).
+    /// The counts so far (without the latency figures, which are in [`TcpUpstream::latency`]).
     pub fn counts(&self) -> UpstreamSummary {
         let client = self.client.counts();
         let reader = self.client.reader();
@@ -496,7 +286,7 @@ impl UpstreamSource {
 
     /// Writes what the connection has to write (the answer), blocking up to the handshake time.
     fn flush(&mut self) {
-        let UpstreamSource { socket: Some(socket), client, epoch, .. } = self else { return };
+        let TcpUpstream { socket: Some(socket), client, epoch, .. } = self else { return };
         let pending = client.transmit();
         if pending.is_empty() {
             return;
@@ -510,7 +300,7 @@ impl UpstreamSource {
 
     /// Reads what the socket has (waiting at most [`POLL`]), then tells the machine the time.
     fn read(&mut self) {
-        let UpstreamSource { socket: Some(socket), client, epoch, .. } = self else { return };
+        let TcpUpstream { socket: Some(socket), client, epoch, .. } = self else { return };
         let room = client.read_buf();
         if room.is_empty() {
             // The connection is over: its events say how.
@@ -688,6 +478,88 @@ fn shown(ns: i64) -> Duration {
     Duration::from_nanos(ns.max(0).unsigned_abs())
 }
 
-fn peer_name(peer: Option<SocketAddr>) -> String {
-    peer.map_or_else(|| "not connected".to_string(), |p| p.to_string())
+/// A relay's upstream, whichever way its stream arrives: another publisher's TCP server, or the
+/// NATS subject another publisher's `[nats]` output feeds. Both hand on the origin's frames
+/// with its numbers and stamps, and end the same ways.
+pub enum UpstreamSource {
+    /// Over TCP, from the upstream's ring when a connection is made again.
+    Tcp(Box<TcpUpstream>),
+    /// From a NATS subject, gaps repaired from its JetStream stream where the client can.
+    Nats(Box<NatsUpstream>),
+}
+
+impl UpstreamSource {
+    /// Makes `stop` the flag that ends waits for the upstream (the run's, once it has one).
+    pub fn set_stop(&mut self, stop: Arc<AtomicBool>) {
+        match self {
+            UpstreamSource::Tcp(u) => u.set_stop(stop),
+            UpstreamSource::Nats(u) => u.set_stop(stop),
+        }
+    }
+
+    /// The upstream's session, which this relay's outputs take as theirs.
+    pub fn session(&self) -> u64 {
+        match self {
+            UpstreamSource::Tcp(u) => u.session(),
+            UpstreamSource::Nats(u) => u.session(),
+        }
+    }
+
+    /// A short description for logs.
+    pub fn describe(&self) -> String {
+        match self {
+            UpstreamSource::Tcp(u) => u.describe(),
+            UpstreamSource::Nats(u) => u.describe(),
+        }
+    }
+
+    /// The sequence number the upstream's END gave its next frame, if it sent one that fits.
+    pub fn end_sequence(&self) -> Option<u64> {
+        match self {
+            UpstreamSource::Tcp(u) => u.end_sequence(),
+            UpstreamSource::Nats(u) => u.end_sequence(),
+        }
+    }
+
+    /// What this relay's END says was sent, given `own`, the totals of what it published: the
+    /// upstream's totals after its END, else its own marked truncated ([`TcpUpstream::end_totals`]).
+    pub fn end_totals(&self, own: &Totals) -> Totals {
+        match self {
+            UpstreamSource::Tcp(u) => u.end_totals(own),
+            UpstreamSource::Nats(u) => u.end_totals(own),
+        }
+    }
+
+    /// The counts so far (without the latency figures, which are in [`UpstreamSource::latency`]).
+    pub fn counts(&self) -> UpstreamSummary {
+        match self {
+            UpstreamSource::Tcp(u) => u.counts(),
+            UpstreamSource::Nats(u) => u.counts(),
+        }
+    }
+
+    /// This hop's latencies so far, ns.
+    pub fn latency(&self) -> &Histogram<u64> {
+        match self {
+            UpstreamSource::Tcp(u) => u.latency(),
+            UpstreamSource::Nats(u) => u.latency(),
+        }
+    }
+
+    /// What was received so far, for the run's summary.
+    pub fn summary(&self) -> UpstreamSummary {
+        match self {
+            UpstreamSource::Tcp(u) => u.summary(),
+            UpstreamSource::Nats(u) => u.summary(),
+        }
+    }
+
+    /// The next frame's segment, with the origin's stamp and number; `None` at the upstream's
+    /// END, at a stop, or when the upstream is lost for good (the summary's `error` says why).
+    pub fn next_item(&mut self) -> Option<Item<'_>> {
+        match self {
+            UpstreamSource::Tcp(u) => u.next_item(),
+            UpstreamSource::Nats(u) => u.next_item(),
+        }
+    }
 }

@@ -53,6 +53,7 @@ pub mod client;
 pub mod coalesce;
 pub mod continuity;
 pub mod echo;
+pub mod order;
 pub mod protect;
 pub mod recovery;
 pub mod ring;
@@ -63,6 +64,7 @@ pub mod wire;
 
 pub use coalesce::{Coalescer, Envelope, MAX_RUN_BYTES, Sealed};
 pub use continuity::{Continuity, MAX_SEQUENCE, Verdict, Violation, ViolationKind};
+pub use order::{InOrder, InOrderCounts, Offered};
 pub use protect::{ProtectError, Protection, ProtectionSection, ProtectionSettings, Protector, WireKey};
 pub use recovery::{GapList, RecoveryCounts, RecoveryPolicy};
 pub use ring::FrameRing;
