@@ -115,10 +115,25 @@ impl Site {
         let monitor = self.publisher_node().monitor();
         let deadline = Instant::now() + INTEREST;
         loop {
-            let subsz = http_get(monitor, &format!("/subsz?subs=1&test={subject}"))?;
-            let listed: serde_json::Value =
-                serde_json::from_str(&subsz).with_context(|| format!("/subsz of {monitor} is not JSON: {subsz}"))?;
-            if listed["total"].as_u64().unwrap_or(0) > 0 {
+            let listed = match self {
+                // The server's own subscriptions.
+                Site::Single(_) => {
+                    let subsz = json_get(monitor, &format!("/subsz?subs=1&test={subject}"))?;
+                    subsz["total"].as_u64().unwrap_or(0) > 0
+                }
+                // What the other nodes told this one over the routes.
+                Site::Cluster(_) => {
+                    let routez = json_get(monitor, "/routez?subs=1")?;
+                    routez["routes"].as_array().into_iter().flatten().any(|route| {
+                        route["subscriptions_list"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .any(|s| s.as_str() == Some(subject))
+                    })
+                }
+            };
+            if listed {
                 return Ok(());
             }
             if Instant::now() >= deadline {
@@ -138,6 +153,12 @@ impl Site {
             self.replicas()
         )
     }
+}
+
+/// A JSON document from the server's HTTP monitoring port.
+fn json_get(addr: SocketAddr, path: &str) -> Result<serde_json::Value> {
+    let body = http_get(addr, path)?;
+    serde_json::from_str(&body).with_context(|| format!("{addr}{path} is not JSON: {body}"))
 }
 
 /// A body from the server's HTTP monitoring port (HTTP/1.0: the server closes when done).
