@@ -259,6 +259,8 @@ pub struct NatsFigures {
     pub market_messages_per_message: f64,
     /// NATS messages per second delivered, over the same seconds as `delivered_rate`.
     pub messages_per_second: f64,
+    /// CPU the server used (every node of the cluster) while mdrelay ran, seconds.
+    pub server_cpu_seconds: f64,
     /// `nats bench` through the same server with messages of `message_bytes` (top speed).
     pub floor: Option<BenchFloor>,
     /// `messages_per_second` over the floor's JetStream messages per second.
@@ -487,6 +489,7 @@ pub(crate) fn run_one(plan: &Plan<'_>) -> Result<Row> {
     let deadline = Instant::now() + Duration::from_secs_f64(60.0 + expected_seconds * 3.0);
     // Over NATS: how long after the subscriber's start the publisher began to stream.
     let mut streaming_after: Option<Duration> = None;
+    let mut server_cpu_before = 0.0;
     // Each side starts once the other is ready (the lines both print), never after a guess.
     let (publisher, pub_sampler, subscriber, sub_sampler) = match transport {
         Transport::Tcp => {
@@ -541,6 +544,7 @@ pub(crate) fn run_one(plan: &Plan<'_>) -> Result<Row> {
             // Connected, stream checked, source ready: the hot thread starts the stream.
             publisher.try_wait_until("\"hot thread\"", READY, |l| l.contains("hot thread"))?;
             streaming_after = Some(sub_start.elapsed());
+            server_cpu_before = site.cpu_seconds();
             (publisher, pub_sampler, subscriber, sub_sampler)
         }
         Transport::All => bail!("one transport at a time"),
@@ -582,7 +586,10 @@ pub(crate) fn run_one(plan: &Plan<'_>) -> Result<Row> {
         }
     };
     let nats = match &site {
-        Some(site) => Some(nats_figures(args, site, &publ, &sub, messages_sent, wall, plan.dir)),
+        Some(site) => {
+            let server_cpu = site.cpu_seconds() - server_cpu_before;
+            Some(nats_figures(args, site, &publ, &sub, messages_sent, (wall, server_cpu), plan.dir))
+        }
         None => None,
     };
     drop(site);
@@ -628,7 +635,7 @@ fn nats_figures(
     publ: &serde_json::Value,
     sub: &serde_json::Value,
     market_messages: u64,
-    wall: f64,
+    (wall, server_cpu_seconds): (f64, f64),
     dir: &Path,
 ) -> NatsFigures {
     let messages = publ["nats"]["published"].as_u64().unwrap_or(0);
@@ -655,6 +662,7 @@ fn nats_figures(
         message_bytes,
         market_messages_per_message: per(market_messages as f64, messages as f64),
         messages_per_second,
+        server_cpu_seconds,
         vs_jetstream: floor.map(|f| per(messages_per_second, f.jetstream_per_second)),
         vs_core: floor.map(|f| per(messages_per_second, f.core_per_second)),
         floor,
@@ -931,15 +939,15 @@ fn nats_table(report: &Report, out: &mut String) {
     let _ = writeln!(out, "\n### NATS messages (one relay datagram each) against `nats bench`\n");
     let _ = writeln!(
         out,
-        "| transport | format | coalesce bytes | replicas | storage | market msg/s delivered | frames lost | totals | NATS messages | bytes/NATS msg | market msgs/NATS msg | NATS msg/s | nats bench core msg/s | nats bench JetStream msg/s | / JetStream | / core | p50 µs | p99 µs |"
+        "| transport | format | coalesce bytes | replicas | storage | market msg/s delivered | frames lost | totals | NATS messages | bytes/NATS msg | market msgs/NATS msg | NATS msg/s | nats bench core msg/s | nats bench JetStream msg/s | / JetStream | / core | p50 µs | p99 µs | pub CPU s | server CPU s | sub CPU s |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let floor = |v: Option<f64>| v.map_or("-".to_string(), thousands);
     let share = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.0} %", 100.0 * v));
     for (r, n) in &rows {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.1} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} |",
             r.transport.name(),
             r.format,
             r.coalesce_bytes,
@@ -957,7 +965,10 @@ fn nats_table(report: &Report, out: &mut String) {
             share(n.vs_jetstream),
             share(n.vs_core),
             us(r.latency_ns.p50),
-            us(r.latency_ns.p99)
+            us(r.latency_ns.p99),
+            r.publisher.cpu_seconds,
+            n.server_cpu_seconds,
+            r.subscriber.cpu_seconds
         );
     }
     let _ = writeln!(

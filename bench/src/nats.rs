@@ -101,6 +101,15 @@ impl Site {
         self.subscriber_node().url()
     }
 
+    /// CPU time the server (every node of a cluster) has used so far, seconds.
+    pub fn cpu_seconds(&self) -> f64 {
+        let nodes: Vec<&NatsServer> = match self {
+            Site::Single(server) => vec![server],
+            Site::Cluster(cluster) => cluster.nodes.iter().collect(),
+        };
+        nodes.iter().filter_map(|n| crate::procstat::snapshot(n.pid())).map(|s| s.cpu_seconds).sum()
+    }
+
     /// Copies of each stored message.
     pub fn replicas(&self) -> usize {
         match self {
