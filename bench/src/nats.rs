@@ -29,6 +29,8 @@ pub const SUBJECT: &str = "mdrelay.bench";
 pub const STREAM: &str = "MDRELAY_BENCH";
 /// How long the subscriber's interest may take to reach the publisher's server.
 const INTEREST: Duration = Duration::from_secs(10);
+/// How long a new cluster's JetStream nodes may take to see each other as current.
+const PEERS: Duration = Duration::from_secs(30);
 
 /// JetStream storage for the runs' streams.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq, Serialize)]
@@ -65,14 +67,18 @@ impl Site {
         let started = std::panic::catch_unwind(|| {
             if cluster { Site::Cluster(NatsCluster::start()) } else { Site::Single(NatsServer::start()) }
         });
-        started.map_err(|panic| {
+        let site = started.map_err(|panic| {
             let why = panic
                 .downcast_ref::<String>()
                 .cloned()
                 .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_default();
             anyhow!("starting nats-server: {why}")
-        })
+        })?;
+        if let Site::Cluster(cluster) = &site {
+            wait_for_peers(cluster)?;
+        }
+        Ok(site)
     }
 
     /// The node the publisher publishes to.
@@ -161,6 +167,27 @@ impl Site {
             storage.name(),
             self.replicas()
         )
+    }
+}
+
+/// Waits until JetStream's metadata leader sees every other node as current: a leader is
+/// elected before that, and a stream of three replicas created then finds "no suitable peers".
+fn wait_for_peers(cluster: &NatsCluster) -> Result<()> {
+    let deadline = Instant::now() + PEERS;
+    let others = cluster.nodes.len() - 1;
+    loop {
+        let ready = cluster.nodes.iter().any(|node| {
+            let Ok(jsz) = json_get(node.monitor(), "/jsz") else { return false };
+            let replicas = jsz["meta_cluster"]["replicas"].as_array().cloned().unwrap_or_default();
+            replicas.len() == others && replicas.iter().all(|r| r["current"] == true)
+        });
+        if ready {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            bail!("the NATS cluster's JetStream peers were not all current within {PEERS:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
