@@ -253,7 +253,8 @@ pub struct NatsFigures {
     pub storage: NatsStorage,
     /// NATS messages the publisher published (the END included).
     pub messages: u64,
-    /// Bytes delivered per NATS message, relay header included.
+    /// Bytes per NATS message, relay header included (as received; when frames were lost,
+    /// over the share of frames received).
     pub message_bytes: f64,
     /// Market messages per NATS message.
     pub market_messages_per_message: f64,
@@ -641,7 +642,14 @@ fn nats_figures(
     let messages = publ["nats"]["published"].as_u64().unwrap_or(0);
     let bytes = sub["bytes"].as_u64().unwrap_or(0);
     let per = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
-    let message_bytes = per(bytes as f64, messages as f64);
+    // The bytes of the messages received, over the share of the messages that is: frames are
+    // spread evenly enough over messages (each full to the budget) that the share of frames
+    // received stands for it when some were lost.
+    let frames_sent = publ["totals"]["frames"].as_u64().unwrap_or(0) as f64;
+    let frames_received = sub["frames"].as_u64().unwrap_or(0) as f64;
+    let received_share =
+        if frames_received > 0.0 && frames_received < frames_sent { frames_received / frames_sent } else { 1.0 };
+    let message_bytes = per(bytes as f64, messages as f64 * received_share);
     let messages_per_second = per(messages as f64, wall);
     let floor = if args.top_speed && message_bytes >= 1.0 {
         let count = args.nats_bench_messages.unwrap_or(messages.max(5_000));
@@ -663,8 +671,8 @@ fn nats_figures(
         market_messages_per_message: per(market_messages as f64, messages as f64),
         messages_per_second,
         server_cpu_seconds,
-        vs_jetstream: floor.map(|f| per(messages_per_second, f.jetstream_per_second)),
-        vs_core: floor.map(|f| per(messages_per_second, f.core_per_second)),
+        vs_jetstream: floor.and_then(|f| f.jetstream_per_second).map(|rate| per(messages_per_second, rate)),
+        vs_core: floor.and_then(|f| f.core_per_second).map(|rate| per(messages_per_second, rate)),
         floor,
     }
 }
@@ -960,8 +968,8 @@ fn nats_table(report: &Report, out: &mut String) {
             n.message_bytes,
             n.market_messages_per_message,
             thousands(n.messages_per_second),
-            floor(n.floor.map(|f| f.core_per_second)),
-            floor(n.floor.map(|f| f.jetstream_per_second)),
+            floor(n.floor.and_then(|f| f.core_per_second)),
+            floor(n.floor.and_then(|f| f.jetstream_per_second)),
             share(n.vs_jetstream),
             share(n.vs_core),
             us(r.latency_ns.p50),

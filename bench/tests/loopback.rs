@@ -203,9 +203,15 @@ fn nats_rows_come_beside_tcp_with_nats_bench_as_the_floor() {
         let floor = &nats["floor"];
         assert_eq!(floor["message_bytes"].as_f64().unwrap(), bytes.round(), "{row}");
         assert_eq!(floor["messages"], 2000, "{row}");
-        assert!(floor["core_per_second"].as_f64().unwrap() > 0.0, "{row}");
-        assert!(floor["jetstream_per_second"].as_f64().unwrap() > 0.0, "{row}");
-        assert!(nats["vs_jetstream"].as_f64().unwrap() > 0.0, "{row}");
+        // A core subscriber the server finds too slow (a loaded host) is cut off, and that
+        // half of the floor is left out; one of the two always stands.
+        let core = floor["core_per_second"].as_f64();
+        let jetstream = floor["jetstream_per_second"].as_f64();
+        assert!(core.is_some() || jetstream.is_some(), "{row}");
+        for (rate, ratio) in [(core, &nats["vs_core"]), (jetstream, &nats["vs_jetstream"])] {
+            assert_eq!(rate.is_some(), ratio.is_number(), "{row}");
+            assert!(rate.is_none_or(|r| r > 0.0) && ratio.as_f64().is_none_or(|r| r > 0.0), "{row}");
+        }
     }
     let table = std::fs::read_to_string(plots.join("loopback.md")).unwrap();
     assert!(
