@@ -54,8 +54,8 @@ impl NatsStorage {
 
 /// A server, or a cluster, started for one run and stopped when dropped.
 pub enum Site {
-    /// One server.
-    Single(NatsServer),
+    /// One server (boxed: a server's state is ten times a cluster's list of them).
+    Single(Box<NatsServer>),
     /// Three nodes: the publisher on the first, the subscriber on the second.
     Cluster(NatsCluster),
 }
@@ -65,7 +65,7 @@ impl Site {
     pub fn start(cluster: bool) -> Result<Site> {
         // The harness's helpers fail by panicking, as tests want; a benchmark says why and exits.
         let started = std::panic::catch_unwind(|| {
-            if cluster { Site::Cluster(NatsCluster::start()) } else { Site::Single(NatsServer::start()) }
+            if cluster { Site::Cluster(NatsCluster::start()) } else { Site::Single(Box::new(NatsServer::start())) }
         });
         let site = started.map_err(|panic| {
             let why = panic
@@ -110,7 +110,7 @@ impl Site {
     /// CPU time the server (every node of a cluster) has used so far, seconds.
     pub fn cpu_seconds(&self) -> f64 {
         let nodes: Vec<&NatsServer> = match self {
-            Site::Single(server) => vec![server],
+            Site::Single(server) => vec![&**server],
             Site::Cluster(cluster) => cluster.nodes.iter().collect(),
         };
         nodes.iter().filter_map(|n| crate::procstat::snapshot(n.pid())).map(|s| s.cpu_seconds).sum()
