@@ -7,6 +7,7 @@
 
 use crate::latency::Transport;
 use crate::loopback::{self, LoopbackArgs, Plan, Profile, ProfileUse, ProtectionChoice, Row, thousands, us};
+use crate::nats::NatsStorage;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use mdrelay_proto::codec::Format;
@@ -168,6 +169,9 @@ pub fn run(args: &ClientArgs) -> Result<()> {
     if args.transport == Transport::All {
         bail!("--transport all: give one transport");
     }
+    if args.transport.is_nats() {
+        bail!("--transport nats: the client comparison runs over tcp, udp or multicast");
+    }
     let publisher = loopback::sibling("mdrelay-publisher", "mdrelay-pub")?;
     let binary = loopback::sibling("mdrelay-subscriber", "mdrelay-sub")?;
     let library = loopback::sibling("mdrelay-bench", "mdrelay-bench-client")?;
@@ -191,6 +195,9 @@ pub fn run(args: &ClientArgs) -> Result<()> {
         hot_core: None,
         sub_core: None,
         floor_bytes: 128,
+        nats_cluster: false,
+        nats_storage: NatsStorage::File,
+        nats_bench_messages: None,
         json: None,
         plots: args.plots.clone(),
     };

@@ -76,6 +76,7 @@ pub fn run(spec: FloorSpec) -> Result<FloorResult> {
     match spec.transport {
         Transport::Tcp => tcp(spec),
         Transport::Udp | Transport::Multicast => udp(spec),
+        Transport::Nats | Transport::NatsCluster => bail!("the floor of a NATS run is TCP's (one hop of the two)"),
         Transport::All => bail!("the floor runs one transport at a time"),
     }
 }

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 /// Transports the comparison can run over.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum Transport {
     /// TCP to 127.0.0.1.
     Tcp,
@@ -16,7 +16,12 @@ pub enum Transport {
     Udp,
     /// UDP multicast to 239.255.0.1 on interface 127.0.0.1.
     Multicast,
-    /// Each of the above in turn.
+    /// Through a `nats-server` (JetStream) the run starts on loopback, after TCP as the reference.
+    Nats,
+    /// Through a three-node `nats-server` cluster, stream replicated three times (`--nats-cluster`).
+    #[value(skip)]
+    NatsCluster,
+    /// TCP, UDP and multicast in turn.
     All,
 }
 
@@ -25,8 +30,15 @@ impl Transport {
     pub fn each(self) -> Vec<Transport> {
         match self {
             Transport::All => vec![Transport::Tcp, Transport::Udp, Transport::Multicast],
+            // NATS beside the TCP fan-out it is compared with, in the same run.
+            Transport::Nats => vec![Transport::Tcp, Transport::Nats],
             t => vec![t],
         }
+    }
+
+    /// Whether it goes through NATS.
+    pub fn is_nats(self) -> bool {
+        matches!(self, Transport::Nats | Transport::NatsCluster)
     }
 
     /// The name on the command line.
@@ -35,6 +47,8 @@ impl Transport {
             Transport::Tcp => "tcp",
             Transport::Udp => "udp",
             Transport::Multicast => "multicast",
+            Transport::Nats => "nats",
+            Transport::NatsCluster => "nats-cluster",
             Transport::All => "all",
         }
     }

@@ -18,6 +18,7 @@
 
 use crate::floor::{self, FloorSpec};
 use crate::latency::{Percentiles, Transport};
+use crate::nats::{BenchFloor, NatsStorage, Site};
 use crate::plots::{self, Bar, Curve};
 use crate::procstat::{Sampler, Usage};
 use anyhow::{Context, Result, bail};
@@ -92,9 +93,22 @@ pub struct LoopbackArgs {
     /// Formats to compare (default: all).
     #[arg(long, value_delimiter = ',')]
     pub formats: Vec<Format>,
-    /// Transport: tcp, udp, multicast, or all (each in turn).
+    /// Transport: tcp, udp, multicast, all (those three in turn), or nats (TCP, then through a
+    /// nats-server with JetStream that the run starts; `nats` and `nats-server` from
+    /// `.ci/nats.sh` on PATH or in its cache).
     #[arg(long, value_enum, default_value_t = Transport::Tcp)]
     pub transport: Transport,
+    /// With --transport nats: also through a three-node cluster, stream replicated three times,
+    /// publisher on one node and subscriber on another.
+    #[arg(long)]
+    pub nats_cluster: bool,
+    /// With --transport nats: JetStream storage of the runs' streams.
+    #[arg(long, value_enum, default_value_t = NatsStorage::File)]
+    pub nats_storage: NatsStorage,
+    /// With --transport nats --top-speed: messages per `nats bench` floor run [default: as many
+    /// as mdrelay published, at least 5,000].
+    #[arg(long)]
+    pub nats_bench_messages: Option<u64>,
     /// Replay this capture instead of the built-in synthetic day.
     #[arg(long)]
     pub capture: Option<PathBuf>,
@@ -226,6 +240,34 @@ pub struct Row {
     pub publisher_cpu_percent: f64,
     /// What `mdrelay-sub` used.
     pub subscriber: Usage,
+    /// Through NATS: the messages on the subject, and the floor `nats bench` measured.
+    pub nats: Option<NatsFigures>,
+}
+
+/// A NATS run's messages on the subject (one relay datagram each), against `nats bench`.
+#[derive(Debug, Serialize)]
+pub struct NatsFigures {
+    /// Copies JetStream keeps of each message (3 in the cluster).
+    pub replicas: usize,
+    /// JetStream storage.
+    pub storage: NatsStorage,
+    /// NATS messages the publisher published (the END included).
+    pub messages: u64,
+    /// Bytes per NATS message, relay header included (as received; when frames were lost,
+    /// over the share of frames received).
+    pub message_bytes: f64,
+    /// Market messages per NATS message.
+    pub market_messages_per_message: f64,
+    /// NATS messages per second delivered, over the same seconds as `delivered_rate`.
+    pub messages_per_second: f64,
+    /// CPU the server used (every node of the cluster) while mdrelay ran, seconds.
+    pub server_cpu_seconds: f64,
+    /// `nats bench` through the same server with messages of `message_bytes` (top speed).
+    pub floor: Option<BenchFloor>,
+    /// `messages_per_second` over the floor's JetStream messages per second.
+    pub vs_jetstream: Option<f64>,
+    /// `messages_per_second` over the floor's core NATS messages per second.
+    pub vs_core: Option<f64>,
 }
 
 /// The host the figures come from.
@@ -407,6 +449,8 @@ pub(crate) fn run_one(plan: &Plan<'_>) -> Result<Row> {
         pub_args.extend(["--hot-core".into(), core.to_string()]);
     }
     let mut sub_args: Vec<String> = vec!["--json".into(), sub_json.display().to_string()];
+    // The publisher's configuration file: protection, and the `[nats]` output.
+    let mut pub_config = String::new();
     if protection != ProtectionChoice::None {
         // One key for the whole comparison, readable by its owner only, as the programs insist.
         let key = plan.dir.join("wire.key");
@@ -418,9 +462,21 @@ pub(crate) fn run_one(plan: &Plan<'_>) -> Result<Row> {
         }
         let config = plan.dir.join(format!("protection-{}.toml", protection.name()));
         std::fs::write(&config, protection.section(&key))?;
-        for a in [&mut pub_args, &mut sub_args] {
-            a.extend(["--config".into(), config.display().to_string()]);
-        }
+        sub_args.extend(["--config".into(), config.display().to_string()]);
+        pub_config.push_str(&protection.section(&key));
+    }
+    // A fresh server (or cluster) per run, stopped when the run's figures are in.
+    let site = if transport.is_nats() {
+        let site = Site::start(transport == Transport::NatsCluster)?;
+        pub_config.push_str(&site.publisher_section(args.nats_storage));
+        Some(site)
+    } else {
+        None
+    };
+    if !pub_config.is_empty() {
+        let config = plan.dir.join(format!("pub-{name}.toml"));
+        std::fs::write(&config, &pub_config)?;
+        pub_args.extend(["--config".into(), config.display().to_string()]);
     }
     sub_args.extend(["--report-interval".into(), "0".into(), "--histogram-log".into(), hlog.display().to_string()]);
     sub_args.extend(plan.profile.flag(plan.profile.subscriber));
@@ -432,6 +488,9 @@ pub(crate) fn run_one(plan: &Plan<'_>) -> Result<Row> {
     };
     let expected_seconds = if args.top_speed { messages as f64 / 200_000.0 } else { messages as f64 / args.rate };
     let deadline = Instant::now() + Duration::from_secs_f64(60.0 + expected_seconds * 3.0);
+    // Over NATS: how long after the subscriber's start the publisher began to stream.
+    let mut streaming_after: Option<Duration> = None;
+    let mut server_cpu_before = 0.0;
     // Each side starts once the other is ready (the lines both print), never after a guess.
     let (publisher, pub_sampler, subscriber, sub_sampler) = match transport {
         Transport::Tcp => {
@@ -466,6 +525,29 @@ pub(crate) fn run_one(plan: &Plan<'_>) -> Result<Row> {
             let pub_sampler = Sampler::start(publisher.pid(), deadline);
             (publisher, pub_sampler, subscriber, sub_sampler)
         }
+        Transport::Nats | Transport::NatsCluster => {
+            let site = site.as_ref().context("the NATS server")?;
+            sub_args.extend([
+                "--nats".into(),
+                site.subscriber_url(),
+                "--nats-subject".into(),
+                crate::nats::SUBJECT.into(),
+            ]);
+            let sub_start = Instant::now();
+            let mut subscriber = spawn(plan.subscriber, &sub_args)?;
+            let sub_sampler = Sampler::start(subscriber.pid(), deadline);
+            // A core subscription has what is published after it, at the publisher's server:
+            // in a cluster, once the interest has crossed the route.
+            subscriber.try_wait_until("\"subscribed over NATS\"", READY, |l| l.contains("subscribed over NATS"))?;
+            site.wait_for_interest(crate::nats::SUBJECT)?;
+            let mut publisher = spawn(plan.publisher, &pub_args)?;
+            let pub_sampler = Sampler::start(publisher.pid(), deadline);
+            // Connected, stream checked, source ready: the hot thread starts the stream.
+            publisher.try_wait_until("\"hot thread\"", READY, |l| l.contains("hot thread"))?;
+            streaming_after = Some(sub_start.elapsed());
+            server_cpu_before = site.cpu_seconds();
+            (publisher, pub_sampler, subscriber, sub_sampler)
+        }
         Transport::All => bail!("one transport at a time"),
     };
     // The samplers return at each exit, before the harness reaps: see `procstat`.
@@ -482,7 +564,13 @@ pub(crate) fn run_one(plan: &Plan<'_>) -> Result<Row> {
     let frame_bytes = publ["frame_bytes"].as_f64().unwrap_or(0.0);
     let publisher_seconds = publ["seconds"].as_f64().unwrap_or(0.0);
     let subscriber_seconds = sub["elapsed_seconds"].as_f64().unwrap_or(0.0);
-    let wall = if transport == Transport::Tcp { subscriber_seconds } else { publisher_seconds };
+    let wall = match streaming_after {
+        // From the first frame's publication to the subscriber's exit: the subscriber's run
+        // less its wait for the publisher (connection, stream check, source) to begin.
+        Some(waited) => subscriber_seconds - waited.as_secs_f64(),
+        None if transport == Transport::Tcp => subscriber_seconds,
+        None => publisher_seconds,
+    };
     let per_second = |n: f64, s: f64| if s > 0.0 { n / s } else { 0.0 };
     let sent_rate = per_second(messages_sent as f64, publisher_seconds);
     let paced_rate = per_second(plan.units as f64, publisher_seconds);
@@ -498,6 +586,14 @@ pub(crate) fn run_one(plan: &Plan<'_>) -> Result<Row> {
             vec![(50.0, p.p50), (90.0, p.p90), (99.0, p.p99), (99.9, p.p999), (99.99, p.p9999)]
         }
     };
+    let nats = match &site {
+        Some(site) => {
+            let server_cpu = site.cpu_seconds() - server_cpu_before;
+            Some(nats_figures(args, site, &publ, &sub, messages_sent, (wall, server_cpu), plan.dir))
+        }
+        None => None,
+    };
+    drop(site);
     Ok(Row {
         transport,
         format,
@@ -527,7 +623,58 @@ pub(crate) fn run_one(plan: &Plan<'_>) -> Result<Row> {
         publisher_cpu_percent: per_second(100.0 * pub_usage.cpu_seconds, publisher_seconds),
         publisher: pub_usage,
         subscriber: sub_usage,
+        nats,
     })
+}
+
+/// A NATS run's figures from the two reports, and (at top speed) the floor `nats bench`
+/// measures through the same server with messages of the same size; a floor that fails is
+/// reported and left out, as the run's own figures stand without it.
+fn nats_figures(
+    args: &LoopbackArgs,
+    site: &Site,
+    publ: &serde_json::Value,
+    sub: &serde_json::Value,
+    market_messages: u64,
+    (wall, server_cpu_seconds): (f64, f64),
+    dir: &Path,
+) -> NatsFigures {
+    let messages = publ["nats"]["published"].as_u64().unwrap_or(0);
+    let bytes = sub["bytes"].as_u64().unwrap_or(0);
+    let per = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+    // The bytes of the messages received, over the share of the messages that is: frames are
+    // spread evenly enough over messages (each full to the budget) that the share of frames
+    // received stands for it when some were lost.
+    let frames_sent = publ["totals"]["frames"].as_u64().unwrap_or(0) as f64;
+    let frames_received = sub["frames"].as_u64().unwrap_or(0) as f64;
+    let received_share =
+        if frames_received > 0.0 && frames_received < frames_sent { frames_received / frames_sent } else { 1.0 };
+    let message_bytes = per(bytes as f64, messages as f64 * received_share);
+    let messages_per_second = per(messages as f64, wall);
+    let floor = if args.top_speed && message_bytes >= 1.0 {
+        let count = args.nats_bench_messages.unwrap_or(messages.max(5_000));
+        match crate::nats::bench_floor(site, args.nats_storage, message_bytes.round() as usize, count, dir) {
+            Ok(floor) => Some(floor),
+            Err(e) => {
+                eprintln!("mdrelay-bench: nats bench: {e:#}");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    NatsFigures {
+        replicas: site.replicas(),
+        storage: args.nats_storage,
+        messages,
+        message_bytes,
+        market_messages_per_message: per(market_messages as f64, messages as f64),
+        messages_per_second,
+        server_cpu_seconds,
+        vs_jetstream: floor.and_then(|f| f.jetstream_per_second).map(|rate| per(messages_per_second, rate)),
+        vs_core: floor.and_then(|f| f.core_per_second).map(|rate| per(messages_per_second, rate)),
+        floor,
+    }
 }
 
 /// The receiving program's report of run `name`.
@@ -574,7 +721,10 @@ pub(crate) fn frame_schedule(args: &LoopbackArgs) -> Result<(u64, u64)> {
 
 fn run_floor(args: &LoopbackArgs, transport: Transport, (frames, units): (u64, u64)) -> Result<FloorRow> {
     let rate = args.rate * frames as f64 / units as f64;
-    let spec = FloorSpec { transport, rate, count: frames.max(1_000), bytes: args.floor_bytes };
+    // Over NATS a frame makes two TCP hops (to the server, then to the subscriber): the floor
+    // is one, as for the TCP fan-out.
+    let socket = if transport.is_nats() { Transport::Tcp } else { transport };
+    let spec = FloorSpec { transport: socket, rate, count: frames.max(1_000), bytes: args.floor_bytes };
     let result = floor::run(spec).with_context(|| format!("the {} latency floor", transport.name()))?;
     let achieved_rate = if result.send_seconds > 0.0 { result.sent as f64 / result.send_seconds } else { 0.0 };
     Ok(FloorRow {
@@ -686,9 +836,11 @@ fn latency_table(report: &Report, out: &mut String) {
         );
         let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         let f = &floor_row.one_way_ns;
+        let floor_name =
+            if t.is_nats() { "floor (TCP socket ping-pong, ½ RTT)" } else { "floor (socket ping-pong, ½ RTT)" };
         let _ = writeln!(
             out,
-            "| floor (socket ping-pong, ½ RTT) | - | {} pings/s | {} | {} | - | {} | {} | {} | {} | {} | {} | {} | 1.00× | 1.00× | - | - | - | - | - |",
+            "| {floor_name} | - | {} pings/s | {} | {} | - | {} | {} | {} | {} | {} | {} | {} | 1.00× | 1.00× | - | - | - | - | - |",
             rate_text(floor_row.achieved_rate, floor_row.requested_rate, floor_row.rate_reached),
             thousands(floor_row.pings as f64),
             floor_row.pings - floor_row.echoes.min(floor_row.pings),
@@ -786,6 +938,84 @@ fn throughput_table(report: &Report, out: &mut String) {
     }
 }
 
+/// The NATS rows: messages on the subject against `nats bench`, and the targets at top speed.
+fn nats_table(report: &Report, out: &mut String) {
+    let rows: Vec<(&Row, &NatsFigures)> = report.rows.iter().filter_map(|r| r.nats.as_ref().map(|n| (r, n))).collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\n### NATS messages (one relay datagram each) against `nats bench`\n");
+    let _ = writeln!(
+        out,
+        "| transport | format | coalesce bytes | replicas | storage | market msg/s delivered | frames lost | totals | NATS messages | bytes/NATS msg | market msgs/NATS msg | NATS msg/s | nats bench core msg/s | nats bench JetStream msg/s | / JetStream | / core | p50 µs | p99 µs | pub CPU s | server CPU s | sub CPU s |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let floor = |v: Option<f64>| v.map_or("-".to_string(), thousands);
+    let share = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.0} %", 100.0 * v));
+    for (r, n) in &rows {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} |",
+            r.transport.name(),
+            r.format,
+            r.coalesce_bytes,
+            n.replicas,
+            n.storage.name(),
+            thousands(r.delivered_rate),
+            r.frames_lost,
+            r.totals_match.map_or("-", |b| if b { "match" } else { "DIFFER" }),
+            thousands(n.messages as f64),
+            n.message_bytes,
+            n.market_messages_per_message,
+            thousands(n.messages_per_second),
+            floor(n.floor.and_then(|f| f.core_per_second)),
+            floor(n.floor.and_then(|f| f.jetstream_per_second)),
+            share(n.vs_jetstream),
+            share(n.vs_core),
+            us(r.latency_ns.p50),
+            us(r.latency_ns.p99),
+            r.publisher.cpu_seconds,
+            n.server_cpu_seconds,
+            r.subscriber.cpu_seconds
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nNATS msg/s and market msg/s delivered count from the publisher's first frame to the subscriber's exit. \
+         `nats bench` runs through the same server after mdrelay, one publisher and one subscriber, with messages \
+         of mdrelay's average size: core NATS (`nats bench pub`) and JetStream (`nats bench js pub async`, stored \
+         and acknowledged as mdrelay publishes)."
+    );
+    if report.mode != "top-speed" {
+        return;
+    }
+    let _ = writeln!(out, "\nTargets:\n");
+    for (r, n) in &rows {
+        let what = format!("{} {} coalesce {}", r.transport.name(), r.format, r.coalesce_bytes);
+        let exact = r.frames_lost == 0 && r.totals_match == Some(true) && r.messages_received == r.messages_sent;
+        if r.transport == Transport::Nats && r.coalesce_bytes > 0 {
+            let met = exact && r.delivered_rate >= 5e6;
+            let _ = writeln!(
+                out,
+                "- {what}: ≥ 5 M market msg/s through one server, lossless and exact: {} msg/s, {}: **{}**",
+                thousands(r.delivered_rate),
+                if exact { "lossless and exact" } else { "NOT lossless and exact" },
+                if met { "met" } else { "not met" }
+            );
+        }
+        if let Some(v) = n.vs_jetstream {
+            let _ = writeln!(
+                out,
+                "- {what}: NATS msg/s ≥ 80 % of `nats bench` JetStream msg/s at {:.0} bytes: {:.0} %: **{}** (of core NATS: {})",
+                n.message_bytes,
+                100.0 * v,
+                if v >= 0.8 { "met" } else { "not met" },
+                share(n.vs_core)
+            );
+        }
+    }
+}
+
 fn check(args: &LoopbackArgs) -> Result<()> {
     if !(args.rate.is_finite() && args.rate > 0.0) {
         bail!("--rate {}: give a positive number of messages per second", args.rate);
@@ -798,6 +1028,12 @@ fn check(args: &LoopbackArgs) -> Result<()> {
     }
     if args.coalesce_bytes.is_empty() {
         bail!("--coalesce-bytes: give at least one value");
+    }
+    if args.transport != Transport::Nats && args.nats_cluster {
+        bail!("--nats-cluster: only with --transport nats");
+    }
+    if args.nats_bench_messages == Some(0) {
+        bail!("--nats-bench-messages 0: give at least one message");
     }
     Ok(())
 }
@@ -818,7 +1054,10 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
     let dir = tempfile::tempdir().context("a directory for the runs' reports")?;
     std::fs::create_dir_all(&args.plots).with_context(|| format!("creating {}", args.plots.display()))?;
     let formats = if args.formats.is_empty() { Format::ALL.to_vec() } else { args.formats.clone() };
-    let transports = args.transport.each();
+    let mut transports = args.transport.each();
+    if args.nats_cluster {
+        transports.push(Transport::NatsCluster);
+    }
     let source = match &args.capture {
         Some(p) => p.display().to_string(),
         None => format!("synthetic day of {} messages", thousands(args.messages() as f64)),
@@ -983,6 +1222,7 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
     } else {
         latency_table(&report, &mut table);
     }
+    nats_table(&report, &mut table);
     let short: Vec<String> = report
         .rows
         .iter()

@@ -34,6 +34,7 @@ mod codecs;
 mod floor;
 mod latency;
 mod loopback;
+mod nats;
 mod plots;
 mod procstat;
 mod recovery;

@@ -26,10 +26,14 @@ fn help_lists_the_flags_and_bad_values_fail_with_a_message() {
         "--coalesce-bytes",
         "--hot-core",
         "--sub-core",
+        "--nats-cluster",
+        "--nats-storage",
+        "--nats-bench-messages",
     ] {
         assert!(help.stdout.contains(flag), "--help lacks {flag}: {help:?}");
     }
     assert!(help.stdout.contains("multicast") && help.stdout.contains("low-latency"), "{help:?}");
+    assert!(help.stdout.contains("nats"), "{help:?}");
     for (args, says) in [
         (&["loopback", "--transport", "carrier-pigeon"][..], "carrier-pigeon"),
         (&["loopback", "--profile", "fastest"][..], "fastest"),
@@ -37,6 +41,8 @@ fn help_lists_the_flags_and_bad_values_fail_with_a_message() {
         (&["loopback", "--rate", "0"][..], "--rate"),
         (&["loopback", "--floor-bytes", "4"][..], "--floor-bytes"),
         (&["loopback", "--formats", "morse"][..], "morse"),
+        (&["loopback", "--transport", "udp", "--nats-cluster"][..], "--nats-cluster"),
+        (&["loopback", "--nats-storage", "paper"][..], "paper"),
     ] {
         let done = bench(args);
         assert_ne!(done.code(), Some(0), "{args:?} succeeded: {done:?}");
@@ -138,4 +144,118 @@ fn a_short_top_speed_run_reports_throughput_and_a_bar_chart() {
     assert_eq!((&row["transport"], &row["format"]), (&"udp".into(), &"sbe".into()), "{report}");
     assert_eq!(row["messages_sent"], 20_000, "{row}");
     assert!(row["delivered_rate"].as_f64().unwrap() > 0.0 && row["loss_percent"].as_f64().is_some(), "{row}");
+}
+
+/// The NATS rows of a report, after checking the TCP row that they are compared with is there.
+fn nats_rows(report: &serde_json::Value, messages: u64) -> Vec<serde_json::Value> {
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows[0]["transport"], "tcp", "the TCP fan-out first, as the reference: {report}");
+    for row in rows {
+        // Lossless and exact on every transport: the totals of the publisher's END.
+        assert_eq!(row["messages_received"], messages, "{row}");
+        assert_eq!(row["frames_lost"], 0, "{row}");
+        assert_eq!(row["totals_match"], true, "{row}");
+        assert!(row["delivered_rate"].as_f64().unwrap() > 0.0, "{row}");
+    }
+    rows.iter().filter(|r| r["nats"].is_object()).cloned().collect()
+}
+
+#[test]
+fn nats_rows_come_beside_tcp_with_nats_bench_as_the_floor() {
+    let _serial = mdrelay_harness::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("loopback.json");
+    let plots = dir.path().join("plots");
+    let done = bench(&[
+        "loopback",
+        "--top-speed",
+        "--transport",
+        "nats",
+        "--nats-cluster",
+        "--formats",
+        "sbe",
+        "--messages",
+        "20000",
+        "--coalesce-bytes",
+        "8192",
+        "--nats-bench-messages",
+        "2000",
+        "--json",
+        json.to_str().unwrap(),
+        "--plots",
+        plots.to_str().unwrap(),
+    ]);
+    done.assert_success();
+    let report = read_json(&json);
+    let transports: Vec<&str> =
+        report["rows"].as_array().unwrap().iter().map(|r| r["transport"].as_str().unwrap()).collect();
+    assert_eq!(transports, ["tcp", "nats", "nats-cluster"], "{report}");
+    let rows = nats_rows(&report, 20_000);
+    for (row, replicas) in rows.iter().zip([1, 3]) {
+        let nats = &row["nats"];
+        assert_eq!(nats["replicas"], replicas, "{row}");
+        // Coalesced: several frames per message, none above the budget.
+        let bytes = nats["message_bytes"].as_f64().unwrap();
+        assert!(bytes > 200.0 && bytes <= 8192.0, "{row}");
+        assert!(nats["market_messages_per_message"].as_f64().unwrap() > 2.0, "{row}");
+        assert!(nats["messages_per_second"].as_f64().unwrap() > 0.0, "{row}");
+        // The floor ran through the same server with that size, core and JetStream.
+        let floor = &nats["floor"];
+        assert_eq!(floor["message_bytes"].as_f64().unwrap(), bytes.round(), "{row}");
+        assert_eq!(floor["messages"], 2000, "{row}");
+        // A core subscriber the server finds too slow (a loaded host) is cut off, and that
+        // half of the floor is left out; one of the two always stands.
+        let core = floor["core_per_second"].as_f64();
+        let jetstream = floor["jetstream_per_second"].as_f64();
+        assert!(core.is_some() || jetstream.is_some(), "{row}");
+        for (rate, ratio) in [(core, &nats["vs_core"]), (jetstream, &nats["vs_jetstream"])] {
+            assert_eq!(rate.is_some(), ratio.is_number(), "{row}");
+            assert!(rate.is_none_or(|r| r > 0.0) && ratio.as_f64().is_none_or(|r| r > 0.0), "{row}");
+        }
+    }
+    let table = std::fs::read_to_string(plots.join("loopback.md")).unwrap();
+    assert!(
+        table.contains("nats bench JetStream msg/s") && table.contains("| nats-cluster | sbe | 8192 | 3 |"),
+        "{table}"
+    );
+    assert!(table.contains("≥ 5 M market msg/s through one server"), "{table}");
+}
+
+#[test]
+fn nats_latency_rows_are_read_against_the_tcp_floor() {
+    let _serial = mdrelay_harness::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("loopback.json");
+    let plots = dir.path().join("plots");
+    let done = bench(&[
+        "loopback",
+        "--transport",
+        "nats",
+        "--formats",
+        "sbe",
+        "--messages",
+        "10000",
+        "--rate",
+        "20000",
+        "--json",
+        json.to_str().unwrap(),
+        "--plots",
+        plots.to_str().unwrap(),
+    ]);
+    done.assert_success();
+    let report = read_json(&json);
+    let floors: Vec<&str> =
+        report["floors"].as_array().unwrap().iter().map(|f| f["transport"].as_str().unwrap()).collect();
+    assert_eq!(floors, ["tcp", "nats"], "{report}");
+    let rows = nats_rows(&report, 10_000);
+    assert_eq!(rows.len(), 1, "{report}");
+    assert!(
+        rows[0]["latency_ns"]["p99"].as_u64().unwrap() > 0 && rows[0]["p50_vs_floor"].as_f64().is_some(),
+        "{report}"
+    );
+    // No floor of nats bench at a fixed rate: it measures throughput.
+    assert!(rows[0]["nats"]["floor"].is_null(), "{report}");
+    let table = std::fs::read_to_string(plots.join("loopback.md")).unwrap();
+    assert!(table.contains("### nats at 20,000 msg/s") && table.contains("floor (TCP socket ping-pong"), "{table}");
+    assert!(std::fs::read_to_string(plots.join("latency-nats.svg")).unwrap().starts_with("<svg"));
 }
