@@ -49,7 +49,7 @@ use crate::settings::{NatsAuth, Settings};
 use crate::udp::datagram_notice;
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use async_nats::jetstream::message::StreamMessage;
-use async_nats::jetstream::stream::Stream as JetStream;
+use async_nats::jetstream::stream::{DirectGetErrorKind, LastRawMessageErrorKind, Stream as JetStream};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use mdrelay_proto::relay::Totals;
@@ -526,13 +526,16 @@ async fn repair(
         loop {
             step = match step {
                 StoreStep::Look(position) => {
-                    let found = at_or_after(stream, &subject, position, direct).await;
                     fetches.fetch_add(1, Ordering::Relaxed);
+                    // A read that failed (a server lost, a leader being elected) is no answer:
+                    // taken as "nothing there" it would end the search with frames said gone.
+                    // The range is asked again at its retry.
+                    let Ok(found) = at_or_after(stream, &subject, position, direct).await else { break };
                     search.looked(position, found.as_ref().map(stored))
                 }
                 StoreStep::Read(position) => {
-                    let found = at_or_after(stream, &subject, position, direct).await;
                     fetches.fetch_add(1, Ordering::Relaxed);
+                    let Ok(found) = at_or_after(stream, &subject, position, direct).await else { break };
                     let header = found.as_ref().map(stored);
                     if let Some(message) = found
                         && answers.send(Repaired::Datagram(message.payload)).await.is_err()
@@ -553,13 +556,26 @@ async fn repair(
     }
 }
 
-/// The subject's first message stored at or after `position`; none when there is none (or it
-/// cannot be read now: the range is asked again at its retry).
-async fn at_or_after(stream: &JetStream, subject: &str, position: u64, direct: bool) -> Option<StreamMessage> {
+/// The subject's first message stored at or after `position`; none when the stream says there
+/// is none; an error when it cannot be read now.
+async fn at_or_after(
+    stream: &JetStream,
+    subject: &str,
+    position: u64,
+    direct: bool,
+) -> Result<Option<StreamMessage>, ()> {
     if direct {
-        stream.direct_get_next_for_subject(subject, Some(position)).await.ok()
+        match stream.direct_get_next_for_subject(subject, Some(position)).await {
+            Ok(message) => Ok(Some(message)),
+            Err(e) if matches!(e.kind(), DirectGetErrorKind::NotFound) => Ok(None),
+            Err(_) => Err(()),
+        }
     } else {
-        stream.raw_message_builder().sequence(position).next_by_subject(subject).send().await.ok()
+        match stream.raw_message_builder().sequence(position).next_by_subject(subject).send().await {
+            Ok(message) => Ok(Some(message)),
+            Err(e) if matches!(e.kind(), LastRawMessageErrorKind::NoMessageFound) => Ok(None),
+            Err(_) => Err(()),
+        }
     }
 }
 
