@@ -12,7 +12,7 @@ use serde::Deserialize;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 use toml::Spanned;
 
 /// mdrelay subscriber: receives a publisher's stream over TCP, UDP or multicast, decodes it
@@ -44,6 +44,30 @@ pub struct Cli {
     /// NATS: the JetStream stream that stores the subject, replayed by --from-start.
     #[arg(long, value_name = "NAME")]
     pub nats_stream: Option<String>,
+    /// NATS with --nats-stream: start with the first message the stream stored at or after this
+    /// RFC 3339 time (e.g. 2026-11-26T14:30:00Z), replayed, then the live subject.
+    #[arg(long, value_name = "TIME")]
+    pub nats_start_at: Option<String>,
+    /// NATS: authenticate with this .creds file (JWT and nkey seed).
+    #[arg(long, value_name = "FILE")]
+    pub nats_creds_file: Option<PathBuf>,
+    /// NATS: authenticate with the nkey seed in this file.
+    #[arg(long, value_name = "FILE")]
+    pub nats_nkey_file: Option<PathBuf>,
+    /// NATS: authenticate as this user, with --nats-password-file.
+    #[arg(long, value_name = "USER")]
+    pub nats_user: Option<String>,
+    /// NATS: the file holding --nats-user's password.
+    #[arg(long, value_name = "FILE")]
+    pub nats_password_file: Option<PathBuf>,
+    /// NATS: check the servers' TLS certificates with the CA certificates (PEM) in this file, and
+    /// require TLS.
+    #[arg(long, value_name = "FILE")]
+    pub nats_tls_ca_file: Option<PathBuf>,
+    /// NATS: messages held for the subscription while the subscriber does not read them (16 to
+    /// 16777216, default 65536); past it they are dropped and repaired from --nats-stream.
+    #[arg(long, value_name = "N")]
+    pub nats_pending_messages: Option<u64>,
     /// Aggregate and report only these symbols (comma-separated or repeated).
     #[arg(long, value_name = "SYMBOL", value_delimiter = ',')]
     pub symbols: Option<Vec<String>>,
@@ -188,6 +212,23 @@ impl Seconds {
     }
 }
 
+/// A time as TOML writes it: a string, or a bare offset date-time.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+enum TimeText {
+    Text(String),
+    Datetime(toml::value::Datetime),
+}
+
+impl TimeText {
+    fn text(self) -> String {
+        match self {
+            TimeText::Text(t) => t,
+            TimeText::Datetime(d) => d.to_string(),
+        }
+    }
+}
+
 /// The configuration file as written; every key optional, unknown keys refused.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -199,6 +240,13 @@ struct FileConfig {
     nats: Option<Spanned<String>>,
     nats_subject: Option<Spanned<String>>,
     nats_stream: Option<Spanned<String>>,
+    nats_start_at: Option<Spanned<TimeText>>,
+    nats_creds_file: Option<Spanned<PathBuf>>,
+    nats_nkey_file: Option<Spanned<PathBuf>>,
+    nats_user: Option<Spanned<String>>,
+    nats_password_file: Option<Spanned<PathBuf>>,
+    nats_tls_ca_file: Option<Spanned<PathBuf>>,
+    nats_pending_messages: Option<Spanned<u64>>,
     symbols: Option<Spanned<Vec<String>>>,
     latency: Option<LatencyMode>,
     echo_every: Option<Spanned<u64>>,
@@ -251,9 +299,30 @@ pub enum Transport {
         servers: String,
         /// The subject.
         subject: String,
-        /// The JetStream stream that stores it, for `from_start`.
+        /// The JetStream stream that stores it, for `from_start`, a start time and gap repair.
         stream: Option<String>,
+        /// Where to start, credentials, TLS and the subscription's pending limit.
+        options: NatsOptions,
     },
+}
+
+/// NATS settings besides the servers, subject and stream; `None`: the library's default.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NatsOptions {
+    /// Start with the stream's first message stored at or after this time.
+    pub start_at: Option<SystemTime>,
+    /// A `.creds` file (JWT and nkey seed).
+    pub creds_file: Option<PathBuf>,
+    /// A file holding an nkey seed.
+    pub nkey_file: Option<PathBuf>,
+    /// User name, with `password_file`.
+    pub user: Option<String>,
+    /// A file holding the user's password.
+    pub password_file: Option<PathBuf>,
+    /// CA certificates (PEM) the servers' are checked with; TLS is required.
+    pub tls_ca_file: Option<PathBuf>,
+    /// Messages held for the subscription while it is not read.
+    pub pending_messages: Option<usize>,
 }
 
 impl fmt::Display for Transport {
@@ -681,20 +750,158 @@ fn transport(cli: &Cli, file: &FileConfig, origin: &Origin<'_>) -> Result<(Trans
                 .map_or_else(|| "mdrelay.1".to_string(), |s| s.value);
             let stream =
                 pick(cli.nats_stream.clone(), file.nats_stream.clone(), "nats_stream", origin).map(|s| s.value);
-            Transport::Nats { servers: value, subject, stream }
+            let options = nats_options(cli, file, origin, stream.is_some())?;
+            Transport::Nats { servers: value, subject, stream, options }
         }
         _ => multicast(&value, &name, interface, "listen")?,
     };
     if !matches!(transport, Transport::Nats { .. }) {
+        // Named as given: the flag's name, or the file's line.
+        let named = |key: &str, flag: bool, span: Option<std::ops::Range<usize>>| match (flag, span) {
+            (true, _) => Some(Origin::flag(key)),
+            (false, Some(span)) => Some(origin.file_key(key, span)),
+            (false, None) => None,
+        };
+        let span = |s: &Option<Spanned<String>>| s.as_ref().map(|s| s.span());
+        let path_span = |s: &Option<Spanned<PathBuf>>| s.as_ref().map(|s| s.span());
         let given = [
-            ("nats_subject", cli.nats_subject.is_some() || file.nats_subject.is_some()),
-            ("nats_stream", cli.nats_stream.is_some() || file.nats_stream.is_some()),
+            named("nats_subject", cli.nats_subject.is_some(), span(&file.nats_subject)),
+            named("nats_stream", cli.nats_stream.is_some(), span(&file.nats_stream)),
+            named("nats_start_at", cli.nats_start_at.is_some(), file.nats_start_at.as_ref().map(|s| s.span())),
+            named("nats_creds_file", cli.nats_creds_file.is_some(), path_span(&file.nats_creds_file)),
+            named("nats_nkey_file", cli.nats_nkey_file.is_some(), path_span(&file.nats_nkey_file)),
+            named("nats_user", cli.nats_user.is_some(), span(&file.nats_user)),
+            named("nats_password_file", cli.nats_password_file.is_some(), path_span(&file.nats_password_file)),
+            named("nats_tls_ca_file", cli.nats_tls_ca_file.is_some(), path_span(&file.nats_tls_ca_file)),
+            named(
+                "nats_pending_messages",
+                cli.nats_pending_messages.is_some(),
+                file.nats_pending_messages.as_ref().map(|s| s.span()),
+            ),
         ];
-        if let Some((key, _)) = given.iter().find(|(_, set)| *set) {
+        if let Some(key) = given.into_iter().flatten().next() {
             return Err(ConfigError(format!("{key}: only used with a NATS transport (nats), and {name} is not one")));
         }
     }
     Ok((transport, transport_from_file))
+}
+
+/// The most `nats_pending_messages` (the library's limit).
+const MAX_NATS_PENDING_MESSAGES: u64 = 1 << 24;
+/// The fewest `nats_pending_messages`.
+const MIN_NATS_PENDING_MESSAGES: u64 = 16;
+
+/// A path setting from the flag or the file, refused when empty.
+fn path_setting(
+    cli: Option<PathBuf>,
+    file: Option<Spanned<PathBuf>>,
+    key: &str,
+    origin: &Origin<'_>,
+) -> Result<Option<Named<PathBuf>>, ConfigError> {
+    match pick(cli, file, key, origin) {
+        Some(Named { value, name }) if value.as_os_str().is_empty() => {
+            Err(ConfigError(format!("{name}: empty file name")))
+        }
+        other => Ok(other),
+    }
+}
+
+/// NATS's settings besides the servers, subject and stream (`with_stream`: one is set): a start
+/// time (with the stream, not with `from_start`), one kind of credentials, TLS, the pending limit.
+fn nats_options(
+    cli: &Cli,
+    file: &FileConfig,
+    origin: &Origin<'_>,
+    with_stream: bool,
+) -> Result<NatsOptions, ConfigError> {
+    let start_setting = file.nats_start_at.clone().map(|s| {
+        let span = s.span();
+        Spanned::new(span, s.into_inner().text())
+    });
+    let start_at = match pick(cli.nats_start_at.clone(), start_setting, "nats_start_at", origin) {
+        None => None,
+        Some(Named { value, name }) => {
+            let time = time::OffsetDateTime::parse(value.trim(), &time::format_description::well_known::Rfc3339)
+                .map_err(|e| {
+                    ConfigError(format!(
+                        "{name}: {value:?} is not an RFC 3339 time with its offset (e.g. \"2026-11-26T14:30:00Z\"): {e}"
+                    ))
+                })?;
+            if time.unix_timestamp() < 0 {
+                return Err(ConfigError(format!("{name}: {value} is before 1970")));
+            }
+            if !with_stream {
+                return Err(ConfigError(format!(
+                    "{name}: the start is replayed from JetStream: give the stream with nats_stream"
+                )));
+            }
+            let from_start = cli.from_start || file.from_start.as_ref().is_some_and(|s| *s.get_ref());
+            if from_start {
+                return Err(ConfigError(format!("{name}: give from_start or a start time, not both")));
+            }
+            Some(SystemTime::from(time))
+        }
+    };
+    let creds_file =
+        path_setting(cli.nats_creds_file.clone(), file.nats_creds_file.clone(), "nats_creds_file", origin)?;
+    let nkey_file = path_setting(cli.nats_nkey_file.clone(), file.nats_nkey_file.clone(), "nats_nkey_file", origin)?;
+    let user = pick(cli.nats_user.clone(), file.nats_user.clone(), "nats_user", origin);
+    let password_file =
+        path_setting(cli.nats_password_file.clone(), file.nats_password_file.clone(), "nats_password_file", origin)?;
+    let tls_ca_file =
+        path_setting(cli.nats_tls_ca_file.clone(), file.nats_tls_ca_file.clone(), "nats_tls_ca_file", origin)?;
+    if let Some(Named { value, name }) = &user
+        && value.is_empty()
+    {
+        return Err(ConfigError(format!("{name}: empty user name")));
+    }
+    let kinds: Vec<&str> = [
+        creds_file.as_ref().map(|n| n.name.as_str()),
+        nkey_file.as_ref().map(|n| n.name.as_str()),
+        user.as_ref().map(|n| n.name.as_str()).or(password_file.as_ref().map(|n| n.name.as_str())),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if kinds.len() > 1 {
+        return Err(ConfigError(format!(
+            "{}: one kind of credentials: nats_creds_file, nats_nkey_file, or nats_user with nats_password_file \
+             (also given: {})",
+            kinds[0],
+            kinds[1..].join(", ")
+        )));
+    }
+    match (&user, &password_file) {
+        (Some(Named { name, .. }), None) => {
+            return Err(ConfigError(format!("{name}: give its password's file with nats_password_file")));
+        }
+        (None, Some(Named { name, .. })) => {
+            return Err(ConfigError(format!("{name}: give the user with nats_user")));
+        }
+        _ => {}
+    }
+    let pending_messages =
+        match pick(cli.nats_pending_messages, file.nats_pending_messages.clone(), "nats_pending_messages", origin) {
+            None => None,
+            Some(Named { value, name })
+                if !(MIN_NATS_PENDING_MESSAGES..=MAX_NATS_PENDING_MESSAGES).contains(&value) =>
+            {
+                return Err(ConfigError(format!(
+                    "{name}: {value} is out of range ({MIN_NATS_PENDING_MESSAGES} to {MAX_NATS_PENDING_MESSAGES})"
+                )));
+            }
+            // At most 16 Mi by the range check.
+            Some(n) => Some(n.value as usize),
+        };
+    Ok(NatsOptions {
+        start_at,
+        creds_file: creds_file.map(|n| n.value),
+        nkey_file: nkey_file.map(|n| n.value),
+        user: user.map(|n| n.value),
+        password_file: password_file.map(|n| n.value),
+        tls_ca_file: tls_ca_file.map(|n| n.value),
+        pending_messages,
+    })
 }
 
 /// A unicast `addr:port` to listen on (`key` is the setting, `group_key` its multicast twin).
@@ -1231,5 +1438,98 @@ mod tests {
         let cli = Cli { record_max_files: Some(3), ..Cli::default() };
         let e = Settings::build(cli, file, &Origin { file: None }).unwrap_err().0;
         assert!(e.starts_with("--record-max-files: only used with rotation"), "{e}");
+    }
+
+    #[test]
+    fn nats_settings_are_read_checked_and_only_go_with_nats() {
+        let nats = "nats = \"nats://127.0.0.1:4222\"\nnats_stream = \"MD\"\n";
+        let s = from_file(&format!(
+            "{nats}nats_start_at = \"2026-11-26T14:30:00.5+01:00\"\nnats_user = \"feed\"\n\
+             nats_password_file = \"pw\"\nnats_tls_ca_file = \"ca.pem\"\nnats_pending_messages = 256\n"
+        ))
+        .unwrap();
+        let Transport::Nats { stream, options, .. } = s.transport else { panic!("not NATS: {:?}", s.transport) };
+        assert_eq!(stream.as_deref(), Some("MD"));
+        // 13:30:00.5 UTC that day.
+        let at = SystemTime::UNIX_EPOCH + Duration::from_millis(1_795_699_800_500);
+        assert_eq!(
+            options,
+            NatsOptions {
+                start_at: Some(at),
+                user: Some("feed".into()),
+                password_file: Some("pw".into()),
+                tls_ca_file: Some("ca.pem".into()),
+                pending_messages: Some(256),
+                ..NatsOptions::default()
+            }
+        );
+        // A bare TOML date-time is taken as well; the flags override the file.
+        let s = from_file(&format!("{nats}nats_start_at = 2026-11-26T13:30:00.5Z\n")).unwrap();
+        assert!(
+            matches!(s.transport, Transport::Nats { options: NatsOptions { start_at: Some(t), .. }, .. } if t == at)
+        );
+        let file: FileConfig = toml::from_str(&format!("{nats}nats_creds_file = \"a.creds\"\n")).unwrap();
+        let cli = Cli {
+            nats_creds_file: Some("b.creds".into()),
+            nats_start_at: Some("2026-11-26T13:30:00.5Z".into()),
+            nats_pending_messages: Some(16),
+            ..Cli::default()
+        };
+        let s = Settings::build(cli, file, &Origin { file: None }).unwrap();
+        let Transport::Nats { options, .. } = s.transport else { panic!() };
+        assert_eq!(
+            (options.creds_file, options.start_at, options.pending_messages),
+            (Some("b.creds".into()), Some(at), Some(16))
+        );
+        let s = from_file(&format!("{nats}nats_nkey_file = \"seed.nk\"\n")).unwrap();
+        assert!(matches!(s.transport, Transport::Nats { options: NatsOptions { nkey_file: Some(_), .. }, .. }));
+
+        let bad = |extra: &str| err(&format!("{nats}{extra}"));
+        let e = bad("nats_start_at = \"yesterday\"\n");
+        assert!(e.contains("line 3: nats_start_at: \"yesterday\" is not an RFC 3339 time"), "{e}");
+        assert!(bad("nats_start_at = \"2026-11-26T13:30:00\"\n").contains("nats_start_at"));
+        assert!(
+            bad("nats_start_at = \"1969-12-31T23:59:59Z\"\n")
+                .contains("nats_start_at: 1969-12-31T23:59:59Z is before 1970")
+        );
+        let e = err("nats = \"nats://h:1\"\nnats_start_at = \"2026-11-26T13:30:00Z\"\n");
+        assert!(
+            e.contains("nats_start_at: the start is replayed from JetStream: give the stream with nats_stream"),
+            "{e}"
+        );
+        let e = bad("nats_start_at = \"2026-11-26T13:30:00Z\"\nfrom_start = true\n");
+        assert!(e.contains("nats_start_at: give from_start or a start time, not both"), "{e}");
+        assert!(bad("nats_user = \"feed\"\n").contains("nats_user: give its password's file with nats_password_file"));
+        assert!(bad("nats_password_file = \"pw\"\n").contains("nats_password_file: give the user with nats_user"));
+        let e = bad("nats_creds_file = \"a.creds\"\nnats_nkey_file = \"s.nk\"\n");
+        assert!(e.contains("nats_creds_file: one kind of credentials") && e.contains("nats_nkey_file"), "{e}");
+        assert!(bad("nats_tls_ca_file = \"\"\n").contains("nats_tls_ca_file: empty file name"));
+        assert!(bad("nats_user = \"\"\nnats_password_file = \"pw\"\n").contains("nats_user: empty user name"));
+        let e = bad("nats_pending_messages = 15\n");
+        assert!(e.contains("nats_pending_messages: 15 is out of range (16 to 16777216)"), "{e}");
+        assert!(bad("nats_pending_messages = 16777217\n").contains("nats_pending_messages: 16777217 is out of range"));
+
+        // Only with a NATS transport, from the file or as a flag.
+        for key in [
+            "nats_start_at = \"2026-11-26T13:30:00Z\"",
+            "nats_creds_file = \"a\"",
+            "nats_nkey_file = \"a\"",
+            "nats_user = \"u\"",
+            "nats_password_file = \"p\"",
+            "nats_tls_ca_file = \"c\"",
+            "nats_pending_messages = 64",
+        ] {
+            let e = err(&format!("connect = \"h:1\"\n{key}\n"));
+            let name = key.split(' ').next().unwrap();
+            assert!(e.contains(&format!("line 2: {name}: only used with a NATS transport")), "{e}");
+        }
+        let file: FileConfig = toml::from_str("listen = \"127.0.0.1:1\"\n").unwrap();
+        let cli = Cli { nats_password_file: Some("p".into()), ..Cli::default() };
+        let e = Settings::build(cli, file, &Origin { file: None }).unwrap_err().0;
+        assert!(e.starts_with("--nats-password-file: only used with a NATS transport"), "{e}");
+        let file: FileConfig = toml::from_str("").unwrap();
+        let cli = Cli { connect: Some("h:1".into()), nats_pending_messages: Some(64), ..Cli::default() };
+        let e = Settings::build(cli, file, &Origin { file: None }).unwrap_err().0;
+        assert!(e.starts_with("--nats-pending-messages: only used with a NATS transport"), "{e}");
     }
 }

@@ -37,6 +37,9 @@ impl Stop {
 pub enum RunError {
     /// The publisher refused the subscriber, or speaks another protocol: exit code 3.
     Refused(String),
+    /// A setting the transport could not use (NATS credentials the server refuses, say): exit
+    /// code 2.
+    Config(String),
     /// The transport could not be set up (e.g. the address cannot be bound): exit code 1.
     Fatal(anyhow::Error),
 }

@@ -120,6 +120,10 @@ async fn run(settings: Settings, build_info: Option<metrics::Gauge>) -> ExitStat
             eprintln!("mdrelay-sub: {message}");
             ("refused", ExitStatus::Refused)
         }
+        Err(RunError::Config(message)) => {
+            eprintln!("mdrelay-sub: configuration error: {message}");
+            ("error", ExitStatus::Config)
+        }
         Err(RunError::Fatal(error)) => {
             eprintln!("mdrelay-sub: error: {error:#}");
             ("error", ExitStatus::Failure)

@@ -49,6 +49,8 @@ pub struct SubscriberMetrics {
     /// Refused by frame protection, by reason: crc, authentication, replayed, mismatched.
     refused: [Counter; 4],
     recovered: Counter,
+    /// NATS: messages read from the JetStream stream to repair gaps.
+    repair_fetches: Counter,
     reconnects: Counter,
     last_sequence: Gauge,
     format: Vec<Gauge>,
@@ -76,6 +78,7 @@ impl SubscriberMetrics {
             refused: ["crc", "authentication", "replayed", "mismatched"]
                 .map(|reason| counter!("mdrelay_sub_protection_refused_total", "reason" => reason)),
             recovered: counter!("mdrelay_sub_recovered_frames_total"),
+            repair_fetches: counter!("mdrelay_sub_nats_repair_fetches_total"),
             reconnects: counter!("mdrelay_sub_reconnects_total"),
             last_sequence: gauge!("mdrelay_sub_last_sequence"),
             format: Format::ALL.iter().map(|f| gauge!("mdrelay_sub_format", "format" => f.name())).collect(),
@@ -107,6 +110,7 @@ impl SubscriberMetrics {
         if let Some(recovery) = &c.recovery {
             self.recovered.absolute(recovery.frames_recovered);
         }
+        self.repair_fetches.absolute(c.repair_fetches);
         if let Some(highest) = c.highest_sequence {
             self.last_sequence.set(highest as f64);
         }
@@ -198,7 +202,11 @@ fn describe() {
     );
     describe_counter!(
         "mdrelay_sub_recovered_frames_total",
-        "Missing frames recovered from the retransmission service."
+        "Missing frames recovered from the retransmission service (NATS: from the JetStream stream)."
+    );
+    describe_counter!(
+        "mdrelay_sub_nats_repair_fetches_total",
+        "NATS: messages read from the JetStream stream to repair gaps (those read to find where a range starts included)."
     );
     describe_counter!("mdrelay_sub_reconnects_total", "TCP connections re-established after one was lost.");
     describe_gauge!("mdrelay_sub_last_sequence", "The highest frame sequence number received.");

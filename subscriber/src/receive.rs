@@ -6,7 +6,7 @@
 //! protection, sequence accounting, A/B lines, loss recovery, echoes, the idle strategy) is the
 //! library's; this module is what the subscriber does with what arrives.
 
-use crate::config::{LatencyMode, Settings, Transport};
+use crate::config::{LatencyMode, NatsOptions, Settings, Transport};
 use crate::control::{Control, Event as ControlEvent, RunError, Stop};
 use crate::histlog::HistogramLog;
 use crate::metrics::{LoopCounts, SubscriberMetrics};
@@ -39,6 +39,8 @@ pub struct Pipeline {
     counters: Counters,
     count: Option<u64>,
     from_start: bool,
+    /// NATS with a JetStream stream: gaps are repaired from it.
+    jetstream_repair: bool,
     print_intervals: bool,
     latency_mode: LatencyMode,
     transport: String,
@@ -71,6 +73,7 @@ impl Pipeline {
             counters: Counters::default(),
             count: settings.count,
             from_start: settings.from_start,
+            jetstream_repair: matches!(settings.transport, Transport::Nats { stream: Some(_), .. }),
             print_intervals: settings.report_interval.is_some(),
             latency_mode: settings.latency,
             transport: settings.transport.to_string(),
@@ -275,6 +278,7 @@ impl Pipeline {
                 elapsed: now - self.started,
                 latency_mode: self.latency_mode.name(),
                 from_start,
+                jetstream_repair: self.jetstream_repair,
             },
         );
         // Last, so the file holds every frame the report counts; this waits for the writer.
@@ -382,13 +386,7 @@ pub fn builder(settings: &Settings, recording: bool) -> Builder {
         }
         Transport::Udp(addr) => Builder::udp(addr.to_string()),
         Transport::Multicast { group, interface } => Builder::multicast(group.to_string(), interface.to_string()),
-        Transport::Nats { servers, subject, stream } => {
-            let b = Builder::nats(servers.clone(), subject.clone());
-            match stream {
-                Some(stream) => b.nats_stream(stream.clone()),
-                None => b,
-            }
-        }
+        Transport::Nats { servers, subject, stream, options } => nats_builder(servers, subject, stream, options),
     };
     match &settings.line_b {
         Some(Transport::Multicast { group, interface }) => {
@@ -421,6 +419,36 @@ pub fn builder(settings: &Settings, recording: bool) -> Builder {
         b = b.echo_every(settings.echo_every.max(1));
     }
     b.profile(settings.profile).idle(settings.idle).busy_poll(settings.busy_poll).frame_bytes(recording)
+}
+
+/// The library's NATS builder: the subject on the servers, with the stream and the options set.
+fn nats_builder(servers: &str, subject: &str, stream: &Option<String>, options: &NatsOptions) -> Builder {
+    let mut b = Builder::nats(servers, subject);
+    if let Some(stream) = stream {
+        b = b.nats_stream(stream.clone());
+    }
+    if let Some(time) = options.start_at {
+        b = b.nats_start_at(time);
+    }
+    if let Some(path) = &options.creds_file {
+        b = b.nats_creds_file(path.clone());
+    }
+    if let Some(path) = &options.nkey_file {
+        b = b.nats_nkey_file(path.clone());
+    }
+    if let Some(user) = &options.user {
+        b = b.nats_user(user.clone());
+    }
+    if let Some(path) = &options.password_file {
+        b = b.nats_password_file(path.clone());
+    }
+    if let Some(path) = &options.tls_ca_file {
+        b = b.nats_tls_ca_file(path.clone());
+    }
+    if let Some(n) = options.pending_messages {
+        b = b.nats_pending_messages(n);
+    }
+    b
 }
 
 /// Receives until a stop; the counts are in the pipeline for its report.
@@ -573,6 +601,11 @@ fn start_error(error: Error, settings: &Settings) -> RunError {
             RunError::Fatal(anyhow::anyhow!(
                 "{key}: {address} is in use by another program (another subscriber?); a unicast port takes one receiver: give each subscriber its own port, or use multicast"
             ))
+        }
+        // A NATS setting the server refuses (credentials, TLS) or a file it names that cannot be
+        // read: named as the configuration names it.
+        (Error::Config { .. }, _) if matches!(settings.transport, Transport::Nats { .. }) => {
+            RunError::Config(error.to_string())
         }
         (_, ErrorKind::Unreachable) if matches!(settings.transport, Transport::Tcp(_)) => {
             RunError::Fatal(anyhow::anyhow!("connect: {error}"))

@@ -204,6 +204,7 @@ impl Stats {
             resumes: c.resumes,
             from_start: run.from_start,
             recovery: c.recovery.clone().unwrap_or_default(),
+            repair_fetches: run.jetstream_repair.then_some(c.repair_fetches),
             lines: c.lines.clone(),
             arbitrated: c.arbitrated,
             transport: run.transport,
@@ -238,6 +239,8 @@ pub struct RunInfo {
     pub latency_mode: &'static str,
     /// `--from-start`: whether the whole session came.
     pub from_start: Option<FromStartReport>,
+    /// NATS with a JetStream stream: gaps are repaired from the stream (`recovery` says how).
+    pub jetstream_repair: bool,
 }
 
 /// What `--from-start` got.
@@ -302,8 +305,12 @@ pub struct Report {
     pub resumes: u64,
     /// `--from-start` (TCP): `null` when not asked for.
     pub from_start: Option<FromStartReport>,
-    /// Loss recovery (UDP and multicast): what was missing and what became of it.
+    /// Loss recovery (UDP and multicast; NATS from the JetStream stream, whose reads of a range
+    /// are its `requests`): what was missing and what became of it.
     pub recovery: RecoveryReport,
+    /// NATS with a JetStream stream: messages read from the stream to repair gaps (those read to
+    /// find where a range starts included); `null` otherwise.
+    pub repair_fetches: Option<u64>,
     /// A/B: each line's figures (`a` and `b`); `null` with one line.
     pub lines: Option<LinesReport>,
     /// A/B: copies of frames that the other line had delivered first (taken once).
@@ -399,7 +406,7 @@ impl fmt::Display for Report {
             writeln!(
                 f,
                 "  recovery: gaps {}   missing {}   recovered {}   filled late {}   unrecoverable {}   requests {}   \
-                 busy {}   gone {}   latency p50 {}  p99 {}  max {}{}",
+                 busy {}   gone {}   latency p50 {}  p99 {}  max {}{}{}",
                 r.gaps_detected,
                 r.frames_missing,
                 r.frames_recovered,
@@ -411,7 +418,8 @@ impl fmt::Display for Report {
                 r.latency_ns.p50.map_or_else(|| "-".to_string(), human_ns),
                 r.latency_ns.p99.map_or_else(|| "-".to_string(), human_ns),
                 r.latency_ns.max.map_or_else(|| "-".to_string(), human_ns),
-                if r.refused { "   (refused by the service)" } else { "" }
+                if r.refused { "   (refused by the service)" } else { "" },
+                self.repair_fetches.map_or_else(String::new, |n| format!("   stream reads {n}"))
             )?;
         }
         if let Some(lines) = &self.lines {
@@ -544,6 +552,7 @@ mod tests {
             elapsed: Duration::from_secs(1),
             latency_mode: "one-way",
             from_start: None,
+            jetstream_repair: false,
         };
         let report = stats.report(&counters, run);
         assert_eq!(report.total_trade_volume, 7);

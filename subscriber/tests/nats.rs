@@ -1,11 +1,15 @@
 //! `mdrelay-sub` over NATS, against a real `nats-server` and an `mdrelay-pub` with a `[nats]`
 //! output: DEEP10 to a live subscriber and, after the run, to one replaying the JetStream
-//! stream from the start; both reports equal to the independent reference in ../shared.
+//! stream from the start; a subscriber stopped (SIGSTOP) mid-stream, whose lost messages are
+//! repaired from the stream; a server that requires a user and password. Every report equals the
+//! independent reference in ../shared.
 
+use std::path::Path;
 use std::time::Duration;
 
 use mdrelay_harness::{
-    NatsServer, Process, assert_aggregates, expected, iex_data, json_file, publisher_bin, subscriber_bin,
+    NatsServer, Process, Signal, assert_aggregates, expected, iex_data, json_file, publisher_bin, serial,
+    subscriber_bin,
 };
 
 const RUN: Duration = Duration::from_secs(120);
@@ -41,4 +45,135 @@ fn deep10_over_nats_live_and_from_the_start_matches_the_reference() {
     let late = Process::start(subscriber_bin(), nats.iter().chain(&late_args));
     assert_eq!(late.finish(RUN).code(), Some(0));
     assert_aggregates(&json_file(&late_json), &reference, "mdrelay-sub replaying the stream from the start");
+}
+
+/// A publisher configuration: DEEP10 in SBE to `[nats]` on `server`'s `subject` and `stream`, at
+/// `rate` messages a second, frames coalesced up to 4 KiB, with `extra` `[nats]` keys.
+fn publisher_config(dir: &Path, server: &NatsServer, subject: &str, stream: &str, rate: u32, extra: &str) -> String {
+    let path = dir.join(format!("{stream}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            "format = \"sbe\"\n[source]\ncapture = \"{}\"\n[pacing]\nmode = \"rate\"\nrate = {rate}\n\
+             [batching]\ncoalesce_bytes = 4096\n[nats]\nservers = [\"{}\"]\nsubject = \"{subject}\"\n\
+             stream = \"{stream}\"\n{extra}",
+            iex_data().join("DEEP10.pcap.gz").display(),
+            server.url()
+        ),
+    )
+    .unwrap();
+    path.display().to_string()
+}
+
+/// The log without its interval lines.
+fn lines_other_than_intervals(stderr: &str) -> String {
+    stderr.lines().filter(|l| !l.contains(" msg/s ")).collect::<Vec<_>>().join("\n")
+}
+
+/// Asserts a report has the whole of DEEP10: the reference's aggregates, frames and messages, and
+/// nothing missing.
+fn assert_whole(report: &serde_json::Value, reference: &serde_json::Value, context: &str) {
+    assert_aggregates(report, reference, context);
+    assert_eq!(report["messages"], reference["messages"], "{context}: messages");
+    assert_eq!(report["frames"], reference["segments"], "{context}: frames");
+    assert_eq!(report["gaps"].as_u64(), Some(0), "{context}: gaps");
+    assert_eq!(report["totals_match"].as_bool(), Some(true), "{context}: totals match");
+}
+
+#[test]
+fn a_subscriber_stopped_mid_stream_has_what_it_lost_repaired_from_jetstream() {
+    let _serial = serial();
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let reference = expected("DEEP10.json");
+    let config = publisher_config(dir.path(), &server, "md.stop", "STOP", 100_000, "");
+    let json = dir.path().join("stopped.json");
+    let url = server.url();
+    let mut subscriber = Process::start(
+        subscriber_bin(),
+        [
+            "--nats",
+            url.as_str(),
+            "--nats-subject",
+            "md.stop",
+            "--nats-stream",
+            "STOP",
+            "--nats-pending-messages",
+            "256",
+            "--report-interval",
+            "0.2",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+    );
+    subscriber.wait_for("subscribed over NATS");
+    let publisher = Process::start(publisher_bin(), ["run", "--config", config.as_str()]);
+    // A quarter of the way in, the subscriber stops for a second: what the server sends meanwhile
+    // backs up, and past 256 messages the client drops it when the process runs again.
+    let segments = reference["segments"].as_u64().unwrap();
+    subscriber.wait_for_frames(segments / 4);
+    subscriber.signal(Signal::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(1));
+    subscriber.signal(Signal::SIGCONT);
+    let finished = subscriber.finish(RUN);
+    assert_eq!(finished.code(), Some(0), "stderr: {}", finished.stderr);
+    publisher.finish(RUN).assert_success();
+    let report = json_file(&json);
+    let printed = format!("report:\n{}\nlog:\n{}", finished.stdout, lines_other_than_intervals(&finished.stderr));
+    let context = format!("mdrelay-sub over NATS, stopped for a second (recovery: {}; {printed})", report["recovery"]);
+    let context = context.as_str();
+    assert_whole(&report, &reference, context);
+    let recovery = &report["recovery"];
+    assert!(recovery["frames_recovered"].as_u64().unwrap() > 0, "{context}: nothing repaired: {recovery}");
+    assert_eq!(recovery["frames_unrecoverable"].as_u64(), Some(0), "{context}: {recovery}");
+    assert!(report["repair_fetches"].as_u64().unwrap() > 0, "{context}: no reads from the stream: {report}");
+    assert!(finished.stdout.contains("stream reads"), "the text report says the reads:\n{}", finished.stdout);
+}
+
+#[test]
+fn a_server_that_requires_a_password_takes_the_right_one_and_the_wrong_one_is_named() {
+    let _serial = serial();
+    let server = NatsServer::start_with(&["--user", "feed", "--pass", "s3cret"]);
+    let dir = tempfile::tempdir().unwrap();
+    let password = dir.path().join("password");
+    std::fs::write(&password, "s3cret\n").unwrap();
+    let wrong = dir.path().join("wrong");
+    std::fs::write(&wrong, "guess\n").unwrap();
+    let reference = expected("DEEP10.json");
+    let extra = format!("user = \"feed\"\npassword_file = \"{}\"\n", password.display());
+    let config = publisher_config(dir.path(), &server, "md.auth", "AUTH", 300_000, &extra);
+    let json = dir.path().join("auth.json");
+    let url = server.url();
+    let args = |password: &Path| {
+        vec![
+            "--nats".to_string(),
+            url.clone(),
+            "--nats-subject".into(),
+            "md.auth".into(),
+            "--nats-user".into(),
+            "feed".into(),
+            "--nats-password-file".into(),
+            password.display().to_string(),
+            "--report-interval".into(),
+            "0".into(),
+        ]
+    };
+    let mut subscriber = Process::start(
+        subscriber_bin(),
+        args(&password).into_iter().chain(["--json".into(), json.display().to_string()]),
+    );
+    subscriber.wait_for("subscribed over NATS");
+    let publisher = Process::start(publisher_bin(), ["run", "--config", config.as_str()]);
+    let finished = subscriber.finish(RUN);
+    assert_eq!(finished.code(), Some(0), "stderr: {}", finished.stderr);
+    publisher.finish(RUN).assert_success();
+    assert_whole(&json_file(&json), &reference, "mdrelay-sub over NATS with a password");
+
+    let refused = Process::start(subscriber_bin(), args(&wrong)).finish(RUN);
+    assert_eq!(refused.code(), Some(2), "a wrong password is a configuration error; stderr: {}", refused.stderr);
+    assert!(
+        refused.stderr.contains("nats_password_file") && refused.stderr.contains("refused the credentials"),
+        "the error names the setting: {}",
+        refused.stderr
+    );
 }
