@@ -20,6 +20,7 @@ use anyhow::{Context, Result, anyhow};
 use async_nats::jetstream::{self, stream};
 use bytes::Bytes;
 use futures_util::StreamExt;
+use futures_util::future::{BoxFuture, FutureExt};
 use futures_util::stream::FuturesUnordered;
 use mdrelay_proto::codec::Format;
 use mdrelay_proto::relay::{DatagramHeader, DatagramKind, Protector};
@@ -498,7 +499,8 @@ impl Publisher {
             if acks.is_empty()
                 && let Some(end) = end.take()
             {
-                acks.push(self.publish(end, Duration::ZERO));
+                let acked = self.publish_in_order(end).await;
+                acks.push(acked);
                 continue;
             }
             tokio::select! {
@@ -525,7 +527,10 @@ impl Publisher {
                 message = rx.recv(), if open && acks.len() < max => match message {
                     Some(message) => {
                         self.counters.published.fetch_add(1, Ordering::Relaxed);
-                        acks.push(self.publish(message, Duration::ZERO));
+                        // Handed to the client here, not when the set of futures polls it:
+                        // futures polled in any order would publish in any order.
+                        let acked = self.publish_in_order(message).await;
+                        acks.push(acked);
                     }
                     None => {
                         open = false;
@@ -547,9 +552,29 @@ impl Publisher {
         Ok(())
     }
 
-    /// Publishes `message` after `delay` (a retry's) and awaits its acknowledgement, as one
-    /// future: a retry waits without holding up the others.
-    fn publish(&self, message: Bytes, delay: Duration) -> impl std::future::Future<Output = Acked> + use<> {
+    /// Hands `message` to the client now, in the order of the calls, and returns the wait for
+    /// its acknowledgement: first publications go out in the stream's order (a subscriber reads
+    /// the subject as one ordered stream), while the acknowledgements are awaited together.
+    async fn publish_in_order(&self, message: Bytes) -> BoxFuture<'static, Acked> {
+        self.counters.pending_acks.fetch_add(1, Ordering::Relaxed);
+        let mut connections = self.connections.clone();
+        let sent_on = *connections.borrow_and_update();
+        let sent =
+            self.js.publish_with_headers(self.settings.subject.clone(), headers(&message), message.clone()).await;
+        async move {
+            let result = match sent {
+                Ok(ack) => await_ack(ack, connections, sent_on).await,
+                Err(e) => Err((e.to_string(), RETRY_WAIT)),
+            };
+            (message, result)
+        }
+        .boxed()
+    }
+
+    /// Publishes `message` again after `delay` and awaits its acknowledgement, as one future: a
+    /// retry waits without holding up the others (its frames may come after later ones, which
+    /// a subscriber takes as a late datagram, as over UDP).
+    fn publish(&self, message: Bytes, delay: Duration) -> BoxFuture<'static, Acked> {
         self.counters.pending_acks.fetch_add(1, Ordering::Relaxed);
         let js = self.js.clone();
         let subject = self.settings.subject.clone();
@@ -558,34 +583,50 @@ impl Publisher {
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }
-            let mut headers = async_nats::HeaderMap::new();
-            if let Some(id) = message_id(&message) {
-                headers.insert("Nats-Msg-Id", id.as_str());
-            }
             // The connection it goes out on (or, while disconnected, the next one).
             let sent_on = *connections.borrow_and_update();
-            let result = match js.publish_with_headers(subject, headers, message.clone()).await {
-                Ok(ack) => tokio::select! {
-                    acked = tokio::time::timeout(ACK_TIMEOUT, ack.into_future()) => match acked {
-                        Ok(Ok(ack)) => Ok(ack),
-                        Ok(Err(e)) => Err((e.to_string(), RETRY_WAIT)),
-                        Err(_) => Err((format!("no acknowledgement within {} s", ACK_TIMEOUT.as_secs()), RETRY_WAIT)),
-                    },
-                    // A new connection: the one it went out on is gone, and with it the
-                    // acknowledgement. Published again at once on the new one (the stream keeps
-                    // one copy), instead of after the acknowledgement's time-out.
-                    _ = async {
-                        if connections.wait_for(|now| *now != sent_on).await.is_err() {
-                            // The client is gone; its acknowledgements time out as they are.
-                            std::future::pending::<()>().await;
-                        }
-                    } => {
-                        Err(("the connection was lost before the acknowledgement".to_string(), Duration::ZERO))
-                    }
-                },
+            let result = match js.publish_with_headers(subject, headers(&message), message.clone()).await {
+                Ok(ack) => await_ack(ack, connections, sent_on).await,
                 Err(e) => Err((e.to_string(), RETRY_WAIT)),
             };
             (message, result)
+        }
+        .boxed()
+    }
+}
+
+/// The headers of a message: its deduplication id.
+fn headers(message: &[u8]) -> async_nats::HeaderMap {
+    let mut headers = async_nats::HeaderMap::new();
+    if let Some(id) = message_id(message) {
+        headers.insert("Nats-Msg-Id", id.as_str());
+    }
+    headers
+}
+
+/// Awaits the acknowledgement of a message sent on connection `sent_on`: an error says why it
+/// must be published again, and how long to wait first.
+async fn await_ack(
+    ack: jetstream::context::PublishAckFuture,
+    mut connections: Connections,
+    sent_on: u64,
+) -> Result<jetstream::publish::PublishAck, (String, Duration)> {
+    tokio::select! {
+        acked = tokio::time::timeout(ACK_TIMEOUT, ack.into_future()) => match acked {
+            Ok(Ok(ack)) => Ok(ack),
+            Ok(Err(e)) => Err((e.to_string(), RETRY_WAIT)),
+            Err(_) => Err((format!("no acknowledgement within {} s", ACK_TIMEOUT.as_secs()), RETRY_WAIT)),
+        },
+        // A new connection: the one it went out on is gone, and with it the acknowledgement.
+        // Published again at once on the new one (the stream keeps one copy), instead of after
+        // the acknowledgement's time-out.
+        _ = async {
+            if connections.wait_for(|now| *now != sent_on).await.is_err() {
+                // The client is gone; its acknowledgements time out as they are.
+                std::future::pending::<()>().await;
+            }
+        } => {
+            Err(("the connection was lost before the acknowledgement".to_string(), Duration::ZERO))
         }
     }
 }

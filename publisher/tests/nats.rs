@@ -134,3 +134,69 @@ fn refused_credentials_name_the_setting() {
     assert_eq!(finished.code(), Some(2), "stderr: {}", finished.stderr);
     assert!(finished.stderr.contains("nats.user / nats.password_file"), "{}", finished.stderr);
 }
+
+/// A server whose only user is the nkey `user` (its public key), with JetStream.
+fn nkey_server(dir: &Path, user: &str) -> NatsServer {
+    let config = dir.join("server.conf");
+    std::fs::write(&config, format!("authorization {{\n  users = [ {{ nkey: \"{user}\" }} ]\n}}\n")).unwrap();
+    NatsServer::start_with(&["-c", config.to_str().unwrap()])
+}
+
+#[test]
+fn an_nkey_the_server_does_not_know_is_refused_naming_the_setting_and_its_own_is_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let known = nkeys::KeyPair::new_user();
+    let server = nkey_server(dir.path(), &known.public_key());
+    let seed_file = dir.path().join("user.nk");
+    let settings = |seed: &Path| {
+        format!(
+            "servers = [\"{}\"]\nsubject = \"md.nk\"\nstream = \"NK\"\nnkey_file = \"{}\"",
+            server.url(),
+            seed.display()
+        )
+    };
+
+    std::fs::write(&seed_file, nkeys::KeyPair::new_user().seed().unwrap() + "\n").unwrap();
+    let finished = run_publisher(&config(dir.path(), 0, &settings(&seed_file)), &dir.path().join("s.json"))
+        .finish(Duration::from_secs(60));
+    assert_eq!(finished.code(), Some(2), "another user's seed: {}", finished.stderr);
+    assert!(finished.stderr.contains("nats.nkey_file"), "{}", finished.stderr);
+
+    std::fs::write(&seed_file, "SUAnotaseed\n").unwrap();
+    let finished = run_publisher(&config(dir.path(), 0, &settings(&seed_file)), &dir.path().join("s.json"))
+        .finish(Duration::from_secs(60));
+    assert_eq!(finished.code(), Some(2), "a malformed seed: {}", finished.stderr);
+    assert!(finished.stderr.contains("nats.nkey_file"), "{}", finished.stderr);
+
+    // The known user's seed: the whole stream is stored.
+    std::fs::write(&seed_file, known.seed().unwrap() + "\n").unwrap();
+    let json = dir.path().join("ok.json");
+    run_publisher(&config(dir.path(), 0, &settings(&seed_file)), &json)
+        .finish(Duration::from_secs(120))
+        .assert_success();
+    let segments = expected("DEEP10.json")["segments"].as_u64().unwrap();
+    let summary = mdrelay_harness::json_file(&json);
+    assert_eq!(summary["nats"]["acknowledged"].as_u64(), Some(segments + 1), "summary: {summary}");
+}
+
+/// A `.creds` file needs a JWT signed by an operator's account, which a server in operator mode
+/// checks; without `nsc` to make one, what is tested here is the file itself: missing, or not a
+/// credentials file, refused before any connection, naming the setting.
+#[test]
+fn a_creds_file_that_is_missing_or_malformed_is_refused_naming_the_setting() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let malformed = dir.path().join("bad.creds");
+    std::fs::write(&malformed, "this is not a credentials file\n").unwrap();
+    for (name, creds) in [("missing", dir.path().join("absent.creds")), ("malformed", malformed)] {
+        let settings = format!("servers = [\"{}\"]\ncreds_file = \"{}\"", server.url(), creds.display());
+        let finished = run_publisher(&config(dir.path(), 0, &settings), &dir.path().join("s.json"))
+            .finish(Duration::from_secs(60));
+        assert_eq!(finished.code(), Some(2), "{name}: {}", finished.stderr);
+        assert!(
+            finished.stderr.contains("nats.creds_file") && finished.stderr.contains(&creds.display().to_string()),
+            "{name}: {}",
+            finished.stderr
+        );
+    }
+}

@@ -1,0 +1,254 @@
+//! Frame protection over NATS, on real processes and a real `nats-server`: DEEP10 exact under
+//! CRC-32C and under AES-GCM; a subscriber with another key refuses every message as it does
+//! over UDP, and counts them; datagrams forged onto the subject (unprotected, or sealed with
+//! another key) are refused and counted while the real stream stays exact; a SIGHUP format
+//! switch mid-stream is followed through NATS.
+
+use mdrelay_harness::{
+    NatsServer, Process, STEP, Signal, assert_aggregates, expected, iex_data, json_file, publisher_bin, subscriber_bin,
+};
+use mdrelay_proto::codec::Format;
+use mdrelay_proto::relay::{DATAGRAM_VERSION, DatagramHeader, DatagramKind, Protector, WireKey};
+use serde_json::Value;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The longest a relay of DEEP10 may take (a few seconds paced; far longer only if it hangs).
+const RUN: Duration = Duration::from_secs(120);
+
+/// A key file of `byte` repeated, readable by its owner only.
+fn key_file(dir: &Path, name: &str, byte: u8) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("{byte:02x}").repeat(32) + "\n").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
+/// A `[protection]` section.
+fn protection(crc: bool, key: Option<&Path>) -> String {
+    let mut text = format!("[protection]\ncrc = {crc}\n");
+    if let Some(key) = key {
+        text += &format!("key_file = {:?}\n", key.display().to_string());
+    }
+    text
+}
+
+/// A subscriber configuration holding only `[protection]`.
+fn subscriber_config(dir: &Path, name: &str, crc: bool, key: Option<&Path>) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, protection(crc, key)).unwrap();
+    path.display().to_string()
+}
+
+/// A publisher configuration: DEEP10 in `format` at `rate` messages/s, coalesced into 8 KiB
+/// datagrams, protected by `protection`, to the subject `md.p` of `server` (stream `PROT`).
+fn publisher_config(path: &Path, format: &str, rate: u32, protection: &str, server: &NatsServer) {
+    let text = format!(
+        "format = \"{format}\"\n[source]\ncapture = \"{}\"\n[pacing]\nmode = \"rate\"\nrate = {rate}\n\
+         [batching]\ncoalesce_bytes = 8192\n{protection}[nats]\nservers = [\"{}\"]\nsubject = \"md.p\"\nstream = \"PROT\"\n",
+        iex_data().join("DEEP10.pcap.gz").display(),
+        server.url()
+    );
+    std::fs::write(path, text).unwrap();
+}
+
+/// An `mdrelay-sub` on the subject `md.p`, subscribed when returned.
+fn nats_subscriber(server: &NatsServer, config: &str, json: &Path, interval: &str) -> Process {
+    let url = server.url();
+    let mut subscriber = Process::start(
+        subscriber_bin(),
+        [
+            "--config",
+            config,
+            "--nats",
+            &url,
+            "--nats-subject",
+            "md.p",
+            "--json",
+            json.to_str().unwrap(),
+            "--report-interval",
+            interval,
+        ],
+    );
+    subscriber.wait_for("subscribed over NATS");
+    subscriber
+}
+
+fn run_publisher(config: &Path, json: &Path) -> Process {
+    Process::start(publisher_bin(), ["run", "--config", config.to_str().unwrap(), "--json", json.to_str().unwrap()])
+}
+
+/// The report of a subscriber that ended with the stream.
+fn finished_report(subscriber: Process, json: &Path, context: &str) -> Value {
+    let finished = subscriber.finish(RUN);
+    assert_eq!(finished.code(), Some(0), "{context}: {finished:?}");
+    json_file(json)
+}
+
+fn assert_exact(report: &Value, context: &str) {
+    let reference = expected("DEEP10.json");
+    assert_aggregates(report, &reference, context);
+    assert_eq!(report["messages"], reference["messages"], "{context}");
+    assert_eq!(report["gaps"], 0, "{context}: {report}");
+    assert_eq!(report["totals_match"], true, "{context}: {report}");
+}
+
+fn assert_nothing_refused(report: &Value, context: &str) {
+    for key in
+        ["crc_failures", "authentication_failures", "replayed_datagrams", "mismatched_datagrams", "frames_refused"]
+    {
+        assert_eq!(report["protection"][key], 0, "{context}: {key}: {}", report["protection"]);
+    }
+}
+
+#[test]
+fn deep10_is_exact_under_crc_over_nats() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("pub.toml");
+    publisher_config(&config, "sbe", 300_000, &protection(true, None), &server);
+    let sub_config = subscriber_config(dir.path(), "sub.toml", true, None);
+    let sub_json = dir.path().join("sub.json");
+    let subscriber = nats_subscriber(&server, &sub_config, &sub_json, "0");
+    run_publisher(&config, &dir.path().join("pub.json")).finish(RUN).assert_success();
+    let report = finished_report(subscriber, &sub_json, "CRC over NATS");
+    assert_exact(&report, "CRC over NATS");
+    assert_nothing_refused(&report, "CRC over NATS");
+}
+
+#[test]
+fn deep10_is_exact_under_aes_gcm_over_nats_and_another_key_refuses_every_message() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let right = key_file(dir.path(), "right.key", 0x5a);
+    let wrong = key_file(dir.path(), "wrong.key", 0xa5);
+    let config = dir.path().join("pub.toml");
+    publisher_config(&config, "capnp", 300_000, &protection(false, Some(&right)), &server);
+    let (right_json, wrong_json) = (dir.path().join("right.json"), dir.path().join("wrong.json"));
+    let right_sub =
+        nats_subscriber(&server, &subscriber_config(dir.path(), "r.toml", false, Some(&right)), &right_json, "0");
+    let wrong_sub =
+        nats_subscriber(&server, &subscriber_config(dir.path(), "w.toml", false, Some(&wrong)), &wrong_json, "0");
+    let pub_json = dir.path().join("pub.json");
+    run_publisher(&config, &pub_json).finish(RUN).assert_success();
+    let report = finished_report(right_sub, &right_json, "AES-GCM over NATS");
+    assert_exact(&report, "AES-GCM over NATS");
+    assert_nothing_refused(&report, "AES-GCM over NATS");
+
+    // Another key: as over UDP (no handshake to refuse it at), every message fails
+    // authentication, the END with them, so the subscriber waits until stopped; nothing of the
+    // stream is believed.
+    let published = json_file(&pub_json)["nats"]["published"].as_u64().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    wrong_sub.signal(Signal::SIGTERM);
+    let finished = wrong_sub.finish(STEP);
+    let report = json_file(&wrong_json);
+    let p = &report["protection"];
+    assert_eq!(p["authentication_failures"].as_u64(), Some(published), "every message refused: {p}");
+    assert_eq!((&report["frames"], &report["messages"]), (&Value::from(0), &Value::from(0)), "{report}");
+    assert_eq!((&p["crc_failures"], &p["mismatched_datagrams"]), (&Value::from(0), &Value::from(0)), "{p}");
+    assert!(
+        finished.stderr.contains("authentication failed (another key"),
+        "the refusal is logged with its reason: {}",
+        finished.stderr
+    );
+}
+
+/// The session a subscriber logged for its publisher.
+fn logged_session(process: &mut Process) -> u64 {
+    let line = process.wait_for("publisher session");
+    let at = line.find("session=0x").expect("the session is logged") + "session=0x".len();
+    let hex: String = line[at..].chars().take_while(char::is_ascii_hexdigit).collect();
+    u64::from_str_radix(&hex, 16).unwrap()
+}
+
+/// Publishes each of `messages` to `subject` with core NATS, and waits until the server has them.
+fn publish_raw(server: &NatsServer, subject: &str, messages: Vec<Vec<u8>>) {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let client = tokio::time::timeout(STEP, async_nats::connect(server.url()))
+            .await
+            .expect("connected in time")
+            .expect("connected");
+        for message in messages {
+            client.publish(subject.to_string(), message.into()).await.unwrap();
+        }
+        tokio::time::timeout(STEP, client.flush()).await.expect("flushed in time").unwrap();
+    });
+}
+
+#[test]
+fn datagrams_forged_onto_the_subject_are_refused_and_counted_and_the_stream_stays_exact() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let key = key_file(dir.path(), "wire.key", 0x21);
+    let config = dir.path().join("pub.toml");
+    publisher_config(&config, "sbe", 100_000, &protection(true, Some(&key)), &server);
+    let sub_json = dir.path().join("sub.json");
+    let mut subscriber =
+        nats_subscriber(&server, &subscriber_config(dir.path(), "sub.toml", true, Some(&key)), &sub_json, "0.2");
+    let publisher = run_publisher(&config, &dir.path().join("pub.json"));
+    let session = logged_session(&mut subscriber);
+    subscriber.wait_for_frames(100);
+
+    // Numbered far ahead of the stream (a gap if believed): one sealed under another key, one
+    // with a header that says it is unprotected and frames as they would be without a key.
+    let forged_key = WireKey::new([0x77; 32]);
+    let mut forger = Protector::new(true, Some(&forged_key), 1 << 20);
+    let header = DatagramHeader {
+        version: DATAGRAM_VERSION,
+        format: Format::Sbe,
+        kind: DatagramKind::Data,
+        frame_count: 1,
+        protection: forger.protection(),
+        session,
+        sequence: 1_000_000,
+    };
+    let mut forged = header.to_bytes().to_vec();
+    forger.seal(session, 1_000_000, Format::Sbe, b"not a frame", &mut forged);
+    let mut unkeyed = Protector::new(false, None, 1 << 20);
+    let mut bare =
+        DatagramHeader { protection: unkeyed.protection(), sequence: 1_000_001, ..header }.to_bytes().to_vec();
+    unkeyed.seal(session, 1_000_001, Format::Sbe, b"not a frame either", &mut bare);
+    publish_raw(&server, "md.p", vec![forged, bare]);
+
+    publisher.finish(RUN).assert_success();
+    let report = finished_report(subscriber, &sub_json, "with forged datagrams");
+    let p = &report["protection"];
+    assert_eq!(p["authentication_failures"], 1, "{p}");
+    assert_eq!(p["mismatched_datagrams"], 1, "{p}");
+    assert_eq!((&p["crc_failures"], &p["replayed_datagrams"]), (&Value::from(0), &Value::from(0)), "{p}");
+    assert_exact(&report, "with forged datagrams");
+    assert_eq!(report["publisher_restarts"], 0, "{report}");
+}
+
+#[test]
+fn a_sighup_format_switch_is_followed_over_nats_and_the_aggregates_stay_exact() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("pub.toml");
+    publisher_config(&config, "sbe", 100_000, "", &server);
+    let sub_config = subscriber_config(dir.path(), "sub.toml", false, None);
+    let sub_json = dir.path().join("sub.json");
+    let mut subscriber = nats_subscriber(&server, &sub_config, &sub_json, "0.1");
+    let mut publisher = run_publisher(&config, &dir.path().join("pub.json"));
+    // SBE frames have arrived: the switches come mid-stream.
+    subscriber.wait_for_frames(1);
+    let chain = ["protobuf", "capnp-packed"];
+    for (from, to) in std::iter::once("sbe").chain(chain).zip(chain) {
+        publisher_config(&config, to, 100_000, "", &server);
+        publisher.signal(Signal::SIGHUP);
+        publisher.wait_until(&format!("the switch from {from} to {to}"), |line| {
+            line.contains("format switch") && line.contains(&format!("to={to}"))
+        });
+    }
+    publisher.finish(RUN).assert_success();
+    let report = finished_report(subscriber, &sub_json, "switching over NATS");
+    assert_eq!(report["format_switches"], chain.len(), "{report}");
+    let seen: Vec<&str> = report["formats_seen"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+    for format in ["sbe", "protobuf", "capnp-packed"] {
+        assert!(seen.contains(&format), "{format} seen: {seen:?}");
+    }
+    assert_exact(&report, "across format switches over NATS");
+}
