@@ -32,6 +32,12 @@
 //! frames the window can no longer take are given up as too old; at the end, the linger bounds
 //! the wait. A range read once is not read again. Without a stream, a gap is counted lost.
 //!
+//! A gap is found when a later message arrives, so a tail lost on the live subject (its END
+//! included) would never be: while the subject is quiet for [`TAIL_PROBE`], the driver reads
+//! the subject's last stored message, and takes it as if it had come live when it is of the
+//! session being received and newer than anything taken (a later frame, or the END), which
+//! opens the gap behind it.
+//!
 //! Every wait is on a stream of messages, a queue or a sleep, so a wait that is dropped loses
 //! nothing.
 //!
@@ -71,6 +77,66 @@ const MAX_HELD: usize = 1 << 20;
 const REPAIR_REQUESTS: usize = 1024;
 /// Datagrams read from the stream waiting for the driver: the task waits when it is full.
 const REPAIRED_QUEUE: usize = 256;
+/// With a stream, how long the live subject may be quiet before its last stored message is
+/// read, in case the tail was lost.
+pub(crate) const TAIL_PROBE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The stream's tail, read while the live subject is quiet.
+struct Tail {
+    jetstream: async_nats::jetstream::Context,
+    name: String,
+    subject: String,
+    /// Looked up when first needed (a live subscriber may start before the stream exists).
+    stream: Option<JetStream>,
+    /// Session and next frame after the newest datagram taken (nothing is probed before the
+    /// first); whether its END was.
+    newest: Option<(u64, u64)>,
+    end_taken: bool,
+}
+
+impl Tail {
+    /// Notes a datagram taken from the live subject, the replay or the probe.
+    fn taken(&mut self, payload: &[u8]) {
+        let Ok(h) = DatagramHeader::parse(payload) else { return };
+        match h.kind {
+            DatagramKind::Data => {
+                let next = h.sequence.saturating_add(u64::from(h.frame_count));
+                match self.newest {
+                    Some((session, newest)) if session == h.session && newest >= next => {}
+                    _ => self.newest = Some((h.session, next)),
+                }
+            }
+            _ => self.end_taken = true,
+        }
+    }
+
+    /// The subject's last stored message when it is newer than everything taken.
+    async fn probe(&mut self) -> Option<Bytes> {
+        if self.end_taken || self.newest.is_none() {
+            return None;
+        }
+        if self.stream.is_none() {
+            self.stream = self.jetstream.get_stream(&self.name).await.ok();
+        }
+        let stream = self.stream.as_ref()?;
+        let last = if stream.cached_info().config.allow_direct {
+            stream.direct_get_last_for_subject(self.subject.as_str()).await.ok()?
+        } else {
+            stream.get_last_raw_message_by_subject(&self.subject).await.ok()?
+        };
+        let h = DatagramHeader::parse(&last.payload).ok()?;
+        // Only the session being received: a stream also keeps earlier sessions, whose END
+        // must not end this one, and a new session comes live anyway.
+        let (session, next) = self.newest?;
+        let newer = h.session == session
+            && match h.kind {
+                DatagramKind::Data => h.sequence.saturating_add(u64::from(h.frame_count)) > next,
+                // The END, not taken yet (the probe stops once it is).
+                _ => true,
+            };
+        newer.then_some(last.payload)
+    }
+}
 
 /// The replay of a stream from its start, or from a time.
 struct Replay {
@@ -111,6 +177,10 @@ pub(crate) struct NatsDriver {
     replay: Option<Replay>,
     held: VecDeque<Bytes>,
     repairs: Option<Repairs>,
+    /// With a stream: its tail, read while the live subject is quiet.
+    tail: Option<Tail>,
+    /// When the live subject last delivered (ns of the clock).
+    live_at: i64,
     /// The server, as the machine's peer (messages have no address of their own).
     peer: SocketAddr,
     end: Option<(u64, Totals)>,
@@ -166,6 +236,17 @@ impl NatsDriver {
             }
             _ => None,
         };
+        let tail = match (stream, &settings.recovery) {
+            (Some(name), Some(_)) => Some(Tail {
+                jetstream: jetstream.clone(),
+                name: name.to_string(),
+                subject: subject.to_string(),
+                stream: None,
+                newest: None,
+                end_taken: false,
+            }),
+            _ => None,
+        };
         let repairs = match (stream, &settings.recovery) {
             (Some(name), Some(recovery)) => Some(start_repairs(jetstream, name, subject, recovery.server.clone())),
             _ => None,
@@ -192,6 +273,8 @@ impl NatsDriver {
             replay,
             held: VecDeque::new(),
             repairs,
+            tail,
+            live_at: clock.now(),
             peer,
             end: None,
             given_up: 0,
@@ -252,6 +335,12 @@ impl NatsDriver {
             }
         };
         let hold_more = self.held.len() < MAX_HELD;
+        // Quiet for TAIL_PROBE (not while replaying: the replay reads the stream anyway).
+        let probe_at = self.live_at.saturating_add(TAIL_PROBE.as_nanos() as i64);
+        let probing = self.tail.is_some() && self.replay.is_none();
+        let quiet = async move {
+            if probing { tokio::time::sleep_until(clock.instant(probe_at)).await } else { std::future::pending().await }
+        };
         let repaired = async {
             match &mut self.repairs {
                 Some(r) => r.repaired.recv().await,
@@ -263,6 +352,7 @@ impl NatsDriver {
             Live(Option<async_nats::Message>),
             Repaired(Option<Repaired>),
             Slept,
+            Quiet,
         }
         let woke = match &mut self.replay {
             Some(replay) => {
@@ -278,6 +368,7 @@ impl NatsDriver {
                     live = self.live.next() => Woke::Live(live),
                     repaired = repaired => Woke::Repaired(repaired),
                     _ = sleep => Woke::Slept,
+                    _ = quiet => Woke::Quiet,
                 }
             }
         };
@@ -299,8 +390,14 @@ impl NatsDriver {
                 });
             }
             Woke::Replayed(None) => self.replay = None,
-            Woke::Live(Some(message)) if self.replay.is_some() => self.held.push_back(message.payload),
-            Woke::Live(Some(message)) => self.take(&message.payload, out),
+            Woke::Live(Some(message)) if self.replay.is_some() => {
+                self.live_at = self.clock.now();
+                self.held.push_back(message.payload)
+            }
+            Woke::Live(Some(message)) => {
+                self.live_at = self.clock.now();
+                self.take(&message.payload, out)
+            }
             Woke::Live(None) => return Err(self.closed()),
             Woke::Repaired(Some(Repaired::Datagram(bytes))) => {
                 // Recovered frames name where they came from: the server that answered.
@@ -314,6 +411,16 @@ impl NatsDriver {
             // up at its attempts.
             Woke::Repaired(None) => self.repairs = None,
             Woke::Slept => {}
+            Woke::Quiet => {
+                self.live_at = self.clock.now();
+                let newer = match &mut self.tail {
+                    Some(tail) => tail.probe().await,
+                    None => None,
+                };
+                if let Some(payload) = newer {
+                    self.take(&payload, out);
+                }
+            }
         }
         Ok(())
     }
@@ -330,6 +437,9 @@ impl NatsDriver {
     fn take(&mut self, payload: &[u8], out: &mut Collector) {
         let now = self.clock.now();
         out.stream_peer = Some(self.peer);
+        if let Some(tail) = &mut self.tail {
+            tail.taken(payload);
+        }
         self.receiver.datagram(Origin::Stream, payload, self.peer, now, self.clock.wall(), out);
         // Echoes have no way back over a subject: the publisher reads none.
         while self.receiver.next_echo().is_some() {}

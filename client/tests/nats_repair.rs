@@ -56,6 +56,45 @@ fn receive_pausing(
 }
 
 #[test]
+fn a_reader_that_stalls_has_the_messages_dropped_meanwhile_repaired_from_jetstream() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let server = NatsServer::start();
+    let reference = expected("DEEP10.json");
+    let config = nats_config(dir.path(), &server, "md.cut", "CUT", "");
+    // A reader that stalls for a second: what backs up past 256 messages is dropped by the
+    // client as a slow consumer's.
+    let subscriber =
+        Builder::nats(server.url(), "md.cut").nats_stream("CUT").nats_pending_messages(256).build().unwrap();
+    let receiver = thread::spawn(move || receive_pausing(subscriber, 20_000, Duration::from_secs(1)));
+    let publisher = publisher(&[
+        "--config",
+        &config,
+        "--capture",
+        &capture("DEEP10"),
+        "--pacing",
+        "rate",
+        "--rate",
+        "100000",
+        "--coalesce-bytes",
+        "4096",
+    ]);
+    let (tally, counters, end, events) = receiver.join().unwrap();
+    publisher.finish(RUN).assert_success();
+    let context = "DEEP10 over NATS, a reader stalled for a second";
+    tally.assert_reference(&reference, context);
+    let recovery = counters.recovery.clone().expect("repairs reported");
+    assert!(
+        tally.recovered > 0 && counters.frames_recovered > 0,
+        "{context}: nothing repaired: {counters:?} {events:?}"
+    );
+    assert_eq!(recovery.frames_recovered, counters.frames_recovered, "{context}");
+    assert_eq!((counters.lost, recovery.frames_unrecoverable), (0, 0), "{context}: {recovery:?}");
+    assert!(counters.repair_fetches > 0, "{context}: {counters:?}");
+    assert!(end.expect("the end").complete, "{context}: {counters:?}");
+}
+
+#[test]
 fn a_gap_older_than_the_stream_keeps_is_given_up_as_gone_and_the_stream_goes_on() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();

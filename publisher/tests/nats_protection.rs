@@ -7,6 +7,8 @@
 use mdrelay_harness::{
     NatsServer, Process, STEP, Signal, assert_aggregates, expected, iex_data, json_file, publisher_bin, subscriber_bin,
 };
+use mdrelay_proto::codec::Format;
+use mdrelay_proto::relay::{DATAGRAM_VERSION, DatagramHeader, DatagramKind, Protector, WireKey};
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -51,7 +53,7 @@ fn publisher_config(path: &Path, format: &str, rate: u32, protection: &str, serv
     std::fs::write(path, text).unwrap();
 }
 
-/// An `mdrelay-sub` on the subject `md.p`, subscribed when returned.
+/// An `mdrelay-sub` on the subject `md.p` (stream `PROT`), subscribed when returned.
 fn nats_subscriber(server: &NatsServer, config: &str, json: &Path, interval: &str) -> Process {
     let url = server.url();
     let mut subscriber = Process::start(
@@ -63,6 +65,10 @@ fn nats_subscriber(server: &NatsServer, config: &str, json: &Path, interval: &st
             &url,
             "--nats-subject",
             "md.p",
+            // As deployed: a loaded host can drop messages on the live subscription (the END
+            // included), which the stream repairs.
+            "--nats-stream",
+            "PROT",
             "--json",
             json.to_str().unwrap(),
             "--report-interval",
@@ -151,6 +157,74 @@ fn deep10_is_exact_under_aes_gcm_over_nats_and_another_key_refuses_every_message
         "the refusal is logged with its reason: {}",
         finished.stderr
     );
+}
+
+/// The session a subscriber logged for its publisher.
+fn logged_session(process: &mut Process) -> u64 {
+    let line = process.wait_for("publisher session");
+    let at = line.find("session=0x").expect("the session is logged") + "session=0x".len();
+    let hex: String = line[at..].chars().take_while(char::is_ascii_hexdigit).collect();
+    u64::from_str_radix(&hex, 16).unwrap()
+}
+
+/// Publishes each of `messages` to `subject` with core NATS, and waits until the server has them.
+fn publish_raw(server: &NatsServer, subject: &str, messages: Vec<Vec<u8>>) {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let client = tokio::time::timeout(STEP, async_nats::connect(server.url()))
+            .await
+            .expect("connected in time")
+            .expect("connected");
+        for message in messages {
+            client.publish(subject.to_string(), message.into()).await.unwrap();
+        }
+        tokio::time::timeout(STEP, client.flush()).await.expect("flushed in time").unwrap();
+    });
+}
+
+#[test]
+fn datagrams_forged_onto_the_subject_are_refused_and_counted_and_the_stream_stays_exact() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let key = key_file(dir.path(), "wire.key", 0x21);
+    let config = dir.path().join("pub.toml");
+    publisher_config(&config, "sbe", 100_000, &protection(true, Some(&key)), &server);
+    let sub_json = dir.path().join("sub.json");
+    let mut subscriber =
+        nats_subscriber(&server, &subscriber_config(dir.path(), "sub.toml", true, Some(&key)), &sub_json, "0.2");
+    let publisher = run_publisher(&config, &dir.path().join("pub.json"));
+    let session = logged_session(&mut subscriber);
+    subscriber.wait_for_frames(100);
+
+    // Numbered far ahead of the stream (a gap if believed): one sealed under another key, one
+    // with a header that says it is unprotected and frames as they would be without a key.
+    let forged_key = WireKey::new([0x77; 32]);
+    let mut forger = Protector::new(true, Some(&forged_key), 1 << 20);
+    let header = DatagramHeader {
+        version: DATAGRAM_VERSION,
+        format: Format::Sbe,
+        kind: DatagramKind::Data,
+        frame_count: 1,
+        protection: forger.protection(),
+        session,
+        sequence: 1_000_000,
+    };
+    let mut forged = header.to_bytes().to_vec();
+    forger.seal(session, 1_000_000, Format::Sbe, b"not a frame", &mut forged);
+    let mut unkeyed = Protector::new(false, None, 1 << 20);
+    let mut bare =
+        DatagramHeader { protection: unkeyed.protection(), sequence: 1_000_001, ..header }.to_bytes().to_vec();
+    unkeyed.seal(session, 1_000_001, Format::Sbe, b"not a frame either", &mut bare);
+    publish_raw(&server, "md.p", vec![forged, bare]);
+
+    publisher.finish(RUN).assert_success();
+    let report = finished_report(subscriber, &sub_json, "with forged datagrams");
+    let p = &report["protection"];
+    assert_eq!(p["authentication_failures"], 1, "{p}");
+    assert_eq!(p["mismatched_datagrams"], 1, "{p}");
+    assert_eq!((&p["crc_failures"], &p["replayed_datagrams"]), (&Value::from(0), &Value::from(0)), "{p}");
+    assert_exact(&report, "with forged datagrams");
+    assert_eq!(report["publisher_restarts"], 0, "{report}");
 }
 
 #[test]

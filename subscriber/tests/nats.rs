@@ -8,7 +8,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use mdrelay_harness::{
-    NatsServer, Process, assert_aggregates, expected, iex_data, json_file, publisher_bin, serial, subscriber_bin,
+    NatsServer, Process, Signal, assert_aggregates, expected, iex_data, json_file, publisher_bin, serial,
+    subscriber_bin,
 };
 
 const RUN: Duration = Duration::from_secs(120);
@@ -64,6 +65,11 @@ fn publisher_config(dir: &Path, server: &NatsServer, subject: &str, stream: &str
     path.display().to_string()
 }
 
+/// The log without its interval lines.
+fn lines_other_than_intervals(stderr: &str) -> String {
+    stderr.lines().filter(|l| !l.contains(" msg/s ")).collect::<Vec<_>>().join("\n")
+}
+
 /// Asserts a report has the whole of DEEP10: the reference's aggregates, frames and messages, and
 /// nothing missing.
 fn assert_whole(report: &serde_json::Value, reference: &serde_json::Value, context: &str) {
@@ -72,6 +78,56 @@ fn assert_whole(report: &serde_json::Value, reference: &serde_json::Value, conte
     assert_eq!(report["frames"], reference["segments"], "{context}: frames");
     assert_eq!(report["gaps"].as_u64(), Some(0), "{context}: gaps");
     assert_eq!(report["totals_match"].as_bool(), Some(true), "{context}: totals match");
+}
+
+#[test]
+fn a_subscriber_stopped_mid_stream_has_what_it_lost_repaired_from_jetstream() {
+    let _serial = serial();
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let reference = expected("DEEP10.json");
+    let config = publisher_config(dir.path(), &server, "md.stop", "STOP", 100_000, "");
+    let json = dir.path().join("stopped.json");
+    let url = server.url();
+    let mut subscriber = Process::start(
+        subscriber_bin(),
+        [
+            "--nats",
+            url.as_str(),
+            "--nats-subject",
+            "md.stop",
+            "--nats-stream",
+            "STOP",
+            "--nats-pending-messages",
+            "256",
+            "--report-interval",
+            "0.2",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+    );
+    subscriber.wait_for("subscribed over NATS");
+    let publisher = Process::start(publisher_bin(), ["run", "--config", config.as_str()]);
+    // A quarter of the way in, the subscriber stops for a second: what the server sends meanwhile
+    // backs up, and past 256 messages the client drops it when the process runs again.
+    let segments = reference["segments"].as_u64().unwrap();
+    subscriber.wait_for_frames(segments / 4);
+    subscriber.signal(Signal::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(1));
+    subscriber.signal(Signal::SIGCONT);
+    let finished = subscriber.finish(RUN);
+    assert_eq!(finished.code(), Some(0), "stderr: {}", finished.stderr);
+    publisher.finish(RUN).assert_success();
+    let report = json_file(&json);
+    let printed = format!("report:\n{}\nlog:\n{}", finished.stdout, lines_other_than_intervals(&finished.stderr));
+    let context = format!("mdrelay-sub over NATS, stopped for a second (recovery: {}; {printed})", report["recovery"]);
+    let context = context.as_str();
+    assert_whole(&report, &reference, context);
+    let recovery = &report["recovery"];
+    assert!(recovery["frames_recovered"].as_u64().unwrap() > 0, "{context}: nothing repaired: {recovery}");
+    assert_eq!(recovery["frames_unrecoverable"].as_u64(), Some(0), "{context}: {recovery}");
+    assert!(report["repair_fetches"].as_u64().unwrap() > 0, "{context}: no reads from the stream: {report}");
+    assert!(finished.stdout.contains("stream reads"), "the text report says the reads:\n{}", finished.stdout);
 }
 
 #[test]
