@@ -390,6 +390,28 @@ fn subject_matches(pattern: &str, subject: &str) -> bool {
     wanted.next().is_none()
 }
 
+/// How long a stream's creation is asked again while the cluster is not ready for it.
+const CREATE_STREAM_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// True for the answers of a cluster not ready yet (no answer in time, no leader, no peers to
+/// place replicas on), as opposed to a stream that cannot be made as configured.
+fn cluster_not_ready(e: &jetstream::context::CreateStreamError) -> bool {
+    use jetstream::ErrorCode;
+    use jetstream::context::CreateStreamErrorKind as Kind;
+    match e.kind() {
+        Kind::TimedOut | Kind::JetStreamUnavailable => true,
+        Kind::JetStream(j) => matches!(
+            j.error_code(),
+            ErrorCode::CLUSTER_NO_PEERS
+                | ErrorCode::CLUSTER_NOT_ACTIVE
+                | ErrorCode::CLUSTER_NOT_ASSIGNED
+                | ErrorCode::CLUSTER_NOT_AVAILABLE
+                | ErrorCode::CLUSTER_NOT_LEADER
+        ),
+        _ => false,
+    }
+}
+
 /// Checks that the stream exists with settings that fit, or creates it; a mismatch names the
 /// setting and both values.
 async fn ensure_stream(js: &jetstream::Context, settings: &Nats) -> Result<()> {
@@ -439,10 +461,24 @@ async fn ensure_stream(js: &jetstream::Context, settings: &Nats) -> Result<()> {
                 ))
                 .exit_status(ExitStatus::Config);
             }
-            js.create_stream(wanted)
-                .await
-                .map_err(|e| anyhow!("nats.stream: cannot create {}: {e}", settings.stream))
-                .exit_status(ExitStatus::Config)?;
+            // A cluster that has just started (or is electing a leader) times out or has no
+            // peers to place the replicas on yet: asked again for a while before giving up.
+            let started = tokio::time::Instant::now();
+            let mut wait = std::time::Duration::from_millis(100);
+            loop {
+                match js.create_stream(wanted.clone()).await {
+                    Ok(_) => break,
+                    Err(e) if cluster_not_ready(&e) && started.elapsed() < CREATE_STREAM_PATIENCE => {
+                        tracing::warn!(stream = %settings.stream, "JetStream not ready to create the stream ({e}); asking again");
+                        tokio::time::sleep(wait).await;
+                        wait = (wait * 2).min(std::time::Duration::from_secs(2));
+                    }
+                    Err(e) => {
+                        return Err(anyhow!("nats.stream: cannot create {}: {e}", settings.stream))
+                            .exit_status(ExitStatus::Config);
+                    }
+                }
+            }
             tracing::info!(stream = %settings.stream, subject = %settings.subject, "JetStream stream created");
             Ok(())
         }
