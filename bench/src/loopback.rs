@@ -532,10 +532,6 @@ pub(crate) fn run_one(plan: &Plan<'_>) -> Result<Row> {
                 site.subscriber_url(),
                 "--nats-subject".into(),
                 crate::nats::SUBJECT.into(),
-                // As deployed: what a loaded host drops on the live subscription (its tail and
-                // END included) is read back from the stream, so the run ends and is exact.
-                "--nats-stream".into(),
-                crate::nats::STREAM.into(),
             ]);
             let sub_start = Instant::now();
             let mut subscriber = spawn(plan.subscriber, &sub_args)?;
