@@ -532,6 +532,10 @@ pub(crate) fn run_one(plan: &Plan<'_>) -> Result<Row> {
                 site.subscriber_url(),
                 "--nats-subject".into(),
                 crate::nats::SUBJECT.into(),
+                // As deployed: what a loaded host drops on the live subscription (its tail and
+                // END included) is read back from the stream, so the run ends and is exact.
+                "--nats-stream".into(),
+                crate::nats::STREAM.into(),
             ]);
             let sub_start = Instant::now();
             let mut subscriber = spawn(plan.subscriber, &sub_args)?;
@@ -555,8 +559,8 @@ pub(crate) fn run_one(plan: &Plan<'_>) -> Result<Row> {
     finish(publisher, Duration::from_secs(10)).context("mdrelay-pub")?;
     let sub_usage = sub_sampler.finish();
     // A NATS subscriber may still be reading back from the stream what the live subject
-    // dropped when the publisher is done.
-    finish(subscriber, Duration::from_secs(60)).context("mdrelay-sub")?;
+    // dropped when the publisher is done; past that, its output says why it is still running.
+    finish(subscriber, Duration::from_secs(30)).context("mdrelay-sub")?;
     let sub: serde_json::Value = serde_json::from_slice(&std::fs::read(&sub_json)?)?;
     let publ: serde_json::Value = serde_json::from_slice(&std::fs::read(&pub_json)?)?;
     let messages_received = sub["messages"].as_u64().unwrap_or(0);
