@@ -185,7 +185,7 @@ impl NatsOut {
                 Ok(()) => return,
                 Err(TrySendError::Closed(_)) => {
                     self.failed = true;
-                    self.tx = None;
+                    self.close();
                     return;
                 }
                 Err(TrySendError::Full(back)) => match self.policy {
@@ -194,12 +194,11 @@ impl NatsOut {
                         return;
                     }
                     SlowServerPolicy::Fail => {
-                        let mut slot = self.failure.lock().unwrap_or_else(|p| p.into_inner());
-                        slot.get_or_insert_with(|| {
+                        self.failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| {
                             anyhow!("nats: the server takes messages slower than they come (queue full; nats.slow_server = \"fail\")")
                         });
                         self.failed = true;
-                        self.tx = None;
+                        self.close();
                         return;
                     }
                     SlowServerPolicy::Block => {
@@ -229,12 +228,22 @@ impl NatsOut {
     /// server to take it, whatever `slow_server` says.
     pub fn end(&mut self, format: Format, next_sequence: u64, totals: &[u8], protector: &mut Protector) {
         let datagram = crate::udp::end_datagram(self.session, format, next_sequence, totals, protector);
-        if self.tx.take().is_some()
+        // The END first, then the queue closed: the task looks for the END when it finds the
+        // queue closed, and the other order let it find nothing now and then (a loaded host),
+        // so it stopped without publishing the END and subscribers waited for it for ever.
+        if self.tx.is_some()
             && let Some(end) = self.end.take()
         {
             // The task is gone if this fails, and `failure` says why.
             let _ = end.send(datagram);
         }
+        self.close();
+    }
+
+    /// Closes the queue and the END's way: the task publishes what it has and stops.
+    fn close(&mut self) {
+        self.tx = None;
+        self.end = None;
     }
 }
 
@@ -570,8 +579,9 @@ impl Publisher {
                     }
                     None => {
                         open = false;
-                        // Handed over before the queue closed; missing if the run failed.
-                        end = end_rx.try_recv().ok();
+                        // Handed over before the queue closed (so this does not wait); missing
+                        // if the run failed, when its sender is gone.
+                        end = (&mut end_rx).await.ok();
                         if end.is_some() {
                             self.counters.published.fetch_add(1, Ordering::Relaxed);
                         }
