@@ -49,16 +49,14 @@
 use crate::collect::Collector;
 use crate::counters::Counters;
 use crate::error::Error;
-use crate::event::{End, Event, RecoveryEvent};
 use crate::net::Clock;
 use crate::settings::{NatsAuth, Settings};
-use crate::udp::datagram_notice;
+use crate::udp::{EndNotes, datagram_notice};
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use async_nats::jetstream::message::StreamMessage;
 use async_nats::jetstream::stream::{DirectGetErrorKind, LastRawMessageErrorKind, Stream as JetStream};
 use bytes::Bytes;
 use futures_util::StreamExt;
-use mdrelay_proto::relay::Totals;
 use mdrelay_proto::relay::client::{
     DatagramConfig, DatagramEvent, DatagramReceiver, Origin, ReaderConfig, RecoveryConfig, StoreSearch, StoreStep,
     Stored,
@@ -183,9 +181,7 @@ pub(crate) struct NatsDriver {
     live_at: i64,
     /// The server, as the machine's peer (messages have no address of their own).
     peer: SocketAddr,
-    end: Option<(u64, Totals)>,
-    /// Frames given up so far, to tell when more are.
-    given_up: u64,
+    notes: EndNotes,
     clock: Clock,
     finished: bool,
 }
@@ -276,8 +272,7 @@ impl NatsDriver {
             tail,
             live_at: clock.now(),
             peer,
-            end: None,
-            given_up: 0,
+            notes: EndNotes::default(),
             clock,
             finished: false,
         })
@@ -450,19 +445,14 @@ impl NatsDriver {
         while let Some(event) = self.receiver.poll_event(out) {
             let notice = match event {
                 DatagramEvent::End { next_sequence, totals, .. } => {
-                    self.end = Some((next_sequence, totals));
+                    self.notes.ended(next_sequence, totals);
                     continue;
                 }
                 DatagramEvent::Finished => {
                     self.finish_run(out);
-                    let (next_sequence, totals) = match self.end.take() {
-                        Some((next, totals)) => (next, Some(totals)),
-                        None => (0, None),
-                    };
-                    let complete = totals.as_ref().is_some_and(|t| self.counters_with(out).matches(t));
-                    Event::End(End { totals, next_sequence, complete })
+                    let counters = self.counters_with(out);
+                    self.notes.finished(&counters)
                 }
-                DatagramEvent::RecoveryGone { first, count } => Event::Recovery(RecoveryEvent::Gone { first, count }),
                 other => match datagram_notice(other) {
                     Some(notice) => notice,
                     None => continue,
@@ -470,17 +460,7 @@ impl NatsDriver {
             };
             out.notice(notice);
         }
-        self.note_given_up(out);
-    }
-
-    /// Tells of frames given up since the last look.
-    fn note_given_up(&mut self, out: &mut Collector) {
-        let Some(book) = self.receiver.reader().book() else { return };
-        let now = book.counts().frames_unrecoverable;
-        if now > self.given_up {
-            out.notice(Event::GivenUp { frames: now - self.given_up });
-        }
-        self.given_up = now;
+        self.notes.note_given_up(&self.receiver, out);
     }
 
     /// The run is over: what is still missing is given up, and the repairs stop.
@@ -488,7 +468,7 @@ impl NatsDriver {
         if !self.finished {
             self.finished = true;
             self.receiver.finish_run();
-            self.note_given_up(out);
+            self.notes.note_given_up(&self.receiver, out);
             if let Some(repairs) = &self.repairs {
                 repairs.task.abort();
             }

@@ -61,9 +61,7 @@ pub(crate) struct UdpDriver {
     turn: usize,
     buf: Vec<u8>,
     link: Option<Link>,
-    end: Option<(u64, Totals)>,
-    /// Frames given up so far, to tell when more are.
-    given_up: u64,
+    notes: EndNotes,
     /// The retransmission service as configured, for the report.
     recovery_server: String,
     echoes_sent: u64,
@@ -124,8 +122,7 @@ impl UdpDriver {
                 blocked_write: false,
                 peer: None,
             }),
-            end: None,
-            given_up: 0,
+            notes: EndNotes::default(),
             recovery_server: settings.recovery.as_ref().map(|r| r.server.clone()).unwrap_or_default(),
             echoes_sent: 0,
             echoes_dropped: 0,
@@ -325,22 +322,17 @@ impl UdpDriver {
                     continue;
                 }
                 DatagramEvent::End { next_sequence, totals, .. } => {
-                    self.end = Some((next_sequence, totals));
+                    self.notes.ended(next_sequence, totals);
                     continue;
                 }
                 DatagramEvent::Finished => {
                     self.finish_run(out);
-                    let (next_sequence, totals) = match self.end.take() {
-                        Some((next, totals)) => (next, Some(totals)),
-                        None => (0, None),
-                    };
-                    let complete = totals.as_ref().is_some_and(|t| self.counters_with(out).matches(t));
-                    Event::End(End { totals, next_sequence, complete })
+                    let counters = self.counters_with(out);
+                    self.notes.finished(&counters)
                 }
                 DatagramEvent::RecoveryConnected { peer, session, stream } => {
                     Event::Recovery(RecoveryEvent::Connected { peer, session, other_session: stream.is_some() })
                 }
-                DatagramEvent::RecoveryGone { first, count } => Event::Recovery(RecoveryEvent::Gone { first, count }),
                 DatagramEvent::RecoveryBusy { first } => Event::Recovery(RecoveryEvent::Busy { first }),
                 DatagramEvent::RecoveryOutOfPlace { tag, at } => {
                     Event::Skipped(Skipped::OutOfPlace { tag: tag as u8, at })
@@ -368,18 +360,7 @@ impl UdpDriver {
             };
             out.notice(notice);
         }
-        self.note_given_up(out);
-    }
-
-    /// Tells of frames given up since the last look.
-    fn note_given_up(&mut self, out: &mut Collector) {
-        let Some(book) = self.receiver.reader().book() else { return };
-        let now = book.counts().frames_unrecoverable;
-        if now > self.given_up {
-            out.notice(Event::GivenUp { frames: now - self.given_up });
-        }
-        // A frame given up and then taken after all leaves the count: followed down too.
-        self.given_up = now;
+        self.notes.note_given_up(&self.receiver, out);
     }
 
     /// The run is over: what is still held or missing is given up.
@@ -387,7 +368,7 @@ impl UdpDriver {
         if !self.finished {
             self.finished = true;
             self.receiver.finish_run();
-            self.note_given_up(out);
+            self.notes.note_given_up(&self.receiver, out);
             self.link = None;
         }
     }
@@ -419,10 +400,49 @@ impl UdpDriver {
     }
 }
 
+/// What a datagram driver (UDP or NATS) keeps of the publisher's END until the machine
+/// finishes, and the frames given up it has told of.
+#[derive(Debug, Default)]
+pub(crate) struct EndNotes {
+    end: Option<(u64, Totals)>,
+    /// Frames given up so far, to tell when more are.
+    given_up: u64,
+}
+
+impl EndNotes {
+    /// The publisher's END arrived: it is told when the machine finishes.
+    pub fn ended(&mut self, next_sequence: u64, totals: Totals) {
+        self.end = Some((next_sequence, totals));
+    }
+
+    /// The machine finished: the end of the stream, complete when `counters` match the END.
+    pub fn finished(&mut self, counters: &Counters) -> Notice {
+        let (next_sequence, totals) = match self.end.take() {
+            Some((next, totals)) => (next, Some(totals)),
+            None => (0, None),
+        };
+        let complete = totals.as_ref().is_some_and(|t| counters.matches(t));
+        Event::End(End { totals, next_sequence, complete })
+    }
+
+    /// Tells of frames given up since the last look.
+    pub fn note_given_up(&mut self, receiver: &DatagramReceiver, out: &mut Collector) {
+        let Some(book) = receiver.reader().book() else { return };
+        let now = book.counts().frames_unrecoverable;
+        if now > self.given_up {
+            out.notice(Event::GivenUp { frames: now - self.given_up });
+        }
+        // A frame given up and then taken after all leaves the count: followed down too.
+        self.given_up = now;
+    }
+}
+
 /// The event a datagram machine's event is for the caller, for the events that need nothing of
-/// the driver's (the session, restarts, what was skipped); `None` for the others.
+/// the driver's (the session, restarts, what was skipped, frames a store or service no longer
+/// has); `None` for the others.
 pub(crate) fn datagram_notice(event: DatagramEvent) -> Option<Notice> {
     Some(match event {
+        DatagramEvent::RecoveryGone { first, count } => Event::Recovery(RecoveryEvent::Gone { first, count }),
         DatagramEvent::SessionStarted { session, peer } => Event::SessionStarted { session, peer },
         DatagramEvent::Restarted { old, new, .. } => Event::Restarted { old, new },
         DatagramEvent::Held { session, sequence, peer } => Event::Skipped(Skipped::Held { peer, session, sequence }),
