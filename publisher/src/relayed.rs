@@ -185,6 +185,21 @@ fn stream_byte(at: PlaceAt) -> u64 {
     }
 }
 
+/// What a relay's END says was sent, given `own`, the totals of what it published. After the
+/// upstream's END (`upstream_ended`): the upstream's `totals` (the origin's, through every hop),
+/// so a leaf compares what it got with what the origin sent, and frames lost on any hop show.
+/// Else (the upstream lost for good, this relay stopped or at a limit): its own totals, marked
+/// truncated, since frames the origin sent after the last one received here were never relayed
+/// and no count says how many.
+pub fn end_totals(upstream_ended: bool, totals: Option<&Totals>, own: &Totals) -> Totals {
+    match totals {
+        Some(upstream) if upstream_ended => upstream.clone(),
+        // An END whose totals did not parse: the stream did end there.
+        _ if upstream_ended => own.clone(),
+        _ => Totals { truncated: true, ..own.clone() },
+    }
+}
+
 impl FrameVisitor for Relayed {
     fn begin(&mut self, frame: &FrameInfo) {
         self.resegmenter.begin(frame.format);

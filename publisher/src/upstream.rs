@@ -159,20 +159,10 @@ impl TcpUpstream {
         self.end_sequence
     }
 
-    /// What this relay's END says was sent, given `own`, the totals of what it published. After
-    /// the upstream's END: the upstream's totals (the origin's, through every hop), so a leaf
-    /// compares what it got with what the origin sent, and frames lost on any hop show. Else
-    /// (the upstream lost for good, this relay stopped or at a limit): its own totals, marked
-    /// truncated, since frames the origin sent after the last one received here were never
-    /// relayed and no count says how many.
+    /// What this relay's END says was sent, given `own`, the totals of what it published
+    /// ([`crate::relayed::end_totals`]).
     pub fn end_totals(&self, own: &Totals) -> Totals {
-        let upstream_ended = self.ended && self.stop_reason == "end";
-        match &self.totals {
-            Some(upstream) if upstream_ended => upstream.clone(),
-            // An END whose totals did not parse: the stream did end there.
-            _ if upstream_ended => own.clone(),
-            _ => Totals { truncated: true, ..own.clone() },
-        }
+        crate::relayed::end_totals(self.ended && self.stop_reason == "end", self.totals.as_ref(), own)
     }
 
     /// The counts so far (without the latency figures, which are in [`TcpUpstream::latency`]).

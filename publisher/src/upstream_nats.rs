@@ -162,15 +162,10 @@ impl NatsUpstream {
         self.end_sequence
     }
 
-    /// What this relay's END says was sent, given `own`: the upstream's totals after its END,
-    /// else its own marked truncated (as a TCP upstream's, `TcpUpstream::end_totals`).
+    /// What this relay's END says was sent, given `own`, the totals of what it published
+    /// ([`crate::relayed::end_totals`]).
     pub fn end_totals(&self, own: &Totals) -> Totals {
-        let upstream_ended = self.ended && self.stop_reason == "end";
-        match &self.totals {
-            Some(upstream) if upstream_ended => upstream.clone(),
-            _ if upstream_ended => own.clone(),
-            _ => Totals { truncated: true, ..own.clone() },
-        }
+        crate::relayed::end_totals(self.ended && self.stop_reason == "end", self.totals.as_ref(), own)
     }
 
     /// The counts so far (without the latency figures).
