@@ -75,6 +75,32 @@ fn assert_exact(report: &Value, reference: &Value, context: &str) {
 }
 
 #[test]
+fn a_subscribers_node_killed_mid_stream_leaves_every_subscriber_exact() {
+    let cluster = NatsCluster::start();
+    let dir = tempfile::tempdir().unwrap();
+    let urls: Vec<String> = cluster.nodes.iter().map(|n| n.url()).collect();
+    let config = publisher_config(dir.path(), "DEEP10.pcap.gz", 40_000, &urls[..1]);
+    let (json_a, json_b) = (dir.path().join("a.json"), dir.path().join("b.json"));
+    let a = subscriber(&urls[1], &json_a);
+    let mut b = subscriber(&urls[2], &json_b);
+    let summary = dir.path().join("pub.json");
+    let publisher = Process::start(
+        publisher_bin(),
+        ["run", "--config", config.to_str().unwrap(), "--json", summary.to_str().unwrap()],
+    );
+    // A quarter of the way in, subscriber B's node dies.
+    b.wait_for_frames(30_000);
+    cluster.nodes[2].signal(Signal::SIGKILL);
+    publisher.finish(RUN).assert_success();
+    let reference = expected("DEEP10.json");
+    assert_exact(&report(a.finish(RUN), &json_a), &reference, "subscriber on a surviving node");
+    let b = report(b.finish(RUN), &json_b);
+    assert_exact(&b, &reference, "subscriber whose node was killed");
+    let published = json_file(&summary);
+    assert_eq!(published["nats"]["dropped"], 0, "{published}");
+}
+
+#[test]
 fn the_publishers_node_killed_mid_stream_is_failed_over_and_every_subscriber_is_exact() {
     let cluster = NatsCluster::start();
     let dir = tempfile::tempdir().unwrap();
