@@ -115,6 +115,17 @@ pub struct UpstreamSection {
     /// The upstream protects its frames with a CRC-32C (its `[protection] crc = true`): the
     /// relay checks every frame's, and an upstream protected otherwise is refused.
     pub crc: Option<bool>,
+    /// NATS: a `.creds` file (JWT and nkey seed).
+    pub creds_file: Option<PathBuf>,
+    /// NATS: a file holding an nkey seed.
+    pub nkey_file: Option<PathBuf>,
+    /// NATS: user name, with `password_file`.
+    pub user: Option<String>,
+    /// NATS: a file holding the password of `user`.
+    pub password_file: Option<PathBuf>,
+    /// NATS: CA certificates (PEM) to check the servers' TLS certificates with; TLS is required
+    /// when set.
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 /// `[source.synthetic]`.
@@ -407,6 +418,26 @@ pub struct Nats {
 /// server's default `max_payload` is 1 MiB.
 const MAX_NATS_MESSAGE: u64 = 1 << 20;
 
+/// The credentials of a NATS connection from the keys of section `section`: none, or exactly one
+/// kind.
+fn nats_auth(
+    section: &str,
+    creds_file: Option<PathBuf>,
+    nkey_file: Option<PathBuf>,
+    user: Option<String>,
+    password_file: Option<PathBuf>,
+) -> Result<NatsAuth> {
+    Ok(match (creds_file, nkey_file, user, password_file) {
+        (None, None, None, None) => NatsAuth::None,
+        (Some(creds), None, None, None) => NatsAuth::Creds(creds),
+        (None, Some(nkey), None, None) => NatsAuth::Nkey(nkey),
+        (None, None, Some(user), Some(password)) => NatsAuth::UserPassword(user, password),
+        (None, None, Some(_), None) => bail!("{section}.user: give its password in {section}.password_file"),
+        (None, None, None, Some(_)) => bail!("{section}.password_file: give the user in {section}.user"),
+        _ => bail!("{section}: give one of creds_file, nkey_file, or user with password_file"),
+    })
+}
+
 fn nats_output(n: NatsSection, stream_number: u32) -> Result<Nats> {
     let servers = n.servers.unwrap_or_else(|| vec!["nats://127.0.0.1:4222".into()]);
     if servers.is_empty() {
@@ -428,15 +459,7 @@ fn nats_output(n: NatsSection, stream_number: u32) -> Result<Nats> {
     if stream.is_empty() || stream.contains(['.', '*', '>', ' ', '\t', '/', '\\']) {
         bail!("nats.stream: {stream:?} is not a JetStream stream name (no dots, wildcards, spaces or slashes)");
     }
-    let auth = match (n.creds_file, n.nkey_file, n.user, n.password_file) {
-        (None, None, None, None) => NatsAuth::None,
-        (Some(creds), None, None, None) => NatsAuth::Creds(creds),
-        (None, Some(nkey), None, None) => NatsAuth::Nkey(nkey),
-        (None, None, Some(user), Some(password)) => NatsAuth::UserPassword(user, password),
-        (None, None, Some(_), None) => bail!("nats.user: give its password in nats.password_file"),
-        (None, None, None, Some(_)) => bail!("nats.password_file: give the user in nats.user"),
-        _ => bail!("nats: give one of creds_file, nkey_file, or user with password_file"),
-    };
+    let auth = nats_auth("nats", n.creds_file, n.nkey_file, n.user, n.password_file)?;
     let max_message =
         count_within("nats.max_message", n.max_message.unwrap_or(64 << 10) as u64, 64, MAX_NATS_MESSAGE)? as usize;
     Ok(Nats {
@@ -514,6 +537,10 @@ pub struct NatsUpstream {
     pub give_up_after: Duration,
     /// The upstream's frames carry a CRC-32C, checked on receipt.
     pub crc: bool,
+    /// Credentials.
+    pub auth: NatsAuth,
+    /// CA file for TLS.
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 /// An upstream publisher, checked.
@@ -1130,6 +1157,14 @@ fn nats_upstream_source(u: &UpstreamSection) -> Result<NatsUpstream> {
         )?),
         give_up_after: seconds("source.upstream.give_up_after", u.give_up_after.unwrap_or(30.0), 0.0, 86_400.0)?,
         crc: u.crc.unwrap_or(false),
+        auth: nats_auth(
+            "source.upstream",
+            u.creds_file.clone(),
+            u.nkey_file.clone(),
+            u.user.clone(),
+            u.password_file.clone(),
+        )?,
+        tls_ca_file: u.tls_ca_file.clone(),
     })
 }
 
@@ -1140,6 +1175,11 @@ fn upstream_source(u: &UpstreamSection) -> Result<Upstream> {
         ("stream", u.stream.is_some()),
         ("from_start", u.from_start.is_some()),
         ("repair_wait", u.repair_wait.is_some()),
+        ("creds_file", u.creds_file.is_some()),
+        ("nkey_file", u.nkey_file.is_some()),
+        ("user", u.user.is_some()),
+        ("password_file", u.password_file.is_some()),
+        ("tls_ca_file", u.tls_ca_file.is_some()),
     ];
     if let Some((setting, _)) = nats_only.iter().find(|(_, set)| *set) {
         bail!("source.upstream.{setting}: only used with a NATS upstream (source.upstream.nats), and this one is TCP");
@@ -1264,6 +1304,20 @@ mod tests {
         assert!(e.contains("source.upstream.stream") && e.contains("TCP"), "{e}");
         let e = upstream_error(&format!("{nats}\n[protection]\nkey_file = \"/k\""));
         assert!(e.contains("protection.key_file"), "{e}");
+        // Credentials: one kind, each key named; TCP has none.
+        let e = upstream_error(&format!("{nats}\nuser = \"feed\""));
+        assert!(e.contains("source.upstream.user") && e.contains("source.upstream.password_file"), "{e}");
+        let e = upstream_error(&format!("{nats}\nnkey_file = \"/n\"\ncreds_file = \"/c\""));
+        assert!(e.contains("source.upstream: give one of"), "{e}");
+        let e = upstream_error("connect = \"h:9100\"\ntls_ca_file = \"/ca.pem\"");
+        assert!(e.contains("source.upstream.tls_ca_file") && e.contains("TCP"), "{e}");
+        let file: FileConfig = toml::from_str(&format!(
+            "{TCP}[source.upstream]\n{nats}\nuser = \"feed\"\npassword_file = \"/p\"\ntls_ca_file = \"/ca.pem\"\n"
+        ))
+        .unwrap();
+        let Source::NatsUpstream(u) = file.check().unwrap().source else { panic!("not a NATS upstream") };
+        assert_eq!(u.auth, NatsAuth::UserPassword("feed".into(), "/p".into()));
+        assert_eq!(u.tls_ca_file.as_deref(), Some(Path::new("/ca.pem")));
     }
 
     #[test]

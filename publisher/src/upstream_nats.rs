@@ -20,7 +20,7 @@
 //! or a subscription the client ended. Reconnection to another server of the cluster is the NATS
 //! client's own, for ever.
 
-use crate::config::NatsUpstream as Settings;
+use crate::config::{NatsAuth, NatsUpstream as Settings};
 use crate::item::Item;
 use crate::relayed::{Relayed, UpstreamSummary};
 use hdrhistogram::Histogram;
@@ -79,6 +79,15 @@ impl NatsUpstream {
         if let Some(stream) = &settings.stream {
             builder = builder.nats_stream(stream.clone());
         }
+        builder = match &settings.auth {
+            NatsAuth::None => builder,
+            NatsAuth::Creds(path) => builder.nats_creds_file(path),
+            NatsAuth::Nkey(path) => builder.nats_nkey_file(path),
+            NatsAuth::UserPassword(user, path) => builder.nats_user(user).nats_password_file(path),
+        };
+        if let Some(ca) = &settings.tls_ca_file {
+            builder = builder.nats_tls_ca_file(ca);
+        }
         let subscriber = loop {
             match builder.clone().build() {
                 Ok(subscriber) => break subscriber,
@@ -88,8 +97,15 @@ impl NatsUpstream {
                 Err(e) => {
                     let status =
                         if e.kind() == ErrorKind::Config { ExitStatus::Config } else { ExitStatus::UpstreamLost };
+                    // The client's settings by the names they have in this file.
                     let setting = match e.setting() {
                         Some("nats_stream") => "source.upstream.stream",
+                        Some("nats_creds_file") => "source.upstream.creds_file",
+                        Some("nats_nkey_file") => "source.upstream.nkey_file",
+                        Some("nats_user" | "nats_password_file") => {
+                            "source.upstream.user / source.upstream.password_file"
+                        }
+                        Some("nats_tls_ca_file") => "source.upstream.tls_ca_file",
                         _ => "source.upstream.nats",
                     };
                     return Err(anyhow::anyhow!("{setting}: upstream {name}: {e}")).exit_status(status);

@@ -8,6 +8,8 @@
 //!   edge replays the stream from its first frame (`from_start`) to a TCP leaf, exact too.
 //! - The reverse: a relay whose upstream is another publisher's TCP stream publishes into NATS
 //!   (`[nats]` output); `mdrelay-sub --nats` ends exact.
+//! - An edge with a user and password file: refused credentials are a configuration error naming
+//!   its own keys; the right ones replay the session to a TCP leaf, exact.
 
 use mdrelay_harness::process::field;
 use mdrelay_harness::{
@@ -261,4 +263,48 @@ fn a_relay_of_a_tcp_upstream_publishes_into_nats_and_a_nats_subscriber_ends_exac
         field(line, "session").map(|hex| u64::from_str_radix(hex.trim_start_matches("0x"), 16).unwrap())
     };
     assert_eq!(sub_session, Some(relay_session), "the origin's session, through the relay and NATS");
+}
+
+#[test]
+fn an_edge_authenticates_to_its_servers_and_refused_credentials_name_the_setting() {
+    let _serial = serial();
+    let server = NatsServer::start_with(&["--user", "feed", "--pass", "right"]);
+    let url = server.url();
+    let reference = expected("DEEP10.json");
+    let dir = tempfile::tempdir().unwrap();
+    let (right, wrong) = (path(dir.path(), "right"), path(dir.path(), "wrong"));
+    std::fs::write(&right, "right\n").unwrap();
+    std::fs::write(&wrong, "wrong\n").unwrap();
+    let credentials = |file: &str| format!("user = \"feed\"\npassword_file = \"{file}\"\n");
+    // The origin, with the user's password, stores the whole session.
+    let origin_json = path(dir.path(), "origin.json");
+    let origin_toml = format!("{}{}", origin_config(&url), credentials(&right));
+    publisher(dir.path(), "origin.toml", &origin_toml, &origin_json).finish(RUN).assert_success();
+    let edge_toml = |file: &str| {
+        format!(
+            "format = \"sbe\"\n[source.upstream]\nnats = [\"{url}\"]\nsubject = \"md.edge\"\nstream = \"EDGE\"\n\
+             from_start = true\n{}[tcp]\nlisten = \"127.0.0.1:0\"\nwait_subscribers = 1\nslow_subscriber = \"block\"\n",
+            credentials(file)
+        )
+    };
+    // A wrong password: a configuration error naming the edge's own keys, at once.
+    let refused = publisher(dir.path(), "wrong.toml", &edge_toml(&wrong), &path(dir.path(), "wrong.json")).finish(RUN);
+    assert_eq!(refused.code(), Some(2), "{refused:?}");
+    assert!(refused.stderr.contains("source.upstream.user / source.upstream.password_file"), "{}", refused.stderr);
+    // The right one: the edge replays the session to its TCP leaf, exact.
+    let (edge_json, leaf_json) = (path(dir.path(), "edge.json"), path(dir.path(), "leaf.json"));
+    let mut edge = publisher(dir.path(), "edge.toml", &edge_toml(&right), &edge_json);
+    let session = logged_session(&mut edge, "upstream greeted");
+    let addr = edge.try_serving_on(RUN).unwrap_or_else(|f| panic!("{f}")).to_string();
+    let leaf =
+        Process::start(subscriber_bin(), ["--connect", addr.as_str(), "--report-interval", "0", "--json", &leaf_json]);
+    edge.finish(RUN).assert_success();
+    let leaf_report = report(&leaf.finish(STEP), &leaf_json, "the authenticated edge's TCP leaf");
+    assert_edge(
+        &json_file(Path::new(&edge_json)),
+        &json_file(Path::new(&origin_json)),
+        session,
+        "the authenticated edge",
+    );
+    assert_exact(&leaf_report, &reference, "the authenticated edge's TCP leaf");
 }
