@@ -69,9 +69,10 @@ pub struct Counters {
     pub format_switches: u64,
     /// Every format seen (retransmitted frames' included).
     pub formats_seen: Vec<Format>,
-    /// TCP: connections made.
+    /// TCP and NATS: connections made (NATS: to any server of the cluster).
     pub connections: u64,
-    /// TCP: connections made again after one was lost.
+    /// TCP and NATS: connections made again after one was lost (NATS: the client's own
+    /// reconnection, to the same server or another of the cluster).
     pub reconnects: u64,
     /// TCP: reconnections the publisher resumed at the frame asked for.
     pub resumes: u64,

@@ -183,6 +183,8 @@ pub(crate) struct NatsDriver {
     peer: SocketAddr,
     notes: EndNotes,
     clock: Clock,
+    /// Connections made to a server of the cluster, the first included.
+    connections: Arc<AtomicU64>,
     finished: bool,
 }
 
@@ -205,7 +207,8 @@ impl NatsDriver {
         settings: &Settings,
         clock: Clock,
     ) -> Result<NatsDriver, Error> {
-        let client = connect(servers, settings).await?;
+        let connections = Arc::new(AtomicU64::new(0));
+        let client = connect(servers, settings, connections.clone()).await?;
         let unreachable = |reason: String| Error::Unreachable { address: servers.join(","), reason };
         let info = client.server_info();
         let peer = format!("{}:{}", info.host, info.port)
@@ -274,6 +277,7 @@ impl NatsDriver {
             peer,
             notes: EndNotes::default(),
             clock,
+            connections,
             finished: false,
         })
     }
@@ -485,6 +489,7 @@ impl NatsDriver {
         let d = self.receiver.counts();
         let reader = self.receiver.reader();
         let server = self.repairs.as_ref().map_or("JetStream", |r| r.server.as_str());
+        let connections = self.connections.load(Ordering::Relaxed);
         Counters {
             bytes: d.bytes,
             invalid_packets: d.invalid_packets,
@@ -492,14 +497,21 @@ impl NatsDriver {
             publisher_totals: self.receiver.publisher_totals().cloned(),
             recovery: reader.book().map(|b| b.report(server)),
             repair_fetches: self.repairs.as_ref().map_or(0, |r| r.fetches.load(Ordering::Relaxed)),
+            connections,
+            reconnects: connections.saturating_sub(1),
             ..Counters::of_reader(reader, &out.tally, Default::default())
         }
     }
 }
 
-/// Connects to the servers with the credentials and TLS asked for; credentials or TLS the
-/// server refuses are a [`Error::Config`] naming the setting.
-async fn connect(servers: &[String], settings: &Settings) -> Result<async_nats::Client, Error> {
+/// Connects to the servers with the credentials and TLS asked for, counting every connection
+/// made (the client's reconnections to any server of the cluster included) in `connections`;
+/// credentials or TLS the server refuses are a [`Error::Config`] naming the setting.
+async fn connect(
+    servers: &[String],
+    settings: &Settings,
+    connections: Arc<AtomicU64>,
+) -> Result<async_nats::Client, Error> {
     let unreachable = |reason: String| Error::Unreachable { address: servers.join(","), reason };
     let addrs: Vec<async_nats::ServerAddr> = servers
         .iter()
@@ -508,7 +520,13 @@ async fn connect(servers: &[String], settings: &Settings) -> Result<async_nats::
     let mut options = async_nats::ConnectOptions::new()
         .name("mdrelay-client")
         .max_reconnects(None)
-        .connection_timeout(settings.connect_timeout);
+        .connection_timeout(settings.connect_timeout)
+        .event_callback(move |event| {
+            if matches!(event, async_nats::Event::Connected) {
+                connections.fetch_add(1, Ordering::Relaxed);
+            }
+            std::future::ready(())
+        });
     let setting = match &settings.nats.auth {
         NatsAuth::None => "nats",
         NatsAuth::Creds(path) => {

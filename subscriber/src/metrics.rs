@@ -208,7 +208,10 @@ fn describe() {
         "mdrelay_sub_nats_repair_fetches_total",
         "NATS: messages read from the JetStream stream to repair gaps (those read to find where a range starts included)."
     );
-    describe_counter!("mdrelay_sub_reconnects_total", "TCP connections re-established after one was lost.");
+    describe_counter!(
+        "mdrelay_sub_reconnects_total",
+        "Connections re-established after one was lost (TCP; NATS, to any server of the cluster)."
+    );
     describe_gauge!("mdrelay_sub_last_sequence", "The highest frame sequence number received.");
     describe_gauge!("mdrelay_sub_format", "1 for the wire format the publisher sends now, 0 for the others.");
     describe_histogram!(

@@ -298,7 +298,7 @@ pub struct Report {
     pub totals_match: Option<bool>,
     /// One-way latency.
     pub latency_ns: LatencySummary,
-    /// Connections re-established after a loss (TCP).
+    /// Connections re-established after a loss (TCP; NATS, to any server of the cluster).
     pub reconnects: u64,
     /// Reconnections the publisher resumed at the frame asked for, after the last frame
     /// received (TCP, protocol version 2).
