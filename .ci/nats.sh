@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the NATS server and natscli (the NATS project's command-line client) that the NATS
-# tests and benchmarks run, from the Go module proxy, into a cache outside the clone
+# Builds the NATS server, natscli (the NATS project's command-line client) and nats-creds (ours)
+# that the NATS tests and benchmarks run, from the Go module proxy, into a cache outside the clone
 # (${MDRELAY_TOOLS:-$HOME/.cache/mdrelay-tools}/bin); does nothing when the pinned versions are
 # there already. The tests find them on PATH or in that cache.
 set -euo pipefail
@@ -18,4 +18,8 @@ if [ ! -x "$tools/bin/nats" ] || [ "$(cat "$tools/bin/.nats-version" 2>/dev/null
     GOBIN="$tools/bin" go install "github.com/nats-io/natscli/nats@$CLI_VERSION"
     echo "$CLI_VERSION" > "$tools/bin/.nats-version"
 fi
+# The tests' operator, account and `.creds` files, made with the NATS project's JWT library
+# (harness/nats-creds; nsc itself is not on the module proxy). Go's build cache makes this
+# quick when nothing changed.
+(cd "$(dirname "$0")/../harness/nats-creds" && GOBIN="$tools/bin" go install .)
 "$tools/bin/nats-server" --version

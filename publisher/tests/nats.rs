@@ -1,12 +1,13 @@
 //! The NATS output against real `nats-server` processes: every frame of DEEP10 stored in the
 //! JetStream stream once (counted by natscli, against the reference's segment count), across a
 //! server restart mid-stream; a stream that is missing or does not fit, and refused
-//! credentials, as configuration errors (exit 2) naming the setting.
+//! credentials, as configuration errors (exit 2) naming the setting; credentials that are
+//! taken (an nkey, a `.creds` file of a server in operator mode) carry the whole session.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use mdrelay_harness::{NatsServer, Process, expected, iex_data, publisher_bin};
+use mdrelay_harness::{NatsServer, Process, expected, iex_data, nats_tool, publisher_bin, subscriber_bin};
 
 /// Runs natscli against `server` with `args` (bounded to 30 s); its stdout, or a panic.
 fn nats(server: &str, args: &[&str]) -> String {
@@ -179,9 +180,62 @@ fn an_nkey_the_server_does_not_know_is_refused_naming_the_setting_and_its_own_is
     assert_eq!(summary["nats"]["acknowledged"].as_u64(), Some(segments + 1), "summary: {summary}");
 }
 
-/// A `.creds` file needs a JWT signed by an operator's account, which a server in operator mode
-/// checks; without `nsc` to make one, what is tested here is the file itself: missing, or not a
-/// credentials file, refused before any connection, naming the setting.
+/// A server in operator mode and two `.creds` files, made by `nats-creds` (harness/nats-creds,
+/// built by `.ci/nats.sh` with the NATS project's JWT library): `user.creds`, a user of an
+/// account the server knows (with JetStream), and `stranger.creds`, one of an account it does
+/// not.
+#[test]
+fn a_creds_file_of_a_known_account_is_taken_and_a_strangers_is_refused_naming_the_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let made = std::process::Command::new(nats_tool("nats-creds")).arg(dir.path()).output().unwrap();
+    assert!(made.status.success(), "nats-creds: {}", String::from_utf8_lossy(&made.stderr));
+    let server = NatsServer::start_with(&["-c", dir.path().join("server.conf").to_str().unwrap()]);
+    let settings = |creds: &str| {
+        format!(
+            "servers = [\"{}\"]\nsubject = \"md.creds\"\nstream = \"CREDS\"\ncreds_file = \"{}\"",
+            server.url(),
+            dir.path().join(creds).display()
+        )
+    };
+    let refused = run_publisher(&config(dir.path(), 0, &settings("stranger.creds")), &dir.path().join("s.json"))
+        .finish(Duration::from_secs(60));
+    assert_eq!(refused.code(), Some(2), "another account's user: {}", refused.stderr);
+    assert!(refused.stderr.contains("nats.creds_file"), "{}", refused.stderr);
+    // The known user publishes the whole session; a subscriber with the same file replays it.
+    run_publisher(&config(dir.path(), 0, &settings("user.creds")), &dir.path().join("ok.json"))
+        .finish(Duration::from_secs(120))
+        .assert_success();
+    let json = dir.path().join("sub.json");
+    let creds = dir.path().join("user.creds");
+    let replayed = Process::start(
+        subscriber_bin(),
+        [
+            "--nats",
+            &server.url(),
+            "--nats-subject",
+            "md.creds",
+            "--nats-stream",
+            "CREDS",
+            "--from-start",
+            "--nats-creds-file",
+            creds.to_str().unwrap(),
+            "--report-interval",
+            "0",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+    )
+    .finish(Duration::from_secs(120));
+    replayed.assert_success();
+    let report = mdrelay_harness::json_file(&json);
+    let reference = expected("DEEP10.json");
+    mdrelay_harness::assert_aggregates(&report, &reference, "replayed with user.creds");
+    assert_eq!(report["messages"], reference["messages"], "{report}");
+    assert_eq!(report["totals_match"], true, "{report}");
+}
+
+/// The file itself: missing, or not a credentials file, refused before any connection, naming
+/// the setting.
 #[test]
 fn a_creds_file_that_is_missing_or_malformed_is_refused_naming_the_setting() {
     let server = NatsServer::start();
