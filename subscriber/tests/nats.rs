@@ -86,8 +86,8 @@ fn a_subscriber_stopped_mid_stream_has_what_it_lost_repaired_from_jetstream() {
     let server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let reference = expected("DEEP10.json");
-    // Paced so that the repair (one direct get per stream message) outruns the window of
-    // 65,536 frames past the gap, as in the client's stalled-reader test.
+    // Paced with room for the repair (a direct get per stream message, up to 64 in flight) to
+    // outrun the window of 65,536 frames past the gap, as in the client's stalled-reader test.
     let config = publisher_config(dir.path(), &server, "md.stop", "STOP", 50_000, "");
     let json = dir.path().join("stopped.json");
     let url = server.url();
