@@ -1,14 +1,15 @@
 //! `mdrelay-sub` over NATS, against a real `nats-server` and an `mdrelay-pub` with a `[nats]`
 //! output: DEEP10 to a live subscriber and, after the run, to one replaying the JetStream
 //! stream from the start; a subscriber stopped (SIGSTOP) mid-stream, whose lost messages are
-//! repaired from the stream; a server that requires a user and password. Every report equals the
-//! independent reference in ../shared.
+//! repaired from the stream; a server that requires a user and password; a publisher SIGKILLed
+//! mid-stream and started again, followed live, from the start and from the new session's time.
+//! Every whole stream equals the independent reference in ../shared.
 
 use std::path::Path;
 use std::time::Duration;
 
 use mdrelay_harness::{
-    NatsServer, Process, Signal, assert_aggregates, expected, iex_data, json_file, publisher_bin, serial,
+    NatsServer, Process, Signal, assert_aggregates, expected, iex_data, json_file, nats_cli, publisher_bin, serial,
     subscriber_bin,
 };
 
@@ -178,4 +179,92 @@ fn a_server_that_requires_a_password_takes_the_right_one_and_the_wrong_one_is_na
         "the error names the setting: {}",
         refused.stderr
     );
+}
+
+/// The stream's stored message count (0 while it cannot be read).
+fn stored_messages(server: &NatsServer, stream: &str) -> u64 {
+    let text = nats_cli(&server.url(), &["stream", "info", stream, "--json"]).unwrap_or_default();
+    serde_json::from_str::<serde_json::Value>(&text).unwrap_or_default()["state"]["messages"].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn a_publisher_killed_mid_stream_and_started_again_is_followed_and_its_new_session_is_whole() {
+    let _serial = serial();
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let reference = expected("DEEP10.json");
+    let config = publisher_config(dir.path(), &server, "md.kill", "KILL", 50_000, "");
+    let url = server.url();
+    let nats = ["--nats", url.as_str(), "--nats-subject", "md.kill", "--nats-stream", "KILL"];
+    let live_json = dir.path().join("live.json");
+    let mut live = Process::start(
+        subscriber_bin(),
+        nats.iter().chain(&["--report-interval", "0.2", "--json", live_json.to_str().unwrap()]),
+    );
+    live.wait_for("subscribed over NATS");
+    // The first publisher dies a third of the way in, with publishes in flight and no END.
+    let mut first = Process::start(publisher_bin(), ["run", "--config", config.as_str()]);
+    first.wait_for("publishing to NATS");
+    let segments = reference["segments"].as_u64().unwrap();
+    live.wait_for_frames(segments / 3);
+    first.signal(Signal::SIGKILL);
+    assert_eq!(first.finish(RUN).code(), None, "killed by the signal");
+    // What the server took from it is stored by now; the count settles.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut killed_session = stored_messages(&server, "KILL");
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = stored_messages(&server, "KILL");
+        if now == killed_session && now > 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the stream's count did not settle");
+        killed_session = now;
+    }
+    // Started again, the publisher runs a new session through to its END.
+    Process::start(publisher_bin(), ["run", "--config", config.as_str()]).finish(RUN).assert_success();
+    let finished = live.finish(RUN);
+    assert_eq!(finished.code(), Some(0), "stderr: {}", finished.stderr);
+    let live_report = json_file(&live_json);
+    let context = format!("the live subscriber: {live_report}");
+    assert_eq!(live_report["publisher_restarts"].as_u64(), Some(1), "{context}");
+    assert_eq!(live_report["gaps"].as_u64(), Some(0), "{context}");
+    assert!(finished.stderr.contains("publisher restarted"), "{}", finished.stderr);
+    // The first session's frames, then the whole second one.
+    let live_frames = live_report["frames"].as_u64().unwrap();
+    assert!(live_frames > segments + segments / 3 && live_frames < 2 * segments, "{context}");
+
+    // A subscriber joining at the time of the new session's first message has it all, exactly.
+    let stored = nats_cli(&url, &["stream", "get", "KILL", &(killed_session + 1).to_string(), "--json"]).unwrap();
+    let stored: serde_json::Value = serde_json::from_str(&stored).unwrap();
+    let start_at = stored["time"].as_str().unwrap();
+    let joiner_json = dir.path().join("joiner.json");
+    let joiner = Process::start(
+        subscriber_bin(),
+        nats.iter().chain(&[
+            "--nats-start-at",
+            start_at,
+            "--report-interval",
+            "0",
+            "--json",
+            joiner_json.to_str().unwrap(),
+        ]),
+    )
+    .finish(RUN);
+    assert_eq!(joiner.code(), Some(0), "stderr: {}", joiner.stderr);
+    assert_whole(&json_file(&joiner_json), &reference, "a subscriber joining at the restarted session's start");
+
+    // From the start, the stream holds what the live subscriber had: the killed session's
+    // frames once, then the new one's.
+    let replay_json = dir.path().join("replay.json");
+    let replay = Process::start(
+        subscriber_bin(),
+        nats.iter().chain(&["--from-start", "--report-interval", "0", "--json", replay_json.to_str().unwrap()]),
+    )
+    .finish(RUN);
+    assert_eq!(replay.code(), Some(0), "stderr: {}", replay.stderr);
+    let replayed = json_file(&replay_json);
+    for key in ["frames", "messages", "total_trade_volume", "symbols", "message_types", "publisher_restarts", "gaps"] {
+        assert_eq!(replayed[key], live_report[key], "from the start and live: {key}");
+    }
 }
