@@ -34,10 +34,11 @@
 //! the wait. A range read once is not read again. Without a stream, a gap is counted lost.
 //!
 //! A gap is found when a later message arrives, so a tail lost on the live subject (its END
-//! included) would never be: while the subject is quiet for [`TAIL_PROBE`], the driver reads
-//! the subject's last stored message, and takes it as if it had come live when it is of the
-//! session being received and newer than anything taken (a later frame, or the END), which
-//! opens the gap behind it.
+//! included) would never be: while the subject is quiet for [`TAIL_PROBE`], the repair task
+//! reads the subject's last stored message, and the driver takes it as if it had come live when
+//! it is of the session being received and newer than anything taken (a later frame, or the
+//! END), which opens the gap behind it. A stored message is taken once: one the machine refuses
+//! (a forgery) is counted once, not at every probe.
 //!
 //! Every wait is on a stream of messages, a queue or a sleep, so a wait that is dropped loses
 //! nothing.
@@ -82,17 +83,18 @@ const READ_AHEAD: usize = 64;
 /// read, in case the tail was lost.
 pub(crate) const TAIL_PROBE: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// The stream's tail, read while the live subject is quiet.
+/// What the driver knows of the stream's tail, read while the live subject is quiet.
+#[derive(Default)]
 struct Tail {
-    jetstream: async_nats::jetstream::Context,
-    name: String,
-    subject: String,
-    /// Looked up when first needed (a live subscriber may start before the stream exists).
-    stream: Option<JetStream>,
     /// Session and next frame after the newest datagram taken (nothing is probed before the
     /// first); whether its END was.
     newest: Option<(u64, u64)>,
     end_taken: bool,
+    /// The stream position of the last message the probe handed over: a message read again is
+    /// not taken again (one the machine refused, a forgery, would be counted at every probe).
+    probed: Option<u64>,
+    /// A probe is asked for and not answered yet.
+    asked: bool,
 }
 
 impl Tail {
@@ -111,31 +113,32 @@ impl Tail {
         }
     }
 
-    /// The subject's last stored message when it is newer than everything taken.
-    async fn probe(&mut self) -> Option<Bytes> {
-        if self.end_taken || self.newest.is_none() {
-            return None;
+    /// Whether the tail is worth reading: something was taken, and not the END yet.
+    fn wanted(&self) -> bool {
+        !self.end_taken && self.newest.is_some() && !self.asked
+    }
+
+    /// Whether the subject's last stored message, at `position`, is newer than everything
+    /// taken. The header is only a hint: the machine checks the message's protection when it
+    /// is taken, and a message is taken once whatever it turns out to be.
+    fn newer(&mut self, position: u64, payload: &[u8]) -> bool {
+        if self.probed == Some(position) {
+            return false;
         }
-        if self.stream.is_none() {
-            self.stream = self.jetstream.get_stream(&self.name).await.ok();
-        }
-        let stream = self.stream.as_ref()?;
-        let last = if stream.cached_info().config.allow_direct {
-            stream.direct_get_last_for_subject(self.subject.as_str()).await.ok()?
-        } else {
-            stream.get_last_raw_message_by_subject(&self.subject).await.ok()?
-        };
-        let h = DatagramHeader::parse(&last.payload).ok()?;
+        let Ok(h) = DatagramHeader::parse(payload) else { return false };
+        let Some((session, next)) = self.newest else { return false };
         // Only the session being received: a stream also keeps earlier sessions, whose END
         // must not end this one, and a new session comes live anyway.
-        let (session, next) = self.newest?;
         let newer = h.session == session
             && match h.kind {
                 DatagramKind::Data => h.sequence.saturating_add(u64::from(h.frame_count)) > next,
                 // The END, not taken yet (the probe stops once it is).
                 _ => true,
             };
-        newer.then_some(last.payload)
+        if newer {
+            self.probed = Some(position);
+        }
+        newer
     }
 }
 
@@ -153,11 +156,23 @@ enum Repaired {
     Datagram(Bytes),
     /// Frames the stream does not hold.
     Gone { session: u64, first: u64, count: u64 },
+    /// The subject's last stored message, at its stream position (none: nothing stored, or it
+    /// could not be read now).
+    Tail(Option<(u64, Bytes)>),
+}
+
+/// What the driver asks of the repair task.
+#[derive(Debug)]
+enum Ask {
+    /// A missing range of a session.
+    Range(u64, RetransmitRequest),
+    /// The subject's last stored message.
+    Tail,
 }
 
 /// The task that reads missing frames from the stream, and its queues.
 struct Repairs {
-    requests: mpsc::Sender<(u64, RetransmitRequest)>,
+    requests: mpsc::Sender<Ask>,
     repaired: mpsc::Receiver<Repaired>,
     fetches: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
@@ -178,8 +193,8 @@ pub(crate) struct NatsDriver {
     replay: Option<Replay>,
     held: VecDeque<Bytes>,
     repairs: Option<Repairs>,
-    /// With a stream: its tail, read while the live subject is quiet.
-    tail: Option<Tail>,
+    /// The stream's tail, read (with a stream) while the live subject is quiet.
+    tail: Tail,
     /// When the live subject last delivered (ns of the clock).
     live_at: i64,
     /// The server, as the machine's peer (messages have no address of their own).
@@ -238,17 +253,6 @@ impl NatsDriver {
             }
             _ => None,
         };
-        let tail = match (stream, &settings.recovery) {
-            (Some(name), Some(_)) => Some(Tail {
-                jetstream: jetstream.clone(),
-                name: name.to_string(),
-                subject: subject.to_string(),
-                stream: None,
-                newest: None,
-                end_taken: false,
-            }),
-            _ => None,
-        };
         let repairs = match (stream, &settings.recovery) {
             (Some(name), Some(recovery)) => Some(start_repairs(jetstream, name, subject, recovery.server.clone())),
             _ => None,
@@ -274,8 +278,8 @@ impl NatsDriver {
             live,
             replay,
             held: VecDeque::new(),
+            tail: Tail::default(),
             repairs,
-            tail,
             live_at: clock.now(),
             peer,
             notes: EndNotes::default(),
@@ -318,9 +322,9 @@ impl NatsDriver {
     /// Hands the ranges the book asks for to the repair task; a range that does not fit its
     /// queue is asked again at its retry.
     fn ask_repairs(&mut self) {
-        while let Some(request) = self.receiver.next_store_request() {
+        while let Some((session, range)) = self.receiver.next_store_request() {
             if let Some(repairs) = &self.repairs {
-                let _ = repairs.requests.try_send(request);
+                let _ = repairs.requests.try_send(Ask::Range(session, range));
             }
         }
     }
@@ -339,7 +343,7 @@ impl NatsDriver {
         let hold_more = self.held.len() < MAX_HELD;
         // Quiet for TAIL_PROBE (not while replaying: the replay reads the stream anyway).
         let probe_at = self.live_at.saturating_add(TAIL_PROBE.as_nanos() as i64);
-        let probing = self.tail.is_some() && self.replay.is_none();
+        let probing = self.repairs.is_some() && self.replay.is_none() && self.tail.wanted();
         let quiet = async move {
             if probing { tokio::time::sleep_until(clock.instant(probe_at)).await } else { std::future::pending().await }
         };
@@ -409,18 +413,24 @@ impl NatsDriver {
             Woke::Repaired(Some(Repaired::Gone { session, first, count })) => {
                 self.receiver.store_gone(session, first, count);
             }
+            Woke::Repaired(Some(Repaired::Tail(last))) => {
+                if let Some((position, payload)) = last
+                    && self.tail.newer(position, &payload)
+                {
+                    self.take(&payload, out);
+                }
+                self.tail.asked = false;
+            }
             // The task ended (it cannot read the stream any more): what is missing is given
             // up at its attempts.
             Woke::Repaired(None) => self.repairs = None,
             Woke::Slept => {}
             Woke::Quiet => {
+                // The tail is read by the repair task (a round trip the live subject does not
+                // wait for); the next probe is a quiet period after its answer.
                 self.live_at = self.clock.now();
-                let newer = match &mut self.tail {
-                    Some(tail) => tail.probe().await,
-                    None => None,
-                };
-                if let Some(payload) = newer {
-                    self.take(&payload, out);
+                if let Some(repairs) = &self.repairs {
+                    self.tail.asked = repairs.requests.try_send(Ask::Tail).is_ok();
                 }
             }
         }
@@ -439,9 +449,7 @@ impl NatsDriver {
     fn take(&mut self, payload: &[u8], out: &mut Collector) {
         let now = self.clock.now();
         out.stream_peer = Some(self.peer);
-        if let Some(tail) = &mut self.tail {
-            tail.taken(payload);
-        }
+        self.tail.taken(payload);
         self.receiver.datagram(Origin::Stream, payload, self.peer, now, self.clock.wall(), out);
         // Echoes have no way back over a subject: the publisher reads none.
         while self.receiver.next_echo().is_some() {}
@@ -613,17 +621,30 @@ async fn repair(
     jetstream: async_nats::jetstream::Context,
     name: String,
     subject: String,
-    mut asked: mpsc::Receiver<(u64, RetransmitRequest)>,
+    mut asked: mpsc::Receiver<Ask>,
     answers: mpsc::Sender<Repaired>,
     fetches: Arc<AtomicU64>,
 ) {
     let mut search = StoreSearch::new();
     let mut found_stream: Option<JetStream> = None;
-    while let Some((session, request)) = asked.recv().await {
+    while let Some(ask) = asked.recv().await {
         if found_stream.is_none() {
             // Not there (yet): the range is asked again at its retry.
             found_stream = jetstream.get_stream(&name).await.ok();
         }
+        let (session, request) = match ask {
+            Ask::Range(session, request) => (session, request),
+            Ask::Tail => {
+                let last = match &found_stream {
+                    Some(stream) => last_stored(stream, &subject).await,
+                    None => None,
+                };
+                if answers.send(Repaired::Tail(last)).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+        };
         let Some(stream) = &mut found_stream else { continue };
         let direct = stream.cached_info().config.allow_direct;
         let end = request.first.saturating_add(u64::from(request.count));
@@ -661,6 +682,17 @@ async fn repair(
             };
         }
     }
+}
+
+/// The subject's last stored message and its stream position; none when there is none or it
+/// cannot be read now.
+async fn last_stored(stream: &JetStream, subject: &str) -> Option<(u64, Bytes)> {
+    let last = if stream.cached_info().config.allow_direct {
+        stream.direct_get_last_for_subject(subject).await.ok()?
+    } else {
+        stream.get_last_raw_message_by_subject(subject).await.ok()?
+    };
+    Some((last.sequence, last.payload))
 }
 
 /// How a forward read ended.

@@ -268,3 +268,50 @@ fn a_publisher_killed_mid_stream_and_started_again_is_followed_and_its_new_sessi
         assert_eq!(replayed[key], live_report[key], "from the start and live: {key}");
     }
 }
+
+#[test]
+fn a_subscriber_stopped_until_the_stream_ended_reads_the_tail_and_end_it_lost_from_jetstream() {
+    let _serial = serial();
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let reference = expected("DEEP10.json");
+    let config = publisher_config(dir.path(), &server, "md.tail", "TAIL", 50_000, "");
+    let json = dir.path().join("tail.json");
+    let url = server.url();
+    let mut subscriber = Process::start(
+        subscriber_bin(),
+        [
+            "--nats",
+            url.as_str(),
+            "--nats-subject",
+            "md.tail",
+            "--nats-stream",
+            "TAIL",
+            "--nats-pending-messages",
+            "256",
+            "--report-interval",
+            "0.2",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+    );
+    subscriber.wait_for("subscribed over NATS");
+    let publisher = Process::start(publisher_bin(), ["run", "--config", config.as_str()]);
+    // Stopped near the end until the publisher is done: the client keeps the first 256 messages
+    // of what follows and drops the rest, the END among them. No later message comes live to
+    // show the gap: only reading the stream's tail does.
+    let segments = reference["segments"].as_u64().unwrap();
+    subscriber.wait_for_frames(segments * 4 / 5);
+    subscriber.signal(Signal::SIGSTOP);
+    publisher.finish(RUN).assert_success();
+    subscriber.signal(Signal::SIGCONT);
+    let finished = subscriber.finish(RUN);
+    assert_eq!(finished.code(), Some(0), "stderr: {}", finished.stderr);
+    let report = json_file(&json);
+    let context =
+        format!("mdrelay-sub over NATS, stopped until the end (log: {})", lines_other_than_intervals(&finished.stderr));
+    assert_whole(&report, &reference, &context);
+    let recovery = &report["recovery"];
+    assert!(recovery["frames_recovered"].as_u64().unwrap() > 0, "{context}: nothing repaired: {recovery}");
+    assert_eq!(recovery["frames_unrecoverable"].as_u64(), Some(0), "{context}: {recovery}");
+}
