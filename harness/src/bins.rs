@@ -112,3 +112,24 @@ fn build_target(dir: &Path, package: &str, kind: &str, name: &str) -> io::Result
     }
     Ok(())
 }
+
+/// `mdrelay-sub` joined to the multicast `group` on the loopback interface, recovering lost
+/// datagrams from the retransmission service at `recovery`, reporting only at its end, into
+/// `json`. Read its [`Process::listening_on`] before anything is sent to the group.
+pub fn loopback_group_subscriber(group: &str, recovery: &str, json: &str) -> crate::Process {
+    crate::Process::start(
+        subscriber_bin(),
+        [
+            "--group",
+            group,
+            "--interface",
+            "127.0.0.1",
+            "--recovery",
+            recovery,
+            "--report-interval",
+            "0",
+            "--json",
+            json,
+        ],
+    )
+}

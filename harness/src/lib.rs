@@ -34,7 +34,7 @@ pub mod scrape;
 pub mod serial;
 pub mod version;
 
-pub use bins::{bench_bin, example_bin, publisher_bin, subscriber_bin};
+pub use bins::{bench_bin, example_bin, loopback_group_subscriber, publisher_bin, subscriber_bin};
 pub use data::{deep10_tcp_config, expected, iex_data, reference_output, reference_reader};
 pub use formats::formats;
 pub use nats::{NatsCluster, NatsServer, nats_cli, nats_tool};

@@ -24,8 +24,8 @@ use mdrelay_harness::netns::{Host, Hosts, Line};
 use mdrelay_harness::process::field;
 use mdrelay_harness::{
     Finished, Process, STEP, Signal, accept_within, assert_aggregates, cutting_proxy, dashboard_queries,
-    deep10_tcp_config, expected, free_tcp_port, iex_data, json_file, mangling_proxy, publisher_bin, scrape, serial,
-    subscriber_bin,
+    deep10_tcp_config, expected, free_tcp_port, iex_data, json_file, loopback_group_subscriber, mangling_proxy,
+    publisher_bin, scrape, serial, subscriber_bin,
 };
 use mdrelay_proto::codec::{Codec, Format, Limits, MessageScratch, collect_segment};
 use mdrelay_proto::relay::{Hello, RecordHeader, RecordTag, Subscribe, control_record};
@@ -190,21 +190,7 @@ fn deep10_through_two_relays_tcp_sbe_then_multicast_capnp_reaches_the_leaf_exact
         (json("origin.json"), json("relay1.json"), json("relay2.json"), json("leaf.json"), json("direct.json"));
     // The leaf first: bound and joined before anything is sent to the group.
     let recovery = format!("127.0.0.1:{}", free_tcp_port());
-    let mut leaf = Process::start(
-        subscriber_bin(),
-        [
-            "--group",
-            LOOPBACK_GROUP,
-            "--interface",
-            "127.0.0.1",
-            "--recovery",
-            &recovery,
-            "--report-interval",
-            "0",
-            "--json",
-            &leaf_json,
-        ],
-    );
+    let mut leaf = loopback_group_subscriber(LOOPBACK_GROUP, &recovery, &leaf_json);
     let group = leaf.listening_on().to_string();
     let (origin, origin_addr) = origin("raw", "100000", "2", &origin_json);
     // Relay 1's metrics stay up after its run, for the last scrape.

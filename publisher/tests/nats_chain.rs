@@ -14,7 +14,7 @@
 use mdrelay_harness::process::field;
 use mdrelay_harness::{
     Finished, NatsServer, Process, STEP, assert_aggregates, expected, free_tcp_port, iex_data, json_file,
-    publisher_bin, serial, subscriber_bin,
+    loopback_group_subscriber, publisher_bin, serial, subscriber_bin,
 };
 use serde_json::Value;
 use std::net::SocketAddr;
@@ -119,21 +119,7 @@ fn deep10_from_a_nats_subject_through_an_edge_relay_reaches_tcp_and_multicast_le
     // The multicast leaf first: bound and joined before the edge sends to the group; it
     // recovers a datagram lost on a loaded host from the edge's retransmission service.
     let recovery = format!("127.0.0.1:{}", free_tcp_port());
-    let mut group_leaf = Process::start(
-        subscriber_bin(),
-        [
-            "--group",
-            EDGE_GROUP,
-            "--interface",
-            "127.0.0.1",
-            "--recovery",
-            &recovery,
-            "--report-interval",
-            "0",
-            "--json",
-            &group_json,
-        ],
-    );
+    let mut group_leaf = loopback_group_subscriber(EDGE_GROUP, &recovery, &group_json);
     let group = group_leaf.listening_on().to_string();
     // The edge subscribes before the origin publishes, so it takes the subject from its first
     // frame; it serves once that frame has told it the session, and waits for its TCP leaf.

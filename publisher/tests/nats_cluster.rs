@@ -84,10 +84,7 @@ fn a_subscribers_node_killed_mid_stream_leaves_every_subscriber_exact() {
     let a = subscriber(&urls[1], &json_a);
     let mut b = subscriber(&urls[2], &json_b);
     let summary = dir.path().join("pub.json");
-    let publisher = Process::start(
-        publisher_bin(),
-        ["run", "--config", config.to_str().unwrap(), "--json", summary.to_str().unwrap()],
-    );
+    let publisher = publisher_with_summary(&config, &summary);
     // A quarter of the way in, subscriber B's node dies.
     b.wait_for_frames(30_000);
     cluster.nodes[2].signal(Signal::SIGKILL);
@@ -114,10 +111,7 @@ fn the_publishers_node_killed_mid_stream_is_failed_over_and_every_subscriber_is_
     let mut a = subscriber(&urls[1], &json_a);
     let b = subscriber(&urls[2], &json_b);
     let summary = dir.path().join("pub.json");
-    let publisher = Process::start(
-        publisher_bin(),
-        ["run", "--config", config.to_str().unwrap(), "--json", summary.to_str().unwrap()],
-    );
+    let publisher = publisher_with_summary(&config, &summary);
     a.wait_for_frames(30_000);
     cluster.nodes[0].signal(Signal::SIGKILL);
     let published = publisher.finish(RUN);
@@ -164,6 +158,11 @@ fn replay_from_start(url: &str, dir: &Path) -> Value {
     report(replay.finish(RUN), &json)
 }
 
+/// `mdrelay-pub run` on `config`, writing its summary to `summary`.
+fn publisher_with_summary(config: &Path, summary: &Path) -> Process {
+    Process::start(publisher_bin(), ["run", "--config", config.to_str().unwrap(), "--json", summary.to_str().unwrap()])
+}
+
 /// A server that is not running yet: its port and store are chosen, and `restart` starts it.
 fn server_not_yet_up() -> NatsServer {
     let mut server = NatsServer::start();
@@ -174,25 +173,30 @@ fn server_not_yet_up() -> NatsServer {
 /// How long the server stays away after the publisher starts.
 const SERVER_LATE: Duration = Duration::from_secs(3);
 
-#[test]
-fn a_publisher_started_before_its_server_waits_under_block_and_the_stream_arrives_whole() {
+/// TOPS16 at 20,000 msg/s through a queue of 256 messages (far smaller than the stream: a wait
+/// is the hot path's, not only the queue's) under `slow_server`, from a publisher started
+/// [`SERVER_LATE`] before its server. Returns the server, the directory and the publisher's
+/// summary.
+fn publish_before_the_server(slow_server: &str) -> (NatsServer, tempfile::TempDir, Value) {
     let mut server = server_not_yet_up();
     let dir = tempfile::tempdir().unwrap();
-    // A queue far smaller than the stream: the wait is the hot path's, not only the queue's.
-    let nats = "queue = 256\nslow_server = \"block\"";
-    let config = single_server_config(dir.path(), "TOPS16.pcap.gz", 20_000, &server.url(), nats, "");
+    let nats = format!("queue = 256\nslow_server = \"{slow_server}\"");
+    let config = single_server_config(dir.path(), "TOPS16.pcap.gz", 20_000, &server.url(), &nats, "");
     let summary = dir.path().join("pub.json");
-    let mut publisher = Process::start(
-        publisher_bin(),
-        ["run", "--config", config.to_str().unwrap(), "--json", summary.to_str().unwrap()],
-    );
+    let mut publisher = publisher_with_summary(&config, &summary);
     publisher.wait_for("NATS server not reachable yet");
     std::thread::sleep(SERVER_LATE);
     server.restart();
     publisher.finish(RUN).assert_success();
+    let summary = json_file(&summary);
+    (server, dir, summary)
+}
+
+#[test]
+fn a_publisher_started_before_its_server_waits_under_block_and_the_stream_arrives_whole() {
+    let (server, dir, summary) = publish_before_the_server("block");
     let reference = expected("TOPS16.json");
     let segments = reference["segments"].as_u64().unwrap();
-    let summary = json_file(&summary);
     assert_eq!(summary["nats"]["published"], segments + 1, "every frame and the END: {summary}");
     assert_eq!(summary["nats"]["dropped"], 0, "{summary}");
     // The stream was created once the server came, and holds every message once.
@@ -202,22 +206,8 @@ fn a_publisher_started_before_its_server_waits_under_block_and_the_stream_arrive
 
 #[test]
 fn a_publisher_started_before_its_server_under_drop_counts_every_message_it_skipped() {
-    let mut server = server_not_yet_up();
-    let dir = tempfile::tempdir().unwrap();
-    let nats = "queue = 256\nslow_server = \"drop\"";
-    let config = single_server_config(dir.path(), "TOPS16.pcap.gz", 20_000, &server.url(), nats, "");
-    let summary = dir.path().join("pub.json");
-    let mut publisher = Process::start(
-        publisher_bin(),
-        ["run", "--config", config.to_str().unwrap(), "--json", summary.to_str().unwrap()],
-    );
-    publisher.wait_for("NATS server not reachable yet");
-    std::thread::sleep(SERVER_LATE);
-    server.restart();
-    publisher.finish(RUN).assert_success();
-    let reference = expected("TOPS16.json");
-    let segments = reference["segments"].as_u64().unwrap();
-    let summary = json_file(&summary);
+    let (server, dir, summary) = publish_before_the_server("drop");
+    let segments = expected("TOPS16.json")["segments"].as_u64().unwrap();
     let (published, dropped) =
         (summary["nats"]["published"].as_u64().unwrap(), summary["nats"]["dropped"].as_u64().unwrap());
     assert!(dropped > 0, "the queue filled while the server was away: {summary}");
@@ -252,10 +242,7 @@ fn a_frozen_server_under_drop_holds_up_neither_the_hot_path_nor_more_than_max_pe
     let metrics = format!("[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"");
     let config = single_server_config(dir.path(), "DEEP10.pcap.gz", 50_000, &server.url(), &nats, &metrics);
     let summary = dir.path().join("pub.json");
-    let mut publisher = Process::start(
-        publisher_bin(),
-        ["run", "--config", config.to_str().unwrap(), "--json", summary.to_str().unwrap()],
-    );
+    let mut publisher = publisher_with_summary(&config, &summary);
     publisher.wait_for("publishing to NATS");
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while stream_state(&server.url())["messages"].as_u64().unwrap_or(0) < 10_000 {

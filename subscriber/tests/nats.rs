@@ -5,12 +5,13 @@
 //! mid-stream and started again, followed live, from the start and from the new session's time.
 //! Every whole stream equals the independent reference in ../shared.
 
+use serde_json::Value;
 use std::path::Path;
 use std::time::Duration;
 
 use mdrelay_harness::{
-    NatsServer, Process, Signal, assert_aggregates, expected, iex_data, json_file, nats_cli, publisher_bin, serial,
-    subscriber_bin,
+    Finished, NatsServer, Process, Signal, assert_aggregates, expected, iex_data, json_file, nats_cli, publisher_bin,
+    serial, subscriber_bin,
 };
 
 const RUN: Duration = Duration::from_secs(120);
@@ -81,15 +82,22 @@ fn assert_whole(report: &serde_json::Value, reference: &serde_json::Value, conte
     assert_eq!(report["totals_match"].as_bool(), Some(true), "{context}: totals match");
 }
 
-#[test]
-fn a_subscriber_stopped_mid_stream_has_what_it_lost_repaired_from_jetstream() {
-    let _serial = serial();
+/// DEEP10 over NATS at 50,000 msg/s to a subscriber that keeps at most 256 messages pending and
+/// is stopped (SIGSTOP) by `stop` once it has taken `stop_after` frames; `stop` also waits for
+/// the publisher. Asserts the subscriber repaired what it lost from the stream and ended with
+/// the whole of DEEP10; returns its report and its output.
+fn stopped_subscriber_is_repaired(
+    stream: &str,
+    stop_after: u64,
+    stop: impl FnOnce(&Process, Process),
+) -> (Value, Finished) {
     let server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let reference = expected("DEEP10.json");
+    let subject = format!("md.{}", stream.to_lowercase());
     // Paced with room for the repair (a direct get per stream message, up to 64 in flight) to
     // outrun the window of 65,536 frames past the gap, as in the client's stalled-reader test.
-    let config = publisher_config(dir.path(), &server, "md.stop", "STOP", 50_000, "");
+    let config = publisher_config(dir.path(), &server, &subject, stream, 50_000, "");
     let json = dir.path().join("stopped.json");
     let url = server.url();
     let mut subscriber = Process::start(
@@ -98,9 +106,9 @@ fn a_subscriber_stopped_mid_stream_has_what_it_lost_repaired_from_jetstream() {
             "--nats",
             url.as_str(),
             "--nats-subject",
-            "md.stop",
+            subject.as_str(),
             "--nats-stream",
-            "STOP",
+            stream,
             "--nats-pending-messages",
             "256",
             "--report-interval",
@@ -111,26 +119,51 @@ fn a_subscriber_stopped_mid_stream_has_what_it_lost_repaired_from_jetstream() {
     );
     subscriber.wait_for("subscribed over NATS");
     let publisher = Process::start(publisher_bin(), ["run", "--config", config.as_str()]);
-    // A quarter of the way in, the subscriber stops for a second: what the server sends meanwhile
-    // backs up, and past 256 messages the client drops it when the process runs again.
-    let segments = reference["segments"].as_u64().unwrap();
-    subscriber.wait_for_frames(segments / 4);
-    subscriber.signal(Signal::SIGSTOP);
-    std::thread::sleep(Duration::from_secs(1));
-    subscriber.signal(Signal::SIGCONT);
+    subscriber.wait_for_frames(stop_after);
+    stop(&subscriber, publisher);
     let finished = subscriber.finish(RUN);
     assert_eq!(finished.code(), Some(0), "stderr: {}", finished.stderr);
-    publisher.finish(RUN).assert_success();
     let report = json_file(&json);
     let printed = format!("report:\n{}\nlog:\n{}", finished.stdout, lines_other_than_intervals(&finished.stderr));
-    let context = format!("mdrelay-sub over NATS, stopped for a second (recovery: {}; {printed})", report["recovery"]);
-    let context = context.as_str();
-    assert_whole(&report, &reference, context);
+    let context = format!("mdrelay-sub over NATS, stopped (recovery: {}; {printed})", report["recovery"]);
+    assert_whole(&report, &reference, &context);
     let recovery = &report["recovery"];
     assert!(recovery["frames_recovered"].as_u64().unwrap() > 0, "{context}: nothing repaired: {recovery}");
     assert_eq!(recovery["frames_unrecoverable"].as_u64(), Some(0), "{context}: {recovery}");
     assert!(report["repair_fetches"].as_u64().unwrap() > 0, "{context}: no reads from the stream: {report}");
+    (report, finished)
+}
+
+/// DEEP10's frames.
+fn deep10_frames() -> u64 {
+    expected("DEEP10.json")["segments"].as_u64().unwrap()
+}
+
+#[test]
+fn a_subscriber_stopped_mid_stream_has_what_it_lost_repaired_from_jetstream() {
+    let _serial = serial();
+    // A quarter of the way in, the subscriber stops for a second: what the server sends meanwhile
+    // backs up, and past 256 messages the client drops it when the process runs again.
+    let (_, finished) = stopped_subscriber_is_repaired("STOP", deep10_frames() / 4, |subscriber, publisher| {
+        subscriber.signal(Signal::SIGSTOP);
+        std::thread::sleep(Duration::from_secs(1));
+        subscriber.signal(Signal::SIGCONT);
+        publisher.finish(RUN).assert_success();
+    });
     assert!(finished.stdout.contains("stream reads"), "the text report says the reads:\n{}", finished.stdout);
+}
+
+#[test]
+fn a_subscriber_stopped_until_the_stream_ended_reads_the_tail_and_end_it_lost_from_jetstream() {
+    let _serial = serial();
+    // Stopped near the end until the publisher is done: the client keeps the first 256 messages
+    // of what follows and drops the rest, the END among them. No later message comes live to
+    // show the gap: only reading the stream's tail does (without it, the subscriber waits on).
+    stopped_subscriber_is_repaired("TAIL", deep10_frames() * 4 / 5, |subscriber, publisher| {
+        subscriber.signal(Signal::SIGSTOP);
+        publisher.finish(RUN).assert_success();
+        subscriber.signal(Signal::SIGCONT);
+    });
 }
 
 #[test]
@@ -267,51 +300,4 @@ fn a_publisher_killed_mid_stream_and_started_again_is_followed_and_its_new_sessi
     for key in ["frames", "messages", "total_trade_volume", "symbols", "message_types", "publisher_restarts", "gaps"] {
         assert_eq!(replayed[key], live_report[key], "from the start and live: {key}");
     }
-}
-
-#[test]
-fn a_subscriber_stopped_until_the_stream_ended_reads_the_tail_and_end_it_lost_from_jetstream() {
-    let _serial = serial();
-    let server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let reference = expected("DEEP10.json");
-    let config = publisher_config(dir.path(), &server, "md.tail", "TAIL", 50_000, "");
-    let json = dir.path().join("tail.json");
-    let url = server.url();
-    let mut subscriber = Process::start(
-        subscriber_bin(),
-        [
-            "--nats",
-            url.as_str(),
-            "--nats-subject",
-            "md.tail",
-            "--nats-stream",
-            "TAIL",
-            "--nats-pending-messages",
-            "256",
-            "--report-interval",
-            "0.2",
-            "--json",
-            json.to_str().unwrap(),
-        ],
-    );
-    subscriber.wait_for("subscribed over NATS");
-    let publisher = Process::start(publisher_bin(), ["run", "--config", config.as_str()]);
-    // Stopped near the end until the publisher is done: the client keeps the first 256 messages
-    // of what follows and drops the rest, the END among them. No later message comes live to
-    // show the gap: only reading the stream's tail does.
-    let segments = reference["segments"].as_u64().unwrap();
-    subscriber.wait_for_frames(segments * 4 / 5);
-    subscriber.signal(Signal::SIGSTOP);
-    publisher.finish(RUN).assert_success();
-    subscriber.signal(Signal::SIGCONT);
-    let finished = subscriber.finish(RUN);
-    assert_eq!(finished.code(), Some(0), "stderr: {}", finished.stderr);
-    let report = json_file(&json);
-    let context =
-        format!("mdrelay-sub over NATS, stopped until the end (log: {})", lines_other_than_intervals(&finished.stderr));
-    assert_whole(&report, &reference, &context);
-    let recovery = &report["recovery"];
-    assert!(recovery["frames_recovered"].as_u64().unwrap() > 0, "{context}: nothing repaired: {recovery}");
-    assert_eq!(recovery["frames_unrecoverable"].as_u64(), Some(0), "{context}: {recovery}");
 }
