@@ -30,6 +30,11 @@ fn main() -> ExitCode {
         }
     };
     if check {
+        // `--check` refuses what a run refuses: the log filter (flag or environment) too.
+        if let Err(error) = mdrelay_telemetry::logs::filter(&log, "info") {
+            eprintln!("mdrelay-sub: configuration error: {error:#}");
+            return ExitStatus::Config.into();
+        }
         println!("{settings:#?}");
         return ExitStatus::Success.into();
     }

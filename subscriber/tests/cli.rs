@@ -4,7 +4,7 @@
 mod common;
 
 use common::subscriber;
-use mdrelay_harness::{Finished, STEP};
+use mdrelay_harness::{Finished, Process, STEP, subscriber_bin};
 use std::path::PathBuf;
 
 fn config_dir() -> PathBuf {
@@ -164,4 +164,27 @@ fn help_lists_the_exit_statuses() {
         );
     }
     assert!(!help.contains("130"), "the subscriber has no immediate stop: {help}");
+}
+
+#[test]
+fn check_refuses_a_log_filter_that_a_run_refuses() {
+    // A port nothing listens on: a run that got past its configuration would fail otherwise.
+    let connect = ["--connect", "127.0.0.1:1"];
+    for (case, flags, env) in
+        [("--log-level", &["--log-level", "mdrelay=loud"][..], "info"), ("MDRELAY_LOG", &[][..], "mdrelay=loud")]
+    {
+        let start = |check: bool| {
+            let mut args: Vec<&str> = connect.iter().chain(flags).copied().collect();
+            if check {
+                args.push("--check");
+            }
+            Process::spawn(subscriber_bin(), &args, &[("MDRELAY_LOG", env)]).unwrap().finish(STEP)
+        };
+        let (run, check) = (start(false), start(true));
+        assert_eq!(run.code(), Some(2), "{case}: a run refuses the filter: {run:?}");
+        assert_eq!(check.code(), Some(2), "{case}: --check refuses it as the run does: {check:?}");
+        for done in [&run, &check] {
+            assert!(done.stderr.contains(case) && done.stderr.contains("not a log filter"), "{case}: {}", done.stderr);
+        }
+    }
 }
