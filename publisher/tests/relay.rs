@@ -559,10 +559,21 @@ fn round_trip_mode_echoes_reach_the_publisher_over_tcp_and_udp() {
             (Process::start(publisher_bin(), &p), subscriber)
         };
         publisher.finish(RUN).assert_success();
-        let report = sub_report(&subscriber.finish(STEP), &sub_json, transport);
+        let finished = subscriber.finish(STEP);
+        let report = sub_report(&finished, &sub_json, transport);
         let publ = json_file(Path::new(&pub_json));
         let frames = report["frames"].as_u64().unwrap();
         let echoes = publ["round_trip_ns"]["count"].as_u64().unwrap();
+        // The subscriber's own latency is one-way (each frame's), and says so; the round trip
+        // is the publisher's, over the echoes.
+        assert_eq!(report["latency_ns"]["count"].as_u64(), Some(frames), "{transport}: {report}");
+        let text = &finished.stdout;
+        assert!(text.contains(&format!("latency one-way over {frames} frames")), "{transport}: {text}");
+        assert!(
+            !text.contains("latency round-trip"),
+            "{transport}: one-way values are not called a round trip: {text}"
+        );
+        assert!(text.contains(&format!("echoes sent {echoes} ")), "{transport}: {text}");
         assert!(frames > 1000, "{transport}: {report}");
         // One echo per ten frames, all of them measured by the publisher.
         assert_eq!(echoes, report["echoes_sent"].as_u64().unwrap(), "{transport}");

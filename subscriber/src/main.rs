@@ -112,7 +112,7 @@ async fn run(settings: Settings, build_info: Option<metrics::Gauge>) -> ExitStat
     tracing::info!(profile = %settings.profile, idle = %settings.idle, core = ?settings.core, busy_poll = settings.busy_poll, "receive loop");
     let mut pipeline = Pipeline::new(&settings, histogram_log, started);
     pipeline.recorder = recorder;
-    pipeline.metrics = build_info.map(|b| SubscriberMetrics::new(b, settings.latency.name()));
+    pipeline.metrics = build_info.map(SubscriberMetrics::new);
     let control = Control::new(settings.report_interval, settings.duration)
         .map(|c| if settings.metrics.is_some() { c.with_metrics(EXPORT_EVERY) } else { c });
     let result = match control {

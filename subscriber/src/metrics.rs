@@ -64,7 +64,7 @@ pub struct SubscriberMetrics {
 
 impl SubscriberMetrics {
     /// Handles for this process's endpoint; `build_info` is set again at every export.
-    pub fn new(build_info: Gauge, latency_mode: &'static str) -> SubscriberMetrics {
+    pub fn new(build_info: Gauge) -> SubscriberMetrics {
         describe();
         SubscriberMetrics {
             frames: counter!("mdrelay_sub_frames_total"),
@@ -82,7 +82,8 @@ impl SubscriberMetrics {
             reconnects: counter!("mdrelay_sub_reconnects_total"),
             last_sequence: gauge!("mdrelay_sub_last_sequence"),
             format: Format::ALL.iter().map(|f| gauge!("mdrelay_sub_format", "format" => f.name())).collect(),
-            latency: histogram!("mdrelay_sub_latency_seconds", "mode" => latency_mode),
+            // One-way whatever the mode: in round-trip mode the publisher measures the round trip.
+            latency: histogram!("mdrelay_sub_latency_seconds", "mode" => "one-way"),
             build_info,
             record: None,
             exported: HistogramExport::new(),
@@ -217,6 +218,6 @@ fn describe() {
     describe_histogram!(
         "mdrelay_sub_latency_seconds",
         Unit::Seconds,
-        "Latency per frame: one-way (receive time minus the origin's publish time) or round trip."
+        "Latency per frame, one-way: receive time minus the origin's publish time (in round-trip mode too: the publisher measures the round trip)."
     );
 }

@@ -321,7 +321,8 @@ pub struct Report {
     pub stop_reason: &'static str,
     /// Seconds from start to stop.
     pub elapsed_seconds: f64,
-    /// `one-way` or `round-trip`.
+    /// The mode asked for: `one-way`, or `round-trip` (echoes besides, for the publisher to
+    /// measure the round trip on its own clock). `latency_ns` is one-way in both.
     pub latency_mode: &'static str,
     /// Echoes sent (round-trip mode).
     pub echoes_sent: u64,
@@ -477,8 +478,7 @@ impl fmt::Display for Report {
         let h = |v: Option<u64>| v.map_or_else(|| "-".to_string(), human_ns);
         writeln!(
             f,
-            "  latency {} over {} frames: p50 {}  p90 {}  p99 {}  p99.9 {}  p99.99 {}  max {}",
-            self.latency_mode,
+            "  latency one-way over {} frames: p50 {}  p90 {}  p99 {}  p99.9 {}  p99.99 {}  max {}",
             l.count,
             h(l.p50),
             h(l.p90),
@@ -488,7 +488,12 @@ impl fmt::Display for Report {
             h(l.max)
         )?;
         if self.latency_mode == "round-trip" {
-            writeln!(f, "  echoes sent {}   dropped {}", self.echoes_sent, self.echoes_dropped)?;
+            // The round trip is measured where the echoes return: the publisher reports it.
+            writeln!(
+                f,
+                "  echoes sent {}   dropped {}   (the round trip is in the publisher's report)",
+                self.echoes_sent, self.echoes_dropped
+            )?;
         }
         let mut types = String::new();
         for (k, n) in &self.message_types {
