@@ -5,7 +5,8 @@
 //! the commit's date. Built from a tree that is not a git checkout (a source tarball, a copy for
 //! `cargo install`), or where git is missing, it prints `(git unknown)` instead of failing.
 //!
-//! Each binary's `build.rs` calls [`emit`], which sets `MDRELAY_VERSION` for `env!`.
+//! Each binary's `build.rs` calls [`emit`], which sets `MDRELAY_VERSION` and `MDRELAY_REVISION`
+//! (the commit alone) for `env!`.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -16,12 +17,17 @@ use std::process::{Command, Stdio};
 /// The environment variable [`emit`] sets for the package being built.
 pub const VARIABLE: &str = "MDRELAY_VERSION";
 
+/// The environment variable [`emit`] sets to the commit alone: `4e0a74f`, `4e0a74f-dirty`, or
+/// `unknown` (the `revision` label of `mdrelay_build_info`, as Prometheus exporters name it).
+pub const REVISION_VARIABLE: &str = "MDRELAY_REVISION";
+
 /// Prints the `cargo:` lines of a build script: `MDRELAY_VERSION`, and what to rerun it on.
 pub fn emit() {
     let manifest_dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
     let version = std::env::var("CARGO_PKG_VERSION").unwrap_or_default();
     let commit = Commit::find(&manifest_dir);
     println!("cargo:rustc-env={VARIABLE}={}", version_string(&version, commit.as_ref()));
+    println!("cargo:rustc-env={REVISION_VARIABLE}={}", revision(commit.as_ref()));
     // Listing any path turns off cargo's default of rerunning on every change in the package, so
     // the package's own files are listed too: an edit there can change the dirty flag.
     println!("cargo:rerun-if-changed=Cargo.toml");
@@ -45,6 +51,15 @@ pub fn version_string(version: &str, commit: Option<&Commit>) -> String {
             }
         }
         None => format!("{version} (git unknown)"),
+    }
+}
+
+/// `4e0a74f`, `4e0a74f-dirty`, or `unknown` without a commit.
+pub fn revision(commit: Option<&Commit>) -> String {
+    match commit {
+        Some(c) if c.dirty => format!("{}-dirty", c.hash),
+        Some(c) => c.hash.clone(),
+        None => "unknown".to_string(),
     }
 }
 
@@ -116,6 +131,8 @@ mod tests {
         let commit = Commit { hash: "4e0a74f".into(), dirty: true, date: Some("2026-11-22".into()), watch: Vec::new() };
         assert_eq!(version_string("0.1.0", Some(&commit)), "0.1.0 (git 4e0a74f-dirty, 2026-11-22)");
         assert_eq!(version_string("0.1.0", None), "0.1.0 (git unknown)");
+        assert_eq!(revision(Some(&commit)), "4e0a74f-dirty");
+        assert_eq!(revision(None), "unknown");
     }
 
     #[test]

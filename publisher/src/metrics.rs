@@ -310,9 +310,15 @@ pub fn sample_once(sources: &Sources) {
         counter!("mdrelay_pub_accept_errors_total").absolute(c.accept_errors);
         counter!("mdrelay_pub_dropped_frames_total", "policy" => shared.policy.name()).absolute(c.dropped_frames);
         gauge!("mdrelay_pub_subscribers").set(c.subscribers as f64);
-        shared.summaries.connected(|peer, queued| {
-            gauge!("mdrelay_pub_subscriber_queue_records", "peer" => peer.to_string()).set(queued as f64);
+        // Bounded series only: a label per peer (an ephemeral port each) would make a series
+        // per connection, and every reconnect another. Who is slow is in the logs and summary.
+        let (mut deepest, mut queued_all) = (0u64, 0u64);
+        shared.summaries.connected(|_, queued| {
+            deepest = deepest.max(queued);
+            queued_all = queued_all.saturating_add(queued);
         });
+        gauge!("mdrelay_pub_subscriber_queue_max_records").set(deepest as f64);
+        gauge!("mdrelay_pub_subscriber_queued_records").set(queued_all as f64);
     }
     if let Some(service) = &sources.retransmit {
         let s = service.summary();
@@ -367,8 +373,12 @@ fn describe() {
     describe_counter!("mdrelay_pub_udp_oversized_frames_total", "Frames too large for a datagram, not sent over UDP.");
     describe_gauge!("mdrelay_pub_subscribers", "TCP subscribers connected and taking the stream.");
     describe_gauge!(
-        "mdrelay_pub_subscriber_queue_records",
-        "Records queued for a TCP subscriber that its connection has not taken yet (the slow-subscriber policy acts at tcp.queue)."
+        "mdrelay_pub_subscriber_queue_max_records",
+        "Records queued for the most backed-up TCP subscriber, not taken by its connection yet (the slow-subscriber policy acts at tcp.queue)."
+    );
+    describe_gauge!(
+        "mdrelay_pub_subscriber_queued_records",
+        "Records queued for all TCP subscribers together, not taken by their connections yet."
     );
     describe_counter!("mdrelay_pub_connections_total", "TCP connections accepted.");
     describe_counter!("mdrelay_pub_connections_refused_total", "TCP connections refused, by reason.");

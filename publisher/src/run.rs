@@ -335,7 +335,12 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let config = args.config().exit_status(ExitStatus::Config)?;
     // Before the runtime exists, so the exporter gets a thread and runtime of its own.
     let build_info = match &config.metrics {
-        Some(m) => Some(mdrelay_telemetry::prometheus::serve(m, "mdrelay-pub", env!("MDRELAY_VERSION"))?),
+        Some(m) => Some(mdrelay_telemetry::prometheus::serve(
+            m,
+            "mdrelay-pub",
+            env!("CARGO_PKG_VERSION"),
+            env!("MDRELAY_REVISION"),
+        )?),
         None => None,
     };
     // One I/O thread by default: with more, a record handed over by the hot thread wakes one

@@ -100,6 +100,11 @@ fn the_endpoints_count_what_the_final_reports_say_through_a_format_switch() {
     assert_eq!(during.get("mdrelay_sub_format", "format=\"sbe\""), Some(1.0), "{}", during.text);
     let pub_during = scrape(pub_metrics).unwrap();
     assert_eq!(pub_during.get("mdrelay_pub_subscribers", ""), Some(1.0), "{}", pub_during.text);
+    // Queues in series of bounded labels: none names a peer (an ephemeral port a connection).
+    for name in ["mdrelay_pub_subscriber_queue_max_records", "mdrelay_pub_subscriber_queued_records"] {
+        assert!(pub_during.get(name, "").is_some(), "{name} in:\n{}", pub_during.text);
+    }
+    assert!(!pub_during.text.contains("peer="), "a label names a peer:\n{}", pub_during.text);
     let sbe_tcp = "format=\"sbe\",transport=\"tcp\"";
     assert!(pub_during.get("mdrelay_pub_frames_sent_total", sbe_tcp).unwrap_or(0.0) > 0.0, "{}", pub_during.text);
     assert_eq!(pub_during.get("mdrelay_pub_format", "format=\"sbe\""), Some(1.0));
@@ -175,9 +180,17 @@ fn the_endpoints_count_what_the_final_reports_say_through_a_format_switch() {
     assert_eq!(publ.get("mdrelay_pub_dropped_frames_total", "policy=\"block\""), Some(0.0));
     assert!(publ.get("mdrelay_pub_pacing_lag_seconds", "").is_some());
     assert_eq!(publ.get("mdrelay_pub_retransmit_requests_total", ""), Some(n(&summary["retransmit"]["requests"])));
-    for s in [&sub, &publ] {
+    // The version and the commit in labels of their own (git's hash, `-dirty` for a changed tree).
+    let commit = mdrelay_harness::version::expected_commit();
+    for (s, program) in [(&sub, "mdrelay-sub"), (&publ, "mdrelay-pub")] {
         let info = s.samples.keys().find(|k| k.starts_with("mdrelay_build_info{")).expect("build info");
-        assert!(info.contains(&format!("version=\"{}", env!("CARGO_PKG_VERSION"))), "{info}");
+        for label in [
+            format!("program=\"{program}\""),
+            format!("version=\"{}\"", env!("CARGO_PKG_VERSION")),
+            format!("revision=\"{commit}"),
+        ] {
+            assert!(info.contains(&label), "{info} has {label}");
+        }
     }
 
     // A signal ends the hold at once (it is 60 s).
@@ -256,4 +269,37 @@ fn a_scraper_that_connects_and_goes_silent_holds_up_neither_the_relay_nor_other_
     let published = publisher.finish(RUN);
     published.assert_success();
     drop(silent);
+}
+
+#[test]
+fn the_dashboards_sequence_series_has_an_axis_of_its_own() {
+    // A sequence number (millions) beside a count of format switches (a few) on one axis leaves
+    // the switches flat at zero.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/mdrelay.json");
+    let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let mut checked = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        let targets = panel["targets"].as_array().map(Vec::as_slice).unwrap_or_default();
+        for target in targets.iter().filter(|t| t["expr"].as_str().unwrap_or_default().contains("last_sequence")) {
+            checked += 1;
+            if targets.len() == 1 {
+                continue;
+            }
+            let on_the_right = panel["fieldConfig"]["overrides"].as_array().into_iter().flatten().any(|o| {
+                o["matcher"]["id"] == "byFrameRefID"
+                    && o["matcher"]["options"] == target["refId"]
+                    && o["properties"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|p| p["id"] == "custom.axisPlacement" && p["value"] == "right")
+            });
+            assert!(
+                on_the_right,
+                "panel {:?} plots {} on the axis of its other series",
+                panel["title"], target["expr"]
+            );
+        }
+    }
+    assert!(checked > 0, "the dashboard plots the subscriber's last sequence");
 }

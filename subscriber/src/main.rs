@@ -44,7 +44,12 @@ fn main() -> ExitCode {
     }
     // Before the runtime exists, so the exporter gets a thread and runtime of its own.
     let build_info = match &settings.metrics {
-        Some(m) => match mdrelay_telemetry::prometheus::serve(m, "mdrelay-sub", env!("MDRELAY_VERSION")) {
+        Some(m) => match mdrelay_telemetry::prometheus::serve(
+            m,
+            "mdrelay-sub",
+            env!("CARGO_PKG_VERSION"),
+            env!("MDRELAY_REVISION"),
+        ) {
             Ok(gauge) => Some(gauge),
             Err(error) => {
                 eprintln!("mdrelay-sub: error: {error:#}");

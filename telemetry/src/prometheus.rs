@@ -66,9 +66,15 @@ impl MetricsSection {
 /// runtime is entered on this thread: the exporter then runs on its own thread. An address that
 /// cannot be bound is an error naming it.
 ///
-/// Returns `mdrelay_build_info{program, version}`, set to 1: the caller sets it again with its
-/// other gauges, since a gauge not set for [`GAUGE_IDLE`] leaves the scrape.
-pub fn serve(settings: &MetricsSettings, program: &'static str, version: &'static str) -> Result<metrics::Gauge> {
+/// Returns `mdrelay_build_info{program, version, revision}` (`0.1.0`, and the git commit built),
+/// set to 1: the caller sets it again with its other gauges, since a gauge not set for
+/// [`GAUGE_IDLE`] leaves the scrape.
+pub fn serve(
+    settings: &MetricsSettings,
+    program: &'static str,
+    version: &'static str,
+    revision: &'static str,
+) -> Result<metrics::Gauge> {
     PrometheusBuilder::new()
         .with_http_listener(settings.listen)
         .set_quantiles(&QUANTILES)
@@ -78,9 +84,10 @@ pub fn serve(settings: &MetricsSettings, program: &'static str, version: &'stati
         .with_context(|| format!("metrics.listen: cannot serve metrics on {}", settings.listen))?;
     metrics::describe_gauge!(
         "mdrelay_build_info",
-        "Always 1; the labels name the program and its version (with the git commit built)."
+        "Always 1; the labels name the program, its version and the git commit built (revision)."
     );
-    let info = metrics::gauge!("mdrelay_build_info", "program" => program, "version" => version);
+    let info =
+        metrics::gauge!("mdrelay_build_info", "program" => program, "version" => version, "revision" => revision);
     info.set(1.0);
     tracing::info!(listen = %settings.listen, "serving Prometheus metrics");
     Ok(info)
