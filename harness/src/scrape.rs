@@ -33,9 +33,53 @@ impl Scrape {
             .sum()
     }
 
-    /// The metric names served (the part before any labels).
+    /// The metric names served (the part before any labels), a histogram's by its own name
+    /// (`x` for `x_bucket`, `x_sum` and `x_count`) as well.
     pub fn names(&self) -> std::collections::BTreeSet<String> {
-        self.samples.keys().map(|k| k.split('{').next().unwrap_or(k).to_string()).collect()
+        let mut names = std::collections::BTreeSet::new();
+        for key in self.samples.keys() {
+            let name = key.split('{').next().unwrap_or(key);
+            if let Some(base) = name.strip_suffix("_bucket")
+                && self.samples.keys().any(|k| k.starts_with(&format!("{base}_count")))
+            {
+                names.insert(base.to_string());
+            }
+            names.insert(name.to_string());
+        }
+        names
+    }
+
+    /// A histogram's cumulative buckets, `(upper bound, count)` in order of the bound (`+Inf`
+    /// last): the `NAME_bucket` series whose other labels are exactly `labels` (`` for none).
+    pub fn buckets(&self, name: &str, labels: &str) -> Vec<(f64, f64)> {
+        let prefix = format!("{name}_bucket{{");
+        let mut buckets: Vec<(f64, f64)> = self
+            .samples
+            .iter()
+            .filter_map(|(key, value)| {
+                let inner = key.strip_prefix(&prefix)?.strip_suffix('}')?;
+                let (others, le) = match inner.rsplit_once(",le=\"") {
+                    Some((others, le)) => (others, le),
+                    None => ("", inner.strip_prefix("le=\"")?),
+                };
+                let le = le.strip_suffix('"')?;
+                let bound = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+                (others == labels).then_some((bound, *value))
+            })
+            .collect();
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        buckets
+    }
+
+    /// The upper bound of the bucket the `q` quantile falls in (what `histogram_quantile` reads
+    /// before it interpolates), or `None` when the histogram is empty or not served.
+    pub fn quantile_bucket(&self, name: &str, labels: &str, q: f64) -> Option<f64> {
+        let buckets = self.buckets(name, labels);
+        let total = buckets.last()?.1;
+        if total <= 0.0 {
+            return None;
+        }
+        buckets.iter().find(|(_, count)| *count >= q * total).map(|(bound, _)| *bound)
     }
 }
 

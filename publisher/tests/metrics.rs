@@ -139,12 +139,15 @@ fn the_endpoints_count_what_the_final_reports_say_through_a_format_switch() {
     assert_eq!(sub.get("mdrelay_sub_messages_total", ""), Some(n(&reference["messages"])));
     let one_way = "mode=\"one-way\"";
     assert_eq!(sub.get("mdrelay_sub_latency_seconds_count", one_way), Some(n(&report["latency_ns"]["count"])));
-    let p50 = sub.get("mdrelay_sub_latency_seconds", "mode=\"one-way\",quantile=\"0.5\"").unwrap();
-    let max = sub.get("mdrelay_sub_latency_seconds", "mode=\"one-way\",quantile=\"1\"").unwrap();
-    assert!(p50 > 0.0 && p50 <= max, "p50 {p50} max {max}");
-    // The exporter's sketch is within a few per cent of the report's HdrHistogram.
-    let report_max = n(&report["latency_ns"]["max"]) * 1e-9;
-    assert!((max - report_max).abs() <= report_max * 0.05, "max {max} against the report's {report_max}");
+    // A histogram of buckets: the report's p50 and max fall in the buckets the scrape's do.
+    let buckets = sub.buckets("mdrelay_sub_latency_seconds", one_way);
+    assert_eq!(buckets.last().map(|b| b.1), Some(n(&report["latency_ns"]["count"])), "+Inf holds every frame");
+    let bucket_of = |seconds: f64| buckets.iter().map(|b| b.0).find(|bound| seconds <= *bound).unwrap();
+    for (q, field) in [(0.5, "p50"), (1.0, "max")] {
+        let served = sub.quantile_bucket("mdrelay_sub_latency_seconds", one_way, q).unwrap();
+        let reported = n(&report["latency_ns"][field]) * 1e-9;
+        assert_eq!(served, bucket_of(reported), "{field}: the report's {reported} s against the buckets served");
+    }
     assert_eq!(sub.get("mdrelay_sub_format", "format=\"capnp\""), Some(1.0), "{}", sub.text);
     assert_eq!(sub.get("mdrelay_sub_last_sequence", ""), Some(n(&report["frames"])));
 
@@ -302,4 +305,24 @@ fn the_dashboards_sequence_series_has_an_axis_of_its_own() {
         }
     }
     assert!(checked > 0, "the dashboard plots the subscriber's last sequence");
+}
+
+#[test]
+fn a_subscriber_that_has_received_nothing_shows_no_latency_quantiles() {
+    let metrics: SocketAddr = format!("127.0.0.1:{}", free_tcp_port()).parse().unwrap();
+    let mut subscriber = Process::start(
+        subscriber_bin(),
+        ["--listen", "127.0.0.1:0", "--report-interval", "0", "--metrics-listen", &metrics.to_string()],
+    );
+    subscriber.wait_for("listening on");
+    let empty = scrape_until(metrics, RUN, "the latency histogram", |s| {
+        s.get("mdrelay_sub_latency_seconds_count", "mode=\"one-way\"").is_some()
+    });
+    // Nothing measured is no latency: not a quantile of 0 s, as the exporter's summary showed.
+    assert!(!empty.text.contains("quantile="), "{}", empty.text);
+    assert_eq!(empty.get("mdrelay_sub_latency_seconds_count", "mode=\"one-way\""), Some(0.0));
+    assert_eq!(empty.quantile_bucket("mdrelay_sub_latency_seconds", "mode=\"one-way\"", 0.5), None);
+    assert!(empty.buckets("mdrelay_sub_latency_seconds", "mode=\"one-way\"").iter().all(|(_, count)| *count == 0.0));
+    subscriber.signal(Signal::SIGTERM);
+    assert_eq!(subscriber.finish(STEP).code(), Some(0));
 }

@@ -6,7 +6,7 @@
 //! operations on handles taken once; rendering happens only when scraped.
 
 use anyhow::{Context, Result, bail};
-use metrics_exporter_prometheus::PrometheusBuilder;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use metrics_util::MetricKindMask;
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -35,8 +35,15 @@ pub struct MetricsSettings {
 /// Longest `metrics.hold`: a few scrape intervals; longer looks like a hang at shutdown.
 pub const MAX_HOLD_SECONDS: f64 = 600.0;
 
-/// Quantiles of every summary: what the reports print, and the tail beyond.
-pub const QUANTILES: [f64; 5] = [0.5, 0.9, 0.99, 0.999, 1.0];
+/// Bucket bounds (seconds) of every latency histogram (`*_latency_seconds`): 1 µs to 10 s in
+/// 1-2.5-5 steps. Buckets, not a summary: Prometheus adds histograms of many subscribers
+/// together (`histogram_quantile` over `sum by (le)`), which summaries' quantiles cannot be, and
+/// a histogram with nothing in it has no quantile to show, where the exporter's empty summary
+/// showed every quantile as 0.
+pub const LATENCY_BUCKETS: [f64; 22] = [
+    1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0,
+];
 
 /// A gauge not updated for this long is dropped from the scrape: a departed subscriber's queue
 /// depth is not reported forever. Every gauge a program keeps is refreshed well within it.
@@ -77,8 +84,8 @@ pub fn serve(
 ) -> Result<metrics::Gauge> {
     PrometheusBuilder::new()
         .with_http_listener(settings.listen)
-        .set_quantiles(&QUANTILES)
-        .context("metrics: quantiles")?
+        .set_buckets_for_metric(Matcher::Suffix("_latency_seconds".to_string()), &LATENCY_BUCKETS)
+        .context("metrics: latency buckets")?
         .idle_timeout(MetricKindMask::GAUGE, Some(GAUGE_IDLE))
         .install()
         .with_context(|| format!("metrics.listen: cannot serve metrics on {}", settings.listen))?;
@@ -115,7 +122,7 @@ pub async fn hold(hold: Duration) {
     }
 }
 
-/// Feeds a summary with what a run's HdrHistogram of nanoseconds gained since the last export:
+/// Feeds a histogram with what a run's HdrHistogram of nanoseconds gained since the last export:
 /// the hot path records into its own histogram, and this copies the difference now and then.
 #[derive(Default)]
 pub struct HistogramExport {
@@ -128,7 +135,7 @@ impl HistogramExport {
         HistogramExport::default()
     }
 
-    /// Records into `summary` what `run` holds beyond what the last call saw.
+    /// Records into `summary` (a latency histogram) what `run` holds beyond what the last call saw.
     pub fn export(&mut self, summary: &metrics::Histogram, run: &hdrhistogram::Histogram<u64>) {
         let mut new = run.clone();
         // A run's histogram only grows; one that does not contain the last (another run's,
@@ -143,7 +150,7 @@ impl HistogramExport {
     }
 }
 
-/// Feeds one interval of an HdrHistogram of nanoseconds into a summary in seconds. Values are
+/// Feeds one interval of an HdrHistogram of nanoseconds into a histogram in seconds. Values are
 /// recorded per distinct bucket, so the cost is per bucket, not per sample, and the hot path
 /// keeps recording into its own histogram.
 pub fn record_interval(summary: &metrics::Histogram, nanos: &hdrhistogram::Histogram<u64>) {
