@@ -2,7 +2,8 @@
 # The README's install step works, and the deploy/ files load in the tools that consume them:
 # - the systemd units, with `systemd-analyze verify` (where systemd is installed), against the
 #   binaries just built; any warning fails, not only errors;
-# - deploy/prometheus.yml and the metrics scraped by publisher/tests/metrics.rs, with Debian's
+# - deploy/prometheus.yml, its alerting rules (checked, and run against the series of
+#   deploy/prometheus/alerts_test.yml) and the metrics scraped by publisher/tests/metrics.rs, with Debian's
 #   promtool (from the prometheus package, unpacked, not installed: installing would start a
 #   Prometheus server on this machine);
 # - the Grafana dashboard, parsed (Grafana is not packaged for Debian; the metrics test checks
@@ -36,7 +37,7 @@ else
     echo "== systemd-analyze not installed: units not verified"
 fi
 
-echo "== promtool check config deploy/prometheus.yml, check metrics on the scrapes"
+echo "== promtool check config deploy/prometheus.yml, check and test the alerting rules, check metrics on the scrapes"
 promtool=$(command -v promtool || true)
 if [ -z "$promtool" ]; then
     (cd "$work" && { apt-get download prometheus >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get download prometheus >/dev/null; }; })
@@ -44,6 +45,8 @@ if [ -z "$promtool" ]; then
     promtool="$work/prometheus/usr/bin/promtool"
 fi
 "$promtool" check config deploy/prometheus.yml
+"$promtool" check rules deploy/prometheus/alerts.yml
+"$promtool" test rules deploy/prometheus/alerts_test.yml
 scrapes=(target/tmp/metrics/*.prom)
 [ -f "${scrapes[0]}" ] || { echo "no scrapes in target/tmp/metrics: publisher/tests/metrics.rs did not run" >&2; exit 1; }
 for scrape in "${scrapes[@]}"; do

@@ -129,18 +129,34 @@ pub fn dashboard_queries() -> std::collections::BTreeSet<String> {
     names
 }
 
+/// The mdrelay series an alerting rule of `deploy/prometheus/alerts.yml` reads (the metric
+/// names in its `expr:` lines, a histogram's by its own name).
+pub fn alert_queries() -> std::collections::BTreeSet<String> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/prometheus/alerts.yml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut names = std::collections::BTreeSet::new();
+    for expr in text.lines().filter_map(|line| line.trim().strip_prefix("expr:")) {
+        metric_names(expr, &mut names);
+    }
+    names
+}
+
+/// Adds the `mdrelay_` metric names `expr` reads to `out`.
+fn metric_names(expr: &str, out: &mut std::collections::BTreeSet<String>) {
+    let mut rest = expr;
+    while let Some(at) = rest.find("mdrelay_") {
+        let name: String = rest[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+        rest = &rest[at + name.len()..];
+        let base = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(&name);
+        out.insert(base.to_string());
+    }
+}
+
 fn collect_queries(v: &serde_json::Value, out: &mut std::collections::BTreeSet<String>) {
     match v {
         serde_json::Value::Object(map) => {
             if let Some(serde_json::Value::String(expr)) = map.get("expr") {
-                let mut rest = expr.as_str();
-                while let Some(at) = rest.find("mdrelay_") {
-                    let name: String =
-                        rest[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
-                    rest = &rest[at + name.len()..];
-                    let base = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(&name);
-                    out.insert(base.to_string());
-                }
+                metric_names(expr, out);
             }
             map.values().for_each(|v| collect_queries(v, out));
         }

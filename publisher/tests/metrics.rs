@@ -6,8 +6,8 @@
 //! metric names the programs actually serve.
 
 use mdrelay_harness::{
-    Process, STEP, Scrape, Signal, assert_aggregates, dashboard_queries, deep10_tcp_config, expected, free_tcp_port,
-    free_udp_port, json_file, publisher_bin, scrape, serial, subscriber_bin,
+    Process, STEP, Scrape, Signal, alert_queries, assert_aggregates, dashboard_queries, deep10_tcp_config, expected,
+    free_tcp_port, free_udp_port, json_file, publisher_bin, scrape, serial, subscriber_bin,
 };
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -216,6 +216,12 @@ fn the_endpoints_count_what_the_final_reports_say_through_a_format_switch() {
             served.contains(name),
             "the dashboard queries {name}, which neither program serves; served: {served:?}"
         );
+    }
+    // And every series an alert reads.
+    let alerted = alert_queries();
+    assert!(alerted.len() >= 5, "the alerts read too little: {alerted:?}");
+    for name in &alerted {
+        assert!(served.contains(name), "an alert reads {name}, which neither program serves; served: {served:?}");
     }
 }
 

@@ -49,6 +49,7 @@ pub struct SubscriberMetrics {
     /// Refused by frame protection, by reason: crc, authentication, replayed, mismatched.
     refused: [Counter; 4],
     recovered: Counter,
+    unrecoverable: Counter,
     /// NATS: messages read from the JetStream stream to repair gaps.
     repair_fetches: Counter,
     reconnects: Counter,
@@ -78,6 +79,7 @@ impl SubscriberMetrics {
             refused: ["crc", "authentication", "replayed", "mismatched"]
                 .map(|reason| counter!("mdrelay_sub_protection_refused_total", "reason" => reason)),
             recovered: counter!("mdrelay_sub_recovered_frames_total"),
+            unrecoverable: counter!("mdrelay_sub_unrecoverable_frames_total"),
             repair_fetches: counter!("mdrelay_sub_nats_repair_fetches_total"),
             reconnects: counter!("mdrelay_sub_reconnects_total"),
             last_sequence: gauge!("mdrelay_sub_last_sequence"),
@@ -110,6 +112,7 @@ impl SubscriberMetrics {
         self.reconnects.absolute(c.reconnects);
         if let Some(recovery) = &c.recovery {
             self.recovered.absolute(recovery.frames_recovered);
+            self.unrecoverable.absolute(recovery.frames_unrecoverable);
         }
         self.repair_fetches.absolute(c.repair_fetches);
         if let Some(highest) = c.highest_sequence {
@@ -204,6 +207,10 @@ fn describe() {
     describe_counter!(
         "mdrelay_sub_recovered_frames_total",
         "Missing frames recovered from the retransmission service (NATS: from the JetStream stream)."
+    );
+    describe_counter!(
+        "mdrelay_sub_unrecoverable_frames_total",
+        "Missing frames given up for good: the service or stream no longer had them, the window passed them, or the attempts ran out (with recovery only)."
     );
     describe_counter!(
         "mdrelay_sub_nats_repair_fetches_total",
