@@ -14,6 +14,7 @@
 //! - [`scrape`]: Prometheus scrapes over HTTP, parsed into samples;
 //! - [`formats`]: the wire formats a test covers;
 //! - [`serial`]: one process-heavy test at a time;
+//! - [`service`]: systemd's notification socket, played by the test;
 //! - [`alloc`]: a counting global allocator, for tests that assert what is (not) allocated;
 //! - [`version`]: `--version` checked against git.
 
@@ -32,6 +33,7 @@ pub mod process;
 pub mod report;
 pub mod scrape;
 pub mod serial;
+pub mod service;
 pub mod version;
 
 pub use bins::{bench_bin, example_bin, loopback_group_subscriber, publisher_bin, subscriber_bin};
@@ -44,3 +46,4 @@ pub use process::{Failure, Finished, Process, STEP, Signal};
 pub use report::{assert_aggregates, assert_matches_reference, json_file};
 pub use scrape::{Scrape, alert_queries, dashboard_queries, scrape};
 pub use serial::serial;
+pub use service::NotifySocket;

@@ -522,6 +522,9 @@ async fn relay(
     });
     let sampler = metrics_sources.clone().map(|sources| tokio::spawn(crate::metrics::sample(sources)));
     let outputs = Outputs::new(&config, fanout, udp, nats_out, session, ring, protector);
+    // Every listener is bound and every output open: a Type=notify unit is started.
+    mdrelay_telemetry::service::ready("relaying");
+    mdrelay_telemetry::service::spawn_watchdog();
     let engine_config = config.clone();
     let engine_controls = controls.clone();
     let engine_echoes = echoes.clone();
@@ -535,6 +538,7 @@ async fn relay(
         })
         .context("starting the hot path thread")?;
     let result = tokio::task::spawn_blocking(move || engine.join()).await?;
+    mdrelay_telemetry::service::stopping();
     let engine = match result {
         Ok(r) => r?,
         Err(_) => anyhow::bail!("the hot path panicked"),

@@ -1,13 +1,15 @@
 //! The Prometheus endpoints of real `mdrelay-pub` and `mdrelay-sub` processes, scraped over HTTP
-//! during and after a relay of DEEP10, against the programs' own final JSON and the reference.
+//! during and after a relay of DEEP10, against the programs' own final JSON and the reference;
+//! and both programs under a stand-in service manager (systemd's notifications).
 //!
 //! The scrapes are also written to `$CARGO_TARGET_TMPDIR/metrics/*.prom`, where `.ci/run` lints
 //! them with `promtool check metrics`; the Grafana dashboard's queries are checked against the
 //! metric names the programs actually serve.
 
 use mdrelay_harness::{
-    Process, STEP, Scrape, Signal, alert_queries, assert_aggregates, dashboard_queries, deep10_tcp_config, expected,
-    free_tcp_port, free_udp_port, json_file, publisher_bin, scrape, serial, subscriber_bin,
+    NotifySocket, Process, STEP, Scrape, Signal, alert_queries, assert_aggregates, dashboard_queries,
+    deep10_tcp_config, expected, free_tcp_port, free_udp_port, json_file, publisher_bin, scrape, serial,
+    subscriber_bin,
 };
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -330,5 +332,40 @@ fn a_subscriber_that_has_received_nothing_shows_no_latency_quantiles() {
     assert_eq!(empty.quantile_bucket("mdrelay_sub_latency_seconds", "mode=\"one-way\"", 0.5), None);
     assert!(empty.buckets("mdrelay_sub_latency_seconds", "mode=\"one-way\"").iter().all(|(_, count)| *count == 0.0));
     subscriber.signal(Signal::SIGTERM);
+    assert_eq!(subscriber.finish(STEP).code(), Some(0));
+}
+
+#[test]
+fn under_a_service_manager_the_publisher_says_ready_keeps_the_watchdog_fed_and_says_stopping() {
+    let manager = NotifySocket::bind();
+    // About a second of stream, the watchdog asking every 200 ms.
+    let args =
+        ["run", "--synthetic", "--messages", "20000", "--pacing", "rate", "--rate", "20000", "--tcp", "127.0.0.1:0"];
+    let mut publisher = manager.start(&publisher_bin(), &args, Some(Duration::from_millis(200)));
+    let said = manager.until("STOPPING=1", Duration::from_secs(60));
+    publisher.serving_on();
+    publisher.finish(Duration::from_secs(60)).assert_success();
+    assert!(said[0].contains("READY=1") && said[0].contains("STATUS=relaying"), "ready first: {said:?}");
+    let fed = said.iter().filter(|m| m.contains("WATCHDOG=1")).count();
+    assert!(fed >= 3, "the watchdog fed every 100 ms through the run: {said:?}");
+    assert_eq!(said.iter().filter(|m| m.contains("READY=1")).count(), 1, "{said:?}");
+}
+
+#[test]
+fn under_a_service_manager_the_subscriber_says_ready_once_listening_and_stopping_on_sigterm() {
+    let manager = NotifySocket::bind();
+    let mut subscriber = manager.start(
+        &subscriber_bin(),
+        &["--listen", "127.0.0.1:0", "--report-interval", "0"],
+        Some(Duration::from_millis(200)),
+    );
+    let ready = manager.until("READY=1", STEP);
+    subscriber.wait_for("listening on");
+    assert!(ready[0].contains("STATUS=receiving"), "{ready:?}");
+    // Idle, it still feeds the watchdog: the runtime is alive.
+    let fed = manager.until("WATCHDOG=1", STEP);
+    assert_eq!(fed.len(), 1, "nothing else before: {fed:?}");
+    subscriber.signal(Signal::SIGTERM);
+    manager.until("STOPPING=1", STEP);
     assert_eq!(subscriber.finish(STEP).code(), Some(0));
 }

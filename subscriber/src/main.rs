@@ -122,8 +122,12 @@ async fn run(settings: Settings, build_info: Option<metrics::Gauge>) -> ExitStat
         .map(|c| if settings.metrics.is_some() { c.with_metrics(EXPORT_EVERY) } else { c });
     let result = match control {
         Err(error) => Err(RunError::Fatal(anyhow::anyhow!("cannot install the signal handlers: {error}"))),
-        Ok(mut control) => mdrelay_subscriber::receive::run(&settings, &mut pipeline, &mut control).await,
+        Ok(mut control) => {
+            mdrelay_telemetry::service::spawn_watchdog();
+            mdrelay_subscriber::receive::run(&settings, &mut pipeline, &mut control).await
+        }
     };
+    mdrelay_telemetry::service::stopping();
     let (stop_reason, code) = match result {
         Ok(stop) => (stop.name(), ExitStatus::Success),
         Err(RunError::Refused(message)) => {

@@ -159,6 +159,7 @@ impl Pipeline {
                     tracing::info!(publisher = %peer, attempt, "reconnected");
                 } else {
                     tracing::info!(publisher = %peer, attempt, "connected");
+                    mdrelay_telemetry::service::ready("receiving");
                 }
                 self.span = tracing::info_span!("publisher", %peer);
                 return After::Connected;
@@ -474,6 +475,7 @@ pub async fn run(settings: &Settings, pipeline: &mut Pipeline, control: &mut Con
     if let Transport::Nats { subject, servers, .. } = &settings.transport {
         // The subscription is made: what is published from now on reaches it.
         tracing::info!(%subject, %servers, "subscribed over NATS");
+        mdrelay_telemetry::service::ready("receiving");
     }
     if matches!(settings.transport, Transport::Udp(_) | Transport::Multicast { .. }) {
         announce_lines(&subscriber, settings);
@@ -575,6 +577,8 @@ fn announce_lines(subscriber: &AsyncSubscriber, settings: &Settings) {
             _ => tracing::info!("listening on {local}"),
         }
     }
+    // Bound (and joined): whatever is sent from now on is received.
+    mdrelay_telemetry::service::ready("receiving");
     if settings.busy_poll {
         tell_busy_poll(&counters, "udp");
     }

@@ -5,7 +5,8 @@
 //! - [`logs`]: the log lines, plain for people or JSON for machines, at the level `--log-level`
 //!   or `MDRELAY_LOG` names;
 //! - [`prometheus`]: the Prometheus scrape endpoint (`[metrics] listen`), its settings, and the
-//!   bridge from an HdrHistogram to a Prometheus summary.
+//!   bridge from an HdrHistogram to a Prometheus histogram;
+//! - [`service`]: systemd's notifications (ready, stopping, watchdog) for `Type=notify` units.
 //!
 //! The metrics themselves (names, labels, when they move) belong to each program: see
 //! `mdrelay_publisher::metrics` and `mdrelay_subscriber::metrics`.
@@ -17,3 +18,4 @@ pub mod cpu;
 pub mod exit;
 pub mod logs;
 pub mod prometheus;
+pub mod service;
