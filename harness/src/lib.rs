@@ -44,6 +44,6 @@ pub use net::{LossyLink, accept_within, cutting_proxy, free_tcp_port, free_udp_p
 pub use netns::{Host, Hosts, Line};
 pub use process::{Failure, Finished, Process, STEP, Signal};
 pub use report::{assert_aggregates, assert_matches_reference, json_file};
-pub use scrape::{Scrape, alert_queries, dashboard_queries, scrape};
+pub use scrape::{Scrape, alert_queries, dashboard_queries, get, scrape};
 pub use serial::serial;
 pub use service::NotifySocket;

@@ -86,21 +86,33 @@ impl Scrape {
 /// GETs `/metrics` from `addr` (HTTP/1.0, so the body ends with the connection) and parses it;
 /// an error says what failed. Bounded by a 5 s timeout on every step.
 pub fn scrape(addr: SocketAddr) -> Result<Scrape, String> {
+    let (status, body) = get(addr, "/metrics")?;
+    if status != 200 {
+        return Err(format!("{addr}: status {status}: {body}"));
+    }
+    Ok(parse(&body))
+}
+
+/// GETs `path` from `addr` over HTTP/1.0: the status code and the body; an error says what
+/// failed. Bounded by a 5 s timeout on every step.
+pub fn get(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
     let limit = Duration::from_secs(5);
     let mut stream = TcpStream::connect_timeout(&addr, limit).map_err(|e| format!("connect {addr}: {e}"))?;
     stream.set_read_timeout(Some(limit)).map_err(|e| e.to_string())?;
     stream.set_write_timeout(Some(limit)).map_err(|e| e.to_string())?;
     stream
-        .write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
         .map_err(|e| format!("write to {addr}: {e}"))?;
     let mut response = String::new();
     stream.read_to_string(&mut response).map_err(|e| format!("read from {addr}: {e}"))?;
     let (head, body) = response.split_once("\r\n\r\n").ok_or_else(|| format!("{addr}: no HTTP header end"))?;
-    let status = head.lines().next().unwrap_or_default();
-    if !status.contains(" 200") {
-        return Err(format!("{addr}: {status}"));
-    }
-    Ok(parse(body))
+    let status_line = head.lines().next().unwrap_or_default();
+    let status = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| format!("{addr}: {status_line:?} is no HTTP status line"))?;
+    Ok((status, body.to_string()))
 }
 
 /// Parses the Prometheus text format's sample lines (comments skipped).

@@ -8,7 +8,7 @@
 
 use mdrelay_harness::{
     NotifySocket, Process, STEP, Scrape, Signal, alert_queries, assert_aggregates, dashboard_queries,
-    deep10_tcp_config, expected, free_tcp_port, free_udp_port, json_file, publisher_bin, scrape, serial,
+    deep10_tcp_config, expected, free_tcp_port, free_udp_port, get, json_file, publisher_bin, scrape, serial,
     subscriber_bin,
 };
 use serde_json::Value;
@@ -367,5 +367,44 @@ fn under_a_service_manager_the_subscriber_says_ready_once_listening_and_stopping
     assert_eq!(fed.len(), 1, "nothing else before: {fed:?}");
     subscriber.signal(Signal::SIGTERM);
     manager.until("STOPPING=1", STEP);
+    assert_eq!(subscriber.finish(STEP).code(), Some(0));
+}
+
+#[test]
+fn readyz_says_a_subscriber_is_ready_only_while_it_is_connected_and_healthz_while_it_runs() {
+    let _serial = serial();
+    let metrics: SocketAddr = format!("127.0.0.1:{}", free_tcp_port()).parse().unwrap();
+    let tcp = format!("127.0.0.1:{}", free_tcp_port());
+    // The subscriber first: nothing listens at its publisher's address yet, so it retries.
+    let metrics_arg = metrics.to_string();
+    let mut subscriber = Process::start(
+        subscriber_bin(),
+        ["--connect", &tcp, "--report-interval", "0", "--metrics-listen", &metrics_arg, "--metrics-hold", "60"],
+    );
+    let status = |path: &str| get(metrics, path).map(|(status, _)| status);
+    let deadline = Instant::now() + STEP;
+    while status("/healthz") != Ok(200) {
+        assert!(Instant::now() < deadline, "/healthz: {:?}", status("/healthz"));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(status("/readyz"), Ok(503), "not connected yet: not ready");
+    assert_eq!(status("/nowhere"), Ok(404));
+    // The publisher comes; once connected the subscriber is ready, while the stream runs.
+    let publisher = Process::start(
+        publisher_bin(),
+        ["run", "--synthetic", "--messages", "200000", "--pacing", "rate", "--rate", "50000", "--tcp", &tcp],
+    );
+    subscriber.wait_for("connected");
+    let deadline = Instant::now() + STEP;
+    while status("/readyz") != Ok(200) {
+        assert!(Instant::now() < deadline, "/readyz once connected: {:?}", status("/readyz"));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    publisher.finish(RUN).assert_success();
+    // The stream over, it holds its endpoint up: alive, no longer ready.
+    subscriber.wait_for_within("metrics endpoint stays up", RUN);
+    assert_eq!(status("/readyz"), Ok(503), "the stream is over");
+    assert_eq!(status("/healthz"), Ok(200));
+    subscriber.signal(Signal::SIGTERM);
     assert_eq!(subscriber.finish(STEP).code(), Some(0));
 }

@@ -1,12 +1,15 @@
 //! The Prometheus scrape endpoint: `[metrics] listen = "127.0.0.1:9900"` (off unless set).
 //!
-//! The exporter (metrics-exporter-prometheus) serves the text format over HTTP from a thread and
-//! runtime of its own, so a scrape never competes with a program's hot loop or its runtime, and
-//! a slow or stuck scraper holds up nothing but itself. Updates on the hot paths are atomic
+//! The exporter (metrics-exporter-prometheus) renders the text format; the endpoint serves it
+//! over HTTP (hyper), with `/healthz` and `/readyz` beside it, from a thread and runtime of its
+//! own, so a scrape never competes with a program's hot loop or its runtime, and a slow or
+//! stuck scraper holds up nothing but itself. Updates on the hot paths are atomic
 //! operations on handles taken once; rendering happens only when scraped.
 
 use anyhow::{Context, Result, bail};
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+use http_body_util::Full;
+use hyper::body::Bytes;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use metrics_util::MetricKindMask;
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -70,8 +73,12 @@ impl MetricsSection {
 }
 
 /// Starts the endpoint and makes it the process's metrics recorder. Call it once, before any
-/// runtime is entered on this thread: the exporter then runs on its own thread. An address that
-/// cannot be bound is an error naming it.
+/// runtime is entered on this thread: the endpoint runs on a thread and runtime of its own. An
+/// address that cannot be bound is an error naming it.
+///
+/// The endpoint answers `GET /metrics` (the scrape), `/healthz` (200 while the process runs) and
+/// `/readyz` (200 while it does its job, see [`crate::service::is_ready`]; 503 before and after),
+/// for load balancers and orchestrators; anything else is 404.
 ///
 /// Returns `mdrelay_build_info{program, version, revision}` (`0.1.0`, and the git commit built),
 /// set to 1: the caller sets it again with its other gauges, since a gauge not set for
@@ -82,13 +89,24 @@ pub fn serve(
     version: &'static str,
     revision: &'static str,
 ) -> Result<metrics::Gauge> {
-    PrometheusBuilder::new()
-        .with_http_listener(settings.listen)
+    let cannot = || format!("metrics.listen: cannot serve metrics on {}", settings.listen);
+    let listener = std::net::TcpListener::bind(settings.listen).with_context(cannot)?;
+    listener.set_nonblocking(true).with_context(cannot)?;
+    let recorder = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Suffix("_latency_seconds".to_string()), &LATENCY_BUCKETS)
         .context("metrics: latency buckets")?
         .idle_timeout(MetricKindMask::GAUGE, Some(GAUGE_IDLE))
-        .install()
-        .with_context(|| format!("metrics.listen: cannot serve metrics on {}", settings.listen))?;
+        .build_recorder();
+    let handle = recorder.handle();
+    metrics::set_global_recorder(recorder).map_err(|e| anyhow::anyhow!("metrics: {e}"))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("metrics: cannot start the endpoint's runtime")?;
+    std::thread::Builder::new()
+        .name("mdrelay-metrics".into())
+        .spawn(move || runtime.block_on(endpoint(listener, handle)))
+        .context("metrics: cannot start the endpoint's thread")?;
     metrics::describe_gauge!(
         "mdrelay_build_info",
         "Always 1; the labels name the program, its version and the git commit built (revision)."
@@ -96,8 +114,66 @@ pub fn serve(
     let info =
         metrics::gauge!("mdrelay_build_info", "program" => program, "version" => version, "revision" => revision);
     info.set(1.0);
-    tracing::info!(listen = %settings.listen, "serving Prometheus metrics");
+    tracing::info!(listen = %settings.listen, "serving Prometheus metrics, /healthz and /readyz");
     Ok(info)
+}
+
+/// How often the exporter drops idle gauges and rolls its buckets over.
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// Serves the endpoint: a connection per task, so a scraper that connects and goes silent holds
+/// up nobody but itself.
+async fn endpoint(listener: std::net::TcpListener, handle: PrometheusHandle) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(listener) => listener,
+        Err(error) => {
+            tracing::error!(%error, "metrics endpoint: cannot take the listener");
+            return;
+        }
+    };
+    let upkeep = handle.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(UPKEEP_EVERY);
+        loop {
+            tick.tick().await;
+            upkeep.run_upkeep();
+        }
+    });
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                // Out of descriptors, say: try again shortly instead of spinning.
+                tracing::warn!(%error, "metrics endpoint: accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let handle = handle.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+                let response = respond(&handle, request.uri().path());
+                std::future::ready(Ok::<_, std::convert::Infallible>(response))
+            });
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
+        });
+    }
+}
+
+/// The answer to a GET of `path`.
+fn respond(handle: &PrometheusHandle, path: &str) -> hyper::Response<Full<Bytes>> {
+    let (status, content_type, body) = match path {
+        "/metrics" => (200, "text/plain; version=0.0.4", handle.render()),
+        "/healthz" => (200, "text/plain", "ok\n".to_string()),
+        "/readyz" if crate::service::is_ready() => (200, "text/plain", "ready\n".to_string()),
+        "/readyz" => (503, "text/plain", "not ready\n".to_string()),
+        _ => (404, "text/plain", "not found: try /metrics, /healthz or /readyz\n".to_string()),
+    };
+    let mut response = hyper::Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+    response.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static(content_type));
+    response
 }
 
 /// Keeps the process (and so the endpoint) up for `hold` after the run, so the next scrape sees

@@ -1,5 +1,5 @@
 //! The service manager's notification protocol (systemd's `sd_notify`), for `Type=notify`
-//! units: `READY=1` once a program serves (units ordered after it start then, not at exec),
+//! units, and the readiness the metrics endpoint's `/readyz` reports: `READY=1` once a program serves (units ordered after it start then, not at exec),
 //! `STOPPING=1` when it winds down, and `WATCHDOG=1` at half the interval the unit's
 //! `WatchdogSec=` asks for, so a program whose runtime stops scheduling is restarted.
 //!
@@ -8,16 +8,29 @@
 //! bookkeeping must never stop the stream.
 
 use sd_notify::NotifyState;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// Tells the service manager the program is ready, with `status` for `systemctl status`.
+/// Whether the program does its job now: between [`ready`] and [`stopping`]. The metrics
+/// endpoint's `/readyz` answers from it.
+static READY: AtomicBool = AtomicBool::new(false);
+
+/// Tells the service manager (and `/readyz`) the program is ready, with `status` for
+/// `systemctl status`.
 pub fn ready(status: &str) {
+    READY.store(true, Ordering::Relaxed);
     send(&[NotifyState::Ready, NotifyState::Status(status)]);
 }
 
-/// Tells the service manager the program is stopping.
+/// Tells the service manager (and `/readyz`) the program is stopping.
 pub fn stopping() {
+    READY.store(false, Ordering::Relaxed);
     send(&[NotifyState::Stopping]);
+}
+
+/// Whether the program said it is ready and has not said it is stopping.
+pub fn is_ready() -> bool {
+    READY.load(Ordering::Relaxed)
 }
 
 /// How often to tell the watchdog the program is alive: half the interval the service manager
