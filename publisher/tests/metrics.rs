@@ -371,7 +371,7 @@ fn under_a_service_manager_the_subscriber_says_ready_once_listening_and_stopping
 }
 
 #[test]
-fn readyz_says_a_subscriber_is_ready_only_while_it_is_connected_and_healthz_while_it_runs() {
+fn readyz_says_a_subscriber_is_ready_only_while_connected_and_healthz_while_it_runs() {
     let _serial = serial();
     let metrics: SocketAddr = format!("127.0.0.1:{}", free_tcp_port()).parse().unwrap();
     let tcp = format!("127.0.0.1:{}", free_tcp_port());
@@ -389,17 +389,31 @@ fn readyz_says_a_subscriber_is_ready_only_while_it_is_connected_and_healthz_whil
     }
     assert_eq!(status("/readyz"), Ok(503), "not connected yet: not ready");
     assert_eq!(status("/nowhere"), Ok(404));
-    // The publisher comes; once connected the subscriber is ready, while the stream runs.
-    let publisher = Process::start(
-        publisher_bin(),
-        ["run", "--synthetic", "--messages", "200000", "--pacing", "rate", "--rate", "50000", "--tcp", &tcp],
-    );
+    let wait_for = |wanted: u16, when: &str| {
+        let deadline = Instant::now() + STEP;
+        while status("/readyz") != Ok(wanted) {
+            assert!(Instant::now() < deadline, "/readyz {when}: {:?}", status("/readyz"));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let publish = |messages: &str| {
+        Process::start(
+            publisher_bin(),
+            ["run", "--synthetic", "--messages", messages, "--pacing", "rate", "--rate", "50000", "--tcp", &tcp],
+        )
+    };
+    // The publisher comes; once connected the subscriber is ready.
+    let first = publish("10000000");
     subscriber.wait_for("connected");
-    let deadline = Instant::now() + STEP;
-    while status("/readyz") != Ok(200) {
-        assert!(Instant::now() < deadline, "/readyz once connected: {:?}", status("/readyz"));
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for(200, "once connected");
+    // Its publisher killed, it is not ready while it reconnects; ready again with the next one.
+    first.signal(Signal::SIGKILL);
+    let _ = first.finish(STEP);
+    subscriber.wait_for("connection lost");
+    wait_for(503, "while reconnecting");
+    let publisher = publish("100000");
+    subscriber.wait_for("reconnected");
+    wait_for(200, "once reconnected");
     publisher.finish(RUN).assert_success();
     // The stream over, it holds its endpoint up: alive, no longer ready.
     subscriber.wait_for_within("metrics endpoint stays up", RUN);

@@ -157,6 +157,7 @@ impl Pipeline {
                 self.connected = true;
                 if reconnect {
                     tracing::info!(publisher = %peer, attempt, "reconnected");
+                    mdrelay_telemetry::service::set_serving(true);
                 } else {
                     tracing::info!(publisher = %peer, attempt, "connected");
                     mdrelay_telemetry::service::ready("receiving");
@@ -186,6 +187,7 @@ impl Pipeline {
                 "the publisher could not resume (it keeps no ring of frames): the frames sent while away are lost"
             ),
             Event::Reconnecting { reason, retry_in, attempt } => {
+                mdrelay_telemetry::service::set_serving(false);
                 if std::mem::take(&mut self.connected) {
                     tracing::warn!(retry_in = ?retry_in, "connection lost: {reason}; reconnecting");
                 } else {
@@ -194,6 +196,7 @@ impl Pipeline {
             }
             Event::Busy { reason, retry_in } => {
                 self.connected = false;
+                mdrelay_telemetry::service::set_serving(false);
                 tracing::warn!(retry_in = ?retry_in, "connection lost: the publisher is busy: {reason}; reconnecting");
             }
             Event::SessionStarted { session, peer } => {

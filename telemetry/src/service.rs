@@ -28,6 +28,12 @@ pub fn stopping() {
     send(&[NotifyState::Stopping]);
 }
 
+/// Between [`ready`] and [`stopping`]: whether the program can do its job now (a subscriber
+/// that lost its publisher and reconnects cannot), for `/readyz` only; systemd is told once.
+pub fn set_serving(serving: bool) {
+    READY.store(serving, Ordering::Relaxed);
+}
+
 /// Whether the program said it is ready and has not said it is stopping.
 pub fn is_ready() -> bool {
     READY.load(Ordering::Relaxed)
