@@ -185,6 +185,14 @@ fn the_endpoints_count_what_the_final_reports_say_through_a_format_switch() {
     assert_eq!(publ.get("mdrelay_pub_dropped_frames_total", "policy=\"block\""), Some(0.0));
     assert!(publ.get("mdrelay_pub_pacing_lag_seconds", "").is_some());
     assert_eq!(publ.get("mdrelay_pub_retransmit_requests_total", ""), Some(n(&summary["retransmit"]["requests"])));
+    // The process, as Prometheus's own clients name it.
+    for (s, program) in [(&sub, "mdrelay-sub"), (&publ, "mdrelay-pub")] {
+        for name in ["process_resident_memory_bytes", "process_open_fds", "process_threads"] {
+            assert!(s.get(name, "").is_some_and(|v| v > 0.0), "{program}: {name} in:\n{}", s.text);
+        }
+        // Whole seconds (the collector's counter is an integer): a short run may show 0.
+        assert!(s.get("process_cpu_seconds_total", "").is_some(), "{program}: CPU in:\n{}", s.text);
+    }
     // The version and the commit in labels of their own (git's hash, `-dirty` for a changed tree).
     let commit = mdrelay_harness::version::expected_commit();
     for (s, program) in [(&sub, "mdrelay-sub"), (&publ, "mdrelay-pub")] {

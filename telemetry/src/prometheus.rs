@@ -131,6 +131,9 @@ async fn endpoint(listener: std::net::TcpListener, handle: PrometheusHandle) {
             return;
         }
     };
+    // The process's CPU, memory and descriptors, read from /proc when scraped.
+    let process = std::sync::Arc::new(metrics_process::Collector::default());
+    process.describe();
     let upkeep = handle.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(UPKEEP_EVERY);
@@ -150,9 +153,14 @@ async fn endpoint(listener: std::net::TcpListener, handle: PrometheusHandle) {
             }
         };
         let handle = handle.clone();
+        let process = process.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
-                let response = respond(&handle, request.uri().path());
+                let path = request.uri().path();
+                if path == "/metrics" {
+                    process.collect();
+                }
+                let response = respond(&handle, path);
                 std::future::ready(Ok::<_, std::convert::Infallible>(response))
             });
             let io = hyper_util::rt::TokioIo::new(stream);
