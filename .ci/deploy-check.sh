@@ -14,7 +14,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 echo "== the README's install step: cargo install --path publisher / subscriber"
-# Into a scratch root, with the build's own target directory, so the release build is reused.
+# Into a scratch root, with the build's own target directory, so a release build already there is reused.
 CARGO_TARGET_DIR="$PWD/target" cargo install -q --locked --path publisher --root "$work/install"
 CARGO_TARGET_DIR="$PWD/target" cargo install -q --locked --path subscriber --root "$work/install"
 "$work/install/bin/mdrelay-pub" --version
