@@ -8,8 +8,7 @@ mod common;
 
 use common::*;
 use mdrelay_client::{Builder, Subscriber};
-use mdrelay_harness::{NatsServer, expected, formats, nats_tool, serial};
-use std::process::{Command, Stdio};
+use mdrelay_harness::{NatsServer, expected, formats, nats_stream_state, serial};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -36,13 +35,7 @@ fn nats_config(dir: &std::path::Path, server: &NatsServer, subject: &str, stream
 
 /// Messages the stream holds now, by natscli.
 fn stored(server: &NatsServer, stream: &str) -> u64 {
-    let out = Command::new(nats_tool("nats"))
-        .args(["--server", &server.url(), "--timeout", "5s", "stream", "info", stream, "--json"])
-        .stderr(Stdio::null())
-        .output()
-        .expect("running nats");
-    let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    info["state"]["messages"].as_u64().unwrap_or(0)
+    nats_stream_state(&server.url(), stream).unwrap_or_default()["messages"].as_u64().unwrap_or(0)
 }
 
 fn check(context: &str, reference: &serde_json::Value, result: (Tally, mdrelay_client::Counters, bool)) {

@@ -191,8 +191,7 @@ fn a_late_joiner_starts_at_a_time_and_is_handed_over_to_the_live_subject() {
     publisher.wait_for("publishing to NATS");
     let deadline = Instant::now() + Duration::from_secs(60);
     let stored = |server: &NatsServer| {
-        let text = nats_cli(&server.url(), &["stream", "info", "TIME", "--json"]).unwrap_or_default();
-        serde_json::from_str::<serde_json::Value>(&text).unwrap_or_default()["state"]["messages"].as_u64().unwrap_or(0)
+        mdrelay_harness::nats_stream_state(&server.url(), "TIME").unwrap_or_default()["messages"].as_u64().unwrap_or(0)
     };
     while stored(&server) < 20_000 {
         assert!(Instant::now() < deadline, "the stream did not reach 20,000 messages");

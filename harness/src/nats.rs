@@ -233,6 +233,14 @@ impl NatsCluster {
     }
 }
 
+/// A stream's `state` object (`messages`, `first_seq`, `last_seq`, ...) from `nats stream info
+/// --json`, or what went wrong.
+pub fn nats_stream_state(servers: &str, stream: &str) -> Result<serde_json::Value, String> {
+    let info = nats_cli(servers, &["stream", "info", stream, "--json"])?;
+    let info: serde_json::Value = serde_json::from_str(&info).map_err(|e| format!("stream info is not JSON: {e}"))?;
+    Ok(info["state"].clone())
+}
+
 /// Runs natscli (`nats`) against `servers` with `args`, bounded to 30 s: its stdout, or what it
 /// printed when it failed or took too long.
 pub fn nats_cli(servers: &str, args: &[&str]) -> Result<String, String> {

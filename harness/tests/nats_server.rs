@@ -19,9 +19,8 @@ fn try_nats(servers: &str, args: &[&str]) -> Result<String, String> {
 
 /// The number of messages a stream holds, from `nats stream info --json`.
 fn stream_messages(servers: &str, stream: &str) -> u64 {
-    let info: serde_json::Value =
-        serde_json::from_str(&nats(servers, &["stream", "info", stream, "--json"])).expect("stream info is JSON");
-    info["state"]["messages"].as_u64().expect("state.messages")
+    let state = mdrelay_harness::nats_stream_state(servers, stream).unwrap_or_else(|e| panic!("{e}"));
+    state["messages"].as_u64().expect("state.messages")
 }
 
 #[test]

@@ -187,12 +187,12 @@ impl Summaries {
         recent.push_back(stats);
     }
 
-    /// Calls `each` with the address and queued records of every connected subscriber among
-    /// the kept ones (the most recent [`KEPT_SUMMARIES`]).
-    pub fn connected(&self, mut each: impl FnMut(&str, u64)) {
+    /// Calls `each` with the records queued for every connected subscriber among the kept ones
+    /// (the most recent [`KEPT_SUMMARIES`]).
+    pub fn queued(&self, mut each: impl FnMut(u64)) {
         let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
         for s in recent.iter().filter(|s| s.connected.load(Ordering::Relaxed)) {
-            each(&s.peer, s.queued.load(Ordering::Relaxed));
+            each(s.queued.load(Ordering::Relaxed));
         }
     }
 

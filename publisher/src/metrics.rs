@@ -313,7 +313,7 @@ pub fn sample_once(sources: &Sources) {
         // Bounded series only: a label per peer (an ephemeral port each) would make a series
         // per connection, and every reconnect another. Who is slow is in the logs and summary.
         let (mut deepest, mut queued_all) = (0u64, 0u64);
-        shared.summaries.connected(|_, queued| {
+        shared.summaries.queued(|queued| {
             deepest = deepest.max(queued);
             queued_all = queued_all.saturating_add(queued);
         });

@@ -16,9 +16,7 @@ fn nats(server: &str, args: &[&str]) -> String {
 
 /// The stream's state (`messages`, `first_seq`, ...) from `nats stream info --json`.
 fn stream_state(server: &str, stream: &str) -> serde_json::Value {
-    let info: serde_json::Value =
-        serde_json::from_str(&nats(server, &["stream", "info", stream, "--json"])).expect("stream info is JSON");
-    info["state"].clone()
+    mdrelay_harness::nats_stream_state(server, stream).unwrap_or_else(|failure| panic!("{failure}"))
 }
 
 /// A publisher configuration: DEEP10 in SBE to `[nats]` with `nats` (its keys), at `rate`

@@ -125,9 +125,8 @@ fn the_publishers_node_killed_mid_stream_is_failed_over_and_every_subscriber_is_
     assert_eq!(nats["dropped"], 0, "{summary}");
     assert_eq!(nats["acknowledged"], nats["published"], "every message acknowledged: {summary}");
     // Each message stored once, whatever was published twice around the fail-over.
-    let info = mdrelay_harness::nats_cli(&urls[1], &["stream", "info", STREAM, "--json"]).unwrap();
-    let info: Value = serde_json::from_str(&info).unwrap();
-    assert_eq!(info["state"]["messages"], nats["published"], "{info}");
+    let state = stream_state(&urls[1]);
+    assert_eq!(state["messages"], nats["published"], "{state}");
 }
 
 /// A publisher configuration for one server at `url`: `capture` at `rate` messages per second,
@@ -146,8 +145,7 @@ fn single_server_config(dir: &Path, capture: &str, rate: u32, url: &str, nats: &
 
 /// The stream's state (`messages`, ...) from natscli.
 fn stream_state(url: &str) -> Value {
-    let info = mdrelay_harness::nats_cli(url, &["stream", "info", STREAM, "--json"]).unwrap_or_else(|e| panic!("{e}"));
-    serde_json::from_str::<Value>(&info).expect("stream info is JSON")["state"].clone()
+    mdrelay_harness::nats_stream_state(url, STREAM).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// `mdrelay-sub` replaying the whole stream from `url` after the run: its report.

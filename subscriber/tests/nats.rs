@@ -10,8 +10,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use mdrelay_harness::{
-    Finished, NatsServer, Process, Signal, assert_aggregates, expected, iex_data, json_file, nats_cli, publisher_bin,
-    serial, subscriber_bin,
+    Finished, NatsServer, Process, Signal, assert_aggregates, expected, iex_data, json_file, nats_cli,
+    nats_stream_state, publisher_bin, serial, subscriber_bin,
 };
 
 const RUN: Duration = Duration::from_secs(120);
@@ -216,8 +216,7 @@ fn a_server_that_requires_a_password_takes_the_right_one_and_the_wrong_one_is_na
 
 /// The stream's stored message count (0 while it cannot be read).
 fn stored_messages(server: &NatsServer, stream: &str) -> u64 {
-    let text = nats_cli(&server.url(), &["stream", "info", stream, "--json"]).unwrap_or_default();
-    serde_json::from_str::<serde_json::Value>(&text).unwrap_or_default()["state"]["messages"].as_u64().unwrap_or(0)
+    nats_stream_state(&server.url(), stream).unwrap_or_default()["messages"].as_u64().unwrap_or(0)
 }
 
 #[test]
