@@ -2,7 +2,7 @@
 //! and codec modules: aggregates, totals, format switches, refusals, reconnection, late join,
 //! bad frames, echoes and the histogram log.
 
-mod common;
+use crate::common;
 
 use common::*;
 use mdrelay_harness::{STEP, accept_within, free_tcp_port};

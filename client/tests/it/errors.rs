@@ -4,7 +4,7 @@
 //! peers made here for what a publisher of this build cannot send: another protocol version,
 //! and a peer that is not a publisher at all.
 
-mod common;
+use crate::common;
 
 use common::*;
 use mdrelay_client::{Builder, ErrorKind, Protection};

@@ -8,7 +8,7 @@
 //! As in udp.rs, the sender never has more than a quarter of the subscriber's receive buffer in
 //! flight, so loopback loses nothing the test did not withhold.
 
-mod common;
+use crate::common;
 
 use common::*;
 use mdrelay_harness::{Process, STEP, accept_within, process::field};

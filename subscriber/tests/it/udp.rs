@@ -8,7 +8,7 @@
 //! waits for the subscriber's interval line to count what was sent. However long a loaded
 //! machine keeps the subscriber off the CPU, the buffer cannot overflow.
 
-mod common;
+use crate::common;
 
 use common::*;
 use mdrelay_harness::{Process, STEP, Signal, process::field};

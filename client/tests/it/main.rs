@@ -1,0 +1,13 @@
+//! The client's integration tests in one test binary, a module per area: one link instead of
+//! one per file, and tests of different areas can run side by side.
+
+mod common;
+
+mod async_api;
+mod errors;
+mod examples;
+mod loss;
+mod nats;
+mod nats_repair;
+mod protocol_edges;
+mod transports;

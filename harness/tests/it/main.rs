@@ -1,0 +1,5 @@
+//! The harness's integration tests in one test binary, a module per area: one link instead of
+//! one per file, and tests of different areas can run side by side.
+
+mod module_cycles;
+mod nats_server;

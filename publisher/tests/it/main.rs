@@ -1,0 +1,25 @@
+//! The publisher's integration tests in one test binary, a module per area: one link instead of
+//! one per file, and tests of different areas can run side by side.
+
+mod chain;
+mod cli;
+mod config;
+mod hostile;
+mod idle;
+mod live_feed;
+mod logs;
+mod lossy_hosts;
+mod metrics;
+mod nats;
+mod nats_chain;
+mod nats_cluster;
+mod nats_hosts;
+mod nats_protection;
+mod progress;
+mod protection;
+mod relay;
+mod reload;
+mod resume_load;
+mod retransmit;
+mod two_hosts;
+mod version;

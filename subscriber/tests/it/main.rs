@@ -1,0 +1,15 @@
+//! The subscriber's integration tests in one test binary, a module per area: one link instead of
+//! one per file, and tests of different areas can run side by side.
+
+mod common;
+
+// Its own `mod common;` finds common/ beside it only when loaded by path, as a mod.rs file.
+#[path = "cli.rs"]
+mod cli;
+mod hostile;
+mod nats;
+mod record;
+mod recovery;
+mod tcp;
+mod udp;
+mod version;
