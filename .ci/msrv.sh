@@ -42,10 +42,9 @@ msrv = declared.pop()
 
 needed = []  # (version, package, reason)
 for p in packages:
-    if p["id"] in members:
-        continue
     name = p["name"] + " " + p["version"]
-    if p["rust_version"]:
+    # Our own crates: their edition only (cargo itself refuses a rust-version below it, too).
+    if p["rust_version"] and p["id"] not in members:
         needed.append((version(p["rust_version"]), name, "rust-version " + p["rust_version"]))
     floor = EDITION_FLOOR.get(p["edition"])
     if floor:
