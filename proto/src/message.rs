@@ -7,10 +7,168 @@
 //! packet buffer.
 
 use crate::price::{Price, Symbol};
-use nom::IResult;
-use nom::Parser;
-use nom::bytes::complete::take;
-use nom::number::complete::{le_i64, le_u8, le_u32};
+
+/// A field of the IEX layout: fixed width, little-endian, every bit pattern a value. The codecs
+/// whose layout is the IEX one (the model's own, SBE's blocks) read and write through it.
+pub(crate) trait IexField: Copy {
+    /// Bytes on the wire.
+    const LEN: usize;
+    /// Reads the field at the start of `bytes` and advances past it; a cursor too short (which
+    /// the callers rule out by reading from arrays of the layout's length) reads as zeroes.
+    fn read(bytes: &mut &[u8]) -> Self;
+    /// Writes the field at the start of `out` and advances past it (nothing when too short).
+    fn write(self, out: &mut &mut [u8]);
+}
+
+/// Takes the next `N` bytes of a read cursor.
+#[inline(always)]
+fn take_array<const N: usize>(bytes: &mut &[u8]) -> [u8; N] {
+    match bytes.split_first_chunk::<N>() {
+        Some((head, rest)) => {
+            *bytes = rest;
+            *head
+        }
+        None => [0; N],
+    }
+}
+
+/// Puts `value` at the start of a write cursor.
+#[inline(always)]
+fn put_array<const N: usize>(value: [u8; N], out: &mut &mut [u8]) {
+    if let Some((head, rest)) = std::mem::take(out).split_first_chunk_mut::<N>() {
+        *head = value;
+        *out = rest;
+    }
+}
+
+macro_rules! iex_integer_fields {
+    ($($int:ty),*) => {$(
+        impl IexField for $int {
+            const LEN: usize = size_of::<$int>();
+            #[inline(always)]
+            fn read(bytes: &mut &[u8]) -> Self {
+                <$int>::from_le_bytes(take_array(bytes))
+            }
+            #[inline(always)]
+            fn write(self, out: &mut &mut [u8]) {
+                put_array(self.to_le_bytes(), out)
+            }
+        }
+    )*};
+}
+iex_integer_fields!(u8, u32, i64);
+
+impl IexField for [u8; 4] {
+    const LEN: usize = 4;
+    #[inline(always)]
+    fn read(bytes: &mut &[u8]) -> Self {
+        take_array(bytes)
+    }
+    #[inline(always)]
+    fn write(self, out: &mut &mut [u8]) {
+        put_array(self, out)
+    }
+}
+
+impl IexField for Symbol {
+    const LEN: usize = 8;
+    #[inline(always)]
+    fn read(bytes: &mut &[u8]) -> Self {
+        Symbol(take_array(bytes))
+    }
+    #[inline(always)]
+    fn write(self, out: &mut &mut [u8]) {
+        put_array(self.0, out)
+    }
+}
+
+impl IexField for Price {
+    const LEN: usize = 8;
+    #[inline(always)]
+    fn read(bytes: &mut &[u8]) -> Self {
+        Price(i64::read(bytes))
+    }
+    #[inline(always)]
+    fn write(self, out: &mut &mut [u8]) {
+        self.0.write(out)
+    }
+}
+
+/// The one description of the known message types that every codec's per-type code is generated
+/// from: hands `$callback` one entry per IEX type byte,
+///
+/// `WireName "text_name" = TYPE_BYTE => Variant(Struct { fixed: value } { field: type, ... })`
+///
+/// - `WireName`: the type's name where a format gives each type byte its own (SBE templates,
+///   Protobuf cases, error messages);
+/// - `"text_name"`: its name in JSON, where both sides of a price level update are one type;
+/// - `TYPE_BYTE`: its constant in [`kind`];
+/// - `Variant(Struct { fixed: value })`: the [`Message`] variant and the struct it holds, with the
+///   fields the type byte itself decides (a price level update's side), usable as a pattern and
+///   in a struct expression;
+/// - the fields, in the order of the IEX layout after the type byte, with their model types
+///   (each an [`IexField`]).
+///
+/// A struct expression built from an entry names every field, so an entry that disagrees with its
+/// struct does not compile.
+macro_rules! for_each_message_type {
+    ($callback:ident) => {
+        $callback! {
+            SystemEvent "system_event" = SYSTEM_EVENT => SystemEvent(SystemEvent {} {
+                event: u8, timestamp: i64
+            }),
+            SecurityDirectory "security_directory" = SECURITY_DIRECTORY => SecurityDirectory(SecurityDirectory {} {
+                flags: u8, timestamp: i64, symbol: Symbol, round_lot_size: u32, adjusted_poc_price: Price, luld_tier: u8
+            }),
+            TradingStatus "trading_status" = TRADING_STATUS => TradingStatus(TradingStatus {} {
+                status: u8, timestamp: i64, symbol: Symbol, reason: [u8; 4]
+            }),
+            RetailLiquidityIndicator "retail_liquidity_indicator" = RETAIL_LIQUIDITY_INDICATOR
+                => RetailLiquidityIndicator(RetailLiquidityIndicator {} {
+                indicator: u8, timestamp: i64, symbol: Symbol
+            }),
+            OperationalHaltStatus "operational_halt_status" = OPERATIONAL_HALT_STATUS
+                => OperationalHaltStatus(OperationalHaltStatus {} {
+                status: u8, timestamp: i64, symbol: Symbol
+            }),
+            ShortSalePriceTestStatus "short_sale_price_test_status" = SHORT_SALE_PRICE_TEST_STATUS
+                => ShortSalePriceTestStatus(ShortSalePriceTestStatus {} {
+                in_effect: u8, timestamp: i64, symbol: Symbol, detail: u8
+            }),
+            SecurityEvent "security_event" = SECURITY_EVENT => SecurityEvent(SecurityEvent {} {
+                event: u8, timestamp: i64, symbol: Symbol
+            }),
+            PriceLevelBuy "price_level_update" = PRICE_LEVEL_BUY
+                => PriceLevelUpdate(PriceLevelUpdate { side: Side::Buy } {
+                event_flags: u8, timestamp: i64, symbol: Symbol, size: u32, price: Price
+            }),
+            PriceLevelSell "price_level_update" = PRICE_LEVEL_SELL
+                => PriceLevelUpdate(PriceLevelUpdate { side: Side::Sell } {
+                event_flags: u8, timestamp: i64, symbol: Symbol, size: u32, price: Price
+            }),
+            QuoteUpdate "quote_update" = QUOTE_UPDATE => QuoteUpdate(QuoteUpdate {} {
+                flags: u8, timestamp: i64, symbol: Symbol, bid_size: u32, bid_price: Price, ask_price: Price,
+                ask_size: u32
+            }),
+            TradeReport "trade_report" = TRADE_REPORT => TradeReport(Trade {} {
+                sale_condition: u8, timestamp: i64, symbol: Symbol, size: u32, price: Price, trade_id: i64
+            }),
+            TradeBreak "trade_break" = TRADE_BREAK => TradeBreak(Trade {} {
+                sale_condition: u8, timestamp: i64, symbol: Symbol, size: u32, price: Price, trade_id: i64
+            }),
+            OfficialPrice "official_price" = OFFICIAL_PRICE => OfficialPrice(OfficialPrice {} {
+                price_type: u8, timestamp: i64, symbol: Symbol, price: Price
+            }),
+            AuctionInformation "auction_information" = AUCTION_INFORMATION => AuctionInformation(AuctionInformation {} {
+                auction_type: u8, timestamp: i64, symbol: Symbol, paired_shares: u32, reference_price: Price,
+                indicative_clearing_price: Price, imbalance_shares: u32, imbalance_side: u8, extension_number: u8,
+                scheduled_auction_time: u32, auction_book_clearing_price: Price, collar_reference_price: Price,
+                lower_auction_collar: Price, upper_auction_collar: Price
+            }),
+        }
+    };
+}
+pub(crate) use for_each_message_type;
 
 /// The type byte of each message, as on the wire.
 pub mod kind {
@@ -63,19 +221,7 @@ pub mod kind {
 
     /// The length of the documented layout of `kind`, or `None` for a type the model does not know.
     pub const fn layout_len(kind: u8) -> Option<usize> {
-        Some(match kind {
-            SYSTEM_EVENT => 10,
-            SECURITY_DIRECTORY => 31,
-            TRADING_STATUS => 22,
-            RETAIL_LIQUIDITY_INDICATOR | OPERATIONAL_HALT_STATUS | SECURITY_EVENT => 18,
-            SHORT_SALE_PRICE_TEST_STATUS => 19,
-            PRICE_LEVEL_BUY | PRICE_LEVEL_SELL => 30,
-            QUOTE_UPDATE => 42,
-            TRADE_REPORT | TRADE_BREAK => 38,
-            OFFICIAL_PRICE => 26,
-            AUCTION_INFORMATION => 80,
-            _ => return None,
-        })
+        super::layout_len_of(kind)
     }
 }
 
@@ -333,161 +479,80 @@ pub enum MessageError {
     },
 }
 
-type Res<'a, T> = IResult<&'a [u8], T>;
-
-#[inline]
-fn symbol(input: &[u8]) -> Res<'_, Symbol> {
-    let (rest, bytes) = take(8usize)(input)?;
-    let mut out = [0u8; 8];
-    out.copy_from_slice(bytes);
-    Ok((rest, Symbol(out)))
-}
-
-#[inline]
-fn price(input: &[u8]) -> Res<'_, Price> {
-    le_i64.map(Price).parse(input)
-}
-
-/// The prefix common to every message but S: type, flag byte, timestamp, symbol.
-#[inline]
-fn prefix(input: &[u8]) -> Res<'_, (u8, i64, Symbol)> {
-    let (rest, (_kind, flag, timestamp, symbol)) = (le_u8, le_u8, le_i64, symbol).parse(input)?;
-    Ok((rest, (flag, timestamp, symbol)))
-}
-
-#[inline]
-fn trade(input: &[u8]) -> Res<'_, Trade> {
-    let (rest, ((sale_condition, timestamp, symbol), size, price, trade_id)) =
-        (prefix, le_u32, price, le_i64).parse(input)?;
-    Ok((rest, Trade { sale_condition, timestamp, symbol, size, price, trade_id }))
-}
-
-#[inline]
-fn decode(kind: u8, input: &[u8]) -> Res<'_, Message<'_>> {
-    match kind {
-        kind::SYSTEM_EVENT => {
-            let (rest, (_, event, timestamp)) = (le_u8, le_u8, le_i64).parse(input)?;
-            Ok((rest, Message::SystemEvent(SystemEvent { event, timestamp })))
-        }
-        kind::SECURITY_DIRECTORY => {
-            let (rest, ((flags, timestamp, symbol), round_lot_size, adjusted_poc_price, luld_tier)) =
-                (prefix, le_u32, price, le_u8).parse(input)?;
-            let m = SecurityDirectory { flags, timestamp, symbol, round_lot_size, adjusted_poc_price, luld_tier };
-            Ok((rest, Message::SecurityDirectory(m)))
-        }
-        kind::TRADING_STATUS => {
-            let (rest, ((status, timestamp, symbol), reason)) = (prefix, take(4usize)).parse(input)?;
-            let mut r = [0u8; 4];
-            r.copy_from_slice(reason);
-            Ok((rest, Message::TradingStatus(TradingStatus { status, timestamp, symbol, reason: r })))
-        }
-        kind::RETAIL_LIQUIDITY_INDICATOR => {
-            let (rest, (indicator, timestamp, symbol)) = prefix(input)?;
-            let m = RetailLiquidityIndicator { indicator, timestamp, symbol };
-            Ok((rest, Message::RetailLiquidityIndicator(m)))
-        }
-        kind::OPERATIONAL_HALT_STATUS => {
-            let (rest, (status, timestamp, symbol)) = prefix(input)?;
-            let m = OperationalHaltStatus { status, timestamp, symbol };
-            Ok((rest, Message::OperationalHaltStatus(m)))
-        }
-        kind::SHORT_SALE_PRICE_TEST_STATUS => {
-            let (rest, ((in_effect, timestamp, symbol), detail)) = (prefix, le_u8).parse(input)?;
-            let m = ShortSalePriceTestStatus { in_effect, timestamp, symbol, detail };
-            Ok((rest, Message::ShortSalePriceTestStatus(m)))
-        }
-        kind::SECURITY_EVENT => {
-            let (rest, (event, timestamp, symbol)) = prefix(input)?;
-            Ok((rest, Message::SecurityEvent(SecurityEvent { event, timestamp, symbol })))
-        }
-        kind::PRICE_LEVEL_BUY | kind::PRICE_LEVEL_SELL => {
-            let (rest, ((event_flags, timestamp, symbol), size, price)) = (prefix, le_u32, price).parse(input)?;
-            let side = if kind == kind::PRICE_LEVEL_BUY { Side::Buy } else { Side::Sell };
-            let m = PriceLevelUpdate { side, event_flags, timestamp, symbol, size, price };
-            Ok((rest, Message::PriceLevelUpdate(m)))
-        }
-        kind::QUOTE_UPDATE => {
-            let (rest, ((flags, timestamp, symbol), bid_size, bid_price, ask_price, ask_size)) =
-                (prefix, le_u32, price, price, le_u32).parse(input)?;
-            let m = QuoteUpdate { flags, timestamp, symbol, bid_size, bid_price, ask_price, ask_size };
-            Ok((rest, Message::QuoteUpdate(m)))
-        }
-        kind::TRADE_REPORT => trade.map(Message::TradeReport).parse(input),
-        kind::TRADE_BREAK => trade.map(Message::TradeBreak).parse(input),
-        kind::OFFICIAL_PRICE => {
-            let (rest, ((price_type, timestamp, symbol), price)) = (prefix, price).parse(input)?;
-            Ok((rest, Message::OfficialPrice(OfficialPrice { price_type, timestamp, symbol, price })))
-        }
-        kind::AUCTION_INFORMATION => {
-            let (rest, ((auction_type, timestamp, symbol), paired_shares, reference_price, indicative_clearing_price)) =
-                (prefix, le_u32, price, price).parse(input)?;
-            let (rest, (imbalance_shares, imbalance_side, extension_number, scheduled_auction_time)) =
-                (le_u32, le_u8, le_u8, le_u32).parse(rest)?;
-            let (
-                rest,
-                (auction_book_clearing_price, collar_reference_price, lower_auction_collar, upper_auction_collar),
-            ) = (price, price, price, price).parse(rest)?;
-            let m = AuctionInformation {
-                auction_type,
-                timestamp,
-                symbol,
-                paired_shares,
-                reference_price,
-                indicative_clearing_price,
-                imbalance_shares,
-                imbalance_side,
-                extension_number,
-                scheduled_auction_time,
-                auction_book_clearing_price,
-                collar_reference_price,
-                lower_auction_collar,
-                upper_auction_collar,
-            };
-            Ok((rest, Message::AuctionInformation(m)))
-        }
-        _ => Ok((&input[input.len()..], Message::Unknown(UnknownMessage { kind, bytes: input }))),
-    }
-}
-
-impl<'a> Message<'a> {
-    /// Decodes one message (the bytes after its length prefix). Bytes past the documented layout
-    /// are ignored: IEX may append fields to a message type.
-    #[inline]
-    pub fn parse(bytes: &'a [u8]) -> Result<Message<'a>, MessageError> {
-        let Some(&kind) = bytes.first() else {
-            return Err(MessageError::Empty);
-        };
-        match decode(kind, bytes) {
-            Ok((_, message)) => Ok(message),
-            Err(_) => {
-                Err(MessageError::Truncated { kind, needed: kind::layout_len(kind).unwrap_or(0), len: bytes.len() })
+/// The model's own code from the table: the layout lengths, decoding, the type byte and the IEX
+/// encoding.
+macro_rules! iex_layout {
+    ($($wire:ident $name:literal = $kind:ident => $variant:ident($ty:ident { $($fixed:ident: $fixed_value:path),* } {
+        $($field:ident: $field_type:tt),* $(,)?
+    })),* $(,)?) => {
+        /// See [`kind::layout_len`].
+        const fn layout_len_of(type_byte: u8) -> Option<usize> {
+            match type_byte {
+                $(kind::$kind => Some(1 $(+ <$field_type as IexField>::LEN)*),)*
+                _ => None,
             }
         }
-    }
 
-    /// The message's type byte.
-    pub fn kind(&self) -> u8 {
-        match self {
-            Message::SystemEvent(_) => kind::SYSTEM_EVENT,
-            Message::SecurityDirectory(_) => kind::SECURITY_DIRECTORY,
-            Message::TradingStatus(_) => kind::TRADING_STATUS,
-            Message::RetailLiquidityIndicator(_) => kind::RETAIL_LIQUIDITY_INDICATOR,
-            Message::OperationalHaltStatus(_) => kind::OPERATIONAL_HALT_STATUS,
-            Message::ShortSalePriceTestStatus(_) => kind::SHORT_SALE_PRICE_TEST_STATUS,
-            Message::SecurityEvent(_) => kind::SECURITY_EVENT,
-            Message::PriceLevelUpdate(m) => match m.side {
-                Side::Buy => kind::PRICE_LEVEL_BUY,
-                Side::Sell => kind::PRICE_LEVEL_SELL,
-            },
-            Message::QuoteUpdate(_) => kind::QUOTE_UPDATE,
-            Message::TradeReport(_) => kind::TRADE_REPORT,
-            Message::TradeBreak(_) => kind::TRADE_BREAK,
-            Message::OfficialPrice(_) => kind::OFFICIAL_PRICE,
-            Message::AuctionInformation(_) => kind::AUCTION_INFORMATION,
-            Message::Unknown(m) => m.kind,
+        impl<'a> Message<'a> {
+            /// Decodes one message (the bytes after its length prefix). Bytes past the documented
+            /// layout are ignored: IEX may append fields to a message type.
+            #[inline]
+            pub fn parse(bytes: &'a [u8]) -> Result<Message<'a>, MessageError> {
+                let Some(&type_byte) = bytes.first() else {
+                    return Err(MessageError::Empty);
+                };
+                match type_byte {
+                    $(kind::$kind => {
+                        const LEN: usize = 1 $(+ <$field_type as IexField>::LEN)*;
+                        let Some(layout) = bytes.first_chunk::<LEN>() else {
+                            return Err(MessageError::Truncated { kind: type_byte, needed: LEN, len: bytes.len() });
+                        };
+                        let mut fields: &[u8] = layout.get(1..).unwrap_or_default();
+                        Ok(Message::$variant($ty {
+                            $($fixed: $fixed_value,)*
+                            $($field: IexField::read(&mut fields),)*
+                        }))
+                    })*
+                    _ => Ok(Message::Unknown(UnknownMessage { kind: type_byte, bytes })),
+                }
+            }
+
+            /// The message's type byte.
+            pub fn kind(&self) -> u8 {
+                match self {
+                    $(Message::$variant($ty { $($fixed: $fixed_value,)* .. }) => kind::$kind,)*
+                    Message::Unknown(m) => m.kind,
+                }
+            }
+
+            /// The message as one that borrows nothing; `None` for an unknown type, whose bytes it
+            /// borrows.
+            pub fn to_static(&self) -> Option<Message<'static>> {
+                Some(match *self {
+                    $(Message::$variant(m @ $ty { $($fixed: $fixed_value,)* .. }) => Message::$variant(m),)*
+                    Message::Unknown(_) => return None,
+                })
+            }
+
+            /// Appends the message in its documented IEX layout (without the length prefix).
+            pub fn write_iex(&self, out: &mut Vec<u8>) {
+                match self {
+                    $(Message::$variant(m @ $ty { $($fixed: $fixed_value,)* .. }) => {
+                        let mut layout = [0u8; 1 $(+ <$field_type as IexField>::LEN)*];
+                        let mut cursor: &mut [u8] = &mut layout;
+                        kind::$kind.write(&mut cursor);
+                        $(m.$field.write(&mut cursor);)*
+                        out.extend_from_slice(&layout);
+                    })*
+                    Message::Unknown(m) => out.extend_from_slice(m.bytes),
+                }
+            }
         }
-    }
+    };
+}
+for_each_message_type!(iex_layout);
 
+impl Message<'_> {
     /// The symbol the message is about; `None` for system events and unknown types.
     pub fn symbol(&self) -> Option<Symbol> {
         Some(match self {
@@ -511,78 +576,6 @@ impl<'a> Message<'a> {
         match self {
             Message::Unknown(m) => m.bytes.len(),
             other => kind::layout_len(other.kind()).unwrap_or(0),
-        }
-    }
-
-    /// Appends the message in its documented IEX layout (without the length prefix).
-    pub fn write_iex(&self, out: &mut Vec<u8>) {
-        fn head(out: &mut Vec<u8>, kind: u8, flag: u8, timestamp: i64, symbol: &Symbol) {
-            out.push(kind);
-            out.push(flag);
-            out.extend_from_slice(&timestamp.to_le_bytes());
-            out.extend_from_slice(&symbol.0);
-        }
-        let k = self.kind();
-        match self {
-            Message::SystemEvent(m) => {
-                out.push(k);
-                out.push(m.event);
-                out.extend_from_slice(&m.timestamp.to_le_bytes());
-            }
-            Message::SecurityDirectory(m) => {
-                head(out, k, m.flags, m.timestamp, &m.symbol);
-                out.extend_from_slice(&m.round_lot_size.to_le_bytes());
-                out.extend_from_slice(&m.adjusted_poc_price.0.to_le_bytes());
-                out.push(m.luld_tier);
-            }
-            Message::TradingStatus(m) => {
-                head(out, k, m.status, m.timestamp, &m.symbol);
-                out.extend_from_slice(&m.reason);
-            }
-            Message::RetailLiquidityIndicator(m) => head(out, k, m.indicator, m.timestamp, &m.symbol),
-            Message::OperationalHaltStatus(m) => head(out, k, m.status, m.timestamp, &m.symbol),
-            Message::ShortSalePriceTestStatus(m) => {
-                head(out, k, m.in_effect, m.timestamp, &m.symbol);
-                out.push(m.detail);
-            }
-            Message::SecurityEvent(m) => head(out, k, m.event, m.timestamp, &m.symbol),
-            Message::PriceLevelUpdate(m) => {
-                head(out, k, m.event_flags, m.timestamp, &m.symbol);
-                out.extend_from_slice(&m.size.to_le_bytes());
-                out.extend_from_slice(&m.price.0.to_le_bytes());
-            }
-            Message::QuoteUpdate(m) => {
-                head(out, k, m.flags, m.timestamp, &m.symbol);
-                out.extend_from_slice(&m.bid_size.to_le_bytes());
-                out.extend_from_slice(&m.bid_price.0.to_le_bytes());
-                out.extend_from_slice(&m.ask_price.0.to_le_bytes());
-                out.extend_from_slice(&m.ask_size.to_le_bytes());
-            }
-            Message::TradeReport(m) | Message::TradeBreak(m) => {
-                head(out, k, m.sale_condition, m.timestamp, &m.symbol);
-                out.extend_from_slice(&m.size.to_le_bytes());
-                out.extend_from_slice(&m.price.0.to_le_bytes());
-                out.extend_from_slice(&m.trade_id.to_le_bytes());
-            }
-            Message::OfficialPrice(m) => {
-                head(out, k, m.price_type, m.timestamp, &m.symbol);
-                out.extend_from_slice(&m.price.0.to_le_bytes());
-            }
-            Message::AuctionInformation(m) => {
-                head(out, k, m.auction_type, m.timestamp, &m.symbol);
-                out.extend_from_slice(&m.paired_shares.to_le_bytes());
-                out.extend_from_slice(&m.reference_price.0.to_le_bytes());
-                out.extend_from_slice(&m.indicative_clearing_price.0.to_le_bytes());
-                out.extend_from_slice(&m.imbalance_shares.to_le_bytes());
-                out.push(m.imbalance_side);
-                out.push(m.extension_number);
-                out.extend_from_slice(&m.scheduled_auction_time.to_le_bytes());
-                out.extend_from_slice(&m.auction_book_clearing_price.0.to_le_bytes());
-                out.extend_from_slice(&m.collar_reference_price.0.to_le_bytes());
-                out.extend_from_slice(&m.lower_auction_collar.0.to_le_bytes());
-                out.extend_from_slice(&m.upper_auction_collar.0.to_le_bytes());
-            }
-            Message::Unknown(m) => out.extend_from_slice(m.bytes),
         }
     }
 }

@@ -64,7 +64,7 @@
 
 use super::filter::SymbolFilter;
 use super::format::Format;
-use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, MAX_BATCH};
+use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, batch_count};
 use crate::message::{Message, PriceLevelUpdate, QuoteUpdate, Side, Trade, UnknownMessage, kind};
 use crate::price::{Price, Symbol};
 use ::brec::{CrcU32, PACKET_SIG, PacketHeader, ReadBlockFromSlice, SignatureU32, StaticPayloadSignature, WriteTo};
@@ -379,9 +379,7 @@ impl BrecCodec {
         messages: &[Message<'_>],
         out: &mut Vec<u8>,
     ) -> Result<(), EncodeError> {
-        if messages.len() > MAX_BATCH {
-            return Err(EncodeError::TooManyMessages(messages.len()));
-        }
+        batch_count(messages)?;
         let start = out.len();
         // The packet header's lengths and CRC are known once the body is written: a placeholder
         // now, filled in at the end.

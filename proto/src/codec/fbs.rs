@@ -48,7 +48,7 @@
 
 use super::filter::SymbolFilter;
 use super::format::Format;
-use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, MAX_BATCH};
+use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, MAX_BATCH, batch_count};
 use crate::message::{
     AuctionInformation, Message, OfficialPrice, OperationalHaltStatus, PriceLevelUpdate, QuoteUpdate,
     RetailLiquidityIndicator, SecurityDirectory, SecurityEvent, ShortSalePriceTestStatus, Side, SystemEvent, Trade,
@@ -305,9 +305,7 @@ impl FlatBuffersCodec {
         messages: &[Message<'_>],
         out: &mut Vec<u8>,
     ) -> Result<(), EncodeError> {
-        if messages.len() > MAX_BATCH {
-            return Err(EncodeError::TooManyMessages(messages.len()));
-        }
+        batch_count(messages)?;
         if let Some(counts) = direct::Counts::of(messages) {
             direct::encode(header, messages, &counts, out);
             return Ok(());

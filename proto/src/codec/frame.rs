@@ -98,6 +98,13 @@ impl Default for Limits {
     }
 }
 
+/// The message count of a batch of `messages`, as every frame's count field holds it; the batch
+/// is refused when it has more than [`MAX_BATCH`].
+#[inline(always)]
+pub(crate) fn batch_count<T>(messages: &[T]) -> Result<u16, EncodeError> {
+    u16::try_from(messages.len()).map_err(|_| EncodeError::TooManyMessages(messages.len()))
+}
+
 /// What makes an unknown message one the model could not have produced, if anything: the
 /// formats that carry unknown messages as free-form bytes (Protobuf, JSON) refuse such ones.
 pub(crate) fn unknown_problem(kind: u8, bytes: &[u8]) -> Result<(), &'static str> {

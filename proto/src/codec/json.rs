@@ -23,11 +23,11 @@
 //! range, `type` one of the names above. Errors carry the byte offset serde_json stopped at.
 
 use super::format::Format;
-use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, MAX_BATCH, unknown_problem};
+use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, MAX_BATCH, batch_count, unknown_problem};
 use crate::message::{
     AuctionInformation, Message, OfficialPrice, OperationalHaltStatus, PriceLevelUpdate, QuoteUpdate,
     RetailLiquidityIndicator, SecurityDirectory, SecurityEvent, ShortSalePriceTestStatus, Side, SystemEvent, Trade,
-    TradingStatus, UnknownMessage,
+    TradingStatus, UnknownMessage, for_each_message_type,
 };
 use crate::price::{Price, Symbol};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -84,9 +84,7 @@ impl JsonCodec {
         messages: &[Message<'_>],
         out: &mut Vec<u8>,
     ) -> Result<(), EncodeError> {
-        if messages.len() > MAX_BATCH {
-            return Err(EncodeError::TooManyMessages(messages.len()));
-        }
+        batch_count(messages)?;
         let start = out.len();
         let mut w = Writer(out);
         w.raw(b"{\"protocol_id\":");
@@ -229,109 +227,82 @@ impl Writer<'_> {
         self.key(name);
         self.int(value);
     }
+}
 
-    #[inline(always)]
-    fn symbol(&mut self, symbol: &Symbol) {
-        self.key("symbol");
-        self.latin1(symbol.trimmed());
-    }
+/// How a model field is written: integers (prices their fixed-point integer) as numbers, the
+/// symbol without its padding and the trading-status reason as strings of one character per byte,
+/// the side as `"buy"` or `"sell"`.
+trait JsonField {
+    /// Appends the field's value.
+    fn write_json(&self, w: &mut Writer<'_>);
+}
 
-    #[inline(always)]
-    fn price(&mut self, name: &str, price: Price) {
-        self.field(name, price.0);
-    }
+macro_rules! json_integer_fields {
+    ($($int:ty),*) => {$(
+        impl JsonField for $int {
+            #[inline(always)]
+            fn write_json(&self, w: &mut Writer<'_>) {
+                w.int(*self);
+            }
+        }
+    )*};
+}
+json_integer_fields!(u8, u32, i64);
 
+impl JsonField for Price {
     #[inline(always)]
-    fn head(&mut self, type_name: &str, flag_name: &str, flag: u8, timestamp: i64, symbol: &Symbol) {
-        self.raw(b"{\"type\":\"");
-        self.raw(type_name.as_bytes());
-        self.raw(b"\"");
-        self.field(flag_name, flag);
-        self.field("timestamp", timestamp);
-        self.symbol(symbol);
+    fn write_json(&self, w: &mut Writer<'_>) {
+        w.int(self.0);
     }
 }
 
-/// Appends one message object; the error says why an unknown message cannot be carried.
-#[inline]
-fn write_message(w: &mut Writer<'_>, message: &Message<'_>) -> Result<(), &'static str> {
-    match message {
-        Message::SystemEvent(m) => {
-            w.raw(b"{\"type\":\"system_event\"");
-            w.field("event", m.event);
-            w.field("timestamp", m.timestamp);
-        }
-        Message::SecurityDirectory(m) => {
-            w.head("security_directory", "flags", m.flags, m.timestamp, &m.symbol);
-            w.field("round_lot_size", m.round_lot_size);
-            w.price("adjusted_poc_price", m.adjusted_poc_price);
-            w.field("luld_tier", m.luld_tier);
-        }
-        Message::TradingStatus(m) => {
-            w.head("trading_status", "status", m.status, m.timestamp, &m.symbol);
-            w.key("reason");
-            w.latin1(&m.reason);
-        }
-        Message::RetailLiquidityIndicator(m) => {
-            w.head("retail_liquidity_indicator", "indicator", m.indicator, m.timestamp, &m.symbol);
-        }
-        Message::OperationalHaltStatus(m) => {
-            w.head("operational_halt_status", "status", m.status, m.timestamp, &m.symbol);
-        }
-        Message::ShortSalePriceTestStatus(m) => {
-            w.head("short_sale_price_test_status", "in_effect", m.in_effect, m.timestamp, &m.symbol);
-            w.field("detail", m.detail);
-        }
-        Message::SecurityEvent(m) => w.head("security_event", "event", m.event, m.timestamp, &m.symbol),
-        Message::PriceLevelUpdate(m) => {
-            w.raw(b"{\"type\":\"price_level_update\",\"side\":");
-            w.raw(match m.side {
-                Side::Buy => b"\"buy\"",
-                Side::Sell => b"\"sell\"",
-            });
-            w.field("event_flags", m.event_flags);
-            w.field("timestamp", m.timestamp);
-            w.symbol(&m.symbol);
-            w.field("size", m.size);
-            w.price("price", m.price);
-        }
-        Message::QuoteUpdate(m) => {
-            w.head("quote_update", "flags", m.flags, m.timestamp, &m.symbol);
-            w.field("bid_size", m.bid_size);
-            w.price("bid_price", m.bid_price);
-            w.price("ask_price", m.ask_price);
-            w.field("ask_size", m.ask_size);
-        }
-        Message::TradeReport(m) | Message::TradeBreak(m) => {
-            let name = if matches!(message, Message::TradeReport(_)) { "trade_report" } else { "trade_break" };
-            w.head(name, "sale_condition", m.sale_condition, m.timestamp, &m.symbol);
-            w.field("size", m.size);
-            w.price("price", m.price);
-            w.field("trade_id", m.trade_id);
-        }
-        Message::OfficialPrice(m) => {
-            w.head("official_price", "price_type", m.price_type, m.timestamp, &m.symbol);
-            w.price("price", m.price);
-        }
-        Message::AuctionInformation(m) => {
-            w.head("auction_information", "auction_type", m.auction_type, m.timestamp, &m.symbol);
-            w.field("paired_shares", m.paired_shares);
-            w.price("reference_price", m.reference_price);
-            w.price("indicative_clearing_price", m.indicative_clearing_price);
-            w.field("imbalance_shares", m.imbalance_shares);
-            w.field("imbalance_side", m.imbalance_side);
-            w.field("extension_number", m.extension_number);
-            w.field("scheduled_auction_time", m.scheduled_auction_time);
-            w.price("auction_book_clearing_price", m.auction_book_clearing_price);
-            w.price("collar_reference_price", m.collar_reference_price);
-            w.price("lower_auction_collar", m.lower_auction_collar);
-            w.price("upper_auction_collar", m.upper_auction_collar);
-        }
-        Message::Unknown(m) => write_unknown(w, m)?,
+impl JsonField for Symbol {
+    #[inline(always)]
+    fn write_json(&self, w: &mut Writer<'_>) {
+        w.latin1(self.trimmed());
     }
-    w.raw(b"}");
-    Ok(())
 }
+
+impl JsonField for [u8; 4] {
+    #[inline(always)]
+    fn write_json(&self, w: &mut Writer<'_>) {
+        w.latin1(self);
+    }
+}
+
+impl JsonField for Side {
+    #[inline(always)]
+    fn write_json(&self, w: &mut Writer<'_>) {
+        w.raw(match self {
+            Side::Buy => b"\"buy\"",
+            Side::Sell => b"\"sell\"",
+        });
+    }
+}
+
+/// The message writer from the message table: the type's text name, then the fields its type
+/// byte decides (the side), then the others in the IEX order, each under its model name.
+macro_rules! json_writer {
+    ($($wire:ident $name:literal = $kind:ident => $variant:ident($ty:ident { $($fixed:ident: $fixed_value:path),* } {
+        $($field:ident: $field_type:tt),* $(,)?
+    })),* $(,)?) => {
+        /// Appends one message object; the error says why an unknown message cannot be carried.
+        #[inline]
+        fn write_message(w: &mut Writer<'_>, message: &Message<'_>) -> Result<(), &'static str> {
+            match message {
+                $(Message::$variant(m @ $ty { $($fixed: $fixed_value,)* .. }) => {
+                    w.raw(concat!("{\"type\":\"", $name, "\"").as_bytes());
+                    $(w.key(stringify!($fixed)); m.$fixed.write_json(w);)*
+                    $(w.key(stringify!($field)); m.$field.write_json(w);)*
+                })*
+                Message::Unknown(m) => write_unknown(w, m)?,
+            }
+            w.raw(b"}");
+            Ok(())
+        }
+    };
+}
+for_each_message_type!(json_writer);
 
 /// Appends an unknown message's fields (rare, kept out of the hot path).
 #[cold]
@@ -615,41 +586,6 @@ const fn mask(fields: &[F]) -> u64 {
     m
 }
 
-/// The fields each type carries, besides `type`.
-const fn fields_of(t: Type) -> u64 {
-    use F::*;
-    match t {
-        Type::SystemEvent => mask(&[event, timestamp]),
-        Type::SecurityDirectory => mask(&[flags, timestamp, symbol, round_lot_size, adjusted_poc_price, luld_tier]),
-        Type::TradingStatus => mask(&[status, timestamp, symbol, reason]),
-        Type::RetailLiquidityIndicator => mask(&[indicator, timestamp, symbol]),
-        Type::OperationalHaltStatus => mask(&[status, timestamp, symbol]),
-        Type::ShortSalePriceTestStatus => mask(&[in_effect, timestamp, symbol, detail]),
-        Type::SecurityEvent => mask(&[event, timestamp, symbol]),
-        Type::PriceLevelUpdate => mask(&[side, event_flags, timestamp, symbol, size, price]),
-        Type::QuoteUpdate => mask(&[flags, timestamp, symbol, bid_size, bid_price, ask_price, ask_size]),
-        Type::TradeReport | Type::TradeBreak => mask(&[sale_condition, timestamp, symbol, size, price, trade_id]),
-        Type::OfficialPrice => mask(&[price_type, timestamp, symbol, price]),
-        Type::AuctionInformation => mask(&[
-            auction_type,
-            timestamp,
-            symbol,
-            paired_shares,
-            reference_price,
-            indicative_clearing_price,
-            imbalance_shares,
-            imbalance_side,
-            extension_number,
-            scheduled_auction_time,
-            auction_book_clearing_price,
-            collar_reference_price,
-            lower_auction_collar,
-            upper_auction_collar,
-        ]),
-        Type::Unknown => mask(&[kind, bytes]),
-    }
-}
-
 /// Reads one message object.
 struct MessageSeed<'s> {
     bytes: &'s mut Vec<u8>,
@@ -749,97 +685,89 @@ impl<'de> Visitor<'de> for MessageSeed<'_> {
     }
 }
 
-/// The message of type `t` from its checked values.
-fn build<E: de::Error>(t: Type, v: &Values, bytes: &[u8]) -> Result<Parsed, E> {
-    let ts = v.get(F::timestamp);
-    let symbol = v.symbol;
-    let trade = || Trade {
-        sale_condition: v.get(F::sale_condition),
-        timestamp: ts,
-        symbol,
-        size: v.get(F::size),
-        price: v.price(F::price),
-        trade_id: v.get(F::trade_id),
-    };
-    let m = match t {
-        Type::SystemEvent => Message::SystemEvent(SystemEvent { event: v.get(F::event), timestamp: ts }),
-        Type::SecurityDirectory => Message::SecurityDirectory(SecurityDirectory {
-            flags: v.get(F::flags),
-            timestamp: ts,
-            symbol,
-            round_lot_size: v.get(F::round_lot_size),
-            adjusted_poc_price: v.price(F::adjusted_poc_price),
-            luld_tier: v.get(F::luld_tier),
-        }),
-        Type::TradingStatus => {
-            Message::TradingStatus(TradingStatus { status: v.get(F::status), timestamp: ts, symbol, reason: v.reason })
-        }
-        Type::RetailLiquidityIndicator => Message::RetailLiquidityIndicator(RetailLiquidityIndicator {
-            indicator: v.get(F::indicator),
-            timestamp: ts,
-            symbol,
-        }),
-        Type::OperationalHaltStatus => {
-            Message::OperationalHaltStatus(OperationalHaltStatus { status: v.get(F::status), timestamp: ts, symbol })
-        }
-        Type::ShortSalePriceTestStatus => Message::ShortSalePriceTestStatus(ShortSalePriceTestStatus {
-            in_effect: v.get(F::in_effect),
-            timestamp: ts,
-            symbol,
-            detail: v.get(F::detail),
-        }),
-        Type::SecurityEvent => Message::SecurityEvent(SecurityEvent { event: v.get(F::event), timestamp: ts, symbol }),
-        Type::PriceLevelUpdate => Message::PriceLevelUpdate(PriceLevelUpdate {
-            side: v.side,
-            event_flags: v.get(F::event_flags),
-            timestamp: ts,
-            symbol,
-            size: v.get(F::size),
-            price: v.price(F::price),
-        }),
-        Type::QuoteUpdate => Message::QuoteUpdate(QuoteUpdate {
-            flags: v.get(F::flags),
-            timestamp: ts,
-            symbol,
-            bid_size: v.get(F::bid_size),
-            bid_price: v.price(F::bid_price),
-            ask_price: v.price(F::ask_price),
-            ask_size: v.get(F::ask_size),
-        }),
-        Type::TradeReport => Message::TradeReport(trade()),
-        Type::TradeBreak => Message::TradeBreak(trade()),
-        Type::OfficialPrice => Message::OfficialPrice(OfficialPrice {
-            price_type: v.get(F::price_type),
-            timestamp: ts,
-            symbol,
-            price: v.price(F::price),
-        }),
-        Type::AuctionInformation => Message::AuctionInformation(AuctionInformation {
-            auction_type: v.get(F::auction_type),
-            timestamp: ts,
-            symbol,
-            paired_shares: v.get(F::paired_shares),
-            reference_price: v.price(F::reference_price),
-            indicative_clearing_price: v.price(F::indicative_clearing_price),
-            imbalance_shares: v.get(F::imbalance_shares),
-            imbalance_side: v.get(F::imbalance_side),
-            extension_number: v.get(F::extension_number),
-            scheduled_auction_time: v.get(F::scheduled_auction_time),
-            auction_book_clearing_price: v.price(F::auction_book_clearing_price),
-            collar_reference_price: v.price(F::collar_reference_price),
-            lower_auction_collar: v.price(F::lower_auction_collar),
-            upper_auction_collar: v.price(F::upper_auction_collar),
-        }),
-        Type::Unknown => {
-            let k: u8 = v.get(F::kind);
-            let (start, len) = v.hex;
-            let data = bytes.get(start..start + len).unwrap_or_default();
-            unknown_problem(k, data).map_err(E::custom)?;
-            return Ok(Parsed::Unknown { kind: k, start, len });
-        }
-    };
-    Ok(Parsed::Known(m))
+/// How a model field is read back from a message object's checked values.
+trait JsonValue {
+    /// The value of field `f`.
+    fn from_values(v: &Values, f: F) -> Self;
 }
+
+macro_rules! json_integer_values {
+    ($($int:ty),*) => {$(
+        impl JsonValue for $int {
+            #[inline(always)]
+            fn from_values(v: &Values, f: F) -> Self {
+                v.get(f)
+            }
+        }
+    )*};
+}
+json_integer_values!(u8, u32, i64);
+
+impl JsonValue for Price {
+    #[inline(always)]
+    fn from_values(v: &Values, f: F) -> Self {
+        v.price(f)
+    }
+}
+
+impl JsonValue for Symbol {
+    #[inline(always)]
+    fn from_values(v: &Values, _: F) -> Self {
+        v.symbol
+    }
+}
+
+impl JsonValue for [u8; 4] {
+    #[inline(always)]
+    fn from_values(v: &Values, _: F) -> Self {
+        v.reason
+    }
+}
+
+impl JsonValue for Side {
+    #[inline(always)]
+    fn from_values(v: &Values, _: F) -> Self {
+        v.side
+    }
+}
+
+/// Which fields each type carries and how its message is built, from the message table. Every
+/// field, the side included, is one of the object's: both sides of a price level update are one
+/// JSON type, whose second entry in the table is never reached.
+macro_rules! json_reader {
+    ($($wire:ident $name:literal = $kind:ident => $variant:ident($ty:ident { $($fixed:ident: $fixed_value:path),* } {
+        $($field:ident: $field_type:tt),* $(,)?
+    })),* $(,)?) => {
+        /// The fields each type carries, besides `type`.
+        #[allow(unreachable_patterns)]
+        const fn fields_of(t: Type) -> u64 {
+            match t {
+                $(Type::$variant => mask(&[$(F::$fixed,)* $(F::$field),*]),)*
+                Type::Unknown => mask(&[F::kind, F::bytes]),
+            }
+        }
+
+        /// The message of type `t` from its checked values.
+        #[allow(unreachable_patterns)]
+        fn build<E: de::Error>(t: Type, v: &Values, bytes: &[u8]) -> Result<Parsed, E> {
+            let m = match t {
+                $(Type::$variant => Message::$variant($ty {
+                    $($fixed: JsonValue::from_values(v, F::$fixed),)*
+                    $($field: JsonValue::from_values(v, F::$field),)*
+                }),)*
+                Type::Unknown => {
+                    let k: u8 = v.get(F::kind);
+                    let (start, len) = v.hex;
+                    let data = bytes.get(start..start + len).unwrap_or_default();
+                    unknown_problem(k, data).map_err(E::custom)?;
+                    return Ok(Parsed::Unknown { kind: k, start, len });
+                }
+            };
+            Ok(Parsed::Known(m))
+        }
+    };
+}
+for_each_message_type!(json_reader);
 
 fn side_named(name: &str) -> Option<Side> {
     match name {

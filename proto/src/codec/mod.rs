@@ -67,6 +67,7 @@ pub(crate) mod fixtures {
 }
 
 use crate::message::Message;
+use frame::batch_count;
 
 /// One codec of each format, chosen at run time; all buffers inside are reused across frames.
 pub enum Codec {
@@ -123,9 +124,7 @@ impl Codec {
         messages: &[Message<'_>],
         out: &mut Vec<u8>,
     ) -> Result<(), EncodeError> {
-        if messages.len() > MAX_BATCH {
-            return Err(EncodeError::TooManyMessages(messages.len()));
-        }
+        batch_count(messages)?;
         match self {
             Codec::Raw(c) => c.encode(header, messages, out),
             Codec::Sbe(c) => c.encode(header, messages, out),

@@ -29,11 +29,11 @@
 //! buffer is taken from a pool the codec refills from the previous frame's unknown messages).
 
 use super::format::Format;
-use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, MAX_BATCH, unknown_problem};
+use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, MAX_BATCH, batch_count, unknown_problem};
 use crate::message::{
     AuctionInformation, Message, OfficialPrice, OperationalHaltStatus, PriceLevelUpdate, QuoteUpdate,
     RetailLiquidityIndicator, SecurityDirectory, SecurityEvent, ShortSalePriceTestStatus, Side, SystemEvent, Trade,
-    TradingStatus, UnknownMessage,
+    TradingStatus, UnknownMessage, for_each_message_type,
 };
 use crate::price::{Price, Symbol};
 use prost::Message as _;
@@ -85,9 +85,7 @@ impl ProtobufCodec {
         messages: &[Message<'_>],
         out: &mut Vec<u8>,
     ) -> Result<(), EncodeError> {
-        if messages.len() > MAX_BATCH {
-            return Err(EncodeError::TooManyMessages(messages.len()));
-        }
+        batch_count(messages)?;
         let batch = &mut self.encoding;
         // Keep the previous frame's unknown-message buffers before their messages are dropped.
         for m in &mut batch.messages {
@@ -362,239 +360,124 @@ fn invalid_message(body: &[u8], prefix: usize, index: usize, invalid: Invalid) -
     }
 }
 
-#[inline(always)]
-fn byte(value: u64, field: &'static str) -> Result<u8, Invalid> {
-    u8::try_from(value).map_err(|_| Invalid::OutOfRange { field, value, max: u8::MAX.into() })
+/// How a model field travels in the schema's types: every unsigned field as uint64 (checked
+/// against the model's range when read), symbols as fixed64, the trading-status reason as
+/// fixed32, the rest as themselves.
+trait PbField: Sized {
+    /// The field's type in the generated code.
+    type Wire;
+    /// The field as it is sent.
+    fn to_wire(self) -> Self::Wire;
+    /// The field as it was received; `field` names it in an out-of-range error.
+    fn from_wire(wire: Self::Wire, field: &'static str) -> Result<Self, Invalid>;
 }
 
-#[inline(always)]
-fn u32_of(value: u64, field: &'static str) -> Result<u32, Invalid> {
-    u32::try_from(value).map_err(|_| Invalid::OutOfRange { field, value, max: u32::MAX.into() })
-}
-
-#[inline(always)]
-fn symbol(value: u64) -> Symbol {
-    Symbol(value.to_le_bytes())
-}
-
-#[inline(always)]
-fn wire_symbol(symbol: &Symbol) -> u64 {
-    u64::from_le_bytes(symbol.0)
-}
-
-#[inline(always)]
-fn trade(t: &pb::Trade) -> Result<Trade, Invalid> {
-    Ok(Trade {
-        sale_condition: byte(t.sale_condition, "Trade.sale_condition")?,
-        timestamp: t.timestamp,
-        symbol: symbol(t.symbol),
-        size: u32_of(t.size, "Trade.size")?,
-        price: Price(t.price),
-        trade_id: t.trade_id,
-    })
-}
-
-#[inline(always)]
-fn price_level(side: Side, p: &pb::PriceLevelUpdate) -> Result<PriceLevelUpdate, Invalid> {
-    Ok(PriceLevelUpdate {
-        side,
-        event_flags: byte(p.event_flags, "PriceLevelUpdate.event_flags")?,
-        timestamp: p.timestamp,
-        symbol: symbol(p.symbol),
-        size: u32_of(p.size, "PriceLevelUpdate.size")?,
-        price: Price(p.price),
-    })
-}
-
-/// The model's message for a decoded one, borrowing an unknown message's bytes.
-#[inline(always)]
-fn to_model(message: &pb::Message) -> Result<Message<'_>, Invalid> {
-    let Some(kind) = &message.kind else { return Err(Invalid::NoKind) };
-    Ok(match kind {
-        Kind::PriceLevelBuy(p) => Message::PriceLevelUpdate(price_level(Side::Buy, p)?),
-        Kind::PriceLevelSell(p) => Message::PriceLevelUpdate(price_level(Side::Sell, p)?),
-        Kind::TradeReport(t) => Message::TradeReport(trade(t)?),
-        Kind::QuoteUpdate(q) => Message::QuoteUpdate(QuoteUpdate {
-            flags: byte(q.flags, "QuoteUpdate.flags")?,
-            timestamp: q.timestamp,
-            symbol: symbol(q.symbol),
-            bid_size: u32_of(q.bid_size, "QuoteUpdate.bid_size")?,
-            bid_price: Price(q.bid_price),
-            ask_price: Price(q.ask_price),
-            ask_size: u32_of(q.ask_size, "QuoteUpdate.ask_size")?,
-        }),
-        Kind::TradeBreak(t) => Message::TradeBreak(trade(t)?),
-        Kind::SystemEvent(s) => {
-            Message::SystemEvent(SystemEvent { event: byte(s.event, "SystemEvent.event")?, timestamp: s.timestamp })
-        }
-        Kind::SecurityDirectory(d) => Message::SecurityDirectory(SecurityDirectory {
-            flags: byte(d.flags, "SecurityDirectory.flags")?,
-            timestamp: d.timestamp,
-            symbol: symbol(d.symbol),
-            round_lot_size: u32_of(d.round_lot_size, "SecurityDirectory.round_lot_size")?,
-            adjusted_poc_price: Price(d.adjusted_poc_price),
-            luld_tier: byte(d.luld_tier, "SecurityDirectory.luld_tier")?,
-        }),
-        Kind::TradingStatus(h) => Message::TradingStatus(TradingStatus {
-            status: byte(h.status, "TradingStatus.status")?,
-            timestamp: h.timestamp,
-            symbol: symbol(h.symbol),
-            reason: h.reason.to_le_bytes(),
-        }),
-        Kind::RetailLiquidityIndicator(i) => Message::RetailLiquidityIndicator(RetailLiquidityIndicator {
-            indicator: byte(i.indicator, "RetailLiquidityIndicator.indicator")?,
-            timestamp: i.timestamp,
-            symbol: symbol(i.symbol),
-        }),
-        Kind::OperationalHaltStatus(o) => Message::OperationalHaltStatus(OperationalHaltStatus {
-            status: byte(o.status, "OperationalHaltStatus.status")?,
-            timestamp: o.timestamp,
-            symbol: symbol(o.symbol),
-        }),
-        Kind::ShortSalePriceTestStatus(p) => Message::ShortSalePriceTestStatus(ShortSalePriceTestStatus {
-            in_effect: byte(p.in_effect, "ShortSalePriceTestStatus.in_effect")?,
-            timestamp: p.timestamp,
-            symbol: symbol(p.symbol),
-            detail: byte(p.detail, "ShortSalePriceTestStatus.detail")?,
-        }),
-        Kind::SecurityEvent(e) => Message::SecurityEvent(SecurityEvent {
-            event: byte(e.event, "SecurityEvent.event")?,
-            timestamp: e.timestamp,
-            symbol: symbol(e.symbol),
-        }),
-        Kind::OfficialPrice(x) => Message::OfficialPrice(OfficialPrice {
-            price_type: byte(x.price_type, "OfficialPrice.price_type")?,
-            timestamp: x.timestamp,
-            symbol: symbol(x.symbol),
-            price: Price(x.price),
-        }),
-        Kind::AuctionInformation(a) => Message::AuctionInformation(AuctionInformation {
-            auction_type: byte(a.auction_type, "AuctionInformation.auction_type")?,
-            timestamp: a.timestamp,
-            symbol: symbol(a.symbol),
-            paired_shares: u32_of(a.paired_shares, "AuctionInformation.paired_shares")?,
-            reference_price: Price(a.reference_price),
-            indicative_clearing_price: Price(a.indicative_clearing_price),
-            imbalance_shares: u32_of(a.imbalance_shares, "AuctionInformation.imbalance_shares")?,
-            imbalance_side: byte(a.imbalance_side, "AuctionInformation.imbalance_side")?,
-            extension_number: byte(a.extension_number, "AuctionInformation.extension_number")?,
-            scheduled_auction_time: u32_of(a.scheduled_auction_time, "AuctionInformation.scheduled_auction_time")?,
-            auction_book_clearing_price: Price(a.auction_book_clearing_price),
-            collar_reference_price: Price(a.collar_reference_price),
-            lower_auction_collar: Price(a.lower_auction_collar),
-            upper_auction_collar: Price(a.upper_auction_collar),
-        }),
-        Kind::Unknown(u) => {
-            let bytes = u.bytes.as_slice();
-            let kind = bytes.first().copied().unwrap_or(0);
-            unknown_problem(kind, bytes).map_err(Invalid::Unknown)?;
-            Message::Unknown(UnknownMessage { kind, bytes })
-        }
-    })
-}
-
-/// The wire message for a known model message (unknown ones are built by the caller, which
-/// lends them a reused buffer).
-#[inline(always)]
-fn to_wire(message: &Message<'_>) -> Kind {
-    fn wire_trade(t: &Trade) -> pb::Trade {
-        pb::Trade {
-            sale_condition: t.sale_condition.into(),
-            timestamp: t.timestamp,
-            symbol: wire_symbol(&t.symbol),
-            size: t.size.into(),
-            price: t.price.0,
-            trade_id: t.trade_id,
-        }
-    }
-    match message {
-        Message::PriceLevelUpdate(m) => {
-            let p = pb::PriceLevelUpdate {
-                event_flags: m.event_flags.into(),
-                timestamp: m.timestamp,
-                symbol: wire_symbol(&m.symbol),
-                size: m.size.into(),
-                price: m.price.0,
-            };
-            match m.side {
-                Side::Buy => Kind::PriceLevelBuy(p),
-                Side::Sell => Kind::PriceLevelSell(p),
+macro_rules! pb_unsigned_fields {
+    ($($int:ty),*) => {$(
+        impl PbField for $int {
+            type Wire = u64;
+            #[inline(always)]
+            fn to_wire(self) -> u64 {
+                self.into()
+            }
+            #[inline(always)]
+            fn from_wire(value: u64, field: &'static str) -> Result<Self, Invalid> {
+                <$int>::try_from(value).map_err(|_| Invalid::OutOfRange { field, value, max: <$int>::MAX.into() })
             }
         }
-        Message::TradeReport(t) => Kind::TradeReport(wire_trade(t)),
-        Message::TradeBreak(t) => Kind::TradeBreak(wire_trade(t)),
-        Message::QuoteUpdate(m) => Kind::QuoteUpdate(pb::QuoteUpdate {
-            flags: m.flags.into(),
-            timestamp: m.timestamp,
-            symbol: wire_symbol(&m.symbol),
-            bid_size: m.bid_size.into(),
-            bid_price: m.bid_price.0,
-            ask_price: m.ask_price.0,
-            ask_size: m.ask_size.into(),
-        }),
-        Message::SystemEvent(m) => Kind::SystemEvent(pb::SystemEvent { event: m.event.into(), timestamp: m.timestamp }),
-        Message::SecurityDirectory(m) => Kind::SecurityDirectory(pb::SecurityDirectory {
-            flags: m.flags.into(),
-            timestamp: m.timestamp,
-            symbol: wire_symbol(&m.symbol),
-            round_lot_size: m.round_lot_size.into(),
-            adjusted_poc_price: m.adjusted_poc_price.0,
-            luld_tier: m.luld_tier.into(),
-        }),
-        Message::TradingStatus(m) => Kind::TradingStatus(pb::TradingStatus {
-            status: m.status.into(),
-            timestamp: m.timestamp,
-            symbol: wire_symbol(&m.symbol),
-            reason: u32::from_le_bytes(m.reason),
-        }),
-        Message::RetailLiquidityIndicator(m) => Kind::RetailLiquidityIndicator(pb::RetailLiquidityIndicator {
-            indicator: m.indicator.into(),
-            timestamp: m.timestamp,
-            symbol: wire_symbol(&m.symbol),
-        }),
-        Message::OperationalHaltStatus(m) => Kind::OperationalHaltStatus(pb::OperationalHaltStatus {
-            status: m.status.into(),
-            timestamp: m.timestamp,
-            symbol: wire_symbol(&m.symbol),
-        }),
-        Message::ShortSalePriceTestStatus(m) => Kind::ShortSalePriceTestStatus(pb::ShortSalePriceTestStatus {
-            in_effect: m.in_effect.into(),
-            timestamp: m.timestamp,
-            symbol: wire_symbol(&m.symbol),
-            detail: m.detail.into(),
-        }),
-        Message::SecurityEvent(m) => Kind::SecurityEvent(pb::SecurityEvent {
-            event: m.event.into(),
-            timestamp: m.timestamp,
-            symbol: wire_symbol(&m.symbol),
-        }),
-        Message::OfficialPrice(m) => Kind::OfficialPrice(pb::OfficialPrice {
-            price_type: m.price_type.into(),
-            timestamp: m.timestamp,
-            symbol: wire_symbol(&m.symbol),
-            price: m.price.0,
-        }),
-        Message::AuctionInformation(m) => Kind::AuctionInformation(pb::AuctionInformation {
-            auction_type: m.auction_type.into(),
-            timestamp: m.timestamp,
-            symbol: wire_symbol(&m.symbol),
-            paired_shares: m.paired_shares.into(),
-            reference_price: m.reference_price.0,
-            indicative_clearing_price: m.indicative_clearing_price.0,
-            imbalance_shares: m.imbalance_shares.into(),
-            imbalance_side: m.imbalance_side.into(),
-            extension_number: m.extension_number.into(),
-            scheduled_auction_time: m.scheduled_auction_time.into(),
-            auction_book_clearing_price: m.auction_book_clearing_price.0,
-            collar_reference_price: m.collar_reference_price.0,
-            lower_auction_collar: m.lower_auction_collar.0,
-            upper_auction_collar: m.upper_auction_collar.0,
-        }),
-        // The caller builds unknown messages; an empty one would be refused by the decoder, but
-        // this arm is never reached.
-        Message::Unknown(_) => Kind::Unknown(pb::Unknown::default()),
+    )*};
+}
+pb_unsigned_fields!(u8, u32);
+
+impl PbField for i64 {
+    type Wire = i64;
+    #[inline(always)]
+    fn to_wire(self) -> i64 {
+        self
+    }
+    #[inline(always)]
+    fn from_wire(wire: i64, _: &'static str) -> Result<Self, Invalid> {
+        Ok(wire)
     }
 }
+
+impl PbField for Price {
+    type Wire = i64;
+    #[inline(always)]
+    fn to_wire(self) -> i64 {
+        self.0
+    }
+    #[inline(always)]
+    fn from_wire(wire: i64, _: &'static str) -> Result<Self, Invalid> {
+        Ok(Price(wire))
+    }
+}
+
+impl PbField for Symbol {
+    type Wire = u64;
+    #[inline(always)]
+    fn to_wire(self) -> u64 {
+        u64::from_le_bytes(self.0)
+    }
+    #[inline(always)]
+    fn from_wire(wire: u64, _: &'static str) -> Result<Self, Invalid> {
+        Ok(Symbol(wire.to_le_bytes()))
+    }
+}
+
+impl PbField for [u8; 4] {
+    type Wire = u32;
+    #[inline(always)]
+    fn to_wire(self) -> u32 {
+        u32::from_le_bytes(self)
+    }
+    #[inline(always)]
+    fn from_wire(wire: u32, _: &'static str) -> Result<Self, Invalid> {
+        Ok(wire.to_le_bytes())
+    }
+}
+
+/// The conversions between the model and the schema's types from the message table: each type
+/// byte is a `Message` case named as in the table, holding the schema message named as the
+/// model's struct, its fields named as the model's.
+macro_rules! pb_conversions {
+    ($($wire:ident $name:literal = $kind:ident => $variant:ident($ty:ident { $($fixed:ident: $fixed_value:path),* } {
+        $($field:ident: $field_type:tt),* $(,)?
+    })),* $(,)?) => {
+        /// The model's message for a decoded one, borrowing an unknown message's bytes.
+        #[inline(always)]
+        fn to_model(message: &pb::Message) -> Result<Message<'_>, Invalid> {
+            let Some(kind) = &message.kind else { return Err(Invalid::NoKind) };
+            Ok(match kind {
+                $(Kind::$wire(m) => Message::$variant($ty {
+                    $($fixed: $fixed_value,)*
+                    $($field: PbField::from_wire(m.$field, concat!(stringify!($ty), ".", stringify!($field)))?,)*
+                }),)*
+                Kind::Unknown(u) => {
+                    let bytes = u.bytes.as_slice();
+                    let kind = bytes.first().copied().unwrap_or(0);
+                    unknown_problem(kind, bytes).map_err(Invalid::Unknown)?;
+                    Message::Unknown(UnknownMessage { kind, bytes })
+                }
+            })
+        }
+
+        /// The wire message for a known model message (unknown ones are built by the caller,
+        /// which lends them a reused buffer).
+        #[inline(always)]
+        fn to_wire(message: &Message<'_>) -> Kind {
+            match message {
+                $(Message::$variant(m @ $ty { $($fixed: $fixed_value,)* .. }) => {
+                    Kind::$wire(pb::$ty { $($field: m.$field.to_wire(),)* })
+                })*
+                // The caller builds unknown messages; an empty one would be refused by the
+                // decoder, but this arm is never reached.
+                Message::Unknown(_) => Kind::Unknown(pb::Unknown::default()),
+            }
+        }
+    };
+}
+for_each_message_type!(pb_conversions);
 
 #[cfg(test)]
 mod tests {

@@ -16,11 +16,11 @@
 
 use super::filter::SymbolFilter;
 use super::format::Format;
-use super::frame::{BatchHeader, DecodeError, EncodeError, Limits};
+use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, batch_count};
 use crate::message::{
-    AuctionInformation, Message, OfficialPrice, OperationalHaltStatus, PriceLevelUpdate, QuoteUpdate,
+    AuctionInformation, IexField, Message, OfficialPrice, OperationalHaltStatus, PriceLevelUpdate, QuoteUpdate,
     RetailLiquidityIndicator, SecurityDirectory, SecurityEvent, ShortSalePriceTestStatus, Side, SystemEvent, Trade,
-    TradingStatus, UnknownMessage,
+    TradingStatus, UnknownMessage, for_each_message_type, kind,
 };
 use crate::price::{Price, Symbol};
 
@@ -33,11 +33,8 @@ mod generated;
 
 use generated::message_header_codec::{MessageHeaderDecoder, MessageHeaderEncoder};
 use generated::{
-    ReadBuf, WriteBuf, Writer, auction_information_codec, batch_codec, message_header_codec, official_price_codec,
-    operational_halt_status_codec, price_level_update_buy_codec, price_level_update_sell_codec, quote_update_codec,
-    retail_liquidity_indicator_codec, security_directory_codec, security_event_codec,
-    short_sale_price_test_status_codec, system_event_codec, trade_break_codec, trade_report_codec,
-    trading_status_codec, unknown_message_codec,
+    ReadBuf, WriteBuf, Writer, batch_codec, message_header_codec, price_level_update_buy_codec,
+    price_level_update_sell_codec, system_event_codec, unknown_message_codec,
 };
 
 /// The schema's id, in every message header.
@@ -236,40 +233,100 @@ macro_rules! encoder {
     }};
 }
 
-/// The name and block length of each fixed-size message template, `None` for `UnknownMessage`
-/// and ids that are no message.
+/// The message header of a fixed-size template, as the generated encoders write it.
 #[inline(always)]
-const fn fixed_template(template_id: u16) -> Option<(&'static str, u16)> {
-    Some(match template_id {
-        system_event_codec::SBE_TEMPLATE_ID => ("SystemEvent", system_event_codec::SBE_BLOCK_LENGTH),
-        security_directory_codec::SBE_TEMPLATE_ID => ("SecurityDirectory", security_directory_codec::SBE_BLOCK_LENGTH),
-        trading_status_codec::SBE_TEMPLATE_ID => ("TradingStatus", trading_status_codec::SBE_BLOCK_LENGTH),
-        retail_liquidity_indicator_codec::SBE_TEMPLATE_ID => {
-            ("RetailLiquidityIndicator", retail_liquidity_indicator_codec::SBE_BLOCK_LENGTH)
-        }
-        operational_halt_status_codec::SBE_TEMPLATE_ID => {
-            ("OperationalHaltStatus", operational_halt_status_codec::SBE_BLOCK_LENGTH)
-        }
-        short_sale_price_test_status_codec::SBE_TEMPLATE_ID => {
-            ("ShortSalePriceTestStatus", short_sale_price_test_status_codec::SBE_BLOCK_LENGTH)
-        }
-        security_event_codec::SBE_TEMPLATE_ID => ("SecurityEvent", security_event_codec::SBE_BLOCK_LENGTH),
-        price_level_update_buy_codec::SBE_TEMPLATE_ID => {
-            ("PriceLevelUpdateBuy", price_level_update_buy_codec::SBE_BLOCK_LENGTH)
-        }
-        price_level_update_sell_codec::SBE_TEMPLATE_ID => {
-            ("PriceLevelUpdateSell", price_level_update_sell_codec::SBE_BLOCK_LENGTH)
-        }
-        quote_update_codec::SBE_TEMPLATE_ID => ("QuoteUpdate", quote_update_codec::SBE_BLOCK_LENGTH),
-        trade_report_codec::SBE_TEMPLATE_ID => ("TradeReport", trade_report_codec::SBE_BLOCK_LENGTH),
-        trade_break_codec::SBE_TEMPLATE_ID => ("TradeBreak", trade_break_codec::SBE_BLOCK_LENGTH),
-        official_price_codec::SBE_TEMPLATE_ID => ("OfficialPrice", official_price_codec::SBE_BLOCK_LENGTH),
-        auction_information_codec::SBE_TEMPLATE_ID => {
-            ("AuctionInformation", auction_information_codec::SBE_BLOCK_LENGTH)
-        }
-        _ => return None,
-    })
+fn message_header(block_length: usize, type_byte: u8) -> [u8; HEADER_LEN] {
+    let [l0, l1] = (block_length as u16).to_le_bytes();
+    let [t0, t1] = u16::from(type_byte).to_le_bytes();
+    let [s0, s1] = SCHEMA_ID.to_le_bytes();
+    let [v0, v1] = SCHEMA_VERSION.to_le_bytes();
+    [l0, l1, t0, t1, s0, s1, v0, v1]
 }
+
+/// The per-template code from the message table. Every fixed-size template's templateId is its
+/// IEX type byte and its block the IEX layout after that byte (the schema says so, and a test
+/// checks the table against the generated codecs), so a block is read and written as that layout:
+/// each field a load or store at a constant offset within an array of the template's length.
+macro_rules! sbe_templates {
+    ($($wire:ident $name:literal = $kind:ident => $variant:ident($ty:ident { $($fixed:ident: $fixed_value:path),* } {
+        $($field:ident: $field_type:tt),* $(,)?
+    })),* $(,)?) => {
+        /// The name and block length of each fixed-size message template, `None` for
+        /// `UnknownMessage` and ids that are no message.
+        #[inline(always)]
+        const fn fixed_template(template_id: u16) -> Option<(&'static str, u16)> {
+            $(if template_id == kind::$kind as u16 {
+                return Some((stringify!($wire), (0 $(+ <$field_type as IexField>::LEN)*) as u16));
+            })*
+            None
+        }
+
+        /// Appends one message; the error says why the message cannot be carried.
+        #[inline(always)]
+        fn encode_message(message: &Message<'_>, out: &mut Vec<u8>) -> Result<(), &'static str> {
+            match message {
+                $(Message::$variant(m @ $ty { $($fixed: $fixed_value,)* .. }) => {
+                    const BLOCK: usize = 0 $(+ <$field_type as IexField>::LEN)*;
+                    let bytes = append_zeroed::<{ HEADER_LEN + BLOCK }>(out);
+                    if let Some((header, mut block)) = bytes.split_first_chunk_mut::<HEADER_LEN>() {
+                        *header = message_header(BLOCK, kind::$kind);
+                        $(m.$field.write(&mut block);)*
+                    }
+                })*
+                Message::Unknown(m) => encode_unknown(m, out)?,
+            }
+            Ok(())
+        }
+
+        /// Decodes the message at the start of `rest` (at offset `at` of the frame) whose header
+        /// is `header`, visits it, and returns its length.
+        #[inline(always)]
+        fn decode_message<F: FnMut(&Message<'_>)>(
+            rest: &[u8],
+            header: Header,
+            at: usize,
+            visit: &mut F,
+        ) -> Result<usize, DecodeError> {
+            // Each arm visits its own message, so that once `visit` is inlined its own match on
+            // the message type folds away in every arm: one dispatch per message, not two.
+            // The two sides' templates have the same fields: one arm reads both, and the side
+            // comes from the templateId without a branch, which the feed's mix of sides would
+            // mispredict; the table's own arms for them are never reached.
+            #[allow(unreachable_patterns)]
+            match u8::try_from(header.template_id) {
+                Ok(type_byte @ (kind::PRICE_LEVEL_BUY | kind::PRICE_LEVEL_SELL)) => {
+                    const LEN: usize = HEADER_LEN + price_level_update_buy_codec::SBE_BLOCK_LENGTH as usize;
+                    let bytes = fixed_block::<LEN>(rest, header, at, "PriceLevelUpdate")?;
+                    let mut block = bytes.get(HEADER_LEN..).unwrap_or_default();
+                    let side = if type_byte == kind::PRICE_LEVEL_BUY { Side::Buy } else { Side::Sell };
+                    visit(&Message::PriceLevelUpdate(PriceLevelUpdate {
+                        side,
+                        event_flags: IexField::read(&mut block),
+                        timestamp: IexField::read(&mut block),
+                        symbol: IexField::read(&mut block),
+                        size: IexField::read(&mut block),
+                        price: IexField::read(&mut block),
+                    }))
+                }
+                $(Ok(kind::$kind) => {
+                    const LEN: usize = HEADER_LEN $(+ <$field_type as IexField>::LEN)*;
+                    let bytes = fixed_block::<LEN>(rest, header, at, stringify!($wire))?;
+                    let mut block = bytes.get(HEADER_LEN..).unwrap_or_default();
+                    visit(&Message::$variant($ty {
+                        $($fixed: $fixed_value,)*
+                        $($field: IexField::read(&mut block),)*
+                    }))
+                })*
+                _ if header.template_id == unknown_message_codec::SBE_TEMPLATE_ID => {
+                    return decode_unknown(rest, header, at, visit);
+                }
+                _ => return Err(not_a_message(at, header.template_id)),
+            }
+            Ok(header.fixed_len())
+        }
+    };
+}
+for_each_message_type!(sbe_templates);
 
 /// [`fixed_template`]'s block lengths by templateId (every fixed template's id is an IEX type
 /// byte), 0 for none: the framer's lookup is a load where a `match` would be an indirect jump,
@@ -324,9 +381,7 @@ impl SbeCodec {
         messages: &[Message<'_>],
         out: &mut Vec<u8>,
     ) -> Result<(), EncodeError> {
-        let Ok(count) = u16::try_from(messages.len()) else {
-            return Err(EncodeError::TooManyMessages(messages.len()));
-        };
+        let count = batch_count(messages)?;
         let start = out.len();
         let mut batch = encoder!(batch_codec::BatchEncoder, out);
         batch
@@ -499,129 +554,6 @@ impl SbeCodec {
     }
 }
 
-/// Appends one message; the error says why the message cannot be carried.
-#[inline(always)]
-fn encode_message(message: &Message<'_>, out: &mut Vec<u8>) -> Result<(), &'static str> {
-    match message {
-        Message::SystemEvent(m) => {
-            encoder!(system_event_codec::SystemEventEncoder, out).system_event(m.event).timestamp(m.timestamp);
-        }
-        Message::SecurityDirectory(m) => {
-            encoder!(security_directory_codec::SecurityDirectoryEncoder, out)
-                .flags(m.flags)
-                .timestamp(m.timestamp)
-                .symbol(&m.symbol.0)
-                .round_lot_size(m.round_lot_size)
-                .adjusted_poc_price(m.adjusted_poc_price.0)
-                .luld_tier(m.luld_tier);
-        }
-        Message::TradingStatus(m) => {
-            encoder!(trading_status_codec::TradingStatusEncoder, out)
-                .status(m.status)
-                .timestamp(m.timestamp)
-                .symbol(&m.symbol.0)
-                .reason(&m.reason);
-        }
-        Message::RetailLiquidityIndicator(m) => {
-            encoder!(retail_liquidity_indicator_codec::RetailLiquidityIndicatorEncoder, out)
-                .indicator(m.indicator)
-                .timestamp(m.timestamp)
-                .symbol(&m.symbol.0);
-        }
-        Message::OperationalHaltStatus(m) => {
-            encoder!(operational_halt_status_codec::OperationalHaltStatusEncoder, out)
-                .status(m.status)
-                .timestamp(m.timestamp)
-                .symbol(&m.symbol.0);
-        }
-        Message::ShortSalePriceTestStatus(m) => {
-            encoder!(short_sale_price_test_status_codec::ShortSalePriceTestStatusEncoder, out)
-                .in_effect(m.in_effect)
-                .timestamp(m.timestamp)
-                .symbol(&m.symbol.0)
-                .detail(m.detail);
-        }
-        Message::SecurityEvent(m) => {
-            encoder!(security_event_codec::SecurityEventEncoder, out)
-                .security_event(m.event)
-                .timestamp(m.timestamp)
-                .symbol(&m.symbol.0);
-        }
-        Message::PriceLevelUpdate(m) => match m.side {
-            Side::Buy => {
-                encoder!(price_level_update_buy_codec::PriceLevelUpdateBuyEncoder, out)
-                    .event_flags(m.event_flags)
-                    .timestamp(m.timestamp)
-                    .symbol(&m.symbol.0)
-                    .size(m.size)
-                    .price(m.price.0);
-            }
-            Side::Sell => {
-                encoder!(price_level_update_sell_codec::PriceLevelUpdateSellEncoder, out)
-                    .event_flags(m.event_flags)
-                    .timestamp(m.timestamp)
-                    .symbol(&m.symbol.0)
-                    .size(m.size)
-                    .price(m.price.0);
-            }
-        },
-        Message::QuoteUpdate(m) => {
-            encoder!(quote_update_codec::QuoteUpdateEncoder, out)
-                .flags(m.flags)
-                .timestamp(m.timestamp)
-                .symbol(&m.symbol.0)
-                .bid_size(m.bid_size)
-                .bid_price(m.bid_price.0)
-                .ask_price(m.ask_price.0)
-                .ask_size(m.ask_size);
-        }
-        Message::TradeReport(m) => {
-            encoder!(trade_report_codec::TradeReportEncoder, out)
-                .sale_condition(m.sale_condition)
-                .timestamp(m.timestamp)
-                .symbol(&m.symbol.0)
-                .size(m.size)
-                .price(m.price.0)
-                .trade_id(m.trade_id);
-        }
-        Message::TradeBreak(m) => {
-            encoder!(trade_break_codec::TradeBreakEncoder, out)
-                .sale_condition(m.sale_condition)
-                .timestamp(m.timestamp)
-                .symbol(&m.symbol.0)
-                .size(m.size)
-                .price(m.price.0)
-                .trade_id(m.trade_id);
-        }
-        Message::OfficialPrice(m) => {
-            encoder!(official_price_codec::OfficialPriceEncoder, out)
-                .price_type(m.price_type)
-                .timestamp(m.timestamp)
-                .symbol(&m.symbol.0)
-                .price(m.price.0);
-        }
-        Message::AuctionInformation(m) => {
-            encoder!(auction_information_codec::AuctionInformationEncoder, out)
-                .auction_type(m.auction_type)
-                .timestamp(m.timestamp)
-                .symbol(&m.symbol.0)
-                .paired_shares(m.paired_shares)
-                .reference_price(m.reference_price.0)
-                .indicative_clearing_price(m.indicative_clearing_price.0)
-                .imbalance_shares(m.imbalance_shares)
-                .imbalance_side(m.imbalance_side)
-                .extension_number(m.extension_number)
-                .scheduled_auction_time(m.scheduled_auction_time)
-                .auction_book_clearing_price(m.auction_book_clearing_price.0)
-                .collar_reference_price(m.collar_reference_price.0)
-                .lower_auction_collar(m.lower_auction_collar.0)
-                .upper_auction_collar(m.upper_auction_collar.0);
-        }
-        Message::Unknown(m) => encode_unknown(m, out)?,
-    }
-    Ok(())
-}
-
 /// Appends an `UnknownMessage`. Its type byte is not written apart: it is the first of its bytes.
 #[cold]
 fn encode_unknown(m: &UnknownMessage<'_>, out: &mut Vec<u8>) -> Result<(), &'static str> {
@@ -638,186 +570,6 @@ fn encode_unknown(m: &UnknownMessage<'_>, out: &mut Vec<u8>) -> Result<(), &'sta
         unknown_message_codec::UnknownMessageEncoder::default().wrap(WriteBuf::new(&mut out[start..]), HEADER_LEN);
     after_header(encoder.header(0)).bytes(m.bytes);
     Ok(())
-}
-
-/// Decodes the message at the start of `rest` (at offset `at` of the frame) whose header is
-/// `header`, visits it, and returns its length.
-#[inline(always)]
-fn decode_message<F: FnMut(&Message<'_>)>(
-    rest: &[u8],
-    header: Header,
-    at: usize,
-    visit: &mut F,
-) -> Result<usize, DecodeError> {
-    // Each arm visits its own message, so that once `visit` is inlined its own match on the
-    // message type folds away in every arm: one dispatch per message, not two.
-    match header.template_id {
-        // The two sides' templates have the same fields: one decoder reads both, and the side comes
-        // from the templateId without a branch, which the feed's mix of sides would mispredict.
-        price_level_update_buy_codec::SBE_TEMPLATE_ID | price_level_update_sell_codec::SBE_TEMPLATE_ID => {
-            let d = decoder!(
-                price_level_update_buy_codec::PriceLevelUpdateBuyDecoder,
-                "PriceLevelUpdate",
-                rest,
-                header,
-                at
-            );
-            let side = if header.template_id == price_level_update_buy_codec::SBE_TEMPLATE_ID {
-                Side::Buy
-            } else {
-                Side::Sell
-            };
-            visit(&Message::PriceLevelUpdate(PriceLevelUpdate {
-                side,
-                event_flags: d.event_flags(),
-                timestamp: d.timestamp(),
-                symbol: Symbol(d.symbol()),
-                size: d.size(),
-                price: Price(d.price()),
-            }))
-        }
-        trade_report_codec::SBE_TEMPLATE_ID => {
-            let d = decoder!(trade_report_codec::TradeReportDecoder, "TradeReport", rest, header, at);
-            visit(&Message::TradeReport(Trade {
-                sale_condition: d.sale_condition(),
-                timestamp: d.timestamp(),
-                symbol: Symbol(d.symbol()),
-                size: d.size(),
-                price: Price(d.price()),
-                trade_id: d.trade_id(),
-            }))
-        }
-        trade_break_codec::SBE_TEMPLATE_ID => {
-            let d = decoder!(trade_break_codec::TradeBreakDecoder, "TradeBreak", rest, header, at);
-            visit(&Message::TradeBreak(Trade {
-                sale_condition: d.sale_condition(),
-                timestamp: d.timestamp(),
-                symbol: Symbol(d.symbol()),
-                size: d.size(),
-                price: Price(d.price()),
-                trade_id: d.trade_id(),
-            }))
-        }
-        quote_update_codec::SBE_TEMPLATE_ID => {
-            let d = decoder!(quote_update_codec::QuoteUpdateDecoder, "QuoteUpdate", rest, header, at);
-            visit(&Message::QuoteUpdate(QuoteUpdate {
-                flags: d.flags(),
-                timestamp: d.timestamp(),
-                symbol: Symbol(d.symbol()),
-                bid_size: d.bid_size(),
-                bid_price: Price(d.bid_price()),
-                ask_price: Price(d.ask_price()),
-                ask_size: d.ask_size(),
-            }))
-        }
-        system_event_codec::SBE_TEMPLATE_ID => {
-            let d = decoder!(system_event_codec::SystemEventDecoder, "SystemEvent", rest, header, at);
-            visit(&Message::SystemEvent(SystemEvent { event: d.system_event(), timestamp: d.timestamp() }))
-        }
-        security_directory_codec::SBE_TEMPLATE_ID => {
-            let d = decoder!(security_directory_codec::SecurityDirectoryDecoder, "SecurityDirectory", rest, header, at);
-            visit(&Message::SecurityDirectory(SecurityDirectory {
-                flags: d.flags(),
-                timestamp: d.timestamp(),
-                symbol: Symbol(d.symbol()),
-                round_lot_size: d.round_lot_size(),
-                adjusted_poc_price: Price(d.adjusted_poc_price()),
-                luld_tier: d.luld_tier(),
-            }))
-        }
-        trading_status_codec::SBE_TEMPLATE_ID => {
-            let d = decoder!(trading_status_codec::TradingStatusDecoder, "TradingStatus", rest, header, at);
-            visit(&Message::TradingStatus(TradingStatus {
-                status: d.status(),
-                timestamp: d.timestamp(),
-                symbol: Symbol(d.symbol()),
-                reason: d.reason(),
-            }))
-        }
-        retail_liquidity_indicator_codec::SBE_TEMPLATE_ID => {
-            let d = decoder!(
-                retail_liquidity_indicator_codec::RetailLiquidityIndicatorDecoder,
-                "RetailLiquidityIndicator",
-                rest,
-                header,
-                at
-            );
-            visit(&Message::RetailLiquidityIndicator(RetailLiquidityIndicator {
-                indicator: d.indicator(),
-                timestamp: d.timestamp(),
-                symbol: Symbol(d.symbol()),
-            }))
-        }
-        operational_halt_status_codec::SBE_TEMPLATE_ID => {
-            let d = decoder!(
-                operational_halt_status_codec::OperationalHaltStatusDecoder,
-                "OperationalHaltStatus",
-                rest,
-                header,
-                at
-            );
-            visit(&Message::OperationalHaltStatus(OperationalHaltStatus {
-                status: d.status(),
-                timestamp: d.timestamp(),
-                symbol: Symbol(d.symbol()),
-            }))
-        }
-        short_sale_price_test_status_codec::SBE_TEMPLATE_ID => {
-            let d = decoder!(
-                short_sale_price_test_status_codec::ShortSalePriceTestStatusDecoder,
-                "ShortSalePriceTestStatus",
-                rest,
-                header,
-                at
-            );
-            visit(&Message::ShortSalePriceTestStatus(ShortSalePriceTestStatus {
-                in_effect: d.in_effect(),
-                timestamp: d.timestamp(),
-                symbol: Symbol(d.symbol()),
-                detail: d.detail(),
-            }))
-        }
-        security_event_codec::SBE_TEMPLATE_ID => {
-            let d = decoder!(security_event_codec::SecurityEventDecoder, "SecurityEvent", rest, header, at);
-            visit(&Message::SecurityEvent(SecurityEvent {
-                event: d.security_event(),
-                timestamp: d.timestamp(),
-                symbol: Symbol(d.symbol()),
-            }))
-        }
-        official_price_codec::SBE_TEMPLATE_ID => {
-            let d = decoder!(official_price_codec::OfficialPriceDecoder, "OfficialPrice", rest, header, at);
-            visit(&Message::OfficialPrice(OfficialPrice {
-                price_type: d.price_type(),
-                timestamp: d.timestamp(),
-                symbol: Symbol(d.symbol()),
-                price: Price(d.price()),
-            }))
-        }
-        auction_information_codec::SBE_TEMPLATE_ID => {
-            let d =
-                decoder!(auction_information_codec::AuctionInformationDecoder, "AuctionInformation", rest, header, at);
-            visit(&Message::AuctionInformation(AuctionInformation {
-                auction_type: d.auction_type(),
-                timestamp: d.timestamp(),
-                symbol: Symbol(d.symbol()),
-                paired_shares: d.paired_shares(),
-                reference_price: Price(d.reference_price()),
-                indicative_clearing_price: Price(d.indicative_clearing_price()),
-                imbalance_shares: d.imbalance_shares(),
-                imbalance_side: d.imbalance_side(),
-                extension_number: d.extension_number(),
-                scheduled_auction_time: d.scheduled_auction_time(),
-                auction_book_clearing_price: Price(d.auction_book_clearing_price()),
-                collar_reference_price: Price(d.collar_reference_price()),
-                lower_auction_collar: Price(d.lower_auction_collar()),
-                upper_auction_collar: Price(d.upper_auction_collar()),
-            }))
-        }
-        unknown_message_codec::SBE_TEMPLATE_ID => return decode_unknown(rest, header, at, visit),
-        other => return Err(not_a_message(at, other)),
-    }
-    Ok(header.fixed_len())
 }
 
 /// Decodes an `UnknownMessage` (see [`decode_message`]); rare, so kept out of the hot loop.
@@ -915,6 +667,31 @@ mod tests {
             let message = Message::parse(&bytes).unwrap();
             assert_eq!(encode(&[message]).len(), BATCH_LEN + len + 7, "type {}", kind as char);
             assert_eq!(fixed_template(u16::from(kind)).map(|(_, block)| usize::from(block)), Some(len - 1));
+        }
+    }
+
+    #[test]
+    fn the_message_table_is_the_schemas_templates() {
+        use generated::*;
+        let schema = [
+            (system_event_codec::SBE_TEMPLATE_ID, system_event_codec::SBE_BLOCK_LENGTH),
+            (security_directory_codec::SBE_TEMPLATE_ID, security_directory_codec::SBE_BLOCK_LENGTH),
+            (trading_status_codec::SBE_TEMPLATE_ID, trading_status_codec::SBE_BLOCK_LENGTH),
+            (retail_liquidity_indicator_codec::SBE_TEMPLATE_ID, retail_liquidity_indicator_codec::SBE_BLOCK_LENGTH),
+            (operational_halt_status_codec::SBE_TEMPLATE_ID, operational_halt_status_codec::SBE_BLOCK_LENGTH),
+            (short_sale_price_test_status_codec::SBE_TEMPLATE_ID, short_sale_price_test_status_codec::SBE_BLOCK_LENGTH),
+            (security_event_codec::SBE_TEMPLATE_ID, security_event_codec::SBE_BLOCK_LENGTH),
+            (price_level_update_buy_codec::SBE_TEMPLATE_ID, price_level_update_buy_codec::SBE_BLOCK_LENGTH),
+            (price_level_update_sell_codec::SBE_TEMPLATE_ID, price_level_update_sell_codec::SBE_BLOCK_LENGTH),
+            (quote_update_codec::SBE_TEMPLATE_ID, quote_update_codec::SBE_BLOCK_LENGTH),
+            (trade_report_codec::SBE_TEMPLATE_ID, trade_report_codec::SBE_BLOCK_LENGTH),
+            (trade_break_codec::SBE_TEMPLATE_ID, trade_break_codec::SBE_BLOCK_LENGTH),
+            (official_price_codec::SBE_TEMPLATE_ID, official_price_codec::SBE_BLOCK_LENGTH),
+            (auction_information_codec::SBE_TEMPLATE_ID, auction_information_codec::SBE_BLOCK_LENGTH),
+        ];
+        assert_eq!(schema.len(), crate::message::kind::ALL.len());
+        for (template_id, block_length) in schema {
+            assert_eq!(fixed_template(template_id).map(|(_, block)| block), Some(block_length), "{template_id}");
         }
     }
 

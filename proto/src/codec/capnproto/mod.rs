@@ -47,7 +47,7 @@ mod packing;
 
 use super::filter::SymbolFilter;
 use super::format::Format;
-use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, MAX_BATCH};
+use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, MAX_BATCH, batch_count};
 use crate::message::{
     AuctionInformation, Message, OfficialPrice, OperationalHaltStatus, PriceLevelUpdate, QuoteUpdate,
     RetailLiquidityIndicator, SecurityDirectory, SecurityEvent, ShortSalePriceTestStatus, Side, SystemEvent, Trade,
@@ -189,9 +189,7 @@ impl CapnpCodec {
         messages: &[Message<'_>],
         out: &mut Vec<u8>,
     ) -> Result<(), EncodeError> {
-        if messages.len() > MAX_BATCH {
-            return Err(EncodeError::TooManyMessages(messages.len()));
-        }
+        batch_count(messages)?;
         let capacity = self.segment_words(messages)?;
         if self.build.len() < 1 + capacity {
             self.build.resize(1 + capacity, word_of(0));
