@@ -35,6 +35,9 @@ use std::time::{Duration, Instant};
 const RUN: Duration = Duration::from_secs(90);
 
 /// Starts a publisher and returns it with the retransmission service's address.
+///
+/// The tests' lingers are a few seconds beyond what each asks after END: the publisher sleeps
+/// the whole linger before it exits, and the questions take milliseconds.
 fn publisher_with_service(args: &[&str]) -> (Process, SocketAddr) {
     let mut p = Process::start(publisher_bin(), args.iter().copied().chain(["--retransmit-listen", "127.0.0.1:0"]));
     let line = p.wait_until("\"serving retransmissions over TCP\"", |l| l.contains("serving retransmissions"));
@@ -173,7 +176,7 @@ fn retransmissions_are_the_frames_sent_and_frames_no_longer_held_are_gone() {
         "--retransmit-max-range",
         "50",
         "--retransmit-linger",
-        "20",
+        "5",
         "--json",
         &json,
     ]);
@@ -233,7 +236,7 @@ fn a_range_across_the_rings_start_is_gone_up_to_the_oldest_frame_then_served() {
         "--ring-bytes",
         "131072",
         "--retransmit-linger",
-        "20",
+        "5",
     ]);
     let (sent, _, next) = receive_all(&socket);
     let (mut s, _) = greeted(service, &recovery_answer());
@@ -275,7 +278,7 @@ fn requests_over_the_rate_are_told_busy_and_bad_clients_are_refused_with_a_reaso
         "--retransmit-rate",
         "5",
         "--retransmit-linger",
-        "20",
+        "6",
         "--json",
         &json,
     ]);
@@ -571,7 +574,7 @@ fn a_client_that_stops_reading_is_cut_off_and_others_are_served_meanwhile() {
         "--udp",
         &target,
         "--retransmit-linger",
-        "30",
+        "12",
         "--json",
         &json,
     ]);
@@ -595,9 +598,11 @@ fn a_client_that_stops_reading_is_cut_off_and_others_are_served_meanwhile() {
     assert_eq!(answer.frames.len(), 10);
     assert!(started.elapsed() < Duration::from_secs(2), "served in {:?} beside a stalled client", started.elapsed());
     // Within the write timeout (5 s) and a little, the stalled client's connection is gone: what
-    // it reads now ends in a close or a reset, after whatever was in its socket.
+    // it reads now ends in a close or a reset, after whatever was in its socket. Reading earlier
+    // would unstall it. The read bound ends well before the linger (12 s), so a close that only
+    // came with the end of the service fails.
     std::thread::sleep(Duration::from_secs(7));
-    stalled.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    stalled.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
     let mut sink = vec![0u8; 1 << 20];
     loop {
         match stalled.read(&mut sink) {
@@ -630,7 +635,7 @@ fn connections_over_the_limit_are_told_busy_and_a_one_byte_ring_says_everything_
         "--udp",
         &target,
         "--retransmit-linger",
-        "20",
+        "5",
     ]);
     let (_, _, next) = receive_all(&socket);
     let (mut first, _) = greeted(service, &recovery_answer());
@@ -971,7 +976,7 @@ fn a_flood_after_the_greeting_answer_is_refused_with_where_and_a_half_closed_cli
         "--rate",
         "100000",
         "--retransmit-linger",
-        "20",
+        "5",
         "--json",
         &json,
     ]);
