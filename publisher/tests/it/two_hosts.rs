@@ -1,7 +1,8 @@
 //! The relay across emulated hosts: `mdrelay-pub` on host `pub`, `mdrelay-sub` on `sub1` and
 //! `sub2`, each in a network namespace of `deploy/netns-hosts.sh`, so datagrams and connections
 //! cross veth pairs and bridges instead of loopback. DEEP10 from ../shared reaches both
-//! subscribers at once over TCP, UDP unicast and multicast in every format; round trips are
+//! subscribers at once over TCP in every format, and over UDP unicast and multicast in half the
+//! formats each (every format crosses the hosts in datagrams once); round trips are
 //! measured across hosts; loss injected with nftables must equal the subscriber's gap count; the
 //! script refuses bad input and leaves nothing behind; and the README's two-host steps run as
 //! written.
@@ -128,8 +129,10 @@ fn deep10_reaches_two_hosts_at_once_over_tcp_in_every_format() {
     }
 }
 
-/// DEEP10 in every format over UDP to `sub1` and `sub2` at once: unicast (`sub1` on line A,
-/// `sub2` on line B) or multicast (both on line A); asserts both get the whole stream.
+/// DEEP10 over UDP to `sub1` and `sub2` at once: unicast (`sub1` on line A, `sub2` on line B)
+/// or multicast (both on line A); asserts both get the whole stream. Unicast takes every other
+/// format and multicast the rest: the formats' encodings are checked on loopback in every
+/// transport (tests/it/relay.rs), and each paced run here costs seconds.
 fn deep10_over_udp_to_both(multicast: bool) {
     let _serial = serial();
     let hosts = Hosts::unique();
@@ -137,7 +140,10 @@ fn deep10_over_udp_to_both(multicast: bool) {
     let dir = tempfile::tempdir().unwrap();
     let deep10 = deep10();
     let transport = if multicast { "multicast" } else { "UDP" };
-    for format in formats() {
+    let all = formats();
+    // A single format (MDRELAY_FORMATS narrowed to one) goes over both.
+    let half = all.len() > 1 && multicast;
+    for format in all.into_iter().skip(usize::from(half)).step_by(2) {
         let f = format.name();
         let mut subscribers = Vec::new();
         let mut destinations = Vec::new();
@@ -180,12 +186,12 @@ fn deep10_over_udp_to_both(multicast: bool) {
 }
 
 #[test]
-fn deep10_reaches_two_hosts_at_once_over_udp_unicast_in_every_format() {
+fn deep10_reaches_two_hosts_at_once_over_udp_unicast_in_half_the_formats() {
     deep10_over_udp_to_both(false);
 }
 
 #[test]
-fn deep10_reaches_two_hosts_at_once_over_multicast_in_every_format() {
+fn deep10_reaches_two_hosts_at_once_over_multicast_in_the_other_half() {
     deep10_over_udp_to_both(true);
 }
 
