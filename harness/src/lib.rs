@@ -13,7 +13,7 @@
 //! - [`report`]: reading JSON reports and comparing them with the references;
 //! - [`scrape`]: Prometheus scrapes over HTTP, parsed into samples;
 //! - [`formats`]: the wire formats a test covers;
-//! - [`serial`]: one process-heavy test at a time;
+//! - [`serial`]: one process-heavy test at a time, or side by side tests that never meet one;
 //! - [`service`]: systemd's notification socket, played by the test;
 //! - [`alloc`]: a counting global allocator, for tests that assert what is (not) allocated;
 //! - [`version`]: `--version` checked against git.
@@ -45,5 +45,5 @@ pub use netns::{Host, Hosts, Line};
 pub use process::{Failure, Finished, Process, STEP, Signal};
 pub use report::{assert_aggregates, assert_matches_reference, json_file};
 pub use scrape::{Scrape, alert_queries, dashboard_queries, get, scrape};
-pub use serial::serial;
+pub use serial::{serial, shared};
 pub use service::NotifySocket;

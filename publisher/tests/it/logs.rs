@@ -61,6 +61,7 @@ fn json_logs_name_the_session_and_the_subscriber_once_in_spans() {
 
 #[test]
 fn log_level_overrides_mdrelay_log_and_a_bad_filter_is_refused_by_name() {
+    let _shared = mdrelay_harness::shared();
     let port = free_udp_port();
     let udp = format!("127.0.0.1:{port}");
     let run = |extra: &[&str], env: &[(&str, &str)]| {

@@ -237,6 +237,7 @@ fn the_endpoints_count_what_the_final_reports_say_through_a_format_switch() {
 
 #[test]
 fn an_endpoint_that_cannot_be_bound_is_refused_by_name() {
+    let _shared = mdrelay_harness::shared();
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
     let published = Process::start(
@@ -292,6 +293,7 @@ fn a_scraper_that_connects_and_goes_silent_holds_up_neither_the_relay_nor_other_
 
 #[test]
 fn the_dashboards_sequence_series_has_an_axis_of_its_own() {
+    let _shared = mdrelay_harness::shared();
     // A sequence number (millions) beside a count of format switches (a few) on one axis leaves
     // the switches flat at zero.
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/mdrelay.json");
@@ -325,6 +327,7 @@ fn the_dashboards_sequence_series_has_an_axis_of_its_own() {
 
 #[test]
 fn a_subscriber_that_has_received_nothing_shows_no_latency_quantiles() {
+    let _shared = mdrelay_harness::shared();
     let metrics: SocketAddr = format!("127.0.0.1:{}", free_tcp_port()).parse().unwrap();
     let mut subscriber = Process::start(
         subscriber_bin(),
@@ -345,6 +348,7 @@ fn a_subscriber_that_has_received_nothing_shows_no_latency_quantiles() {
 
 #[test]
 fn under_a_service_manager_the_publisher_says_ready_keeps_the_watchdog_fed_and_says_stopping() {
+    let _shared = mdrelay_harness::shared();
     let manager = NotifySocket::bind();
     // About a second of stream, the watchdog asking every 200 ms.
     let args =
@@ -361,6 +365,7 @@ fn under_a_service_manager_the_publisher_says_ready_keeps_the_watchdog_fed_and_s
 
 #[test]
 fn under_a_service_manager_the_subscriber_says_ready_once_listening_and_stopping_on_sigterm() {
+    let _shared = mdrelay_harness::shared();
     let manager = NotifySocket::bind();
     let mut subscriber = manager.start(
         &subscriber_bin(),

@@ -38,6 +38,7 @@ fn run_publisher(config: &Path, json: &Path) -> Process {
 
 #[test]
 fn every_frame_is_stored_once_in_the_stream() {
+    let _shared = mdrelay_harness::shared();
     let server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let settings = format!("servers = [\"{}\"]\nsubject = \"md.deep\"\nstream = \"DEEP\"", server.url());
@@ -57,6 +58,7 @@ fn every_frame_is_stored_once_in_the_stream() {
 
 #[test]
 fn a_server_restart_mid_stream_loses_nothing_and_duplicates_nothing() {
+    let _shared = mdrelay_harness::shared();
     let mut server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let metrics_port = mdrelay_harness::free_tcp_port();
@@ -98,6 +100,7 @@ fn a_server_restart_mid_stream_loses_nothing_and_duplicates_nothing() {
 
 #[test]
 fn a_missing_stream_without_creation_is_a_configuration_error() {
+    let _shared = mdrelay_harness::shared();
     let server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let settings = format!("servers = [\"{}\"]\nstream = \"ABSENT\"\ncreate_stream = false", server.url());
@@ -109,6 +112,7 @@ fn a_missing_stream_without_creation_is_a_configuration_error() {
 
 #[test]
 fn a_stream_with_other_settings_is_refused_by_setting() {
+    let _shared = mdrelay_harness::shared();
     let server = NatsServer::start();
     nats(&server.url(), &["stream", "add", "MEM", "--subjects", "md.>", "--storage", "memory", "--defaults"]);
     let dir = tempfile::tempdir().unwrap();
@@ -122,6 +126,7 @@ fn a_stream_with_other_settings_is_refused_by_setting() {
 
 #[test]
 fn refused_credentials_name_the_setting() {
+    let _shared = mdrelay_harness::shared();
     let server = NatsServer::start_with(&["--user", "feed", "--pass", "right"]);
     let dir = tempfile::tempdir().unwrap();
     let password = dir.path().join("password");
@@ -143,6 +148,7 @@ fn nkey_server(dir: &Path, user: &str) -> NatsServer {
 
 #[test]
 fn an_nkey_the_server_does_not_know_is_refused_naming_the_setting_and_its_own_is_taken() {
+    let _shared = mdrelay_harness::shared();
     let dir = tempfile::tempdir().unwrap();
     let known = nkeys::KeyPair::new_user();
     let server = nkey_server(dir.path(), &known.public_key());
@@ -184,6 +190,7 @@ fn an_nkey_the_server_does_not_know_is_refused_naming_the_setting_and_its_own_is
 /// not.
 #[test]
 fn a_creds_file_of_a_known_account_is_taken_and_a_strangers_is_refused_naming_the_setting() {
+    let _shared = mdrelay_harness::shared();
     let dir = tempfile::tempdir().unwrap();
     let made = std::process::Command::new(nats_tool("nats-creds")).arg(dir.path()).output().unwrap();
     assert!(made.status.success(), "nats-creds: {}", String::from_utf8_lossy(&made.stderr));
@@ -236,6 +243,7 @@ fn a_creds_file_of_a_known_account_is_taken_and_a_strangers_is_refused_naming_th
 /// the setting.
 #[test]
 fn a_creds_file_that_is_missing_or_malformed_is_refused_naming_the_setting() {
+    let _shared = mdrelay_harness::shared();
     let server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let malformed = dir.path().join("bad.creds");

@@ -76,6 +76,7 @@ fn assert_exact(report: &Value, reference: &Value, context: &str) {
 
 #[test]
 fn a_subscribers_node_killed_mid_stream_leaves_every_subscriber_exact() {
+    let _shared = mdrelay_harness::shared();
     let cluster = NatsCluster::start();
     let dir = tempfile::tempdir().unwrap();
     let urls: Vec<String> = cluster.nodes.iter().map(|n| n.url()).collect();
@@ -103,6 +104,7 @@ fn a_subscribers_node_killed_mid_stream_leaves_every_subscriber_exact() {
 
 #[test]
 fn the_publishers_node_killed_mid_stream_is_failed_over_and_every_subscriber_is_exact() {
+    let _shared = mdrelay_harness::shared();
     let cluster = NatsCluster::start();
     let dir = tempfile::tempdir().unwrap();
     let urls: Vec<String> = cluster.nodes.iter().map(|n| n.url()).collect();
@@ -192,6 +194,7 @@ fn publish_before_the_server(slow_server: &str) -> (NatsServer, tempfile::TempDi
 
 #[test]
 fn a_publisher_started_before_its_server_waits_under_block_and_the_stream_arrives_whole() {
+    let _shared = mdrelay_harness::shared();
     let (server, dir, summary) = publish_before_the_server("block");
     let reference = expected("TOPS16.json");
     let segments = reference["segments"].as_u64().unwrap();
@@ -204,6 +207,7 @@ fn a_publisher_started_before_its_server_waits_under_block_and_the_stream_arrive
 
 #[test]
 fn a_publisher_started_before_its_server_under_drop_counts_every_message_it_skipped() {
+    let _shared = mdrelay_harness::shared();
     let (server, dir, summary) = publish_before_the_server("drop");
     let segments = expected("TOPS16.json")["segments"].as_u64().unwrap();
     let (published, dropped) =
@@ -220,6 +224,7 @@ fn a_publisher_started_before_its_server_under_drop_counts_every_message_it_skip
 
 #[test]
 fn a_publisher_started_before_its_server_under_fail_exits_naming_the_setting() {
+    let _shared = mdrelay_harness::shared();
     let server = server_not_yet_up();
     let dir = tempfile::tempdir().unwrap();
     let nats = "queue = 16\nslow_server = \"fail\"";
@@ -232,6 +237,7 @@ fn a_publisher_started_before_its_server_under_fail_exits_naming_the_setting() {
 
 #[test]
 fn a_frozen_server_under_drop_holds_up_neither_the_hot_path_nor_more_than_max_pending_acks() {
+    let _shared = mdrelay_harness::shared();
     let server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let metrics_port = mdrelay_harness::free_tcp_port();

@@ -108,6 +108,7 @@ fn assert_nothing_refused(report: &Value, context: &str) {
 
 #[test]
 fn deep10_is_exact_under_crc_over_nats() {
+    let _shared = mdrelay_harness::shared();
     let server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("pub.toml");
@@ -123,6 +124,7 @@ fn deep10_is_exact_under_crc_over_nats() {
 
 #[test]
 fn deep10_is_exact_under_aes_gcm_over_nats_and_another_key_refuses_every_message() {
+    let _shared = mdrelay_harness::shared();
     let server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let right = key_file(dir.path(), "right.key", 0x5a);
@@ -184,6 +186,7 @@ fn publish_raw(server: &NatsServer, subject: &str, messages: Vec<Vec<u8>>) {
 
 #[test]
 fn datagrams_forged_onto_the_subject_are_refused_and_counted_and_the_stream_stays_exact() {
+    let _shared = mdrelay_harness::shared();
     let server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let key = key_file(dir.path(), "wire.key", 0x21);
@@ -229,6 +232,7 @@ fn datagrams_forged_onto_the_subject_are_refused_and_counted_and_the_stream_stay
 
 #[test]
 fn a_sighup_format_switch_is_followed_over_nats_and_the_aggregates_stay_exact() {
+    let _shared = mdrelay_harness::shared();
     let server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("pub.toml");

@@ -62,6 +62,7 @@ fn assert_no_bar(text: &str, what: &str) {
 
 #[test]
 fn without_a_terminal_the_tools_print_only_their_usual_lines() {
+    let _shared = mdrelay_harness::shared();
     let dir = tempfile::tempdir().unwrap();
     let capture = mdrelay_harness::iex_data().join("TOPS16.pcap.gz");
     let capture_arg = capture.to_str().unwrap();
@@ -130,6 +131,7 @@ fn run_on_terminal(args: &[&str], env: &[(&str, &str)]) -> String {
 
 #[test]
 fn on_a_terminal_synth_draws_a_progress_bar() {
+    let _shared = mdrelay_harness::shared();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("day.pcap");
     let drawn = run_on_terminal(&["synth", "--messages", "200000", "--out", out.to_str().unwrap()], &[]);
@@ -141,6 +143,7 @@ fn on_a_terminal_synth_draws_a_progress_bar() {
 
 #[test]
 fn a_capture_replay_draws_its_progress_on_a_terminal_with_log_lines_whole_around_it() {
+    let _shared = mdrelay_harness::shared();
     let capture = mdrelay_harness::iex_data().join("DEEP10.pcap.gz");
     let udp = format!("127.0.0.1:{}", mdrelay_harness::free_udp_port());
     let args = ["run", "--capture", capture.to_str().unwrap(), "--udp", &udp, "--pacing", "rate", "--rate", "400000"];

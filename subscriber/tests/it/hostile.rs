@@ -314,6 +314,7 @@ fn a_second_subscriber_on_the_same_unicast_port_is_refused() {
 
 #[test]
 fn an_unresolvable_host_fails_at_once() {
+    let _shared = mdrelay_harness::shared();
     let finished =
         Process::start(subscriber_bin(), ["--connect", "no-such-host.invalid:9100", "--report-interval", "0"])
             .finish(LIMIT);

@@ -1,5 +1,8 @@
 //! The subscriber's integration tests in one test binary, a module per area: one link instead of
 //! one per file, and tests of different areas can run side by side.
+//!
+//! Tests that start processes hold `serial()` (run alone) or `shared()` (side by side, never
+//! beside a serial one), since the areas' tests now meet in one process.
 
 mod common;
 

@@ -18,6 +18,7 @@ const RUN: Duration = Duration::from_secs(120);
 
 #[test]
 fn deep10_over_nats_live_and_from_the_start_matches_the_reference() {
+    let _shared = mdrelay_harness::shared();
     let server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("pub.toml");

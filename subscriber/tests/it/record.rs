@@ -331,6 +331,7 @@ fn count_and_duration_stops_leave_finished_recordings() {
 
 #[test]
 fn a_path_that_cannot_be_written_is_refused_before_connecting_with_exit_code_2() {
+    let _shared = mdrelay_harness::shared();
     let dir = tempfile::tempdir().unwrap();
     // A publisher's port that nobody answers on: the subscriber must not even connect.
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -409,6 +410,7 @@ fn assert_refused(done: &Finished, path: &Path, why: &str) {
 
 #[test]
 fn a_symlink_at_the_recording_path_is_refused_and_its_target_left_untouched() {
+    let _shared = mdrelay_harness::shared();
     let dir = tempfile::tempdir().unwrap();
     let (listener, addr) = silent_port();
     let victim = dir.path().join("victim.conf");
@@ -435,6 +437,7 @@ fn a_symlink_at_the_recording_path_is_refused_and_its_target_left_untouched() {
 
 #[test]
 fn an_existing_recording_is_kept_unless_overwrite_is_asked() {
+    let _shared = mdrelay_harness::shared();
     let dir = tempfile::tempdir().unwrap();
     let (listener, addr) = silent_port();
     let old = dir.path().join("yesterday.pcap");
@@ -744,6 +747,7 @@ fn time_rotation_closes_complete_files_while_the_relay_goes_on() {
 
 #[test]
 fn an_earlier_rotated_recording_is_kept_unless_overwrite_is_asked_and_never_through_a_link() {
+    let _shared = mdrelay_harness::shared();
     let dir = tempfile::tempdir().unwrap();
     let (listener, addr) = silent_port();
     let record = dir.path().join("day.pcap");
@@ -783,6 +787,7 @@ fn an_earlier_rotated_recording_is_kept_unless_overwrite_is_asked_and_never_thro
 
 #[test]
 fn absurd_rotation_settings_are_refused_naming_the_setting() {
+    let _shared = mdrelay_harness::shared();
     let dir = tempfile::tempdir().unwrap();
     let record = text(&dir.path().join("day.pcap"));
     let config = dir.path().join("sub.toml");

@@ -244,6 +244,7 @@ fn service(
 
 #[test]
 fn withheld_frames_are_recovered_or_counted_unrecoverable_exactly() {
+    let _shared = mdrelay_harness::shared();
     let feed = Feed::new(3_000, 41);
     let n = feed.len();
     let half = n / 2;
@@ -346,6 +347,7 @@ fn withheld_frames_are_recovered_or_counted_unrecoverable_exactly() {
 
 #[test]
 fn a_version_1_service_turns_recovery_off_and_the_run_ends_at_once() {
+    let _shared = mdrelay_harness::shared();
     let feed = Feed::new(600, 42);
     let n = feed.len();
     let withheld: BTreeSet<u64> = [5, 6, 50].into_iter().chain(n - 1..=n).collect();
@@ -381,6 +383,7 @@ fn a_version_1_service_turns_recovery_off_and_the_run_ends_at_once() {
 
 #[test]
 fn a_service_of_another_session_is_not_asked_and_the_gaps_are_given_up() {
+    let _shared = mdrelay_harness::shared();
     let feed = Feed::new(600, 49);
     let n = feed.len();
     let withheld: BTreeSet<u64> = [20, 21, 300].into_iter().collect();
@@ -408,6 +411,7 @@ fn a_service_of_another_session_is_not_asked_and_the_gaps_are_given_up() {
 
 #[test]
 fn from_the_start_over_udp_the_frames_before_the_first_received_are_asked_for() {
+    let _shared = mdrelay_harness::shared();
     let feed = Feed::new(600, 47);
     let n = feed.len();
     let head: BTreeSet<u64> = (1..=3).collect();
@@ -434,6 +438,7 @@ fn from_the_start_over_udp_the_frames_before_the_first_received_are_asked_for() 
 
 #[test]
 fn a_service_sending_a_record_too_large_is_left_and_connected_to_again() {
+    let _shared = mdrelay_harness::shared();
     let feed = Feed::new(600, 48);
     let n = feed.len();
     let withheld: BTreeSet<u64> = [10, 11].into_iter().collect();
@@ -500,6 +505,7 @@ fn a_service_sending_a_record_too_large_is_left_and_connected_to_again() {
 
 #[test]
 fn a_service_at_its_connection_limit_is_counted_busy_and_asked_again_with_backoff() {
+    let _shared = mdrelay_harness::shared();
     let feed = Feed::new(600, 50);
     let n = feed.len();
     let withheld: BTreeSet<u64> = [30, 31, 400].into_iter().collect();
@@ -568,6 +574,7 @@ fn a_service_at_its_connection_limit_is_counted_busy_and_asked_again_with_backof
 
 #[test]
 fn a_connection_the_service_closes_for_idling_is_made_again_at_the_next_gap_without_a_warning() {
+    let _shared = mdrelay_harness::shared();
     let feed = Feed::new(1_200, 51);
     let n = feed.len();
     let half = n / 2;
@@ -750,11 +757,13 @@ fn a_b_lines(args: &[&str], round_trip: bool) {
 
 #[test]
 fn a_b_unicast_lines_lose_only_what_both_lost_and_echo_each_frame_once() {
+    let _shared = mdrelay_harness::shared();
     a_b_lines(&["--listen", "127.0.0.1:0", "--listen-b", "127.0.0.1:0"], true);
 }
 
 #[test]
 fn a_b_multicast_lines_on_loopback() {
+    let _shared = mdrelay_harness::shared();
     a_b_lines(
         &[
             "--group",
@@ -817,6 +826,7 @@ fn listen() -> (TcpListener, String) {
 
 #[test]
 fn a_reconnection_resumes_after_the_last_frame_received() {
+    let _shared = mdrelay_harness::shared();
     let feed = Feed::new(3_000, 44);
     let n = feed.len();
     let cut = n / 3;
@@ -857,6 +867,7 @@ fn a_reconnection_resumes_after_the_last_frame_received() {
 
 #[test]
 fn from_start_asks_for_the_whole_session_and_says_whether_it_came() {
+    let _shared = mdrelay_harness::shared();
     let feed = Feed::new(1_500, 45);
     let n = feed.len();
     // The ring holds the whole session, then only from frame 40 on.
@@ -892,6 +903,7 @@ fn from_start_asks_for_the_whole_session_and_says_whether_it_came() {
 
 #[test]
 fn a_version_1_publisher_is_followed_without_resume_and_warned_about_once() {
+    let _shared = mdrelay_harness::shared();
     let feed = Feed::new(2_000, 46);
     let n = feed.len();
     let (cut1, cut2) = (n / 3, 2 * n / 3);

@@ -78,6 +78,7 @@ fn listen() -> (TcpListener, String) {
 
 #[test]
 fn a_tcp_stream_aggregates_as_proto_does_and_matches_the_publishers_totals() {
+    let _shared = mdrelay_harness::shared();
     let segments = synthetic(20_000, 20, 7);
     let (listener, addr) = listen();
     let publisher = raw_publisher(listener, segments.clone());
@@ -105,6 +106,7 @@ fn a_tcp_stream_aggregates_as_proto_does_and_matches_the_publishers_totals() {
 
 #[test]
 fn the_symbol_filter_limits_the_aggregates_and_the_text_report_goes_to_stdout() {
+    let _shared = mdrelay_harness::shared();
     let segments = synthetic(5_000, 12, 3);
     let all = expected_report(&refs(&segments), None);
     let chosen: Vec<String> = all["symbols"].as_object().unwrap().keys().take(2).cloned().collect();
@@ -136,6 +138,7 @@ fn the_symbol_filter_limits_the_aggregates_and_the_text_report_goes_to_stdout() 
 
 #[test]
 fn format_switches_mid_stream_lose_no_message() {
+    let _shared = mdrelay_harness::shared();
     let segments = synthetic(12_000, 10, 11);
     // Raw first, then every other format in turn, each announced by a FORMAT record; raw
     // records of odd lengths leave the next records misaligned in the read buffer.
@@ -173,6 +176,7 @@ fn format_switches_mid_stream_lose_no_message() {
 
 #[test]
 fn another_protocol_version_is_refused_with_exit_code_3_naming_both_versions() {
+    let _shared = mdrelay_harness::shared();
     let (listener, addr) = listen();
     let publisher = thread::spawn(move || {
         let mut s = accept(&listener);
@@ -197,6 +201,7 @@ fn another_protocol_version_is_refused_with_exit_code_3_naming_both_versions() {
 
 #[test]
 fn a_refuse_record_prints_the_publishers_reason_with_exit_code_3() {
+    let _shared = mdrelay_harness::shared();
     let (listener, addr) = listen();
     let publisher = thread::spawn(move || {
         let mut s = accept(&listener);
@@ -212,6 +217,7 @@ fn a_refuse_record_prints_the_publishers_reason_with_exit_code_3() {
 
 #[test]
 fn a_lost_connection_is_reestablished_and_nothing_is_missed() {
+    let _shared = mdrelay_harness::shared();
     let segments = synthetic(4_000, 8, 5);
     let (listener, addr) = listen();
     let segs = segments.clone();
@@ -245,6 +251,7 @@ fn a_lost_connection_is_reestablished_and_nothing_is_missed() {
 
 #[test]
 fn a_refused_connection_is_retried_until_the_publisher_comes_up() {
+    let _shared = mdrelay_harness::shared();
     // A port nobody listens on yet (the kernel just handed it out on loopback).
     let addr = format!("127.0.0.1:{}", free_tcp_port());
     let mut sub = subscriber(&["--connect", &addr, "--json", "-", "--reconnect-max-seconds", "0.1"]);
@@ -263,6 +270,7 @@ fn a_refused_connection_is_retried_until_the_publisher_comes_up() {
 
 #[test]
 fn duration_stops_a_subscriber_whose_publisher_never_comes() {
+    let _shared = mdrelay_harness::shared();
     let addr = format!("127.0.0.1:{}", free_tcp_port());
     let started = Instant::now();
     let done = subscriber(&["--connect", &addr, "--json", "-", "--duration", "0.5"]).finish(STEP);
@@ -276,6 +284,7 @@ fn duration_stops_a_subscriber_whose_publisher_never_comes() {
 
 #[test]
 fn a_late_joiner_says_so_and_an_undecodable_frame_is_skipped() {
+    let _shared = mdrelay_harness::shared();
     let segments = synthetic(3_000, 8, 9);
     let (listener, addr) = listen();
     let segs = segments.clone();
@@ -313,6 +322,7 @@ fn a_late_joiner_says_so_and_an_undecodable_frame_is_skipped() {
 
 #[test]
 fn round_trip_mode_echoes_every_nth_frame_as_echo_records() {
+    let _shared = mdrelay_harness::shared();
     let segments = synthetic(2_000, 5, 2);
     let (listener, addr) = listen();
     let segs = segments.clone();
@@ -355,6 +365,7 @@ fn round_trip_mode_echoes_every_nth_frame_as_echo_records() {
 
 #[test]
 fn the_histogram_log_has_one_interval_per_report_period() {
+    let _shared = mdrelay_harness::shared();
     use hdrhistogram::serialization::Deserializer;
     use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
     let segments = synthetic(1_000, 5, 4);

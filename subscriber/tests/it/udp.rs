@@ -120,6 +120,7 @@ impl Receiver {
 
 #[test]
 fn a_skipped_datagram_is_one_gap_and_foreign_datagrams_are_counted_not_fatal() {
+    let _shared = mdrelay_harness::shared();
     let segments = synthetic(1_500, 6, 21);
     let mut sub = Receiver::unicast(&[]);
     let socket = sender();
@@ -144,6 +145,7 @@ fn a_skipped_datagram_is_one_gap_and_foreign_datagrams_are_counted_not_fatal() {
 
 #[test]
 fn a_duplicate_is_counted_and_skipped_and_a_reordered_frame_fills_its_gap() {
+    let _shared = mdrelay_harness::shared();
     let segments = synthetic(1_500, 6, 22);
     let mut sub = Receiver::unicast(&[]);
     let socket = sender();
@@ -164,6 +166,7 @@ fn a_duplicate_is_counted_and_skipped_and_a_reordered_frame_fills_its_gap() {
 
 #[test]
 fn a_new_publisher_session_restarts_sequence_tracking() {
+    let _shared = mdrelay_harness::shared();
     let segments = synthetic(1_200, 6, 23);
     let mut sub = Receiver::unicast(&[]);
     let socket = sender();
@@ -187,6 +190,7 @@ fn a_new_publisher_session_restarts_sequence_tracking() {
 
 #[test]
 fn multicast_on_the_loopback_interface_receives_the_stream() {
+    let _shared = mdrelay_harness::shared();
     let segments = synthetic(3_000, 10, 24);
     let mut sub = Receiver::start(&["--group", "239.255.77.21:0", "--interface", "127.0.0.1"]);
     assert_eq!(sub.addr.ip(), "239.255.77.21".parse::<std::net::IpAddr>().unwrap());
@@ -215,6 +219,7 @@ fn multicast_on_the_loopback_interface_receives_the_stream() {
 
 #[test]
 fn round_trip_echo_datagrams_go_back_to_the_sender() {
+    let _shared = mdrelay_harness::shared();
     let segments = with_messages(synthetic(500, 4, 25));
     let mut sub = Receiver::unicast(&["--latency", "round-trip"]);
     let socket = sender();
@@ -258,6 +263,7 @@ fn round_trip_echo_datagrams_go_back_to_the_sender() {
 
 #[test]
 fn count_stops_the_run_with_a_report() {
+    let _shared = mdrelay_harness::shared();
     let segments = with_messages(synthetic(1_000, 4, 26));
     let sub = Receiver::unicast(&["--count", "100"]);
     let socket = sender();
@@ -284,6 +290,7 @@ fn count_stops_the_run_with_a_report() {
 
 #[test]
 fn sigterm_stops_the_run_with_a_report() {
+    let _shared = mdrelay_harness::shared();
     let segments = synthetic(300, 4, 27);
     let mut sub = Receiver::unicast(&[]);
     let socket = sender();

@@ -2,5 +2,6 @@
 
 #[test]
 fn version_prints_the_name_the_workspace_version_and_the_commit_built() {
+    let _shared = mdrelay_harness::shared();
     mdrelay_harness::version::assert_version(&mdrelay_harness::subscriber_bin(), "mdrelay-sub");
 }
