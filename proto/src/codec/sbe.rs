@@ -195,6 +195,26 @@ fn fixed_block<'a, const LEN: usize>(
     rest.first_chunk::<LEN>().ok_or_else(|| past_end(at, template, LEN, rest.len()))
 }
 
+/// Checks a fixed-size message against its template and returns exactly its block, as an array
+/// of the template's block length: every field read from it is a load at a constant offset.
+#[inline(always)]
+fn fixed_fields<'a, const BLOCK: usize>(
+    rest: &'a [u8],
+    header: Header,
+    at: usize,
+    template: &'static str,
+) -> Result<&'a [u8; BLOCK], DecodeError> {
+    if header.fixed_len() < HEADER_LEN + BLOCK {
+        return Err(short_block(at, template, header.block_length, BLOCK));
+    }
+    if rest.len() < header.fixed_len() {
+        return Err(past_end(at, template, header.fixed_len(), rest.len()));
+    }
+    rest.get(HEADER_LEN..)
+        .and_then(<[u8]>::first_chunk::<BLOCK>)
+        .ok_or_else(|| past_end(at, template, HEADER_LEN + BLOCK, rest.len()))
+}
+
 /// The generated decoder of a fixed-size template, over exactly its bytes.
 macro_rules! decoder {
     ($codec:ident :: $decoder:ident, $name:literal, $rest:expr, $header:expr, $at:expr) => {{
@@ -295,9 +315,8 @@ macro_rules! sbe_templates {
             #[allow(unreachable_patterns)]
             match u8::try_from(header.template_id) {
                 Ok(type_byte @ (kind::PRICE_LEVEL_BUY | kind::PRICE_LEVEL_SELL)) => {
-                    const LEN: usize = HEADER_LEN + price_level_update_buy_codec::SBE_BLOCK_LENGTH as usize;
-                    let bytes = fixed_block::<LEN>(rest, header, at, "PriceLevelUpdate")?;
-                    let mut block = bytes.get(HEADER_LEN..).unwrap_or_default();
+                    const BLOCK: usize = price_level_update_buy_codec::SBE_BLOCK_LENGTH as usize;
+                    let mut block: &[u8] = fixed_fields::<BLOCK>(rest, header, at, "PriceLevelUpdate")?;
                     let side = if type_byte == kind::PRICE_LEVEL_BUY { Side::Buy } else { Side::Sell };
                     visit(&Message::PriceLevelUpdate(PriceLevelUpdate {
                         side,
@@ -309,9 +328,8 @@ macro_rules! sbe_templates {
                     }))
                 }
                 $(Ok(kind::$kind) => {
-                    const LEN: usize = HEADER_LEN $(+ <$field_type as IexField>::LEN)*;
-                    let bytes = fixed_block::<LEN>(rest, header, at, stringify!($wire))?;
-                    let mut block = bytes.get(HEADER_LEN..).unwrap_or_default();
+                    const BLOCK: usize = 0 $(+ <$field_type as IexField>::LEN)*;
+                    let mut block: &[u8] = fixed_fields::<BLOCK>(rest, header, at, stringify!($wire))?;
                     visit(&Message::$variant($ty {
                         $($fixed: $fixed_value,)*
                         $($field: IexField::read(&mut block),)*
