@@ -8,13 +8,15 @@ use mdrelay_proto::codec::Format;
 use mdrelay_proto::idle::{IdleStrategy, Profile};
 use mdrelay_proto::relay::{ProtectionSection, ProtectionSettings};
 use mdrelay_telemetry::prometheus::{MetricsSection, MetricsSettings};
-use serde::Deserialize;
+use mdrelay_telemetry::units;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The whole configuration file.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
     /// default or low-latency: the idle strategy and core pinning unless set explicitly.
@@ -57,7 +59,7 @@ pub struct FileConfig {
 }
 
 /// `[cpu]`.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct CpuSection {
     /// Pin the hot thread (`mdrelay-pub-hot`) to this CPU (none: the scheduler's choice).
@@ -68,7 +70,7 @@ pub struct CpuSection {
 
 /// `[source]`: exactly one of `capture`, `synthetic`, `live`, `upstream` (default: a synthetic
 /// day).
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct SourceSection {
     /// A capture file (pcap / pcapng, gzipped or not).
@@ -83,7 +85,7 @@ pub struct SourceSection {
 
 /// `[source.upstream]`: another publisher's stream, which this one re-publishes: its TCP server
 /// (`connect`), or the NATS subject its `[nats]` output feeds (`nats` and `subject`).
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamSection {
     /// The upstream publisher's TCP server, "host:port".
@@ -100,17 +102,23 @@ pub struct UpstreamSection {
     pub from_start: Option<bool>,
     /// NATS: seconds frames after a gap wait for it to be repaired before going on without it
     /// (0: never wait; default 2 with a `stream`, 0 without).
+    #[serde(default, deserialize_with = "units::option_seconds")]
     pub repair_wait: Option<f64>,
     /// Seconds one connection attempt may take.
+    #[serde(default, deserialize_with = "units::option_seconds")]
     pub connect_timeout: Option<f64>,
     /// Seconds the upstream has to greet once connected.
+    #[serde(default, deserialize_with = "units::option_seconds")]
     pub handshake_timeout: Option<f64>,
     /// Longest wait between attempts, seconds (the wait doubles from 0.1 s up to this).
+    #[serde(default, deserialize_with = "units::option_seconds")]
     pub reconnect_max: Option<f64>,
     /// Seconds to keep trying to reach the upstream (at start, and after losing it) before the
     /// relay ends with an error (0: after the first failed attempt).
+    #[serde(default, deserialize_with = "units::option_seconds")]
     pub give_up_after: Option<f64>,
     /// A connection silent this many seconds is lost, and made again (0: never).
+    #[serde(default, deserialize_with = "units::option_seconds")]
     pub idle_timeout: Option<f64>,
     /// The upstream protects its frames with a CRC-32C (its `[protection] crc = true`): the
     /// relay checks every frame's, and an upstream protected otherwise is refused.
@@ -129,7 +137,7 @@ pub struct UpstreamSection {
 }
 
 /// `[source.synthetic]`.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct SyntheticSection {
     /// Messages in the day.
@@ -141,7 +149,7 @@ pub struct SyntheticSection {
 }
 
 /// `[source.live]`.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct LiveSection {
     /// Address and port to receive on, e.g. "0.0.0.0:10378".
@@ -151,11 +159,12 @@ pub struct LiveSection {
     /// Interface address to join the group on (default 0.0.0.0: the kernel's choice).
     pub interface: Option<String>,
     /// Stop after this many seconds without a datagram (0: never).
+    #[serde(default, deserialize_with = "units::option_seconds")]
     pub idle_timeout: Option<f64>,
 }
 
 /// How segments are paced.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, clap::ValueEnum, Default)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, clap::ValueEnum, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum PacingMode {
     /// The capture's own timing, scaled by `speed`.
@@ -168,7 +177,7 @@ pub enum PacingMode {
 }
 
 /// `[pacing]`.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct PacingSection {
     /// original, rate or top-speed.
@@ -182,24 +191,27 @@ pub struct PacingSection {
     /// Stop after this many messages (0: no limit).
     pub max_messages: Option<u64>,
     /// Stop after this many seconds (0: no limit).
+    #[serde(default, deserialize_with = "units::option_seconds")]
     pub duration: Option<f64>,
     /// `original`: a wait longer than this many seconds (a jump in the capture's clock) is not
     /// waited out: the schedule starts again from the next segment.
+    #[serde(default, deserialize_with = "units::option_seconds")]
     pub max_gap: Option<f64>,
     /// How the hot thread waits: spin, yield, backoff or sleep (default: the profile's).
     pub idle: Option<IdleStrategy>,
 }
 
 /// `[batching]`.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct BatchingSection {
     /// Coalesce frames into one TCP record / datagram up to this many bytes (0: one frame each).
+    #[serde(default, deserialize_with = "units::option_bytes")]
     pub coalesce_bytes: Option<usize>,
 }
 
 /// What to do with a TCP subscriber whose queue is full.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, clap::ValueEnum, Default)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, clap::ValueEnum, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum SlowPolicy {
     /// Skip its frames; it sees the gap in the sequence numbers.
@@ -223,7 +235,7 @@ impl SlowPolicy {
 }
 
 /// `[tcp]`.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct TcpSection {
     /// Address to listen on (default 127.0.0.1:9100).
@@ -237,27 +249,32 @@ pub struct TcpSection {
     /// Connections at once, handshaking or subscribed; more are told to retry later.
     pub max_connections: Option<usize>,
     /// Seconds a connection has to answer the greeting.
+    #[serde(default, deserialize_with = "units::option_seconds")]
     pub handshake_timeout: Option<f64>,
     /// Seconds subscribers get at the end of the stream to take what is queued for them.
+    #[serde(default, deserialize_with = "units::option_seconds")]
     pub drain_timeout: Option<f64>,
     /// Bytes of replay records built and not yet written, over every resuming subscriber.
+    #[serde(default, deserialize_with = "units::option_bytes")]
     pub replay_bytes: Option<u64>,
     /// Seconds a resuming subscriber has to take a replay chunk before it is cut off as slow.
+    #[serde(default, deserialize_with = "units::option_seconds")]
     pub replay_timeout: Option<f64>,
 }
 
 /// `[udp]`.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct UdpSection {
     /// Unicast destinations.
     pub destinations: Vec<String>,
     /// Largest datagram to build when coalescing.
+    #[serde(default, deserialize_with = "units::option_bytes")]
     pub max_datagram: Option<usize>,
 }
 
 /// `[multicast]`.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct MulticastSection {
     /// Group and port, e.g. "239.255.0.1:9300".
@@ -269,12 +286,13 @@ pub struct MulticastSection {
     /// Deliver to receivers on this host too (default true).
     pub loopback: Option<bool>,
     /// Largest datagram to build when coalescing.
+    #[serde(default, deserialize_with = "units::option_bytes")]
     pub max_datagram: Option<usize>,
 }
 
 /// What the publisher does when the NATS server takes messages slower than they come (its
 /// queue is full), or is gone.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum SlowServerPolicy {
     /// Wait for room (lossless; the stream goes at the server's pace).
@@ -298,7 +316,7 @@ impl SlowServerPolicy {
 }
 
 /// JetStream stream storage.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum NatsStorage {
     /// On disk: survives a server restart.
@@ -309,7 +327,7 @@ pub enum NatsStorage {
 }
 
 /// JetStream stream retention.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum NatsRetention {
     /// Kept until `max_age` or `max_bytes` says otherwise: late joiners and repairs find it.
@@ -320,7 +338,7 @@ pub enum NatsRetention {
 }
 
 /// `[nats]`: publish every datagram to a NATS subject, stored in a JetStream stream.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct NatsSection {
     /// Server URLs of the cluster (default nats://127.0.0.1:4222); the client fails over among them.
@@ -338,11 +356,14 @@ pub struct NatsSection {
     /// Copies of the stream in a cluster (1 to 5), for a stream created here.
     pub replicas: Option<usize>,
     /// Seconds a message is kept (0: no limit), for a stream created here.
+    #[serde(default, deserialize_with = "units::option_seconds")]
     pub max_age: Option<f64>,
     /// Bytes the stream keeps at most (0: no limit), for a stream created here.
+    #[serde(default, deserialize_with = "units::option_bytes")]
     pub max_bytes: Option<u64>,
     /// Seconds within which the server drops a message whose id it has seen (the same frame from
     /// a second publisher or a restarted one), for a stream created here.
+    #[serde(default, deserialize_with = "units::option_seconds")]
     pub duplicate_window: Option<f64>,
     /// A `.creds` file (JWT and nkey seed).
     pub creds_file: Option<PathBuf>,
@@ -361,6 +382,7 @@ pub struct NatsSection {
     /// block, drop or fail when that queue is full.
     pub slow_server: Option<SlowServerPolicy>,
     /// Largest message to build when coalescing, header included.
+    #[serde(default, deserialize_with = "units::option_bytes")]
     pub max_message: Option<usize>,
 }
 
@@ -485,11 +507,12 @@ fn nats_output(n: NatsSection, stream_number: u32) -> Result<Nats> {
 
 /// `[retransmit]`: the ring of the last frames (for TCP resume and retransmission requests) and
 /// the retransmission service for UDP subscribers.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct RetransmitSection {
     /// Bytes the ring may hold, frames and their bookkeeping (default 64 MiB; 0: no ring, so
     /// no resume and no retransmission).
+    #[serde(default, deserialize_with = "units::option_bytes")]
     pub ring_bytes: Option<u64>,
     /// Serve retransmission requests over TCP on this address (none: no service).
     pub listen: Option<String>,
@@ -500,8 +523,10 @@ pub struct RetransmitSection {
     /// Connections to the service at once.
     pub max_connections: Option<usize>,
     /// Seconds a connection may ask nothing before it is closed.
+    #[serde(default, deserialize_with = "units::option_seconds")]
     pub idle_timeout: Option<f64>,
     /// Seconds the service stays up after the end of the stream, for the tail's gaps.
+    #[serde(default, deserialize_with = "units::option_seconds")]
     pub linger: Option<f64>,
 }
 
@@ -722,12 +747,33 @@ pub fn read_file(path: &Path) -> Result<FileConfig> {
 
 /// Reads a configuration file: at most [`MAX_CONFIG_BYTES`]; on reload, a regular file only.
 pub fn read_config(path: &Path, reading: Reading) -> Result<FileConfig> {
-    let text = read_text(path, reading)?;
-    toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    parse_text(path, &read_text(path, reading)?)
+}
+
+/// Parses the text of the configuration file `path`; errors name the file, line and key.
+pub fn parse_text(path: &Path, text: &str) -> Result<FileConfig> {
+    toml::from_str(text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// A failed check's error with the origin of the setting it names (`pacing.rate (--rate): ...`,
+/// `tcp.queue (pub.toml, line 7): ...`); an error naming no setting given keeps the file's name.
+pub fn name_origin(error: anyhow::Error, origins: &BTreeMap<String, String>, file: Option<&Path>) -> anyhow::Error {
+    let message = format!("{error:#}");
+    if let Some((key, rest)) = message.split_once(": ") {
+        // "udp.destinations[0]" is written in the file as part of "udp.destinations".
+        let base = key.split('[').next().unwrap_or(key);
+        if let Some(origin) = origins.get(base) {
+            return anyhow::anyhow!("{key} ({origin}): {rest}");
+        }
+    }
+    match file {
+        Some(path) => error.context(format!("in {}", path.display())),
+        None => error,
+    }
 }
 
 /// The file's text, bounded in size; on reload, refused unless fstat says it is a regular file.
-fn read_text(path: &Path, reading: Reading) -> Result<String> {
+pub fn read_text(path: &Path, reading: Reading) -> Result<String> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let name = path.display();
@@ -1241,29 +1287,159 @@ fn multicast_line(name: &str, m: &MulticastSection, max_datagram: &mut usize) ->
 }
 
 impl Config {
-    /// The settings that differ between `self` and `new` and take effect only at a restart: all
-    /// but the format.
-    pub fn restart_required(&self, new: &Config) -> Vec<&'static str> {
-        let mut changed = Vec::new();
-        let mut check = |name: &'static str, same: bool| {
-            if !same {
-                changed.push(name);
+    /// The settings that differ between `self` and `new` and take effect only at a restart: every
+    /// key of the resolved configuration but `format`, so a setting added later is covered too.
+    pub fn restart_required(&self, new: &Config) -> Vec<String> {
+        let (old, new) = (self.to_table(), new.to_table());
+        mdrelay_telemetry::settings::changed_keys(&old, &new).into_iter().filter(|key| key != "format").collect()
+    }
+
+    /// The configuration as a file would give it, every setting written out, defaults too: what
+    /// `--check` prints, and what a reload compares.
+    pub fn to_table(&self) -> toml::Table {
+        match toml::Table::try_from(self.to_file()) {
+            Ok(table) => table,
+            // Every field is a string, number, boolean, path or a table of them.
+            Err(error) => unreachable!("a configuration is TOML: {error}"),
+        }
+    }
+
+    /// The configuration file that gives this configuration, with every setting written out.
+    pub fn to_file(&self) -> FileConfig {
+        let seconds = |d: Duration| Some(d.as_secs_f64());
+        let text = |a: &dyn std::fmt::Display| Some(a.to_string());
+        let mut source = SourceSection::default();
+        match &self.source {
+            Source::Capture(path) => source.capture = Some(path.clone()),
+            Source::Synthetic(c) => {
+                source.synthetic =
+                    Some(SyntheticSection { messages: Some(c.messages), symbols: Some(c.symbols), seed: Some(c.seed) })
             }
+            Source::Live(l) => {
+                source.live = Some(LiveSection {
+                    listen: l.listen.to_string(),
+                    group: l.group.map(|g| g.to_string()),
+                    interface: text(&l.interface),
+                    idle_timeout: Some(l.idle_timeout),
+                })
+            }
+            Source::Upstream(u) => {
+                source.upstream = Some(UpstreamSection {
+                    connect: u.connect.clone(),
+                    connect_timeout: seconds(u.connect_timeout),
+                    handshake_timeout: seconds(u.handshake_timeout),
+                    reconnect_max: seconds(u.reconnect_max),
+                    give_up_after: seconds(u.give_up_after),
+                    idle_timeout: Some(u.idle_timeout.map_or(0.0, |d| d.as_secs_f64())),
+                    crc: Some(u.crc),
+                    ..UpstreamSection::default()
+                })
+            }
+            Source::NatsUpstream(n) => {
+                let mut section = UpstreamSection {
+                    nats: Some(n.servers.clone()),
+                    subject: Some(n.subject.clone()),
+                    stream: n.stream.clone(),
+                    from_start: Some(n.from_start),
+                    repair_wait: seconds(n.repair_wait),
+                    give_up_after: seconds(n.give_up_after),
+                    crc: Some(n.crc),
+                    tls_ca_file: n.tls_ca_file.clone(),
+                    ..UpstreamSection::default()
+                };
+                (section.creds_file, section.nkey_file, section.user, section.password_file) = n.auth.to_keys();
+                source.upstream = Some(section);
+            }
+        }
+        let p = &self.pacing;
+        let multicast = |m: &Multicast, max_datagram: Option<usize>| MulticastSection {
+            group: m.group.to_string(),
+            interface: text(&m.interface),
+            ttl: Some(m.ttl),
+            loopback: Some(m.loopback),
+            max_datagram,
         };
-        check("stream", self.stream == new.stream);
-        check("source", self.source == new.source);
-        check("pacing", self.pacing == new.pacing);
-        check("batching.coalesce_bytes", self.coalesce_bytes == new.coalesce_bytes);
-        check("tcp", self.tcp == new.tcp);
-        check("udp / multicast", self.udp == new.udp);
-        check("nats", self.nats == new.nats);
-        check("retransmit", self.retransmit == new.retransmit);
-        check("profile", self.profile == new.profile);
-        check("cpu.hot_core", self.hot_core == new.hot_core);
-        check("cpu.io_threads", self.io_threads == new.io_threads);
-        check("metrics", self.metrics == new.metrics);
-        check("protection", self.protection == new.protection);
-        changed
+        let udp = self.udp.as_ref();
+        FileConfig {
+            profile: Some(self.profile),
+            format: Some(self.format),
+            stream: Some(self.stream),
+            source,
+            pacing: PacingSection {
+                mode: Some(p.mode),
+                speed: Some(p.speed),
+                rate: Some(p.rate),
+                loops: Some(p.loops),
+                max_messages: Some(p.max_messages),
+                duration: Some(p.duration),
+                max_gap: Some(p.max_gap),
+                idle: Some(p.idle),
+            },
+            batching: BatchingSection { coalesce_bytes: Some(self.coalesce_bytes) },
+            tcp: self.tcp.map(|t| TcpSection {
+                listen: text(&t.listen),
+                queue: Some(t.queue),
+                slow_subscriber: Some(t.slow),
+                wait_subscribers: Some(t.wait_subscribers),
+                max_connections: Some(t.max_connections),
+                handshake_timeout: seconds(t.handshake_timeout),
+                drain_timeout: seconds(t.drain_timeout),
+                replay_bytes: Some(t.replay_bytes as u64),
+                replay_timeout: seconds(t.replay_timeout),
+            }),
+            udp: udp.filter(|u| !u.destinations.is_empty()).map(|u| UdpSection {
+                destinations: u.destinations.iter().map(ToString::to_string).collect(),
+                max_datagram: Some(u.max_datagram),
+            }),
+            multicast: udp.and_then(|u| u.multicast.as_ref().map(|m| multicast(m, Some(u.max_datagram)))),
+            multicast_b: udp.and_then(|u| u.multicast_b.as_ref().map(|m| multicast(m, None))),
+            nats: self.nats.as_ref().map(|n| {
+                let mut section = NatsSection {
+                    servers: Some(n.servers.clone()),
+                    subject: Some(n.subject.clone()),
+                    stream: Some(n.stream.clone()),
+                    create_stream: Some(n.create_stream),
+                    storage: Some(n.storage),
+                    retention: Some(n.retention),
+                    replicas: Some(n.replicas),
+                    max_age: seconds(n.max_age),
+                    max_bytes: Some(n.max_bytes),
+                    duplicate_window: seconds(n.duplicate_window),
+                    tls_ca_file: n.tls_ca_file.clone(),
+                    max_pending_acks: Some(n.max_pending_acks),
+                    queue: Some(n.queue),
+                    slow_server: Some(n.slow_server),
+                    max_message: Some(n.max_message),
+                    ..NatsSection::default()
+                };
+                (section.creds_file, section.nkey_file, section.user, section.password_file) = n.auth.to_keys();
+                section
+            }),
+            retransmit: RetransmitSection {
+                ring_bytes: Some(self.retransmit.ring_bytes as u64),
+                listen: self.retransmit.listen.map(|l| l.to_string()),
+                max_range: Some(self.retransmit.max_range),
+                requests_per_second: Some(self.retransmit.requests_per_second),
+                max_connections: Some(self.retransmit.max_connections),
+                idle_timeout: seconds(self.retransmit.idle_timeout),
+                linger: seconds(self.retransmit.linger),
+            },
+            cpu: CpuSection { hot_core: self.hot_core, io_threads: Some(self.io_threads) },
+            metrics: MetricsSection::from(self.metrics),
+            protection: ProtectionSection::from(&self.protection),
+        }
+    }
+}
+
+impl NatsAuth {
+    /// The keys that give these credentials: `creds_file`, `nkey_file`, `user`, `password_file`.
+    fn to_keys(&self) -> (Option<PathBuf>, Option<PathBuf>, Option<String>, Option<PathBuf>) {
+        match self {
+            NatsAuth::None => (None, None, None, None),
+            NatsAuth::Creds(path) => (Some(path.clone()), None, None, None),
+            NatsAuth::Nkey(path) => (None, Some(path.clone()), None, None),
+            NatsAuth::UserPassword(user, path) => (None, None, Some(user.clone()), Some(path.clone())),
+        }
     }
 }
 

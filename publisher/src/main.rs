@@ -9,7 +9,7 @@
 
 use mdrelay_publisher::{commands, run};
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use mdrelay_telemetry::exit::{self, ExitStatus};
 use std::process::ExitCode;
 
@@ -18,10 +18,13 @@ use std::process::ExitCode;
 // The version names the git commit built (build.rs), so a report can be traced to its code.
 #[command(name = "mdrelay-pub", version = env!("MDRELAY_VERSION"), about, after_help = exit::help(ExitStatus::PUBLISHER))]
 struct Cli {
+    /// What to do; none only with --generate-completions or --generate-man.
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
     #[command(flatten)]
     log: mdrelay_telemetry::logs::LogArgs,
+    #[command(flatten)]
+    docs: mdrelay_telemetry::docs::DocArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -40,14 +43,28 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // Where each setting came from is worked out from the flags as given.
+    if let (Some(Command::Run(args)), Some(run)) = (&mut cli.command, matches.subcommand_matches("run")) {
+        if let Some(command) = Cli::command().find_subcommand("run") {
+            args.given = mdrelay_telemetry::settings::GivenFlag::all(command, run);
+        }
+    }
+    let command = match cli.command {
+        Some(command) => command,
+        None if cli.docs.requested() => return generate_docs(&cli.docs),
+        None => Cli::command()
+            .error(clap::error::ErrorKind::MissingSubcommand, "give a subcommand: run, inspect, synth, convert or demo")
+            .exit(),
+    };
     // The relay reports its progress; the tools speak only when something is wrong.
-    let default_log = if matches!(cli.command, Command::Run(_)) { "info" } else { "warn" };
+    let default_log = if matches!(command, Command::Run(_)) { "info" } else { "warn" };
     if let Err(error) = mdrelay_telemetry::logs::init(&cli.log, default_log, true) {
         eprintln!("mdrelay-pub: error: {error:#}");
         return ExitStatus::Config.into();
     }
-    let result = match cli.command {
+    let result = match command {
         Command::Run(args) => run::run(&args),
         Command::Inspect(args) => commands::inspect(&args),
         Command::Synth(args) => commands::synth(&args),
@@ -69,6 +86,18 @@ fn main() -> ExitCode {
         Err(error) => {
             eprintln!("mdrelay-pub: error: {error:#}");
             ExitStatus::of(&error).into()
+        }
+    }
+}
+
+/// `--generate-completions` and `--generate-man`: documentation from the clap definitions.
+fn generate_docs(docs: &mdrelay_telemetry::docs::DocArgs) -> ExitCode {
+    let command = Cli::command().version(env!("MDRELAY_VERSION"));
+    match docs.generate(command, &mut std::io::stdout().lock()) {
+        Ok(()) => ExitStatus::Success.into(),
+        Err(error) => {
+            eprintln!("mdrelay-pub: error: {error:#}");
+            ExitStatus::Failure.into()
         }
     }
 }

@@ -19,6 +19,8 @@ use mdrelay_proto::codec::Format;
 use mdrelay_proto::latency::LatencySummary;
 use mdrelay_proto::relay::FrameRing;
 use mdrelay_telemetry::exit::{ExitStatus, WithExitStatus};
+use mdrelay_telemetry::units;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -31,151 +33,196 @@ use tracing::Instrument;
 #[derive(Debug, Args, Clone, Default)]
 pub struct RunArgs {
     /// TOML configuration file (see config/ for examples).
-    #[arg(long, short)]
+    #[arg(long, short, env = "MDRELAY_PUB_CONFIG")]
     pub config: Option<PathBuf>,
     /// Wire format: raw, sbe, flatbuffers, capnp, capnp-packed, protobuf, brec, json [default: sbe].
-    #[arg(long)]
+    #[arg(long, env = "MDRELAY_PUB_FORMAT")]
     pub format: Option<Format>,
     /// Stream number announced to subscribers.
-    #[arg(long)]
+    #[arg(long, env = "MDRELAY_PUB_STREAM")]
     pub stream: Option<u32>,
     /// Profile: default (backoff waits) or low-latency (spin waits, the hot thread pinned to
     /// --hot-core) [default: default].
-    #[arg(long)]
+    #[arg(long, env = "MDRELAY_PUB_PROFILE")]
     pub profile: Option<mdrelay_proto::idle::Profile>,
     /// How the hot thread waits: spin, yield, backoff, sleep [default: the profile's].
-    #[arg(long)]
+    #[arg(long, env = "MDRELAY_PUB_IDLE")]
     pub idle: Option<mdrelay_proto::idle::IdleStrategy>,
     /// Pin the hot thread to this CPU.
-    #[arg(long)]
+    #[arg(long, env = "MDRELAY_PUB_HOT_CORE")]
     pub hot_core: Option<usize>,
     /// Threads serving subscribers' sockets [default: 1].
-    #[arg(long)]
+    #[arg(long, env = "MDRELAY_PUB_IO_THREADS")]
     pub io_threads: Option<usize>,
     /// Replay this capture (pcap / pcapng, gzipped or not).
-    #[arg(long, conflicts_with_all = ["synthetic", "live"])]
+    #[arg(long, conflicts_with_all = ["synthetic", "live"], env = "MDRELAY_PUB_CAPTURE")]
     pub capture: Option<PathBuf>,
     /// Generate a synthetic day on the fly (the default source).
-    #[arg(long, conflicts_with = "live")]
+    #[arg(long, conflicts_with = "live", env = "MDRELAY_PUB_SYNTHETIC")]
     pub synthetic: bool,
-    /// Synthetic day: messages.
-    #[arg(long)]
-    pub messages: Option<u64>,
-    /// Synthetic day: symbols.
-    #[arg(long)]
-    pub symbols: Option<usize>,
-    /// Synthetic day: seed.
-    #[arg(long)]
-    pub seed: Option<u64>,
+    /// Synthetic day: messages (`--messages` in earlier releases).
+    #[arg(long, alias = "messages", env = "MDRELAY_PUB_SYNTHETIC_MESSAGES")]
+    pub synthetic_messages: Option<u64>,
+    /// Synthetic day: how many symbols it trades (`--symbols` in earlier releases; mdrelay-sub's
+    /// --symbols is a list of tickers).
+    #[arg(long, alias = "symbols", env = "MDRELAY_PUB_SYNTHETIC_SYMBOLS")]
+    pub synthetic_symbols: Option<usize>,
+    /// Synthetic day: seed (`--seed` in earlier releases).
+    #[arg(long, alias = "seed", env = "MDRELAY_PUB_SYNTHETIC_SEED")]
+    pub synthetic_seed: Option<u64>,
     /// Relay a live IEX-TP feed received on this address:port.
-    #[arg(long)]
+    #[arg(long, env = "MDRELAY_PUB_LIVE")]
     pub live: Option<String>,
     /// Live feed: multicast group to join.
-    #[arg(long)]
+    #[arg(long, env = "MDRELAY_PUB_LIVE_GROUP")]
     pub live_group: Option<String>,
     /// Live feed: interface address for the join.
-    #[arg(long)]
+    #[arg(long, env = "MDRELAY_PUB_LIVE_INTERFACE")]
     pub live_interface: Option<String>,
     /// Live feed: seconds of silence that end the stream (0: never).
-    #[arg(long)]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_IDLE_TIMEOUT")]
     pub idle_timeout: Option<f64>,
-    /// Relay another mdrelay publisher's TCP stream from HOST:PORT (relay chaining; the other
-    /// [source.upstream] settings come from the configuration file).
-    #[arg(long, conflicts_with_all = ["capture", "synthetic", "live"])]
+    /// Relay another mdrelay publisher's TCP stream from HOST:PORT (relay chaining; a NATS
+    /// upstream and its credentials come from the configuration file).
+    #[arg(long, conflicts_with_all = ["capture", "synthetic", "live"], env = "MDRELAY_PUB_UPSTREAM")]
     pub upstream: Option<String>,
+    /// Upstream: seconds one connection attempt may take.
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_UPSTREAM_CONNECT_TIMEOUT")]
+    pub upstream_connect_timeout: Option<f64>,
+    /// Upstream: seconds the upstream has to greet once connected.
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_UPSTREAM_HANDSHAKE_TIMEOUT")]
+    pub upstream_handshake_timeout: Option<f64>,
+    /// Upstream: the longest wait between connection attempts.
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_UPSTREAM_RECONNECT_MAX")]
+    pub upstream_reconnect_max: Option<f64>,
+    /// Upstream: how long to keep trying to reach it before the relay ends with an error.
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_UPSTREAM_GIVE_UP_AFTER")]
+    pub upstream_give_up_after: Option<f64>,
+    /// Upstream: a connection silent this long is lost, and made again (0: never).
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_UPSTREAM_IDLE_TIMEOUT")]
+    pub upstream_idle_timeout: Option<f64>,
+    /// Upstream: its frames carry a CRC-32C (its `[protection] crc = true`), checked on receipt.
+    #[arg(long, env = "MDRELAY_PUB_UPSTREAM_CRC")]
+    pub upstream_crc: Option<bool>,
     /// Pacing: original (capture timing), rate, top-speed [default: top-speed].
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, env = "MDRELAY_PUB_PACING")]
     pub pacing: Option<PacingMode>,
     /// Original pacing: time scale (10 = ten times faster).
-    #[arg(long)]
+    #[arg(long, env = "MDRELAY_PUB_SPEED")]
     pub speed: Option<f64>,
     /// Rate pacing: messages per second.
-    #[arg(long)]
+    #[arg(long, env = "MDRELAY_PUB_RATE")]
     pub rate: Option<f64>,
     /// Passes over the source (0: forever) [default: 1].
-    #[arg(long)]
+    #[arg(long, env = "MDRELAY_PUB_LOOPS")]
     pub loops: Option<u64>,
     /// Stop after this many messages.
-    #[arg(long)]
+    #[arg(long, env = "MDRELAY_PUB_MAX_MESSAGES")]
     pub max_messages: Option<u64>,
     /// Stop after this many seconds.
-    #[arg(long)]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_DURATION")]
     pub duration: Option<f64>,
     /// Coalesce frames into TCP records / datagrams up to this many bytes (0: off).
-    #[arg(long)]
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes::<usize>, env = "MDRELAY_PUB_COALESCE_BYTES")]
     pub coalesce_bytes: Option<usize>,
     /// Serve subscribers over TCP on this address [config default: 127.0.0.1:9100].
-    #[arg(long)]
+    #[arg(long, env = "MDRELAY_PUB_TCP")]
     pub tcp: Option<String>,
     /// TCP: records in the queue all subscribers read from.
-    #[arg(long)]
+    #[arg(long, env = "MDRELAY_PUB_QUEUE")]
     pub queue: Option<usize>,
     /// TCP: what to do with a subscriber whose queue is full.
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, env = "MDRELAY_PUB_SLOW_SUBSCRIBER")]
     pub slow_subscriber: Option<SlowPolicy>,
     /// TCP: wait for this many subscribers before sending.
-    #[arg(long)]
+    #[arg(long, env = "MDRELAY_PUB_WAIT_SUBSCRIBERS")]
     pub wait_subscribers: Option<usize>,
     /// TCP: connections at once; more are told to retry later.
-    #[arg(long)]
+    #[arg(long, env = "MDRELAY_PUB_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
     /// TCP: seconds a connection has to answer the greeting.
-    #[arg(long)]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_HANDSHAKE_TIMEOUT")]
     pub handshake_timeout: Option<f64>,
+    /// TCP: bytes of replay records built and not yet written, over every resuming subscriber.
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes::<u64>, env = "MDRELAY_PUB_REPLAY_BYTES")]
+    pub replay_bytes: Option<u64>,
+    /// TCP: seconds a resuming subscriber has to take a replay chunk before it is cut off.
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_REPLAY_TIMEOUT")]
+    pub replay_timeout: Option<f64>,
     /// TCP: seconds subscribers get at the end to take what is queued for them.
-    #[arg(long)]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_DRAIN_TIMEOUT")]
     pub drain_timeout: Option<f64>,
     /// Original pacing: a wait longer than this many seconds is not waited out.
-    #[arg(long)]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_MAX_GAP")]
     pub max_gap: Option<f64>,
     /// Send UDP datagrams to this address:port (repeatable).
-    #[arg(long)]
+    #[arg(long, env = "MDRELAY_PUB_UDP")]
     pub udp: Vec<String>,
     /// Send to this multicast group:port.
-    #[arg(long)]
+    #[arg(long, env = "MDRELAY_PUB_MULTICAST")]
     pub multicast: Option<String>,
     /// Multicast: interface address to send from.
-    #[arg(long)]
+    #[arg(long, env = "MDRELAY_PUB_INTERFACE")]
     pub interface: Option<String>,
     /// Multicast: TTL.
-    #[arg(long)]
+    #[arg(long, env = "MDRELAY_PUB_TTL")]
     pub ttl: Option<u32>,
     /// Multicast: deliver to receivers on this host too.
-    #[arg(long)]
+    #[arg(long, env = "MDRELAY_PUB_MULTICAST_LOOP")]
     pub multicast_loop: Option<bool>,
     /// Line B: also send every datagram to this multicast group:port.
-    #[arg(long)]
+    #[arg(long, env = "MDRELAY_PUB_MULTICAST_B")]
     pub multicast_b: Option<String>,
     /// Line B: interface address to send line B from.
-    #[arg(long)]
+    #[arg(long, env = "MDRELAY_PUB_INTERFACE_B")]
     pub interface_b: Option<String>,
+    /// Line B: TTL [default: --ttl's].
+    #[arg(long, env = "MDRELAY_PUB_TTL_B")]
+    pub ttl_b: Option<u32>,
+    /// Line B: deliver to receivers on this host too [default: --multicast-loop's].
+    #[arg(long, env = "MDRELAY_PUB_MULTICAST_LOOP_B")]
+    pub multicast_loop_b: Option<bool>,
     /// Bytes the retransmission ring holds (0: none; default 64 MiB).
-    #[arg(long)]
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes::<u64>, env = "MDRELAY_PUB_RING_BYTES")]
     pub ring_bytes: Option<u64>,
     /// Serve retransmission requests over TCP on this address:port.
-    #[arg(long)]
+    #[arg(long, env = "MDRELAY_PUB_RETRANSMIT_LISTEN")]
     pub retransmit_listen: Option<String>,
     /// Retransmission: frames per request at most.
-    #[arg(long)]
+    #[arg(long, env = "MDRELAY_PUB_RETRANSMIT_MAX_RANGE")]
     pub retransmit_max_range: Option<u32>,
     /// Retransmission: requests per second per connection.
-    #[arg(long)]
+    #[arg(long, env = "MDRELAY_PUB_RETRANSMIT_RATE")]
     pub retransmit_rate: Option<u32>,
+    /// Retransmission: connections to the service at once.
+    #[arg(long, env = "MDRELAY_PUB_RETRANSMIT_MAX_CONNECTIONS")]
+    pub retransmit_max_connections: Option<usize>,
+    /// Retransmission: seconds a connection may ask nothing before it is closed.
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_RETRANSMIT_IDLE_TIMEOUT")]
+    pub retransmit_idle_timeout: Option<f64>,
     /// Retransmission: seconds the service stays up after the end of the stream.
-    #[arg(long)]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_RETRANSMIT_LINGER")]
     pub retransmit_linger: Option<f64>,
     /// UDP: largest coalesced datagram.
-    #[arg(long)]
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes::<usize>, env = "MDRELAY_PUB_MAX_DATAGRAM")]
     pub max_datagram: Option<usize>,
     /// Serve Prometheus metrics on this address:port (e.g. 127.0.0.1:9900).
-    #[arg(long)]
+    #[arg(long, env = "MDRELAY_PUB_METRICS_LISTEN")]
     pub metrics_listen: Option<String>,
     /// Metrics: seconds the endpoint stays up after the run, for the last scrape.
-    #[arg(long)]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_METRICS_HOLD")]
     pub metrics_hold: Option<f64>,
     /// Write the run's summary as JSON to this file ("-" for stdout).
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Check the configuration, print the settings it amounts to (TOML, each value followed by
+    /// where it came from) and exit.
+    #[arg(long)]
+    pub check: bool,
+    /// The flags given (on the command line or in the environment), as given: where each
+    /// setting came from is worked out from them.
+    #[arg(skip)]
+    pub given: Vec<mdrelay_telemetry::settings::GivenFlag>,
 }
 
 impl RunArgs {
@@ -194,17 +241,29 @@ impl RunArgs {
         if let Some(path) = &self.capture {
             f.source = config::SourceSection { capture: Some(path.clone()), ..Default::default() };
         }
-        if self.synthetic || self.messages.is_some() || self.symbols.is_some() || self.seed.is_some() {
+        if self.synthetic
+            || self.synthetic_messages.is_some()
+            || self.synthetic_symbols.is_some()
+            || self.synthetic_seed.is_some()
+        {
             let mut s = f.source.synthetic.take().unwrap_or_default();
-            s.messages = self.messages.or(s.messages);
-            s.symbols = self.symbols.or(s.symbols);
-            s.seed = self.seed.or(s.seed);
+            s.messages = self.synthetic_messages.or(s.messages);
+            s.symbols = self.synthetic_symbols.or(s.symbols);
+            s.seed = self.synthetic_seed.or(s.seed);
             f.source = config::SourceSection { synthetic: Some(s), ..Default::default() };
         }
         if let Some(connect) = &self.upstream {
             let mut u = f.source.upstream.take().unwrap_or_default();
             u.connect = connect.clone();
             f.source = config::SourceSection { upstream: Some(u), ..Default::default() };
+        }
+        if let Some(u) = &mut f.source.upstream {
+            u.connect_timeout = self.upstream_connect_timeout.or(u.connect_timeout);
+            u.handshake_timeout = self.upstream_handshake_timeout.or(u.handshake_timeout);
+            u.reconnect_max = self.upstream_reconnect_max.or(u.reconnect_max);
+            u.give_up_after = self.upstream_give_up_after.or(u.give_up_after);
+            u.idle_timeout = self.upstream_idle_timeout.or(u.idle_timeout);
+            u.crc = self.upstream_crc.or(u.crc);
         }
         if let Some(listen) = &self.live {
             f.source = config::SourceSection {
@@ -233,6 +292,8 @@ impl RunArgs {
             || self.max_connections.is_some()
             || self.handshake_timeout.is_some()
             || self.drain_timeout.is_some()
+            || self.replay_bytes.is_some()
+            || self.replay_timeout.is_some()
         {
             let t = f.tcp.get_or_insert_with(Default::default);
             t.listen = self.tcp.clone().or(t.listen.take());
@@ -242,6 +303,8 @@ impl RunArgs {
             t.max_connections = self.max_connections.or(t.max_connections);
             t.handshake_timeout = self.handshake_timeout.or(t.handshake_timeout);
             t.drain_timeout = self.drain_timeout.or(t.drain_timeout);
+            t.replay_bytes = self.replay_bytes.or(t.replay_bytes);
+            t.replay_timeout = self.replay_timeout.or(t.replay_timeout);
         }
         if !self.udp.is_empty() {
             let u = f.udp.get_or_insert_with(Default::default);
@@ -266,14 +329,16 @@ impl RunArgs {
         }
         if let Some(m) = &mut f.multicast_b {
             m.interface = self.interface_b.clone().or(m.interface.take());
-            m.ttl = self.ttl.or(m.ttl);
-            m.loopback = self.multicast_loop.or(m.loopback);
+            m.ttl = self.ttl_b.or(self.ttl).or(m.ttl);
+            m.loopback = self.multicast_loop_b.or(self.multicast_loop).or(m.loopback);
         }
         let r = &mut f.retransmit;
         r.ring_bytes = self.ring_bytes.or(r.ring_bytes);
         r.listen = self.retransmit_listen.clone().or(r.listen.take());
         r.max_range = self.retransmit_max_range.or(r.max_range);
         r.requests_per_second = self.retransmit_rate.or(r.requests_per_second);
+        r.max_connections = self.retransmit_max_connections.or(r.max_connections);
+        r.idle_timeout = self.retransmit_idle_timeout.or(r.idle_timeout);
         r.linger = self.retransmit_linger.or(r.linger);
         f.metrics.listen = self.metrics_listen.clone().or(f.metrics.listen.take());
         f.metrics.hold = self.metrics_hold.or(f.metrics.hold);
@@ -291,15 +356,64 @@ impl RunArgs {
     }
 
     fn config_read(&self, reading: Reading) -> Result<config::Config> {
-        let file = match &self.config {
-            Some(path) => config::read_config(path, reading)?,
-            None => FileConfig::default(),
+        self.config_with_origins(reading).map(|(config, _)| config)
+    }
+
+    /// The checked configuration, and where each setting given came from (by dotted key): a
+    /// file and line, a flag or an environment variable. A setting that fails its check is
+    /// named with its origin.
+    pub fn config_with_origins(&self, reading: Reading) -> Result<(config::Config, BTreeMap<String, String>)> {
+        let (file, text) = match &self.config {
+            Some(path) => {
+                let text = config::read_text(path, reading)?;
+                (config::parse_text(path, &text)?, text)
+            }
+            None => (FileConfig::default(), String::new()),
         };
-        let checked = self.apply(file).check();
-        match &self.config {
-            Some(path) => checked.with_context(|| format!("in {}", path.display())),
-            None => checked,
+        let mut origins = match &self.config {
+            Some(path) => mdrelay_telemetry::settings::file_origins(path, &text),
+            None => BTreeMap::new(),
+        };
+        origins.extend(self.flag_origins(&file));
+        match self.apply(file).check() {
+            Ok(config) => Ok((config, origins)),
+            Err(error) => Err(config::name_origin(error, &origins, self.config.as_deref())),
         }
+    }
+
+    /// The keys each given flag decides: those that differ between the file under every flag
+    /// and the file under every flag but that one. Flags are re-read from what was given, so
+    /// this holds for any flag, however `apply` maps it.
+    fn flag_origins(&self, file: &FileConfig) -> BTreeMap<String, String> {
+        let table = |args: &RunArgs| toml::Table::try_from(args.apply(file.clone())).unwrap_or_default();
+        let all = table(self);
+        let mut origins = BTreeMap::new();
+        for (i, flag) in self.given.iter().enumerate() {
+            let others = self.given.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, g)| g);
+            let Some(without) = RunArgs::parse_given(others) else { continue };
+            for key in mdrelay_telemetry::settings::changed_keys(&table(&without), &all) {
+                origins.insert(key, flag.origin.clone());
+            }
+        }
+        origins
+    }
+
+    /// `run`'s flags re-read from `given`; none if they no longer parse (they did once).
+    fn parse_given<'a>(given: impl Iterator<Item = &'a mdrelay_telemetry::settings::GivenFlag>) -> Option<RunArgs> {
+        use clap::{Args, FromArgMatches};
+        let mut argv = vec!["run".to_string()];
+        for flag in given {
+            if flag.values.is_empty() {
+                argv.push(format!("--{}", flag.long));
+            }
+            for value in &flag.values {
+                argv.push(format!("--{}={value}", flag.long));
+            }
+        }
+        // No environment here: what came from it is in `given` already.
+        let command = RunArgs::augment_args(clap::Command::new("run")).mut_args(|arg| arg.env(None::<&str>));
+        let matches = command.try_get_matches_from(argv).ok()?;
+        RunArgs::from_arg_matches(&matches).ok()
     }
 }
 
@@ -332,6 +446,15 @@ pub struct RunSummary {
 /// Runs the publisher until the stream ends. An error carries the exit status it ends the
 /// process with ([`ExitStatus::of`]).
 pub fn run(args: &RunArgs) -> Result<()> {
+    if args.check {
+        let (config, origins) = args.config_with_origins(Reading::AtStart).exit_status(ExitStatus::Config)?;
+        let title = "mdrelay-pub run: the configuration this run would use";
+        print!(
+            "{}",
+            mdrelay_telemetry::settings::annotated(title, &config.to_table(), &|key| origins.get(key).cloned())
+        );
+        return Ok(());
+    }
     let config = args.config().exit_status(ExitStatus::Config)?;
     // Before the runtime exists, so the exporter gets a thread and runtime of its own.
     let build_info = match &config.metrics {

@@ -8,7 +8,9 @@ use mdrelay_proto::Symbol;
 use mdrelay_proto::idle::{IdleStrategy, Profile};
 use mdrelay_proto::relay::{ProtectionSection, ProtectionSettings};
 use mdrelay_telemetry::prometheus::{MetricsSection, MetricsSettings};
+use mdrelay_telemetry::units::{Seconds, parse_seconds};
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -21,157 +23,177 @@ use toml::Spanned;
 #[command(name = "mdrelay-sub", version, about, allow_negative_numbers = true)]
 pub struct Cli {
     /// TOML configuration file; flags given here override its settings.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, short, value_name = "FILE", env = "MDRELAY_SUB_CONFIG")]
     pub config: Option<PathBuf>,
     /// TCP: connect to a publisher at HOST:PORT (reconnects when the connection drops).
-    #[arg(long, value_name = "HOST:PORT")]
+    #[arg(long, value_name = "HOST:PORT", env = "MDRELAY_SUB_CONNECT")]
     pub connect: Option<String>,
     /// UDP unicast: listen on ADDR:PORT (port 0 picks a free port, logged at start).
-    #[arg(long, value_name = "ADDR:PORT")]
+    #[arg(long, value_name = "ADDR:PORT", env = "MDRELAY_SUB_LISTEN")]
     pub listen: Option<String>,
     /// UDP multicast: join GROUP:PORT (an IPv4 multicast group).
-    #[arg(long, value_name = "GROUP:PORT")]
+    #[arg(long, value_name = "GROUP:PORT", env = "MDRELAY_SUB_GROUP")]
     pub group: Option<String>,
     /// Multicast: the local interface address to join the group on (default 0.0.0.0).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", env = "MDRELAY_SUB_INTERFACE")]
     pub interface: Option<String>,
     /// NATS: the servers' URLs (comma-separated, nats://HOST:PORT) of a publisher's `[nats]` output.
-    #[arg(long, value_name = "URLS")]
+    #[arg(long, value_name = "URLS", env = "MDRELAY_SUB_NATS")]
     pub nats: Option<String>,
     /// NATS: the subject the stream is published to (default mdrelay.1).
-    #[arg(long, value_name = "SUBJECT")]
+    #[arg(long, value_name = "SUBJECT", env = "MDRELAY_SUB_NATS_SUBJECT")]
     pub nats_subject: Option<String>,
     /// NATS: the JetStream stream that stores the subject, replayed by --from-start.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", env = "MDRELAY_SUB_NATS_STREAM")]
     pub nats_stream: Option<String>,
     /// NATS with --nats-stream: start with the first message the stream stored at or after this
     /// RFC 3339 time (e.g. 2026-11-26T14:30:00Z), replayed, then the live subject.
-    #[arg(long, value_name = "TIME")]
+    #[arg(long, value_name = "TIME", env = "MDRELAY_SUB_NATS_START_AT")]
     pub nats_start_at: Option<String>,
     /// NATS: authenticate with this .creds file (JWT and nkey seed).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_NATS_CREDS_FILE")]
     pub nats_creds_file: Option<PathBuf>,
     /// NATS: authenticate with the nkey seed in this file.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_NATS_NKEY_FILE")]
     pub nats_nkey_file: Option<PathBuf>,
     /// NATS: authenticate as this user, with --nats-password-file.
-    #[arg(long, value_name = "USER")]
+    #[arg(long, value_name = "USER", env = "MDRELAY_SUB_NATS_USER")]
     pub nats_user: Option<String>,
     /// NATS: the file holding --nats-user's password.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_NATS_PASSWORD_FILE")]
     pub nats_password_file: Option<PathBuf>,
     /// NATS: check the servers' TLS certificates with the CA certificates (PEM) in this file, and
     /// require TLS.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_NATS_TLS_CA_FILE")]
     pub nats_tls_ca_file: Option<PathBuf>,
     /// NATS: messages held for the subscription while the subscriber does not read them (16 to
     /// 16777216, default 65536); past it they are dropped and repaired from --nats-stream.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", env = "MDRELAY_SUB_NATS_PENDING_MESSAGES")]
     pub nats_pending_messages: Option<u64>,
     /// Aggregate and report only these symbols (comma-separated or repeated).
-    #[arg(long, value_name = "SYMBOL", value_delimiter = ',')]
+    #[arg(long, value_name = "SYMBOL", value_delimiter = ',', env = "MDRELAY_SUB_SYMBOLS")]
     pub symbols: Option<Vec<String>>,
     /// Latency mode; round-trip also echoes publish times back to the publisher.
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, env = "MDRELAY_SUB_LATENCY")]
     pub latency: Option<LatencyMode>,
     /// Round-trip mode: echo every Nth frame (default 1).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", env = "MDRELAY_SUB_ECHO_EVERY")]
     pub echo_every: Option<u64>,
-    /// Seconds between interval lines on stderr (default 5; 0: none).
-    #[arg(long, value_name = "SECONDS")]
+    /// Seconds between interval lines on stderr, or a duration such as 500ms (default 5; 0: none).
+    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_REPORT_INTERVAL")]
     pub report_interval: Option<f64>,
     /// Write the final report as JSON to FILE ("-": stdout, and the text report goes to stderr).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_JSON")]
     pub json: Option<String>,
     /// Write an HdrHistogram interval log of one-way latency (ns), one interval per report period.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_HISTOGRAM_LOG")]
     pub histogram_log: Option<PathBuf>,
     /// Record what is received to FILE as an IEX-TP capture, in arrival order, whatever the
     /// wire format: pcapng if the name ends in .pcapng, else pcap; gzipped if it ends in .gz
     /// (e.g. day.pcapng.gz). An existing file is refused unless --record-overwrite is given; a
     /// symbolic link always is.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_RECORD")]
     pub record: Option<PathBuf>,
     /// Recording: replace an existing file at the --record path (with rotation, the numbered files
     /// of an earlier recording there). Never through a symbolic link.
-    #[arg(long, visible_alias = "force")]
+    #[arg(long, visible_alias = "force", env = "MDRELAY_SUB_RECORD_OVERWRITE")]
     pub record_overwrite: bool,
     /// Recording: start a new file once the current one holds SIZE bytes (compressed, when
     /// gzipped): a number of bytes or e.g. 512MiB, 1GB, 2GiB. Files are numbered: day.pcap.gz
     /// becomes day.000001.pcap.gz, day.000002.pcap.gz, ...
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", env = "MDRELAY_SUB_RECORD_ROTATE_SIZE")]
     pub record_rotate_size: Option<String>,
-    /// Recording: start a new file once the current one spans this many seconds of receive time.
-    #[arg(long, value_name = "SECONDS")]
+    /// Recording: start a new file once the current one spans this many seconds of receive time
+    /// (or a duration such as 1h).
+    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_RECORD_ROTATE_INTERVAL")]
     pub record_rotate_interval: Option<f64>,
     /// Recording with rotation: keep at most N files, removing the oldest.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", env = "MDRELAY_SUB_RECORD_MAX_FILES")]
     pub record_max_files: Option<u64>,
-    /// Stop once this many messages have been received.
-    #[arg(long, value_name = "N")]
-    pub count: Option<u64>,
-    /// Stop after this many seconds.
-    #[arg(long, value_name = "SECONDS")]
+    /// Stop once this many messages have been received (`--count` in earlier releases).
+    #[arg(long, value_name = "N", alias = "count", env = "MDRELAY_SUB_MAX_MESSAGES")]
+    pub max_messages: Option<u64>,
+    /// Stop after this many seconds (or a duration such as 10m).
+    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_DURATION")]
     pub duration: Option<f64>,
-    /// TCP: the longest wait between reconnection attempts (default 5).
-    #[arg(long, value_name = "SECONDS")]
-    pub reconnect_max_seconds: Option<f64>,
+    /// TCP: the longest wait between reconnection attempts, seconds or e.g. 500ms (default 5;
+    /// `--reconnect-max-seconds` in earlier releases).
+    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, alias = "reconnect-max-seconds", env = "MDRELAY_SUB_RECONNECT_MAX")]
+    pub reconnect_max: Option<f64>,
     /// UDP and multicast: the publisher's retransmission service at HOST:PORT; missing frames
     /// are asked for there.
-    #[arg(long, value_name = "HOST:PORT")]
+    #[arg(long, value_name = "HOST:PORT", env = "MDRELAY_SUB_RECOVERY")]
     pub recovery: Option<String>,
-    /// Recovery: milliseconds to wait after a gap is seen before asking (default 5).
-    #[arg(long, value_name = "MS")]
+    /// Recovery: how long to wait after a gap is seen before asking, seconds or e.g. 5ms
+    /// (default 5ms).
+    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_RECOVERY_DELAY")]
+    pub recovery_delay: Option<f64>,
+    /// Recovery: how long without an answer before asking again, seconds or e.g. 50ms (default
+    /// 50ms).
+    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_RECOVERY_RETRY")]
+    pub recovery_retry: Option<f64>,
+    /// Earlier releases' name of --recovery-delay, in milliseconds.
+    #[arg(long, value_name = "MS", hide = true, env = "MDRELAY_SUB_RECOVERY_DELAY_MS")]
     pub recovery_delay_ms: Option<u64>,
-    /// Recovery: milliseconds without an answer before asking again (default 50).
-    #[arg(long, value_name = "MS")]
+    /// Earlier releases' name of --recovery-retry, in milliseconds.
+    #[arg(long, value_name = "MS", hide = true, env = "MDRELAY_SUB_RECOVERY_RETRY_MS")]
     pub recovery_retry_ms: Option<u64>,
     /// Recovery: requests per gap before it is given up (default 10).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", env = "MDRELAY_SUB_RECOVERY_ATTEMPTS")]
     pub recovery_attempts: Option<u64>,
-    /// Recovery: seconds to keep waiting for missing frames after the end of stream (default 2).
-    #[arg(long, value_name = "SECONDS")]
+    /// Recovery: seconds to keep waiting for missing frames after the end of stream, or a
+    /// duration such as 500ms (default 2).
+    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_RECOVERY_LINGER")]
     pub recovery_linger: Option<f64>,
     /// The whole session from its first frame: over TCP the publisher is asked for it (as far as
     /// its ring holds it); over UDP every frame from the first is owed, so frames lost before the
     /// first received count (and, with recovery, are asked for).
-    #[arg(long)]
+    #[arg(long, env = "MDRELAY_SUB_FROM_START")]
     pub from_start: bool,
     /// Multicast A/B: the second line's GROUP:PORT.
-    #[arg(long, value_name = "GROUP:PORT")]
+    #[arg(long, value_name = "GROUP:PORT", env = "MDRELAY_SUB_GROUP_B")]
     pub group_b: Option<String>,
     /// Multicast A/B: the local interface address to join the second line on (default 0.0.0.0).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", env = "MDRELAY_SUB_INTERFACE_B")]
     pub interface_b: Option<String>,
     /// UDP A/B: listen for the second line on ADDR:PORT.
-    #[arg(long, value_name = "ADDR:PORT")]
+    #[arg(long, value_name = "ADDR:PORT", env = "MDRELAY_SUB_LISTEN_B")]
     pub listen_b: Option<String>,
     /// Profile: default (wait for readiness) or low-latency (busy-poll the socket, SO_BUSY_POLL,
     /// the receive thread pinned to --core) [default: default].
-    #[arg(long, value_name = "PROFILE")]
+    #[arg(long, value_name = "PROFILE", env = "MDRELAY_SUB_PROFILE")]
     pub profile: Option<Profile>,
     /// How the receive loop waits: spin, yield, backoff (busy-poll, then wait) or sleep (wait for
     /// readiness) [default: the profile's].
-    #[arg(long, value_name = "STRATEGY")]
+    #[arg(long, value_name = "STRATEGY", env = "MDRELAY_SUB_IDLE")]
     pub idle: Option<IdleStrategy>,
-    /// Pin the receive thread to this CPU.
-    #[arg(long, value_name = "N")]
-    pub core: Option<usize>,
+    /// Pin the receive thread, the subscriber's hot thread, to this CPU (`--core` in earlier
+    /// releases).
+    #[arg(long, value_name = "N", alias = "core", env = "MDRELAY_SUB_HOT_CORE")]
+    pub hot_core: Option<usize>,
     /// Serve Prometheus metrics on ADDR:PORT (e.g. 127.0.0.1:9901).
-    #[arg(long, value_name = "ADDR:PORT")]
+    #[arg(long, value_name = "ADDR:PORT", env = "MDRELAY_SUB_METRICS_LISTEN")]
     pub metrics_listen: Option<String>,
-    /// Metrics: seconds the endpoint stays up after the run, for the last scrape (default 0).
-    #[arg(long, value_name = "SECONDS")]
+    /// Metrics: seconds the endpoint stays up after the run, for the last scrape, or a duration
+    /// such as 30s (default 0).
+    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_METRICS_HOLD")]
     pub metrics_hold: Option<f64>,
     /// Logging: --log-format, --log-level.
     #[command(flatten)]
     pub log: mdrelay_telemetry::logs::LogArgs,
+    /// Documentation: --generate-completions, --generate-man.
+    #[command(flatten)]
+    pub docs: mdrelay_telemetry::docs::DocArgs,
     /// Check the configuration, print the settings it amounts to and exit.
     #[arg(long)]
     pub check: bool,
     /// Not a setting: the format comes from the publisher. Accepted only to explain that.
     #[arg(long, hide = true)]
     pub format: Option<String>,
+    /// The flags given (on the command line or in the environment), for naming where each
+    /// setting came from.
+    #[arg(skip)]
+    pub given: Vec<mdrelay_telemetry::settings::GivenFlag>,
 }
 
 /// How latency is measured.
@@ -195,23 +217,6 @@ impl LatencyMode {
     }
 }
 
-/// A number of seconds as TOML writes it: an integer or a float.
-#[derive(Clone, Copy, Debug, Deserialize)]
-#[serde(untagged)]
-enum Seconds {
-    Int(i64),
-    Float(f64),
-}
-
-impl Seconds {
-    fn get(self) -> f64 {
-        match self {
-            Seconds::Int(n) => n as f64,
-            Seconds::Float(f) => f,
-        }
-    }
-}
-
 /// A time as TOML writes it: a string, or a bare offset date-time.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(untagged)]
@@ -228,6 +233,16 @@ impl TimeText {
         }
     }
 }
+
+/// Keys of earlier releases still read, and the settings they are now (`recovery_delay_ms` and
+/// `recovery_retry_ms` are in milliseconds, the others in the new key's unit).
+const EARLIER_NAMES: &[(&str, &str)] = &[
+    ("count", "max_messages"),
+    ("core", "hot_core"),
+    ("reconnect_max_seconds", "reconnect_max"),
+    ("recovery_delay_ms", "recovery_delay"),
+    ("recovery_retry_ms", "recovery_retry"),
+];
 
 /// The configuration file as written; every key optional, unknown keys refused.
 #[derive(Debug, Default, Deserialize)]
@@ -258,11 +273,17 @@ struct FileConfig {
     record_rotate_size: Option<Spanned<ByteSize>>,
     record_rotate_interval: Option<Spanned<Seconds>>,
     record_max_files: Option<Spanned<u64>>,
-    count: Option<Spanned<u64>>,
+    #[serde(alias = "count")]
+    max_messages: Option<Spanned<u64>>,
     duration: Option<Spanned<Seconds>>,
-    reconnect_max_seconds: Option<Spanned<Seconds>>,
+    #[serde(alias = "reconnect_max_seconds")]
+    reconnect_max: Option<Spanned<Seconds>>,
     recovery: Option<Spanned<String>>,
+    recovery_delay: Option<Spanned<Seconds>>,
+    recovery_retry: Option<Spanned<Seconds>>,
+    /// Earlier releases' `recovery_delay`, in milliseconds.
     recovery_delay_ms: Option<Spanned<u64>>,
+    /// Earlier releases' `recovery_retry`, in milliseconds.
     recovery_retry_ms: Option<Spanned<u64>>,
     recovery_attempts: Option<Spanned<u64>>,
     recovery_linger: Option<Spanned<Seconds>>,
@@ -272,7 +293,8 @@ struct FileConfig {
     listen_b: Option<Spanned<String>>,
     profile: Option<Profile>,
     idle: Option<IdleStrategy>,
-    core: Option<Spanned<usize>>,
+    #[serde(alias = "core")]
+    hot_core: Option<Spanned<usize>>,
     #[serde(default)]
     metrics: MetricsSection,
     #[serde(default)]
@@ -420,6 +442,115 @@ pub struct RecordSettings {
     pub max_files: Option<u32>,
 }
 
+impl Settings {
+    /// The configuration file that gives these settings, every setting written out (defaults
+    /// too; a setting that is off, such as a recording, is left out): what `--check` prints.
+    pub fn to_table(&self) -> toml::Table {
+        use toml::Value;
+        let mut t = toml::Table::new();
+        let mut put = |key: &str, value: Value| {
+            t.insert(key.to_string(), value);
+        };
+        let text = |v: &dyn fmt::Display| Value::String(v.to_string());
+        let seconds = |d: Duration| Value::Float(d.as_secs_f64());
+        let count = |n: u64| Value::Integer(i64::try_from(n).unwrap_or(i64::MAX));
+        match &self.transport {
+            Transport::Tcp(addr) => put("connect", text(addr)),
+            Transport::Udp(addr) => put("listen", text(addr)),
+            Transport::Multicast { group, interface } => {
+                put("group", text(group));
+                put("interface", text(interface));
+            }
+            Transport::Nats { servers, subject, stream, options } => {
+                put("nats", text(servers));
+                put("nats_subject", text(subject));
+                if let Some(stream) = stream {
+                    put("nats_stream", text(stream));
+                }
+                if let Some(at) = options.start_at {
+                    put("nats_start_at", text(&humantime::format_rfc3339(at)));
+                }
+                let files = [
+                    ("nats_creds_file", &options.creds_file),
+                    ("nats_nkey_file", &options.nkey_file),
+                    ("nats_password_file", &options.password_file),
+                    ("nats_tls_ca_file", &options.tls_ca_file),
+                ];
+                for (key, file) in files {
+                    if let Some(path) = file {
+                        put(key, text(&path.display()));
+                    }
+                }
+                if let Some(user) = &options.user {
+                    put("nats_user", text(user));
+                }
+                if let Some(n) = options.pending_messages {
+                    put("nats_pending_messages", count(n as u64));
+                }
+            }
+        }
+        match &self.line_b {
+            Some(Transport::Udp(addr)) => put("listen_b", text(addr)),
+            Some(Transport::Multicast { group, interface }) => {
+                put("group_b", text(group));
+                put("interface_b", text(interface));
+            }
+            _ => {}
+        }
+        put("from_start", Value::Boolean(self.from_start));
+        put("reconnect_max", seconds(self.reconnect_max));
+        if let Some(r) = &self.recovery {
+            put("recovery", text(&r.server));
+            put("recovery_delay", seconds(r.delay));
+            put("recovery_retry", seconds(r.retry));
+            put("recovery_attempts", count(u64::from(r.attempts)));
+            put("recovery_linger", seconds(r.linger));
+        }
+        if let Some(symbols) = &self.symbols {
+            put("symbols", Value::Array(symbols.iter().map(|s| text(s)).collect()));
+        }
+        put("latency", text(&self.latency.name()));
+        put("echo_every", count(self.echo_every));
+        put("report_interval", seconds(self.report_interval.unwrap_or_default()));
+        match &self.json {
+            Some(JsonTarget::Stdout) => put("json", text(&"-")),
+            Some(JsonTarget::File(path)) => put("json", text(&path.display())),
+            None => {}
+        }
+        if let Some(path) = &self.histogram_log {
+            put("histogram_log", text(&path.display()));
+        }
+        if let Some(r) = &self.record {
+            put("record", text(&r.path.display()));
+            put("record_overwrite", Value::Boolean(r.overwrite));
+            if let Some(size) = r.rotate_size {
+                put("record_rotate_size", count(size));
+            }
+            if let Some(interval) = r.rotate_interval {
+                put("record_rotate_interval", seconds(interval));
+            }
+            if let Some(n) = r.max_files {
+                put("record_max_files", count(u64::from(n)));
+            }
+        }
+        if let Some(n) = self.count {
+            put("max_messages", count(n));
+        }
+        if let Some(d) = self.duration {
+            put("duration", seconds(d));
+        }
+        put("profile", text(&self.profile.name()));
+        put("idle", text(&self.idle.name()));
+        if let Some(core) = self.core {
+            put("hot_core", count(core as u64));
+        }
+        let section = |value: Result<toml::Table, toml::ser::Error>| Value::Table(value.unwrap_or_default());
+        put("metrics", section(toml::Table::try_from(MetricsSection::from(self.metrics))));
+        put("protection", section(toml::Table::try_from(ProtectionSection::from(&self.protection))));
+        t
+    }
+}
+
 impl RecordSettings {
     /// Whether the recording is split into numbered files.
     pub fn rotates(&self) -> bool {
@@ -501,7 +632,36 @@ const DEFAULT_RECONNECT_MAX: f64 = 5.0;
 
 impl Settings {
     /// Reads the file named by `--config` (if any) and applies the flags over it.
-    pub fn load(mut cli: Cli) -> Result<Settings, ConfigError> {
+    pub fn load(cli: Cli) -> Result<Settings, ConfigError> {
+        Settings::load_with_origins(cli).map(|(settings, _)| settings)
+    }
+
+    /// As [`Settings::load`], with where each setting given came from, by key: the file and
+    /// line, the flag, or the environment variable.
+    pub fn load_with_origins(cli: Cli) -> Result<(Settings, BTreeMap<String, String>), ConfigError> {
+        let mut origins = BTreeMap::new();
+        if let Some(path) = &cli.config {
+            if let Ok(text) = std::fs::read_to_string(path) {
+                origins = mdrelay_telemetry::settings::file_origins(path, &text);
+            }
+        }
+        for flag in &cli.given {
+            let key = match flag.long.as_str() {
+                "metrics-listen" => "metrics.listen".to_string(),
+                "metrics-hold" => "metrics.hold".to_string(),
+                long => long.replace('-', "_"),
+            };
+            origins.insert(key, flag.origin.clone());
+        }
+        for (earlier, now) in EARLIER_NAMES {
+            if let Some(origin) = origins.remove(*earlier) {
+                origins.insert(now.to_string(), format!("{origin}, under its earlier name {earlier}"));
+            }
+        }
+        Settings::load_file(cli).map(|settings| (settings, origins))
+    }
+
+    fn load_file(mut cli: Cli) -> Result<Settings, ConfigError> {
         let path = cli.config.take();
         let (file, text) = match &path {
             Some(path) => {
@@ -571,17 +731,10 @@ impl Settings {
                 .unwrap_or(Duration::from_secs_f64(DEFAULT_REPORT_INTERVAL));
         let report_interval = (!report_interval.is_zero()).then_some(report_interval);
         let duration = seconds(cli.duration, file.duration, "duration", origin, false, 0.0)?;
-        let reconnect_max = seconds(
-            cli.reconnect_max_seconds,
-            file.reconnect_max_seconds,
-            "reconnect_max_seconds",
-            origin,
-            false,
-            MIN_TIMER,
-        )?
-        .unwrap_or(Duration::from_secs_f64(DEFAULT_RECONNECT_MAX));
+        let reconnect_max = seconds(cli.reconnect_max, file.reconnect_max, "reconnect_max", origin, false, MIN_TIMER)?
+            .unwrap_or(Duration::from_secs_f64(DEFAULT_RECONNECT_MAX));
 
-        let count = match pick(cli.count, file.count, "count", origin) {
+        let count = match pick(cli.max_messages, file.max_messages, "max_messages", origin) {
             Some(Named { value: 0, name }) => {
                 return Err(ConfigError(format!("{name}: must be at least 1 message")));
             }
@@ -607,7 +760,7 @@ impl Settings {
             Profile::Default => IdleStrategy::Sleep,
             Profile::LowLatency => IdleStrategy::Spin,
         });
-        let core = match pick(cli.core, file.core, "core", origin) {
+        let core = match pick(cli.hot_core, file.hot_core, "hot_core", origin) {
             None => None,
             Some(Named { value, name }) => {
                 let allowed = crate::cpu::allowed_cpus();
@@ -662,7 +815,7 @@ fn seconds(
 ) -> Result<Option<Duration>, ConfigError> {
     let file = file.map(|s| {
         let span = s.span();
-        Spanned::new(span, s.into_inner().get())
+        Spanned::new(span, s.into_inner().0)
     });
     let Some(Named { value, name }) = pick(cli, file, key, origin) else {
         return Ok(None);
@@ -1091,14 +1244,22 @@ fn recovery(
         }
     };
     let delay = ranged(
-        pick(cli.recovery_delay_ms, file.recovery_delay_ms.clone(), "recovery_delay_ms", origin),
+        millis(
+            (cli.recovery_delay, file.recovery_delay.clone(), "recovery_delay"),
+            (cli.recovery_delay_ms, file.recovery_delay_ms.clone(), "recovery_delay_ms"),
+            origin,
+        )?,
         0,
         10_000,
         DEFAULT_RECOVERY_DELAY_MS,
         " ms",
     )?;
     let retry = ranged(
-        pick(cli.recovery_retry_ms, file.recovery_retry_ms.clone(), "recovery_retry_ms", origin),
+        millis(
+            (cli.recovery_retry, file.recovery_retry.clone(), "recovery_retry"),
+            (cli.recovery_retry_ms, file.recovery_retry_ms.clone(), "recovery_retry_ms"),
+            origin,
+        )?,
         1,
         60_000,
         DEFAULT_RECOVERY_RETRY_MS,
@@ -1113,7 +1274,7 @@ fn recovery(
     )?;
     let linger_setting = file.recovery_linger.clone().map(|s| {
         let span = s.span();
-        Spanned::new(span, s.into_inner().get())
+        Spanned::new(span, s.into_inner().0)
     });
     let linger = match pick(cli.recovery_linger, linger_setting, "recovery_linger", origin) {
         None => DEFAULT_RECOVERY_LINGER,
@@ -1139,6 +1300,30 @@ fn recovery(
         attempts: attempts as u32,
         linger: Duration::from_secs_f64(linger),
     }))
+}
+
+/// A duration in milliseconds, from its setting in seconds (with units) or from the name earlier
+/// releases gave it, in milliseconds; both at once is refused, naming the one to keep.
+fn millis(
+    (cli, file, key): (Option<f64>, Option<Spanned<Seconds>>, &str),
+    (old_cli, old_file, old_key): (Option<u64>, Option<Spanned<u64>>, &str),
+    origin: &Origin<'_>,
+) -> Result<Option<Named<u64>>, ConfigError> {
+    let file = file.map(|s| Spanned::new(s.span(), s.into_inner().0));
+    match (pick(cli, file, key, origin), pick(old_cli, old_file, old_key, origin)) {
+        (Some(new), Some(old)) => Err(ConfigError(format!(
+            "{} and {}: the same setting twice ({old_key} is its earlier name, in milliseconds): keep {key}",
+            new.name, old.name
+        ))),
+        (Some(Named { value, name }), None) => {
+            // An hour bounds every recovery timer; the range check names the exact bounds.
+            if !(value.is_finite() && (0.0..=3_600.0).contains(&value)) {
+                return Err(ConfigError(format!("{name}: {value} seconds is out of range")));
+            }
+            Ok(Some(Named { value: (value * 1_000.0).round() as u64, name }))
+        }
+        (None, old) => Ok(old),
+    }
 }
 
 /// A byte count as TOML writes it: an integer, or a string with a unit ("512MiB", "1GB").
@@ -1290,7 +1475,9 @@ mod tests {
         assert!(err("connect = \"h:1\"\necho_every = 0").contains("echo_every"));
         assert!(err("connect = \"h:1\"\nduration = 0").contains("duration"));
         assert!(err("connect = \"h:1\"\nreport_interval = 1e-9").contains("report_interval"));
-        assert!(err("connect = \"h:1\"\nreconnect_max_seconds = 0.001").contains("reconnect_max_seconds"));
+        // Named as the setting is now called, on the line of the earlier name.
+        assert!(err("connect = \"h:1\"\nreconnect_max_seconds = 0.001").contains("line 2: reconnect_max: 0.001"));
+        assert!(err("connect = \"h:1\"\nreconnect_max = \"1ms\"").contains("line 2: reconnect_max: 0.001"));
         assert!(err("connect = \"h:1\"\nsymbols = [\"TOOLONGSYM\"]").contains("symbols"));
         assert!(err("connect = \"h:1\"\ninterface = \"127.0.0.1\"").contains("interface"));
         let unknown = err("connect = \"h:1\"\n\nbogus = 1\n");

@@ -17,12 +17,22 @@ use std::time::SystemTime;
 
 fn main() -> ExitCode {
     // `--version` names the git commit built (build.rs), so a report can be traced to its code.
-    let matches =
-        Cli::command().version(env!("MDRELAY_VERSION")).after_help(exit::help(ExitStatus::SUBSCRIBER)).get_matches();
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let command = Cli::command().version(env!("MDRELAY_VERSION")).after_help(exit::help(ExitStatus::SUBSCRIBER));
+    let matches = command.clone().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    cli.given = mdrelay_telemetry::settings::GivenFlag::all(&command, &matches);
+    if cli.docs.requested() {
+        return match cli.docs.generate(command, &mut std::io::stdout().lock()) {
+            Ok(()) => ExitStatus::Success.into(),
+            Err(error) => {
+                eprintln!("mdrelay-sub: error: {error:#}");
+                ExitStatus::Failure.into()
+            }
+        };
+    }
     let check = cli.check;
     let log = cli.log.clone();
-    let settings = match Settings::load(cli) {
+    let (settings, origins) = match Settings::load_with_origins(cli) {
         Ok(s) => s,
         Err(error) => {
             eprintln!("mdrelay-sub: configuration error: {error}");
@@ -35,7 +45,9 @@ fn main() -> ExitCode {
             eprintln!("mdrelay-sub: configuration error: {error:#}");
             return ExitStatus::Config.into();
         }
-        println!("{settings:#?}");
+        let title = "mdrelay-sub: the configuration this run would use";
+        let table = settings.to_table();
+        print!("{}", mdrelay_telemetry::settings::annotated(title, &table, &|key| origins.get(key).cloned()));
         return ExitStatus::Success.into();
     }
     if let Err(error) = mdrelay_telemetry::logs::init(&log, "info", false) {

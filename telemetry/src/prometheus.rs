@@ -16,14 +16,22 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 /// `[metrics]` in either program's configuration file.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct MetricsSection {
     /// Address:port of the scrape endpoint (e.g. "127.0.0.1:9900"); none: no endpoint.
     pub listen: Option<String>,
     /// Seconds the endpoint stays up after the run ends, so the last scrape sees the final
     /// counts (default 0: the program exits at once).
+    #[serde(default, deserialize_with = "crate::units::option_seconds")]
     pub hold: Option<f64>,
+}
+
+impl From<Option<MetricsSettings>> for MetricsSection {
+    /// The section that gives these settings: none, or the endpoint and its hold.
+    fn from(settings: Option<MetricsSettings>) -> MetricsSection {
+        MetricsSection { listen: settings.map(|m| m.listen.to_string()), hold: settings.map(|m| m.hold.as_secs_f64()) }
+    }
 }
 
 /// The endpoint's settings, checked.

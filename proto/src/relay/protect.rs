@@ -197,7 +197,7 @@ impl WireKey {
 
 /// `[protection]` in either program's configuration file. The key itself is never on the
 /// command line (where `ps` shows it), only the file holding it, here.
-#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[derive(Debug, Clone, Default, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProtectionSection {
     /// A CRC-32C after every frame (default false).
@@ -217,6 +217,13 @@ pub struct ProtectionSettings {
     pub key: Option<WireKey>,
     /// Where the key came from, for messages.
     pub key_file: Option<std::path::PathBuf>,
+}
+
+impl From<&ProtectionSettings> for ProtectionSection {
+    /// The section that gives these settings (the key by its file, never the key itself).
+    fn from(settings: &ProtectionSettings) -> ProtectionSection {
+        ProtectionSection { crc: settings.crc, key_file: settings.key_file.clone() }
+    }
 }
 
 impl ProtectionSection {

@@ -133,3 +133,76 @@ fn bad_nats_settings_fail_at_start_naming_the_setting() {
     let e = failure("[nats]\nslow_server = \"later\"\n", &[]);
     assert!(e.contains("slow_server") || e.contains("later"), "{e}");
 }
+
+/// `mdrelay-pub run --check` with the configuration `toml`, `flags` and `env`, to its exit.
+fn check(toml: &str, flags: &[&str], env: &[(&str, &str)]) -> (mdrelay_harness::Finished, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pub.toml");
+    std::fs::write(&path, toml).unwrap();
+    let name = path.to_str().unwrap().to_string();
+    let mut args = vec!["run", "--check", "--config", name.as_str()];
+    args.extend_from_slice(flags);
+    (Process::spawn(publisher_bin(), &args, env).unwrap().finish(STEP), name)
+}
+
+/// A configuration's values, without the origins `--check` writes beside them.
+fn values(text: &str) -> toml::Table {
+    toml::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+#[test]
+fn check_prints_every_setting_with_where_it_came_from() {
+    let file = "format = \"capnp\"\n[tcp]\nlisten = \"127.0.0.1:0\"\ndrain_timeout = \"250ms\"\n\
+                [retransmit]\nring_bytes = \"1MiB\"\n";
+    let (done, path) = check(file, &["--pacing", "rate", "--rate", "5000"], &[("MDRELAY_PUB_LOOPS", "3")]);
+    done.assert_success();
+    let out = &done.stdout;
+    for line in [
+        format!("format = \"capnp\"  # {path}, line 1"),
+        format!("drain_timeout = 0.25  # {path}, line 4"),
+        format!("ring_bytes = 1048576  # {path}, line 6"),
+        "rate = 5000.0  # --rate".to_string(),
+        "mode = \"rate\"  # --pacing".to_string(),
+        "loops = 3  # MDRELAY_PUB_LOOPS".to_string(),
+        "stream = 1  # default".to_string(),
+        "queue = 65536  # default".to_string(),
+    ] {
+        assert!(out.lines().any(|l| l == line), "{line:?} in:\n{out}");
+    }
+    // The text printed is a configuration file giving the same settings.
+    let (again, _) = check(out, &[], &[]);
+    again.assert_success();
+    assert_eq!(values(&again.stdout), values(out));
+}
+
+#[test]
+fn a_bad_value_is_named_with_where_it_came_from() {
+    let tcp = "[tcp]\nlisten = \"127.0.0.1:0\"\n";
+    let (done, path) = check(&format!("{tcp}queue = 3\n"), &[], &[]);
+    assert_eq!(done.code(), Some(2), "{done:?}");
+    assert!(done.stderr.contains(&format!("tcp.queue ({path}, line 3): 3 is out of range")), "{}", done.stderr);
+    let (done, _) = check(tcp, &["--pacing", "rate", "--rate", "0"], &[]);
+    assert_eq!(done.code(), Some(2), "{done:?}");
+    assert!(done.stderr.contains("pacing.rate (--rate): 0 is out of range"), "{}", done.stderr);
+    let (done, _) = check(tcp, &["--pacing", "rate"], &[("MDRELAY_PUB_RATE", "0")]);
+    assert_eq!(done.code(), Some(2), "{done:?}");
+    assert!(done.stderr.contains("pacing.rate (MDRELAY_PUB_RATE): 0 is out of range"), "{}", done.stderr);
+    // Units: a duration and a size that do not read are refused, naming the flag.
+    let (done, _) = check(tcp, &["--drain-timeout", "a while"], &[]);
+    assert_eq!(done.code(), Some(2), "{done:?}");
+    assert!(done.stderr.contains("--drain-timeout") && done.stderr.contains("is not a duration"), "{}", done.stderr);
+    let (done, path) = check(&format!("{tcp}[retransmit]\nring_bytes = \"lots\"\n"), &[], &[]);
+    assert_eq!(done.code(), Some(2), "{done:?}");
+    assert!(done.stderr.contains(&path) && done.stderr.contains("is not a size"), "{}", done.stderr);
+}
+
+#[test]
+fn flags_renamed_for_one_family_keep_their_earlier_names() {
+    let tcp = "[tcp]\nlisten = \"127.0.0.1:0\"\n";
+    let (earlier, _) = check(tcp, &["--symbols", "20", "--messages", "200000", "--seed", "9"], &[]);
+    let (today, _) =
+        check(tcp, &["--synthetic-symbols", "20", "--synthetic-messages", "200000", "--synthetic-seed", "9"], &[]);
+    earlier.assert_success();
+    assert_eq!(values(&earlier.stdout), values(&today.stdout));
+    assert!(today.stdout.contains("symbols = 20  # --synthetic-symbols"), "{}", today.stdout);
+}

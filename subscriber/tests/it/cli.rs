@@ -82,7 +82,12 @@ fn the_example_files_are_valid() {
         seen += 1;
         let done = subscriber(&["--config", path.to_str().unwrap(), "--check"]).finish(STEP);
         assert!(done.status.success(), "{name}: {done:?}");
-        assert!(done.stdout.contains("transport"), "{name}: {}", done.stdout);
+        // What --check prints is itself a configuration, giving the same settings.
+        let printed = done.stdout.clone();
+        assert!(printed.starts_with("# mdrelay-sub: the configuration"), "{name}: {printed}");
+        let (again, _) = run_with_file(&printed, &["--check"]);
+        assert!(again.status.success(), "{name}: {again:?}");
+        assert_eq!(values(&again.stdout), values(&printed), "{name}");
     }
     assert!(seen >= 3, "the example subscriber configurations are missing");
 }
@@ -100,13 +105,24 @@ fn check_prints_the_recovery_and_line_b_settings() {
         "3",
         "--check",
     ];
-    let done = subscriber(&args).finish(STEP);
+    let env = [("MDRELAY_SUB_RECOVERY_ATTEMPTS", "4")];
+    let done = Process::spawn(subscriber_bin(), args, &env).unwrap().finish(STEP);
     assert!(done.status.success(), "{done:?}");
-    for needle in
-        ["server: \"127.0.0.1:9400\"", "delay: 3ms", "retry: 50ms", "attempts: 10", "linger: 2s", "127.0.0.1:9201"]
-    {
+    for needle in [
+        "recovery = \"127.0.0.1:9400\"  # --recovery",
+        "recovery_attempts = 4  # MDRELAY_SUB_RECOVERY_ATTEMPTS",
+        "recovery_delay = 0.003  # --recovery-delay-ms, under its earlier name recovery_delay_ms",
+        "recovery_retry = 0.05  # default",
+        "recovery_linger = 2.0  # default",
+        "listen_b = \"127.0.0.1:9201\"  # --listen-b",
+    ] {
         assert!(done.stdout.contains(needle), "{needle:?} in:\n{}", done.stdout);
     }
+}
+
+/// A configuration's values, without the origins `--check` writes beside them.
+fn values(text: &str) -> toml::Table {
+    toml::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
 #[test]
@@ -186,5 +202,106 @@ fn check_refuses_a_log_filter_that_a_run_refuses() {
         for done in [&run, &check] {
             assert!(done.stderr.contains(case) && done.stderr.contains("not a log filter"), "{case}: {}", done.stderr);
         }
+    }
+}
+
+#[test]
+fn settings_named_in_earlier_releases_are_still_read_as_the_same_settings() {
+    let earlier = "listen = \"127.0.0.1:9200\"\nrecovery = \"127.0.0.1:9400\"\ncount = 500\n\
+                   reconnect_max_seconds = 3\nrecovery_delay_ms = 7\nrecovery_retry_ms = 40\ncore = 0\n";
+    let today = "listen = \"127.0.0.1:9200\"\nrecovery = \"127.0.0.1:9400\"\nmax_messages = 500\n\
+                 reconnect_max = \"3s\"\nrecovery_delay = \"7ms\"\nrecovery_retry = 0.04\nhot_core = 0\n";
+    let (old, _) = run_with_file(earlier, &["--check"]);
+    let (new, _) = run_with_file(today, &["--check"]);
+    assert!(old.status.success() && new.status.success(), "{old:?}\n{new:?}");
+    assert_eq!(values(&old.stdout), values(&new.stdout), "the earlier names mean what the new ones do");
+    for needle in ["max_messages = 500", "reconnect_max = 3.0", "recovery_delay = 0.007", "recovery_retry = 0.04"] {
+        assert!(new.stdout.contains(needle), "{needle:?} in {}", new.stdout);
+    }
+    assert!(old.stdout.contains("line 3, under its earlier name count"), "{}", old.stdout);
+    // The earlier flags too.
+    let flags = |args: &[&str]| {
+        let base = ["--listen", "127.0.0.1:9200", "--recovery", "127.0.0.1:9400", "--check"];
+        subscriber(&base.iter().chain(args).copied().collect::<Vec<_>>()).finish(STEP)
+    };
+    let old = flags(&["--count", "500", "--recovery-delay-ms", "7", "--reconnect-max-seconds", "3"]);
+    let new = flags(&["--max-messages", "500", "--recovery-delay", "7ms", "--reconnect-max", "3000ms"]);
+    assert!(old.status.success(), "{old:?}");
+    assert_eq!(values(&old.stdout), values(&new.stdout));
+    // One setting under both names is refused, naming the one to keep.
+    let (both, _) = run_with_file(&format!("{today}recovery_delay_ms = 7\n"), &[]);
+    assert_eq!(both.code(), Some(2), "{both:?}");
+    assert!(both.stderr.contains("the same setting twice") && both.stderr.contains("keep recovery_delay"), "{both:?}");
+}
+
+#[test]
+fn durations_take_units_and_a_bad_one_is_named_with_its_line() {
+    let (done, path) = run_with_file("connect = \"127.0.0.1:9100\"\nreport_interval = \"soon\"\n", &[]);
+    assert_eq!(done.code(), Some(2), "{done:?}");
+    assert!(done.stderr.contains(&path) && done.stderr.contains("line 2"), "{}", done.stderr);
+    assert!(done.stderr.contains("\"soon\" is not a duration"), "{}", done.stderr);
+    let flag = subscriber(&["--connect", "127.0.0.1:9100", "--duration", "a while"]).finish(STEP);
+    assert_eq!(flag.code(), Some(2), "{flag:?}");
+    assert!(flag.stderr.contains("--duration") && flag.stderr.contains("is not a duration"), "{}", flag.stderr);
+}
+
+/// The flags both programs take for the same thing, spelled alike in each one's `--help`.
+const SHARED_FLAGS: &[&str] = &[
+    "-c, --config",
+    "--check",
+    "--profile",
+    "--idle",
+    "--hot-core",
+    "--max-messages",
+    "--duration",
+    "--metrics-listen",
+    "--metrics-hold",
+    "--log-format",
+    "--log-level",
+    "--generate-completions",
+    "--generate-man",
+];
+
+#[test]
+fn both_programs_spell_shared_settings_alike_and_generate_their_docs() {
+    let publisher = |args: &[&str]| Process::start(mdrelay_harness::publisher_bin(), args).finish(STEP);
+    // The publisher's settings are `run`'s; the documentation flags are the program's.
+    let pub_help = publisher(&["run", "--help"]).stdout + &publisher(&["--help"]).stdout;
+    let sub_help = subscriber(&["--help"]).finish(STEP).stdout;
+    for flag in SHARED_FLAGS {
+        for (program, help) in [("mdrelay-pub", &pub_help), ("mdrelay-sub", &sub_help)] {
+            assert!(help.contains(flag), "{program} --help lists {flag}: {help}");
+        }
+    }
+    // Every setting's flag can be given in the environment too, by a name of the program's own.
+    assert!(pub_help.contains("[env: MDRELAY_PUB_HOT_CORE=]"), "{pub_help}");
+    assert!(sub_help.contains("[env: MDRELAY_SUB_HOT_CORE=]"), "{sub_help}");
+    // Man pages: the program's, and one per subcommand of the publisher's.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    publisher(&["--generate-man", out]).assert_success();
+    subscriber(&["--generate-man", out]).finish(STEP).assert_success();
+    for (page, flag) in
+        [("mdrelay-pub.1", "generate\\-man"), ("mdrelay-pub-run.1", "hot\\-core"), ("mdrelay-sub.1", "hot\\-core")]
+    {
+        let text = std::fs::read_to_string(dir.path().join(page)).unwrap_or_else(|e| panic!("{page}: {e}"));
+        assert!(text.starts_with(".ie") || text.contains(".TH"), "{page} is a man page");
+        assert!(text.contains(flag), "{page} documents {flag}");
+    }
+    let missing = subscriber(&["--generate-man", "/nonexistent/mdrelay/man1"]).finish(STEP);
+    assert_eq!(missing.code(), Some(1), "{missing:?}");
+    assert!(missing.stderr.contains("/nonexistent/mdrelay/man1 is not a directory"), "{missing:?}");
+    // Completions that bash loads, offering the flags.
+    for (program, bin) in
+        [("mdrelay-pub", mdrelay_harness::publisher_bin()), ("mdrelay-sub", mdrelay_harness::subscriber_bin())]
+    {
+        let script = Process::start(&bin, ["--generate-completions", "bash"]).finish(STEP);
+        script.assert_success();
+        assert!(script.stdout.contains("--hot-core"), "{program}: {}", script.stdout);
+        let path = dir.path().join(format!("{program}.bash"));
+        std::fs::write(&path, &script.stdout).unwrap();
+        let load = format!("source {} && complete -p {program}", path.display());
+        let loaded = Process::start("bash", ["-c", load.as_str()]).finish(STEP);
+        assert!(loaded.status.success() && loaded.stdout.contains(program), "{program}: {loaded:?}");
     }
 }
