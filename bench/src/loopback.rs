@@ -135,7 +135,7 @@ pub struct LoopbackArgs {
     /// Pin the publisher's hot thread to this CPU (`mdrelay-pub --hot-core`).
     #[arg(long)]
     pub hot_core: Option<usize>,
-    /// Pin the subscriber's receive thread to this CPU (`mdrelay-sub --core`).
+    /// Pin the subscriber's receive thread to this CPU (`mdrelay-sub --hot-core`).
     #[arg(long)]
     pub sub_core: Option<usize>,
     /// Bytes per ping of the latency floor, about one relay frame.
@@ -481,7 +481,7 @@ pub(crate) fn run_one(plan: &Plan<'_>) -> Result<Row> {
     sub_args.extend(["--report-interval".into(), "0".into(), "--histogram-log".into(), hlog.display().to_string()]);
     sub_args.extend(plan.profile.flag(plan.profile.subscriber));
     if let Some(core) = args.sub_core {
-        sub_args.extend(["--core".into(), core.to_string()]);
+        sub_args.extend(["--hot-core".into(), core.to_string()]);
     }
     let spawn = |bin: &Path, args: &[String]| {
         Process::spawn(bin, args, &[]).with_context(|| format!("starting {}", bin.display()))

@@ -71,7 +71,7 @@ pub fn run(args: &RecoveryArgs) -> Result<()> {
         let sub_json = path(dir.path(), "sub.json");
         let pub_json = path(dir.path(), "pub.json");
         let interface = Host::Sub1.addr(Line::A).to_string();
-        let delay = args.delay_ms.to_string();
+        let delay = format!("{}ms", args.delay_ms);
         let mut sub = hosts.start(
             Host::Sub1,
             &subscriber,
@@ -82,7 +82,7 @@ pub fn run(args: &RecoveryArgs) -> Result<()> {
                 &interface,
                 "--recovery",
                 SERVICE,
-                "--recovery-delay-ms",
+                "--recovery-delay",
                 &delay,
                 "--from-start",
                 "--report-interval",
