@@ -67,7 +67,7 @@ fn main() -> ExitCode {
                         r.volume += u64::from(t.size);
                         r.notional += i128::from(t.size) * i128::from(t.price.0);
                         trades += 1;
-                        if trades % every == 0
+                        if trades.is_multiple_of(every)
                             && write_table(&mut out, &format!("after {trades} trades"), &symbols).is_err()
                         {
                             return ExitCode::SUCCESS;

@@ -59,7 +59,7 @@ impl Poller {
             }
         }
         self.rounds = self.rounds.wrapping_add(1);
-        if self.rounds % HOUSEKEEPING_ROUNDS == 0 { Idle::Yield } else { Idle::Poll }
+        if self.rounds.is_multiple_of(HOUSEKEEPING_ROUNDS) { Idle::Yield } else { Idle::Poll }
     }
 }
 

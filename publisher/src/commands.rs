@@ -138,7 +138,7 @@ pub fn synth(args: &SynthArgs) -> Result<()> {
         packets += 1;
         // The header's count (a 40-byte parse, no message is read); heartbeats count none.
         messages += Segment::parse(segment.bytes).map_or(0, |s| u64::from(s.header.message_count));
-        if packets % PROGRESS_EVERY == 0 {
+        if packets.is_multiple_of(PROGRESS_EVERY) {
             bar.set_position(messages);
         }
     }
@@ -196,7 +196,7 @@ pub fn convert(args: &ConvertArgs) -> Result<()> {
         let w = writer.as_mut().expect("created above");
         w.write_frame(packet.timestamp_ns, packet.data).with_context(|| format!("writing {}", args.out.display()))?;
         packets += 1;
-        if packets % PROGRESS_EVERY == 0 {
+        if packets.is_multiple_of(PROGRESS_EVERY) {
             progress.update(packets);
         }
     }

@@ -899,12 +899,10 @@ impl FileConfig {
         } else if let Some(live) = s.live {
             let listen = socket_addr("source.live.listen", &live.listen)?;
             let group = live.group.as_deref().map(|g| ipv4("source.live.group", g)).transpose()?;
-            if let Some(g) = group {
-                if !g.is_multicast() {
-                    bail!(
-                        "source.live.group: {g} is not a multicast address (224.0.0.0/4); for unicast leave group out"
-                    );
-                }
+            if let Some(g) = group
+                && !g.is_multicast()
+            {
+                bail!("source.live.group: {g} is not a multicast address (224.0.0.0/4); for unicast leave group out");
             }
             if group.is_none() && listen.ip().is_multicast() {
                 bail!(
@@ -1237,10 +1235,10 @@ fn upstream_source(u: &UpstreamSection) -> Result<Upstream> {
     if host.is_empty() || !port.parse::<u16>().is_ok_and(|p| p != 0) {
         bail!("source.upstream.connect: {connect:?} is not host:port with a port from 1 to 65535");
     }
-    if let Ok(addr) = connect.parse::<SocketAddr>() {
-        if addr.ip().is_unspecified() || addr.ip().is_multicast() {
-            bail!("source.upstream.connect: {} is not an address to connect to; give the upstream host's", addr.ip());
-        }
+    if let Ok(addr) = connect.parse::<SocketAddr>()
+        && (addr.ip().is_unspecified() || addr.ip().is_multicast())
+    {
+        bail!("source.upstream.connect: {} is not an address to connect to; give the upstream host's", addr.ip());
     }
     let idle =
         within("source.upstream.idle_timeout", u.idle_timeout.unwrap_or(0.0), 0.0, 86_400.0, "seconds (0: never)")?;

@@ -131,10 +131,10 @@ impl Outputs {
                 }
             }
         }
-        if let Some((coalescer, out)) = &mut self.nats {
-            if coalescer.push(sequence, format, frame, |d| out.send(d.bytes, stop)).is_err() {
-                summary.nats_oversized_frames += 1;
-            }
+        if let Some((coalescer, out)) = &mut self.nats
+            && coalescer.push(sequence, format, frame, |d| out.send(d.bytes, stop)).is_err()
+        {
+            summary.nats_oversized_frames += 1;
         }
         if let Some((coalescer, fanout)) = &mut self.tcp {
             // A frame within the record limit always fits: frames are limited far below it.

@@ -46,10 +46,10 @@ fn main() -> ExitCode {
     let matches = Cli::command().get_matches();
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // Where each setting came from is worked out from the flags as given.
-    if let (Some(Command::Run(args)), Some(run)) = (&mut cli.command, matches.subcommand_matches("run")) {
-        if let Some(command) = Cli::command().find_subcommand("run") {
-            args.given = mdrelay_telemetry::settings::GivenFlag::all(command, run);
-        }
+    if let (Some(Command::Run(args)), Some(run)) = (&mut cli.command, matches.subcommand_matches("run"))
+        && let Some(command) = Cli::command().find_subcommand("run")
+    {
+        args.given = mdrelay_telemetry::settings::GivenFlag::all(command, run);
     }
     let command = match cli.command {
         Some(command) => command,

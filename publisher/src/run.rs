@@ -483,11 +483,11 @@ pub fn run(args: &RunArgs) -> Result<()> {
             // A literal address was checked with the configuration; a host name naming this
             // publisher is the same mistake, once resolved. Each attempt checks again (a name
             // may move), but then the relay has begun.
-            if u.connect.parse::<std::net::SocketAddr>().is_err() {
-                if let Ok(addrs) = std::net::ToSocketAddrs::to_socket_addrs(u.connect.as_str()) {
-                    for addr in addrs {
-                        config::check_not_self(addr, &own).exit_status(ExitStatus::Config)?;
-                    }
+            if u.connect.parse::<std::net::SocketAddr>().is_err()
+                && let Ok(addrs) = std::net::ToSocketAddrs::to_socket_addrs(u.connect.as_str())
+            {
+                for addr in addrs {
+                    config::check_not_self(addr, &own).exit_status(ExitStatus::Config)?;
                 }
             }
             Some(UpstreamSource::Tcp(Box::new(TcpUpstream::connect(u.clone(), own, Arc::default())?)))
@@ -519,11 +519,11 @@ pub fn run(args: &RunArgs) -> Result<()> {
     runtime.block_on(mdrelay_telemetry::prometheus::hold(hold));
     // The stream ended (with its END) because the upstream refused this relay or was lost for
     // good: a failed run.
-    if let Some(upstream) = &summary.engine.upstream {
-        if let Some(error) = &upstream.error {
-            let status = if upstream.refused { ExitStatus::Refused } else { ExitStatus::UpstreamLost };
-            return Err(anyhow::anyhow!(error.clone())).exit_status(status);
-        }
+    if let Some(upstream) = &summary.engine.upstream
+        && let Some(error) = &upstream.error
+    {
+        let status = if upstream.refused { ExitStatus::Refused } else { ExitStatus::UpstreamLost };
+        return Err(anyhow::anyhow!(error.clone())).exit_status(status);
     }
     Ok(())
 }

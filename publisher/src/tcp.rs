@@ -223,10 +223,10 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, server: Server) {
         Ok(Ended::Stream) => {}
         Ok(Ended::Killed) => {
             // Cut off at the end of the drain time: what it was never given is dropped for it.
-            if !stats.disconnected_slow() {
-                if let Some(next) = out.feed.next() {
-                    stats.dropped(server.shared.position.next_sequence().saturating_sub(next));
-                }
+            if !stats.disconnected_slow()
+                && let Some(next) = out.feed.next()
+            {
+                stats.dropped(server.shared.position.next_sequence().saturating_sub(next));
             }
             reset(stream)
         }

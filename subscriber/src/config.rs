@@ -640,10 +640,10 @@ impl Settings {
     /// line, the flag, or the environment variable.
     pub fn load_with_origins(cli: Cli) -> Result<(Settings, BTreeMap<String, String>), ConfigError> {
         let mut origins = BTreeMap::new();
-        if let Some(path) = &cli.config {
-            if let Ok(text) = std::fs::read_to_string(path) {
-                origins = mdrelay_telemetry::settings::file_origins(path, &text);
-            }
+        if let Some(path) = &cli.config
+            && let Ok(text) = std::fs::read_to_string(path)
+        {
+            origins = mdrelay_telemetry::settings::file_origins(path, &text);
         }
         for flag in &cli.given {
             let key = match flag.long.as_str() {

@@ -120,11 +120,11 @@ async fn run(settings: Settings, build_info: Option<metrics::Gauge>) -> ExitStat
     };
     // This runs on the thread that receives (a current-thread runtime): pinning it pins the
     // receive loop, and the runtime's helper threads started later keep the whole machine.
-    if let Some(core) = settings.core {
-        if let Err(error) = mdrelay_subscriber::cpu::pin_current_thread(core) {
-            eprintln!("mdrelay-sub: error: core: cannot pin the receive thread to CPU {core}: {error}");
-            return ExitStatus::Failure;
-        }
+    if let Some(core) = settings.core
+        && let Err(error) = mdrelay_subscriber::cpu::pin_current_thread(core)
+    {
+        eprintln!("mdrelay-sub: error: core: cannot pin the receive thread to CPU {core}: {error}");
+        return ExitStatus::Failure;
     }
     tracing::info!(profile = %settings.profile, idle = %settings.idle, core = ?settings.core, busy_poll = settings.busy_poll, "receive loop");
     let mut pipeline = Pipeline::new(&settings, histogram_log, started);

@@ -510,7 +510,7 @@ async fn receive(
         rounds = rounds.wrapping_add(1);
         // Ready events are taken before ticks and signals, which are looked at first every few
         // dozen events (and whenever the subscriber waits).
-        let woke = if rounds % EVENTS_BETWEEN_LOOKS == 0 {
+        let woke = if rounds.is_multiple_of(EVENTS_BETWEEN_LOOKS) {
             tokio::select! {
                 biased;
                 event = control.next() => Woke::Control(event),

@@ -232,10 +232,10 @@ impl HistogramExport {
         let mut new = run.clone();
         // A run's histogram only grows; one that does not contain the last (another run's,
         // other bounds) is exported whole.
-        if let Some(exported) = &self.exported {
-            if new.subtract(exported).is_err() {
-                new = run.clone();
-            }
+        if let Some(exported) = &self.exported
+            && new.subtract(exported).is_err()
+        {
+            new = run.clone();
         }
         record_interval(summary, &new);
         self.exported = Some(run.clone());
