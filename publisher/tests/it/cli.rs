@@ -24,6 +24,8 @@ fn without_file(mut reference: Value) -> Value {
 
 #[test]
 fn inspect_json_equals_the_expected_files() {
+    // A whole capture read or written: CPU a serial test must not share.
+    let _shared = mdrelay_harness::shared();
     for (capture, expected_name) in [("DEEP10.pcap.gz", "DEEP10.json"), ("TOPS16.pcap.gz", "TOPS16.json")] {
         let path = iex_data().join(capture);
         let ours = json(&publisher(&["inspect", "--json", path.to_str().unwrap()]));
@@ -35,6 +37,8 @@ fn inspect_json_equals_the_expected_files() {
 
 #[test]
 fn inspect_text_names_symbols_in_dollars() {
+    // A whole capture read or written: CPU a serial test must not share.
+    let _shared = mdrelay_harness::shared();
     let path = iex_data().join("DEEP10.pcap.gz");
     let output = publisher(&["inspect", path.to_str().unwrap()]);
     output.assert_success();
@@ -64,6 +68,8 @@ fn a_file_that_is_not_a_capture_fails_with_its_name() {
 
 #[test]
 fn synth_writes_what_the_reference_reader_reads() {
+    // A whole capture read or written: CPU a serial test must not share.
+    let _shared = mdrelay_harness::shared();
     let dir = tempfile::tempdir().unwrap();
     for (name, extra) in [("day.pcap", vec![]), ("day.pcapng.gz", vec!["--format", "pcapng", "--gzip"])] {
         let path = dir.path().join(name);
@@ -98,6 +104,8 @@ fn synth_refuses_too_few_messages_with_the_minimum() {
 
 #[test]
 fn convert_keeps_every_count() {
+    // A whole capture read or written: CPU a serial test must not share.
+    let _shared = mdrelay_harness::shared();
     let dir = tempfile::tempdir().unwrap();
     let source = iex_data().join("TOPS16.pcap.gz");
     let expected = reference_output(&source);
@@ -178,6 +186,7 @@ fn a_port_in_use_exits_1() {
 
 #[test]
 fn an_upstream_that_refuses_the_relay_exits_3_and_one_never_reached_exits_4() {
+    let _shared = mdrelay_harness::shared();
     use mdrelay_proto::codec::Format;
     use mdrelay_proto::relay::{Hello, RecordTag, control_record};
     use std::io::{Read, Write};
