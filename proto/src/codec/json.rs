@@ -586,41 +586,6 @@ const fn mask(fields: &[F]) -> u64 {
     m
 }
 
-/// The fields each type carries, besides `type`.
-const fn fields_of(t: Type) -> u64 {
-    use F::*;
-    match t {
-        Type::SystemEvent => mask(&[event, timestamp]),
-        Type::SecurityDirectory => mask(&[flags, timestamp, symbol, round_lot_size, adjusted_poc_price, luld_tier]),
-        Type::TradingStatus => mask(&[status, timestamp, symbol, reason]),
-        Type::RetailLiquidityIndicator => mask(&[indicator, timestamp, symbol]),
-        Type::OperationalHaltStatus => mask(&[status, timestamp, symbol]),
-        Type::ShortSalePriceTestStatus => mask(&[in_effect, timestamp, symbol, detail]),
-        Type::SecurityEvent => mask(&[event, timestamp, symbol]),
-        Type::PriceLevelUpdate => mask(&[side, event_flags, timestamp, symbol, size, price]),
-        Type::QuoteUpdate => mask(&[flags, timestamp, symbol, bid_size, bid_price, ask_price, ask_size]),
-        Type::TradeReport | Type::TradeBreak => mask(&[sale_condition, timestamp, symbol, size, price, trade_id]),
-        Type::OfficialPrice => mask(&[price_type, timestamp, symbol, price]),
-        Type::AuctionInformation => mask(&[
-            auction_type,
-            timestamp,
-            symbol,
-            paired_shares,
-            reference_price,
-            indicative_clearing_price,
-            imbalance_shares,
-            imbalance_side,
-            extension_number,
-            scheduled_auction_time,
-            auction_book_clearing_price,
-            collar_reference_price,
-            lower_auction_collar,
-            upper_auction_collar,
-        ]),
-        Type::Unknown => mask(&[kind, bytes]),
-    }
-}
-
 /// Reads one message object.
 struct MessageSeed<'s> {
     bytes: &'s mut Vec<u8>,
@@ -720,97 +685,89 @@ impl<'de> Visitor<'de> for MessageSeed<'_> {
     }
 }
 
-/// The message of type `t` from its checked values.
-fn build<E: de::Error>(t: Type, v: &Values, bytes: &[u8]) -> Result<Parsed, E> {
-    let ts = v.get(F::timestamp);
-    let symbol = v.symbol;
-    let trade = || Trade {
-        sale_condition: v.get(F::sale_condition),
-        timestamp: ts,
-        symbol,
-        size: v.get(F::size),
-        price: v.price(F::price),
-        trade_id: v.get(F::trade_id),
-    };
-    let m = match t {
-        Type::SystemEvent => Message::SystemEvent(SystemEvent { event: v.get(F::event), timestamp: ts }),
-        Type::SecurityDirectory => Message::SecurityDirectory(SecurityDirectory {
-            flags: v.get(F::flags),
-            timestamp: ts,
-            symbol,
-            round_lot_size: v.get(F::round_lot_size),
-            adjusted_poc_price: v.price(F::adjusted_poc_price),
-            luld_tier: v.get(F::luld_tier),
-        }),
-        Type::TradingStatus => {
-            Message::TradingStatus(TradingStatus { status: v.get(F::status), timestamp: ts, symbol, reason: v.reason })
-        }
-        Type::RetailLiquidityIndicator => Message::RetailLiquidityIndicator(RetailLiquidityIndicator {
-            indicator: v.get(F::indicator),
-            timestamp: ts,
-            symbol,
-        }),
-        Type::OperationalHaltStatus => {
-            Message::OperationalHaltStatus(OperationalHaltStatus { status: v.get(F::status), timestamp: ts, symbol })
-        }
-        Type::ShortSalePriceTestStatus => Message::ShortSalePriceTestStatus(ShortSalePriceTestStatus {
-            in_effect: v.get(F::in_effect),
-            timestamp: ts,
-            symbol,
-            detail: v.get(F::detail),
-        }),
-        Type::SecurityEvent => Message::SecurityEvent(SecurityEvent { event: v.get(F::event), timestamp: ts, symbol }),
-        Type::PriceLevelUpdate => Message::PriceLevelUpdate(PriceLevelUpdate {
-            side: v.side,
-            event_flags: v.get(F::event_flags),
-            timestamp: ts,
-            symbol,
-            size: v.get(F::size),
-            price: v.price(F::price),
-        }),
-        Type::QuoteUpdate => Message::QuoteUpdate(QuoteUpdate {
-            flags: v.get(F::flags),
-            timestamp: ts,
-            symbol,
-            bid_size: v.get(F::bid_size),
-            bid_price: v.price(F::bid_price),
-            ask_price: v.price(F::ask_price),
-            ask_size: v.get(F::ask_size),
-        }),
-        Type::TradeReport => Message::TradeReport(trade()),
-        Type::TradeBreak => Message::TradeBreak(trade()),
-        Type::OfficialPrice => Message::OfficialPrice(OfficialPrice {
-            price_type: v.get(F::price_type),
-            timestamp: ts,
-            symbol,
-            price: v.price(F::price),
-        }),
-        Type::AuctionInformation => Message::AuctionInformation(AuctionInformation {
-            auction_type: v.get(F::auction_type),
-            timestamp: ts,
-            symbol,
-            paired_shares: v.get(F::paired_shares),
-            reference_price: v.price(F::reference_price),
-            indicative_clearing_price: v.price(F::indicative_clearing_price),
-            imbalance_shares: v.get(F::imbalance_shares),
-            imbalance_side: v.get(F::imbalance_side),
-            extension_number: v.get(F::extension_number),
-            scheduled_auction_time: v.get(F::scheduled_auction_time),
-            auction_book_clearing_price: v.price(F::auction_book_clearing_price),
-            collar_reference_price: v.price(F::collar_reference_price),
-            lower_auction_collar: v.price(F::lower_auction_collar),
-            upper_auction_collar: v.price(F::upper_auction_collar),
-        }),
-        Type::Unknown => {
-            let k: u8 = v.get(F::kind);
-            let (start, len) = v.hex;
-            let data = bytes.get(start..start + len).unwrap_or_default();
-            unknown_problem(k, data).map_err(E::custom)?;
-            return Ok(Parsed::Unknown { kind: k, start, len });
-        }
-    };
-    Ok(Parsed::Known(m))
+/// How a model field is read back from a message object's checked values.
+trait JsonValue {
+    /// The value of field `f`.
+    fn from_values(v: &Values, f: F) -> Self;
 }
+
+macro_rules! json_integer_values {
+    ($($int:ty),*) => {$(
+        impl JsonValue for $int {
+            #[inline(always)]
+            fn from_values(v: &Values, f: F) -> Self {
+                v.get(f)
+            }
+        }
+    )*};
+}
+json_integer_values!(u8, u32, i64);
+
+impl JsonValue for Price {
+    #[inline(always)]
+    fn from_values(v: &Values, f: F) -> Self {
+        v.price(f)
+    }
+}
+
+impl JsonValue for Symbol {
+    #[inline(always)]
+    fn from_values(v: &Values, _: F) -> Self {
+        v.symbol
+    }
+}
+
+impl JsonValue for [u8; 4] {
+    #[inline(always)]
+    fn from_values(v: &Values, _: F) -> Self {
+        v.reason
+    }
+}
+
+impl JsonValue for Side {
+    #[inline(always)]
+    fn from_values(v: &Values, _: F) -> Self {
+        v.side
+    }
+}
+
+/// Which fields each type carries and how its message is built, from the message table. Every
+/// field, the side included, is one of the object's: both sides of a price level update are one
+/// JSON type, whose second entry in the table is never reached.
+macro_rules! json_reader {
+    ($($wire:ident $name:literal = $kind:ident => $variant:ident($ty:ident { $($fixed:ident: $fixed_value:path),* } {
+        $($field:ident: $field_type:tt),* $(,)?
+    })),* $(,)?) => {
+        /// The fields each type carries, besides `type`.
+        #[allow(unreachable_patterns)]
+        const fn fields_of(t: Type) -> u64 {
+            match t {
+                $(Type::$variant => mask(&[$(F::$fixed,)* $(F::$field),*]),)*
+                Type::Unknown => mask(&[F::kind, F::bytes]),
+            }
+        }
+
+        /// The message of type `t` from its checked values.
+        #[allow(unreachable_patterns)]
+        fn build<E: de::Error>(t: Type, v: &Values, bytes: &[u8]) -> Result<Parsed, E> {
+            let m = match t {
+                $(Type::$variant => Message::$variant($ty {
+                    $($fixed: JsonValue::from_values(v, F::$fixed),)*
+                    $($field: JsonValue::from_values(v, F::$field),)*
+                }),)*
+                Type::Unknown => {
+                    let k: u8 = v.get(F::kind);
+                    let (start, len) = v.hex;
+                    let data = bytes.get(start..start + len).unwrap_or_default();
+                    unknown_problem(k, data).map_err(E::custom)?;
+                    return Ok(Parsed::Unknown { kind: k, start, len });
+                }
+            };
+            Ok(Parsed::Known(m))
+        }
+    };
+}
+for_each_message_type!(json_reader);
 
 fn side_named(name: &str) -> Option<Side> {
     match name {
