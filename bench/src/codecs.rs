@@ -150,10 +150,10 @@ fn load(args: &CodecArgs) -> Result<(String, Vec<Vec<u8>>)> {
         Some(path) => {
             let mut reader = CaptureReader::open(&path)?;
             while let Some(packet) = reader.next_packet()? {
-                if let Ok(datagram) = link::udp_datagram(packet.link_type, packet.data) {
-                    if Segment::parse(datagram.payload).is_ok() {
-                        payloads.push(datagram.payload.to_vec());
-                    }
+                if let Ok(datagram) = link::udp_datagram(packet.link_type, packet.data)
+                    && Segment::parse(datagram.payload).is_ok()
+                {
+                    payloads.push(datagram.payload.to_vec());
                 }
             }
             Ok((path.display().to_string(), payloads))

@@ -120,10 +120,10 @@ pub fn parse(text: &str) -> Scrape {
     let mut samples = BTreeMap::new();
     for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
         // The value follows the last space (label values here contain none after the '}').
-        if let Some((series, value)) = line.rsplit_once(' ') {
-            if let Ok(v) = value.parse::<f64>() {
-                samples.insert(series.to_string(), v);
-            }
+        if let Some((series, value)) = line.rsplit_once(' ')
+            && let Ok(v) = value.parse::<f64>()
+        {
+            samples.insert(series.to_string(), v);
         }
     }
     Scrape { samples, text: text.to_string() }

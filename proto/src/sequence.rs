@@ -527,11 +527,11 @@ mod tests {
         let mut t = SequenceTracker::new();
         let mut segments = 0;
         while let Ok(Some(packet)) = reader.next_packet() {
-            if let Ok(d) = crate::link::udp_datagram(packet.link_type, packet.data) {
-                if let Ok(s) = Segment::parse(d.payload) {
-                    assert!(t.observe(&s.header).is_new());
-                    segments += 1;
-                }
+            if let Ok(d) = crate::link::udp_datagram(packet.link_type, packet.data)
+                && let Ok(s) = Segment::parse(d.payload)
+            {
+                assert!(t.observe(&s.header).is_new());
+                segments += 1;
             }
         }
         assert_eq!(segments, mdrelay_harness::expected("DEEP10.json")["segments"]);

@@ -71,7 +71,7 @@ async fn dropped_calls() {
     publisher.finish(RUN).assert_success();
 
     // UDP, 2 % dropped on the way and recovered while calls are dropped.
-    let link = LossyLink::start(|seq| mix(seq) % 50 == 0);
+    let link = LossyLink::start(|seq| mix(seq).is_multiple_of(50));
     let retransmit = format!("127.0.0.1:{}", free_tcp_port());
     let mut subscriber = Builder::udp("127.0.0.1:0").recovery(&retransmit).build_async().await.unwrap();
     link.forward_to(subscriber.local_addrs()[0]);

@@ -27,7 +27,7 @@ fn deep10_udp_publisher(destinations: &[&str], extra: &[&str]) -> Process {
 fn five_percent_loss_is_recovered_exactly() {
     let _serial = serial();
     // One frame per datagram; the DATA datagrams of one frame in twenty are dropped.
-    let link = LossyLink::start(|seq| mix(seq) % 20 == 0);
+    let link = LossyLink::start(|seq| mix(seq).is_multiple_of(20));
     let retransmit = format!("127.0.0.1:{}", mdrelay_harness::free_tcp_port());
     let mut subscriber = Builder::udp("127.0.0.1:0").recovery(&retransmit).build().unwrap();
     link.forward_to(subscriber.local_addrs()[0]);
@@ -63,7 +63,7 @@ fn five_percent_loss_is_recovered_exactly() {
 #[test]
 fn two_lines_that_lose_different_frames_give_every_frame_once() {
     let _serial = serial();
-    let a = LossyLink::start(|seq| mix(seq) % 10 == 0);
+    let a = LossyLink::start(|seq| mix(seq).is_multiple_of(10));
     let b = LossyLink::start(|seq| mix(seq) % 10 == 1);
     let mut subscriber = Builder::udp("127.0.0.1:0").line_b("127.0.0.1:0").build().unwrap();
     let lines = subscriber.local_addrs();

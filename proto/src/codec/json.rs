@@ -840,7 +840,7 @@ impl Visitor<'_> for HexSeed<'_> {
     fn visit_str<E: de::Error>(self, s: &str) -> Result<(usize, usize), E> {
         // Checked before anything is appended: the scratch grows by at most what the frame
         // itself holds, and never past one IEX block.
-        if s.len() % 2 != 0 {
+        if !s.len().is_multiple_of(2) {
             return Err(E::custom("bytes: an odd number of hex digits"));
         }
         if s.len() / 2 > MAX_UNKNOWN_LEN {

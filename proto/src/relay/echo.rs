@@ -91,10 +91,10 @@ pub struct EchoGate {
 impl EchoGate {
     /// Checks `echo` against `log` and this sender's previous echo; remembers it when it passes.
     pub fn admit(&mut self, log: &SentLog, echo: &Echo) -> Result<(), EchoRejected> {
-        if let Some(last) = self.last {
-            if echo.sequence <= last {
-                return Err(EchoRejected::NotAfter(echo.sequence, last));
-            }
+        if let Some(last) = self.last
+            && echo.sequence <= last
+        {
+            return Err(EchoRejected::NotAfter(echo.sequence, last));
         }
         log.check(echo)?;
         self.last = Some(echo.sequence);

@@ -87,10 +87,10 @@ impl FrameRing {
     fn release_chunks(&mut self) {
         let keep_from = self.frames.front().map_or(self.first_chunk + self.chunks.len() as u64, |f| f.chunk);
         while self.first_chunk < keep_from && self.chunks.len() > 1 {
-            if let Some(chunk) = self.chunks.pop_front() {
-                if chunk.capacity() == CHUNK {
-                    self.spare = Some(chunk);
-                }
+            if let Some(chunk) = self.chunks.pop_front()
+                && chunk.capacity() == CHUNK
+            {
+                self.spare = Some(chunk);
             }
             self.first_chunk += 1;
         }

@@ -703,12 +703,11 @@ fn an_upstream_that_refuses_is_silent_or_is_not_a_publisher_fails_the_relay_nami
 fn first_deep10_segment() -> Vec<u8> {
     let mut reader = mdrelay_proto::capture::CaptureReader::open(Path::new(&deep10())).unwrap();
     while let Some(packet) = reader.next_packet().unwrap() {
-        if let Ok(datagram) = mdrelay_proto::link::udp_datagram(packet.link_type, packet.data) {
-            if let Ok(segment) = mdrelay_proto::iextp::Segment::parse(datagram.payload) {
-                if segment.blocks().count() > 0 {
-                    return datagram.payload.to_vec();
-                }
-            }
+        if let Ok(datagram) = mdrelay_proto::link::udp_datagram(packet.link_type, packet.data)
+            && let Ok(segment) = mdrelay_proto::iextp::Segment::parse(datagram.payload)
+            && segment.blocks().count() > 0
+        {
+            return datagram.payload.to_vec();
         }
     }
     panic!("DEEP10 has no segment with messages");

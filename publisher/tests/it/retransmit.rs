@@ -689,7 +689,7 @@ impl LossyLink {
                 let Ok(n) = socket.recv(&mut buf) else { continue };
                 if let Ok(h) = DatagramHeader::parse(&buf[..n])
                     && h.kind == DatagramKind::Data
-                    && mix(h.sequence) % 100 == 0
+                    && mix(h.sequence).is_multiple_of(100)
                 {
                     dropped.extend(h.sequence..h.sequence + u64::from(h.frame_count));
                     continue;

@@ -1,9 +1,7 @@
 //! `mdrelay-sub`'s configuration as a user meets it: the messages for bad settings (exit code
 //! 2), and the example files under config/.
 
-mod common;
-
-use common::subscriber;
+use crate::common::subscriber;
 use mdrelay_harness::{Finished, Process, STEP, subscriber_bin};
 use std::path::PathBuf;
 

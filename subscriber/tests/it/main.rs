@@ -6,8 +6,6 @@
 
 mod common;
 
-// Its own `mod common;` finds common/ beside it only when loaded by path, as a mod.rs file.
-#[path = "cli.rs"]
 mod cli;
 mod hostile;
 mod nats;

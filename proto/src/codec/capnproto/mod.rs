@@ -256,15 +256,15 @@ impl CapnpCodec {
 
     fn unpacked_frame_len(&self, buf: &[u8]) -> Result<Option<usize>, DecodeError> {
         // One segment, the usual case: its size is in the first word.
-        if let Some(first) = buf.get(..WORD) {
-            if first[..4] == [0; 4] {
-                let size = u32::from_le_bytes(first[4..].try_into().expect("4 bytes")) as usize;
-                let len = size.saturating_mul(WORD).saturating_add(WORD);
-                if len > self.limits.max_frame {
-                    return Err(too_long(Format::Capnp, len, self.limits.max_frame));
-                }
-                return Ok((buf.len() >= len).then_some(len));
+        if let Some(first) = buf.get(..WORD)
+            && first[..4] == [0; 4]
+        {
+            let size = u32::from_le_bytes(first[4..].try_into().expect("4 bytes")) as usize;
+            let len = size.saturating_mul(WORD).saturating_add(WORD);
+            if len > self.limits.max_frame {
+                return Err(too_long(Format::Capnp, len, self.limits.max_frame));
             }
+            return Ok((buf.len() >= len).then_some(len));
         }
         let mut table = TableReader::new(Format::Capnp, self.limits.max_frame);
         let mut at = 0;

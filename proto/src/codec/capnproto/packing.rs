@@ -470,23 +470,24 @@ impl<'a> PackedTable<'a> {
     pub(super) fn read(buf: &'a [u8], max_frame: usize) -> Result<Option<PackedTable<'a>>, DecodeError> {
         // One segment, the usual case: a tag with the low four bits clear (segment count - 1 is
         // zero) and the size's non-zero bytes.
-        if let Some(&tag) = buf.first() {
-            if tag & 0x0f == 0 && tag != 0 {
-                let len = 1 + usize::from(NONZERO[usize::from(tag)]);
-                if buf.len() < len {
-                    return Ok(None);
-                }
-                let first = match buf.get(1..1 + WORD) {
-                    Some(window) => Portable.expand(tag, u64::from_le_bytes(window.try_into().expect("8 bytes"))),
-                    None => expand_short(tag, &buf[1..len]),
-                };
-                let total_words = 1 + (first >> 32) as usize;
-                if total_words > max_frame / WORD {
-                    return Err(too_long(Format::CapnpPacked, total_words * WORD, max_frame));
-                }
-                let rest = Unpacker { src: buf, pos: len, zeros: 0, raw: 0 };
-                return Ok(Some(PackedTable { table_words: 1, first, total_words, rest }));
+        if let Some(&tag) = buf.first()
+            && tag & 0x0f == 0
+            && tag != 0
+        {
+            let len = 1 + usize::from(NONZERO[usize::from(tag)]);
+            if buf.len() < len {
+                return Ok(None);
             }
+            let first = match buf.get(1..1 + WORD) {
+                Some(window) => Portable.expand(tag, u64::from_le_bytes(window.try_into().expect("8 bytes"))),
+                None => expand_short(tag, &buf[1..len]),
+            };
+            let total_words = 1 + (first >> 32) as usize;
+            if total_words > max_frame / WORD {
+                return Err(too_long(Format::CapnpPacked, total_words * WORD, max_frame));
+            }
+            let rest = Unpacker { src: buf, pos: len, zeros: 0, raw: 0 };
+            return Ok(Some(PackedTable { table_words: 1, first, total_words, rest }));
         }
         let mut table = TableReader::new(Format::CapnpPacked, max_frame);
         let mut rest = Unpacker::new(buf);

@@ -148,7 +148,7 @@ mod tests {
     use super::*;
 
     fn aligned(b: &[u8]) -> bool {
-        b.as_ptr() as usize % 8 == 0
+        (b.as_ptr() as usize).is_multiple_of(8)
     }
 
     #[test]

@@ -1122,7 +1122,7 @@ impl StreamConnection {
         let payload = &self.buf.data()[RecordHeader::LEN..total];
         // Raw frames are read byte by byte; other formats may read words in place (Cap'n Proto
         // does), so they get an aligned copy when a record before broke alignment.
-        let payload = if header.format != Format::Raw && payload.as_ptr() as usize % 8 != 0 {
+        let payload = if header.format != Format::Raw && !(payload.as_ptr() as usize).is_multiple_of(8) {
             self.aligned.hold(payload)
         } else {
             payload
