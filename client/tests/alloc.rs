@@ -3,8 +3,6 @@
 //! of the first frames (buffers grow to the largest record seen, codecs are made per format).
 //! The subscriber's runtime runs on the calling thread, so everything it does is counted.
 
-// A binary of its own: its counting global allocator would count the other tests' allocations.
-#[path = "it/common/mod.rs"]
 mod common;
 
 use common::*;

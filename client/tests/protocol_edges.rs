@@ -62,7 +62,6 @@ fn greet(listener: &TcpListener, next: u64) -> (TcpStream, Subscribe) {
 
 #[test]
 fn a_resume_whose_replay_starts_with_data_is_a_resume_and_a_later_format_switch_is_not_a_failed_one() {
-    let _shared = mdrelay_harness::shared();
     let sbe = frames(Format::Sbe, 6);
     let capnp = frames(Format::Capnp, 8);
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -128,7 +127,6 @@ fn datagram(format: Format, sequence: u64, frame: &[u8]) -> Vec<u8> {
 
 #[test]
 fn a_retransmission_service_refusing_with_a_reason_past_the_limit_is_a_refusal_with_that_reason_cut() {
-    let _shared = mdrelay_harness::shared();
     let reason: Vec<u8> = b"this service is closed for maintenance; ".iter().copied().cycle().take(5000).collect();
     let service = TcpListener::bind("127.0.0.1:0").unwrap();
     let service_addr = service.local_addr().unwrap();
@@ -170,7 +168,6 @@ fn a_retransmission_service_refusing_with_a_reason_past_the_limit_is_a_refusal_w
 
 #[test]
 fn echoes_a_publisher_never_reads_are_each_counted_once_sent_or_dropped_at_the_end() {
-    let _shared = mdrelay_harness::shared();
     // Far more echoes than the kernel's buffers and the subscriber's bound on echoes waiting
     // hold: at the end some wait unsent.
     const FRAMES: u64 = 600_000;

@@ -4,7 +4,7 @@
 //! older than the stream keeps is given up as gone and the subscriber goes on; a late joiner
 //! starts at a time; and a server that requires a user and password.
 
-use crate::common;
+mod common;
 
 use common::*;
 use mdrelay_client::{Builder, Counters, Error, Event, Subscriber, Waited};

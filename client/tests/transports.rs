@@ -7,7 +7,7 @@
 //! the kernel drops on a loaded machine, so what they receive is exact whatever the load; what
 //! they had to recover is printed.
 
-use crate::common;
+mod common;
 
 use common::*;
 use mdrelay_client::{Builder, Subscriber};

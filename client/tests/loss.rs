@@ -3,7 +3,7 @@
 //! two lines that lose different frames, a TCP connection cut mid-stream and resumed, and late
 //! joiners with and without `from_start`. Every result is compared with the reference output.
 
-use crate::common;
+mod common;
 
 use common::*;
 use mdrelay_client::{Builder, Event, Line, Subscriber};

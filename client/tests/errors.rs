@@ -4,7 +4,7 @@
 //! peers made here for what a publisher of this build cannot send: another protocol version,
 //! and a peer that is not a publisher at all.
 
-use crate::common;
+mod common;
 
 use common::*;
 use mdrelay_client::{Builder, ErrorKind, Protection};
@@ -101,7 +101,6 @@ fn a_wrong_key_a_protection_mismatch_and_a_refusal_are_typed_errors_naming_the_p
 
 #[test]
 fn another_protocol_version_and_a_peer_that_is_not_a_publisher_are_told_apart() {
-    let _shared = mdrelay_harness::shared();
     // A greeting of protocol version 99: a publisher of a later release.
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -128,7 +127,6 @@ fn another_protocol_version_and_a_peer_that_is_not_a_publisher_are_told_apart() 
 
 #[test]
 fn a_name_that_does_not_resolve_and_a_port_in_use_fail_the_build() {
-    let _shared = mdrelay_harness::shared();
     let e = Builder::tcp("no-such-host.invalid:9100").build().unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unreachable, "{e}");
     assert!(e.to_string().starts_with("no-such-host.invalid:9100: cannot resolve"), "{e}");
@@ -148,7 +146,6 @@ fn a_name_that_does_not_resolve_and_a_port_in_use_fail_the_build() {
 
 #[test]
 fn a_publisher_that_cannot_be_reached_within_the_limit_is_unreachable() {
-    let _shared = mdrelay_harness::shared();
     // A port nobody listens on: every attempt is refused.
     let port = mdrelay_harness::free_tcp_port();
     let address = format!("127.0.0.1:{port}");

@@ -4,7 +4,7 @@
 //! run, handed over from the replay to the live subject. Each subscriber's messages are
 //! aggregated here and compared with the independent reference outputs in ../shared.
 
-use crate::common;
+mod common;
 
 use common::*;
 use mdrelay_client::{Builder, Subscriber};

@@ -4,7 +4,7 @@
 //! being made while calls are dropped), losing nothing; and the `Stream` adapter's owned events
 //! over TOPS16.
 
-use crate::common;
+mod common;
 
 use common::*;
 use futures_core::Stream;
