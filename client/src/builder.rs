@@ -262,7 +262,8 @@ impl Builder {
         self
     }
 
-    /// Recovery: ask again after this long without an answer (1 ms to 60 s, default 50 ms).
+    /// Recovery: ask again after this long without an answer (1 ms to 60 s, default 50 ms); the
+    /// wait doubles with each further unanswered request for the same frames, up to 8 times.
     pub fn recovery_retry(mut self, retry: Duration) -> Builder {
         self.recovery_retry = Some(retry);
         self

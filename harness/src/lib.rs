@@ -40,7 +40,9 @@ pub use bins::{bench_bin, example_bin, loopback_group_subscriber, publisher_bin,
 pub use data::{deep10_tcp_config, expected, iex_data, reference_output, reference_reader};
 pub use formats::formats;
 pub use nats::{NatsCluster, NatsServer, nats_cli, nats_stream_state, nats_tool};
-pub use net::{LossyLink, accept_within, cutting_proxy, free_tcp_port, free_udp_port, mangling_proxy, mix};
+pub use net::{
+    LossyLink, accept_within, cutting_proxy, delaying_proxy, free_tcp_port, free_udp_port, mangling_proxy, mix,
+};
 pub use netns::{Host, Hosts, Line};
 pub use process::{Failure, Finished, Process, STEP, Signal};
 pub use report::{assert_aggregates, assert_matches_reference, json_file};

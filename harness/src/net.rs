@@ -122,6 +122,45 @@ where
     (addr, thread)
 }
 
+/// A proxy on loopback that forwards one connection to `target` and holds every byte from
+/// `target` for `delay` before it goes on to the client, as a far or loaded service would; the
+/// other way is copied as it is. Returns the address to connect to and the thread, which ends
+/// once the connection is set up (or fails the test when it does not come within
+/// [`crate::STEP`]); the forwarding ends with the connection.
+pub fn delaying_proxy(target: SocketAddr, delay: Duration) -> (SocketAddr, JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1:0");
+    let addr = listener.local_addr().expect("the proxy's address");
+    let thread = std::thread::spawn(move || {
+        let client = accept_within(&listener, crate::STEP);
+        let upstream = TcpStream::connect(target).unwrap_or_else(|e| panic!("the proxy cannot reach {target}: {e}"));
+        let (mut c_read, mut u_write) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut c_read, &mut u_write);
+        });
+        let (held, due) = std::sync::mpsc::channel::<(std::time::Instant, Vec<u8>)>();
+        let mut u_read = upstream;
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 16384];
+            while let Ok(k) = u_read.read(&mut buf) {
+                if k == 0 || held.send((std::time::Instant::now() + delay, buf[..k].to_vec())).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut c_write = client;
+        std::thread::spawn(move || {
+            for (at, bytes) in due {
+                std::thread::sleep(at.saturating_duration_since(std::time::Instant::now()));
+                if c_write.write_all(&bytes).is_err() {
+                    break;
+                }
+            }
+            let _ = c_write.shutdown(std::net::Shutdown::Both);
+        });
+    });
+    (addr, thread)
+}
+
 /// A splitmix64 step: a lossy link's hash of a frame number, so the frames dropped are spread
 /// like random loss and the same on every run.
 pub fn mix(seq: u64) -> u64 {

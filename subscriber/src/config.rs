@@ -129,7 +129,7 @@ pub struct Cli {
     #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_RECOVERY_DELAY")]
     pub recovery_delay: Option<f64>,
     /// Recovery: how long without an answer before asking again, seconds or e.g. 50ms (default
-    /// 50ms).
+    /// 50ms); doubles with each further unanswered request for the same frames, up to 8 times.
     #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_RECOVERY_RETRY")]
     pub recovery_retry: Option<f64>,
     /// Earlier releases' name of --recovery-delay, in milliseconds.

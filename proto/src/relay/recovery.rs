@@ -3,7 +3,12 @@
 //! service's connection places ([`ServiceSlots`]: who may hold one, and who makes way).
 //!
 //! A gap is asked for only after a delay (reordering on the way usually fills it first), then
-//! again at the retry interval while it stays open, up to a number of attempts. A frame filled
+//! again while it stays open, up to a number of attempts: first after the retry interval, or
+//! twice the time answers have been taking when that is longer, and after twice as long with
+//! each request that goes unanswered, up to [`RETRY_DOUBLINGS`] doublings. A service that is
+//! slow to answer (loaded, or far) is so asked less often rather than more, and a `BUSY` answer
+//! (over its rate limit) holds every request back for a retry interval without using up the
+//! gap's attempts. A frame filled
 //! by a retransmission counts as recovered, with the time since its gap was seen; one filled by
 //! the original arriving late counts as filled by reordering; one the publisher answers "gone"
 //! for, one older than the receiver's window, or one still open when attempts run out counts as
@@ -15,6 +20,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// Missing ranges tracked at once.
 pub const MAX_GAPS: usize = 16_384;
+
+/// How many times the wait before a gap is asked again doubles (to eight times the retry
+/// interval). Without it, every open gap is asked again at each retry interval however slow the
+/// answers are, and the requests outgrow what the service answers within its rate limit: its
+/// `BUSY` answers then delay every gap further, and the loss no longer recovers.
+pub const RETRY_DOUBLINGS: u32 = 3;
 
 /// What became of the frames found missing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -50,7 +61,8 @@ struct Gap {
 pub struct RecoveryPolicy {
     /// Wait this long after a gap is seen before asking, ns.
     pub delay_ns: i64,
-    /// Ask again after this long without an answer, ns.
+    /// Ask again after this long without an answer, ns; doubled with each further request for
+    /// the same gap, up to [`RETRY_DOUBLINGS`] times.
     pub retry_ns: i64,
     /// Requests per gap before it is given up.
     pub attempts: u32,
@@ -63,6 +75,21 @@ pub struct RecoveryPolicy {
 pub struct GapList {
     gaps: BTreeMap<u64, Gap>,
     counts: RecoveryCounts,
+    /// Nothing is asked before this time, ns: the service said it was busy.
+    hold_until: i64,
+    /// How long answers take, ns, smoothed (an eighth of each new sample, as TCP smooths its
+    /// round-trip time); 0 before the first. Sampled only from a gap's first request, whose
+    /// answer cannot be mistaken for a later request's.
+    answer_ns: i64,
+}
+
+impl RecoveryPolicy {
+    /// How long to wait for an answer to a gap's request number `attempts` before asking again,
+    /// when answers have been taking `answer_ns`.
+    pub fn retry_after(&self, attempts: u32, answer_ns: i64) -> i64 {
+        let doublings = attempts.saturating_sub(1).min(RETRY_DOUBLINGS);
+        self.retry_ns.max(answer_ns.saturating_mul(2)).saturating_mul(1 << doublings)
+    }
 }
 
 impl GapList {
@@ -116,6 +143,16 @@ impl GapList {
     pub fn fill(&mut self, seq: u64, recovered: bool, now: i64) -> Option<i64> {
         let first = self.holding(seq)?;
         let mut gap = self.gaps.remove(&first)?;
+        if recovered
+            && gap.attempts == 1
+            && let Some(asked) = gap.asked
+        {
+            let sample = now.saturating_sub(asked).max(0);
+            self.answer_ns = match self.answer_ns {
+                0 => sample,
+                smoothed => smoothed.saturating_add(sample.saturating_sub(smoothed) / 8),
+            };
+        }
         if recovered {
             // The service answers: attempts count from here, so a gap larger than a request's
             // range, served a part per request, never runs out of them while it progresses.
@@ -158,6 +195,22 @@ impl GapList {
         given_up
     }
 
+    /// The service answered `BUSY` at `now` to the request for frames from `first` (0 when it
+    /// made the connection leave for another client). That request does not count against its
+    /// gap's attempts (the service said "not now", not "not here"), and nothing is asked for the
+    /// next `retry_ns`, so a service over its rate limit is not asked faster than it answers.
+    /// A gap so held still ends: it grows too old for the window, or is given up at the end.
+    pub fn busy(&mut self, first: u64, now: i64, retry_ns: i64) {
+        if first > 0
+            && let Some(start) = self.holding(first)
+            && let Some(gap) = self.gaps.get_mut(&start)
+        {
+            gap.attempts = gap.attempts.saturating_sub(1);
+            gap.asked = Some(now);
+        }
+        self.hold_until = self.hold_until.max(now.saturating_add(retry_ns));
+    }
+
     /// Gives up on every frame below `low` (the receiver's window no longer reaches it).
     pub fn give_up_below(&mut self, low: u64) -> u64 {
         match self.gaps.first_key_value() {
@@ -175,6 +228,9 @@ impl GapList {
     /// given up.
     pub fn due(&mut self, now: i64, policy: &RecoveryPolicy, max_requests: usize) -> Vec<RetransmitRequest> {
         let mut requests = Vec::new();
+        if now < self.hold_until {
+            return requests;
+        }
         let mut exhausted = Vec::new();
         for (&first, gap) in self.gaps.iter_mut() {
             if requests.len() >= max_requests {
@@ -182,7 +238,7 @@ impl GapList {
             }
             let waited = match gap.asked {
                 None => now.saturating_sub(gap.seen) >= policy.delay_ns,
-                Some(asked) => now.saturating_sub(asked) >= policy.retry_ns,
+                Some(asked) => now.saturating_sub(asked) >= policy.retry_after(gap.attempts, self.answer_ns),
             };
             if !waited {
                 continue;
@@ -367,9 +423,12 @@ mod tests {
         }
         assert_eq!(gaps.open_frames(), 6);
         assert_eq!(gaps.due(110, &POLICY, 10), vec![RetransmitRequest { first: 14, count: 4 }]);
-        // Progress reset the attempts: two more without an answer, then it is given up.
+        // Progress reset the attempts: two more without an answer (the second waited for twice
+        // the retry), then it is given up.
         assert_eq!(gaps.due(210, &POLICY, 10), vec![RetransmitRequest { first: 14, count: 4 }]);
         assert!(gaps.due(310, &POLICY, 10).is_empty());
+        assert_eq!(gaps.open_frames(), 6, "the second request is still waited for");
+        assert!(gaps.due(410, &POLICY, 10).is_empty());
         assert_eq!(gaps.counts().frames_unrecoverable, 6);
         assert_eq!(gaps.counts().frames_recovered, 4);
         assert!(gaps.is_empty());
@@ -419,5 +478,54 @@ mod tests {
         }
         assert_eq!(gaps.due(100, &POLICY, 3).len(), 3);
         assert_eq!(gaps.counts().requests, 3);
+    }
+
+    #[test]
+    fn unanswered_requests_are_asked_again_after_a_doubling_wait() {
+        let policy = RecoveryPolicy { delay_ns: 0, retry_ns: 100, attempts: 10, max_frames: 4 };
+        let mut gaps = GapList::new();
+        gaps.open(1, 2, 0);
+        let mut asked_at = Vec::new();
+        for now in 0..3_000 {
+            if !gaps.due(now, &policy, 10).is_empty() {
+                asked_at.push(now);
+            }
+        }
+        // 100, 200, 400, then eight times the retry from there on.
+        assert_eq!(asked_at, vec![0, 100, 300, 700, 1_500, 2_300]);
+    }
+
+    #[test]
+    fn busy_holds_every_request_back_without_using_up_attempts() {
+        let policy = RecoveryPolicy { delay_ns: 0, retry_ns: 100, attempts: 1, max_frames: 4 };
+        let mut gaps = GapList::new();
+        gaps.open(5, 6, 0);
+        gaps.open(9, 10, 0);
+        assert_eq!(gaps.due(0, &policy, 1), vec![RetransmitRequest { first: 5, count: 1 }]);
+        gaps.busy(5, 10, policy.retry_ns);
+        // Held back: not even the gap not asked for yet.
+        assert!(gaps.due(50, &policy, 10).is_empty());
+        // The busy request was not an attempt: its gap is asked again, not given up.
+        let asked = gaps.due(110, &policy, 10);
+        assert_eq!(asked, vec![RetransmitRequest { first: 5, count: 1 }, RetransmitRequest { first: 9, count: 1 }]);
+        assert_eq!(gaps.counts().frames_unrecoverable, 0);
+        // Without an answer, the one attempt is used up.
+        assert!(gaps.due(210, &policy, 10).is_empty());
+        assert_eq!(gaps.counts().frames_unrecoverable, 2);
+    }
+
+    #[test]
+    fn slow_answers_make_the_retry_wait_longer() {
+        let policy = RecoveryPolicy { delay_ns: 0, retry_ns: 100, attempts: 10, max_frames: 4 };
+        let mut gaps = GapList::new();
+        gaps.open(1, 2, 0);
+        gaps.open(5, 6, 0);
+        assert_eq!(gaps.due(0, &policy, 1).len(), 1);
+        // Frame 1 is answered 300 after its first request: requests now wait 600 for an answer.
+        assert_eq!(gaps.fill(1, true, 300), Some(300));
+        let asked: Vec<u64> = gaps.due(300, &policy, 10).iter().map(|r| r.first).collect();
+        assert_eq!(asked, vec![5]);
+        assert!(gaps.due(899, &policy, 10).is_empty());
+        assert_eq!(gaps.due(900, &policy, 10), vec![RetransmitRequest { first: 5, count: 1 }]);
     }
 }

@@ -222,10 +222,12 @@ impl RecoveryBook {
         self.given_up.other_session += self.gaps.give_up(first, first.saturating_add(count));
     }
 
-    /// The service was over its rate limit, or made this connection leave for another client;
-    /// the frames are asked again at their retry.
-    pub fn busy(&mut self) {
+    /// The service was over its rate limit for the request from `first`, or made this
+    /// connection leave for another client (`first` 0), at `now`: nothing is asked for a retry
+    /// interval, and the frames are asked again after it without using up an attempt.
+    pub fn busy(&mut self, first: u64, now: i64) {
         self.busy_answers += 1;
+        self.gaps.busy(first, now, self.policy.retry_ns);
     }
 
     /// The service answered a connection with BUSY (it was full); the frames are asked again at

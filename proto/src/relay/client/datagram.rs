@@ -1053,7 +1053,7 @@ impl DatagramReceiver {
             }
             ConnectionEvent::Busy { first, .. } => {
                 if let Some(book) = reader.book_mut() {
-                    book.busy();
+                    book.busy(first, now);
                 }
                 events.push_back(DatagramEvent::RecoveryBusy { first });
             }
