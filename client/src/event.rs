@@ -631,7 +631,7 @@ mod tests {
     fn every_known_type_gives_up_its_borrow_and_unknown_ones_keep_their_bytes() {
         // One message of each type the model knows, in its documented layout.
         for &k in &kind::ALL {
-            let mut bytes = vec![0u8; kind::layout_len(k).unwrap()];
+            let mut bytes = vec![0u8; mdrelay_proto::message::layout_len(k).unwrap()];
             bytes[0] = k;
             if bytes.len() >= 18 {
                 bytes[10..18].copy_from_slice(b"AA      ");

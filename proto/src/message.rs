@@ -218,11 +218,6 @@ pub mod kind {
         OFFICIAL_PRICE,
         AUCTION_INFORMATION,
     ];
-
-    /// The length of the documented layout of `kind`, or `None` for a type the model does not know.
-    pub const fn layout_len(kind: u8) -> Option<usize> {
-        super::layout_len_of(kind)
-    }
 }
 
 /// S: a system-wide event (start of messages, regular hours, end of day...).
@@ -485,8 +480,9 @@ macro_rules! iex_layout {
     ($($wire:ident $name:literal = $kind:ident => $variant:ident($ty:ident { $($fixed:ident: $fixed_value:path),* } {
         $($field:ident: $field_type:tt),* $(,)?
     })),* $(,)?) => {
-        /// See [`kind::layout_len`].
-        const fn layout_len_of(type_byte: u8) -> Option<usize> {
+        /// The length of the documented layout of the message type `type_byte` (a [`kind`]), or
+        /// `None` for a type the model does not know.
+        pub const fn layout_len(type_byte: u8) -> Option<usize> {
             match type_byte {
                 $(kind::$kind => Some(1 $(+ <$field_type as IexField>::LEN)*),)*
                 _ => None,
@@ -575,7 +571,7 @@ impl Message<'_> {
     pub fn iex_len(&self) -> usize {
         match self {
             Message::Unknown(m) => m.bytes.len(),
-            other => kind::layout_len(other.kind()).unwrap_or(0),
+            other => layout_len(other.kind()).unwrap_or(0),
         }
     }
 }
@@ -587,7 +583,7 @@ mod tests {
     #[test]
     fn every_known_layout_round_trips_and_truncation_is_an_error() {
         for &k in &kind::ALL {
-            let len = kind::layout_len(k).unwrap();
+            let len = layout_len(k).unwrap();
             let mut bytes: Vec<u8> = (0..len as u8).map(|b| b.wrapping_mul(37)).collect();
             bytes[0] = k;
             let message = Message::parse(&bytes).unwrap();

@@ -155,7 +155,7 @@ proptest! {
 #[test]
 fn every_known_layout_round_trips() {
     for k in kind::ALL {
-        let len = kind::layout_len(k).unwrap();
+        let len = mdrelay_proto::message::layout_len(k).unwrap();
         // Bytes 0x80.. in symbols, reasons and flags too.
         let mut bytes: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(37).wrapping_add(200)).collect();
         bytes[0] = k;

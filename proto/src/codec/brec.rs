@@ -65,7 +65,7 @@
 use super::filter::SymbolFilter;
 use super::format::Format;
 use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, batch_count};
-use crate::message::{Message, PriceLevelUpdate, QuoteUpdate, Side, Trade, UnknownMessage, kind};
+use crate::message::{Message, PriceLevelUpdate, QuoteUpdate, Side, Trade, UnknownMessage, kind, layout_len};
 use crate::price::{Price, Symbol};
 use ::brec::{CrcU32, PACKET_SIG, PacketHeader, ReadBlockFromSlice, SignatureU32, StaticPayloadSignature, WriteTo};
 use std::borrow::Cow;
@@ -245,7 +245,7 @@ fn unknown_problem(m: &UnknownMessage<'_>) -> Option<&'static str> {
         Some("unknown message longer than 65535 bytes")
     } else if m.bytes[0] != m.kind {
         Some("unknown message whose bytes do not start with its type byte")
-    } else if kind::layout_len(m.kind).is_some() {
+    } else if layout_len(m.kind).is_some() {
         Some("unknown message whose type byte is a known type")
     } else {
         None
@@ -340,7 +340,7 @@ fn read_record(body: &[u8], at: usize, base: usize) -> Result<Option<Record<'_>>
     let Some(&kind) = bytes.first() else {
         return Err(error(base + at + 2, "payload record of 0 bytes: a message holds at least its type byte"));
     };
-    if let Some(layout) = kind::layout_len(kind)
+    if let Some(layout) = layout_len(kind)
         && layout != len
     {
         return Err(error(
@@ -686,7 +686,7 @@ fn visit_record<const FILTER: bool, F: FnMut(&Message<'_>), S: FnMut(u8)>(
 ) {
     let kind = record.bytes[0];
     if FILTER {
-        let symbol = match kind::layout_len(kind) {
+        let symbol = match layout_len(kind) {
             Some(_) if kind != kind::SYSTEM_EVENT => record.bytes.get(SYMBOL_AT..SYMBOL_AT + 8),
             _ => None,
         };

@@ -52,7 +52,7 @@ use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, MAX_BATCH, bat
 use crate::message::{
     AuctionInformation, Message, OfficialPrice, OperationalHaltStatus, PriceLevelUpdate, QuoteUpdate,
     RetailLiquidityIndicator, SecurityDirectory, SecurityEvent, ShortSalePriceTestStatus, Side, SystemEvent, Trade,
-    TradingStatus, UnknownMessage, kind,
+    TradingStatus, UnknownMessage, kind, layout_len,
 };
 use crate::price::{Price, Symbol};
 use flatbuffers::{FlatBufferBuilder, InvalidFlatbuffer, Push, Vector, VerifierOptions, WIPOffset};
@@ -671,7 +671,7 @@ mod direct {
 /// Why an unknown message cannot go into a frame, if it cannot; `total` counts its bytes and all
 /// before it in the batch.
 fn check_unknown(m: &UnknownMessage<'_>, total: usize) -> Result<(), &'static str> {
-    if kind::layout_len(m.kind).is_some() {
+    if layout_len(m.kind).is_some() {
         return Err("unknown message of a type the model knows: its kinds byte would select that type's vector");
     }
     if m.bytes.first() != Some(&m.kind) {
@@ -962,7 +962,7 @@ fn field_of(kind: u8) -> &'static str {
 fn exhausted(kind: u8, at: usize) -> DecodeError {
     let field = field_of(kind);
     let shown = if kind.is_ascii_graphic() { format!("{:?}", kind as char) } else { format!("0x{kind:02x}") };
-    let what = if kind::layout_len(kind).is_none() {
+    let what = if layout_len(kind).is_none() {
         format!("Batch.kinds entry {shown}: a type the model does not know, and no {field} entry left")
     } else {
         format!("Batch.kinds entry {shown}: no {field} entry left")

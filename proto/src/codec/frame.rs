@@ -114,7 +114,7 @@ pub(crate) fn unknown_problem(kind: u8, bytes: &[u8]) -> Result<(), &'static str
         Err("unknown message longer than 65535 bytes")
     } else if bytes[0] != kind {
         Err("unknown message whose bytes do not start with its type byte")
-    } else if crate::message::kind::layout_len(kind).is_some() {
+    } else if crate::message::layout_len(kind).is_some() {
         Err("unknown message whose type byte is a known type")
     } else {
         Ok(())

@@ -7,7 +7,7 @@ use super::filter::SymbolFilter;
 use super::format::Format;
 use super::frame::{BatchHeader, DecodeError, EncodeError, Limits};
 use crate::iextp::{self, Segment, SegmentHeader};
-use crate::message::{Message, kind};
+use crate::message::{Message, kind, layout_len};
 
 /// Where an IEX message with a symbol has it: after its type, flag and timestamp.
 const SYMBOL_AT: usize = 10;
@@ -138,7 +138,7 @@ impl RawCodec {
         self.walk(frame, |block| {
             let Some(&kind) = block.first() else { return false };
             let symbol = block.get(SYMBOL_AT..).and_then(<[u8]>::first_chunk::<8>);
-            match (kind::layout_len(kind), symbol) {
+            match (layout_len(kind), symbol) {
                 // A known type with a symbol, whole, of another symbol: counted, not decoded.
                 (Some(len), Some(symbol)) if kind != kind::SYSTEM_EVENT && block.len() >= len => {
                     if filter.matches(*symbol) {

@@ -679,7 +679,7 @@ mod tests {
     #[test]
     fn every_known_type_costs_its_iex_layout_plus_seven_bytes() {
         for kind in crate::message::kind::ALL {
-            let len = crate::message::kind::layout_len(kind).unwrap();
+            let len = crate::message::layout_len(kind).unwrap();
             let mut bytes = vec![7u8; len];
             bytes[0] = kind;
             let message = Message::parse(&bytes).unwrap();

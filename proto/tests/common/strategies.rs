@@ -27,7 +27,7 @@ pub fn known() -> impl Strategy<Value = Message<'static>> {
         if k != kind::SYSTEM_EVENT {
             bytes[10..18].copy_from_slice(&symbol.0);
         }
-        let len = kind::layout_len(k).unwrap();
+        let len = mdrelay_proto::message::layout_len(k).unwrap();
         // A known type's layout holds only fixed-width fields: every byte string of its length
         // is a message, and the message borrows nothing.
         Message::parse(&bytes[..len]).unwrap().to_static().unwrap()
@@ -36,7 +36,7 @@ pub fn known() -> impl Strategy<Value = Message<'static>> {
 
 pub fn spec() -> impl Strategy<Value = Spec> {
     let unknown = (
-        any::<u8>().prop_filter("not a known type", |k| kind::layout_len(*k).is_none()),
+        any::<u8>().prop_filter("not a known type", |k| mdrelay_proto::message::layout_len(*k).is_none()),
         proptest::collection::vec(any::<u8>(), 0..120),
     )
         .prop_map(|(k, mut rest)| {
