@@ -119,7 +119,7 @@ impl JsonCodec {
     pub fn frame_len(&self, buf: &[u8]) -> Result<Option<usize>, DecodeError> {
         let max = self.limits.max_frame;
         let window = &buf[..buf.len().min(max)];
-        match window.iter().position(|&b| b == b'\n') {
+        match memchr::memchr(b'\n', window) {
             Some(end) => Ok(Some(end + 1)),
             None if buf.len() >= max => {
                 Err(error(max, format!("no newline within the {max}-byte frame limit: line too long")))
@@ -136,7 +136,7 @@ impl JsonCodec {
         if frame.len() > max {
             return Err(error(0, format!("frame of {} bytes exceeds the {max}-byte limit", frame.len())));
         }
-        match frame.iter().position(|&b| b == b'\n') {
+        match memchr::memchr(b'\n', frame) {
             Some(end) if end + 1 == frame.len() => {}
             Some(end) => return Err(error(end + 1, "bytes after the frame's newline")),
             None => return Err(error(frame.len(), "the frame does not end with a newline")),
