@@ -12,14 +12,45 @@ use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// A TCP port on 127.0.0.1 that was free a moment ago.
+/// A TCP port on 127.0.0.1 that was free a moment ago, and that no other test of this process
+/// is given.
 pub fn free_tcp_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("binding 127.0.0.1:0").port()
+    unused_port(|port| TcpListener::bind(("127.0.0.1", port)).is_ok()).unwrap_or_else(|| {
+        TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("binding 127.0.0.1:0").port()
+    })
 }
 
-/// A UDP port on 127.0.0.1 that was free a moment ago.
+/// A UDP port on 127.0.0.1 that was free a moment ago, and that no other test of this process
+/// is given.
 pub fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0").and_then(|s| s.local_addr()).expect("binding 127.0.0.1:0").port()
+    unused_port(|port| UdpSocket::bind(("127.0.0.1", port)).is_ok()).unwrap_or_else(|| {
+        UdpSocket::bind("127.0.0.1:0").and_then(|s| s.local_addr()).expect("binding 127.0.0.1:0").port()
+    })
+}
+
+/// A port below the kernel's ephemeral range for which `free` holds, from a counter no two calls
+/// of this process share; `None` when the range leaves no room below it.
+///
+/// A port the kernel picked for `bind(0)` is released before the test's server binds it, and
+/// in between any `connect` or `bind(0)` on the machine may be given it (tests running side by
+/// side make many): a NATS node then fails to start. Below the ephemeral range only explicit
+/// binds take ports, so one handed out here stays free unless another program asks for it by
+/// number. Each test process starts at its own offset (its pid).
+fn unused_port(free: impl Fn(u16) -> bool) -> Option<u16> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOWEST: u32 = 10_000;
+    let ephemeral_start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    let span = ephemeral_start.checked_sub(LOWEST).filter(|&span| span >= 1_000)?;
+    let offset = std::process::id().wrapping_mul(7_919) % span;
+    (0..span).find_map(|_| {
+        let port = LOWEST + (offset + NEXT.fetch_add(1, Ordering::Relaxed)) % span;
+        let port = u16::try_from(port).ok()?;
+        free(port).then_some(port)
+    })
 }
 
 /// Accepts one connection within `limit`, then sets `limit` as its read and write timeouts, so
@@ -33,15 +64,21 @@ pub fn accept_within(listener: &TcpListener, limit: Duration) -> TcpStream {
     stream
 }
 
-/// A proxy on loopback that forwards the first two connections to `target`, cutting the first
-/// after `cut_after` bytes from `target` (both ways shut down, as a broken link would); returns
-/// the address to connect to and the thread, which ends after the second connection is set up
-/// (or fails the test when it does not come within [`crate::STEP`]).
-pub fn cutting_proxy(target: SocketAddr, cut_after: usize) -> (SocketAddr, JoinHandle<()>) {
+/// A proxy on loopback for `connections` connections to `target`. Bytes from the client go on as
+/// they are; each connection's bytes from `target` are handed to `forward(n, from_target,
+/// to_client)` on a thread of their own (`n` counts connections from 0), which decides what
+/// reaches the client and when. Returns the address to connect to and the accepting thread, which
+/// ends once the last connection is set up (or fails the test when one does not come within
+/// [`crate::STEP`]).
+fn proxy<F>(target: SocketAddr, connections: usize, forward: F) -> (SocketAddr, JoinHandle<()>)
+where
+    F: Fn(usize, TcpStream, TcpStream) + Send + Sync + 'static,
+{
     let listener = TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1:0");
     let addr = listener.local_addr().expect("the proxy's address");
+    let forward = std::sync::Arc::new(forward);
     let thread = std::thread::spawn(move || {
-        for n in 0..2 {
+        for n in 0..connections {
             let client = accept_within(&listener, crate::STEP);
             let upstream =
                 TcpStream::connect(target).unwrap_or_else(|e| panic!("the proxy cannot reach {target}: {e}"));
@@ -49,25 +86,33 @@ pub fn cutting_proxy(target: SocketAddr, cut_after: usize) -> (SocketAddr, JoinH
             std::thread::spawn(move || {
                 let _ = std::io::copy(&mut c_read, &mut u_write);
             });
-            let (mut u_read, mut c_write) = (upstream, client);
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 16384];
-                let mut sent = 0;
-                while let Ok(k) = u_read.read(&mut buf) {
-                    if k == 0 || c_write.write_all(&buf[..k]).is_err() {
-                        break;
-                    }
-                    sent += k;
-                    if n == 0 && sent >= cut_after {
-                        break;
-                    }
-                }
-                let _ = c_write.shutdown(std::net::Shutdown::Both);
-                let _ = u_read.shutdown(std::net::Shutdown::Both);
-            });
+            let forward = forward.clone();
+            std::thread::spawn(move || forward(n, upstream, client));
         }
     });
     (addr, thread)
+}
+
+/// A proxy on loopback that forwards the first two connections to `target`, cutting the first
+/// after `cut_after` bytes from `target` (both ways shut down, as a broken link would); returns
+/// the address to connect to and the thread, which ends after the second connection is set up
+/// (or fails the test when it does not come within [`crate::STEP`]).
+pub fn cutting_proxy(target: SocketAddr, cut_after: usize) -> (SocketAddr, JoinHandle<()>) {
+    proxy(target, 2, move |n, mut u_read, mut c_write| {
+        let mut buf = [0u8; 16384];
+        let mut sent = 0;
+        while let Ok(k) = u_read.read(&mut buf) {
+            if k == 0 || c_write.write_all(&buf[..k]).is_err() {
+                break;
+            }
+            sent += k;
+            if n == 0 && sent >= cut_after {
+                break;
+            }
+        }
+        let _ = c_write.shutdown(std::net::Shutdown::Both);
+        let _ = u_read.shutdown(std::net::Shutdown::Both);
+    })
 }
 
 /// A proxy on loopback that forwards `connections` connections to `target`, record by record
@@ -80,46 +125,31 @@ pub fn mangling_proxy<F>(target: SocketAddr, connections: usize, mangle: F) -> (
 where
     F: FnMut(usize, &mut Vec<u8>) + Send + 'static,
 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1:0");
-    let addr = listener.local_addr().expect("the proxy's address");
-    let mangle = std::sync::Arc::new(std::sync::Mutex::new(mangle));
-    let thread = std::thread::spawn(move || {
-        for n in 0..connections {
-            let client = accept_within(&listener, crate::STEP);
-            let upstream =
-                TcpStream::connect(target).unwrap_or_else(|e| panic!("the proxy cannot reach {target}: {e}"));
-            let (mut c_read, mut u_write) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut c_read, &mut u_write);
-            });
-            let (mut u_read, mut c_write) = (std::io::BufReader::new(upstream), client);
-            let mangle = mangle.clone();
-            std::thread::spawn(move || {
-                let mut greeting = [0u8; Hello::LEN];
-                if u_read.read_exact(&mut greeting).is_ok() && c_write.write_all(&greeting).is_ok() {
-                    let mut record = vec![0u8; RecordHeader::LEN];
-                    loop {
-                        record.truncate(RecordHeader::LEN);
-                        if u_read.read_exact(&mut record).is_err() {
-                            break;
-                        }
-                        let length = u32::from_le_bytes(record[4..8].try_into().unwrap()) as usize;
-                        record.resize(RecordHeader::LEN + length, 0);
-                        if u_read.read_exact(&mut record[RecordHeader::LEN..]).is_err() {
-                            break;
-                        }
-                        (mangle.lock().unwrap_or_else(|e| e.into_inner()))(n, &mut record);
-                        if c_write.write_all(&record).is_err() {
-                            break;
-                        }
-                    }
+    let mangle = std::sync::Mutex::new(mangle);
+    proxy(target, connections, move |n, upstream, mut c_write| {
+        let mut u_read = std::io::BufReader::new(upstream);
+        let mut greeting = [0u8; Hello::LEN];
+        if u_read.read_exact(&mut greeting).is_ok() && c_write.write_all(&greeting).is_ok() {
+            let mut record = vec![0u8; RecordHeader::LEN];
+            loop {
+                record.truncate(RecordHeader::LEN);
+                if u_read.read_exact(&mut record).is_err() {
+                    break;
                 }
-                let _ = c_write.shutdown(std::net::Shutdown::Both);
-                let _ = u_read.get_ref().shutdown(std::net::Shutdown::Both);
-            });
+                let length = u32::from_le_bytes(record[4..8].try_into().unwrap()) as usize;
+                record.resize(RecordHeader::LEN + length, 0);
+                if u_read.read_exact(&mut record[RecordHeader::LEN..]).is_err() {
+                    break;
+                }
+                (mangle.lock().unwrap_or_else(|e| e.into_inner()))(n, &mut record);
+                if c_write.write_all(&record).is_err() {
+                    break;
+                }
+            }
         }
-    });
-    (addr, thread)
+        let _ = c_write.shutdown(std::net::Shutdown::Both);
+        let _ = u_read.get_ref().shutdown(std::net::Shutdown::Both);
+    })
 }
 
 /// A proxy on loopback that forwards one connection to `target` and holds every byte from
@@ -128,17 +158,10 @@ where
 /// once the connection is set up (or fails the test when it does not come within
 /// [`crate::STEP`]); the forwarding ends with the connection.
 pub fn delaying_proxy(target: SocketAddr, delay: Duration) -> (SocketAddr, JoinHandle<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1:0");
-    let addr = listener.local_addr().expect("the proxy's address");
-    let thread = std::thread::spawn(move || {
-        let client = accept_within(&listener, crate::STEP);
-        let upstream = TcpStream::connect(target).unwrap_or_else(|e| panic!("the proxy cannot reach {target}: {e}"));
-        let (mut c_read, mut u_write) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
-        std::thread::spawn(move || {
-            let _ = std::io::copy(&mut c_read, &mut u_write);
-        });
+    proxy(target, 1, move |_, mut u_read, mut c_write| {
+        // Read on a thread of its own, so bytes are stamped when they arrive, not when the
+        // writer is done sleeping for earlier ones.
         let (held, due) = std::sync::mpsc::channel::<(std::time::Instant, Vec<u8>)>();
-        let mut u_read = upstream;
         std::thread::spawn(move || {
             let mut buf = [0u8; 16384];
             while let Ok(k) = u_read.read(&mut buf) {
@@ -147,18 +170,14 @@ pub fn delaying_proxy(target: SocketAddr, delay: Duration) -> (SocketAddr, JoinH
                 }
             }
         });
-        let mut c_write = client;
-        std::thread::spawn(move || {
-            for (at, bytes) in due {
-                std::thread::sleep(at.saturating_duration_since(std::time::Instant::now()));
-                if c_write.write_all(&bytes).is_err() {
-                    break;
-                }
+        for (at, bytes) in due {
+            std::thread::sleep(at.saturating_duration_since(std::time::Instant::now()));
+            if c_write.write_all(&bytes).is_err() {
+                break;
             }
-            let _ = c_write.shutdown(std::net::Shutdown::Both);
-        });
-    });
-    (addr, thread)
+        }
+        let _ = c_write.shutdown(std::net::Shutdown::Both);
+    })
 }
 
 /// A splitmix64 step: a lossy link's hash of a frame number, so the frames dropped are spread

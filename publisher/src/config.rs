@@ -50,8 +50,8 @@ pub struct FileConfig {
     /// Threads, and where the hot one runs.
     #[serde(default)]
     pub cpu: CpuSection,
-    /// The Prometheus endpoint.
-    #[serde(default)]
+    /// The Prometheus endpoint; left out of a resolved configuration when there is none.
+    #[serde(default, skip_serializing_if = "MetricsSection::is_off")]
     pub metrics: MetricsSection,
     /// Per-frame CRC-32C and encryption.
     #[serde(default)]

@@ -545,7 +545,9 @@ impl Settings {
             put("hot_core", count(core as u64));
         }
         let section = |value: Result<toml::Table, toml::ser::Error>| Value::Table(value.unwrap_or_default());
-        put("metrics", section(toml::Table::try_from(MetricsSection::from(self.metrics))));
+        if self.metrics.is_some() {
+            put("metrics", section(toml::Table::try_from(MetricsSection::from(self.metrics))));
+        }
         put("protection", section(toml::Table::try_from(ProtectionSection::from(&self.protection))));
         t
     }
@@ -570,25 +572,51 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// Where a value came from, to name it in errors: `--flag` or `file:line: key`.
+/// Where the values came from, to name a setting in errors as the publisher does:
+/// `key (--flag)`, `key (MDRELAY_SUB_KEY)` or `key (FILE, line N)`.
 struct Origin<'a> {
     file: Option<(&'a Path, &'a str)>,
+    /// The flags given, on the command line or in the environment, by key.
+    flags: BTreeMap<String, String>,
 }
 
 impl Origin<'_> {
-    fn flag(key: &str) -> String {
-        format!("--{}", key.replace('_', "-"))
+    /// `key` as given by a flag or its environment variable.
+    fn flag(&self, key: &str) -> String {
+        match self.flags.get(key) {
+            Some(given) => format!("{key} ({given})"),
+            None => format!("{key} (--{})", key.replace('_', "-")),
+        }
     }
 
+    /// `key` as written at byte `span.start` of the file.
     fn file_key(&self, key: &str, span: std::ops::Range<usize>) -> String {
         match self.file {
-            Some((path, text)) => {
-                let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
-                format!("{}: line {line}: {key}", path.display())
-            }
+            Some((path, text)) => format!("{key} ({})", mdrelay_telemetry::settings::file_line(path, text, span.start)),
             None => key.to_string(),
         }
     }
+
+    /// Whether a name [`Origin::flag`] or [`Origin::file_key`] gave is a flag's (or its
+    /// environment variable's) rather than the file's.
+    fn is_flag(name: &str) -> bool {
+        name.ends_with(')') && (name.contains(" (--") || name.contains(" (MDRELAY_"))
+    }
+}
+
+/// The key each given flag sets (`--recovery-linger`: `recovery_linger`), with where it was given.
+fn flag_origins(given: &[mdrelay_telemetry::settings::GivenFlag]) -> BTreeMap<String, String> {
+    given
+        .iter()
+        .map(|flag| {
+            let key = match flag.long.as_str() {
+                "metrics-listen" => "metrics.listen".to_string(),
+                "metrics-hold" => "metrics.hold".to_string(),
+                long => long.replace('-', "_"),
+            };
+            (key, flag.origin.clone())
+        })
+        .collect()
 }
 
 /// A value with the name of where it was set.
@@ -599,7 +627,7 @@ struct Named<T> {
 
 fn pick<T>(cli: Option<T>, file: Option<Spanned<T>>, key: &str, origin: &Origin<'_>) -> Option<Named<T>> {
     match (cli, file) {
-        (Some(value), _) => Some(Named { value, name: Origin::flag(key) }),
+        (Some(value), _) => Some(Named { value, name: origin.flag(key) }),
         (None, Some(s)) => {
             let name = origin.file_key(key, s.span());
             Some(Named { value: s.into_inner(), name })
@@ -612,7 +640,7 @@ fn pick<T>(cli: Option<T>, file: Option<Spanned<T>>, key: &str, origin: &Origin<
 /// gets its own explanation rather than the list of known keys.
 fn file_error(path: &Path, text: &str, error: &toml::de::Error) -> ConfigError {
     if error.message().starts_with("unknown field `format`") {
-        let origin = Origin { file: Some((path, text)) };
+        let origin = Origin { file: Some((path, text)), flags: BTreeMap::new() };
         return ConfigError(format!(
             "{}: the subscriber has no format setting: the format comes from the publisher (its greeting, \
              FORMAT records and every datagram header say it); remove the key",
@@ -624,7 +652,11 @@ fn file_error(path: &Path, text: &str, error: &toml::de::Error) -> ConfigError {
 
 /// How to write a setting in the place the user wrote another: `--key value` or `key = "value"`.
 fn suggest(origin_name: &str, key: &str, value: &str) -> String {
-    if origin_name.starts_with("--") { format!("--{key} {value}") } else { format!("{key} = \"{value}\"") }
+    if Origin::is_flag(origin_name) {
+        format!("--{} {value}", key.replace('_', "-"))
+    } else {
+        format!("{key} = \"{value}\"")
+    }
 }
 
 const DEFAULT_REPORT_INTERVAL: f64 = 5.0;
@@ -638,48 +670,36 @@ impl Settings {
 
     /// As [`Settings::load`], with where each setting given came from, by key: the file and
     /// line, the flag, or the environment variable.
-    pub fn load_with_origins(cli: Cli) -> Result<(Settings, BTreeMap<String, String>), ConfigError> {
-        let mut origins = BTreeMap::new();
-        if let Some(path) = &cli.config
-            && let Ok(text) = std::fs::read_to_string(path)
-        {
-            origins = mdrelay_telemetry::settings::file_origins(path, &text);
-        }
-        for flag in &cli.given {
-            let key = match flag.long.as_str() {
-                "metrics-listen" => "metrics.listen".to_string(),
-                "metrics-hold" => "metrics.hold".to_string(),
-                long => long.replace('-', "_"),
-            };
-            origins.insert(key, flag.origin.clone());
-        }
+    pub fn load_with_origins(mut cli: Cli) -> Result<(Settings, BTreeMap<String, String>), ConfigError> {
+        let path = cli.config.take();
+        let text = match &path {
+            Some(path) => std::fs::read_to_string(path)
+                .map_err(|e| ConfigError(format!("{}: cannot read the configuration: {e}", path.display())))?,
+            None => String::new(),
+        };
+        let flags = flag_origins(&cli.given);
+        let mut origins = match &path {
+            Some(path) => mdrelay_telemetry::settings::file_origins(path, &text),
+            None => BTreeMap::new(),
+        };
+        origins.extend(flags.iter().map(|(key, given)| (key.clone(), given.clone())));
         for (earlier, now) in EARLIER_NAMES {
             if let Some(origin) = origins.remove(*earlier) {
                 origins.insert(now.to_string(), format!("{origin}, under its earlier name {earlier}"));
             }
         }
-        Settings::load_file(cli).map(|settings| (settings, origins))
-    }
-
-    fn load_file(mut cli: Cli) -> Result<Settings, ConfigError> {
-        let path = cli.config.take();
-        let (file, text) = match &path {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| ConfigError(format!("{}: cannot read the configuration: {e}", path.display())))?;
-                let file: FileConfig = toml::from_str(&text).map_err(|e| file_error(path, &text, &e))?;
-                (file, text)
-            }
-            None => (FileConfig::default(), String::new()),
+        let file: FileConfig = match &path {
+            Some(path) => toml::from_str(&text).map_err(|e| file_error(path, &text, &e))?,
+            None => FileConfig::default(),
         };
-        let origin = Origin { file: path.as_deref().map(|p| (p, text.as_str())) };
-        Settings::build(cli, file, &origin)
+        let origin = Origin { file: path.as_deref().map(|p| (p, text.as_str())), flags };
+        Settings::build(cli, file, &origin).map(|settings| (settings, origins))
     }
 
     /// Checks the text of a configuration file named `path` (for messages), with no flags over it.
     pub fn from_toml(path: &Path, text: &str) -> Result<Settings, ConfigError> {
         let file: FileConfig = toml::from_str(text).map_err(|e| file_error(path, text, &e))?;
-        Settings::build(Cli::default(), file, &Origin { file: Some((path, text)) })
+        Settings::build(Cli::default(), file, &Origin { file: Some((path, text)), flags: BTreeMap::new() })
     }
 
     fn build(cli: Cli, file: FileConfig, origin: &Origin<'_>) -> Result<Settings, ConfigError> {
@@ -855,7 +875,7 @@ fn transport(cli: &Cli, file: &FileConfig, origin: &Origin<'_>) -> Result<(Trans
             .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))
             .collect();
     if cli_given.len() > 1 {
-        let names: Vec<String> = cli_given.iter().map(|(k, _)| Origin::flag(k)).collect();
+        let names: Vec<String> = cli_given.iter().map(|(k, _)| origin.flag(k)).collect();
         return Err(ConfigError(format!(
             "several transports given ({}): use exactly one of --connect (TCP), --listen (UDP), --group (multicast) or --nats",
             names.join(", ")
@@ -863,7 +883,7 @@ fn transport(cli: &Cli, file: &FileConfig, origin: &Origin<'_>) -> Result<(Trans
     }
     // A transport flag replaces the file's transport, whichever it is.
     let (key, value, name) = match (cli_given.first(), file_given.first()) {
-        (Some((k, v)), _) => (*k, (*v).clone(), Origin::flag(k)),
+        (Some((k, v)), _) => (*k, (*v).clone(), origin.flag(k)),
         (None, Some((k, v))) => (*k, v.get_ref().clone(), origin.file_key(k, v.span())),
         (None, None) => {
             return Err(ConfigError(
@@ -878,7 +898,7 @@ fn transport(cli: &Cli, file: &FileConfig, origin: &Origin<'_>) -> Result<(Trans
     // with a unicast one, the interface is dropped with it rather than reported as misplaced.
     let transport_from_file = cli_given.is_empty();
     let interface = match (&cli.interface, &file.interface) {
-        (Some(v), _) => Some((v.clone(), Origin::flag("interface"), true)),
+        (Some(v), _) => Some((v.clone(), origin.flag("interface"), true)),
         (None, Some(s)) => Some((s.get_ref().clone(), origin.file_key("interface", s.span()), transport_from_file)),
         (None, None) => None,
     };
@@ -911,7 +931,7 @@ fn transport(cli: &Cli, file: &FileConfig, origin: &Origin<'_>) -> Result<(Trans
     if !matches!(transport, Transport::Nats { .. }) {
         // Named as given: the flag's name, or the file's line.
         let named = |key: &str, flag: bool, span: Option<std::ops::Range<usize>>| match (flag, span) {
-            (true, _) => Some(Origin::flag(key)),
+            (true, _) => Some(origin.flag(key)),
             (false, Some(span)) => Some(origin.file_key(key, span)),
             (false, None) => None,
         };
@@ -1134,7 +1154,7 @@ impl Tie<'_> {
         if fits {
             return Ok(Some(setting));
         }
-        let setting_from_file = !setting.name.starts_with("--");
+        let setting_from_file = !Origin::is_flag(&setting.name);
         if setting_from_file && !self.from_file {
             return Ok(None);
         }
@@ -1363,7 +1383,7 @@ fn record(cli: &Cli, file: &FileConfig, origin: &Origin<'_>) -> Result<Option<Re
     });
     let size = pick(cli.record_rotate_size.clone(), size_setting, "record_rotate_size", origin);
     let interval_name = match (&cli.record_rotate_interval, &file.record_rotate_interval) {
-        (Some(_), _) => Some(Origin::flag("record_rotate_interval")),
+        (Some(_), _) => Some(origin.flag("record_rotate_interval")),
         (None, Some(s)) => Some(origin.file_key("record_rotate_interval", s.span())),
         (None, None) => None,
     };
@@ -1436,6 +1456,19 @@ mod tests {
         from_file(text).unwrap_err().0
     }
 
+    /// An error that names a setting as `key (where): rest`.
+    trait NamesSetting {
+        /// Whether `key`, where it came from, then `rest` are in the text.
+        fn names(&self, key: &str, rest: &str) -> bool;
+    }
+
+    impl NamesSetting for str {
+        fn names(&self, key: &str, rest: &str) -> bool {
+            self.match_indices(&format!("{key} ("))
+                .any(|(at, _)| self[at..].split_once("): ").is_some_and(|(_, after)| after.starts_with(rest)))
+        }
+    }
+
     #[test]
     fn a_file_with_one_transport_is_accepted_and_flags_override_it() {
         let s =
@@ -1449,11 +1482,16 @@ mod tests {
         let file: FileConfig = toml::from_str(text).unwrap();
         let cli = Cli { listen: Some("127.0.0.1:0".into()), ..Cli::default() };
         // The interface belonged to the file's multicast transport, which the flag replaced.
-        let s = Settings::build(cli, file, &Origin { file: None }).unwrap();
+        let s = Settings::build(cli, file, &Origin { file: None, flags: BTreeMap::new() }).unwrap();
         assert_eq!(s.transport, Transport::Udp("127.0.0.1:0".parse().unwrap()));
         let file: FileConfig = toml::from_str(text).unwrap();
         let cli = Cli { listen: Some("127.0.0.1:0".into()), interface: Some("127.0.0.1".into()), ..Cli::default() };
-        assert!(Settings::build(cli, file, &Origin { file: None }).unwrap_err().0.contains("--interface"));
+        assert!(
+            Settings::build(cli, file, &Origin { file: None, flags: BTreeMap::new() })
+                .unwrap_err()
+                .0
+                .contains("--interface")
+        );
         let s = from_file(text).unwrap();
         assert_eq!(
             s.transport,
@@ -1464,20 +1502,25 @@ mod tests {
 
     #[test]
     fn bad_settings_are_named() {
-        assert!(err("listen = \"239.255.0.1:9300\"").contains("line 1: listen: 239.255.0.1 is a multicast"));
-        assert!(err("group = \"127.0.0.1:9300\"").contains("group: 127.0.0.1 is not a multicast address"));
+        assert!(err("listen = \"239.255.0.1:9300\"").contains("listen (sub.toml, line 1): 239.255.0.1 is a multicast"));
+        assert!(err("group = \"127.0.0.1:9300\"").names("group", "127.0.0.1 is not a multicast address"));
         assert!(err("symbols = []\n").contains("no transport"));
         assert!(err("connect = \"a:1\"\nlisten = \"127.0.0.1:2\"").contains("several transports"));
-        assert!(err("connect = \"nohost\"").contains("connect: \"nohost\" is not host:port"));
+        assert!(err("connect = \"nohost\"").names("connect", "\"nohost\" is not host:port"));
         assert!(err("connect = \"h:99999\"").contains("port"));
         let format = err("connect = \"h:1\"\nformat = \"sbe\"");
-        assert!(format.contains("sub.toml: line 2: format") && format.contains("comes from the publisher"), "{format}");
+        assert!(
+            format.contains("format (sub.toml, line 2): ") && format.contains("comes from the publisher"),
+            "{format}"
+        );
         assert!(err("connect = \"h:1\"\necho_every = 0").contains("echo_every"));
         assert!(err("connect = \"h:1\"\nduration = 0").contains("duration"));
         assert!(err("connect = \"h:1\"\nreport_interval = 1e-9").contains("report_interval"));
         // Named as the setting is now called, on the line of the earlier name.
-        assert!(err("connect = \"h:1\"\nreconnect_max_seconds = 0.001").contains("line 2: reconnect_max: 0.001"));
-        assert!(err("connect = \"h:1\"\nreconnect_max = \"1ms\"").contains("line 2: reconnect_max: 0.001"));
+        assert!(
+            err("connect = \"h:1\"\nreconnect_max_seconds = 0.001").contains("reconnect_max (sub.toml, line 2): 0.001")
+        );
+        assert!(err("connect = \"h:1\"\nreconnect_max = \"1ms\"").contains("reconnect_max (sub.toml, line 2): 0.001"));
         assert!(err("connect = \"h:1\"\nsymbols = [\"TOOLONGSYM\"]").contains("symbols"));
         assert!(err("connect = \"h:1\"\ninterface = \"127.0.0.1\"").contains("interface"));
         let unknown = err("connect = \"h:1\"\n\nbogus = 1\n");
@@ -1516,13 +1559,13 @@ mod tests {
         // The file's UDP-only settings went with its transport, which a flag replaced.
         let file: FileConfig = toml::from_str(text).unwrap();
         let cli = Cli { connect: Some("h:1".into()), from_start: true, ..Cli::default() };
-        let s = Settings::build(cli, file, &Origin { file: None }).unwrap();
+        let s = Settings::build(cli, file, &Origin { file: None, flags: BTreeMap::new() }).unwrap();
         assert_eq!((s.recovery, s.line_b, s.from_start), (None, None, true));
         // A flag that does not fit the transport is an error all the same.
         let file: FileConfig = toml::from_str("connect = \"h:1\"\n").unwrap();
         let cli = Cli { recovery: Some("pub:1".into()), ..Cli::default() };
-        let e = Settings::build(cli, file, &Origin { file: None }).unwrap_err().0;
-        assert!(e.starts_with("--recovery: a TCP subscriber resumes"), "{e}");
+        let e = Settings::build(cli, file, &Origin { file: None, flags: BTreeMap::new() }).unwrap_err().0;
+        assert!(e.starts_with("recovery (--recovery): a TCP subscriber resumes"), "{e}");
     }
 
     #[test]
@@ -1530,29 +1573,28 @@ mod tests {
         let udp = "listen = \"127.0.0.1:9200\"\n";
         let with = |extra: &str| err(&format!("{udp}recovery = \"pub:9400\"\n{extra}"));
         assert!(
-            err("connect = \"h:1\"\nrecovery = \"pub:9400\"").contains("line 2: recovery: a TCP subscriber resumes")
+            err("connect = \"h:1\"\nrecovery = \"pub:9400\"")
+                .contains("recovery (sub.toml, line 2): a TCP subscriber resumes")
         );
-        assert!(err(&format!("{udp}recovery = \"pub\"")).contains("recovery: \"pub\" is not host:port"));
-        assert!(with("recovery_delay_ms = 10001").contains("recovery_delay_ms: 10001 ms is out of range (0 to 10000)"));
-        assert!(with("recovery_retry_ms = 0").contains("recovery_retry_ms: 0 ms is out of range (1 to 60000)"));
-        assert!(with("recovery_attempts = 1001").contains("recovery_attempts: 1001 is out of range (1 to 1000)"));
-        assert!(with("recovery_linger = 601").contains("recovery_linger: 601 seconds is out of range (0 to 600)"));
+        assert!(err(&format!("{udp}recovery = \"pub\"")).names("recovery", "\"pub\" is not host:port"));
+        assert!(with("recovery_delay_ms = 10001").names("recovery_delay_ms", "10001 ms is out of range (0 to 10000)"));
+        assert!(with("recovery_retry_ms = 0").names("recovery_retry_ms", "0 ms is out of range (1 to 60000)"));
+        assert!(with("recovery_attempts = 1001").names("recovery_attempts", "1001 is out of range (1 to 1000)"));
+        assert!(with("recovery_linger = 601").names("recovery_linger", "601 seconds is out of range (0 to 600)"));
         assert!(with("recovery_linger = -1").contains("recovery_linger"));
-        assert!(err(&format!("{udp}recovery_retry_ms = 9")).contains("recovery_retry_ms: only used with recovery"));
-        assert!(err(&format!("{udp}group_b = \"239.1.1.1:1\"")).contains("group_b: line B of a multicast transport"));
-        assert!(err(&format!("{udp}listen_b = \"127.0.0.1:9200\"")).contains("listen_b: 127.0.0.1:9200 is line A's"));
-        assert!(
-            err(&format!("{udp}listen_b = \"239.1.1.1:1\"")).contains("listen_b: 239.1.1.1 is a multicast address")
-        );
+        assert!(err(&format!("{udp}recovery_retry_ms = 9")).names("recovery_retry_ms", "only used with recovery"));
+        assert!(err(&format!("{udp}group_b = \"239.1.1.1:1\"")).names("group_b", "line B of a multicast transport"));
+        assert!(err(&format!("{udp}listen_b = \"127.0.0.1:9200\"")).names("listen_b", "127.0.0.1:9200 is line A's"));
+        assert!(err(&format!("{udp}listen_b = \"239.1.1.1:1\"")).names("listen_b", "239.1.1.1 is a multicast address"));
         let group = "group = \"239.1.1.1:9300\"\n";
         assert!(
-            err(&format!("{group}listen_b = \"127.0.0.1:1\"")).contains("listen_b: line B of a unicast UDP transport")
+            err(&format!("{group}listen_b = \"127.0.0.1:1\"")).names("listen_b", "line B of a unicast UDP transport")
         );
-        assert!(err(&format!("{group}group_b = \"239.1.1.1:9300\"")).contains("group_b: 239.1.1.1:9300 is line A's"));
-        assert!(err(&format!("{group}interface_b = \"127.0.0.1\"")).contains("interface_b: an interface for line B"));
-        assert!(err(&format!("{group}group_b = \"239.1.1.2:1\"\ninterface_b = \"x\"")).contains("interface_b: \"x\""));
+        assert!(err(&format!("{group}group_b = \"239.1.1.1:9300\"")).names("group_b", "239.1.1.1:9300 is line A's"));
+        assert!(err(&format!("{group}interface_b = \"127.0.0.1\"")).names("interface_b", "an interface for line B"));
+        assert!(err(&format!("{group}group_b = \"239.1.1.2:1\"\ninterface_b = \"x\"")).names("interface_b", "\"x\""));
         assert!(
-            err("connect = \"h:1\"\nlisten_b = \"127.0.0.1:1\"").contains("listen_b: a second line (A/B) is for UDP")
+            err("connect = \"h:1\"\nlisten_b = \"127.0.0.1:1\"").names("listen_b", "a second line (A/B) is for UDP")
         );
     }
 
@@ -1562,7 +1604,7 @@ mod tests {
         assert_eq!(s.record.map(|r| r.path), Some(PathBuf::from("day.pcapng.gz")));
         let file: FileConfig = toml::from_str("connect = \"h:1\"\nrecord = \"day.pcapng.gz\"\n").unwrap();
         let cli = Cli { record: Some("other.pcap".into()), ..Cli::default() };
-        let record = Settings::build(cli, file, &Origin { file: None }).unwrap().record;
+        let record = Settings::build(cli, file, &Origin { file: None, flags: BTreeMap::new() }).unwrap().record;
         assert_eq!(record.map(|r| r.path), Some("other.pcap".into()));
         assert_eq!(from_file("connect = \"h:1\"\n").unwrap().record, None);
         assert!(err("connect = \"h:1\"\nrecord = \"\"\n").contains("record: empty file name"));
@@ -1601,30 +1643,33 @@ mod tests {
 
         let bad = |extra: &str| with(extra).unwrap_err().0;
         let e = bad("record_rotate_size = 65535\n");
-        assert!(e.contains("line 3: record_rotate_size: 65535 (65535 bytes) is out of range (64KiB to 1TiB)"), "{e}");
-        assert!(bad("record_rotate_size = \"1.1TiB\"\n").contains("record_rotate_size: 1.1TiB"));
-        assert!(bad("record_rotate_size = -1\n").contains("record_rotate_size: \"-1\" is not a size"));
-        assert!(bad("record_rotate_size = \"big\"\n").contains("record_rotate_size: \"big\" is not a size"));
-        assert!(bad("record_rotate_interval = 0\n").contains("record_rotate_interval: 0 seconds is out of range"));
-        assert!(bad("record_rotate_interval = 86401\n").contains("record_rotate_interval: 86401 seconds"));
         assert!(
-            bad("record_rotate_interval = 60\nrecord_max_files = 0\n").contains("record_max_files: 0 is out of range")
+            e.contains("record_rotate_size (sub.toml, line 3): 65535 (65535 bytes) is out of range (64KiB to 1TiB)"),
+            "{e}"
         );
-        assert!(bad("record_max_files = 5\n").contains("record_max_files: only used with rotation"));
+        assert!(bad("record_rotate_size = \"1.1TiB\"\n").names("record_rotate_size", "1.1TiB"));
+        assert!(bad("record_rotate_size = -1\n").names("record_rotate_size", "\"-1\" is not a size"));
+        assert!(bad("record_rotate_size = \"big\"\n").names("record_rotate_size", "\"big\" is not a size"));
+        assert!(bad("record_rotate_interval = 0\n").names("record_rotate_interval", "0 seconds is out of range"));
+        assert!(bad("record_rotate_interval = 86401\n").names("record_rotate_interval", "86401 seconds"));
+        assert!(
+            bad("record_rotate_interval = 60\nrecord_max_files = 0\n").names("record_max_files", "0 is out of range")
+        );
+        assert!(bad("record_max_files = 5\n").names("record_max_files", "only used with rotation"));
         assert!(bad("record_overwrite = \"yes\"\n").contains("record_overwrite"));
         let unset = err("connect = \"h:1\"\nrecord_max_files = 5\n");
-        assert!(unset.contains("line 2: record_max_files: only used with record"), "{unset}");
+        assert!(unset.contains("record_max_files (sub.toml, line 2): only used with record"), "{unset}");
 
         // Flags over the file's settings, named as flags.
         let file: FileConfig =
             toml::from_str("connect = \"h:1\"\nrecord = \"d.pcap\"\nrecord_rotate_size = 70000\n").unwrap();
         let cli = Cli { record_rotate_size: Some("2MiB".into()), record_overwrite: true, ..Cli::default() };
-        let s = Settings::build(cli, file, &Origin { file: None }).unwrap().record.unwrap();
+        let s = Settings::build(cli, file, &Origin { file: None, flags: BTreeMap::new() }).unwrap().record.unwrap();
         assert_eq!((s.rotate_size, s.overwrite), (Some(2 << 20), true));
         let file: FileConfig = toml::from_str("connect = \"h:1\"\nrecord = \"d.pcap\"\n").unwrap();
         let cli = Cli { record_max_files: Some(3), ..Cli::default() };
-        let e = Settings::build(cli, file, &Origin { file: None }).unwrap_err().0;
-        assert!(e.starts_with("--record-max-files: only used with rotation"), "{e}");
+        let e = Settings::build(cli, file, &Origin { file: None, flags: BTreeMap::new() }).unwrap_err().0;
+        assert!(e.starts_with("record_max_files (--record-max-files): only used with rotation"), "{e}");
     }
 
     #[test]
@@ -1662,7 +1707,7 @@ mod tests {
             nats_pending_messages: Some(16),
             ..Cli::default()
         };
-        let s = Settings::build(cli, file, &Origin { file: None }).unwrap();
+        let s = Settings::build(cli, file, &Origin { file: None, flags: BTreeMap::new() }).unwrap();
         let Transport::Nats { options, .. } = s.transport else { panic!() };
         assert_eq!(
             (options.creds_file, options.start_at, options.pending_messages),
@@ -1673,28 +1718,28 @@ mod tests {
 
         let bad = |extra: &str| err(&format!("{nats}{extra}"));
         let e = bad("nats_start_at = \"yesterday\"\n");
-        assert!(e.contains("line 3: nats_start_at: \"yesterday\" is not an RFC 3339 time"), "{e}");
+        assert!(e.contains("nats_start_at (sub.toml, line 3): \"yesterday\" is not an RFC 3339 time"), "{e}");
         assert!(bad("nats_start_at = \"2026-11-26T13:30:00\"\n").contains("nats_start_at"));
         assert!(
             bad("nats_start_at = \"1969-12-31T23:59:59Z\"\n")
-                .contains("nats_start_at: 1969-12-31T23:59:59Z is before 1970")
+                .names("nats_start_at", "1969-12-31T23:59:59Z is before 1970")
         );
         let e = err("nats = \"nats://h:1\"\nnats_start_at = \"2026-11-26T13:30:00Z\"\n");
         assert!(
-            e.contains("nats_start_at: the start is replayed from JetStream: give the stream with nats_stream"),
+            e.names("nats_start_at", "the start is replayed from JetStream: give the stream with nats_stream"),
             "{e}"
         );
         let e = bad("nats_start_at = \"2026-11-26T13:30:00Z\"\nfrom_start = true\n");
-        assert!(e.contains("nats_start_at: give from_start or a start time, not both"), "{e}");
-        assert!(bad("nats_user = \"feed\"\n").contains("nats_user: give its password's file with nats_password_file"));
-        assert!(bad("nats_password_file = \"pw\"\n").contains("nats_password_file: give the user with nats_user"));
+        assert!(e.names("nats_start_at", "give from_start or a start time, not both"), "{e}");
+        assert!(bad("nats_user = \"feed\"\n").names("nats_user", "give its password's file with nats_password_file"));
+        assert!(bad("nats_password_file = \"pw\"\n").names("nats_password_file", "give the user with nats_user"));
         let e = bad("nats_creds_file = \"a.creds\"\nnats_nkey_file = \"s.nk\"\n");
-        assert!(e.contains("nats_creds_file: one kind of credentials") && e.contains("nats_nkey_file"), "{e}");
-        assert!(bad("nats_tls_ca_file = \"\"\n").contains("nats_tls_ca_file: empty file name"));
-        assert!(bad("nats_user = \"\"\nnats_password_file = \"pw\"\n").contains("nats_user: empty user name"));
+        assert!(e.names("nats_creds_file", "one kind of credentials") && e.contains("nats_nkey_file"), "{e}");
+        assert!(bad("nats_tls_ca_file = \"\"\n").names("nats_tls_ca_file", "empty file name"));
+        assert!(bad("nats_user = \"\"\nnats_password_file = \"pw\"\n").names("nats_user", "empty user name"));
         let e = bad("nats_pending_messages = 15\n");
-        assert!(e.contains("nats_pending_messages: 15 is out of range (16 to 16777216)"), "{e}");
-        assert!(bad("nats_pending_messages = 16777217\n").contains("nats_pending_messages: 16777217 is out of range"));
+        assert!(e.names("nats_pending_messages", "15 is out of range (16 to 16777216)"), "{e}");
+        assert!(bad("nats_pending_messages = 16777217\n").names("nats_pending_messages", "16777217 is out of range"));
 
         // Only with a NATS transport, from the file or as a flag.
         for key in [
@@ -1708,15 +1753,18 @@ mod tests {
         ] {
             let e = err(&format!("connect = \"h:1\"\n{key}\n"));
             let name = key.split(' ').next().unwrap();
-            assert!(e.contains(&format!("line 2: {name}: only used with a NATS transport")), "{e}");
+            assert!(e.contains(&format!("{name} (sub.toml, line 2): only used with a NATS transport")), "{e}");
         }
         let file: FileConfig = toml::from_str("listen = \"127.0.0.1:1\"\n").unwrap();
         let cli = Cli { nats_password_file: Some("p".into()), ..Cli::default() };
-        let e = Settings::build(cli, file, &Origin { file: None }).unwrap_err().0;
-        assert!(e.starts_with("--nats-password-file: only used with a NATS transport"), "{e}");
+        let e = Settings::build(cli, file, &Origin { file: None, flags: BTreeMap::new() }).unwrap_err().0;
+        assert!(e.starts_with("nats_password_file (--nats-password-file): only used with a NATS transport"), "{e}");
         let file: FileConfig = toml::from_str("").unwrap();
         let cli = Cli { connect: Some("h:1".into()), nats_pending_messages: Some(64), ..Cli::default() };
-        let e = Settings::build(cli, file, &Origin { file: None }).unwrap_err().0;
-        assert!(e.starts_with("--nats-pending-messages: only used with a NATS transport"), "{e}");
+        let e = Settings::build(cli, file, &Origin { file: None, flags: BTreeMap::new() }).unwrap_err().0;
+        assert!(
+            e.starts_with("nats_pending_messages (--nats-pending-messages): only used with a NATS transport"),
+            "{e}"
+        );
     }
 }

@@ -27,6 +27,13 @@ pub struct MetricsSection {
     pub hold: Option<f64>,
 }
 
+impl MetricsSection {
+    /// Whether the section sets nothing: no endpoint (what a resolved configuration leaves out).
+    pub fn is_off(&self) -> bool {
+        self.listen.is_none() && self.hold.is_none()
+    }
+}
+
 impl From<Option<MetricsSettings>> for MetricsSection {
     /// The section that gives these settings: none, or the endpoint and its hold.
     fn from(settings: Option<MetricsSettings>) -> MetricsSection {

@@ -84,14 +84,19 @@ pub fn file_origins(path: &Path, text: &str) -> BTreeMap<String, String> {
     out
 }
 
+/// Where byte `offset` of a configuration file's `text` is, as origins name it: `"FILE, line N"`.
+pub fn file_line(path: &Path, text: &str, offset: usize) -> String {
+    let line = text.as_bytes()[..offset.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1;
+    format!("{}, line {line}", path.display())
+}
+
 fn spans(table: &toml::de::DeTable<'_>, prefix: &str, text: &str, path: &Path, out: &mut BTreeMap<String, String>) {
     for (key, value) in table {
         let name = if prefix.is_empty() { key.get_ref().to_string() } else { format!("{prefix}.{}", key.get_ref()) };
         match value.get_ref() {
             toml::de::DeValue::Table(inner) => spans(inner, &name, text, path, out),
             _ => {
-                let line = text[..key.span().start.min(text.len())].matches('\n').count() + 1;
-                out.insert(name, format!("{}, line {line}", path.display()));
+                out.insert(name, file_line(path, text, key.span().start));
             }
         }
     }

@@ -198,9 +198,10 @@ impl GapList {
     /// The service answered `BUSY` at `now` to the request for frames from `first` (0 when it
     /// made the connection leave for another client). That request does not count against its
     /// gap's attempts (the service said "not now", not "not here"), and nothing is asked for the
-    /// next `retry_ns`, so a service over its rate limit is not asked faster than it answers.
-    /// A gap so held still ends: it grows too old for the window, or is given up at the end.
-    pub fn busy(&mut self, first: u64, now: i64, retry_ns: i64) {
+    /// next `policy.retry_ns`, so a service over its rate limit is not asked faster than it
+    /// answers. A gap so held still ends: it grows too old for the window, or is given up at the
+    /// end.
+    pub fn busy(&mut self, first: u64, now: i64, policy: &RecoveryPolicy) {
         if first > 0
             && let Some(start) = self.holding(first)
             && let Some(gap) = self.gaps.get_mut(&start)
@@ -208,7 +209,7 @@ impl GapList {
             gap.attempts = gap.attempts.saturating_sub(1);
             gap.asked = Some(now);
         }
-        self.hold_until = self.hold_until.max(now.saturating_add(retry_ns));
+        self.hold_until = self.hold_until.max(now.saturating_add(policy.retry_ns));
     }
 
     /// Gives up on every frame below `low` (the receiver's window no longer reaches it).
@@ -502,7 +503,7 @@ mod tests {
         gaps.open(5, 6, 0);
         gaps.open(9, 10, 0);
         assert_eq!(gaps.due(0, &policy, 1), vec![RetransmitRequest { first: 5, count: 1 }]);
-        gaps.busy(5, 10, policy.retry_ns);
+        gaps.busy(5, 10, &policy);
         // Held back: not even the gap not asked for yet.
         assert!(gaps.due(50, &policy, 10).is_empty());
         // The busy request was not an attempt: its gap is asked again, not given up.

@@ -169,6 +169,8 @@ fn check_prints_every_setting_with_where_it_came_from() {
     ] {
         assert!(out.lines().any(|l| l == line), "{line:?} in:\n{out}");
     }
+    // No endpoint: no `[metrics]` heading with nothing under it.
+    assert!(!out.contains("[metrics]"), "{out}");
     // The text printed is a configuration file giving the same settings.
     let (again, _) = check(out, &[], &[]);
     again.assert_success();

@@ -195,7 +195,7 @@ fn the_subscriber_checks_and_prints_its_idle_settings() {
     // `--core` is the earlier name of --hot-core.
     let out = sub(&["--listen", "127.0.0.1:0", "--core", "100000", "--check"]);
     assert_eq!(out.code(), Some(2));
-    assert!(out.stderr.contains("--hot-core: 100000 is not a CPU"), "{}", out.stderr);
+    assert!(out.stderr.contains("hot_core (--hot-core): 100000 is not a CPU"), "{}", out.stderr);
     let out = sub(&["--listen", "127.0.0.1:0", "--idle", "fast"]);
     assert_eq!(out.code(), Some(2), "{out:?}");
     assert!(out.stderr.contains("--idle"), "{}", out.stderr);

@@ -31,41 +31,76 @@ fn an_unknown_key_fails_naming_the_file_the_key_and_the_line() {
 #[test]
 fn bad_settings_fail_at_start_naming_the_setting() {
     let cases: &[(&str, &[&str], &str)] = &[
-        ("listen = \"239.255.0.1:9300\"\n", &[], "listen: 239.255.0.1 is a multicast address"),
-        ("group = \"127.0.0.1:9300\"\n", &[], "group: 127.0.0.1 is not a multicast address"),
-        ("group = \"239.255.0.1:9300\"\ninterface = \"eth0\"\n", &[], "interface: \"eth0\" is not an IPv4 address"),
-        ("connect = \"127.0.0.1\"\n", &[], "connect: \"127.0.0.1\" is not host:port"),
-        ("listen = \"not an address\"\n", &[], "listen: \"not an address\" is not an address:port"),
+        (
+            "listen = \"239.255.0.1:9300\"\n",
+            &[],
+            "listen (PATH, line 1): 239.255.0.1 is a multicast address; listen takes a unicast address, use group = \"239.255.0.1:9300\"",
+        ),
+        ("group = \"127.0.0.1:9300\"\n", &[], "group (PATH, line 1): 127.0.0.1 is not a multicast address"),
+        (
+            "group = \"239.255.0.1:9300\"\ninterface = \"eth0\"\n",
+            &[],
+            "interface (PATH, line 2): \"eth0\" is not an IPv4 address",
+        ),
+        ("connect = \"127.0.0.1\"\n", &[], "connect (PATH, line 1): \"127.0.0.1\" is not host:port"),
+        ("listen = \"not an address\"\n", &[], "listen (PATH, line 1): \"not an address\" is not an address:port"),
         ("symbols = [\"AAPL\"]\n", &[], "no transport configured"),
         ("connect = \"127.0.0.1:9100\"\ngroup = \"239.255.0.1:9300\"\n", &[], "several transports"),
         (
             "connect = \"127.0.0.1:9100\"\nformat = \"sbe\"\n",
             &[],
-            "line 2: format: the subscriber has no format setting",
+            "format (PATH, line 2): the subscriber has no format setting",
         ),
         ("connect = \"127.0.0.1:9100\"\nlatency = \"both\"\n", &[], "latency"),
-        ("connect = \"127.0.0.1:9100\"\necho_every = 0\n", &[], "echo_every: must be at least 1"),
+        ("connect = \"127.0.0.1:9100\"\necho_every = 0\n", &[], "echo_every (PATH, line 2): must be at least 1"),
         (
             "connect = \"127.0.0.1:9100\"\n",
             &["--listen", "127.0.0.1:0", "--group", "239.255.0.1:1"],
             "several transports",
         ),
-        ("connect = \"127.0.0.1:9100\"\n", &["--duration", "-1"], "--duration: -1 seconds is out of range"),
+        ("connect = \"127.0.0.1:9100\"\n", &["--duration", "-1"], "duration (--duration): -1 seconds is out of range"),
         ("connect = \"127.0.0.1:9100\"\n", &["--format", "sbe"], "the format comes from the publisher"),
-        ("connect = \"127.0.0.1:9100\"\n", &["--recovery", "127.0.0.1:9400"], "--recovery: a TCP subscriber resumes"),
+        (
+            "connect = \"127.0.0.1:9100\"\n",
+            &["--recovery", "127.0.0.1:9400"],
+            "recovery (--recovery): a TCP subscriber resumes",
+        ),
         (
             "listen = \"127.0.0.1:0\"\nrecovery = \"127.0.0.1:9400\"\n",
             &["--recovery-attempts", "0"],
-            "--recovery-attempts: 0 is out of range (1 to 1000)",
+            "recovery_attempts (--recovery-attempts): 0 is out of range (1 to 1000)",
         ),
-        ("listen = \"127.0.0.1:0\"\n", &["--recovery-linger", "3"], "--recovery-linger: only used with recovery"),
-        ("listen = \"127.0.0.1:0\"\n", &["--group-b", "239.1.1.1:1"], "--group-b: line B of a multicast transport"),
+        (
+            "listen = \"127.0.0.1:0\"\n",
+            &["--recovery-linger", "3"],
+            "recovery_linger (--recovery-linger): only used with recovery",
+        ),
+        (
+            "listen = \"127.0.0.1:0\"\n",
+            &["--group-b", "239.1.1.1:1"],
+            "group_b (--group-b): line B of a multicast transport",
+        ),
     ];
+    // PATH: the file's path. Each setting is named as the publisher names its own: the key, then
+    // where it came from.
     for (text, flags, needle) in cases {
-        let (done, _) = run_with_file(text, flags);
+        let (done, path) = run_with_file(text, flags);
+        let needle = needle.replace("PATH", &path);
         assert_eq!(done.code(), Some(2), "{text:?} {flags:?}: {done:?}");
-        assert!(done.stderr.contains(needle), "{text:?} {flags:?}: expected {needle:?} in:\n{}", done.stderr);
+        assert!(done.stderr.contains(&needle), "{text:?} {flags:?}: expected {needle:?} in:\n{}", done.stderr);
     }
+    // A value from the environment is named by its variable, not by the flag it stands for; a
+    // flag's suggestion is a flag.
+    let env = [("MDRELAY_SUB_RECOVERY_ATTEMPTS", "0")];
+    let args = ["--listen", "127.0.0.1:0", "--recovery", "127.0.0.1:9400"];
+    let done = Process::spawn(subscriber_bin(), args, &env).unwrap().finish(STEP);
+    assert_eq!(done.code(), Some(2), "{done:?}");
+    let needle = "recovery_attempts (MDRELAY_SUB_RECOVERY_ATTEMPTS): 0 is out of range (1 to 1000)";
+    assert!(done.stderr.contains(needle), "expected {needle:?} in:\n{}", done.stderr);
+    let done = subscriber(&["--listen", "239.255.0.1:9300"]).finish(STEP);
+    let needle = "listen (--listen): 239.255.0.1 is a multicast address; listen takes a unicast address, use \
+                  --group 239.255.0.1:9300";
+    assert!(done.stderr.contains(needle), "expected {needle:?} in:\n{}", done.stderr);
 }
 
 #[test]
@@ -116,6 +151,8 @@ fn check_prints_the_recovery_and_line_b_settings() {
     ] {
         assert!(done.stdout.contains(needle), "{needle:?} in:\n{}", done.stdout);
     }
+    // No endpoint: no `[metrics]` heading with nothing under it.
+    assert!(!done.stdout.contains("[metrics]"), "{}", done.stdout);
 }
 
 /// A configuration's values, without the origins `--check` writes beside them.

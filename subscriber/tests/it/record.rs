@@ -793,14 +793,29 @@ fn absurd_rotation_settings_are_refused_naming_the_setting() {
     let config = dir.path().join("sub.toml");
     let base = ["--connect", "127.0.0.1:9", "--record", &record];
     let cases: [(&[&str], &str); 8] = [
-        (&["--record-rotate-size", "1KiB"], "--record-rotate-size: 1KiB (1024 bytes) is out of range"),
-        (&["--record-rotate-size", "2TiB"], "--record-rotate-size: 2TiB"),
-        (&["--record-rotate-size", "lots"], "--record-rotate-size: \"lots\" is not a size"),
-        (&["--record-rotate-interval", "0.5"], "--record-rotate-interval: 0.5 seconds is out of range"),
-        (&["--record-rotate-interval", "1e9"], "--record-rotate-interval: 1000000000 seconds is out of range"),
-        (&["--record-rotate-size", "1MiB", "--record-max-files", "0"], "--record-max-files: 0 is out of range"),
-        (&["--record-max-files", "3"], "--record-max-files: only used with rotation"),
-        (&["--record-rotate-interval", "60", "--record-max-files", "2000000"], "--record-max-files: 2000000"),
+        (
+            &["--record-rotate-size", "1KiB"],
+            "record_rotate_size (--record-rotate-size): 1KiB (1024 bytes) is out of range",
+        ),
+        (&["--record-rotate-size", "2TiB"], "record_rotate_size (--record-rotate-size): 2TiB"),
+        (&["--record-rotate-size", "lots"], "record_rotate_size (--record-rotate-size): \"lots\" is not a size"),
+        (
+            &["--record-rotate-interval", "0.5"],
+            "record_rotate_interval (--record-rotate-interval): 0.5 seconds is out of range",
+        ),
+        (
+            &["--record-rotate-interval", "1e9"],
+            "record_rotate_interval (--record-rotate-interval): 1000000000 seconds is out of range",
+        ),
+        (
+            &["--record-rotate-size", "1MiB", "--record-max-files", "0"],
+            "record_max_files (--record-max-files): 0 is out of range",
+        ),
+        (&["--record-max-files", "3"], "record_max_files (--record-max-files): only used with rotation"),
+        (
+            &["--record-rotate-interval", "60", "--record-max-files", "2000000"],
+            "record_max_files (--record-max-files): 2000000",
+        ),
     ];
     for (extra, message) in cases {
         let done = Process::start(subscriber_bin(), base.iter().chain(extra)).finish(STEP);
@@ -811,14 +826,19 @@ fn absurd_rotation_settings_are_refused_naming_the_setting() {
     let done =
         Process::start(subscriber_bin(), ["--connect", "127.0.0.1:9", "--record-rotate-size", "1MiB"]).finish(STEP);
     assert_eq!(done.code(), Some(2), "{done:?}");
-    assert!(done.stderr.contains("--record-rotate-size: only used with record"), "{}", done.stderr);
+    assert!(
+        done.stderr.contains("record_rotate_size (--record-rotate-size): only used with record"),
+        "{}",
+        done.stderr
+    );
     // In a file, the file and line are named.
     std::fs::write(&config, format!("connect = \"127.0.0.1:9\"\nrecord = \"{record}\"\nrecord_rotate_size = 1000\n"))
         .unwrap();
     let done = Process::start(subscriber_bin(), ["--config", &text(&config)]).finish(STEP);
     assert_eq!(done.code(), Some(2), "{done:?}");
     assert!(
-        done.stderr.contains("sub.toml: line 3: record_rotate_size: 1000 (1000 bytes) is out of range"),
+        done.stderr
+            .contains(&format!("record_rotate_size ({}, line 3): 1000 (1000 bytes) is out of range", text(&config))),
         "{}",
         done.stderr
     );

@@ -528,8 +528,13 @@ pub(super) fn unpack(
     }
 }
 
+/// The most words one byte of packed input can unpack to: a zero run is two bytes (the zero tag
+/// and a count of up to 255 more zero words) for up to 256 words.
+const MOST_WORDS_PER_BYTE: usize = 128;
+
 /// Unpacks the packed message at the start of `src` into `buffer` (grown when too small, up to
-/// the frame limit): its length in packed bytes and in words, or `None` if `src` ends first.
+/// the frame limit and to what `src` can unpack to): its length in packed bytes and in words, or
+/// `None` if `src` ends first.
 pub(super) fn unpack_message(
     src: &[u8],
     buffer: &mut Vec<Word>,
@@ -571,6 +576,12 @@ fn unpack_with<B: ByteMoves>(
     let bad = |at: usize, what: &'static str| DecodeError::new(Format::CapnpPacked, at, what);
     let Some(table) = PackedTable::read(src, max_frame)? else { return Ok(None) };
     let total = table.total_words;
+    // The table is untrusted: no more is allocated than `src` can unpack to. Two bytes (a zero
+    // tag and its count) are at most 256 words, the most any packed bytes expand; a table that
+    // declares more is a frame not yet whole, and the words are not made until it is.
+    if total > src.len().saturating_mul(MOST_WORDS_PER_BYTE) {
+        return Ok(None);
+    }
     // 4 words of slack past the message, for the fixed-size writes of short runs.
     if buffer.len() < total + 4 {
         buffer.resize(total + 4, word_of(0));

@@ -227,7 +227,7 @@ impl RecoveryBook {
     /// interval, and the frames are asked again after it without using up an attempt.
     pub fn busy(&mut self, first: u64, now: i64) {
         self.busy_answers += 1;
-        self.gaps.busy(first, now, self.policy.retry_ns);
+        self.gaps.busy(first, now, &self.policy);
     }
 
     /// The service answered a connection with BUSY (it was full); the frames are asked again at

@@ -3,7 +3,7 @@
 //! against the limit, corrupt and hostile lines that give errors with offsets, never panics, and
 //! what steady-state encode and decode allocate.
 
-use mdrelay_harness::alloc::{CountingAllocator, count_allocations};
+use mdrelay_harness::alloc::count_allocations;
 use mdrelay_harness::{assert_aggregates, expected, iex_data};
 use mdrelay_proto::capture::CaptureReader;
 use mdrelay_proto::codec::DecodeError;
@@ -18,13 +18,8 @@ use proptest::prelude::*;
 use std::collections::BTreeMap;
 
 // Counts only the thread inside `count_allocations` (the test harness has threads of its own).
-#[global_allocator]
-static GLOBAL: CountingAllocator = CountingAllocator;
-
 // The message strategies every format's tests share.
-#[path = "common/strategies.rs"]
-mod strategies;
-use strategies::{header, messages, spec};
+use crate::strategies::{header, messages, spec};
 
 fn codec() -> JsonCodec {
     JsonCodec::new(Limits::default())

@@ -1,10 +1,8 @@
 //! Untrusted bytes: empty files, random bytes, captures cut anywhere, lying length fields. The
 //! reader must return a clear error or count and skip, never panic, never over-allocate.
 
-mod common;
-
-use common::iex_data;
-use mdrelay_harness::alloc::{CountingAllocator, count_allocations};
+use mdrelay_harness::alloc::count_allocations;
+use mdrelay_harness::iex_data;
 use mdrelay_proto::capture::{CaptureError, CaptureReader, READ_BUFFER};
 use mdrelay_proto::iextp::{Segment, SegmentBuilder, SegmentHeader};
 use mdrelay_proto::inspect::{InspectReport, Inspector, inspect_file};
@@ -14,9 +12,6 @@ use proptest::prelude::*;
 use std::io::Read;
 
 // Counts only the threads that ask (see `count_allocations`); every other test runs as before.
-#[global_allocator]
-static GLOBAL: CountingAllocator = CountingAllocator;
-
 /// Inspects `bytes` as a capture, checking that nothing it allocated was larger than the reader's
 /// fixed buffer, whatever the length fields in the bytes say.
 fn inspect_bytes(bytes: Vec<u8>) -> Result<(InspectReport, Option<u64>), CaptureError> {

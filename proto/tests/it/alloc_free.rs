@@ -1,8 +1,6 @@
 //! Steady-state encode, frame and decode make no heap allocation, in every format: a counting
 //! global allocator watches a whole pass over DEEP10 after a warm-up pass.
 
-mod common;
-
 /// The formats under test: all of them, unless a developer narrows the run with
 /// `MDRELAY_FORMATS=sbe,raw` while working on one format (CI never sets it).
 fn formats() -> Vec<mdrelay_proto::codec::Format> {
@@ -12,17 +10,14 @@ fn formats() -> Vec<mdrelay_proto::codec::Format> {
     }
 }
 
-use common::iex_data;
-use mdrelay_harness::alloc::{CountingAllocator, count_allocations};
+use mdrelay_harness::alloc::count_allocations;
+use mdrelay_harness::iex_data;
 use mdrelay_proto::capture::CaptureReader;
 use mdrelay_proto::codec::{BatchHeader, Codec, Limits, MessageScratch, collect_segment};
 use mdrelay_proto::iextp::Segment;
 use mdrelay_proto::{Aggregator, link};
 
 // Counts only the thread inside `count_allocations` (the test harness has threads of its own).
-#[global_allocator]
-static GLOBAL: CountingAllocator = CountingAllocator;
-
 fn udp_payloads() -> Vec<Vec<u8>> {
     let mut reader = CaptureReader::open(iex_data().join("DEEP10.pcap.gz")).unwrap();
     let mut out = Vec::new();

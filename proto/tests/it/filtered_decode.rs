@@ -13,9 +13,7 @@ use mdrelay_proto::{Aggregator, Symbol, link};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
-#[path = "common/strategies.rs"]
-mod strategies;
-use strategies::{header, messages, spec, symbol};
+use crate::strategies::{header, messages, spec, symbol};
 
 /// What a decode saw, in order: a visited message (its Debug text) or a skipped type byte.
 #[derive(Debug, PartialEq)]

@@ -13,9 +13,7 @@ use mdrelay_proto::{Aggregator, Price, Symbol};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
-#[path = "common/strategies.rs"]
-mod strategies;
-use strategies::{header, messages, spec};
+use crate::strategies::{header, messages, spec};
 
 fn round_trip(format: Format, header: &BatchHeader, messages: &[Message<'_>]) -> (BatchHeader, Vec<String>) {
     let mut codec = Codec::new(format, Limits::default());

@@ -1,5 +1,5 @@
-//! Proptest strategies for messages and batches, shared by the codec tests (`formats.rs`,
-//! `json_codec.rs`), which include this file as a module.
+//! Proptest strategies for messages and batches, shared by the codec tests (`formats`,
+//! `json_codec`, `filtered_decode`).
 
 use mdrelay_proto::Symbol;
 use mdrelay_proto::codec::BatchHeader;
