@@ -787,6 +787,23 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_table_claiming_more_than_the_bytes_can_unpack_to_allocates_nothing_for_it() {
+        // The most compressible message there is: a table, then zero words, two bytes per 256.
+        let words = 100_000;
+        let mut frame = (((words - 1) as u64) << 32).to_le_bytes().to_vec();
+        frame.resize(words * WORD, 0);
+        let mut packed = Vec::new();
+        pack(&frame, &mut packed, None);
+        let mut buffer = Vec::new();
+        assert_eq!(unpack_message(&packed, &mut buffer, 1 << 20, None).unwrap(), Some((packed.len(), words)));
+        assert_eq!(Word::words_to_bytes(&buffer)[..frame.len()], frame[..]);
+        // The same table with only part of its runs: more words than these bytes can give.
+        let mut buffer = Vec::new();
+        assert_eq!(unpack_message(&packed[..16], &mut buffer, 1 << 20, None).unwrap(), None);
+        assert!(buffer.capacity() < 16 * MOST_WORDS_PER_BYTE, "{} words made for 16 bytes", buffer.capacity());
+    }
+
     /// A message of `words` words (the table's included) whose bytes are zero or not at random,
     /// with runs of zero words and of words without zero bytes, so every kind of tag comes up.
     fn random_message(rng: &mut Pcg64, words: usize) -> Vec<u8> {
