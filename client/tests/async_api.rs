@@ -89,14 +89,21 @@ async fn dropped_calls() {
         &retransmit,
         "--pacing",
         "rate",
+        // Half the TCP rate: the subscriber's one thread serves a timer every 100 us beside the
+        // stream and the recovery, on a machine the publisher and the test share.
         "--rate",
-        "150000",
+        "75000",
     ]);
     let (tally, cancelled, complete) = receive_beside_a_timer(&mut subscriber).await;
     let dropped = link.dropped();
-    let recovered = subscriber.counters().recovery.map_or(0, |r| r.frames_recovered);
+    let report = subscriber.counters().recovery;
+    let recovered = report.as_ref().map_or(0, |r| r.frames_recovered);
     eprintln!("UDP: {cancelled} calls dropped, {} frames dropped on the way, {recovered} recovered", dropped.len());
-    assert!(cancelled > 1_000 && !dropped.is_empty() && recovered >= dropped.len() as u64);
+    assert!(
+        cancelled > 1_000 && !dropped.is_empty() && recovered >= dropped.len() as u64,
+        "{cancelled} calls dropped, {} frames lost on the way: {report:?}",
+        dropped.len()
+    );
     tally.assert_reference(&expected("DEEP10.json"), "DEEP10 over UDP with loss, calls dropped");
     assert!(complete);
     udp_publisher.finish(RUN).assert_success();
