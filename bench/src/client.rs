@@ -193,6 +193,7 @@ pub fn run(args: &ClientArgs) -> Result<()> {
         protection: vec![ProtectionChoice::None],
         profile: args.profile,
         hot_core: None,
+        duty_cycle: None,
         sub_core: None,
         floor_bytes: 128,
         nats_cluster: false,

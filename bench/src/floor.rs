@@ -287,18 +287,24 @@ fn udp(spec: FloorSpec) -> Result<FloorResult> {
 pub struct PacingFloor {
     /// The idle strategy waited with.
     pub idle: IdleStrategy,
+    /// The duty cycle waited in, seconds: due times within it of a wake-up need no wait.
+    pub duty_cycle_s: f64,
     /// Due times per second.
     pub rate: f64,
     /// Due times waited for.
     pub waits: u64,
     /// The thread's CPU (user + system) over the run, percent of one core.
     pub cpu_percent: f64,
-    /// How late each wait returned after its due time, ns.
+    /// How late each wait returned after its due time, ns (an early one counts as on time).
     pub late_ns: Percentiles,
+    /// Wake-ups: waits that slept, yielded or spun rather than finding their time within the
+    /// duty cycle.
+    pub wakeups: u64,
 }
 
-/// Waits for `count` due times `1 / rate` apart with `idle`, on a thread of its own.
-pub fn pacing(rate: f64, count: u64, idle: IdleStrategy) -> Result<PacingFloor> {
+/// Waits for `count` due times `1 / rate` apart with `idle`, in duty cycles of `duty_cycle`
+/// as the publisher's pacer does, on a thread of its own.
+pub fn pacing(rate: f64, count: u64, idle: IdleStrategy, duty_cycle: Duration) -> Result<PacingFloor> {
     let worker = thread::Builder::new().name("pacing-floor".into()).spawn(move || -> Result<PacingFloor> {
         // As the publisher's hot thread: the kernel's default 50 µs slack would make every
         // sleep end late on purpose.
@@ -307,17 +313,24 @@ pub fn pacing(rate: f64, count: u64, idle: IdleStrategy) -> Result<PacingFloor> 
         let mut late = histogram();
         let cpu_before = thread_cpu_seconds()?;
         let start = Instant::now();
+        let mut wakeups = 0;
         for i in 1..=count {
             let due = start + Duration::from_secs_f64(i as f64 / rate);
-            idler.wait_until(due);
+            let window = idler.duty_window(duty_cycle);
+            if due.checked_duration_since(Instant::now()).is_some_and(|left| left > window) {
+                wakeups += 1;
+            }
+            idler.wait_until_within(due, window);
             let _ = late.record(u64::try_from(due.elapsed().as_nanos()).unwrap_or(u64::MAX).max(1));
         }
         let wall = start.elapsed().as_secs_f64();
         let cpu = thread_cpu_seconds()? - cpu_before;
         Ok(PacingFloor {
             idle,
+            duty_cycle_s: duty_cycle.as_secs_f64(),
             rate,
             waits: count,
+            wakeups,
             cpu_percent: if wall > 0.0 { 100.0 * cpu / wall } else { 0.0 },
             late_ns: Percentiles::of(&late),
         })

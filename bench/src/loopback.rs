@@ -135,6 +135,10 @@ pub struct LoopbackArgs {
     /// Pin the publisher's hot thread to this CPU (`mdrelay-pub --hot-core`).
     #[arg(long)]
     pub hot_core: Option<usize>,
+    /// The publisher's duty cycle in seconds (`mdrelay-pub --duty-cycle`; 0: each frame at its
+    /// time) [default: the profile's]. The pacing floor waits in the same duty cycles.
+    #[arg(long)]
+    pub duty_cycle: Option<f64>,
     /// Pin the subscriber's receive thread to this CPU (`mdrelay-sub --hot-core`).
     #[arg(long)]
     pub sub_core: Option<usize>,
@@ -238,6 +242,8 @@ pub struct Row {
     pub publisher: Usage,
     /// The publisher's CPU over its stream's seconds, percent of one core.
     pub publisher_cpu_percent: f64,
+    /// The publisher's CPU milliseconds per million messages sent: comparable across rates.
+    pub publisher_cpu_ms_per_million: f64,
     /// What `mdrelay-sub` used.
     pub subscriber: Usage,
     /// Through NATS: the messages on the subject, and the floor `nats bench` measured.
@@ -448,6 +454,9 @@ pub(crate) fn run_one(plan: &Plan<'_>) -> Result<Row> {
     if let Some(core) = args.hot_core {
         pub_args.extend(["--hot-core".into(), core.to_string()]);
     }
+    if let Some(duty_cycle) = args.duty_cycle {
+        pub_args.extend(["--duty-cycle".into(), duty_cycle.to_string()]);
+    }
     let mut sub_args: Vec<String> = vec!["--json".into(), sub_json.display().to_string()];
     // The publisher's configuration file: protection, and the `[nats]` output.
     let mut pub_config = String::new();
@@ -627,6 +636,7 @@ pub(crate) fn run_one(plan: &Plan<'_>) -> Result<Row> {
         p50_vs_floor: None,
         p99_vs_floor: None,
         publisher_cpu_percent: per_second(100.0 * pub_usage.cpu_seconds, publisher_seconds),
+        publisher_cpu_ms_per_million: per_second(1e9 * pub_usage.cpu_seconds, messages_sent.max(1) as f64),
         publisher: pub_usage,
         subscriber: sub_usage,
         nats,
@@ -843,9 +853,9 @@ fn latency_table(report: &Report, out: &mut String) {
         );
         let _ = writeln!(
             out,
-            "| row | profile | msg/s paced | messages | lost | totals | bytes/msg | p50 µs | p90 µs | p99 µs | p99.9 µs | p99.99 µs | max µs | p50 / floor | p99 / floor | pub CPU s | pub CPU % | pub RSS MiB | sub CPU s | sub RSS MiB |"
+            "| row | profile | msg/s paced | messages | lost | totals | bytes/msg | p50 µs | p90 µs | p99 µs | p99.9 µs | p99.99 µs | max µs | p50 / floor | p99 / floor | pub CPU s | pub CPU % | pub CPU ms / M msg | pub RSS MiB | sub CPU s | sub RSS MiB |"
         );
-        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         let f = &floor_row.one_way_ns;
         let floor_name =
             if t.is_nats() { "floor (TCP socket ping-pong, ½ RTT)" } else { "floor (socket ping-pong, ½ RTT)" };
@@ -875,7 +885,7 @@ fn latency_table(report: &Report, out: &mut String) {
             }
             let _ = writeln!(
                 out,
-                "| {format} | {} | {} | {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {:.0} | {} | {:.2} | {} |",
+                "| {format} | {} | {} | {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {:.0} | {:.0} | {} | {:.2} | {} |",
                 r.profile,
                 rate_text(r.paced_rate, r.requested_rate.unwrap_or(0.0), r.rate_reached.unwrap_or(true)),
                 thousands(r.messages_received as f64),
@@ -892,6 +902,7 @@ fn latency_table(report: &Report, out: &mut String) {
                 ratio(r.p99_vs_floor),
                 r.publisher.cpu_seconds,
                 r.publisher_cpu_percent,
+                r.publisher_cpu_ms_per_million,
                 mib(r.publisher.peak_rss_kib),
                 r.subscriber.cpu_seconds,
                 mib(r.subscriber.peak_rss_kib)
@@ -901,16 +912,19 @@ fn latency_table(report: &Report, out: &mut String) {
     let _ = writeln!(
         out,
         "\n\"msg/s paced\" counts messages and, as `--rate` does, one for each frame without any (a heartbeat). \
-         \"pub CPU %\" is the publisher's CPU over its stream's seconds, percent of one core."
+         \"pub CPU %\" is the publisher's CPU over its stream's seconds, percent of one core; \
+         \"pub CPU ms / M msg\" its CPU per million messages sent, comparable across rates."
     );
     if let Some(p) = &report.pacing_floor {
         let _ = writeln!(
             out,
-            "\nPacing floor: a thread that only waits for each of {} frame times per second with `idle = {}`, \
-             as the publisher's hot thread does, used {:.0} % of a core and woke p50 {} µs, p99 {} µs late. \
-             Publisher CPU above it is the relay's own work.",
+            "\nPacing floor: a thread that only waits for each of {} frame times per second with `idle = {}` \
+             in duty cycles of {} µs, as the publisher's hot thread does, woke {} times a second, used {:.0} % \
+             of a core and sent p50 {} µs, p99 {} µs late. Publisher CPU above it is the relay's own work.",
             thousands(p.rate),
             p.idle,
+            p.duty_cycle_s * 1e6,
+            thousands(p.wakeups as f64 * p.rate / p.waits.max(1) as f64),
             p.cpu_percent,
             us(p.late_ns.p50),
             us(p.late_ns.p99)
@@ -922,13 +936,13 @@ fn throughput_table(report: &Report, out: &mut String) {
     let _ = writeln!(out, "\n### top speed\n");
     let _ = writeln!(
         out,
-        "| transport | format | coalesce bytes | profile | sent | received | frames lost | msg/s delivered | MB/s | msg/s sent | bytes/msg | pub CPU s | pub RSS MiB | sub CPU s | sub RSS MiB |"
+        "| transport | format | coalesce bytes | profile | sent | received | frames lost | msg/s delivered | MB/s | msg/s sent | bytes/msg | pub CPU s | pub CPU ms / M msg | pub RSS MiB | sub CPU s | sub RSS MiB |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &report.rows {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} ({:.2} %) | {} | {:.0} | {} | {:.1} | {:.2} | {} | {:.2} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} ({:.2} %) | {} | {:.0} | {} | {:.1} | {:.2} | {:.0} | {} | {:.2} | {} |",
             r.transport.name(),
             r.format,
             r.coalesce_bytes,
@@ -942,6 +956,7 @@ fn throughput_table(report: &Report, out: &mut String) {
             thousands(r.sent_rate),
             r.bytes_per_message,
             r.publisher.cpu_seconds,
+            r.publisher_cpu_ms_per_million,
             mib(r.publisher.peak_rss_kib),
             r.subscriber.cpu_seconds,
             mib(r.subscriber.peak_rss_kib)
@@ -1105,16 +1120,17 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
     if !args.top_speed {
         // The waits alone, at the relay's frame rate, with the idle strategy the publisher's
         // profile picks: what its CPU is compared with.
-        let idle = match args.profile {
-            Profile::Default => IdleStrategy::Backoff,
-            Profile::LowLatency => IdleStrategy::Spin,
+        let (idle, profile) = match args.profile {
+            Profile::Default => (IdleStrategy::Backoff, mdrelay_proto::idle::Profile::Default),
+            Profile::LowLatency => (IdleStrategy::Spin, mdrelay_proto::idle::Profile::LowLatency),
         };
+        let duty_cycle = args.duty_cycle.map_or(profile.duty_cycle(), Duration::from_secs_f64);
         let (frames, units) = schedule;
         let rate = args.rate * frames as f64 / units as f64;
         // At most 3 seconds of waits: enough for the percentiles, short beside the runs.
         let waits = frames.min((rate * 3.0) as u64).max(100);
         progress.step("pacing floor");
-        let p = floor::pacing(rate, waits, idle).context("the pacing floor")?;
+        let p = floor::pacing(rate, waits, idle, duty_cycle).context("the pacing floor")?;
         progress.done(&format!("pacing floor: {:.0} % of a core, late p50 {} µs", p.cpu_percent, us(p.late_ns.p50)));
         report.pacing_floor = Some(p);
     }

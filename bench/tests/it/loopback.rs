@@ -102,6 +102,7 @@ fn a_short_latency_run_writes_the_floor_and_every_format() {
         // Heartbeats weigh one in the pacer, so its rate is at least the messages' rate.
         assert!(row["paced_rate"].as_f64().unwrap() >= row["sent_rate"].as_f64().unwrap(), "{row}");
         assert!(row["publisher_cpu_percent"].as_f64().unwrap() > 0.0, "{row}");
+        assert!(row["publisher_cpu_ms_per_million"].as_f64().unwrap() > 0.0, "{row}");
         assert_eq!(row["messages_received"], 10_000, "{row}");
         assert_eq!(row["totals_match"], true, "{row}");
         assert!(row["latency_ns"]["p99"].as_u64().unwrap() > 0, "{row}");

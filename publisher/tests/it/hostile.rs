@@ -309,10 +309,11 @@ fn a_slow_subscriber_under_disconnect_is_reset_at_once() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let pub_json = path(dir.path(), "pub.json");
-    // The default queue (65,536 records) holds about 1.6 s of this stream: the healthy subscriber
-    // never falls that far behind, the client that stops reading does after a couple of seconds.
+    // A queue of 8,192 entries (each a run of up to 1 KiB of records: several frames of a duty
+    // cycle) holds about 1.4 s of this stream: the healthy subscriber never falls that far
+    // behind, the client that stops reading does after a couple of seconds.
     let (mut publisher, addr) = publisher(&words(&format!(
-        "--synthetic --messages 500000 --pacing rate --rate 100000 --slow-subscriber disconnect --wait-subscribers 2 --json {pub_json}"
+        "--synthetic --messages 500000 --pacing rate --rate 100000 --queue 8192 --slow-subscriber disconnect --wait-subscribers 2 --json {pub_json}"
     )));
     let (mut stalled, _) = handshaken(addr, false, true);
     let sub_json = path(dir.path(), "sub.json");
@@ -350,7 +351,7 @@ fn a_format_switch_while_a_subscriber_is_stalled_holds_no_one_back() {
     let write = |format: &str| {
         let text = format!(
             "format = \"{format}\"\n[source.synthetic]\nmessages = 600000\n[pacing]\nmode = \"rate\"\nrate = 100000\n\
-             [tcp]\nlisten = \"127.0.0.1:0\"\nwait_subscribers = 2\nslow_subscriber = \"drop\"\n\
+             [tcp]\nlisten = \"127.0.0.1:0\"\nwait_subscribers = 2\nslow_subscriber = \"drop\"\nqueue = 8192\n\
              drain_timeout = \"2s\"\n"
         );
         // The stalled subscriber never drains: the end waits out the drain timeout (10 s by
@@ -365,7 +366,7 @@ fn a_format_switch_while_a_subscriber_is_stalled_holds_no_one_back() {
     let (_stalled, _) = handshaken(addr, false, true);
     let sub_json = path(dir.path(), "sub.json");
     let mut healthy = subscriber(addr, &sub_json, &["--report-interval", "0.1"]);
-    // By now the stalled client is more than a queue (65,536 records) behind.
+    // By now the stalled client is more than a queue (8,192 runs of records, about 1.4 s) behind.
     healthy.wait_for_frames(100_000);
     write("capnp");
     publisher.signal(Signal::SIGHUP);
@@ -603,8 +604,9 @@ fn a_fifo_capture_without_a_writer_says_so_and_stops_on_the_first_sigterm() {
 
 #[test]
 fn absurd_settings_fail_at_start_naming_the_setting() {
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 9] = [
         (&["--duration", "inf"], "pacing.duration"),
+        (&["--duty-cycle", "1h"], "pacing.duty_cycle"),
         (&["--pacing", "rate", "--rate", "1e-19"], "pacing.rate"),
         (&["--speed", "0"], "pacing.speed"),
         (&["--queue", "0"], "tcp.queue"),

@@ -286,6 +286,11 @@ fn a_scraper_that_connects_and_goes_silent_holds_up_neither_the_relay_nor_other_
     std::io::Write::write_all(&mut half, b"GET /metr").unwrap();
     let s = scrape_until(metrics, STEP, "frames", |s| s.sum("mdrelay_pub_frames_sent_total") > 0.0);
     assert!(s.get("mdrelay_pub_pacing_lag_seconds", "").is_some());
+    // Dozens of frames fall in each of the default profile's 1 ms duty cycles at this rate:
+    // some went out early, none more than the duty cycle.
+    let lead = s.get("mdrelay_pub_pacing_lead_seconds", "").unwrap();
+    let duty_cycle = mdrelay_proto::idle::Profile::Default.duty_cycle().as_secs_f64();
+    assert!(lead > 0.0 && lead <= duty_cycle, "lead {lead} s against a duty cycle of {duty_cycle} s");
     let published = publisher.finish(RUN);
     published.assert_success();
     drop(silent);

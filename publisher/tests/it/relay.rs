@@ -459,8 +459,9 @@ fn slow_policy_run(policy: &str) -> (Value, Value) {
         "raw",
         "--wait-subscribers",
         "2",
+        // Runs of records, several frames each: about a tenth of a second of this stream.
         "--queue",
-        "16384",
+        "2048",
         "--slow-subscriber",
         policy,
         "--pacing",
