@@ -316,11 +316,9 @@ pub fn pacing(rate: f64, count: u64, idle: IdleStrategy, duty_cycle: Duration) -
         let mut wakeups = 0;
         for i in 1..=count {
             let due = start + Duration::from_secs_f64(i as f64 / rate);
-            let window = idler.duty_window(duty_cycle);
-            if due.checked_duration_since(Instant::now()).is_some_and(|left| left > window) {
+            if idler.wait_until_within(due, idler.duty_window(duty_cycle)) {
                 wakeups += 1;
             }
-            idler.wait_until_within(due, window);
             let _ = late.record(u64::try_from(due.elapsed().as_nanos()).unwrap_or(u64::MAX).max(1));
         }
         let wall = start.elapsed().as_secs_f64();

@@ -31,7 +31,6 @@ use indicatif::{ProgressBar, ProgressStyle};
 use mdrelay_harness::process::{Finished, Process};
 use mdrelay_proto::capture::CaptureReader;
 use mdrelay_proto::codec::Format;
-use mdrelay_proto::idle::IdleStrategy;
 use mdrelay_proto::iextp::Segment;
 use mdrelay_proto::link;
 use mdrelay_proto::synth::{SynthConfig, SyntheticDay};
@@ -1120,11 +1119,12 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
     if !args.top_speed {
         // The waits alone, at the relay's frame rate, with the idle strategy the publisher's
         // profile picks: what its CPU is compared with.
-        let (idle, profile) = match args.profile {
-            Profile::Default => (IdleStrategy::Backoff, mdrelay_proto::idle::Profile::Default),
-            Profile::LowLatency => (IdleStrategy::Spin, mdrelay_proto::idle::Profile::LowLatency),
+        let profile = match args.profile {
+            Profile::Default => mdrelay_proto::idle::Profile::Default,
+            Profile::LowLatency => mdrelay_proto::idle::Profile::LowLatency,
         };
-        let duty_cycle = args.duty_cycle.map_or(profile.duty_cycle(), Duration::from_secs_f64);
+        let idle = mdrelay_proto::idle::pacing_idle(profile);
+        let duty_cycle = args.duty_cycle.map_or(mdrelay_proto::idle::duty_cycle(profile), Duration::from_secs_f64);
         let (frames, units) = schedule;
         let rate = args.rate * frames as f64 / units as f64;
         // At most 3 seconds of waits: enough for the percentiles, short beside the runs.

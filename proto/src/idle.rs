@@ -89,16 +89,25 @@ impl Profile {
             Profile::LowLatency => "low-latency",
         }
     }
+}
 
-    /// The publisher's `[pacing] duty_cycle` under this profile. Default: long enough that at
-    /// market rates a wake-up sends several segments (a wake-up costs tens of microseconds of
-    /// CPU on a virtual machine), short against what a replay's consumer acts on (docs/idle.md).
-    /// Low-latency: none, each segment at its time.
-    pub fn duty_cycle(self) -> Duration {
-        match self {
-            Profile::Default => Duration::from_millis(1),
-            Profile::LowLatency => Duration::ZERO,
-        }
+/// The publisher's `[pacing] idle` under `profile`: `backoff`, or `spin` for low latency. A
+/// function rather than a method: `Profile` is part of the client library's API, these are not.
+pub fn pacing_idle(profile: Profile) -> IdleStrategy {
+    match profile {
+        Profile::Default => IdleStrategy::Backoff,
+        Profile::LowLatency => IdleStrategy::Spin,
+    }
+}
+
+/// The publisher's `[pacing] duty_cycle` under `profile`. Default: long enough that at market
+/// rates a wake-up sends several segments (a wake-up costs tens of microseconds of CPU on a
+/// virtual machine), short against what a replay's consumer acts on (docs/idle.md).
+/// Low-latency: none, each segment at its time.
+pub fn duty_cycle(profile: Profile) -> Duration {
+    match profile {
+        Profile::Default => Duration::from_millis(1),
+        Profile::LowLatency => Duration::ZERO,
     }
 }
 
@@ -222,7 +231,7 @@ impl Idler {
 
     /// Waits until `target`, the strategy's way; returns at once when it has passed.
     pub fn wait_until(&mut self, target: Instant) {
-        self.wait_until_within(target, Duration::ZERO);
+        let _ = self.wait_until_within(target, Duration::ZERO);
     }
 
     /// How early a duty cycle of `duty_cycle` may let work go out. Under `backoff` a duty cycle
@@ -240,13 +249,16 @@ impl Idler {
 
     /// Waits until `early` before `target` at the latest, the strategy's way: a sleep aims at
     /// `target` itself (by the learned lateness), and whatever is left of the wait after it
-    /// within `early` is not spun. Returns at once when that moment has passed.
-    pub fn wait_until_within(&mut self, target: Instant, early: Duration) {
+    /// within `early` is not spun. Returns at once when that moment has passed; says whether
+    /// it waited at all.
+    pub fn wait_until_within(&mut self, target: Instant, early: Duration) -> bool {
+        let mut waited = false;
         loop {
             let now = Instant::now();
             let Some(left) = target.checked_duration_since(now).filter(|left| *left > early) else {
-                return;
+                return waited;
             };
+            waited = true;
             match self.strategy {
                 IdleStrategy::Spin => std::hint::spin_loop(),
                 IdleStrategy::Yield => std::thread::yield_now(),

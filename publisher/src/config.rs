@@ -958,13 +958,10 @@ impl FileConfig {
             max_messages: count_within("pacing.max_messages", p.max_messages.unwrap_or(0), 0, MAX_MESSAGE_LIMIT)?,
             duration: within("pacing.duration", p.duration.unwrap_or(0.0), 0.0, YEAR, "seconds (0: no limit)")?,
             max_gap: within("pacing.max_gap", p.max_gap.unwrap_or(60.0), 0.001, 86_400.0, "seconds")?,
-            idle: p.idle.unwrap_or(match profile {
-                Profile::Default => IdleStrategy::Backoff,
-                Profile::LowLatency => IdleStrategy::Spin,
-            }),
+            idle: p.idle.unwrap_or(mdrelay_proto::idle::pacing_idle(profile)),
             duty_cycle: within(
                 "pacing.duty_cycle",
-                p.duty_cycle.unwrap_or(profile.duty_cycle().as_secs_f64()),
+                p.duty_cycle.unwrap_or(mdrelay_proto::idle::duty_cycle(profile).as_secs_f64()),
                 0.0,
                 MAX_DUTY_CYCLE,
                 "seconds",

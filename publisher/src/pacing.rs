@@ -108,7 +108,7 @@ impl Pacer {
         match (paced.target, paced.publish_time) {
             (Some(target), Some(publish_time)) => {
                 let target = self.instant(target);
-                self.idler.wait_until_within(target, self.window());
+                let _ = self.idler.wait_until_within(target, self.window());
                 let now = Instant::now();
                 match target.checked_duration_since(now) {
                     // In this duty cycle, ahead of its time: stamped when it goes out.
