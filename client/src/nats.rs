@@ -20,7 +20,9 @@
 //! says which frames it carries (`proto`'s [`StoreSearch`] decides where to look; every datagram
 //! read is remembered as an anchor, so the next gap starts from the closest ones), then the
 //! range is read forward, a direct get per message with up to [`READ_AHEAD`] in flight, until its
-//! last frame is passed. Direct gets were chosen over an ordered consumer per gap: they need no
+//! last frame is passed, and on past it for frames missing between the datagrams read (a
+//! publisher whose acknowledgement failed publishes again, so its datagram is stored after
+//! later ones). Direct gets were chosen over an ordered consumer per gap: they need no
 //! consumer on the server (a burst of gaps would make one each), any replica answers them, and a
 //! search needs single reads anyway; a stream without `allow_direct` is read through the
 //! stream's message API instead.
@@ -626,7 +628,10 @@ async fn repair(
     fetches: Arc<AtomicU64>,
 ) {
     let mut search = StoreSearch::new();
-    let mut found_stream: Option<JetStream> = None;
+    // Looked up now, while the cluster is whole: the lookup is answered by the stream's leader,
+    // which the failure that opens a gap may have taken (its successor takes seconds to be
+    // elected, long enough for the gap to leave the window).
+    let mut found_stream: Option<JetStream> = jetstream.get_stream(&name).await.ok();
     while let Some(ask) = asked.recv().await {
         if found_stream.is_none() {
             // Not there (yet): the range is asked again at its retry.
@@ -650,10 +655,7 @@ async fn repair(
         let end = request.first.saturating_add(u64::from(request.count));
         // A range read once is not read again.
         let Some((first, end)) = search.delivered(session, request.first, end) else { continue };
-        let positions = match stream.info().await {
-            Ok(info) if info.state.messages > 0 => Some((info.state.first_sequence, info.state.last_sequence)),
-            _ => None,
-        };
+        let positions = subject_positions(stream, &subject, direct).await;
         let mut step = search.begin(session, first, end, positions);
         loop {
             step = match step {
@@ -681,6 +683,24 @@ async fn repair(
                 StoreStep::NotStored | StoreStep::Done => break,
             };
         }
+    }
+}
+
+/// The stream positions of the subject's first and last stored messages, the bounds of a
+/// search; none when it holds none or they cannot be read now (the range is asked again at its
+/// retry).
+///
+/// With direct gets, any replica answers, so a search goes on while the stream's leader is
+/// lost and another is elected; the stream's info (its leader's answer) is the fallback.
+async fn subject_positions(stream: &mut JetStream, subject: &str, direct: bool) -> Option<(u64, u64)> {
+    if direct {
+        let first = stream.direct_get_next_for_subject(subject, Some(1)).await.ok()?;
+        let last = stream.direct_get_last_for_subject(subject).await.ok()?;
+        return Some((first.sequence, last.sequence));
+    }
+    match stream.info().await {
+        Ok(info) if info.state.messages > 0 => Some((info.state.first_sequence, info.state.last_sequence)),
+        _ => None,
     }
 }
 
@@ -743,6 +763,7 @@ async fn read_forward(
         let Ok(found) = found else { return Forward::Unreadable };
         let header = found.as_ref().map(stored);
         if let Some(message) = found
+            && header.is_some_and(|h| search.wanted(&h))
             && answers.send(Repaired::Datagram(message.payload)).await.is_err()
         {
             return Forward::DriverGone;

@@ -14,15 +14,25 @@
 //! What it decides, the driver reports:
 //! - frames below the first datagram of the session the store still holds are gone (the store
 //!   dropped them by its limits, or they were never stored): [`StoreStep::Gone`];
+//! - frames missing between two stored datagrams of the session were most likely stored later:
+//!   a publisher whose acknowledgement failed (its server lost mid-write) publishes again, after
+//!   datagrams that followed were stored. The search reads on past the range for them, handing
+//!   over only the datagrams that fill such a hole, until they are all found, the session's
+//!   `END` is passed (nothing of it is published after its `END`), or [`WINDOW`] positions are
+//!   (a datagram further on would come after more frames than a receiver's window holds): then
+//!   they are gone. The store ending first means they may not be stored yet;
 //! - frames past the last datagram stored are not stored yet: [`StoreStep::NotStored`], asked
 //!   again later by the recovery book's retry;
 //! - a range is read once: what a search read is remembered ([`StoreSearch::delivered`]), so
 //!   asking again for frames already handed over reads nothing.
 
+use crate::relay::window::WINDOW;
 use std::collections::BTreeMap;
 
 /// Positions remembered from earlier reads, at most (the oldest are forgotten first).
 pub const MAX_ANCHORS: usize = 4096;
+/// Holes sought at once in one range, at most; more are merged into the last.
+const MAX_HOLES: usize = 64;
 
 /// A datagram read from the store: where, and its header's numbers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,7 +78,7 @@ pub enum StoreStep {
 }
 
 /// The range being searched.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Job {
     session: u64,
     first: u64,
@@ -84,6 +94,48 @@ struct Job {
     reading: bool,
     /// One past the last frame read of the range, once one was.
     reached: Option<u64>,
+    /// A datagram of the session was seen before the next one read: a hole from here on is
+    /// in the middle of what the store holds, not in front of it.
+    after_session_datagram: bool,
+    /// Frames `(first, end)` missing between stored datagrams, in order: sought past the range.
+    holes: Vec<(u64, u64)>,
+    /// Seeking the holes (the range itself was read), from the position of the first.
+    seeking_from: Option<u64>,
+    /// The holes are given up: reported one [`StoreStep::Gone`] at a time.
+    giving_up: bool,
+}
+
+impl Job {
+    /// Records frames `first..end` as missing between stored datagrams.
+    fn add_hole(&mut self, first: u64, end: u64) {
+        let full = self.holes.len() >= MAX_HOLES;
+        match self.holes.last_mut() {
+            Some(last) if full => last.1 = last.1.max(end),
+            _ => self.holes.push((first, end)),
+        }
+    }
+
+    /// Takes the frames of `d` out of the holes; whether it filled any.
+    fn fill(&mut self, d: &Stored) -> bool {
+        let (from, to) = (d.sequence, d.end());
+        let mut filled = false;
+        let mut kept = Vec::with_capacity(self.holes.len() + 1);
+        for &(a, b) in &self.holes {
+            if to <= a || b <= from {
+                kept.push((a, b));
+                continue;
+            }
+            filled = true;
+            if a < from {
+                kept.push((a, from));
+            }
+            if to < b {
+                kept.push((to, b));
+            }
+        }
+        self.holes = kept;
+        filled
+    }
 }
 
 /// The search over a store's positions: see the module's documentation.
@@ -141,13 +193,37 @@ impl StoreSearch {
             .map_or(first_position, |a| a.position.saturating_add(1))
             .max(first_position);
         let high = self.anchors.values().find(|a| a.end() > first).map_or(limit, |a| a.position).min(limit);
-        self.job = Some(Job { session, first, end, low, high, limit, reading: false, reached: None });
+        // Anchors are the session's: one still stored below the range is a datagram of it
+        // before the range.
+        let after_session_datagram = self.anchors.range(first_position..).any(|(_, a)| a.end() <= first);
+        self.job = Some(Job {
+            session,
+            first,
+            end,
+            low,
+            high,
+            limit,
+            reading: false,
+            reached: None,
+            after_session_datagram,
+            holes: Vec::new(),
+            seeking_from: None,
+            giving_up: false,
+        });
         self.next()
     }
 
     /// The step after the last one reported.
     fn next(&mut self) -> StoreStep {
         let Some(job) = &mut self.job else { return StoreStep::Done };
+        if job.giving_up {
+            if job.holes.is_empty() {
+                self.job = None;
+                return StoreStep::Done;
+            }
+            let (first, end) = job.holes.remove(0);
+            return StoreStep::Gone { first, count: end - first };
+        }
         if job.reading {
             return StoreStep::Read(job.low);
         }
@@ -176,9 +252,23 @@ impl StoreSearch {
             None => job.high = job.high.min(position),
             Some(d) if d.position >= job.high => job.high = job.high.min(position),
             Some(d) if d.session == job.session && d.end() > job.first => job.high = position,
-            Some(d) => job.low = d.position.saturating_add(1),
+            Some(d) => {
+                job.after_session_datagram |= d.session == job.session;
+                job.low = d.position.saturating_add(1)
+            }
         }
         self.next()
+    }
+
+    /// Whether a datagram read forward is to be handed over: while the range is read, every
+    /// one; while its holes are sought, those that fill one.
+    pub fn wanted(&self, d: &Stored) -> bool {
+        match &self.job {
+            Some(job) if job.seeking_from.is_some() => {
+                d.session == job.session && job.holes.iter().any(|&(a, b)| d.sequence < b && a < d.end())
+            }
+            _ => true,
+        }
     }
 
     /// A datagram read forward ([`StoreStep::Read`]), or none when the store ended: whether to
@@ -190,36 +280,70 @@ impl StoreSearch {
         }
         let Some(job) = &mut self.job else { return StoreStep::Done };
         let Some(d) = found else {
-            // The store ends within the range: the rest is not stored yet.
+            // The store ends within the range (or before its holes were found): the rest is not
+            // stored yet.
             self.job = None;
             return StoreStep::NotStored;
         };
         job.low = d.position.saturating_add(1);
+        if let Some(from) = job.seeking_from {
+            let ended = d.session == job.session && d.frames == 0;
+            if d.session == job.session {
+                job.fill(&d);
+            }
+            if job.holes.is_empty() {
+                self.job = None;
+                return StoreStep::Done;
+            }
+            // Nothing of the session comes after its END, nor within a receiver's window this
+            // far on.
+            if ended || d.position.saturating_sub(from) >= WINDOW {
+                job.giving_up = true;
+                return self.next();
+            }
+            return StoreStep::Read(job.low);
+        }
         if d.session != job.session {
             // An earlier session's, before the range: read on.
             return StoreStep::Read(job.low);
         }
         let expected = job.reached.unwrap_or(job.first);
-        // Frames between the last datagram read and this one are not in the store: the
-        // session's first datagram it holds is past them, or the ones holding them were removed.
-        let hole =
-            (d.sequence > expected && expected < job.end).then(|| (expected, d.sequence.min(job.end) - expected));
+        // Frames between the last datagram read and this one are not where they belong. In
+        // front of everything the store holds of the session, they are gone (removed by its
+        // limits, or never stored); between its datagrams, they were likely stored later.
+        let hole = (d.sequence > expected && expected < job.end).then(|| (expected, d.sequence.min(job.end)));
+        let mut gone = None;
+        if let Some((a, b)) = hole {
+            if job.after_session_datagram {
+                job.add_hole(a, b);
+            } else {
+                gone = Some(StoreStep::Gone { first: a, count: b - a });
+            }
+        }
+        job.after_session_datagram = true;
         let reached = expected.max(d.end());
         job.reached = Some(reached);
         let first = job.first;
+        // Handed over up to the first hole: frames sought later may still be asked again.
+        let handed = job.holes.first().map_or(reached, |h| h.0);
         self.delivered = match self.delivered {
-            Some((s, a, b)) if s == job.session && a <= first && first <= b => Some((s, a, b.max(reached))),
-            _ => Some((job.session, first, reached)),
+            Some((s, a, b)) if s == job.session && a <= first && first <= b => Some((s, a, b.max(handed))),
+            _ => Some((job.session, first, handed)),
         };
         // Past the range, or the session's END (nothing follows it).
-        let done = d.end() >= job.end || d.frames == 0;
+        let ended = d.frames == 0;
+        let done = d.end() >= job.end || ended;
         let next = job.low;
         if done {
-            self.job = None;
+            match (job.holes.is_empty(), ended) {
+                (true, _) => self.job = None,
+                (false, true) => job.giving_up = true,
+                (false, false) => job.seeking_from = Some(d.position),
+            }
         }
-        match hole {
-            Some((first, count)) => StoreStep::Gone { first, count },
-            None if done => StoreStep::Done,
+        match gone {
+            Some(step) => step,
+            None if done => self.next(),
             None => StoreStep::Read(next),
         }
     }
@@ -227,6 +351,7 @@ impl StoreSearch {
     /// The step after a [`StoreStep::Gone`].
     pub fn after_gone(&mut self) -> StoreStep {
         match &self.job {
+            Some(job) if job.giving_up || job.seeking_from.is_some() => self.next(),
             Some(job) => StoreStep::Read(job.low),
             None => StoreStep::Done,
         }
@@ -279,7 +404,7 @@ mod tests {
                 }
                 StoreStep::Read(p) => {
                     let d = at_or_after(p);
-                    if let Some(d) = d.filter(|d| d.session == 7) {
+                    if let Some(d) = d.filter(|d| d.session == 7 && search.wanted(d)) {
                         read.extend(d.sequence..d.end());
                     }
                     search.read(d)
@@ -327,15 +452,60 @@ mod tests {
         assert_eq!((read.last(), last), (Some(&2_000), StoreStep::NotStored));
     }
 
+    /// Session 7's `END` after the last datagram of `store`.
+    fn with_end(mut store: Vec<Stored>) -> Vec<Stored> {
+        let last = *store.last().unwrap();
+        store.push(Stored { position: last.position + 1, session: 7, sequence: last.end(), frames: 0 });
+        store
+    }
+
     #[test]
     fn holes_in_the_positions_and_other_subjects_are_stepped_over() {
         // Every third position missing (deleted, or another subject's).
         let s: Vec<Stored> = store(1, 0, 1, 3_000, 4).into_iter().filter(|d| d.position % 3 != 0).collect();
-        let (read, gone, last, _) = run(&mut StoreSearch::new(), &s, 4_001, 4_021);
-        assert_eq!(last, StoreStep::Done);
-        // Frames in the deleted datagrams are gone; every other frame of the range is read.
         let deleted = (4_001..4_021u64).filter(|seq| ((seq - 1) / 4 + 1) % 3 == 0).count() as u64;
-        assert_eq!(gone, deleted);
+        // Frames missing between stored datagrams may be stored later: sought to the store's
+        // end, they are not stored yet.
+        let (read, gone, last, _) = run(&mut StoreSearch::new(), &s, 4_001, 4_021);
+        assert_eq!((gone, last), (0, StoreStep::NotStored));
         assert!((4_001..4_021u64).all(|seq| read.contains(&seq) || ((seq - 1) / 4 + 1) % 3 == 0), "{read:?}");
+        // Past the session's END nothing more of it comes: they are gone, and only they; every
+        // other frame of the range is read, and nothing else is handed over while seeking.
+        let (read, gone, last, _) = run(&mut StoreSearch::new(), &with_end(s), 4_001, 4_021);
+        assert_eq!((gone, last), (deleted, StoreStep::Done));
+        let kept: Vec<u64> = (4_001..4_025u64).filter(|seq| ((seq - 1) / 4 + 1) % 3 != 0).collect();
+        assert_eq!(read, kept, "the datagrams reaching into the range, and nothing after");
+    }
+
+    #[test]
+    fn a_datagram_stored_late_by_a_publishers_retry_is_found_past_the_range() {
+        // Session 7, 10 frames a datagram; the datagram of frames 2,001..2,010 failed to store
+        // and was published again 300 datagrams later.
+        let mut s = store(1, 0, 1, 1_000, 10);
+        let late = s.remove(200);
+        for d in &mut s[200..500] {
+            d.position -= 1;
+        }
+        s.insert(499, Stored { position: 500, ..late });
+        for (i, d) in s.iter_mut().enumerate() {
+            d.position = i as u64 + 1;
+        }
+        let mut search = StoreSearch::new();
+        let (read, gone, last, _) = run(&mut search, &s, 1_995, 2_030);
+        assert_eq!((gone, last), (0, StoreStep::Done));
+        assert!((1_995..2_030).all(|seq| read.contains(&seq)), "every frame of the range: {read:?}");
+        // While seeking, only the late datagram was handed over: the range's, and that one.
+        assert_eq!(read.len(), 10 + 10 + 10 + 10);
+        // What follows the hole stays to be asked: only the frames before it count as handed.
+        assert_eq!(search.delivered(7, 1_995, 2_030), Some((2_001, 2_030)));
+        // Published again more than a window's positions later, it is given up as gone.
+        let mut far = store(1, 0, 1, 70_000, 1);
+        let late = far.remove(100);
+        far.push(Stored { position: 0, ..late });
+        for (i, d) in far.iter_mut().enumerate() {
+            d.position = i as u64 + 1;
+        }
+        let (_, gone, last, _) = run(&mut StoreSearch::new(), &far, 95, 110);
+        assert_eq!((gone, last), (1, StoreStep::Done));
     }
 }
