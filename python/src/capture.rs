@@ -1,0 +1,147 @@
+//! `mdrelay.read_capture`: an IEX capture, or a subscriber's recording (the same format), read
+//! into the same Arrow record batches as `Subscriber.batches`.
+
+use crate::errors;
+use crate::tables::Tables;
+use mdrelay_proto::Message;
+use mdrelay_proto::capture::CaptureReader;
+use mdrelay_proto::iextp::Segment;
+use mdrelay_proto::link::udp_datagram;
+use pyo3::exceptions::PyStopIteration;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+use pyo3_arrow::PyRecordBatch;
+use std::collections::VecDeque;
+use std::sync::{Mutex, MutexGuard};
+
+/// The reader and what it has read and not yet handed out.
+struct State {
+    reader: CaptureReader,
+    tables: Tables,
+    ready: VecDeque<(&'static str, arrow_array::RecordBatch)>,
+    done: bool,
+    packets: u64,
+    segments: u64,
+    messages: u64,
+    /// Packets that are not IPv4 UDP, or whose payload is not an IEX-TP segment.
+    other_packets: u64,
+    /// Message blocks that do not parse as a message, or run past their segment.
+    bad_messages: u64,
+}
+
+impl State {
+    /// Reads packets until `max_messages` rows are waiting or the capture ends.
+    fn fill(&mut self, max_messages: usize) -> Result<(), mdrelay_proto::capture::CaptureError> {
+        let State { reader, tables, packets, segments, messages, other_packets, bad_messages, .. } = self;
+        while tables.rows() < max_messages {
+            let Some(packet) = reader.next_packet()? else {
+                self.done = true;
+                break;
+            };
+            *packets += 1;
+            let Ok(datagram) = udp_datagram(packet.link_type, packet.data) else {
+                *other_packets += 1;
+                continue;
+            };
+            let Ok(segment) = Segment::parse(datagram.payload) else {
+                *other_packets += 1;
+                continue;
+            };
+            *segments += 1;
+            for block in segment.blocks() {
+                match block.map(Message::parse) {
+                    Ok(Ok(message)) => {
+                        *messages += 1;
+                        tables.push(&message);
+                    }
+                    _ => *bad_messages += 1,
+                }
+            }
+        }
+        self.ready.extend(self.tables.finish());
+        Ok(())
+    }
+}
+
+/// The iterator `read_capture` returns: `(message_type, pyarrow.RecordBatch)` pairs.
+#[pyclass(module = "mdrelay", frozen)]
+pub struct CaptureBatches {
+    state: Mutex<State>,
+    max_messages: usize,
+}
+
+impl CaptureBatches {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[pymethods]
+impl CaptureBatches {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        loop {
+            let next = {
+                let mut state = self.lock();
+                state.ready.pop_front().ok_or(state.done)
+            };
+            match next {
+                Ok((label, batch)) => {
+                    let batch = PyRecordBatch::new(batch).into_pyarrow(py)?;
+                    return Ok(PyTuple::new(py, [label.into_pyobject(py)?.into_any(), batch])?.unbind());
+                }
+                Err(true) => return Err(PyStopIteration::new_err(())),
+                Err(false) => {}
+            }
+            py.detach(|| self.lock().fill(self.max_messages)).map_err(|e| capture_error(py, &e))?;
+            py.check_signals()?;
+        }
+    }
+
+    /// What was read so far: packets, IEX-TP segments, messages, packets that are not IEX-TP,
+    /// message blocks that did not parse.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.lock();
+        let d = PyDict::new(py);
+        d.set_item("packets", s.packets)?;
+        d.set_item("segments", s.segments)?;
+        d.set_item("messages", s.messages)?;
+        d.set_item("other_packets", s.other_packets)?;
+        d.set_item("bad_messages", s.bad_messages)?;
+        d.set_item("truncated_at", s.reader.truncated_at())?;
+        Ok(d)
+    }
+}
+
+fn capture_error(py: Python<'_>, e: &mdrelay_proto::capture::CaptureError) -> PyErr {
+    errors::raise(py, py.get_type::<errors::CaptureError>(), "capture", e.to_string())
+}
+
+/// Reads a capture (pcap or pcapng, gzipped or not: an IEX capture or a subscriber's
+/// recording) into `(message_type, pyarrow.RecordBatch)` pairs of up to `max_messages` rows in
+/// all per round.
+#[pyfunction]
+#[pyo3(signature = (path, max_messages=65536))]
+pub fn read_capture(py: Python<'_>, path: std::path::PathBuf, max_messages: usize) -> PyResult<CaptureBatches> {
+    if max_messages == 0 {
+        return Err(errors::config(py, "max_messages", "must be at least 1"));
+    }
+    let reader = py.detach(|| CaptureReader::open(&path)).map_err(|e| capture_error(py, &e))?;
+    Ok(CaptureBatches {
+        state: Mutex::new(State {
+            reader,
+            tables: Tables::default(),
+            ready: VecDeque::new(),
+            done: false,
+            packets: 0,
+            segments: 0,
+            messages: 0,
+            other_packets: 0,
+            bad_messages: 0,
+        }),
+        max_messages,
+    })
+}

@@ -1,0 +1,23 @@
+//! The `mdrelay` Python package's native module: `mdrelay-client` as typed Python events and
+//! Apache Arrow record batches.
+
+mod capture;
+mod errors;
+mod messages;
+mod subscriber;
+mod tables;
+
+use pyo3::prelude::*;
+
+/// The native module; `mdrelay/__init__.py` re-exports it.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    errors::register(m)?;
+    messages::register(m)?;
+    m.add_class::<subscriber::Subscriber>()?;
+    m.add_class::<subscriber::BatchIterator>()?;
+    m.add_class::<capture::CaptureBatches>()?;
+    m.add_function(wrap_pyfunction!(capture::read_capture, m)?)?;
+    m.add("MESSAGE_TYPES", subscriber::labels(m.py())?)?;
+    Ok(())
+}

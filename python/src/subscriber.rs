@@ -1,0 +1,624 @@
+//! `mdrelay.Subscriber`: the client library's blocking subscriber behind a Python iterator of
+//! typed events, and of Arrow record batches (`Subscriber.batches`). Every wait happens with the
+//! GIL released, in slices short enough that Ctrl-C is seen promptly.
+
+use crate::errors;
+use crate::messages::{Connected, End, FormatChanged, Gap, GivenUp, Notice, Recovered, Restarted, message_object};
+use crate::tables::Tables;
+use mdrelay_client::{Builder, Event, Frame, IdleStrategy, OwnedMessage, Profile, Waited};
+use pyo3::exceptions::PyStopIteration;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3_arrow::PyRecordBatch;
+use std::collections::VecDeque;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// The longest the GIL is released for in one go: how late Ctrl-C (a Python signal handler) can
+/// be seen while waiting.
+const SLICE: Duration = Duration::from_millis(50);
+
+/// One thing for the event iterator to hand out, owned so it outlives the subscriber's buffers
+/// and can be made into a Python object once the GIL is held again.
+enum Item {
+    Message(OwnedMessage),
+    Recovered { sequence: u64, messages: u64 },
+    Gap { first: u64, count: u64 },
+    GivenUp(u64),
+    FormatChanged(Option<String>, String),
+    Restarted(u64, u64),
+    Connected(String, bool),
+    Notice(String, String),
+    End { complete: bool, next_sequence: u64, frames: Option<u64>, messages: Option<u64> },
+}
+
+/// What one slice of waiting came to.
+enum Outcome {
+    /// Something to hand out.
+    Ready,
+    /// The slice ran out with nothing (signals are checked, then the wait goes on).
+    Slice,
+    /// The stream is over.
+    Finished,
+}
+
+/// The subscriber and what it has received and not yet handed out.
+struct State {
+    /// None once closed.
+    inner: Option<mdrelay_client::Subscriber>,
+    pending: VecDeque<Item>,
+    finished: bool,
+    tables: Tables,
+    /// When the current batch started filling.
+    batch_started: Option<Instant>,
+    batches_ready: VecDeque<(&'static str, arrow_array::RecordBatch)>,
+    /// When the last event came.
+    last_activity: Instant,
+}
+
+/// The variant name of an event, from its `Debug` text.
+fn variant_name(debug: &str) -> String {
+    debug.split(|c: char| !c.is_alphanumeric() && c != '_').next().unwrap_or_default().to_string()
+}
+
+/// Adds the items of one event to `out`.
+fn push_items(event: Event<Frame<'_>>, out: &mut VecDeque<Item>) {
+    match event {
+        Event::Frame(frame) => {
+            if frame.recovered() {
+                out.push_back(Item::Recovered { sequence: frame.sequence(), messages: frame.messages().len() as u64 });
+            }
+            if let Some(error) = frame.decode_error() {
+                out.push_back(Item::Notice("DecodeError".into(), format!("frame {}: {error}", frame.sequence())));
+            }
+            out.extend(frame.messages().map(|m| Item::Message(OwnedMessage::from_message(&m))));
+        }
+        Event::Gap { first, count } => out.push_back(Item::Gap { first, count }),
+        Event::GivenUp { frames } => out.push_back(Item::GivenUp(frames)),
+        Event::FormatChanged { from, to } => {
+            out.push_back(Item::FormatChanged(from.map(|f| f.to_string()), to.to_string()));
+        }
+        Event::Restarted { old, new } => out.push_back(Item::Restarted(old, new)),
+        Event::Connected { peer, reconnect, .. } => out.push_back(Item::Connected(peer.to_string(), reconnect)),
+        Event::End(end) => out.push_back(Item::End {
+            complete: end.complete,
+            next_sequence: end.next_sequence,
+            frames: end.totals.as_ref().map(|t| t.frames),
+            messages: end.totals.as_ref().map(|t| t.messages),
+        }),
+        other => {
+            let debug = format!("{other:?}");
+            out.push_back(Item::Notice(variant_name(&debug), debug));
+        }
+    }
+}
+
+impl State {
+    /// Waits at most `slice` for the next event and keeps what it brings.
+    fn wait(&mut self, slice: Duration) -> Result<Outcome, mdrelay_client::Error> {
+        let State { inner, pending, finished, last_activity, .. } = self;
+        let Some(subscriber) = inner.as_mut() else {
+            *finished = true;
+            return Ok(Outcome::Finished);
+        };
+        if *finished {
+            return Ok(Outcome::Finished);
+        }
+        match subscriber.next_event_timeout(slice) {
+            Ok(Waited::Event(event)) => {
+                *last_activity = Instant::now();
+                push_items(event, pending);
+                Ok(Outcome::Ready)
+            }
+            Ok(Waited::TimedOut) => Ok(Outcome::Slice),
+            Ok(Waited::Finished) => {
+                *finished = true;
+                Ok(Outcome::Finished)
+            }
+            Err(error) => {
+                *finished = true;
+                Err(error)
+            }
+        }
+    }
+
+    /// Fills the tables for at most `budget`, until `max_messages` rows, the batch's time
+    /// `timeout`, or the end; then finishes the tables into `batches_ready`.
+    fn fill(&mut self, max_messages: usize, timeout: Duration, budget: Duration) -> Result<(), mdrelay_client::Error> {
+        let started = Instant::now();
+        let batch_started = *self.batch_started.get_or_insert(started);
+        let deadline = batch_started + timeout;
+        // Messages the event iterator collected and did not hand out go first.
+        while let Some(item) = self.pending.pop_front() {
+            if let Item::Message(m) = item {
+                self.tables.push(&m.as_message());
+            }
+        }
+        loop {
+            let now = Instant::now();
+            if self.tables.rows() >= max_messages || self.finished || now >= deadline {
+                self.batches_ready.extend(self.tables.finish());
+                self.batch_started = None;
+                return Ok(());
+            }
+            if now.duration_since(started) >= budget {
+                return Ok(());
+            }
+            let State { inner, finished, tables, last_activity, .. } = self;
+            let Some(subscriber) = inner.as_mut() else {
+                *finished = true;
+                continue;
+            };
+            match subscriber.next_event_timeout(SLICE.min(deadline - now)) {
+                Ok(Waited::Event(event)) => {
+                    *last_activity = Instant::now();
+                    if let Event::Frame(frame) = event {
+                        for m in frame.messages() {
+                            tables.push(&m);
+                        }
+                    }
+                }
+                Ok(Waited::TimedOut) => {}
+                Ok(Waited::Finished) => *finished = true,
+                Err(error) => {
+                    *finished = true;
+                    self.batches_ready.extend(self.tables.finish());
+                    return Err(error);
+                }
+            }
+        }
+    }
+}
+
+fn seconds(py: Python<'_>, value: Option<f64>, setting: &str) -> PyResult<Option<Duration>> {
+    value
+        .map(|s| {
+            Duration::try_from_secs_f64(s)
+                .map_err(|_| errors::config(py, setting, format!("{s} is not a number of seconds (0 or more)")))
+        })
+        .transpose()
+}
+
+/// A subscription to an mdrelay publisher's stream; iterate over it for events, or call
+/// `batches()` for Arrow record batches.
+#[pyclass(module = "mdrelay", frozen)]
+pub struct Subscriber {
+    state: Mutex<State>,
+    idle_timeout: Option<Duration>,
+}
+
+impl Subscriber {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while the lock was held cannot leave the state half-changed in a way that
+        // matters more than losing the stream: go on with it.
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The Python object of an item.
+fn item_object(py: Python<'_>, item: Item) -> PyResult<Py<PyAny>> {
+    fn obj<T: pyo3::PyClass + Into<pyo3::PyClassInitializer<T>>>(py: Python<'_>, v: T) -> PyResult<Py<PyAny>> {
+        Ok(Py::new(py, v)?.into_any())
+    }
+    match item {
+        Item::Message(m) => message_object(py, &m.as_message()),
+        Item::Recovered { sequence, messages } => obj(py, Recovered { sequence, messages }),
+        Item::Gap { first, count } => obj(py, Gap { first, count }),
+        Item::GivenUp(frames) => obj(py, GivenUp { frames }),
+        Item::FormatChanged(from_format, to_format) => obj(py, FormatChanged { from_format, to_format }),
+        Item::Restarted(old_session, new_session) => obj(py, Restarted { old_session, new_session }),
+        Item::Connected(peer, reconnect) => obj(py, Connected { peer, reconnect }),
+        Item::Notice(kind, detail) => obj(py, Notice { kind, detail }),
+        Item::End { complete, next_sequence, frames, messages } => {
+            obj(py, End { complete, next_sequence, publisher_frames: frames, publisher_messages: messages })
+        }
+    }
+}
+
+#[pymethods]
+impl Subscriber {
+    /// Builds the subscriber: give one of `tcp`, `udp`, `multicast` (with `interface`) or
+    /// `nats` (with `nats_subject`); times are in seconds.
+    #[new]
+    #[pyo3(signature = (
+        *, tcp=None, udp=None, multicast=None, interface="0.0.0.0", nats=None, nats_subject=None,
+        nats_stream=None, line_b=None, interface_b=None, recovery=None, recovery_delay=None,
+        recovery_retry=None, recovery_attempts=None, recovery_linger=None, resume=None,
+        from_start=false, symbols=None, crc=false, key_file=None, reconnect_max=None,
+        give_up_after=None, connect_timeout=None, receive_buffer=None, echo_every=None,
+        profile=None, idle=None, busy_poll=None, nats_creds_file=None, nats_nkey_file=None,
+        nats_user=None, nats_password_file=None, nats_tls_ca_file=None,
+        nats_pending_messages=None, idle_timeout=None
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        tcp: Option<String>,
+        udp: Option<String>,
+        multicast: Option<String>,
+        interface: &str,
+        nats: Option<String>,
+        nats_subject: Option<String>,
+        nats_stream: Option<String>,
+        line_b: Option<String>,
+        interface_b: Option<String>,
+        recovery: Option<String>,
+        recovery_delay: Option<f64>,
+        recovery_retry: Option<f64>,
+        recovery_attempts: Option<u32>,
+        recovery_linger: Option<f64>,
+        resume: Option<bool>,
+        from_start: bool,
+        symbols: Option<Vec<String>>,
+        crc: bool,
+        key_file: Option<std::path::PathBuf>,
+        reconnect_max: Option<f64>,
+        give_up_after: Option<f64>,
+        connect_timeout: Option<f64>,
+        receive_buffer: Option<usize>,
+        echo_every: Option<u64>,
+        profile: Option<&str>,
+        idle: Option<&str>,
+        busy_poll: Option<bool>,
+        nats_creds_file: Option<std::path::PathBuf>,
+        nats_nkey_file: Option<std::path::PathBuf>,
+        nats_user: Option<String>,
+        nats_password_file: Option<std::path::PathBuf>,
+        nats_tls_ca_file: Option<std::path::PathBuf>,
+        nats_pending_messages: Option<usize>,
+        idle_timeout: Option<f64>,
+    ) -> PyResult<Subscriber> {
+        let mut builder = match (tcp, udp, multicast, nats) {
+            (Some(a), None, None, None) => Builder::tcp(a),
+            (None, Some(a), None, None) => Builder::udp(a),
+            (None, None, Some(g), None) => Builder::multicast(g, interface),
+            (None, None, None, Some(servers)) => {
+                let subject = nats_subject.unwrap_or_else(|| "mdrelay.1".to_string());
+                Builder::nats(servers, subject)
+            }
+            _ => return Err(errors::config(py, "tcp", "give exactly one of tcp, udp, multicast or nats")),
+        };
+        if let Some(s) = nats_stream {
+            builder = builder.nats_stream(s);
+        }
+        if let Some(b) = line_b {
+            builder = builder.line_b(b);
+        }
+        if let Some(i) = interface_b {
+            builder = builder.interface_b(i);
+        }
+        if let Some(r) = recovery {
+            builder = builder.recovery(r);
+        }
+        if let Some(d) = seconds(py, recovery_delay, "recovery_delay")? {
+            builder = builder.recovery_delay(d);
+        }
+        if let Some(d) = seconds(py, recovery_retry, "recovery_retry")? {
+            builder = builder.recovery_retry(d);
+        }
+        if let Some(n) = recovery_attempts {
+            builder = builder.recovery_attempts(n);
+        }
+        if let Some(d) = seconds(py, recovery_linger, "recovery_linger")? {
+            builder = builder.recovery_linger(d);
+        }
+        if let Some(r) = resume {
+            builder = builder.resume(r);
+        }
+        builder = builder.from_start(from_start).crc(crc);
+        if let Some(s) = symbols {
+            builder = builder.symbols(s);
+        }
+        if let Some(k) = key_file {
+            builder = builder.key_file(k);
+        }
+        if let Some(d) = seconds(py, reconnect_max, "reconnect_max")? {
+            builder = builder.reconnect_max(d);
+        }
+        if let Some(d) = seconds(py, give_up_after, "give_up_after")? {
+            builder = builder.give_up_after(d);
+        }
+        if let Some(d) = seconds(py, connect_timeout, "connect_timeout")? {
+            builder = builder.connect_timeout(d);
+        }
+        if let Some(n) = receive_buffer {
+            builder = builder.receive_buffer(n);
+        }
+        if let Some(n) = echo_every {
+            builder = builder.echo_every(n);
+        }
+        if let Some(p) = profile {
+            let p = p.parse::<Profile>().map_err(|e| errors::config(py, "profile", e.to_string()))?;
+            builder = builder.profile(p);
+        }
+        if let Some(i) = idle {
+            let i = i.parse::<IdleStrategy>().map_err(|e| errors::config(py, "idle", e.to_string()))?;
+            builder = builder.idle(i);
+        }
+        if let Some(b) = busy_poll {
+            builder = builder.busy_poll(b);
+        }
+        if let Some(f) = nats_creds_file {
+            builder = builder.nats_creds_file(f);
+        }
+        if let Some(f) = nats_nkey_file {
+            builder = builder.nats_nkey_file(f);
+        }
+        if let Some(u) = nats_user {
+            builder = builder.nats_user(u);
+        }
+        if let Some(f) = nats_password_file {
+            builder = builder.nats_password_file(f);
+        }
+        if let Some(f) = nats_tls_ca_file {
+            builder = builder.nats_tls_ca_file(f);
+        }
+        if let Some(n) = nats_pending_messages {
+            builder = builder.nats_pending_messages(n);
+        }
+        let idle_timeout = seconds(py, idle_timeout, "idle_timeout")?;
+        let inner = py.detach(|| builder.build()).map_err(|e| errors::from_client(py, &e))?;
+        Ok(Subscriber {
+            state: Mutex::new(State {
+                inner: Some(inner),
+                pending: VecDeque::new(),
+                finished: false,
+                tables: Tables::default(),
+                batch_started: None,
+                batches_ready: VecDeque::new(),
+                last_activity: Instant::now(),
+            }),
+            idle_timeout,
+        })
+    }
+
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        loop {
+            // Hand out what was received already without releasing the GIL (one frame brings
+            // many messages); a lock held by another thread's wait is not waited for here.
+            if let Ok(mut state) = self.state.try_lock()
+                && let Some(item) = state.pending.pop_front()
+            {
+                drop(state);
+                return item_object(py, item);
+            }
+            let outcome = py.detach(|| {
+                let mut state = self.lock();
+                if let Some(item) = state.pending.pop_front() {
+                    return Ok(Some(item));
+                }
+                match state.wait(SLICE) {
+                    Ok(Outcome::Ready) => Ok(state.pending.pop_front()),
+                    Ok(Outcome::Slice) => Ok(None),
+                    Ok(Outcome::Finished) => Err(None),
+                    Err(e) => Err(Some(e)),
+                }
+            });
+            match outcome {
+                Ok(Some(item)) => return item_object(py, item),
+                Ok(None) => {
+                    py.check_signals()?;
+                    self.check_idle(py)?;
+                }
+                Err(Some(error)) => return Err(errors::from_client(py, &error)),
+                Err(None) => return Err(PyStopIteration::new_err(())),
+            }
+        }
+    }
+
+    /// The next event, waiting at most `timeout` seconds (None: as long as it takes); None when
+    /// the time ran out, StopIteration once the stream is over.
+    #[pyo3(signature = (timeout=None))]
+    fn next_event(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Py<PyAny>>> {
+        let limit = seconds(py, timeout, "timeout")?.map(|t| Instant::now() + t);
+        loop {
+            let slice = limit.map_or(SLICE, |l| SLICE.min(l.saturating_duration_since(Instant::now())));
+            let outcome = py.detach(|| {
+                let mut state = self.lock();
+                if let Some(item) = state.pending.pop_front() {
+                    return Ok(Some(item));
+                }
+                match state.wait(slice) {
+                    Ok(Outcome::Ready) => Ok(state.pending.pop_front()),
+                    Ok(Outcome::Slice) => Ok(None),
+                    Ok(Outcome::Finished) => Err(None),
+                    Err(e) => Err(Some(e)),
+                }
+            });
+            match outcome {
+                Ok(Some(item)) => return item_object(py, item).map(Some),
+                Ok(None) => {
+                    py.check_signals()?;
+                    if limit.is_some_and(|l| Instant::now() >= l) {
+                        return Ok(None);
+                    }
+                }
+                Err(Some(error)) => return Err(errors::from_client(py, &error)),
+                Err(None) => return Err(PyStopIteration::new_err(())),
+            }
+        }
+    }
+
+    /// Arrow record batches of the stream's messages: an iterator of `(message_type, batch)`
+    /// pairs (pyarrow.RecordBatch), one per type at a time, once `max_messages` messages have
+    /// come or `timeout` seconds have passed since the batch started, and at the end.
+    #[pyo3(signature = (max_messages=65536, timeout=1.0))]
+    fn batches(slf: Py<Self>, py: Python<'_>, max_messages: usize, timeout: f64) -> PyResult<BatchIterator> {
+        let timeout = seconds(py, Some(timeout), "timeout")?.unwrap_or(Duration::from_secs(1));
+        if max_messages == 0 {
+            return Err(errors::config(py, "max_messages", "must be at least 1"));
+        }
+        Ok(BatchIterator { subscriber: slf, max_messages, timeout })
+    }
+
+    /// What was counted so far, and the publisher's totals once its end of stream came, as a
+    /// dict.
+    fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let c = match self.lock().inner.as_ref() {
+            Some(s) => s.counters(),
+            None => mdrelay_client::Counters::default(),
+        };
+        let d = PyDict::new(py);
+        d.set_item("frames", c.frames)?;
+        d.set_item("frames_recovered", c.frames_recovered)?;
+        d.set_item("decode_errors", c.decode_errors)?;
+        d.set_item("messages", c.messages)?;
+        d.set_item("messages_skipped", c.messages_skipped)?;
+        d.set_item("messages_by_type", by_type(py, &c.messages_by_type)?)?;
+        d.set_item("bytes", c.bytes)?;
+        d.set_item("lost", c.lost)?;
+        d.set_item("duplicates", c.duplicates)?;
+        d.set_item("reordered", c.reordered)?;
+        d.set_item("too_late", c.too_late)?;
+        d.set_item("session", c.session)?;
+        d.set_item("highest_sequence", c.highest_sequence)?;
+        d.set_item("first_frame", c.first_frame)?;
+        d.set_item("late_join", c.late_join)?;
+        d.set_item("publisher_restarts", c.publisher_restarts)?;
+        d.set_item("unconfirmed_datagrams", c.unconfirmed_datagrams)?;
+        d.set_item("invalid_packets", c.invalid_packets)?;
+        d.set_item("format", c.format.map(|f| f.to_string()))?;
+        d.set_item("format_switches", c.format_switches)?;
+        d.set_item("connections", c.connections)?;
+        d.set_item("reconnects", c.reconnects)?;
+        d.set_item("resumes", c.resumes)?;
+        d.set_item("datagrams", c.datagrams)?;
+        d.set_item("arbitrated", c.arbitrated)?;
+        d.set_item("recovery", json_value(py, c.recovery.as_ref())?)?;
+        d.set_item("protection", json_value(py, Some(&c.protection))?)?;
+        let totals = match &c.publisher_totals {
+            None => None,
+            Some(t) => {
+                let td = PyDict::new(py);
+                td.set_item("frames", t.frames)?;
+                td.set_item("messages", t.messages)?;
+                td.set_item("by_type", by_type(py, &t.by_type)?)?;
+                td.set_item("truncated", t.truncated)?;
+                Some(td)
+            }
+        };
+        d.set_item("matches_publisher", c.publisher_totals.as_ref().map(|t| c.matches(t)))?;
+        d.set_item("publisher_totals", totals)?;
+        Ok(d)
+    }
+
+    /// UDP and multicast: the local addresses the lines receive on, as "ip:port" (the port the
+    /// system picked for port 0); empty over TCP.
+    #[getter]
+    fn local_addrs(&self) -> Vec<String> {
+        self.lock()
+            .inner
+            .as_ref()
+            .map(|s| s.local_addrs().iter().map(ToString::to_string).collect())
+            .unwrap_or_default()
+    }
+
+    /// Ends the subscription now: sockets closed, nothing more handed out.
+    fn close(&self, py: Python<'_>) {
+        py.detach(|| {
+            let mut state = self.lock();
+            if let Some(mut s) = state.inner.take() {
+                s.close();
+            }
+            state.finished = true;
+            state.pending.clear();
+        });
+    }
+
+    fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> bool {
+        self.close(py);
+        false
+    }
+}
+
+impl Subscriber {
+    fn check_idle(&self, py: Python<'_>) -> PyResult<()> {
+        if let Some(limit) = self.idle_timeout {
+            let idle = self.lock().last_activity.elapsed();
+            if idle >= limit {
+                return Err(errors::raise(
+                    py,
+                    py.get_type::<errors::IdleTimeoutError>(),
+                    "idle_timeout",
+                    format!("nothing arrived for {:.3} s (idle_timeout)", idle.as_secs_f64()),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Counts by IEX type byte as a dict keyed by the type's character.
+fn by_type<'py>(py: Python<'py>, counts: &std::collections::BTreeMap<u8, u64>) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (k, v) in counts {
+        d.set_item(char::from(*k).to_string(), v)?;
+    }
+    Ok(d)
+}
+
+/// A report of the client library as Python values, through its JSON form.
+fn json_value<T: serde::Serialize>(py: Python<'_>, value: Option<&T>) -> PyResult<Py<PyAny>> {
+    let Some(value) = value else { return Ok(py.None()) };
+    let text = serde_json::to_string(value).map_err(|e| errors::config(py, "counters", e.to_string()))?;
+    Ok(py.import("json")?.call_method1("loads", (text,))?.unbind())
+}
+
+/// The iterator `Subscriber.batches()` returns: `(message_type, pyarrow.RecordBatch)` pairs.
+#[pyclass(module = "mdrelay", frozen)]
+pub struct BatchIterator {
+    subscriber: Py<Subscriber>,
+    max_messages: usize,
+    timeout: Duration,
+}
+
+#[pymethods]
+impl BatchIterator {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        let subscriber = self.subscriber.get();
+        loop {
+            let ready = {
+                let mut state = subscriber.lock();
+                match state.batches_ready.pop_front() {
+                    Some(b) => Ok(b),
+                    None => Err(state.finished && state.tables.rows() == 0 && state.pending.is_empty()),
+                }
+            };
+            match ready {
+                Ok((label, batch)) => {
+                    let batch = PyRecordBatch::new(batch).into_pyarrow(py)?;
+                    return Ok(PyTuple::new(py, [label.into_pyobject(py)?.into_any(), batch])?.unbind());
+                }
+                Err(true) => return Err(PyStopIteration::new_err(())),
+                Err(false) => {}
+            }
+            let filled = py.detach(|| subscriber.lock().fill(self.max_messages, self.timeout, SLICE));
+            if let Err(error) = filled {
+                return Err(errors::from_client(py, &error));
+            }
+            py.check_signals()?;
+            let empty = subscriber.lock().batches_ready.is_empty();
+            if empty {
+                subscriber.check_idle(py)?;
+            }
+        }
+    }
+}
+
+/// The message type names batches carry, as a list.
+pub fn labels(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
+    PyList::new(py, crate::tables::LABELS)
+}
