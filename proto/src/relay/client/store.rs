@@ -16,8 +16,9 @@
 //!   dropped them by its limits, or they were never stored): [`StoreStep::Gone`];
 //! - frames missing between two stored datagrams of the session were most likely stored later:
 //!   a publisher whose acknowledgement failed (its server lost mid-write) publishes again, after
-//!   datagrams that followed were stored. The search reads on past the range for them, handing
-//!   over only the datagrams that fill such a hole, until they are all found, the session's
+//!   datagrams that followed were stored. The search reads them from [`BACKTRACK`] positions
+//!   before the hole (a store out of order can lead the bisection past them) on past the range,
+//!   handing over only the datagrams that fill a hole, until they are all found, the session's
 //!   `END` is passed (nothing of it is published after its `END`), or [`WINDOW`] positions are
 //!   (a datagram further on would come after more frames than a receiver's window holds): then
 //!   they are gone. The store ending first means they may not be stored yet;
@@ -33,6 +34,12 @@ use std::collections::BTreeMap;
 pub const MAX_ANCHORS: usize = 4096;
 /// Holes sought at once in one range, at most; more are merged into the last.
 const MAX_HOLES: usize = 64;
+/// How far before a hole its frames are sought, in positions. Where the store's order is not
+/// the publisher's (datagrams published again), the bisection can step past the datagram it
+/// looks for: a datagram stored again after it says "before the range" at a later position. A
+/// retried datagram lies at most one acknowledgement timeout of publishing after where it
+/// belonged, a few thousand positions at market rates.
+pub const BACKTRACK: u64 = 4096;
 
 /// A datagram read from the store: where, and its header's numbers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,6 +97,8 @@ struct Job {
     high: u64,
     /// One past the store's last position.
     limit: u64,
+    /// The store's first position.
+    floor: u64,
     /// Reading forward (after the search).
     reading: bool,
     /// One past the last frame read of the range, once one was.
@@ -99,7 +108,9 @@ struct Job {
     after_session_datagram: bool,
     /// Frames `(first, end)` missing between stored datagrams, in order: sought past the range.
     holes: Vec<(u64, u64)>,
-    /// Seeking the holes (the range itself was read), from the position of the first.
+    /// Where the first hole was found.
+    hole_at: Option<u64>,
+    /// Seeking the holes (the range itself was read): where the first was found.
     seeking_from: Option<u64>,
     /// The holes are given up: reported one [`StoreStep::Gone`] at a time.
     giving_up: bool,
@@ -203,10 +214,12 @@ impl StoreSearch {
             low,
             high,
             limit,
+            floor: first_position,
             reading: false,
             reached: None,
             after_session_datagram,
             holes: Vec::new(),
+            hole_at: None,
             seeking_from: None,
             giving_up: false,
         });
@@ -315,6 +328,7 @@ impl StoreSearch {
         let mut gone = None;
         if let Some((a, b)) = hole {
             if job.after_session_datagram {
+                job.hole_at.get_or_insert(d.position);
                 job.add_hole(a, b);
             } else {
                 gone = Some(StoreStep::Gone { first: a, count: b - a });
@@ -331,20 +345,21 @@ impl StoreSearch {
             _ => Some((job.session, first, handed)),
         };
         // Past the range, or the session's END (nothing follows it).
-        let ended = d.frames == 0;
-        let done = d.end() >= job.end || ended;
-        let next = job.low;
+        let done = d.end() >= job.end || d.frames == 0;
         if done {
-            match (job.holes.is_empty(), ended) {
-                (true, _) => self.job = None,
-                (false, true) => job.giving_up = true,
-                (false, false) => job.seeking_from = Some(d.position),
+            match job.hole_at {
+                Some(at) if !job.holes.is_empty() => {
+                    // Sought from a little before the first hole (the bisection may have stepped
+                    // past its datagram) to a window past it, or the session's END.
+                    job.seeking_from = Some(at);
+                    job.low = at.saturating_sub(BACKTRACK).max(job.floor);
+                }
+                _ => self.job = None,
             }
         }
         match gone {
             Some(step) => step,
-            None if done => self.next(),
-            None => StoreStep::Read(next),
+            None => self.next(),
         }
     }
 
@@ -498,6 +513,18 @@ mod tests {
         assert_eq!(read.len(), 10 + 10 + 10 + 10);
         // What follows the hole stays to be asked: only the frames before it count as handed.
         assert_eq!(search.delivered(7, 1_995, 2_030), Some((2_001, 2_030)));
+        // Datagrams published again after the range's carrier mislead the bisection past it:
+        // it is found from before the hole.
+        let mut s = store(1, 0, 1, 1_000, 10);
+        let retried: Vec<Stored> = s.drain(100..200).collect();
+        s.splice(450..450, retried);
+        for (i, d) in s.iter_mut().enumerate() {
+            d.position = i as u64 + 1;
+        }
+        assert_eq!((s[449].sequence, s[500].sequence), (5_491, 1_501), "the carrier, then a retried datagram");
+        let (read, gone, last, _) = run(&mut StoreSearch::new(), &s, 5_491, 5_501);
+        assert_eq!((gone, last), (0, StoreStep::Done));
+        assert!((5_491..5_501).all(|seq| read.contains(&seq)), "{read:?}");
         // Published again more than a window's positions later, it is given up as gone.
         let mut far = store(1, 0, 1, 70_000, 1);
         let late = far.remove(100);
