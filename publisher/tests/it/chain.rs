@@ -25,7 +25,7 @@ use mdrelay_harness::process::field;
 use mdrelay_harness::{
     Finished, Process, STEP, Signal, accept_within, assert_aggregates, cutting_proxy, dashboard_queries,
     deep10_tcp_config, expected, free_tcp_port, iex_data, json_file, loopback_group_subscriber, mangling_proxy,
-    publisher_bin, scrape, serial, subscriber_bin,
+    publisher_bin, scrape, serial, shared, subscriber_bin,
 };
 use mdrelay_proto::codec::{Codec, Format, Limits, MessageScratch, collect_segment};
 use mdrelay_proto::relay::{Hello, RecordHeader, RecordTag, Subscribe, control_record};
@@ -182,7 +182,7 @@ fn print_latencies(context: &str, hops: &[(&str, &Value)]) {
 
 #[test]
 fn deep10_through_two_relays_tcp_sbe_then_multicast_capnp_reaches_the_leaf_exact() {
-    let _serial = serial();
+    let _shared = shared();
     let reference = expected("DEEP10.json");
     let dir = tempfile::tempdir().unwrap();
     let json = |name: &str| path(dir.path(), name);
@@ -294,7 +294,7 @@ fn deep10_through_two_relays_tcp_sbe_then_multicast_capnp_reaches_the_leaf_exact
 
 #[test]
 fn a_relay_whose_upstream_connection_is_cut_resumes_from_the_upstream_ring_and_the_leaf_stays_exact() {
-    let _serial = serial();
+    let _shared = shared();
     let reference = expected("DEEP10.json");
     let dir = tempfile::tempdir().unwrap();
     let (origin_json, relay_json, leaf_json) =
@@ -351,7 +351,7 @@ const BROKEN_RECORD: usize = 300;
 /// with `renumber`: the relay must count one protocol violation, reconnect, resume after its last
 /// good frame, and the leaf get exactly the reference, with totals matching the origin's.
 fn a_renumbered_record_costs_a_reconnection_and_nothing_else(renumber: Renumber, context: &str) {
-    let _serial = serial();
+    let _shared = shared();
     let reference = expected("DEEP10.json");
     let dir = tempfile::tempdir().unwrap();
     let (origin_json, relay_json, leaf_json) =
@@ -425,7 +425,7 @@ fn a_data_record_with_a_flipped_sequence_bit_on_the_upstream_link_is_a_violation
 
 #[test]
 fn a_subscriber_treats_a_renumbered_record_as_a_violation_and_resumes_exact() {
-    let _serial = serial();
+    let _shared = shared();
     let reference = expected("DEEP10.json");
     let dir = tempfile::tempdir().unwrap();
     let renumberings: [(Renumber, &str); 2] =
@@ -465,7 +465,7 @@ fn a_subscriber_treats_a_renumbered_record_as_a_violation_and_resumes_exact() {
 
 #[test]
 fn an_upstream_that_breaks_the_numbering_on_every_connection_is_retried_with_backoff_then_given_up() {
-    let _serial = serial();
+    let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let upstream = listener.local_addr().unwrap();
@@ -508,7 +508,7 @@ fn an_upstream_that_breaks_the_numbering_on_every_connection_is_retried_with_bac
 
 #[test]
 fn a_relay_stopped_mid_stream_does_not_let_its_leaf_believe_it_got_the_whole_session() {
-    let _serial = serial();
+    let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
     let (origin_json, relay_json, leaf_json) =
         (path(dir.path(), "origin.json"), path(dir.path(), "relay.json"), path(dir.path(), "leaf.json"));
@@ -529,7 +529,7 @@ fn a_relay_stopped_mid_stream_does_not_let_its_leaf_believe_it_got_the_whole_ses
 
 #[test]
 fn a_bit_flipped_on_a_crc_protected_upstream_link_is_caught_and_the_relay_resumes_exact() {
-    let _serial = serial();
+    let _shared = shared();
     let reference = expected("DEEP10.json");
     let dir = tempfile::tempdir().unwrap();
     let (origin_json, relay_json, leaf_json) =
@@ -602,7 +602,7 @@ fn a_bit_flipped_on_a_crc_protected_upstream_link_is_caught_and_the_relay_resume
 
 #[test]
 fn a_relay_that_joins_late_carries_the_origins_numbers_so_the_leaf_sees_where() {
-    let _serial = serial();
+    let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
     let (origin_json, direct_json, relay_json, leaf_json) = (
         path(dir.path(), "origin.json"),
@@ -656,7 +656,7 @@ fn doomed_relay(dir: &Path, connect: &str, give_up: &str, limit: Duration) -> Fi
 
 #[test]
 fn an_upstream_that_refuses_is_silent_or_is_not_a_publisher_fails_the_relay_naming_it() {
-    let _serial = serial();
+    let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
     let limit = Duration::from_secs(20);
     // Nothing listens: refused at every attempt, for a second.
@@ -731,7 +731,7 @@ fn greet(listener: &TcpListener, session: u64) -> TcpStream {
 
 #[test]
 fn hostile_upstream_bytes_cost_their_frames_and_a_restarted_upstream_ends_the_relay_cleanly() {
-    let _serial = serial();
+    let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
     let segment = first_deep10_segment();
     let mut sbe = Codec::new(Format::Sbe, Limits::default());
@@ -784,7 +784,7 @@ fn hostile_upstream_bytes_cost_their_frames_and_a_restarted_upstream_ends_the_re
 
 #[test]
 fn a_relay_whose_upstream_is_killed_mid_stream_ends_its_own_stream_with_an_error_naming_it() {
-    let _serial = serial();
+    let _shared = shared();
     let reference = expected("DEEP10.json");
     let dir = tempfile::tempdir().unwrap();
     let (origin_json, relay_json, leaf_json) =
@@ -830,7 +830,7 @@ fn a_relay_whose_upstream_is_killed_mid_stream_ends_its_own_stream_with_an_error
 
 #[test]
 fn a_format_switch_upstream_is_followed_and_the_leaf_stays_exact() {
-    let _serial = serial();
+    let _shared = shared();
     let reference = expected("DEEP10.json");
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("origin.toml");
@@ -863,7 +863,7 @@ fn a_format_switch_upstream_is_followed_and_the_leaf_stays_exact() {
 
 #[test]
 fn a_relay_whose_upstream_is_itself_or_badly_configured_is_refused_naming_the_setting() {
-    let _serial = serial();
+    let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
     let port = free_tcp_port();
     let key = dir.path().join("wire.key");
@@ -1052,7 +1052,7 @@ fn deep10_through_a_relay_across_three_hosts_reaches_a_multicast_leaf_exact() {
 
 #[test]
 fn an_upstream_at_its_connection_limit_is_retried_with_growing_waits_and_no_busy_connection_counts_as_a_reconnection() {
-    let _serial = serial();
+    let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
     let (origin_json, relay_json) = (path(dir.path(), "origin.json"), path(dir.path(), "relay.json"));
     // An origin with room for one connection, streaming slowly to it: every connection past the

@@ -1,7 +1,7 @@
 //! Log lines of real processes: `--log-format json` (one object per line, context in spans),
 //! `--log-level` over `MDRELAY_LOG`, and filters that do not parse.
 
-use mdrelay_harness::{Process, STEP, Signal, free_udp_port, publisher_bin, serial, subscriber_bin};
+use mdrelay_harness::{Process, STEP, Signal, free_udp_port, publisher_bin, shared, subscriber_bin};
 use serde_json::Value;
 use std::time::Duration;
 
@@ -30,7 +30,7 @@ fn json_publisher(messages: &str) -> (Process, String) {
 
 #[test]
 fn json_logs_name_the_session_and_the_subscriber_once_in_spans() {
-    let _serial = serial();
+    let _shared = shared();
     let (publisher, addr) = json_publisher("20000");
     let subscriber =
         Process::start(subscriber_bin(), ["--connect", &addr, "--log-format", "json", "--report-interval", "0"]);
@@ -61,7 +61,7 @@ fn json_logs_name_the_session_and_the_subscriber_once_in_spans() {
 
 #[test]
 fn log_level_overrides_mdrelay_log_and_a_bad_filter_is_refused_by_name() {
-    let _shared = mdrelay_harness::shared();
+    let _shared = shared();
     let port = free_udp_port();
     let udp = format!("127.0.0.1:{port}");
     let run = |extra: &[&str], env: &[(&str, &str)]| {
@@ -94,7 +94,7 @@ fn log_level_overrides_mdrelay_log_and_a_bad_filter_is_refused_by_name() {
 
 #[test]
 fn json_logs_survive_a_subscriber_killed_mid_stream() {
-    let _serial = serial();
+    let _shared = shared();
     let (publisher, addr) = json_publisher("50000");
     let mut subscriber = Process::start(subscriber_bin(), ["--connect", &addr, "--report-interval", "0.1"]);
     subscriber.wait_for_frames(1);

@@ -14,7 +14,7 @@
 use mdrelay_harness::process::field;
 use mdrelay_harness::{
     Finished, NatsServer, Process, STEP, assert_aggregates, expected, free_tcp_port, iex_data, json_file,
-    loopback_group_subscriber, publisher_bin, serial, subscriber_bin,
+    loopback_group_subscriber, publisher_bin, shared, subscriber_bin,
 };
 use serde_json::Value;
 use std::net::SocketAddr;
@@ -102,7 +102,7 @@ fn origin_config(url: &str) -> String {
 
 #[test]
 fn deep10_from_a_nats_subject_through_an_edge_relay_reaches_tcp_and_multicast_leaves_exact() {
-    let _serial = serial();
+    let _shared = shared();
     let server = NatsServer::start();
     let url = server.url();
     let reference = expected("DEEP10.json");
@@ -188,7 +188,7 @@ fn deep10_from_a_nats_subject_through_an_edge_relay_reaches_tcp_and_multicast_le
 
 #[test]
 fn a_relay_of_a_tcp_upstream_publishes_into_nats_and_a_nats_subscriber_ends_exact() {
-    let _serial = serial();
+    let _shared = shared();
     let server = NatsServer::start();
     let url = server.url();
     let reference = expected("DEEP10.json");
@@ -253,7 +253,7 @@ fn a_relay_of_a_tcp_upstream_publishes_into_nats_and_a_nats_subscriber_ends_exac
 
 #[test]
 fn an_edge_authenticates_to_its_servers_and_refused_credentials_name_the_setting() {
-    let _serial = serial();
+    let _shared = shared();
     let server = NatsServer::start_with(&["--user", "feed", "--pass", "right"]);
     let url = server.url();
     let reference = expected("DEEP10.json");

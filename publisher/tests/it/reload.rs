@@ -4,7 +4,7 @@
 //! exact with its END.
 
 use mdrelay_harness::{
-    Finished, Process, STEP, Signal, assert_aggregates, deep10_tcp_config, expected, json_file, publisher_bin, serial,
+    Finished, Process, STEP, Signal, assert_aggregates, deep10_tcp_config, expected, json_file, publisher_bin, shared,
     subscriber_bin,
 };
 use serde_json::{Value, json};
@@ -71,7 +71,7 @@ fn assert_whole_day_in_sbe(report: &Value) {
 
 #[test]
 fn sighup_with_a_fifo_at_the_configuration_path_keeps_the_configuration_and_the_stream_ends_exact() {
-    let _serial = serial();
+    let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("pub.toml");
     let (mut publisher, subscriber, json) = relay_under_way(dir.path(), &config);
@@ -88,7 +88,7 @@ fn sighup_with_a_fifo_at_the_configuration_path_keeps_the_configuration_and_the_
 
 #[test]
 fn sigterm_after_a_sighup_on_a_fifo_stops_the_publisher_promptly_with_its_end() {
-    let _serial = serial();
+    let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("pub.toml");
     // A day far longer than the test: only the SIGTERM ends it.
@@ -121,7 +121,7 @@ fn sigterm_after_a_sighup_on_a_fifo_stops_the_publisher_promptly_with_its_end() 
 
 #[test]
 fn sighup_with_a_directory_or_an_oversized_file_keeps_the_configuration_and_a_symlink_is_followed() {
-    let _serial = serial();
+    let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("pub.toml");
     let (mut publisher, subscriber, json) = relay_under_way(dir.path(), &config);
@@ -161,7 +161,7 @@ fn key_file(path: &Path) {
 
 #[test]
 fn a_reload_that_blocks_is_abandoned_at_its_bound_and_a_sighup_during_it_reads_again_once_it_returns() {
-    let _serial = serial();
+    let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
     // The configuration is a plain file, but reading it reads the key file too: a FIFO there
     // blocks the read as a stalled network mount would.

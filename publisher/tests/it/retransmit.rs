@@ -14,7 +14,7 @@
 
 use mdrelay_harness::process::field;
 use mdrelay_harness::{
-    Process, STEP, assert_aggregates, expected, iex_data, json_file, publisher_bin, scrape, serial, subscriber_bin,
+    Process, STEP, assert_aggregates, expected, iex_data, json_file, publisher_bin, scrape, shared, subscriber_bin,
 };
 use mdrelay_proto::codec::{Codec, Format, Limits};
 use mdrelay_proto::relay::{
@@ -154,7 +154,7 @@ fn ask(s: &mut TcpStream, requests: &[RetransmitRequest], marker: u64) -> Answer
 
 #[test]
 fn retransmissions_are_the_frames_sent_and_frames_no_longer_held_are_gone() {
-    let _serial = serial();
+    let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("pub.json").display().to_string();
     let (socket, target) = receiver();
@@ -218,7 +218,7 @@ fn retransmissions_are_the_frames_sent_and_frames_no_longer_held_are_gone() {
 
 #[test]
 fn a_range_across_the_rings_start_is_gone_up_to_the_oldest_frame_then_served() {
-    let _serial = serial();
+    let _shared = shared();
     let (socket, target) = receiver();
     let (publisher, service) = publisher_with_service(&[
         "run",
@@ -260,7 +260,7 @@ fn a_range_across_the_rings_start_is_gone_up_to_the_oldest_frame_then_served() {
 
 #[test]
 fn requests_over_the_rate_are_told_busy_and_bad_clients_are_refused_with_a_reason() {
-    let _serial = serial();
+    let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("pub.json").display().to_string();
     let (socket, target) = receiver();
@@ -384,7 +384,7 @@ fn tcp_publisher(args: &[&str]) -> (Process, SocketAddr) {
 
 #[test]
 fn a_subscriber_that_resumes_sees_no_gap_and_no_duplicate() {
-    let _serial = serial();
+    let _shared = shared();
     let (publisher, addr) = tcp_publisher(&[
         "run",
         "--synthetic",
@@ -425,7 +425,7 @@ fn a_subscriber_that_resumes_sees_no_gap_and_no_duplicate() {
 
 #[test]
 fn from_start_gets_the_whole_session_and_a_version_one_subscriber_is_served_live() {
-    let _serial = serial();
+    let _shared = shared();
     let (publisher, addr) = tcp_publisher(&[
         "run",
         "--synthetic",
@@ -478,7 +478,7 @@ const MARGIN: u64 = 24 << 20;
 
 #[test]
 fn memory_stays_within_the_ring_bound_while_a_client_requests_all_the_time() {
-    let _serial = serial();
+    let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("pub.json").display().to_string();
     let ring: u64 = 32 << 20;
@@ -560,7 +560,7 @@ fn memory_stays_within_the_ring_bound_while_a_client_requests_all_the_time() {
 
 #[test]
 fn a_client_that_stops_reading_is_cut_off_and_others_are_served_meanwhile() {
-    let _serial = serial();
+    let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("pub.json").display().to_string();
     let (socket, target) = receiver();
@@ -619,7 +619,7 @@ fn a_client_that_stops_reading_is_cut_off_and_others_are_served_meanwhile() {
 
 #[test]
 fn connections_over_the_limit_are_told_busy_and_a_one_byte_ring_says_everything_is_gone() {
-    let _serial = serial();
+    let _shared = shared();
     let (socket, target) = receiver();
     let dir = tempfile::tempdir().unwrap();
     let toml = dir.path().join("pub.toml");
@@ -742,7 +742,7 @@ fn n(v: &serde_json::Value, key: &str) -> u64 {
 
 #[test]
 fn connections_that_take_every_slot_and_ask_nothing_keep_no_subscriber_from_its_frames() {
-    let _serial = serial();
+    let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
     let pub_json = dir.path().join("pub.json").display().to_string();
     let sub_json = dir.path().join("sub.json").display().to_string();
@@ -840,7 +840,7 @@ fn connections_that_take_every_slot_and_ask_nothing_keep_no_subscriber_from_its_
 
 #[test]
 fn idle_connections_and_half_sent_requests_are_closed_and_a_full_service_evicts_the_longest_idle() {
-    let _serial = serial();
+    let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("pub.json").display().to_string();
     let toml = dir.path().join("pub.toml");
@@ -909,7 +909,7 @@ fn idle_connections_and_half_sent_requests_are_closed_and_a_full_service_evicts_
 
 #[test]
 fn requests_for_absurd_ranges_are_counted_once_each() {
-    let _serial = serial();
+    let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("pub.json").display().to_string();
     let (socket, target) = receiver();
@@ -960,7 +960,7 @@ fn requests_for_absurd_ranges_are_counted_once_each() {
 
 #[test]
 fn a_flood_after_the_greeting_answer_is_refused_with_where_and_a_half_closed_client_gets_every_answer() {
-    let _serial = serial();
+    let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("pub.json").display().to_string();
     let (socket, target) = receiver();
