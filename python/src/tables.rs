@@ -3,7 +3,8 @@
 
 use crate::messages::side_text;
 use arrow_array::builder::{BooleanBuilder, StringBuilder};
-use arrow_array::{ArrayRef, Int64Array, RecordBatch, TimestampNanosecondArray, UInt8Array, UInt32Array};
+use arrow_array::types::{Int64Type, UInt8Type, UInt32Type};
+use arrow_array::{ArrayRef, ArrowPrimitiveType, PrimitiveArray, RecordBatch, TimestampNanosecondArray};
 use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use mdrelay_client::{Message, Symbol};
 use std::sync::Arc;
@@ -33,56 +34,33 @@ impl Column for TimeCol {
     }
 }
 
+/// A column of one Arrow primitive type.
+struct PrimitiveCol<T: ArrowPrimitiveType>(Vec<T::Native>);
+impl<T: ArrowPrimitiveType> Default for PrimitiveCol<T> {
+    fn default() -> Self {
+        PrimitiveCol(Vec::new())
+    }
+}
+impl<T: ArrowPrimitiveType> PrimitiveCol<T> {
+    fn push(&mut self, v: T::Native) {
+        self.0.push(v);
+    }
+}
+impl<T: ArrowPrimitiveType> Column for PrimitiveCol<T> {
+    fn data_type() -> DataType {
+        T::DATA_TYPE
+    }
+    fn finish(&mut self) -> ArrayRef {
+        Arc::new(PrimitiveArray::<T>::from_iter_values(std::mem::take(&mut self.0)))
+    }
+}
+
 /// Prices (1/10,000 dollars), trade ids.
-#[derive(Default)]
-struct I64Col(Vec<i64>);
-impl I64Col {
-    fn push(&mut self, v: i64) {
-        self.0.push(v);
-    }
-}
-impl Column for I64Col {
-    fn data_type() -> DataType {
-        DataType::Int64
-    }
-    fn finish(&mut self) -> ArrayRef {
-        Arc::new(Int64Array::from(std::mem::take(&mut self.0)))
-    }
-}
-
+type I64Col = PrimitiveCol<Int64Type>;
 /// Sizes.
-#[derive(Default)]
-struct U32Col(Vec<u32>);
-impl U32Col {
-    fn push(&mut self, v: u32) {
-        self.0.push(v);
-    }
-}
-impl Column for U32Col {
-    fn data_type() -> DataType {
-        DataType::UInt32
-    }
-    fn finish(&mut self) -> ArrayRef {
-        Arc::new(UInt32Array::from(std::mem::take(&mut self.0)))
-    }
-}
-
+type U32Col = PrimitiveCol<UInt32Type>;
 /// Flag bytes.
-#[derive(Default)]
-struct U8Col(Vec<u8>);
-impl U8Col {
-    fn push(&mut self, v: u8) {
-        self.0.push(v);
-    }
-}
-impl Column for U8Col {
-    fn data_type() -> DataType {
-        DataType::UInt8
-    }
-    fn finish(&mut self) -> ArrayRef {
-        Arc::new(UInt8Array::from(std::mem::take(&mut self.0)))
-    }
-}
+type U8Col = PrimitiveCol<UInt8Type>;
 
 #[derive(Default)]
 struct BoolCol(BooleanBuilder);
