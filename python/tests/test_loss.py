@@ -80,27 +80,35 @@ def test_five_percent_loss_is_recovered_exactly(publishers) -> None:
     with mdrelay.Subscriber(udp="127.0.0.1:0", recovery=retransmit, idle_timeout=30) as sub:
         link = LossyLink(sub.local_addrs[0])
         try:
+            # 30,000 messages a second: the subscriber's 65,536-frame window then spans about 6 s,
+            # well past the slowest repair while this process also aggregates every event in
+            # Python (at 100,000 a second it spanned 2 s, and repairs taking 1.2 to 1.5 s at p99
+            # were given up as too old in about one run in two).
             publisher = publishers([
                 "--capture", capture("DEEP10"), "--format", "sbe", "--coalesce-bytes", "0",
-                "--udp", link.addr, "--pacing", "rate", "--rate", "100000",
+                "--udp", link.addr, "--pacing", "rate", "--rate", "30000",
                 "--retransmit-listen", retransmit,
             ])
             started = time.monotonic()
-            for event in sub:
-                assert time.monotonic() - started < RUN, "no end of stream in time"
-                if isinstance(event, mdrelay.Recovered):
-                    recovered_events += 1
-                elif isinstance(event, mdrelay.End):
-                    end = event
-                else:
-                    agg.event(event)
+            try:
+                for event in sub:
+                    assert time.monotonic() - started < RUN, "no end of stream in time"
+                    if isinstance(event, mdrelay.Recovered):
+                        recovered_events += 1
+                    elif isinstance(event, mdrelay.End):
+                        end = event
+                    else:
+                        agg.event(event)
+            except mdrelay.Error as e:
+                # What the publisher said is what explains a stream that stopped.
+                raise AssertionError(f"{e!r}; link {link.seen} seen, {link.dropped} dropped; publisher:\n{publisher.text()}")
             counters = sub.counters()
         finally:
             link.close()
     assert publisher.finish() == 0, publisher.text()
     assert 0.04 < link.dropped / link.seen < 0.06, (link.dropped, link.seen)
     recovery = counters["recovery"]
-    assert recovery["frames_recovered"] >= link.dropped, recovery
+    assert recovery["frames_recovered"] >= link.dropped, repr({k: v for k, v in recovery.items() if k != "latency_ns"})
     assert recovery["frames_unrecoverable"] == 0, recovery
     assert recovered_events == recovery["frames_recovered"]
     assert counters["lost"] == 0 and counters["duplicates"] == 0, counters
