@@ -31,11 +31,16 @@ pub const DEFAULT_RECOVERY_LINGER: Duration = Duration::from_secs(2);
 /// stream (one connection delivers in order, so a gap is a loss; the wait lets the stream store
 /// the frames that follow it).
 pub const DEFAULT_NATS_REPAIR_DELAY: Duration = Duration::from_millis(20);
-/// NATS with a JetStream stream: default wait before frames still missing are read again (a
-/// large gap takes a while to read).
-pub const DEFAULT_NATS_REPAIR_RETRY: Duration = Duration::from_secs(1);
-/// NATS with a JetStream stream: default number of reads of a gap before it is given up.
-pub const DEFAULT_NATS_REPAIR_ATTEMPTS: u32 = 5;
+/// NATS with a JetStream stream: default wait before frames still missing are read again. It
+/// doubles with each read (and is at least twice as long as reads take), to 2 s: frames lost
+/// with a stream's leader are stored only once published again, after an election, and must
+/// then be read before the live subject takes them out of the window (the publisher runs at
+/// most half a window ahead of what is stored; at 12,000 frames a second the other half lasts
+/// 2.7 s).
+pub const DEFAULT_NATS_REPAIR_RETRY: Duration = Duration::from_millis(250);
+/// NATS with a JetStream stream: default number of reads of a gap before it is given up
+/// (about 18 s of reads at the default retry: an election and a publication again fit).
+pub const DEFAULT_NATS_REPAIR_ATTEMPTS: u32 = 12;
 /// NATS with a JetStream stream: default wait after the end of the stream for frames still
 /// missing.
 pub const DEFAULT_NATS_REPAIR_LINGER: Duration = Duration::from_secs(10);

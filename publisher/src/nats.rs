@@ -11,6 +11,11 @@
 //! queue follows `nats.slow_server`: wait for room, drop and count, or fail the run; a server
 //! not up yet at the start is the same as a slow one (the queue fills while it is away).
 //!
+//! A new message is taken only while the frames published since the oldest message not yet
+//! stored stay within half a subscriber's window ([`Unstored`]): a stream without a leader for
+//! a while (its node lost, an election) holds the live subject back, where it would otherwise
+//! run past what subscribers can still repair once the messages published again are stored.
+//!
 //! The END has a way of its own to the task, so the hot thread never waits to hand it over;
 //! the task publishes it once everything before it is acknowledged, since a subscriber ends on
 //! it and a message published again after it would come too late.
@@ -23,7 +28,7 @@ use futures_util::StreamExt;
 use futures_util::future::{BoxFuture, FutureExt};
 use futures_util::stream::FuturesUnordered;
 use mdrelay_proto::codec::Format;
-use mdrelay_proto::relay::{DatagramHeader, DatagramKind, Protector};
+use mdrelay_proto::relay::{DatagramHeader, DatagramKind, Protector, Unstored};
 use mdrelay_telemetry::exit::{ExitStatus, WithExitStatus};
 use std::future::IntoFuture;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -519,7 +524,8 @@ struct Publisher {
 
 /// An acknowledgement awaited: the message again if it has to be published again, with the
 /// reason and how long to wait before doing so.
-type Acked = (Bytes, Result<jetstream::publish::PublishAck, (String, Duration)>);
+/// The message's position comes along, for [`Unstored::stored`].
+type Acked = (Bytes, u64, Result<jetstream::publish::PublishAck, (String, Duration)>);
 
 impl Publisher {
     async fn run(mut self, mut rx: mpsc::Receiver<Bytes>, mut end_rx: oneshot::Receiver<Bytes>) -> Result<()> {
@@ -540,6 +546,10 @@ impl Publisher {
         }
         let mut acks = FuturesUnordered::new();
         let max = self.settings.max_pending_acks;
+        // How far the live subject has run past what the stream stores: held within what a
+        // subscriber's window can still repair.
+        let mut unstored = Unstored::new();
+        let mut held_back = false;
         let mut open = true;
         // The END waits until everything before it is stored: a subscriber ends on it, so a
         // message published again after it would come too late.
@@ -548,17 +558,29 @@ impl Publisher {
             if acks.is_empty()
                 && let Some(end) = end.take()
             {
-                let acked = self.publish_in_order(end).await;
+                let at = unstored.published(0);
+                let acked = self.publish_in_order(end, at).await;
                 acks.push(acked);
                 continue;
             }
+            let holding = open && !unstored.may_publish();
+            if holding != held_back {
+                held_back = holding;
+                if holding && mdrelay_proto::warn::allow("nats unstored") {
+                    tracing::warn!(
+                        frames = unstored.ahead(),
+                        "the stream has not stored frames this far back; publishing waits for it, so that subscribers can still repair them"
+                    );
+                }
+            }
             tokio::select! {
                 biased;
-                Some((message, result)) = acks.next(), if !acks.is_empty() => {
-                    let (message, result): Acked = (message, result);
+                Some((message, at, result)) = acks.next(), if !acks.is_empty() => {
+                    let (message, at, result): Acked = (message, at, result);
                     self.counters.pending_acks.fetch_sub(1, Ordering::Relaxed);
                     match result {
                         Ok(ack) => {
+                            unstored.stored(at);
                             self.counters.acknowledged.fetch_add(1, Ordering::Relaxed);
                             if ack.duplicate {
                                 self.counters.duplicates.fetch_add(1, Ordering::Relaxed);
@@ -569,16 +591,17 @@ impl Publisher {
                             if mdrelay_proto::warn::allow("nats retry") {
                                 tracing::warn!(error = %e, "NATS publication not acknowledged; publishing it again");
                             }
-                            acks.push(self.publish(message, retry_wait));
+                            acks.push(self.publish(message, at, retry_wait));
                         }
                     }
                 }
-                message = rx.recv(), if open && acks.len() < max => match message {
+                message = rx.recv(), if open && acks.len() < max && unstored.may_publish() => match message {
                     Some(message) => {
                         self.counters.published.fetch_add(1, Ordering::Relaxed);
+                        let at = unstored.published(frames_of(&message));
                         // Handed to the client here, not when the set of futures polls it:
                         // futures polled in any order would publish in any order.
-                        let acked = self.publish_in_order(message).await;
+                        let acked = self.publish_in_order(message, at).await;
                         acks.push(acked);
                     }
                     None => {
@@ -605,7 +628,7 @@ impl Publisher {
     /// Hands `message` to the client now, in the order of the calls, and returns the wait for
     /// its acknowledgement: first publications go out in the stream's order (a subscriber reads
     /// the subject as one ordered stream), while the acknowledgements are awaited together.
-    async fn publish_in_order(&self, message: Bytes) -> BoxFuture<'static, Acked> {
+    async fn publish_in_order(&self, message: Bytes, at: u64) -> BoxFuture<'static, Acked> {
         self.counters.pending_acks.fetch_add(1, Ordering::Relaxed);
         let mut connections = self.connections.clone();
         let sent_on = *connections.borrow_and_update();
@@ -616,7 +639,7 @@ impl Publisher {
                 Ok(ack) => await_ack(ack, connections, sent_on).await,
                 Err(e) => Err((e.to_string(), RETRY_WAIT)),
             };
-            (message, result)
+            (message, at, result)
         }
         .boxed()
     }
@@ -624,7 +647,7 @@ impl Publisher {
     /// Publishes `message` again after `delay` and awaits its acknowledgement, as one future: a
     /// retry waits without holding up the others (its frames may come after later ones, which
     /// a subscriber takes as a late datagram, as over UDP).
-    fn publish(&self, message: Bytes, delay: Duration) -> BoxFuture<'static, Acked> {
+    fn publish(&self, message: Bytes, at: u64, delay: Duration) -> BoxFuture<'static, Acked> {
         self.counters.pending_acks.fetch_add(1, Ordering::Relaxed);
         let js = self.js.clone();
         let subject = self.settings.subject.clone();
@@ -639,10 +662,15 @@ impl Publisher {
                 Ok(ack) => await_ack(ack, connections, sent_on).await,
                 Err(e) => Err((e.to_string(), RETRY_WAIT)),
             };
-            (message, result)
+            (message, at, result)
         }
         .boxed()
     }
+}
+
+/// The frames a datagram carries (0 for an `END`, or bytes that are not a datagram).
+fn frames_of(datagram: &[u8]) -> u64 {
+    DatagramHeader::parse(datagram).map_or(0, |h| u64::from(h.frame_count))
 }
 
 /// The headers of a message: its deduplication id.

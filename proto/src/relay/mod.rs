@@ -35,6 +35,7 @@
 //! - [`echo`]: checking echoes against the frames actually sent;
 //! - [`ring`]: the publisher's last frames, bounded in bytes, for retransmission and resume;
 //! - [`recovery`]: the subscriber's missing frames and when to ask for them;
+//! - [`unstored`]: how far a publisher into a store may run ahead of what it holds ([`Unstored`]);
 //! - [`protect`]: per-frame CRC-32C and authenticated encryption ([`Protector`]);
 //! - [`client`]: the client's machines, fed bytes and time: a TCP connection, a stream across
 //!   connections, datagrams in, frames out;
@@ -59,6 +60,7 @@ pub mod recovery;
 pub mod ring;
 pub mod server;
 pub mod session;
+pub mod unstored;
 pub mod window;
 pub mod wire;
 
@@ -69,5 +71,6 @@ pub use protect::{ProtectError, Protection, ProtectionSection, ProtectionSetting
 pub use recovery::{GapList, RecoveryCounts, RecoveryPolicy};
 pub use ring::FrameRing;
 pub use session::{Admission, Greeted, SessionTracker};
+pub use unstored::{MAX_UNSTORED_FRAMES, Unstored};
 pub use window::{Observed, SequenceCounts, SequenceWindow};
 pub use wire::*;
