@@ -87,7 +87,7 @@ on_transport() { awk -v m="$2" -v t="transport=\"$3\"" 'index($1, m "{") == 1 &&
 total() { awk -v m="$2" 'index($1, m) == 1 && (substr($1, length(m) + 1, 1) == "{" || length($1) == length(m)) { v += $2 } END { print v + 0 }' <<< "$1"; }
 rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
 
-sub_errors=(mdrelay_sub_gap_frames_total mdrelay_sub_duplicate_frames_total mdrelay_sub_reordered_frames_total
+sub_errors=(mdrelay_sub_missing_frames mdrelay_sub_duplicate_frames_total mdrelay_sub_reordered_frames_total
     mdrelay_sub_decode_errors_total mdrelay_sub_invalid_packets_total mdrelay_sub_reconnects_total)
 pub_errors=(mdrelay_pub_disconnects_total mdrelay_pub_dropped_frames_total mdrelay_pub_connections_refused_total
     mdrelay_pub_accept_errors_total mdrelay_pub_udp_oversized_frames_total)

@@ -41,7 +41,8 @@ pub struct SubscriberMetrics {
     frames: Counter,
     messages: Counter,
     bytes: Counter,
-    gaps: Counter,
+    /// Frames missing now: a level, which falls as gaps are filled (a counter must not).
+    missing: Gauge,
     duplicates: Counter,
     reordered: Counter,
     decode_errors: Counter,
@@ -71,7 +72,7 @@ impl SubscriberMetrics {
             frames: counter!("mdrelay_sub_frames_total"),
             messages: counter!("mdrelay_sub_messages_total"),
             bytes: counter!("mdrelay_sub_received_bytes_total"),
-            gaps: counter!("mdrelay_sub_gap_frames_total"),
+            missing: gauge!("mdrelay_sub_missing_frames"),
             duplicates: counter!("mdrelay_sub_duplicate_frames_total"),
             reordered: counter!("mdrelay_sub_reordered_frames_total"),
             decode_errors: counter!("mdrelay_sub_decode_errors_total"),
@@ -99,7 +100,7 @@ impl SubscriberMetrics {
         self.frames.absolute(stats.frames);
         self.messages.absolute(stats.messages);
         self.bytes.absolute(c.bytes);
-        self.gaps.absolute(c.lost);
+        self.missing.set(c.lost as f64);
         self.duplicates.absolute(c.duplicates);
         self.reordered.absolute(c.reordered);
         self.decode_errors.absolute(stats.decode_errors);
@@ -189,9 +190,9 @@ fn describe() {
         Unit::Bytes,
         "Bytes received from the network, relay headers included."
     );
-    describe_counter!(
-        "mdrelay_sub_gap_frames_total",
-        "Frames the publisher sent that have not arrived (the report's gaps; recovered frames leave it)."
+    describe_gauge!(
+        "mdrelay_sub_missing_frames",
+        "Frames the publisher sent that have not arrived, now (the report's gaps; frames recovered or arriving late leave it)."
     );
     describe_counter!("mdrelay_sub_duplicate_frames_total", "Frames received more than once.");
     describe_counter!("mdrelay_sub_reordered_frames_total", "Frames that arrived after a later frame.");

@@ -130,7 +130,7 @@ fn the_endpoints_count_what_the_final_reports_say_through_a_format_switch() {
         ("mdrelay_sub_frames_total", "frames"),
         ("mdrelay_sub_messages_total", "messages"),
         ("mdrelay_sub_received_bytes_total", "bytes"),
-        ("mdrelay_sub_gap_frames_total", "gaps"),
+        ("mdrelay_sub_missing_frames", "gaps"),
         ("mdrelay_sub_duplicate_frames_total", "duplicates"),
         ("mdrelay_sub_reordered_frames_total", "reordered"),
         ("mdrelay_sub_decode_errors_total", "decode_errors"),
@@ -139,6 +139,14 @@ fn the_endpoints_count_what_the_final_reports_say_through_a_format_switch() {
         assert_eq!(sub.get(metric, ""), Some(n(&report[field])), "{metric} against the report's {field}");
     }
     assert_eq!(sub.get("mdrelay_sub_messages_total", ""), Some(n(&reference["messages"])));
+    // Frames missing fall as gaps are filled: a level, which a counter must never be (a scraper
+    // takes a counter that falls for a restart).
+    assert!(sub.text.contains("# TYPE mdrelay_sub_missing_frames gauge"), "{}", sub.text);
+    for scrape in [&sub, &publ] {
+        for line in scrape.text.lines().filter(|l| l.starts_with("# TYPE ") && l.ends_with(" counter")) {
+            assert!(line.split(' ').nth(2).is_some_and(|name| name.ends_with("_total")), "{line}");
+        }
+    }
     let one_way = "mode=\"one-way\"";
     assert_eq!(sub.get("mdrelay_sub_latency_seconds_count", one_way), Some(n(&report["latency_ns"]["count"])));
     // A histogram of buckets: the report's p50 and max fall in the buckets the scrape's do.
