@@ -1,7 +1,7 @@
 //! The binaries under test, from the same target directory and profile as the running
-//! executable, built on demand when missing (a package tested alone builds only its own). One
-//! older than its crates' sources is refused with the command that builds it: a package tested
-//! alone does not rebuild another's binary, and its tests would run yesterday's program.
+//! executable, built on demand when missing or older than its crates' sources (a package
+//! tested alone builds only its own binaries, and its tests would otherwise run another
+//! package's binary as it was yesterday).
 
 use std::collections::HashMap;
 use std::io;
@@ -68,19 +68,8 @@ pub fn binary(package: &str, name: &str) -> io::Result<PathBuf> {
     }
     let dir = profile_dir()?;
     let path = dir.join(name);
-    if !path.is_file() {
+    if !path.is_file() || stale(&path, package) {
         build(&dir, package, name)?;
-    } else if let Some(newer) = newer_source(&path, package) {
-        // Not built from here: cargo holds the target directory's lock while tests run.
-        let profile = match dir.file_name().and_then(|n| n.to_str()) {
-            Some("debug") | None => "dev",
-            Some(profile) => profile,
-        };
-        return Err(io::Error::other(format!(
-            "{} is older than {}: build it first with `cargo build --profile {profile} -p {package}`",
-            path.display(),
-            newer.display()
-        )));
     }
     if !path.is_file() {
         return Err(io::Error::new(io::ErrorKind::NotFound, format!("{} missing after building it", path.display())));
@@ -89,28 +78,22 @@ pub fn binary(package: &str, name: &str) -> io::Result<PathBuf> {
     Ok(path)
 }
 
-/// A source file of `package`'s crates changed after `binary` was built, if any (cargo
-/// relinks a binary whenever one of them changes).
-fn newer_source(binary: &Path, package: &str) -> Option<PathBuf> {
-    let built = binary.metadata().and_then(|m| m.modified()).ok()?;
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent()?;
-    sources_of(package)
-        .iter()
-        .filter_map(|krate| newest_file(&workspace.join(krate).join("src")))
-        .filter(|(time, _)| *time > built)
-        .max()
-        .map(|(_, path)| path)
+/// Whether a Rust source of `package`'s crates changed after `binary` was built (cargo then
+/// builds and links it again, so it does not stay stale).
+fn stale(binary: &Path, package: &str) -> bool {
+    let Ok(built) = binary.metadata().and_then(|m| m.modified()) else { return true };
+    let Some(workspace) = Path::new(env!("CARGO_MANIFEST_DIR")).parent() else { return false };
+    sources_of(package).iter().filter_map(|krate| newest_source(&workspace.join(krate).join("src"))).any(|t| t > built)
 }
 
-/// The most recently modified Rust source under `path` (or `path` itself), and when.
-fn newest_file(path: &Path) -> Option<(SystemTime, PathBuf)> {
+/// When the most recently modified Rust source under `path` (or `path` itself) was.
+fn newest_source(path: &Path) -> Option<SystemTime> {
     let meta = path.metadata().ok()?;
     if !meta.is_dir() {
         // Sources only: an editor's or a tool's other files do not go into the binary.
-        let source = path.extension().is_some_and(|e| e == "rs");
-        return source.then_some((meta.modified().ok()?, path.to_path_buf()));
+        return if path.extension().is_some_and(|e| e == "rs") { meta.modified().ok() } else { None };
     }
-    std::fs::read_dir(path).ok()?.filter_map(|entry| entry.ok()).filter_map(|entry| newest_file(&entry.path())).max()
+    std::fs::read_dir(path).ok()?.filter_map(|entry| entry.ok()).filter_map(|entry| newest_source(&entry.path())).max()
 }
 
 /// `<target>/<profile>`: where cargo puts binaries, and test executables under `deps/`. A
