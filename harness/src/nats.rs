@@ -154,6 +154,26 @@ impl NatsServer {
         SocketAddr::from(([127, 0, 0, 1], self.monitor_port))
     }
 
+    /// Waits until the cluster's routes have told this node of interest in `subject` from at
+    /// least `nodes` other nodes (`/routez?subs=1`), so what is published here reaches
+    /// subscribers there from the first message: a subscription is acknowledged by its own
+    /// server before the other nodes hear of it. Panics after 10 s with what the node knows.
+    pub fn wait_for_route_interest(&self, subject: &str, nodes: usize) {
+        let quoted = format!("\"{subject}\"");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let body = crate::scrape::get(self.monitor(), "/routez?subs=1").map(|(_, body)| body);
+            let known = body.as_ref().map_or(0, |body| body.matches(&quoted).count());
+            if known >= nodes {
+                return;
+            }
+            if std::time::Instant::now() >= deadline {
+                panic!("{}: interest in {subject} from {known} of {nodes} nodes after 10 s: {body:?}", self.name);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     /// The node's JetStream store directory (kept across restarts).
     pub fn store(&self) -> &Path {
         &self.store.0

@@ -71,8 +71,9 @@ fn assert_exact(report: &Value, reference: &Value, context: &str) {
     // What went missing and why, ahead of the whole report (which a log may cut).
     // On lines of their own: a log cuts a long line in the middle.
     let context = &format!(
-        "{context}\nmessages {}, gaps {}, reordered {}, reconnects {}, repair fetches {}, stop {}\nrecovery {}\n",
+        "{context}\nmessages {}, late join at {}, gaps {}, reordered {}, reconnects {}, repair fetches {}, stop {}\nrecovery {}\n",
         report["messages"],
+        report["late_join_sequence"],
         report["gaps"],
         report["reordered"],
         report["reconnects"],
@@ -96,6 +97,7 @@ fn a_subscribers_node_killed_mid_stream_leaves_every_subscriber_exact() {
     let (json_a, json_b) = (dir.path().join("a.json"), dir.path().join("b.json"));
     let a = subscriber(&urls[1], &json_a);
     let mut b = subscriber(&urls[2], &json_b);
+    cluster.nodes[0].wait_for_route_interest(SUBJECT, 2);
     let summary = dir.path().join("pub.json");
     let publisher = publisher_with_summary(&config, &summary);
     // A quarter of the way in, subscriber B's node dies.
@@ -124,6 +126,7 @@ fn the_publishers_node_killed_mid_stream_is_failed_over_and_every_subscriber_is_
     let (json_a, json_b) = (dir.path().join("a.json"), dir.path().join("b.json"));
     let mut a = subscriber(&urls[1], &json_a);
     let b = subscriber(&urls[2], &json_b);
+    cluster.nodes[0].wait_for_route_interest(SUBJECT, 2);
     let summary = dir.path().join("pub.json");
     let publisher = publisher_with_summary(&config, &summary);
     a.wait_for_frames(30_000);
