@@ -335,7 +335,8 @@ pub struct RecordCounts {
     pub bytes: u64,
     /// Files created.
     pub files_written: u64,
-    /// Files closed to start a new one (by size or by time).
+    /// Files closed by rotation (full, or their time up): each but the last, and the last too
+    /// when it was full or its time was up before the stream ended.
     pub files_rotated: u64,
     /// The oldest files removed to keep at most `record_max_files`.
     pub files_removed: u64,
@@ -381,7 +382,8 @@ pub struct RecordReport {
     pub rotates: bool,
     /// Files created: 1 without rotation.
     pub files_written: u64,
-    /// Files closed to start a new one, by size or by time.
+    /// Files closed by rotation (full, or their time up): each but the last, and the last too
+    /// when it was full or its time was up before the stream ended.
     pub files_rotated: u64,
     /// The oldest files removed to keep at most `record_max_files`.
     pub files_removed: u64,

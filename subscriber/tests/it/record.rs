@@ -246,6 +246,7 @@ fn over_udp_the_recording_holds_exactly_the_frames_taken() {
 }
 
 #[test]
+#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
 fn a_format_switch_mid_stream_is_recorded_with_exact_aggregates() {
     let _serial = serial();
     let reference = expected("DEEP10.json");
@@ -702,6 +703,7 @@ fn size_rotation_keeps_every_file_and_together_they_are_exactly_deep10() {
 }
 
 #[test]
+#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
 fn time_rotation_closes_complete_files_while_the_relay_goes_on() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
@@ -732,7 +734,10 @@ fn time_rotation_closes_complete_files_while_the_relay_goes_on() {
     let written = r["files_written"].as_u64().unwrap();
     assert!(written >= 4, "an 8 s relay in one-second files: {r}");
     assert_eq!(files.len() as u64, written, "{r}");
-    assert_eq!(r["files_rotated"].as_u64().unwrap(), written - 1, "{r}");
+    // Every file but the last was closed because its second was up; the last one too when its
+    // second ran out before the stream ended.
+    let rotated = r["files_rotated"].as_u64().unwrap();
+    assert!(rotated == written - 1 || rotated == written, "{r}");
     let mut previous_last = 0;
     for file in &files {
         let (first, last) = pcap_time_span(file);
@@ -852,6 +857,7 @@ fn is_whole_gzip(path: &Path) -> bool {
 }
 
 #[test]
+#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
 fn a_file_whose_time_is_up_is_finished_even_when_the_stream_goes_quiet() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();

@@ -4,9 +4,7 @@
 //! peers made here for what a publisher of this build cannot send: another protocol version,
 //! and a peer that is not a publisher at all.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use mdrelay_client::{Builder, ErrorKind, Protection};
 use mdrelay_harness::{STEP, accept_within, expected, serial};
 use mdrelay_proto::codec::Format;

@@ -3,9 +3,7 @@
 //! of the first frames (buffers grow to the largest record seen, codecs are made per format).
 //! The subscriber's runtime runs on the calling thread, so everything it does is counted.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use mdrelay_client::{Builder, Event};
 use mdrelay_harness::alloc::{CountingAllocator, count_allocations};
 use mdrelay_harness::{formats, serial};

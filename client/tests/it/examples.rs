@@ -2,9 +2,7 @@
 //! the reference outputs of ../shared: `trades` (the trades of some symbols), `vwap` (a running
 //! VWAP per symbol) and `record_json` (every message as a JSON line).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use mdrelay_harness::{Finished, Process, example_bin, expected, serial};
 use serde_json::Value;
 use std::collections::BTreeMap;
