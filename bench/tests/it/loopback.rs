@@ -57,7 +57,7 @@ fn read_json(path: &Path) -> serde_json::Value {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_short_latency_run_writes_the_floor_and_every_format() {
     let _serial = mdrelay_harness::serial();
     let dir = tempfile::tempdir().unwrap();
@@ -117,7 +117,7 @@ fn a_short_latency_run_writes_the_floor_and_every_format() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_short_top_speed_run_reports_throughput_and_a_bar_chart() {
     let _serial = mdrelay_harness::serial();
     let dir = tempfile::tempdir().unwrap();
@@ -165,7 +165,7 @@ fn nats_rows(report: &serde_json::Value, messages: u64) -> Vec<serde_json::Value
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn nats_rows_come_beside_tcp_with_nats_bench_as_the_floor() {
     let _serial = mdrelay_harness::serial();
     let dir = tempfile::tempdir().unwrap();
@@ -227,7 +227,7 @@ fn nats_rows_come_beside_tcp_with_nats_bench_as_the_floor() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn nats_latency_rows_are_read_against_the_tcp_floor() {
     let _serial = mdrelay_harness::serial();
     let dir = tempfile::tempdir().unwrap();

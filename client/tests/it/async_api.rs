@@ -36,7 +36,7 @@ async fn receive_beside_a_timer(subscriber: &mut AsyncSubscriber) -> (Tally, u64
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn next_event_dropped_mid_wait_loses_nothing() {
     let _serial = serial();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -109,7 +109,7 @@ async fn dropped_calls() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn the_stream_adapter_yields_owned_events_until_the_end() {
     let _serial = serial();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();

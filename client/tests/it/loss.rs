@@ -23,7 +23,7 @@ fn deep10_udp_publisher(destinations: &[&str], extra: &[&str]) -> Process {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn five_percent_loss_is_recovered_exactly() {
     let _serial = serial();
     // One frame per datagram; the DATA datagrams of one frame in twenty are dropped.
@@ -61,7 +61,7 @@ fn five_percent_loss_is_recovered_exactly() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_slow_service_at_its_rate_limit_still_gives_every_frame_back() {
     let _serial = serial();
     // Answers take a tenth of a second (twice the retry interval), through a proxy that holds
@@ -96,7 +96,7 @@ fn a_slow_service_at_its_rate_limit_still_gives_every_frame_back() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn two_lines_that_lose_different_frames_give_every_frame_once() {
     let _serial = serial();
     let a = LossyLink::start(|seq| mix(seq).is_multiple_of(10));
@@ -198,6 +198,7 @@ fn receive_some(subscriber: &mut Subscriber, frames: u64) {
 }
 
 #[test]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_late_joiner_from_the_start_gets_the_whole_session_and_one_without_only_the_rest() {
     let _serial = serial();
     let deep10 = capture("DEEP10");

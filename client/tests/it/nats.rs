@@ -44,7 +44,7 @@ fn check(context: &str, reference: &serde_json::Value, result: (Tally, mdrelay_c
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn every_format_reaches_two_live_subscribers_and_a_late_joiner_exactly() {
     let _serial = serial();
     let server = NatsServer::start();
@@ -86,7 +86,7 @@ fn every_format_reaches_two_live_subscribers_and_a_late_joiner_exactly() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_joiner_from_the_start_halfway_through_is_handed_over_without_gap_or_duplicate() {
     let _serial = serial();
     let server = NatsServer::start();

@@ -54,7 +54,7 @@ fn receive_pausing(
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_reader_that_stalls_has_the_messages_dropped_meanwhile_repaired_from_jetstream() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
@@ -98,7 +98,7 @@ fn a_reader_that_stalls_has_the_messages_dropped_meanwhile_repaired_from_jetstre
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_gap_older_than_the_stream_keeps_is_given_up_as_gone_and_the_stream_goes_on() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
@@ -179,7 +179,7 @@ fn base64(text: &str) -> Vec<u8> {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_late_joiner_starts_at_a_time_and_is_handed_over_to_the_live_subject() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
@@ -240,7 +240,7 @@ fn a_late_joiner_starts_at_a_time_and_is_handed_over_to_the_live_subject() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_server_that_requires_a_password_takes_the_right_one_and_the_wrong_one_names_the_setting() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();

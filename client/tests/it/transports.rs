@@ -23,7 +23,7 @@ fn receive(mut subscriber: Subscriber) -> thread::JoinHandle<(Tally, mdrelay_cli
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn every_format_over_tcp_udp_and_multicast_gives_the_reference_aggregates() {
     let _serial = serial();
     for (n, name) in ["DEEP10", "TOPS16"].into_iter().enumerate() {
@@ -123,7 +123,7 @@ fn echoes_of_every_tenth_frame_reach_the_publisher_over_tcp_and_udp() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn the_low_latency_profile_busy_polls_and_takes_every_frame() {
     let _serial = serial();
     let tops16 = capture("TOPS16");

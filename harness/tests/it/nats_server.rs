@@ -37,7 +37,7 @@ fn a_single_server_keeps_its_stream_across_a_restart() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_three_node_cluster_keeps_an_r3_stream_when_a_node_is_killed() {
     let mut cluster = NatsCluster::start();
     let urls = cluster.urls();

@@ -181,7 +181,7 @@ fn print_latencies(context: &str, hops: &[(&str, &Value)]) {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn deep10_through_two_relays_tcp_sbe_then_multicast_capnp_reaches_the_leaf_exact() {
     let _shared = shared();
     let reference = expected("DEEP10.json");
@@ -425,7 +425,7 @@ fn a_data_record_with_a_flipped_sequence_bit_on_the_upstream_link_is_a_violation
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_subscriber_treats_a_renumbered_record_as_a_violation_and_resumes_exact() {
     let _shared = shared();
     let reference = expected("DEEP10.json");
@@ -466,7 +466,7 @@ fn a_subscriber_treats_a_renumbered_record_as_a_violation_and_resumes_exact() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn an_upstream_that_breaks_the_numbering_on_every_connection_is_retried_with_backoff_then_given_up() {
     let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
@@ -510,6 +510,7 @@ fn an_upstream_that_breaks_the_numbering_on_every_connection_is_retried_with_bac
 }
 
 #[test]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_relay_stopped_mid_stream_does_not_let_its_leaf_believe_it_got_the_whole_session() {
     let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
@@ -658,7 +659,7 @@ fn doomed_relay(dir: &Path, connect: &str, give_up: &str, limit: Duration) -> Fi
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn an_upstream_that_refuses_is_silent_or_is_not_a_publisher_fails_the_relay_naming_it() {
     let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
@@ -833,6 +834,7 @@ fn a_relay_whose_upstream_is_killed_mid_stream_ends_its_own_stream_with_an_error
 }
 
 #[test]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_format_switch_upstream_is_followed_and_the_leaf_stays_exact() {
     let _shared = shared();
     let reference = expected("DEEP10.json");
@@ -925,7 +927,7 @@ fn a_relay_whose_upstream_is_itself_or_badly_configured_is_refused_naming_the_se
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn deep10_through_a_relay_across_three_hosts_reaches_a_multicast_leaf_exact() {
     let _serial = serial();
     let hosts = Hosts::unique();

@@ -156,6 +156,7 @@ fn subscribers(publisher: &Value) -> &Vec<Value> {
 }
 
 #[test]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn block_survives_a_stopped_subscriber_while_another_joins_and_the_stall_ends() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
@@ -193,7 +194,7 @@ fn block_survives_a_stopped_subscriber_while_another_joins_and_the_stall_ends() 
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn two_interrupts_stop_a_publisher_blocked_on_a_stopped_subscriber() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
@@ -217,7 +218,7 @@ fn two_interrupts_stop_a_publisher_blocked_on_a_stopped_subscriber() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn silent_connections_are_turned_away_and_cost_the_stream_nothing() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
@@ -250,7 +251,7 @@ fn silent_connections_are_turned_away_and_cost_the_stream_nothing() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn handshaken_connections_that_never_read_are_bounded_and_do_not_cut_off_the_healthy_one() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
@@ -281,7 +282,7 @@ fn handshaken_connections_that_never_read_are_bounded_and_do_not_cut_off_the_hea
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn frames_dropped_at_the_tail_for_a_stopped_subscriber_are_reported_as_gaps() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
@@ -309,7 +310,7 @@ fn frames_dropped_at_the_tail_for_a_stopped_subscriber_are_reported_as_gaps() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_slow_subscriber_under_disconnect_is_reset_at_once() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
@@ -349,7 +350,7 @@ fn a_slow_subscriber_under_disconnect_is_reset_at_once() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_format_switch_while_a_subscriber_is_stalled_holds_no_one_back() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
@@ -455,7 +456,7 @@ fn forged_and_replayed_echoes_are_rejected() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn hostile_peers_on_the_tcp_port_are_refused_with_reasons_and_the_healthy_subscriber_stays_exact() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
@@ -513,7 +514,7 @@ fn hostile_peers_on_the_tcp_port_are_refused_with_reasons_and_the_healthy_subscr
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_subscriber_told_busy_retries_and_gets_the_whole_stream() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
@@ -534,7 +535,7 @@ fn a_subscriber_told_busy_retries_and_gets_the_whole_stream() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_spoofed_end_on_the_live_input_does_not_end_the_relayed_stream() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
@@ -581,7 +582,7 @@ fn a_spoofed_end_on_the_live_input_does_not_end_the_relayed_stream() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_fifo_capture_without_a_writer_says_so_and_stops_on_the_first_sigterm() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
@@ -679,7 +680,7 @@ fn sighup_names_the_settings_that_need_a_restart() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_connection_that_never_answers_the_greeting_holds_nothing_back_under_block() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
@@ -702,7 +703,7 @@ fn a_connection_that_never_answers_the_greeting_holds_nothing_back_under_block()
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_subscriber_killed_mid_stream_holds_nothing_back_under_block() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();

@@ -308,7 +308,7 @@ fn run(dir: &Path, sent: &[Datagram], burst: usize) -> Run {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn loss_copies_swaps_and_restarts_of_a_live_feed_are_counted_and_copies_not_relayed() {
     let _serial = serial();
     let deep10 = deep10_segments();
@@ -391,7 +391,7 @@ fn loss_copies_swaps_and_restarts_of_a_live_feed_are_counted_and_copies_not_rela
 /// Without loss or copies, the feed counts nothing but DEEP10's own restarts, and the
 /// subscriber gets exactly the reference.
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_clean_live_feed_counts_only_its_restarts_and_relays_the_reference() {
     let _serial = serial();
     let deep10 = deep10_segments();

@@ -29,7 +29,7 @@ fn json_publisher(messages: &str) -> (Process, String) {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn json_logs_name_the_session_and_the_subscriber_once_in_spans() {
     let _shared = shared();
     let (publisher, addr) = json_publisher("20000");

@@ -104,7 +104,7 @@ fn assert_exact(sub: &Value, publ: &Value, context: &str) {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn five_percent_loss_is_recovered_exactly_by_retransmission() {
     let _serial = serial();
     let hosts = Hosts::unique();
@@ -132,7 +132,7 @@ fn five_percent_loss_is_recovered_exactly_by_retransmission() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn frames_gone_from_the_ring_are_reported_unrecoverable() {
     let _serial = serial();
     let hosts = Hosts::unique();
@@ -204,7 +204,7 @@ fn ab_run(recover: bool) -> (Value, Value, BTreeSet<u64>, BTreeSet<u64>) {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn ab_lines_lose_only_what_both_lines_lost_and_recovery_fills_that() {
     let _serial = serial();
     // Arbitration alone: what is missing is what both lines dropped.
@@ -237,7 +237,7 @@ fn ab_lines_lose_only_what_both_lines_lost_and_recovery_fills_that() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_tcp_subscriber_cut_off_mid_stream_resumes_without_a_gap() {
     let _serial = serial();
     let hosts = Hosts::unique();

@@ -45,6 +45,7 @@ fn keep(name: &str, s: &Scrape) {
 }
 
 #[test]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn the_endpoints_count_what_the_final_reports_say_through_a_format_switch() {
     let _serial = serial();
     let reference = expected("DEEP10.json");
@@ -266,7 +267,7 @@ fn an_endpoint_that_cannot_be_bound_is_refused_by_name() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_scraper_that_connects_and_goes_silent_holds_up_neither_the_relay_nor_other_scrapes() {
     let _serial = serial();
     let metrics: SocketAddr = format!("127.0.0.1:{}", free_tcp_port()).parse().unwrap();
@@ -361,7 +362,7 @@ fn a_subscriber_that_has_received_nothing_shows_no_latency_quantiles() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn under_a_service_manager_the_publisher_says_ready_keeps_the_watchdog_fed_and_says_stopping() {
     let _shared = mdrelay_harness::shared();
     let manager = NotifySocket::bind();

@@ -57,7 +57,7 @@ fn every_frame_is_stored_once_in_the_stream() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_server_restart_mid_stream_loses_nothing_and_duplicates_nothing() {
     let _shared = mdrelay_harness::shared();
     let mut server = NatsServer::start();

@@ -101,7 +101,7 @@ fn origin_config(url: &str) -> String {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn deep10_from_a_nats_subject_through_an_edge_relay_reaches_tcp_and_multicast_leaves_exact() {
     let _shared = shared();
     let server = NatsServer::start();
@@ -188,7 +188,7 @@ fn deep10_from_a_nats_subject_through_an_edge_relay_reaches_tcp_and_multicast_le
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_relay_of_a_tcp_upstream_publishes_into_nats_and_a_nats_subscriber_ends_exact() {
     let _shared = shared();
     let server = NatsServer::start();
@@ -254,7 +254,7 @@ fn a_relay_of_a_tcp_upstream_publishes_into_nats_and_a_nats_subscriber_ends_exac
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn an_edge_authenticates_to_its_servers_and_refused_credentials_name_the_setting() {
     let _shared = shared();
     let server = NatsServer::start_with(&["--user", "feed", "--pass", "right"]);

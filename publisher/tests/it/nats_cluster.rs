@@ -88,7 +88,7 @@ fn assert_exact(report: &Value, reference: &Value, context: &str) {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_subscribers_node_killed_mid_stream_leaves_every_subscriber_exact() {
     let _shared = mdrelay_harness::shared();
     let cluster = NatsCluster::start();
@@ -118,7 +118,7 @@ fn a_subscribers_node_killed_mid_stream_leaves_every_subscriber_exact() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn the_publishers_node_killed_mid_stream_is_failed_over_and_every_subscriber_is_exact() {
     let _shared = mdrelay_harness::shared();
     let cluster = NatsCluster::start();
@@ -210,7 +210,7 @@ fn publish_before_the_server(slow_server: &str) -> (NatsServer, tempfile::TempDi
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_publisher_started_before_its_server_waits_under_block_and_the_stream_arrives_whole() {
     let _shared = mdrelay_harness::shared();
     let (server, dir, summary) = publish_before_the_server("block");
@@ -224,7 +224,7 @@ fn a_publisher_started_before_its_server_waits_under_block_and_the_stream_arrive
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_publisher_started_before_its_server_under_drop_counts_every_message_it_skipped() {
     let _shared = mdrelay_harness::shared();
     let (server, dir, summary) = publish_before_the_server("drop");
@@ -255,7 +255,7 @@ fn a_publisher_started_before_its_server_under_fail_exits_naming_the_setting() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_frozen_server_under_drop_holds_up_neither_the_hot_path_nor_more_than_max_pending_acks() {
     let _shared = mdrelay_harness::shared();
     let server = NatsServer::start();

@@ -33,7 +33,7 @@ fn route_drops(hosts: &Hosts, host: Host) -> u64 {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn deep10_published_on_one_hosts_server_reaches_a_subscriber_on_another_exact_despite_route_loss() {
     let _serial = serial();
     let hosts = Hosts::unique();

@@ -185,7 +185,7 @@ fn publish_raw(server: &NatsServer, subject: &str, messages: Vec<Vec<u8>>) {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn datagrams_forged_onto_the_subject_are_refused_and_counted_and_the_stream_stays_exact() {
     let _shared = mdrelay_harness::shared();
     let server = NatsServer::start();
@@ -232,7 +232,7 @@ fn datagrams_forged_onto_the_subject_are_refused_and_counted_and_the_stream_stay
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_sighup_format_switch_is_followed_over_nats_and_the_aggregates_stay_exact() {
     let _shared = mdrelay_harness::shared();
     let server = NatsServer::start();

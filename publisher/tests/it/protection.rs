@@ -50,7 +50,7 @@ fn assert_nothing_refused(report: &Value, context: &str) {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn deep10_is_exact_under_every_protection_over_tcp_and_udp() {
     let _serial = serial();
     let reference = expected("DEEP10.json");
@@ -211,7 +211,7 @@ fn flipping_udp_proxy(target: SocketAddr, nth: usize) -> SocketAddr {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_datagram_changed_on_the_way_is_refused_by_the_crc_and_its_frames_recovered() {
     let _serial = serial();
     let reference = expected("DEEP10.json");
@@ -283,7 +283,7 @@ fn logged_session(process: &mut Process) -> u64 {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn forged_replayed_and_unprotected_datagrams_are_refused_and_the_stream_stays_exact() {
     let _serial = serial();
     let reference = expected("DEEP10.json");
@@ -400,7 +400,7 @@ fn forged_replayed_and_unprotected_datagrams_are_refused_and_the_stream_stays_ex
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn other_keys_and_other_settings_are_refused_at_the_handshake_by_name() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();

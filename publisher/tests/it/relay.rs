@@ -133,7 +133,7 @@ fn lost_frames(sub: &Value, publ: &Value, context: &str) -> bool {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn every_format_over_every_transport_gives_the_reference_aggregates() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
@@ -190,7 +190,7 @@ fn a_symbol_filter_gives_exactly_that_symbols_aggregates_in_every_format() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn two_subscribers_at_once_and_one_that_joins_late() {
     let _serial = serial();
     let reference = expected("DEEP10.json");
@@ -241,7 +241,7 @@ fn two_subscribers_at_once_and_one_that_joins_late() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_tcp_subscriber_that_loses_its_connection_reconnects_and_resumes_from_the_ring() {
     let _serial = serial();
     let reference = expected("DEEP10.json");
@@ -279,7 +279,7 @@ fn a_tcp_subscriber_that_loses_its_connection_reconnects_and_resumes_from_the_ri
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn sighup_switches_the_format_mid_stream_and_the_aggregates_stay_exact() {
     let _serial = serial();
     let reference = expected("DEEP10.json");
@@ -404,6 +404,7 @@ fn first_deep10_segment() -> Vec<u8> {
 /// does not wait in a coalescing buffer, a run of records or a send batch for a next segment
 /// that may not come for a long time.
 #[test]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_lone_live_segment_is_relayed_without_waiting_for_the_next() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
@@ -484,7 +485,7 @@ fn slow_policy_run(policy: &str) -> (Value, Value) {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_slow_subscriber_is_dropped_from_or_disconnected_and_never_slows_the_others() {
     let _serial = serial();
     let reference = expected("DEEP10.json");
@@ -509,7 +510,7 @@ fn a_slow_subscriber_is_dropped_from_or_disconnected_and_never_slows_the_others(
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_subscriber_speaking_another_protocol_version_is_refused_with_a_reason() {
     let _serial = serial();
     let (publisher, addr) =
@@ -545,7 +546,7 @@ fn a_subscriber_speaking_another_protocol_version_is_refused_with_a_reason() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn round_trip_mode_echoes_reach_the_publisher_over_tcp_and_udp() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();

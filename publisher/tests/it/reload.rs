@@ -70,7 +70,7 @@ fn assert_whole_day_in_sbe(report: &Value) {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn sighup_with_a_fifo_at_the_configuration_path_keeps_the_configuration_and_the_stream_ends_exact() {
     let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
@@ -121,7 +121,7 @@ fn sigterm_after_a_sighup_on_a_fifo_stops_the_publisher_promptly_with_its_end() 
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn sighup_with_a_directory_or_an_oversized_file_keeps_the_configuration_and_a_symlink_is_followed() {
     let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
@@ -162,7 +162,7 @@ fn key_file(path: &Path) {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_reload_that_blocks_is_abandoned_at_its_bound_and_a_sighup_during_it_reads_again_once_it_returns() {
     let _shared = shared();
     let dir = tempfile::tempdir().unwrap();

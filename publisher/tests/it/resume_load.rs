@@ -176,7 +176,7 @@ fn run_with_stalled(answer: Subscribe, context: &str) -> StalledRun {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn resuming_connections_that_never_read_hold_no_more_than_the_replay_budget() {
     let _serial = serial();
     assert!(
@@ -296,7 +296,7 @@ fn replay_until(addr: SocketAddr, stop: &AtomicBool) -> Replays {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn many_replays_at_once_hold_back_no_live_subscriber() {
     let _serial = serial();
     assert!(raise_open_files(REPLAYS as u64 + 256), "the hard limit of open files is too low");

@@ -153,7 +153,7 @@ fn ask(s: &mut TcpStream, requests: &[RetransmitRequest], marker: u64) -> Answer
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn retransmissions_are_the_frames_sent_and_frames_no_longer_held_are_gone() {
     let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
@@ -218,7 +218,7 @@ fn retransmissions_are_the_frames_sent_and_frames_no_longer_held_are_gone() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_range_across_the_rings_start_is_gone_up_to_the_oldest_frame_then_served() {
     let _shared = shared();
     let (socket, target) = receiver();
@@ -261,7 +261,7 @@ fn a_range_across_the_rings_start_is_gone_up_to_the_oldest_frame_then_served() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn requests_over_the_rate_are_told_busy_and_bad_clients_are_refused_with_a_reason() {
     let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
@@ -480,7 +480,7 @@ fn rss(pid: u32) -> u64 {
 const MARGIN: u64 = 24 << 20;
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn memory_stays_within_the_ring_bound_while_a_client_requests_all_the_time() {
     let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
@@ -563,7 +563,7 @@ fn memory_stays_within_the_ring_bound_while_a_client_requests_all_the_time() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_client_that_stops_reading_is_cut_off_and_others_are_served_meanwhile() {
     let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
@@ -623,7 +623,7 @@ fn a_client_that_stops_reading_is_cut_off_and_others_are_served_meanwhile() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn connections_over_the_limit_are_told_busy_and_a_one_byte_ring_says_everything_is_gone() {
     let _shared = shared();
     let (socket, target) = receiver();
@@ -747,7 +747,7 @@ fn n(v: &serde_json::Value, key: &str) -> u64 {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn connections_that_take_every_slot_and_ask_nothing_keep_no_subscriber_from_its_frames() {
     let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
@@ -846,7 +846,7 @@ fn connections_that_take_every_slot_and_ask_nothing_keep_no_subscriber_from_its_
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn idle_connections_and_half_sent_requests_are_closed_and_a_full_service_evicts_the_longest_idle() {
     let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
@@ -916,6 +916,7 @@ fn idle_connections_and_half_sent_requests_are_closed_and_a_full_service_evicts_
 }
 
 #[test]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn requests_for_absurd_ranges_are_counted_once_each() {
     let _shared = shared();
     let dir = tempfile::tempdir().unwrap();
@@ -967,7 +968,7 @@ fn requests_for_absurd_ranges_are_counted_once_each() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_flood_after_the_greeting_answer_is_refused_with_where_and_a_half_closed_client_gets_every_answer() {
     let _shared = shared();
     let dir = tempfile::tempdir().unwrap();

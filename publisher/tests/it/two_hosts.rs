@@ -79,7 +79,7 @@ fn assert_whole_stream(sub: &Value, publ: &Value, reference: &Value, format: &st
 const SUBSCRIBERS: [(Host, Line); 2] = [(Host::Sub1, Line::A), (Host::Sub2, Line::B)];
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn deep10_reaches_two_hosts_at_once_over_tcp_in_every_format() {
     let _serial = serial();
     let hosts = Hosts::unique();
@@ -187,19 +187,19 @@ fn deep10_over_udp_to_both(multicast: bool) {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn deep10_reaches_two_hosts_at_once_over_udp_unicast_in_half_the_formats() {
     deep10_over_udp_to_both(false);
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn deep10_reaches_two_hosts_at_once_over_multicast_in_the_other_half() {
     deep10_over_udp_to_both(true);
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn round_trips_are_measured_across_hosts_over_tcp_and_udp() {
     let _serial = serial();
     let hosts = Hosts::unique();
@@ -252,7 +252,7 @@ fn round_trips_are_measured_across_hosts_over_tcp_and_udp() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn five_percent_loss_on_sub1_is_reported_as_exactly_the_datagrams_nftables_dropped() {
     let _serial = serial();
     let hosts = Hosts::unique();
@@ -336,7 +336,7 @@ fn refused(prefix: &str, args: &[&str], message: &str) {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn the_script_refuses_bad_input_and_down_leaves_no_namespace_behind() {
     let _serial = serial();
     let prefix = unique_prefix();
@@ -439,7 +439,7 @@ fn readme_command(work: &Path, prefix: &str, command: &str) -> Process {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn the_readme_two_host_steps_run_as_written() {
     let _serial = serial();
     let steps = readme_steps();

@@ -17,7 +17,7 @@ use mdrelay_harness::{
 const RUN: Duration = Duration::from_secs(120);
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn deep10_over_nats_live_and_from_the_start_matches_the_reference() {
     let _shared = mdrelay_harness::shared();
     let server = NatsServer::start();
@@ -142,7 +142,7 @@ fn deep10_frames() -> u64 {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_subscriber_stopped_mid_stream_has_what_it_lost_repaired_from_jetstream() {
     let _serial = serial();
     // A quarter of the way in, the subscriber stops for a second: what the server sends meanwhile
@@ -157,7 +157,7 @@ fn a_subscriber_stopped_mid_stream_has_what_it_lost_repaired_from_jetstream() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_subscriber_stopped_until_the_stream_ended_reads_the_tail_and_end_it_lost_from_jetstream() {
     let _serial = serial();
     // Stopped near the end until the publisher is done: the client keeps the first 256 messages
@@ -171,7 +171,7 @@ fn a_subscriber_stopped_until_the_stream_ended_reads_the_tail_and_end_it_lost_fr
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_server_that_requires_a_password_takes_the_right_one_and_the_wrong_one_is_named() {
     let _serial = serial();
     let server = NatsServer::start_with(&["--user", "feed", "--pass", "s3cret"]);
@@ -225,7 +225,7 @@ fn stored_messages(server: &NatsServer, stream: &str) -> u64 {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_publisher_killed_mid_stream_and_started_again_is_followed_and_its_new_session_is_whole() {
     let _serial = serial();
     let server = NatsServer::start();

@@ -187,6 +187,7 @@ fn a_gzipped_pcapng_recording_reads_in_the_reference_reader_and_replays() {
 }
 
 #[test]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn over_udp_the_recording_holds_exactly_the_frames_taken() {
     let _serial = serial();
     let reference = expected("DEEP10.json");
@@ -246,7 +247,7 @@ fn over_udp_the_recording_holds_exactly_the_frames_taken() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_format_switch_mid_stream_is_recorded_with_exact_aggregates() {
     let _serial = serial();
     let reference = expected("DEEP10.json");
@@ -279,6 +280,7 @@ fn a_format_switch_mid_stream_is_recorded_with_exact_aggregates() {
 }
 
 #[test]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn sigterm_mid_stream_leaves_a_finished_recording() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
@@ -364,6 +366,7 @@ fn a_path_that_cannot_be_written_is_refused_before_connecting_with_exit_code_2()
 }
 
 #[test]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_full_disk_stops_the_recording_not_the_run() {
     let _serial = serial();
     let reference = expected("DEEP10.json");
@@ -585,6 +588,7 @@ fn assert_files_are_deep10(files: &[PathBuf], dir: &Path, context: &str) {
 }
 
 #[test]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn size_rotation_with_a_cap_keeps_at_most_that_many_complete_files() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
@@ -669,6 +673,7 @@ fn size_rotation_with_a_cap_keeps_at_most_that_many_complete_files() {
 }
 
 #[test]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn size_rotation_keeps_every_file_and_together_they_are_exactly_deep10() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
@@ -703,7 +708,7 @@ fn size_rotation_keeps_every_file_and_together_they_are_exactly_deep10() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn time_rotation_closes_complete_files_while_the_relay_goes_on() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
@@ -857,7 +862,7 @@ fn is_whole_gzip(path: &Path) -> bool {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_file_whose_time_is_up_is_finished_even_when_the_stream_goes_quiet() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();

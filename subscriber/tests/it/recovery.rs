@@ -762,7 +762,7 @@ fn a_b_unicast_lines_lose_only_what_both_lost_and_echo_each_frame_once() {
 }
 
 #[test]
-#[ignore = "long (over 5 s here): .ci/run runs it with --ignored"]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_b_multicast_lines_on_loopback() {
     let _shared = mdrelay_harness::shared();
     a_b_lines(
