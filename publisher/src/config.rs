@@ -285,9 +285,9 @@ pub struct MulticastSection {
     pub group: String,
     /// Interface address to send from (default 0.0.0.0: the routing table's choice).
     pub interface: Option<String>,
-    /// Multicast TTL (default 1: this subnet).
+    /// Multicast TTL (default 1: this subnet; line B's default is line A's).
     pub ttl: Option<u32>,
-    /// Deliver to receivers on this host too (default true).
+    /// Deliver to receivers on this host too (default true; line B's default is line A's).
     pub loopback: Option<bool>,
     /// Largest datagram to build when coalescing.
     #[serde(default, deserialize_with = "units::option_bytes")]
@@ -1020,8 +1020,20 @@ impl FileConfig {
         }
         let multicast =
             self.multicast.as_ref().map(|m| multicast_line("multicast", m, &mut max_datagram)).transpose()?;
-        let multicast_b =
-            self.multicast_b.as_ref().map(|m| multicast_line("multicast_b", m, &mut max_datagram)).transpose()?;
+        // Line B carries what line A carries: its TTL and loopback are A's unless set.
+        let multicast_b = self
+            .multicast_b
+            .as_ref()
+            .map(|b| {
+                let a = self.multicast.as_ref();
+                let b = MulticastSection {
+                    ttl: b.ttl.or(a.and_then(|a| a.ttl)),
+                    loopback: b.loopback.or(a.and_then(|a| a.loopback)),
+                    ..b.clone()
+                };
+                multicast_line("multicast_b", &b, &mut max_datagram)
+            })
+            .transpose()?;
         match (&multicast, &multicast_b) {
             (None, Some(_)) => bail!("multicast_b: line B needs line A: configure [multicast] too"),
             (Some(a), Some(b)) if a.group == b.group => {

@@ -29,324 +29,326 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-/// Flags of `run`; each overrides the same setting of the configuration file.
-#[derive(Debug, Args, Clone, Default)]
+/// Flags of `run`; each sets the setting of the configuration file its `serde` name gives, over
+/// the file's value (see [`RunArgs::apply`]).
+#[derive(Debug, Args, Clone, Default, serde::Serialize)]
 pub struct RunArgs {
     /// TOML configuration file (see config/ for examples).
     #[arg(long, short, env = "MDRELAY_PUB_CONFIG")]
+    #[serde(skip)]
     pub config: Option<PathBuf>,
     /// Wire format: raw, sbe, flatbuffers, capnp, capnp-packed, protobuf, brec, json [default: sbe].
     #[arg(long, env = "MDRELAY_PUB_FORMAT")]
+    #[serde(rename = "format")]
     pub format: Option<Format>,
     /// Stream number announced to subscribers.
     #[arg(long, env = "MDRELAY_PUB_STREAM")]
+    #[serde(rename = "stream")]
     pub stream: Option<u32>,
     /// Profile: default (backoff waits) or low-latency (spin waits, the hot thread pinned to
     /// --hot-core) [default: default].
     #[arg(long, env = "MDRELAY_PUB_PROFILE")]
+    #[serde(rename = "profile")]
     pub profile: Option<mdrelay_proto::idle::Profile>,
     /// How the hot thread waits: spin, yield, backoff, sleep [default: the profile's].
     #[arg(long, env = "MDRELAY_PUB_IDLE")]
+    #[serde(rename = "pacing.idle")]
     pub idle: Option<mdrelay_proto::idle::IdleStrategy>,
     /// Pin the hot thread to this CPU.
     #[arg(long, env = "MDRELAY_PUB_HOT_CORE")]
+    #[serde(rename = "cpu.hot_core")]
     pub hot_core: Option<usize>,
     /// Threads serving subscribers' sockets [default: 1].
     #[arg(long, env = "MDRELAY_PUB_IO_THREADS")]
+    #[serde(rename = "cpu.io_threads")]
     pub io_threads: Option<usize>,
     /// Replay this capture (pcap / pcapng, gzipped or not).
     #[arg(long, conflicts_with_all = ["synthetic", "live"], env = "MDRELAY_PUB_CAPTURE")]
+    #[serde(rename = "source.capture")]
     pub capture: Option<PathBuf>,
     /// Generate a synthetic day on the fly (the default source).
     #[arg(long, conflicts_with = "live", env = "MDRELAY_PUB_SYNTHETIC")]
+    #[serde(rename = "source.synthetic", skip_serializing_if = "std::ops::Not::not", serialize_with = "a_section")]
     pub synthetic: bool,
     /// Synthetic day: messages (`--messages` in earlier releases).
     #[arg(long, alias = "messages", env = "MDRELAY_PUB_SYNTHETIC_MESSAGES")]
+    #[serde(rename = "source.synthetic.messages")]
     pub synthetic_messages: Option<u64>,
     /// Synthetic day: how many symbols it trades (`--symbols` in earlier releases; mdrelay-sub's
     /// --symbols is a list of tickers).
     #[arg(long, alias = "symbols", env = "MDRELAY_PUB_SYNTHETIC_SYMBOLS")]
+    #[serde(rename = "source.synthetic.symbols")]
     pub synthetic_symbols: Option<usize>,
     /// Synthetic day: seed (`--seed` in earlier releases).
     #[arg(long, alias = "seed", env = "MDRELAY_PUB_SYNTHETIC_SEED")]
+    #[serde(rename = "source.synthetic.seed")]
     pub synthetic_seed: Option<u64>,
     /// Relay a live IEX-TP feed received on this address:port.
     #[arg(long, env = "MDRELAY_PUB_LIVE")]
+    #[serde(rename = "source.live.listen")]
     pub live: Option<String>,
     /// Live feed: multicast group to join.
     #[arg(long, env = "MDRELAY_PUB_LIVE_GROUP")]
+    #[serde(rename = "source.live.group")]
     pub live_group: Option<String>,
     /// Live feed: interface address for the join.
     #[arg(long, env = "MDRELAY_PUB_LIVE_INTERFACE")]
+    #[serde(rename = "source.live.interface")]
     pub live_interface: Option<String>,
     /// Live feed: seconds of silence that end the stream (0: never).
     #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_IDLE_TIMEOUT")]
+    #[serde(rename = "source.live.idle_timeout")]
     pub idle_timeout: Option<f64>,
     /// Relay another mdrelay publisher's TCP stream from HOST:PORT (relay chaining; a NATS
     /// upstream and its credentials come from the configuration file).
     #[arg(long, conflicts_with_all = ["capture", "synthetic", "live"], env = "MDRELAY_PUB_UPSTREAM")]
+    #[serde(rename = "source.upstream.connect")]
     pub upstream: Option<String>,
     /// Upstream: seconds one connection attempt may take.
     #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_UPSTREAM_CONNECT_TIMEOUT")]
+    #[serde(rename = "source.upstream.connect_timeout")]
     pub upstream_connect_timeout: Option<f64>,
     /// Upstream: seconds the upstream has to greet once connected.
     #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_UPSTREAM_HANDSHAKE_TIMEOUT")]
+    #[serde(rename = "source.upstream.handshake_timeout")]
     pub upstream_handshake_timeout: Option<f64>,
     /// Upstream: the longest wait between connection attempts.
     #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_UPSTREAM_RECONNECT_MAX")]
+    #[serde(rename = "source.upstream.reconnect_max")]
     pub upstream_reconnect_max: Option<f64>,
     /// Upstream: how long to keep trying to reach it before the relay ends with an error.
     #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_UPSTREAM_GIVE_UP_AFTER")]
+    #[serde(rename = "source.upstream.give_up_after")]
     pub upstream_give_up_after: Option<f64>,
     /// Upstream: a connection silent this long is lost, and made again (0: never).
     #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_UPSTREAM_IDLE_TIMEOUT")]
+    #[serde(rename = "source.upstream.idle_timeout")]
     pub upstream_idle_timeout: Option<f64>,
     /// Upstream: its frames carry a CRC-32C (its `[protection] crc = true`), checked on receipt.
     #[arg(long, env = "MDRELAY_PUB_UPSTREAM_CRC")]
+    #[serde(rename = "source.upstream.crc")]
     pub upstream_crc: Option<bool>,
     /// Pacing: original (capture timing), rate, top-speed [default: top-speed].
     #[arg(long, value_enum, env = "MDRELAY_PUB_PACING")]
+    #[serde(rename = "pacing.mode")]
     pub pacing: Option<PacingMode>,
     /// Original pacing: time scale (10 = ten times faster).
     #[arg(long, env = "MDRELAY_PUB_SPEED")]
+    #[serde(rename = "pacing.speed")]
     pub speed: Option<f64>,
     /// Rate pacing: messages per second.
     #[arg(long, env = "MDRELAY_PUB_RATE")]
+    #[serde(rename = "pacing.rate")]
     pub rate: Option<f64>,
     /// Passes over the source (0: forever) [default: 1].
     #[arg(long, env = "MDRELAY_PUB_LOOPS")]
+    #[serde(rename = "pacing.loops")]
     pub loops: Option<u64>,
     /// Stop after this many messages.
     #[arg(long, env = "MDRELAY_PUB_MAX_MESSAGES")]
+    #[serde(rename = "pacing.max_messages")]
     pub max_messages: Option<u64>,
     /// Stop after this many seconds.
     #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_DURATION")]
+    #[serde(rename = "pacing.duration")]
     pub duration: Option<f64>,
     /// Coalesce frames into TCP records / datagrams up to this many bytes (0: off).
     #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes::<usize>, env = "MDRELAY_PUB_COALESCE_BYTES")]
+    #[serde(rename = "batching.coalesce_bytes")]
     pub coalesce_bytes: Option<usize>,
     /// Serve subscribers over TCP on this address [config default: 127.0.0.1:9100].
     #[arg(long, env = "MDRELAY_PUB_TCP")]
+    #[serde(rename = "tcp.listen")]
     pub tcp: Option<String>,
     /// TCP: records in the queue all subscribers read from.
     #[arg(long, env = "MDRELAY_PUB_QUEUE")]
+    #[serde(rename = "tcp.queue")]
     pub queue: Option<usize>,
     /// TCP: what to do with a subscriber whose queue is full.
     #[arg(long, value_enum, env = "MDRELAY_PUB_SLOW_SUBSCRIBER")]
+    #[serde(rename = "tcp.slow_subscriber")]
     pub slow_subscriber: Option<SlowPolicy>,
     /// TCP: wait for this many subscribers before sending.
     #[arg(long, env = "MDRELAY_PUB_WAIT_SUBSCRIBERS")]
+    #[serde(rename = "tcp.wait_subscribers")]
     pub wait_subscribers: Option<usize>,
     /// TCP: connections at once; more are told to retry later.
     #[arg(long, env = "MDRELAY_PUB_MAX_CONNECTIONS")]
+    #[serde(rename = "tcp.max_connections")]
     pub max_connections: Option<usize>,
     /// TCP: seconds a connection has to answer the greeting.
     #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_HANDSHAKE_TIMEOUT")]
+    #[serde(rename = "tcp.handshake_timeout")]
     pub handshake_timeout: Option<f64>,
     /// TCP: bytes of replay records built and not yet written, over every resuming subscriber.
     #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes::<u64>, env = "MDRELAY_PUB_REPLAY_BYTES")]
+    #[serde(rename = "tcp.replay_bytes")]
     pub replay_bytes: Option<u64>,
     /// TCP: seconds a resuming subscriber has to take a replay chunk before it is cut off.
     #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_REPLAY_TIMEOUT")]
+    #[serde(rename = "tcp.replay_timeout")]
     pub replay_timeout: Option<f64>,
     /// TCP: seconds subscribers get at the end to take what is queued for them.
     #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_DRAIN_TIMEOUT")]
+    #[serde(rename = "tcp.drain_timeout")]
     pub drain_timeout: Option<f64>,
     /// Original pacing: a wait longer than this many seconds is not waited out.
     #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_MAX_GAP")]
+    #[serde(rename = "pacing.max_gap")]
     pub max_gap: Option<f64>,
     /// Seconds of segments sent per wake-up; a segment due within this goes out early.
     #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_DUTY_CYCLE")]
+    #[serde(rename = "pacing.duty_cycle")]
     pub duty_cycle: Option<f64>,
     /// Send UDP datagrams to this address:port (repeatable).
     #[arg(long, env = "MDRELAY_PUB_UDP")]
+    #[serde(rename = "udp.destinations", skip_serializing_if = "Vec::is_empty")]
     pub udp: Vec<String>,
     /// Send to this multicast group:port.
     #[arg(long, env = "MDRELAY_PUB_MULTICAST")]
+    #[serde(rename = "multicast.group")]
     pub multicast: Option<String>,
     /// Multicast: interface address to send from.
     #[arg(long, env = "MDRELAY_PUB_INTERFACE")]
+    #[serde(rename = "multicast.interface")]
     pub interface: Option<String>,
     /// Multicast: TTL.
     #[arg(long, env = "MDRELAY_PUB_TTL")]
+    #[serde(rename = "multicast.ttl")]
     pub ttl: Option<u32>,
     /// Multicast: deliver to receivers on this host too.
     #[arg(long, env = "MDRELAY_PUB_MULTICAST_LOOP")]
+    #[serde(rename = "multicast.loopback")]
     pub multicast_loop: Option<bool>,
     /// Line B: also send every datagram to this multicast group:port.
     #[arg(long, env = "MDRELAY_PUB_MULTICAST_B")]
+    #[serde(rename = "multicast_b.group")]
     pub multicast_b: Option<String>,
     /// Line B: interface address to send line B from.
     #[arg(long, env = "MDRELAY_PUB_INTERFACE_B")]
+    #[serde(rename = "multicast_b.interface")]
     pub interface_b: Option<String>,
     /// Line B: TTL [default: --ttl's].
     #[arg(long, env = "MDRELAY_PUB_TTL_B")]
+    #[serde(rename = "multicast_b.ttl")]
     pub ttl_b: Option<u32>,
     /// Line B: deliver to receivers on this host too [default: --multicast-loop's].
     #[arg(long, env = "MDRELAY_PUB_MULTICAST_LOOP_B")]
+    #[serde(rename = "multicast_b.loopback")]
     pub multicast_loop_b: Option<bool>,
     /// Bytes the retransmission ring holds (0: none; default 64 MiB).
     #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes::<u64>, env = "MDRELAY_PUB_RING_BYTES")]
+    #[serde(rename = "retransmit.ring_bytes")]
     pub ring_bytes: Option<u64>,
     /// Serve retransmission requests over TCP on this address:port.
     #[arg(long, env = "MDRELAY_PUB_RETRANSMIT_LISTEN")]
+    #[serde(rename = "retransmit.listen")]
     pub retransmit_listen: Option<String>,
     /// Retransmission: frames per request at most.
     #[arg(long, env = "MDRELAY_PUB_RETRANSMIT_MAX_RANGE")]
+    #[serde(rename = "retransmit.max_range")]
     pub retransmit_max_range: Option<u32>,
     /// Retransmission: requests per second per connection.
     #[arg(long, env = "MDRELAY_PUB_RETRANSMIT_RATE")]
+    #[serde(rename = "retransmit.requests_per_second")]
     pub retransmit_rate: Option<u32>,
     /// Retransmission: connections to the service at once.
     #[arg(long, env = "MDRELAY_PUB_RETRANSMIT_MAX_CONNECTIONS")]
+    #[serde(rename = "retransmit.max_connections")]
     pub retransmit_max_connections: Option<usize>,
     /// Retransmission: seconds a connection may ask nothing before it is closed.
     #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_RETRANSMIT_IDLE_TIMEOUT")]
+    #[serde(rename = "retransmit.idle_timeout")]
     pub retransmit_idle_timeout: Option<f64>,
     /// Retransmission: seconds the service stays up after the end of the stream.
     #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_RETRANSMIT_LINGER")]
+    #[serde(rename = "retransmit.linger")]
     pub retransmit_linger: Option<f64>,
     /// UDP: largest coalesced datagram.
     #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes::<usize>, env = "MDRELAY_PUB_MAX_DATAGRAM")]
+    #[serde(rename = "udp.max_datagram")]
     pub max_datagram: Option<usize>,
     /// Serve Prometheus metrics on this address:port (e.g. 127.0.0.1:9900).
     #[arg(long, env = "MDRELAY_PUB_METRICS_LISTEN")]
+    #[serde(rename = "metrics.listen")]
     pub metrics_listen: Option<String>,
     /// Metrics: seconds the endpoint stays up after the run, for the last scrape.
     #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_METRICS_HOLD")]
+    #[serde(rename = "metrics.hold")]
     pub metrics_hold: Option<f64>,
     /// Write the run's summary as JSON to this file ("-" for stdout).
     #[arg(long)]
+    #[serde(skip)]
     pub json: Option<PathBuf>,
     /// Check the configuration, print the settings it amounts to (TOML, each value followed by
     /// where it came from) and exit.
     #[arg(long)]
+    #[serde(skip)]
     pub check: bool,
     /// The flags given (on the command line or in the environment), as given: where each
     /// setting came from is worked out from them.
     #[arg(skip)]
+    #[serde(skip)]
     pub given: Vec<mdrelay_telemetry::settings::GivenFlag>,
 }
 
 impl RunArgs {
-    /// The file's settings with every flag given applied on top.
-    pub fn apply(&self, mut f: FileConfig) -> FileConfig {
-        if self.format.is_some() {
-            f.format = self.format;
+    /// The file's settings with every flag given on top. Each flag sets the key its `serde`
+    /// name gives, the one place a flag and its setting are tied, with three rules:
+    /// - a flag of one kind of source (`source.live.*`, say) replaces a source of another kind
+    ///   in the file, keeping the file's settings of its own kind;
+    /// - `--max-datagram` sets `max_datagram` in every UDP output there is;
+    /// - a flag of an output or source that neither the file nor another flag creates (`--ttl`
+    ///   without a multicast group) is an error naming the setting, not ignored.
+    pub fn apply(&self, file: FileConfig) -> Result<FileConfig> {
+        use serde::Deserialize;
+        let mut table = settings_table(&file)?;
+        let flags = settings_table(self)?;
+        let in_file = |table: &toml::Table, section: &str| lookup(table, section).is_some();
+        let sections_in_file: Vec<&str> =
+            ANCHORED_SECTIONS.iter().map(|(section, _)| *section).filter(|s| in_file(&table, s)).collect();
+        let mut source_given: Option<String> = None;
+        for (key, value) in flags {
+            let path: Vec<&str> = key.split('.').collect();
+            if let ["source", kind, ..] = path[..] {
+                match &source_given {
+                    Some(given) if given != kind => {
+                        anyhow::bail!("{key}: given with a flag of source.{given}; give one source")
+                    }
+                    _ => source_given = Some(kind.to_string()),
+                }
+                if let Some(toml::Value::Table(source)) = table.get_mut("source") {
+                    source.retain(|other, _| other == kind);
+                }
+            }
+            if key == "udp.max_datagram" {
+                // The outputs' own flags (`--udp`, `--multicast`...) are set already: the flags'
+                // keys come in the order of RunArgs' fields, or sorted; either way before this one.
+                let outputs: Vec<&str> =
+                    ["udp", "multicast", "multicast_b"].into_iter().filter(|o| in_file(&table, o)).collect();
+                if outputs.is_empty() {
+                    anyhow::bail!(
+                        "{key}: given, but there is no UDP output to apply it to; set udp.destinations as well"
+                    )
+                }
+                for output in outputs {
+                    set(&mut table, &[output, "max_datagram"], value.clone());
+                }
+                continue;
+            }
+            set(&mut table, &path, value);
         }
-        if self.stream.is_some() {
-            f.stream = self.stream;
+        for (section, anchors) in ANCHORED_SECTIONS {
+            if !sections_in_file.contains(section)
+                && let Some(toml::Value::Table(given)) = lookup(&table, section)
+                && !anchors.iter().any(|anchor| given.contains_key(*anchor))
+            {
+                let key = given.keys().next().map(|k| format!("{section}.{k}")).unwrap_or(section.to_string());
+                let anchor = format!("{section}.{}", anchors[0]);
+                anyhow::bail!("{key}: given, but there is no {section} to apply it to; set {anchor} as well");
+            }
         }
-        f.profile = self.profile.or(f.profile);
-        f.pacing.idle = self.idle.or(f.pacing.idle);
-        f.cpu.hot_core = self.hot_core.or(f.cpu.hot_core);
-        f.cpu.io_threads = self.io_threads.or(f.cpu.io_threads);
-        if let Some(path) = &self.capture {
-            f.source = config::SourceSection { capture: Some(path.clone()), ..Default::default() };
-        }
-        if self.synthetic
-            || self.synthetic_messages.is_some()
-            || self.synthetic_symbols.is_some()
-            || self.synthetic_seed.is_some()
-        {
-            let mut s = f.source.synthetic.take().unwrap_or_default();
-            s.messages = self.synthetic_messages.or(s.messages);
-            s.symbols = self.synthetic_symbols.or(s.symbols);
-            s.seed = self.synthetic_seed.or(s.seed);
-            f.source = config::SourceSection { synthetic: Some(s), ..Default::default() };
-        }
-        if let Some(connect) = &self.upstream {
-            let mut u = f.source.upstream.take().unwrap_or_default();
-            u.connect = connect.clone();
-            f.source = config::SourceSection { upstream: Some(u), ..Default::default() };
-        }
-        if let Some(u) = &mut f.source.upstream {
-            u.connect_timeout = self.upstream_connect_timeout.or(u.connect_timeout);
-            u.handshake_timeout = self.upstream_handshake_timeout.or(u.handshake_timeout);
-            u.reconnect_max = self.upstream_reconnect_max.or(u.reconnect_max);
-            u.give_up_after = self.upstream_give_up_after.or(u.give_up_after);
-            u.idle_timeout = self.upstream_idle_timeout.or(u.idle_timeout);
-            u.crc = self.upstream_crc.or(u.crc);
-        }
-        if let Some(listen) = &self.live {
-            f.source = config::SourceSection {
-                live: Some(config::LiveSection { listen: listen.clone(), ..Default::default() }),
-                ..Default::default()
-            };
-        }
-        if let Some(live) = &mut f.source.live {
-            live.group = self.live_group.clone().or(live.group.take());
-            live.interface = self.live_interface.clone().or(live.interface.take());
-            live.idle_timeout = self.idle_timeout.or(live.idle_timeout);
-        }
-        let p = &mut f.pacing;
-        p.mode = self.pacing.or(p.mode);
-        p.speed = self.speed.or(p.speed);
-        p.rate = self.rate.or(p.rate);
-        p.loops = self.loops.or(p.loops);
-        p.max_messages = self.max_messages.or(p.max_messages);
-        p.duration = self.duration.or(p.duration);
-        p.max_gap = self.max_gap.or(p.max_gap);
-        p.duty_cycle = self.duty_cycle.or(p.duty_cycle);
-        f.batching.coalesce_bytes = self.coalesce_bytes.or(f.batching.coalesce_bytes);
-        if self.tcp.is_some()
-            || self.queue.is_some()
-            || self.slow_subscriber.is_some()
-            || self.wait_subscribers.is_some()
-            || self.max_connections.is_some()
-            || self.handshake_timeout.is_some()
-            || self.drain_timeout.is_some()
-            || self.replay_bytes.is_some()
-            || self.replay_timeout.is_some()
-        {
-            let t = f.tcp.get_or_insert_with(Default::default);
-            t.listen = self.tcp.clone().or(t.listen.take());
-            t.queue = self.queue.or(t.queue);
-            t.slow_subscriber = self.slow_subscriber.or(t.slow_subscriber);
-            t.wait_subscribers = self.wait_subscribers.or(t.wait_subscribers);
-            t.max_connections = self.max_connections.or(t.max_connections);
-            t.handshake_timeout = self.handshake_timeout.or(t.handshake_timeout);
-            t.drain_timeout = self.drain_timeout.or(t.drain_timeout);
-            t.replay_bytes = self.replay_bytes.or(t.replay_bytes);
-            t.replay_timeout = self.replay_timeout.or(t.replay_timeout);
-        }
-        if !self.udp.is_empty() {
-            let u = f.udp.get_or_insert_with(Default::default);
-            u.destinations = self.udp.clone();
-        }
-        if let Some(u) = &mut f.udp {
-            u.max_datagram = self.max_datagram.or(u.max_datagram);
-        }
-        if let Some(group) = &self.multicast {
-            let m = f.multicast.get_or_insert_with(Default::default);
-            m.group = group.clone();
-        }
-        if let Some(m) = &mut f.multicast {
-            m.interface = self.interface.clone().or(m.interface.take());
-            m.ttl = self.ttl.or(m.ttl);
-            m.loopback = self.multicast_loop.or(m.loopback);
-            m.max_datagram = self.max_datagram.or(m.max_datagram);
-        }
-        if let Some(group) = &self.multicast_b {
-            let m = f.multicast_b.get_or_insert_with(Default::default);
-            m.group = group.clone();
-        }
-        if let Some(m) = &mut f.multicast_b {
-            m.interface = self.interface_b.clone().or(m.interface.take());
-            m.ttl = self.ttl_b.or(self.ttl).or(m.ttl);
-            m.loopback = self.multicast_loop_b.or(self.multicast_loop).or(m.loopback);
-        }
-        let r = &mut f.retransmit;
-        r.ring_bytes = self.ring_bytes.or(r.ring_bytes);
-        r.listen = self.retransmit_listen.clone().or(r.listen.take());
-        r.max_range = self.retransmit_max_range.or(r.max_range);
-        r.requests_per_second = self.retransmit_rate.or(r.requests_per_second);
-        r.max_connections = self.retransmit_max_connections.or(r.max_connections);
-        r.idle_timeout = self.retransmit_idle_timeout.or(r.idle_timeout);
-        r.linger = self.retransmit_linger.or(r.linger);
-        f.metrics.listen = self.metrics_listen.clone().or(f.metrics.listen.take());
-        f.metrics.hold = self.metrics_hold.or(f.metrics.hold);
-        f
+        FileConfig::deserialize(table).context("the configuration file's settings under the flags")
     }
 
     /// The checked configuration at start: the file (if any) under the flags.
@@ -378,25 +380,37 @@ impl RunArgs {
             Some(path) => mdrelay_telemetry::settings::file_origins(path, &text),
             None => BTreeMap::new(),
         };
-        origins.extend(self.flag_origins(&file));
-        match self.apply(file).check() {
+        origins.extend(self.flag_origins());
+        // Line B's TTL and loopback are line A's unless set (config::check).
+        for key in ["ttl", "loopback"] {
+            if let Some(origin) = origins.get(&format!("multicast.{key}")).cloned() {
+                origins.entry(format!("multicast_b.{key}")).or_insert(format!("line A's, {origin}"));
+            }
+        }
+        match self.apply(file).and_then(FileConfig::check) {
             Ok(config) => Ok((config, origins)),
             Err(error) => Err(config::name_origin(error, &origins, self.config.as_deref())),
         }
     }
 
-    /// The keys each given flag decides: those that differ between the file under every flag
-    /// and the file under every flag but that one. Flags are re-read from what was given, so
-    /// this holds for any flag, however `apply` maps it.
-    fn flag_origins(&self, file: &FileConfig) -> BTreeMap<String, String> {
-        let table = |args: &RunArgs| toml::Table::try_from(args.apply(file.clone())).unwrap_or_default();
-        let all = table(self);
+    /// The keys each given flag sets, from its `serde` name: the flag re-read alone from what was
+    /// given, as a setting.
+    fn flag_origins(&self) -> BTreeMap<String, String> {
         let mut origins = BTreeMap::new();
-        for (i, flag) in self.given.iter().enumerate() {
-            let others = self.given.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, g)| g);
-            let Some(without) = RunArgs::parse_given(others) else { continue };
-            for key in mdrelay_telemetry::settings::changed_keys(&table(&without), &all) {
-                origins.insert(key, flag.origin.clone());
+        for flag in &self.given {
+            let Some(alone) = RunArgs::parse_given(std::iter::once(flag)) else { continue };
+            // JSON, not TOML: it takes any integer, so that even a value out of range is named.
+            let Ok(serde_json::Value::Object(settings)) = serde_json::to_value(&alone) else { continue };
+            for key in settings.iter().filter(|(_, value)| !value.is_null()).map(|(key, _)| key) {
+                let keys = match key.as_str() {
+                    "udp.max_datagram" => {
+                        vec!["udp.max_datagram", "multicast.max_datagram", "multicast_b.max_datagram"]
+                    }
+                    key => vec![key],
+                };
+                for key in keys {
+                    origins.insert(key.to_string(), flag.origin.clone());
+                }
             }
         }
         origins
@@ -419,6 +433,78 @@ impl RunArgs {
         let matches = command.try_get_matches_from(argv).ok()?;
         RunArgs::from_arg_matches(&matches).ok()
     }
+}
+
+/// The sections a flag can create that are nothing without one of their keys (the first one
+/// named in errors): a flag of such a section with neither in the file nor among the flags has
+/// nothing to apply to.
+const ANCHORED_SECTIONS: &[(&str, &[&str])] = &[
+    ("source.live", &["listen"]),
+    ("source.upstream", &["connect", "nats"]),
+    ("udp", &["destinations"]),
+    ("multicast", &["group"]),
+    ("multicast_b", &["group"]),
+];
+
+/// Settings as a TOML table. TOML's integers are signed 64-bit: a larger one (a `u64` or `usize`
+/// setting given 18446744073709551615) is refused here, naming its key, where no range check
+/// of any setting would take it anyway.
+fn settings_table(settings: &impl serde::Serialize) -> Result<toml::Table> {
+    toml::Table::try_from(settings).or_else(|error| {
+        let json = serde_json::to_value(settings).unwrap_or_default();
+        match too_large(&json, String::new()) {
+            Some((key, n)) => anyhow::bail!("{key}: {n} is out of range: a setting is at most {}", i64::MAX),
+            None => Err(error.into()),
+        }
+    })
+}
+
+/// The dotted key and value of the first integer in `value` that TOML cannot hold.
+fn too_large(value: &serde_json::Value, key: String) -> Option<(String, u64)> {
+    match value {
+        serde_json::Value::Number(n) if n.as_i64().is_none() => n.as_u64().map(|n| (key, n)),
+        serde_json::Value::Object(fields) => fields.iter().find_map(|(name, value)| {
+            too_large(value, if key.is_empty() { name.clone() } else { format!("{key}.{name}") })
+        }),
+        _ => None,
+    }
+}
+
+/// The value at a dotted key of `table`.
+fn lookup<'a>(table: &'a toml::Table, dotted: &str) -> Option<&'a toml::Value> {
+    let mut parts = dotted.split('.');
+    let mut value = table.get(parts.next()?)?;
+    for part in parts {
+        value = value.as_table()?.get(part)?;
+    }
+    Some(value)
+}
+
+/// Sets `path` in `table` to `value`, creating the tables on the way; a table set where one is
+/// already keeps what that one holds (`--synthetic` over a file's `[source.synthetic]`).
+fn set(table: &mut toml::Table, path: &[&str], value: toml::Value) {
+    let Some((last, parents)) = path.split_last() else { return };
+    let mut table = table;
+    for part in parents {
+        let entry = table.entry(part.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if !entry.is_table() {
+            *entry = toml::Value::Table(toml::Table::new());
+        }
+        let toml::Value::Table(inner) = entry else { return };
+        table = inner;
+    }
+    match (table.get_mut(*last), value) {
+        (Some(toml::Value::Table(existing)), toml::Value::Table(given)) => existing.extend(given),
+        (_, value) => {
+            table.insert(last.to_string(), value);
+        }
+    }
+}
+
+/// `--synthetic` as a setting: the section, empty, so that its settings are the file's or the
+/// defaults.
+fn a_section<S: serde::Serializer>(_: &bool, serializer: S) -> Result<S::Ok, S::Error> {
+    serde::Serialize::serialize(&toml::Table::new(), serializer)
 }
 
 /// The publisher's summary of a run.

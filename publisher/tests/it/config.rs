@@ -90,22 +90,18 @@ fn bad_settings_fail_at_start_naming_the_setting() {
 fn absurd_counts_are_refused_naming_the_setting_and_its_range() {
     let max = u64::MAX.to_string();
     for (toml, flags, names) in [
-        (
-            "[tcp]\n[pacing]\nloops = 18446744073709551615\n",
-            &[][..],
-            &["pacing.loops", "out of range", "1000000000"][..],
-        ),
-        ("[tcp]\n", &["--loops", max.as_str()], &["pacing.loops", "out of range"]),
-        (
-            "[tcp]\n[pacing]\nmax_messages = 18446744073709551615\n",
-            &[],
-            &["pacing.max_messages", "out of range", "1000000000000"],
-        ),
+        ("[tcp]\n[pacing]\nloops = 18446744073709551615\n", &[][..], &["pacing.loops", "out of range"][..]),
+        ("[tcp]\n", &["--loops", max.as_str()], &["pacing.loops", "(--loops)", "out of range"]),
+        // Within TOML's integers, the setting's own range is named.
+        ("[tcp]\n[pacing]\nloops = 2000000000\n", &[], &["pacing.loops", "out of range", "1000000000"]),
+        ("[tcp]\n", &["--max-messages", "2000000000000"], &["pacing.max_messages", "1000000000000"]),
+        ("[tcp]\n", &["--synthetic-messages", "20000000000"], &["source.synthetic.messages", "10000000000"]),
+        ("[tcp]\n[pacing]\nmax_messages = 18446744073709551615\n", &[], &["pacing.max_messages", "out of range"]),
         ("[tcp]\n", &["--max-messages", max.as_str()], &["pacing.max_messages", "out of range"]),
         (
             "[tcp]\n[source.synthetic]\nmessages = 18446744073709551615\n",
             &[],
-            &["source.synthetic.messages", "out of range", "10000000000"],
+            &["source.synthetic.messages", "out of range"],
         ),
         ("[tcp]\n", &["--messages", max.as_str()], &["source.synthetic.messages", "out of range"]),
     ] {
@@ -207,4 +203,56 @@ fn flags_renamed_for_one_family_keep_their_earlier_names() {
     earlier.assert_success();
     assert_eq!(values(&earlier.stdout), values(&today.stdout));
     assert!(today.stdout.contains("symbols = 20  # --synthetic-symbols"), "{}", today.stdout);
+}
+
+#[test]
+fn flags_set_their_settings_by_one_rule_and_a_flag_with_nothing_to_apply_to_is_refused() {
+    let tcp = "[tcp]\nlisten = \"127.0.0.1:0\"\n";
+    // A flag of an output or source that is not there is named, not ignored.
+    for (flags, env, named) in [
+        (&["--ttl", "3"][..], &[][..], "multicast.ttl (--ttl): given, but there is no multicast"),
+        (
+            &["--upstream-crc", "true"],
+            &[],
+            "source.upstream.crc (--upstream-crc): given, but there is no source.upstream",
+        ),
+        (&[], &[("MDRELAY_PUB_LIVE_GROUP", "239.255.0.9")], "source.live.group (MDRELAY_PUB_LIVE_GROUP): given"),
+        (&["--interface-b", "127.0.0.1"], &[], "multicast_b.interface (--interface-b): given"),
+        (&["--max-datagram", "1200"], &[], "udp.max_datagram (--max-datagram): given, but there is no UDP output"),
+        (
+            &["--capture", "x.pcap", "--synthetic-seed", "7"],
+            &[],
+            "given with a flag of source.capture; give one source",
+        ),
+    ] {
+        let (done, _) = check(tcp, flags, env);
+        assert_eq!(done.code(), Some(2), "{flags:?} {env:?}: {done:?}");
+        assert!(done.stderr.contains(named), "{flags:?} {env:?}: {}", done.stderr);
+    }
+    // A flag of another kind of source replaces the file's; one of the same kind keeps the file's
+    // other settings of that kind.
+    let live = format!("{tcp}[source.live]\nlisten = \"127.0.0.1:9\"\ngroup = \"239.255.0.9\"\n");
+    let (done, path) = check(&live, &["--live", "127.0.0.1:10"], &[]);
+    done.assert_success();
+    assert!(done.stdout.contains("listen = \"127.0.0.1:10\"  # --live"), "{}", done.stdout);
+    assert!(done.stdout.contains(&format!("group = \"239.255.0.9\"  # {path}, line 5")), "{}", done.stdout);
+    let (done, _) = check(&live, &["--synthetic-seed", "7"], &[]);
+    done.assert_success();
+    let resolved = values(&done.stdout);
+    assert_eq!(resolved["source"].as_table().unwrap().keys().collect::<Vec<_>>(), ["synthetic"], "{}", done.stdout);
+    assert_eq!(resolved["source"]["synthetic"]["seed"].as_integer(), Some(7));
+    // --max-datagram is every UDP output's (the file's [multicast] had its own); line B's TTL is
+    // line A's unless set.
+    let lines = format!(
+        "{tcp}[udp]\ndestinations = [\"127.0.0.1:9400\"]\n[multicast]\ngroup = \"239.255.1.1:9300\"\nmax_datagram = 900\n\
+         [multicast_b]\ngroup = \"239.255.1.2:9300\"\n"
+    );
+    let (done, _) = check(&lines, &["--max-datagram", "1200", "--ttl", "4"], &[]);
+    done.assert_success();
+    let resolved = values(&done.stdout);
+    for output in ["udp", "multicast"] {
+        assert_eq!(resolved[output]["max_datagram"].as_integer(), Some(1200), "{output}: {}", done.stdout);
+    }
+    assert_eq!(resolved["multicast_b"]["ttl"].as_integer(), Some(4), "{}", done.stdout);
+    assert!(done.stdout.contains("ttl = 4  # line A's, --ttl"), "{}", done.stdout);
 }
