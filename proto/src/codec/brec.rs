@@ -65,7 +65,9 @@
 use super::filter::SymbolFilter;
 use super::format::Format;
 use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, batch_count};
-use crate::message::{Message, PriceLevelUpdate, QuoteUpdate, Side, Trade, UnknownMessage, kind, layout_len};
+use crate::message::{
+    Message, PriceLevelUpdate, QuoteUpdate, Side, Trade, UnknownMessage, for_each_message_type, kind, layout_len,
+};
 use crate::price::{Price, Symbol};
 use ::brec::{CrcU32, PACKET_SIG, PacketHeader, ReadBlockFromSlice, SignatureU32, StaticPayloadSignature, WriteTo};
 use std::borrow::Cow;
@@ -256,65 +258,77 @@ fn unknown_problem(m: &UnknownMessage<'_>) -> Option<&'static str> {
 #[inline]
 fn write_block(message: &Message<'_>, out: &mut Vec<u8>) -> bool {
     // Writing into a Vec cannot fail: the results are ignored.
-    match *message {
-        Message::TradeReport(m) => {
-            let b = TradeReportBlock {
-                sale_condition: m.sale_condition,
-                timestamp: m.timestamp,
-                symbol: m.symbol.0,
-                size: m.size,
-                price: m.price.0,
-                trade_id: m.trade_id,
-            };
-            let _ = b.write_all(out);
-        }
-        Message::TradeBreak(m) => {
-            let b = TradeBreakBlock {
-                sale_condition: m.sale_condition,
-                timestamp: m.timestamp,
-                symbol: m.symbol.0,
-                size: m.size,
-                price: m.price.0,
-                trade_id: m.trade_id,
-            };
-            let _ = b.write_all(out);
-        }
-        Message::PriceLevelUpdate(m) if m.side == Side::Buy => {
-            let b = PriceLevelBuyBlock {
-                event_flags: m.event_flags,
-                timestamp: m.timestamp,
-                symbol: m.symbol.0,
-                size: m.size,
-                price: m.price.0,
-            };
-            let _ = b.write_all(out);
-        }
-        Message::PriceLevelUpdate(m) => {
-            let b = PriceLevelSellBlock {
-                event_flags: m.event_flags,
-                timestamp: m.timestamp,
-                symbol: m.symbol.0,
-                size: m.size,
-                price: m.price.0,
-            };
-            let _ = b.write_all(out);
-        }
-        Message::QuoteUpdate(m) => {
-            let b = QuoteUpdateBlock {
-                flags: m.flags,
-                timestamp: m.timestamp,
-                symbol: m.symbol.0,
-                bid_size: m.bid_size,
-                bid_price: m.bid_price.0,
-                ask_price: m.ask_price.0,
-                ask_size: m.ask_size,
-            };
-            let _ = b.write_all(out);
-        }
+    let _ = match message {
+        Message::TradeReport(m) => trade_report_block(m).write_all(out),
+        Message::TradeBreak(m) => trade_break_block(m).write_all(out),
+        Message::PriceLevelUpdate(m) if m.side == Side::Buy => price_level_buy_block(m).write_all(out),
+        Message::PriceLevelUpdate(m) => price_level_sell_block(m).write_all(out),
+        Message::QuoteUpdate(m) => quote_update_block(m).write_all(out),
         _ => return false,
-    }
+    };
     true
 }
+
+/// A field as a block holds it: a symbol as its eight bytes, a price as its i64.
+macro_rules! brec_put {
+    (Symbol, $value:expr) => {
+        $value.0
+    };
+    (Price, $value:expr) => {
+        $value.0
+    };
+    ($scalar:tt, $value:expr) => {
+        $value
+    };
+}
+
+/// A field read from a block's zero-copy form (arrays are borrowed there).
+macro_rules! brec_take {
+    (Symbol, $value:expr) => {
+        Symbol(*$value)
+    };
+    (Price, $value:expr) => {
+        Price($value)
+    };
+    ($scalar:tt, $value:expr) => {
+        $value
+    };
+}
+
+/// The items in braces if `$wire` is one of the types carried as blocks, else nothing.
+macro_rules! if_block {
+    (TradeReport $items:tt) => { if_block!(@yes $items); };
+    (TradeBreak $items:tt) => { if_block!(@yes $items); };
+    (PriceLevelBuy $items:tt) => { if_block!(@yes $items); };
+    (PriceLevelSell $items:tt) => { if_block!(@yes $items); };
+    (QuoteUpdate $items:tt) => { if_block!(@yes $items); };
+    (@yes { $($items:tt)* }) => { $($items)* };
+    ($other:ident $items:tt) => {};
+}
+
+/// For each block type, `trade_report_block` (the model's message as its block, for the
+/// writer) and `trade_report_of` (the message from the block's zero-copy form): the block
+/// structs in `wire` have the table's fields, in its order.
+macro_rules! brec_conversions {
+    ($($wire:ident $text:literal = $kind:ident => $variant:ident($ty:ident { $($fixed:ident: $fixed_value:path),* } {
+        $($field:ident: $field_ty:tt),* $(,)?
+    })),* $(,)?) => { pastey::paste! { $(
+        if_block!($wire {
+            #[doc = "A " $text " as its block."]
+            #[inline(always)]
+            fn [<$wire:snake _block>](m: &$ty) -> [<$wire Block>] {
+                [<$wire Block>] { $($field: brec_put!($field_ty, m.$field),)* }
+            }
+
+            #[doc = "A " $text " from its block."]
+            #[inline(always)]
+            fn [<$wire:snake _of>](b: &[<$wire BlockReferred>]<'_>) -> $ty {
+                $ty { $($fixed: $fixed_value,)* $($field: brec_take!($field_ty, b.$field),)* }
+            }
+        });
+    )* } };
+}
+for_each_message_type!(brec_conversions);
 
 /// A record's index and message, read from the payload body at `at`.
 #[derive(Clone, Copy)]
@@ -567,61 +581,57 @@ impl BrecCodec {
             }
             let sig: &[u8; 4] = rest.first_chunk().unwrap_or(&[0; 4]);
             let base = PACKET_HEADER_LEN;
-            if sig == TradeReportBlockReferred::sig() || sig == TradeBreakBlockReferred::sig() {
-                let (kind, b) = if sig == TradeReportBlockReferred::sig() {
-                    let b = read_block!(TradeReportBlockReferred, rest, at, base, "trade report");
-                    (kind::TRADE_REPORT, (b.sale_condition, b.timestamp, *b.symbol, b.size, b.price, b.trade_id))
-                } else {
-                    let b = read_block!(TradeBreakBlockReferred, rest, at, base, "trade break");
-                    (kind::TRADE_BREAK, (b.sale_condition, b.timestamp, *b.symbol, b.size, b.price, b.trade_id))
-                };
-                at += TRADE_LEN;
-                if FILTER && !filter.is_some_and(|f| f.matches(b.2)) {
-                    skip(kind);
-                    continue;
-                }
-                let (sale_condition, timestamp, symbol, size, price, trade_id) = b;
-                let t =
-                    Trade { sale_condition, timestamp, symbol: Symbol(symbol), size, price: Price(price), trade_id };
-                visit(&if kind == kind::TRADE_REPORT { Message::TradeReport(t) } else { Message::TradeBreak(t) });
-            } else if sig == PriceLevelBuyBlockReferred::sig() || sig == PriceLevelSellBlockReferred::sig() {
-                let (side, b) = if sig == PriceLevelBuyBlockReferred::sig() {
-                    let b = read_block!(PriceLevelBuyBlockReferred, rest, at, base, "price level buy");
-                    (Side::Buy, (b.event_flags, b.timestamp, *b.symbol, b.size, b.price))
-                } else {
-                    let b = read_block!(PriceLevelSellBlockReferred, rest, at, base, "price level sell");
-                    (Side::Sell, (b.event_flags, b.timestamp, *b.symbol, b.size, b.price))
-                };
-                at += LEVEL_LEN;
-                if FILTER && !filter.is_some_and(|f| f.matches(b.2)) {
-                    skip(if side == Side::Buy { kind::PRICE_LEVEL_BUY } else { kind::PRICE_LEVEL_SELL });
-                    continue;
-                }
-                let (event_flags, timestamp, symbol, size, price) = b;
-                visit(&Message::PriceLevelUpdate(PriceLevelUpdate {
-                    side,
-                    event_flags,
-                    timestamp,
-                    symbol: Symbol(symbol),
-                    size,
-                    price: Price(price),
-                }));
+            // Each block type: read it (brec checks its signature, length and CRC), step over
+            // it, then skip it by the filter or hand its message over.
+            macro_rules! block {
+                ($referred:ident, $len:ident, $kind:expr, $variant:ident, $of:ident, $name:literal) => {{
+                    let b = read_block!($referred, rest, at, base, $name);
+                    at += $len;
+                    if FILTER && !filter.is_some_and(|f| f.matches(*b.symbol)) {
+                        skip($kind);
+                        continue;
+                    }
+                    visit(&Message::$variant($of(&b)));
+                }};
+            }
+            if sig == TradeReportBlockReferred::sig() {
+                block!(
+                    TradeReportBlockReferred,
+                    TRADE_LEN,
+                    kind::TRADE_REPORT,
+                    TradeReport,
+                    trade_report_of,
+                    "trade report"
+                )
+            } else if sig == PriceLevelBuyBlockReferred::sig() {
+                block!(
+                    PriceLevelBuyBlockReferred,
+                    LEVEL_LEN,
+                    kind::PRICE_LEVEL_BUY,
+                    PriceLevelUpdate,
+                    price_level_buy_of,
+                    "price level buy"
+                )
+            } else if sig == PriceLevelSellBlockReferred::sig() {
+                block!(
+                    PriceLevelSellBlockReferred,
+                    LEVEL_LEN,
+                    kind::PRICE_LEVEL_SELL,
+                    PriceLevelUpdate,
+                    price_level_sell_of,
+                    "price level sell"
+                )
             } else if sig == QuoteUpdateBlockReferred::sig() {
-                let b = read_block!(QuoteUpdateBlockReferred, rest, at, base, "quote update");
-                at += QUOTE_LEN;
-                if FILTER && !filter.is_some_and(|f| f.matches(*b.symbol)) {
-                    skip(kind::QUOTE_UPDATE);
-                    continue;
-                }
-                visit(&Message::QuoteUpdate(QuoteUpdate {
-                    flags: b.flags,
-                    timestamp: b.timestamp,
-                    symbol: Symbol(*b.symbol),
-                    bid_size: b.bid_size,
-                    bid_price: Price(b.bid_price),
-                    ask_price: Price(b.ask_price),
-                    ask_size: b.ask_size,
-                }));
+                block!(
+                    QuoteUpdateBlockReferred,
+                    QUOTE_LEN,
+                    kind::QUOTE_UPDATE,
+                    QuoteUpdate,
+                    quote_update_of,
+                    "quote update"
+                )
+            } else if sig == TradeBreakBlockReferred::sig() {
+                block!(TradeBreakBlockReferred, TRADE_LEN, kind::TRADE_BREAK, TradeBreak, trade_break_of, "trade break")
             } else {
                 return Err(unknown_block(PACKET_HEADER_LEN + at, sig));
             }

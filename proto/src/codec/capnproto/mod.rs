@@ -51,7 +51,7 @@ use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, MAX_BATCH, bat
 use crate::message::{
     AuctionInformation, Message, OfficialPrice, OperationalHaltStatus, PriceLevelUpdate, QuoteUpdate,
     RetailLiquidityIndicator, SecurityDirectory, SecurityEvent, ShortSalePriceTestStatus, Side, SystemEvent, Trade,
-    TradingStatus, UnknownMessage, kind,
+    TradingStatus, UnknownMessage, for_each_message_type, kind,
 };
 use crate::price::{Price, Symbol};
 use arena::{FlatArena, SegmentReader};
@@ -405,116 +405,161 @@ fn fill_batch(mut batch: batch::Builder<'_>, header: &BatchHeader, messages: &[M
     }
 }
 
-fn build_message(mut m: wire::Builder<'_>, message: &Message<'_>) {
-    // The fields outside the union first: `init_*` consumes the builder.
-    fn head(m: &mut wire::Builder<'_>, timestamp: i64, symbol: &Symbol) {
-        m.set_timestamp(timestamp);
-        m.set_symbol(u64::from_le_bytes(symbol.0));
-    }
-    match message {
-        Message::SystemEvent(s) => {
-            m.set_timestamp(s.timestamp);
-            m.init_system_event().set_event(s.event);
-        }
-        Message::SecurityDirectory(d) => {
-            head(&mut m, d.timestamp, &d.symbol);
-            let mut g = m.init_security_directory();
-            g.set_flags(d.flags);
-            g.set_round_lot_size(d.round_lot_size);
-            g.set_adjusted_poc_price(d.adjusted_poc_price.0);
-            g.set_luld_tier(d.luld_tier);
-        }
-        Message::TradingStatus(t) => {
-            head(&mut m, t.timestamp, &t.symbol);
-            let mut g = m.init_trading_status();
-            g.set_status(t.status);
-            g.set_reason(u32::from_le_bytes(t.reason));
-        }
-        Message::RetailLiquidityIndicator(r) => {
-            head(&mut m, r.timestamp, &r.symbol);
-            m.init_retail_liquidity_indicator().set_indicator(r.indicator);
-        }
-        Message::OperationalHaltStatus(o) => {
-            head(&mut m, o.timestamp, &o.symbol);
-            m.init_operational_halt_status().set_status(o.status);
-        }
-        Message::ShortSalePriceTestStatus(p) => {
-            head(&mut m, p.timestamp, &p.symbol);
-            let mut g = m.init_short_sale_price_test_status();
-            g.set_in_effect(p.in_effect);
-            g.set_detail(p.detail);
-        }
-        Message::SecurityEvent(e) => {
-            head(&mut m, e.timestamp, &e.symbol);
-            m.init_security_event().set_event(e.event);
-        }
-        Message::PriceLevelUpdate(u) => {
-            head(&mut m, u.timestamp, &u.symbol);
-            match u.side {
-                Side::Buy => {
-                    let mut g = m.init_price_level_buy();
-                    g.set_event_flags(u.event_flags);
-                    g.set_size(u.size);
-                    g.set_price(u.price.0);
-                }
-                Side::Sell => {
-                    let mut g = m.init_price_level_sell();
-                    g.set_event_flags(u.event_flags);
-                    g.set_size(u.size);
-                    g.set_price(u.price.0);
-                }
+/// How a model field travels in the schema: as the integer of its width (a symbol's eight bytes
+/// and a trading status reason's four as little-endian integers, a price as its i64).
+trait CapnpField: Copy {
+    /// The schema's type.
+    type Wire;
+    /// The value the setter takes.
+    fn to_wire(self) -> Self::Wire;
+    /// The model's value from the getter's.
+    fn from_wire(wire: Self::Wire) -> Self;
+}
+
+macro_rules! capnp_same_fields {
+    ($($int:ty),*) => {$(
+        impl CapnpField for $int {
+            type Wire = $int;
+            #[inline(always)]
+            fn to_wire(self) -> $int {
+                self
+            }
+            #[inline(always)]
+            fn from_wire(wire: $int) -> Self {
+                wire
             }
         }
-        Message::QuoteUpdate(q) => {
-            head(&mut m, q.timestamp, &q.symbol);
-            let mut g = m.init_quote_update();
-            g.set_flags(q.flags);
-            g.set_bid_size(q.bid_size);
-            g.set_bid_price(q.bid_price.0);
-            g.set_ask_price(q.ask_price.0);
-            g.set_ask_size(q.ask_size);
-        }
-        Message::TradeReport(t) => {
-            head(&mut m, t.timestamp, &t.symbol);
-            let mut g = m.init_trade_report();
-            g.set_sale_condition(t.sale_condition);
-            g.set_size(t.size);
-            g.set_price(t.price.0);
-            g.set_trade_id(t.trade_id);
-        }
-        Message::TradeBreak(t) => {
-            head(&mut m, t.timestamp, &t.symbol);
-            let mut g = m.init_trade_break();
-            g.set_sale_condition(t.sale_condition);
-            g.set_size(t.size);
-            g.set_price(t.price.0);
-            g.set_trade_id(t.trade_id);
-        }
-        Message::OfficialPrice(x) => {
-            head(&mut m, x.timestamp, &x.symbol);
-            let mut g = m.init_official_price();
-            g.set_price_type(x.price_type);
-            g.set_price(x.price.0);
-        }
-        Message::AuctionInformation(a) => {
-            head(&mut m, a.timestamp, &a.symbol);
-            let mut s = m.init_auction_information();
-            s.set_auction_type(a.auction_type);
-            s.set_imbalance_side(a.imbalance_side);
-            s.set_extension_number(a.extension_number);
-            s.set_paired_shares(a.paired_shares);
-            s.set_reference_price(a.reference_price.0);
-            s.set_indicative_clearing_price(a.indicative_clearing_price.0);
-            s.set_imbalance_shares(a.imbalance_shares);
-            s.set_scheduled_auction_time(a.scheduled_auction_time);
-            s.set_auction_book_clearing_price(a.auction_book_clearing_price.0);
-            s.set_collar_reference_price(a.collar_reference_price.0);
-            s.set_lower_auction_collar(a.lower_auction_collar.0);
-            s.set_upper_auction_collar(a.upper_auction_collar.0);
-        }
-        Message::Unknown(u) => m.init_unknown(u.bytes.len() as u32).copy_from_slice(u.bytes),
+    )*};
+}
+capnp_same_fields!(u8, u32, i64);
+
+impl CapnpField for Price {
+    type Wire = i64;
+    #[inline(always)]
+    fn to_wire(self) -> i64 {
+        self.0
+    }
+    #[inline(always)]
+    fn from_wire(wire: i64) -> Self {
+        Price(wire)
     }
 }
+
+impl CapnpField for Symbol {
+    type Wire = u64;
+    #[inline(always)]
+    fn to_wire(self) -> u64 {
+        u64::from_le_bytes(self.0)
+    }
+    #[inline(always)]
+    fn from_wire(wire: u64) -> Self {
+        Symbol(wire.to_le_bytes())
+    }
+}
+
+impl CapnpField for [u8; 4] {
+    type Wire = u32;
+    #[inline(always)]
+    fn to_wire(self) -> u32 {
+        u32::from_le_bytes(self)
+    }
+    #[inline(always)]
+    fn from_wire(wire: u32) -> Self {
+        wire.to_le_bytes()
+    }
+}
+
+/// Sets one field of a message: `timestamp` and `symbol` on the message itself (outside the
+/// union), every other field on the type's group; each call sets its field in one of the two
+/// passes and does nothing in the other.
+macro_rules! capnp_set {
+    (head, $m:ident, timestamp, $value:expr) => {
+        $m.set_timestamp(CapnpField::to_wire($value))
+    };
+    (head, $m:ident, symbol, $value:expr) => {
+        $m.set_symbol(CapnpField::to_wire($value))
+    };
+    (head, $m:ident, $field:ident, $value:expr) => {};
+    (group, $g:ident, timestamp, $value:expr) => {};
+    (group, $g:ident, symbol, $value:expr) => {};
+    (group, $g:ident, $field:ident, $value:expr) => {
+        pastey::paste! { $g.[<set_ $field>](CapnpField::to_wire($value)) }
+    };
+}
+
+/// Reads one field of a message: `timestamp` and `symbol` were read from the message itself.
+macro_rules! capnp_get {
+    ($g:ident, timestamp, $timestamp:ident, $symbol:ident) => {
+        $timestamp
+    };
+    ($g:ident, symbol, $timestamp:ident, $symbol:ident) => {
+        $symbol
+    };
+    ($g:ident, $field:ident, $timestamp:ident, $symbol:ident) => {
+        pastey::paste! { CapnpField::from_wire($g.[<get_ $field>]()) }
+    };
+}
+
+/// A union member's reader: a group's is there, a struct's (the auction information, too large
+/// for the group layout's word) is behind a pointer that can be invalid.
+macro_rules! capnp_member {
+    (AuctionInformation, $g:ident) => {
+        $g.map_err(|e| format!("auctionInformation: {e}"))?
+    };
+    ($wire:ident, $g:ident) => {
+        $g
+    };
+}
+
+/// The per-type code of [`build_message`] and [`read_generated`], from the message table: each
+/// type is the union member of its wire name (`init_price_level_buy`, `Which::PriceLevelBuy`),
+/// its fields the member's fields of the same names.
+macro_rules! capnp_messages {
+    ($($wire:ident $text:literal = $kind:ident => $variant:ident($ty:ident { $($fixed:ident: $fixed_value:path),* } {
+        $($field:ident: $field_ty:tt),* $(,)?
+    })),* $(,)?) => {
+        fn build_message(mut m: wire::Builder<'_>, message: &Message<'_>) {
+            match message {
+                $(Message::$variant(x @ $ty { $($fixed: $fixed_value,)* .. }) => {
+                    // The fields outside the union first: `init_*` consumes the builder.
+                    $(capnp_set!(head, m, $field, x.$field);)*
+                    #[allow(unused_mut)]
+                    let mut g = pastey::paste! { m.[<init_ $wire:snake>]() };
+                    $(capnp_set!(group, g, $field, x.$field);)*
+                })*
+                Message::Unknown(u) => m.init_unknown(u.bytes.len() as u32).copy_from_slice(u.bytes),
+            }
+        }
+
+        /// Reads any message through the generated accessors.
+        fn read_generated<'a>(m: wire::Reader<'a>) -> Result<Message<'a>, String> {
+            use wire::Which;
+            let timestamp = m.get_timestamp();
+            let symbol = Symbol::from_wire(m.get_symbol());
+            let which = m.which().map_err(|e| format!("union tag {} is no message type of this schema", e.0))?;
+            Ok(match which {
+                $(Which::$wire(g) => {
+                    let g = capnp_member!($wire, g);
+                    Message::$variant($ty {
+                        $($fixed: $fixed_value,)*
+                        $($field: capnp_get!(g, $field, timestamp, symbol),)*
+                    })
+                })*
+                Which::Unknown(bytes) => {
+                    let bytes = bytes.map_err(|e| format!("unknown: {e}"))?;
+                    let Some(&kind) = bytes.first() else {
+                        return Err("unknown has no bytes (its first byte is the message type)".into());
+                    };
+                    if bytes.len() > MAX_UNKNOWN_LEN {
+                        return Err(format!("unknown has {} bytes; at most {MAX_UNKNOWN_LEN}", bytes.len()));
+                    }
+                    Message::Unknown(UnknownMessage { kind, bytes })
+                }
+            })
+        }
+    };
+}
+for_each_message_type!(capnp_messages);
 
 // ---------------------------------------------------------------------------------------------
 // Decoding
@@ -616,122 +661,6 @@ fn read_message<'a>(m: wire::Reader<'a>) -> Result<Message<'a>, String> {
         Some(message) => Ok(message),
         None => read_generated(m),
     }
-}
-
-/// Reads any message through the generated accessors.
-fn read_generated<'a>(m: wire::Reader<'a>) -> Result<Message<'a>, String> {
-    use wire::Which;
-    let timestamp = m.get_timestamp();
-    let symbol = Symbol(m.get_symbol().to_le_bytes());
-    let which = m.which().map_err(|e| format!("union tag {} is no message type of this schema", e.0))?;
-    Ok(match which {
-        Which::PriceLevelBuy(g) => Message::PriceLevelUpdate(PriceLevelUpdate {
-            side: Side::Buy,
-            event_flags: g.get_event_flags(),
-            timestamp,
-            symbol,
-            size: g.get_size(),
-            price: Price(g.get_price()),
-        }),
-        Which::PriceLevelSell(g) => Message::PriceLevelUpdate(PriceLevelUpdate {
-            side: Side::Sell,
-            event_flags: g.get_event_flags(),
-            timestamp,
-            symbol,
-            size: g.get_size(),
-            price: Price(g.get_price()),
-        }),
-        Which::TradeReport(g) => Message::TradeReport(Trade {
-            sale_condition: g.get_sale_condition(),
-            timestamp,
-            symbol,
-            size: g.get_size(),
-            price: Price(g.get_price()),
-            trade_id: g.get_trade_id(),
-        }),
-        Which::TradeBreak(g) => Message::TradeBreak(Trade {
-            sale_condition: g.get_sale_condition(),
-            timestamp,
-            symbol,
-            size: g.get_size(),
-            price: Price(g.get_price()),
-            trade_id: g.get_trade_id(),
-        }),
-        Which::QuoteUpdate(g) => Message::QuoteUpdate(QuoteUpdate {
-            flags: g.get_flags(),
-            timestamp,
-            symbol,
-            bid_size: g.get_bid_size(),
-            bid_price: Price(g.get_bid_price()),
-            ask_price: Price(g.get_ask_price()),
-            ask_size: g.get_ask_size(),
-        }),
-        Which::SystemEvent(g) => Message::SystemEvent(SystemEvent { event: g.get_event(), timestamp }),
-        Which::SecurityDirectory(g) => Message::SecurityDirectory(SecurityDirectory {
-            flags: g.get_flags(),
-            timestamp,
-            symbol,
-            round_lot_size: g.get_round_lot_size(),
-            adjusted_poc_price: Price(g.get_adjusted_poc_price()),
-            luld_tier: g.get_luld_tier(),
-        }),
-        Which::TradingStatus(g) => Message::TradingStatus(TradingStatus {
-            status: g.get_status(),
-            timestamp,
-            symbol,
-            reason: g.get_reason().to_le_bytes(),
-        }),
-        Which::RetailLiquidityIndicator(g) => Message::RetailLiquidityIndicator(RetailLiquidityIndicator {
-            indicator: g.get_indicator(),
-            timestamp,
-            symbol,
-        }),
-        Which::OperationalHaltStatus(g) => {
-            Message::OperationalHaltStatus(OperationalHaltStatus { status: g.get_status(), timestamp, symbol })
-        }
-        Which::ShortSalePriceTestStatus(g) => Message::ShortSalePriceTestStatus(ShortSalePriceTestStatus {
-            in_effect: g.get_in_effect(),
-            timestamp,
-            symbol,
-            detail: g.get_detail(),
-        }),
-        Which::SecurityEvent(g) => Message::SecurityEvent(SecurityEvent { event: g.get_event(), timestamp, symbol }),
-        Which::OfficialPrice(g) => Message::OfficialPrice(OfficialPrice {
-            price_type: g.get_price_type(),
-            timestamp,
-            symbol,
-            price: Price(g.get_price()),
-        }),
-        Which::AuctionInformation(a) => {
-            let a = a.map_err(|e| format!("auctionInformation: {e}"))?;
-            Message::AuctionInformation(AuctionInformation {
-                auction_type: a.get_auction_type(),
-                timestamp,
-                symbol,
-                paired_shares: a.get_paired_shares(),
-                reference_price: Price(a.get_reference_price()),
-                indicative_clearing_price: Price(a.get_indicative_clearing_price()),
-                imbalance_shares: a.get_imbalance_shares(),
-                imbalance_side: a.get_imbalance_side(),
-                extension_number: a.get_extension_number(),
-                scheduled_auction_time: a.get_scheduled_auction_time(),
-                auction_book_clearing_price: Price(a.get_auction_book_clearing_price()),
-                collar_reference_price: Price(a.get_collar_reference_price()),
-                lower_auction_collar: Price(a.get_lower_auction_collar()),
-                upper_auction_collar: Price(a.get_upper_auction_collar()),
-            })
-        }
-        Which::Unknown(bytes) => {
-            let bytes = bytes.map_err(|e| format!("unknown: {e}"))?;
-            let Some(&kind) = bytes.first() else {
-                return Err("unknown has no bytes (its first byte is the message type)".into());
-            };
-            if bytes.len() > MAX_UNKNOWN_LEN {
-                return Err(format!("unknown has {} bytes; at most {MAX_UNKNOWN_LEN}", bytes.len()));
-            }
-            Message::Unknown(UnknownMessage { kind, bytes })
-        }
-    })
 }
 
 /// The IEX type byte of each union tag (the schema's declaration order) whose message has a
