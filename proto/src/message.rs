@@ -100,7 +100,7 @@ impl IexField for Price {
 /// `WireName "text_name" = TYPE_BYTE => Variant(Struct { fixed: value } { field: type, ... })`
 ///
 /// - `WireName`: the type's name where a format gives each type byte its own (SBE templates,
-///   Protobuf cases, error messages);
+///   Protobuf cases, Cap'n Proto union members, brec blocks, error messages);
 /// - `"text_name"`: its name in JSON, where both sides of a price level update are one type;
 /// - `TYPE_BYTE`: its constant in [`kind`];
 /// - `Variant(Struct { fixed: value })`: the [`Message`] variant and the struct it holds, with the
@@ -110,7 +110,10 @@ impl IexField for Price {
 ///   (each an [`IexField`]).
 ///
 /// A struct expression built from an entry names every field, so an entry that disagrees with its
-/// struct does not compile.
+/// struct does not compile. Its users: the model here, SBE, Protobuf, JSON, Cap'n Proto,
+/// FlatBuffers and brec (each through its schema's names for the same fields); a type added here
+/// needs its schemas (`proto/schema/`) to carry it, and each codec then fails to compile until
+/// they do.
 macro_rules! for_each_message_type {
     ($callback:ident) => {
         $callback! {
