@@ -87,7 +87,7 @@ impl Pacer {
     /// output can be flushed before waiting); `None` at top speed or when it goes out now.
     pub fn due(&self, capture_time: i64) -> Option<Instant> {
         let window = duration_ns(self.window());
-        self.schedule.due(capture_time, self.now().saturating_add(window)).map(|target| self.instant(target))
+        self.schedule.due(capture_time, || self.now().saturating_add(window)).map(|target| self.instant(target))
     }
 
     /// Waits until the segment with `capture_time` and `messages` messages is due, and returns
