@@ -84,6 +84,9 @@ const READY: Duration = Duration::from_secs(30);
 /// publisher is gone reconnects forever, and a publisher blocked on a subscriber that died
 /// would wait for it.
 const EXIT_GRACE: Duration = Duration::from_secs(60);
+/// How long the last drain of an exited subscriber waits for the end of its stderr: its lines
+/// are in the pipe already, so this is only a bound.
+const EXIT_DRAIN: Duration = Duration::from_secs(5);
 /// How often a wait that is not a sample looks at the clock and for an interruption.
 const POLL: Duration = Duration::from_millis(100);
 /// About what a synthetic capture takes per message (2 M messages: 143 MB), for the error
@@ -399,12 +402,17 @@ fn parse_interval(line: &str) -> Option<Interval> {
     Some(Interval { elapsed, t: elapsed, rate: rate.trim().parse().ok()?, messages, frames })
 }
 
-/// Takes the interval lines `subscriber` has printed since the last call, without waiting.
-fn drain(subscriber: &mut Process, started_at: f64, into: &mut Vec<Interval>) -> Vec<f64> {
+/// Takes the interval lines `subscriber` has printed since the last call: without waiting while
+/// it runs; once it has exited, every line up to the end of its stderr.
+fn drain(subscriber: &mut Process, started_at: f64, exited: bool, into: &mut Vec<Interval>) -> Vec<f64> {
+    // Its stderr is read by a thread of the harness, which may not have passed on the last lines
+    // when the process is seen gone: a drain that did not wait for the end of the stream would
+    // lose them (a short run's every line). The end comes when the pipe closes, at its exit.
+    let wait = if exited { EXIT_DRAIN } else { Duration::ZERO };
     let mut rates = Vec::new();
-    // The harness answers "no such line yet" (or "exited") with an error; either ends the batch.
-    while let Ok(line) = subscriber.try_wait_until("an interval line", Duration::ZERO, |l| parse_interval(l).is_some())
-    {
+    // The harness answers "no such line yet" (or "exited": the end of its stderr) with an error;
+    // either ends the batch.
+    while let Ok(line) = subscriber.try_wait_until("an interval line", wait, |l| parse_interval(l).is_some()) {
         if let Some(interval) = parse_interval(&line) {
             into.push(Interval { t: started_at + interval.elapsed, ..interval });
             rates.push(interval.rate);
@@ -710,10 +718,11 @@ impl Relay {
                 if drained[i] {
                     continue;
                 }
-                let new = drain(&mut self.subscribers[i], self.sub_started[i], &mut intervals[i]);
+                // Exited before this drain: the drain reads its every line.
+                let exited = watched[i + 1].exited_at.is_some();
+                let new = drain(&mut self.subscribers[i], self.sub_started[i], exited, &mut intervals[i]);
                 rates[i] = (!new.is_empty()).then(|| new.iter().sum::<f64>() / new.len() as f64);
-                // Exited before this drain: its every line has been read.
-                drained[i] = watched[i + 1].exited_at.is_some();
+                drained[i] = exited;
             }
             let messages = [0, 1].map(|i| intervals[i].last().map_or(0, |l| l.messages));
             samples.push(Sample { t, processes, rates, messages });
