@@ -20,6 +20,7 @@ import resource
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -38,6 +39,10 @@ def binary(name: str, env: str) -> str:
     for profile in ("release", "quick"):
         path = PROJECT / "target" / profile / name
         if path.exists():
+            if profile == "quick":
+                # The test profile is built for build time (opt-level 1): mdrelay-sub's row and
+                # the publisher's top speed come out lower than a release build's.
+                print(f"bench.py: using the test build {path}: build --release to compare", file=sys.stderr)
             return str(path)
     raise SystemExit(f"no {name}: cargo build --release -p mdrelay-publisher -p mdrelay-subscriber")
 

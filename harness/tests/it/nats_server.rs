@@ -17,6 +17,23 @@ fn try_nats(servers: &str, args: &[&str]) -> Result<String, String> {
     nats_cli(servers, args)
 }
 
+/// Publishes `body` to `subject` through JetStream, waiting (up to 30 s) for a stream to answer.
+/// A stream just added to a cluster is known to every node only once its interest has spread
+/// (natscli: "no responders"); such a message reached no stream, so sending it again cannot store
+/// it twice. Any other failure panics.
+fn publish_to_stream(servers: &str, subject: &str, body: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match try_nats(servers, &["publish", "--jetstream", subject, body]) {
+            Ok(_) => return,
+            Err(failure) if failure.contains("no responders") && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(failure) => panic!("{failure}"),
+        }
+    }
+}
+
 /// The number of messages a stream holds, from `nats stream info --json`.
 fn stream_messages(servers: &str, stream: &str) -> u64 {
     let state = mdrelay_harness::nats_stream_state(servers, stream).unwrap_or_else(|e| panic!("{e}"));
@@ -29,7 +46,7 @@ fn a_single_server_keeps_its_stream_across_a_restart() {
     let url = server.url();
     nats(&url, &["stream", "add", "T", "--subjects", "t.>", "--storage", "file", "--defaults"]);
     for i in 0..5 {
-        nats(&url, &["publish", "--jetstream", "t.a", &format!("message {i}")]);
+        publish_to_stream(&url, "t.a", &format!("message {i}"));
     }
     assert_eq!(stream_messages(&url, "T"), 5);
     server.restart();
@@ -43,7 +60,7 @@ fn a_three_node_cluster_keeps_an_r3_stream_when_a_node_is_killed() {
     let urls = cluster.urls();
     nats(&urls, &["stream", "add", "R", "--subjects", "r.>", "--storage", "file", "--replicas", "3", "--defaults"]);
     for i in 0..5 {
-        nats(&urls, &["publish", "--jetstream", "r.a", &format!("message {i}")]);
+        publish_to_stream(&urls, "r.a", &format!("message {i}"));
     }
     cluster.nodes[0].kill();
     let survivors = format!("{},{}", cluster.nodes[1].url(), cluster.nodes[2].url());
