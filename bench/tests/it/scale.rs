@@ -33,10 +33,12 @@ fn a_short_run_samples_all_three_processes_and_checks_delivery() {
     let plots = dir.path().join("plots");
     // Two million messages: at the publisher's top speed (10 M msg/s over TCP) at least 0.2 s of
     // stream, so each subscriber prints a few of its 50 ms interval lines whatever the host.
+    const MESSAGES: u64 = 2_000_000;
+    let messages = MESSAGES.to_string();
     let args = [
         "scale",
         "--messages",
-        "2000000",
+        &messages,
         "--sample-ms",
         "50",
         "--timeout",
@@ -68,7 +70,7 @@ fn a_short_run_samples_all_three_processes_and_checks_delivery() {
         }
     }
 
-    assert_eq!(report["publisher_messages"], 2_000_000, "{}", report["problems"]);
+    assert_eq!(report["publisher_messages"], MESSAGES, "{}", report["problems"]);
     assert_eq!(report["delivered"], true, "{}", report["problems"]);
     let subscribers = report["subscribers"].as_array().unwrap();
     assert_eq!(subscribers.len(), 2);
@@ -79,7 +81,7 @@ fn a_short_run_samples_all_three_processes_and_checks_delivery() {
         let intervals = sub["intervals"].as_array().unwrap();
         assert!(!intervals.is_empty(), "no interval line read from {}", sub["name"]);
         let counts: Vec<u64> = intervals.iter().map(|i| i["messages"].as_u64().unwrap()).collect();
-        assert!(counts.is_sorted() && counts.last() <= Some(&2_000_000), "{counts:?}");
+        assert!(counts.is_sorted() && counts.last() <= Some(&MESSAGES), "{counts:?}");
         let frames: Vec<u64> = intervals.iter().map(|i| i["frames"].as_u64().unwrap()).collect();
         assert!(frames.is_sorted() && frames.last() <= sub["frames"].as_u64().as_ref(), "{frames:?}");
     }
