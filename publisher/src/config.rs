@@ -731,20 +731,8 @@ pub struct Config {
 /// Default TCP listen address: loopback, so nothing is exposed unless asked for.
 pub const DEFAULT_TCP_LISTEN: &str = "127.0.0.1:9100";
 
-/// The largest configuration file read, in bytes: a configuration takes a few KiB, so a file
-/// past this is the wrong file, and is refused before it is read.
-pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
-
-/// When a configuration file is read, which decides what it may be.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reading {
-    /// At start: any file that reads, a pipe (`--config <(...)`) included. No signal handler is
-    /// installed yet, so a signal still ends a wait for a pipe's writer.
-    AtStart,
-    /// On SIGHUP: a regular file only (a symlink to one is followed), opened without waiting
-    /// for a FIFO's writer, so a reload never waits on something that is not a file.
-    Reload,
-}
+// The loader is the one both programs share: bounded to 1 MiB, and on reload a regular file only.
+pub use mdrelay_telemetry::config_file::{MAX_CONFIG_BYTES, Reading, read_text};
 
 /// Reads a configuration file at start.
 pub fn read_file(path: &Path) -> Result<FileConfig> {
@@ -775,59 +763,6 @@ pub fn name_origin(error: anyhow::Error, origins: &BTreeMap<String, String>, fil
     match file {
         Some(path) => error.context(format!("in {}", path.display())),
         None => error,
-    }
-}
-
-/// The file's text, bounded in size; on reload, refused unless fstat says it is a regular file.
-pub fn read_text(path: &Path, reading: Reading) -> Result<String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let name = path.display();
-    let mut options = std::fs::OpenOptions::new();
-    options.read(true);
-    if reading == Reading::Reload {
-        // Opening a FIFO for reading waits for a writer, unless non-blocking; reads of a regular
-        // file ignore the flag.
-        options.custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits());
-    }
-    let file = options.open(path).with_context(|| format!("cannot read {name}"))?;
-    // fstat of what was opened: a file swapped in after a check by path cannot slip through.
-    let metadata = file.metadata().with_context(|| format!("cannot read {name}"))?;
-    let kind = metadata.file_type();
-    if reading == Reading::Reload && !kind.is_file() {
-        bail!(
-            "{name} is not a regular file ({}): a reload reads only a regular file, or a symlink to one",
-            file_kind(kind)
-        );
-    }
-    if kind.is_file() && metadata.len() > MAX_CONFIG_BYTES {
-        bail!("{name} is {} bytes, more than a configuration file may be ({MAX_CONFIG_BYTES} bytes)", metadata.len());
-    }
-    // Bounded again while reading: a pipe has no size, and a file may grow.
-    let mut bytes = Vec::new();
-    file.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes).with_context(|| format!("cannot read {name}"))?;
-    if bytes.len() as u64 > MAX_CONFIG_BYTES {
-        bail!("{name} holds more than a configuration file may ({MAX_CONFIG_BYTES} bytes)");
-    }
-    String::from_utf8(bytes)
-        .map_err(|e| anyhow::anyhow!("{name}: not UTF-8 text (byte {} is not)", e.utf8_error().valid_up_to()))
-}
-
-/// What a file that is not a regular file is, for the message refusing it.
-fn file_kind(kind: std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if kind.is_dir() {
-        "a directory"
-    } else if kind.is_fifo() {
-        "a FIFO"
-    } else if kind.is_socket() {
-        "a socket"
-    } else if kind.is_char_device() {
-        "a character device"
-    } else if kind.is_block_device() {
-        "a block device"
-    } else {
-        "not a file"
     }
 }
 

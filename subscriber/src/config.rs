@@ -7,6 +7,7 @@ use mdrelay_client::check_host_port;
 use mdrelay_proto::Symbol;
 use mdrelay_proto::idle::{IdleStrategy, Profile};
 use mdrelay_proto::relay::{ProtectionSection, ProtectionSettings};
+use mdrelay_telemetry::config_file::{Reading, read_text};
 use mdrelay_telemetry::prometheus::{MetricsSection, MetricsSettings};
 use mdrelay_telemetry::units::{Seconds, parse_seconds};
 use serde::Deserialize;
@@ -663,7 +664,8 @@ const DEFAULT_REPORT_INTERVAL: f64 = 5.0;
 const DEFAULT_RECONNECT_MAX: f64 = 5.0;
 
 impl Settings {
-    /// Reads the file named by `--config` (if any) and applies the flags over it.
+    /// Reads the file named by `--config` (if any; at most 1 MiB, as the publisher reads its own)
+    /// and applies the flags over it.
     pub fn load(cli: Cli) -> Result<Settings, ConfigError> {
         Settings::load_with_origins(cli).map(|(settings, _)| settings)
     }
@@ -673,8 +675,8 @@ impl Settings {
     pub fn load_with_origins(mut cli: Cli) -> Result<(Settings, BTreeMap<String, String>), ConfigError> {
         let path = cli.config.take();
         let text = match &path {
-            Some(path) => std::fs::read_to_string(path)
-                .map_err(|e| ConfigError(format!("{}: cannot read the configuration: {e}", path.display())))?,
+            // The loader both programs share: at most 1 MiB, whatever the path is (a pipe too).
+            Some(path) => read_text(path, Reading::AtStart).map_err(|e| ConfigError(format!("{e:#}")))?,
             None => String::new(),
         };
         let flags = flag_origins(&cli.given);

@@ -1,5 +1,6 @@
 //! What `mdrelay-pub` and `mdrelay-sub` show an operator while they run, and how they sit on a
 //! host, in one place so both programs behave alike:
+//! - [`config_file`]: reading a configuration file, bounded to 1 MiB whatever the path is;
 //! - [`cpu`]: the CPUs the process may use, and pinning a hot thread to one of them;
 //! - [`docs`]: shell completions and man pages generated from the clap definitions;
 //! - [`exit`]: the exit statuses, one table for both programs;
@@ -17,6 +18,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod config_file;
 pub mod cpu;
 pub mod docs;
 pub mod exit;
