@@ -135,6 +135,7 @@ struct RecordMetrics {
     segments: Counter,
     bytes: Counter,
     dropped: Counter,
+    unwritten: Counter,
     files_written: Counter,
     files_rotated: Counter,
     files_removed: Counter,
@@ -142,15 +143,19 @@ struct RecordMetrics {
 
 impl RecordMetrics {
     fn new() -> RecordMetrics {
-        describe_counter!("mdrelay_sub_record_segments_total", "Segments (frames) written to the recording.");
+        describe_counter!("mdrelay_sub_record_segments_total", "Segments (frames) in the recording's files.");
         describe_counter!(
             "mdrelay_sub_record_bytes_total",
             Unit::Bytes,
-            "Bytes written to the recording's files (compressed ones when gzipped)."
+            "Bytes in the recording's files (compressed ones when gzipped)."
         );
         describe_counter!(
             "mdrelay_sub_record_dropped_segments_total",
             "Segments not recorded because the recording's writer was a whole queue behind."
+        );
+        describe_counter!(
+            "mdrelay_sub_record_unwritten_segments_total",
+            "Segments not in the recording because it stopped on a write error (a full disk)."
         );
         describe_counter!("mdrelay_sub_record_files_written_total", "Recording files created.");
         describe_counter!(
@@ -165,6 +170,7 @@ impl RecordMetrics {
             segments: counter!("mdrelay_sub_record_segments_total"),
             bytes: counter!("mdrelay_sub_record_bytes_total"),
             dropped: counter!("mdrelay_sub_record_dropped_segments_total"),
+            unwritten: counter!("mdrelay_sub_record_unwritten_segments_total"),
             files_written: counter!("mdrelay_sub_record_files_written_total"),
             files_rotated: counter!("mdrelay_sub_record_files_rotated_total"),
             files_removed: counter!("mdrelay_sub_record_files_removed_total"),
@@ -175,6 +181,7 @@ impl RecordMetrics {
         self.segments.absolute(counts.segments);
         self.bytes.absolute(counts.bytes);
         self.dropped.absolute(counts.dropped_segments);
+        self.unwritten.absolute(counts.unwritten_segments);
         self.files_written.absolute(counts.files_written);
         self.files_rotated.absolute(counts.files_rotated);
         self.files_removed.absolute(counts.files_removed);

@@ -14,8 +14,16 @@
 //! removed beyond a cap). Chunks go to it through a bounded queue and come back to be reused,
 //! so recording allocates nothing per frame once warm.
 //!
-//! A file is never opened through a symbolic link, and an existing one is replaced only when
-//! asked (`record_overwrite`): the recording's path may be in a directory others can write to.
+//! A chunk reaches its file in one write: its records as they are, or gzipped as one gzip
+//! member of its own (a gzipped file is a series of members, which every gzip reader reads as
+//! one stream). A write that fails (a full disk) cuts the file back to where it was before it,
+//! so every file ends with a whole record and a whole member, and the counts (segments,
+//! messages, bytes) are of what the files hold, as a reader of them finds it.
+//!
+//! A recording is written only to a regular file it creates: it is never opened through a
+//! symbolic link, nor is a FIFO, a device or a socket opened (a FIFO without a reader would
+//! hold up the start in `open()`); an existing file is replaced only when asked
+//! (`record_overwrite`): the recording's path may be in a directory others can write to.
 
 use crate::config::{RecordSettings, Transport};
 use flate2::Compression;
@@ -24,19 +32,20 @@ use mdrelay_proto::capture_writer::{CaptureWriter, Container, WriterOptions};
 use mdrelay_proto::codec::{BatchHeader, Format};
 use mdrelay_proto::message::Message;
 use mdrelay_proto::resegment::Resegmenter;
+use mdrelay_telemetry::config_file::kind_name;
 use serde::Serialize;
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
 use std::fs::{File, OpenOptions};
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, Ordering::Relaxed};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -108,13 +117,15 @@ fn is_numbered(path: &Path, name: &OsStr) -> bool {
     middle.len() >= NUMBER_DIGITS && middle.iter().all(u8::is_ascii_digit)
 }
 
-/// Opens `path` for a recording, never through a symbolic link, nor writing over an existing
-/// regular file unless `overwrite`, when it is removed and a new file created. A FIFO or a
-/// character device (a pipe to a reader, `/dev/null`) is written to as it is: nothing of it is
-/// replaced or truncated. The error says why, naming nothing: the caller names the file.
+/// Creates `path` for a recording: a new regular file, never opened through a symbolic link,
+/// nor written over an existing regular file unless `overwrite`, when it is removed and a new
+/// file created. Anything else there (a FIFO, a device, a socket, a directory) is refused
+/// without being opened: opening a FIFO to write waits for its reader. The error says why,
+/// naming nothing: the caller names the file.
 fn open_recording(path: &Path, overwrite: bool) -> Result<File, String> {
     let create = || {
-        // O_CREAT | O_EXCL never follows a symbolic link; O_NOFOLLOW says so twice.
+        // O_CREAT | O_EXCL never follows a symbolic link, nor opens anything already there;
+        // O_NOFOLLOW says so twice.
         OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -133,36 +144,24 @@ fn open_recording(path: &Path, overwrite: bool) -> Result<File, String> {
                     file it points to): give the path of a file"
             .into());
     }
-    if kind.is_dir() {
-        return Err("it is a directory".into());
+    if !kind.is_file() {
+        return Err(format!(
+            "it is {}, not a regular file; a recording is written only to a file it creates (a FIFO would \
+             hold up the start until a reader came, and could not be rotated or cut back on a full disk)",
+            kind_name(kind)
+        ));
     }
-    if kind.is_file() {
-        if !overwrite {
-            return Err("the file exists; --record-overwrite (record_overwrite = true) replaces it".into());
-        }
-        // Removed, not truncated: should a symbolic link take its place meanwhile, the link is
-        // what goes, and the creation after it refuses whatever is there by then.
-        match std::fs::remove_file(path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(format!("cannot remove the file there: {e}")),
-        }
-        return create();
+    if !overwrite {
+        return Err("the file exists; --record-overwrite (record_overwrite = true) replaces it".into());
     }
-    if kind.is_fifo() || kind.is_char_device() {
-        let file = OpenOptions::new()
-            .write(true)
-            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-            .open(path)
-            .map_err(|e| e.to_string())?;
-        // What was opened is what was looked at, not a file put there meanwhile.
-        let opened = file.metadata().map_err(|e| e.to_string())?.file_type();
-        if opened.is_fifo() || opened.is_char_device() {
-            return Ok(file);
-        }
-        return Err("it was replaced while being opened".into());
+    // Removed, not truncated: should a symbolic link or a FIFO take its place meanwhile, that is
+    // what goes, and the creation after it refuses whatever is there by then.
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("cannot remove the file there: {e}")),
     }
-    Err("it is neither a file, a FIFO nor a character device".into())
+    create()
 }
 
 /// When the writer starts a new file: the rotation settings applied to what the current file
@@ -178,7 +177,8 @@ struct Rotation {
 /// What a file holds so far, as rotation sees it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Span {
-    /// Bytes written to the file (compressed ones when gzipped).
+    /// Bytes in the file, and those staged for it when they go as they are (gzipped, staged
+    /// bytes count once compressed, at their commit).
     bytes: u64,
     /// Receive time of its first segment (ns since the epoch); `None` while it has none.
     first: Option<i64>,
@@ -210,77 +210,25 @@ impl Rotation {
     }
 }
 
-/// Counts the bytes written through it: those reaching the file, for rotation by size.
-struct Counted<W> {
-    inner: W,
-    bytes: Rc<Cell<u64>>,
+/// The bytes of the file being written that are not in it yet: the capture writer appends its
+/// records here, and a commit writes them to the file at once ([`Output::commit`]).
+#[derive(Clone, Default)]
+struct Staged(Rc<RefCell<Vec<u8>>>);
+
+impl Staged {
+    fn len(&self) -> usize {
+        self.0.borrow().len()
+    }
 }
 
-impl<W: Write> Write for Counted<W> {
+impl Write for Staged {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.bytes.set(self.bytes.get() + n as u64);
-        Ok(n)
+        self.0.borrow_mut().extend_from_slice(buf);
+        Ok(buf.len())
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
-    }
-}
-
-/// The file under the capture writer: buffered, gzipped or not, its bytes counted. Its own
-/// type, not a boxed `Write`, so the end of the file (the gzip trailer) is written by a call
-/// whose error is seen.
-enum Sink {
-    /// Counted above the buffer: the bytes handed to it are the file's, once flushed.
-    Plain(Counted<BufWriter<File>>),
-    /// Counted below the compressor: the compressed bytes, which lag what the compressor holds.
-    /// Boxed: the encoder's state would make every `Sink` ten times the size of a plain one.
-    Gzip(Box<BufWriter<GzEncoder<Counted<File>>>>),
-}
-
-impl Write for Sink {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Sink::Plain(w) => w.write(buf),
-            Sink::Gzip(w) => w.write(buf),
-        }
-    }
-
-    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
-        match self {
-            Sink::Plain(w) => w.write_all(buf),
-            Sink::Gzip(w) => w.write_all(buf),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Sink::Plain(w) => w.flush(),
-            Sink::Gzip(w) => w.flush(),
-        }
-    }
-}
-
-impl Sink {
-    /// `file`, buffered and gzipped as asked, its bytes counted in `bytes`.
-    fn new(file: File, gzip: bool, bytes: Rc<Cell<u64>>) -> Sink {
-        if gzip {
-            // The fast level: it keeps up with a feed on one core; IEX's own files are gzipped so.
-            let counted = Counted { inner: file, bytes };
-            Sink::Gzip(Box::new(BufWriter::with_capacity(CHUNK_BYTES, GzEncoder::new(counted, Compression::fast()))))
-        } else {
-            Sink::Plain(Counted { inner: BufWriter::with_capacity(1 << 20, file), bytes })
-        }
-    }
-
-    /// Writes everything buffered and, gzipped, the trailer. No fsync: the file is complete
-    /// for any reader once written, and syncing a large file could hold up a stop for seconds.
-    fn finish(self) -> io::Result<()> {
-        match self {
-            Sink::Plain(w) => w.inner.into_inner().map_err(io::IntoInnerError::into_error).map(drop),
-            Sink::Gzip(w) => (*w).into_inner().map_err(io::IntoInnerError::into_error)?.finish().map(drop),
-        }
+        Ok(())
     }
 }
 
@@ -312,7 +260,8 @@ struct Entry {
 }
 
 /// What the recording has done so far: written by the writer thread (and the dropped segments
-/// by the receive loop), read by the metrics export and the final report.
+/// by the receive loop), read by the metrics export and the final report. Segments, messages
+/// and bytes are counted once they are in a file (a chunk's at its commit), never before.
 #[derive(Debug, Default)]
 pub struct RecordProgress {
     segments: AtomicU64,
@@ -322,16 +271,18 @@ pub struct RecordProgress {
     files_rotated: AtomicU64,
     files_removed: AtomicU64,
     dropped: AtomicU64,
+    /// The writer stopped on an error: what it counted is final, and nothing more is written.
+    stopped: AtomicBool,
 }
 
 /// The recording's counts at one moment.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RecordCounts {
-    /// Segments (frames) written.
+    /// Segments (frames) in the files.
     pub segments: u64,
     /// Messages in them.
     pub messages: u64,
-    /// Bytes written to the files (compressed ones when gzipped).
+    /// Bytes in the files (compressed ones when gzipped), those removed by the cap included.
     pub bytes: u64,
     /// Files created.
     pub files_written: u64,
@@ -342,10 +293,14 @@ pub struct RecordCounts {
     pub files_removed: u64,
     /// Segments not written because the writer was a whole queue behind.
     pub dropped_segments: u64,
+    /// Segments not in the files because the recording stopped on an error (a full disk): those
+    /// cut back from the last file, those still queued, and every one taken after; 0 while the
+    /// recording goes on.
+    pub unwritten_segments: u64,
 }
 
 impl RecordProgress {
-    /// The counts now.
+    /// The writer's counts now (no segment counts as unwritten here: see [`Recorder::counts`]).
     pub fn counts(&self) -> RecordCounts {
         RecordCounts {
             segments: self.segments.load(Relaxed),
@@ -355,7 +310,14 @@ impl RecordProgress {
             files_rotated: self.files_rotated.load(Relaxed),
             files_removed: self.files_removed.load(Relaxed),
             dropped_segments: self.dropped.load(Relaxed),
+            unwritten_segments: 0,
         }
+    }
+
+    /// Whether the writer stopped on an error. Acquire, and read before the counts: once the
+    /// writer is seen stopped, the counts read after are its last.
+    fn stopped(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
     }
 }
 
@@ -368,16 +330,20 @@ pub struct RecordReport {
     pub container: &'static str,
     /// Whether the file is gzipped.
     pub gzip: bool,
-    /// Segments (frames) written to the file (after an error: handed to it before the error).
+    /// Segments (frames) in the files, as a reader of them finds them: after a write error,
+    /// those in the files as they were cut back to their last whole record.
     pub segments: u64,
     /// Messages in them.
     pub messages: u64,
-    /// Bytes written to the files (compressed ones when gzipped).
+    /// Bytes in the files (compressed ones when gzipped), those removed by the cap included.
     pub bytes: u64,
     /// Segments not written because the writer was a whole queue behind.
     pub dropped_segments: u64,
     /// Frames taken that gave no segment a capture can hold (larger than a UDP datagram).
     pub unrecordable_segments: u64,
+    /// Segments not in the files because the recording stopped on an error: frames taken are
+    /// `segments` + `dropped_segments` + `unrecordable_segments` + this.
+    pub unwritten_segments: u64,
     /// Whether the recording rotates (numbered files, by size or by time).
     pub rotates: bool,
     /// Files created: 1 without rotation.
@@ -394,6 +360,15 @@ pub struct RecordReport {
 }
 
 impl RecordReport {
+    /// Why the recording stopped early, for the text report: the segments that are not in the
+    /// files because of it, and the error; empty when it did not stop.
+    pub fn stopped_text(&self) -> String {
+        match &self.error {
+            None => String::new(),
+            Some(error) => format!("   unwritten {}   STOPPED: {error}", self.unwritten_segments),
+        }
+    }
+
     /// The rotation's figures for the text report: empty without rotation.
     pub fn files_text(&self) -> String {
         if !self.rotates {
@@ -541,6 +516,8 @@ pub struct Recorder {
     /// What the writer reported when it ended.
     end: Option<WriterEnd>,
     progress: Arc<RecordProgress>,
+    /// Frames given to the recording, whatever became of them.
+    taken: u64,
     dropped: u64,
     unrecordable: u64,
 }
@@ -562,7 +539,7 @@ impl Recorder {
         let thread = std::thread::Builder::new()
             .name("record".into())
             .spawn(move || {
-                // Built on its thread: the file being written counts its bytes in an `Rc`.
+                // Built on its thread: the file being written stages its bytes in an `Rc`.
                 let writer = Writer {
                     files,
                     rotation,
@@ -571,6 +548,7 @@ impl Recorder {
                     destination,
                     progress: shared,
                     output: None,
+                    member: Vec::new(),
                     closed_bytes: 0,
                     last_file: None,
                 };
@@ -592,6 +570,7 @@ impl Recorder {
             writer: Some(thread),
             end: None,
             progress,
+            taken: 0,
             dropped: 0,
             unrecordable: 0,
         })
@@ -612,6 +591,7 @@ impl Recorder {
     /// The frame begun last decoded to `header`: its segment is queued, stamped `receive_time`
     /// (ns since the epoch) and sent by `peer`.
     pub fn frame(&mut self, frame: &[u8], header: &BatchHeader, receive_time: i64, peer: SocketAddr) {
+        self.taken += 1;
         if self.queue.is_none() {
             return;
         }
@@ -668,10 +648,19 @@ impl Recorder {
 
     /// The recording's counts now (the metrics export reads them).
     pub fn counts(&self) -> RecordCounts {
-        self.progress.counts()
+        // Once the writer has ended (a write error, or `finish`), its counts are final, and every
+        // segment taken that is not in the files, dropped or unrecordable never will be: still
+        // queued, cut back from the last file, or taken since.
+        let ended = self.end.is_some() || self.progress.stopped();
+        let mut counts = self.progress.counts();
+        if ended {
+            let accounted = counts.segments + self.dropped + self.unrecordable;
+            counts.unwritten_segments = self.taken.saturating_sub(accounted);
+        }
+        counts
     }
 
-    /// Writes what is still queued, ends the file (gzip trailer included) and reports. Once
+    /// Writes what is still queued, ends the file (its last chunk committed) and reports. Once
     /// finished, the recorder takes nothing more, and a second call reports the same.
     pub fn finish(&mut self) -> RecordReport {
         if let Some(queue) = self.queue.take()
@@ -687,8 +676,8 @@ impl Recorder {
             });
             self.end = Some(end);
         }
+        let counts = self.counts();
         let end = self.end.as_ref();
-        let counts = self.progress.counts();
         RecordReport {
             file: self.path.display().to_string(),
             container: container_name(self.container),
@@ -698,6 +687,7 @@ impl Recorder {
             bytes: counts.bytes,
             dropped_segments: self.dropped,
             unrecordable_segments: self.unrecordable,
+            unwritten_segments: counts.unwritten_segments,
             rotates: self.rotates,
             files_written: counts.files_written,
             files_rotated: counts.files_rotated,
@@ -747,17 +737,64 @@ struct WriterEnd {
 
 /// The file being written.
 struct Output {
-    writer: CaptureWriter<Sink>,
+    /// Writes the capture's records into `staged`.
+    writer: CaptureWriter<Staged>,
+    staged: Staged,
+    file: File,
     path: PathBuf,
-    /// Bytes written to the file so far (the sink counts them).
-    bytes: Rc<Cell<u64>>,
+    gzip: bool,
+    /// The file's length: every byte in it committed, so it ends with a whole record (gzipped,
+    /// a whole member).
+    committed: u64,
+    /// Segments staged and not yet in the file.
+    staged_segments: u64,
+    /// Messages in them.
+    staged_messages: u64,
     /// Receive time of its first segment.
     first: Option<i64>,
 }
 
 impl Output {
     fn span(&self) -> Span {
-        Span { bytes: self.bytes.get(), first: self.first }
+        // Plain, the staged bytes go to the file as they are; gzipped, what they take is known
+        // once they are compressed, at their commit.
+        let staged = if self.gzip { 0 } else { self.staged.len() as u64 };
+        Span { bytes: self.committed + staged, first: self.first }
+    }
+
+    /// Writes the staged bytes to the file in one write: as they are, or gzipped as one member
+    /// (compressed into `member`, a buffer kept for the next). When the write fails (a full
+    /// disk), the file is cut back to its length before it, so it still ends with a whole
+    /// record and a whole member, and reads to its end; the staged bytes are lost.
+    fn commit(&mut self, member: &mut Vec<u8>) -> io::Result<()> {
+        let mut staged = self.staged.0.borrow_mut();
+        if staged.is_empty() {
+            return Ok(());
+        }
+        let bytes: &[u8] = if self.gzip {
+            // The fast level: it keeps up with a feed on one core; IEX's own files are gzipped
+            // so. A member per chunk costs about 1 % of the compressed size (DEEP10).
+            let mut encoder = GzEncoder::new(std::mem::take(member), Compression::fast());
+            encoder.write_all(&staged)?;
+            *member = encoder.finish()?;
+            member
+        } else {
+            &staged
+        };
+        if let Err(error) = (&self.file).write_all(bytes) {
+            // A write may have put part of the bytes in the file before it failed.
+            return Err(match self.file.set_len(self.committed) {
+                Ok(()) => error,
+                Err(cut) => io::Error::new(
+                    error.kind(),
+                    format!("{error}; cutting the file back to its last whole record failed too: {cut}"),
+                ),
+            });
+        }
+        self.committed += bytes.len() as u64;
+        staged.clear();
+        member.clear();
+        Ok(())
     }
 }
 
@@ -770,6 +807,8 @@ struct Writer {
     destination: SocketAddrV4,
     progress: Arc<RecordProgress>,
     output: Option<Output>,
+    /// A gzip member being built, kept between commits.
+    member: Vec<u8>,
     /// Bytes of the files closed so far.
     closed_bytes: u64,
     last_file: Option<PathBuf>,
@@ -782,20 +821,34 @@ impl Writer {
     fn run(mut self, first: File, path: PathBuf, chunks: Receiver<Chunk>, give_back: mpsc::Sender<Chunk>) -> WriterEnd {
         let result = self.start(first, path).and_then(|()| self.write_all(&chunks, &give_back));
         let error = result.err().map(|error| {
+            // Release, after the last counts: whoever sees it stopped sees those counts.
+            self.progress.stopped.store(true, Ordering::Release);
             tracing::error!("{error}; the recording stops here, the run goes on");
             error
         });
         WriterEnd { last_file: self.last_file, error }
     }
 
+    /// Begins a file with its capture header, written at once: a disk without room for it
+    /// fails here, before any segment is taken for the file.
     fn start(&mut self, file: File, path: PathBuf) -> Result<(), String> {
-        let bytes = Rc::new(Cell::new(0));
-        let sink = Sink::new(file, self.gzip, Rc::clone(&bytes));
+        let staged = Staged::default();
         let options = WriterOptions { container: self.container, ..WriterOptions::default() };
-        let writer = CaptureWriter::new(sink, options).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        let writer =
+            CaptureWriter::new(staged.clone(), options).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         self.last_file = Some(path.clone());
-        self.output = Some(Output { writer, path, bytes, first: None });
-        Ok(())
+        self.output = Some(Output {
+            writer,
+            staged,
+            file,
+            path,
+            gzip: self.gzip,
+            committed: 0,
+            staged_segments: 0,
+            staged_messages: 0,
+            first: None,
+        });
+        self.commit()
     }
 
     fn write_all(&mut self, chunks: &Receiver<Chunk>, give_back: &mpsc::Sender<Chunk>) -> Result<(), String> {
@@ -828,41 +881,40 @@ impl Writer {
         }
     }
 
+    /// A chunk's segments, then their commit: the chunk reaches its file (or the last of its
+    /// files, when rotation splits it) in one write.
     fn write_chunk(&mut self, chunk: &Chunk) -> Result<(), String> {
-        let (mut start, mut segments, mut messages) = (0, 0, 0);
-        let result = chunk.entries.iter().try_for_each(|entry| {
+        let mut start = 0;
+        for entry in &chunk.entries {
             let segment = &chunk.bytes[start..entry.end];
             start = entry.end;
             self.write_segment(entry, segment)?;
-            segments += 1;
-            messages += entry.messages;
-            Ok(())
-        });
-        // Counted once per chunk: no shared write per segment.
-        self.progress.segments.fetch_add(segments, Relaxed);
-        self.progress.messages.fetch_add(messages, Relaxed);
-        let current = self.output.as_ref().map_or(0, |o| o.bytes.get());
-        self.progress.bytes.store(self.closed_bytes + current, Relaxed);
-        result
+        }
+        self.commit()?;
+        // Gzipped, a file's size is known at each commit: one full by now is closed here, and
+        // the next chunk begins the next file.
+        if self.output.as_ref().is_some_and(|o| self.rotation.is_full(o.span())) {
+            self.close(true)?;
+        }
+        Ok(())
     }
 
     fn write_segment(&mut self, entry: &Entry, segment: &[u8]) -> Result<(), String> {
         if self.output.as_ref().is_some_and(|o| self.rotation.starts_new_file(o.span(), entry.time)) {
             self.close(true)?;
         }
-        let output = match &mut self.output {
-            Some(output) => output,
-            None => {
-                let (file, path) = self.files.open_next(&self.progress)?;
-                tracing::info!(file = %path.display(), "recording to a new file");
-                self.start(file, path)?;
-                self.output.as_mut().expect("just started")
-            }
-        };
+        if self.output.is_none() {
+            let (file, path) = self.files.open_next(&self.progress)?;
+            tracing::info!(file = %path.display(), "recording to a new file");
+            self.start(file, path)?;
+        }
+        let output = self.output.as_mut().expect("a file is open");
         output
             .writer
             .write_udp(entry.time, entry.source, self.destination, segment)
             .map_err(|e| format!("cannot write {}: {e}", output.path.display()))?;
+        output.staged_segments += 1;
+        output.staged_messages += entry.messages;
         output.first.get_or_insert(entry.time);
         if self.rotation.is_full(output.span()) {
             self.close(true)?;
@@ -870,17 +922,35 @@ impl Writer {
         Ok(())
     }
 
-    /// Ends the file being written, if any (the capture's last bytes, the gzip trailer); the
-    /// next segment starts a new one. `rotated`: closed for rotation, not at the end.
+    /// Writes what is staged to the current file, and counts its segments, messages and bytes
+    /// once they are in it. On an error nothing staged is counted (the file is cut back).
+    fn commit(&mut self) -> Result<(), String> {
+        let Some(output) = &mut self.output else { return Ok(()) };
+        let committed = output.commit(&mut self.member);
+        if committed.is_ok() {
+            self.progress.segments.fetch_add(output.staged_segments, Relaxed);
+            self.progress.messages.fetch_add(output.staged_messages, Relaxed);
+            (output.staged_segments, output.staged_messages) = (0, 0);
+        }
+        self.progress.bytes.store(self.closed_bytes + output.committed, Relaxed);
+        committed.map_err(|e| format!("cannot write {}: {e}", output.path.display()))
+    }
+
+    /// Ends the file being written, if any: what is staged goes to it; the next segment starts
+    /// a new one. `rotated`: closed for rotation, not at the end.
     fn close(&mut self, rotated: bool) -> Result<(), String> {
+        self.commit()?;
         let Some(output) = self.output.take() else { return Ok(()) };
-        let Output { writer, path, bytes, .. } = output;
-        writer.finish().and_then(Sink::finish).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        self.closed_bytes += bytes.get();
+        // Nothing is left to write: the capture writer keeps no bytes of its own (its records
+        // went to the staged bytes, just committed), and a capture has no trailer. No fsync:
+        // the file is complete for any reader once written, and syncing a large file could hold
+        // up a stop for seconds.
+        self.closed_bytes += output.committed;
         self.progress.bytes.store(self.closed_bytes, Relaxed);
         if rotated {
             self.progress.files_rotated.fetch_add(1, Relaxed);
         }
+        tracing::info!(file = %output.path.display(), bytes = output.committed, "recording file finished");
         Ok(())
     }
 }
@@ -888,6 +958,8 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read;
+    use std::os::unix::fs::FileTypeExt;
 
     #[test]
     fn the_name_chooses_the_container_and_gzip() {
@@ -989,22 +1061,65 @@ mod tests {
         let new = dir.path().join("new.pcap");
         open_recording(&new, false).unwrap();
         assert!(new.is_file());
-        // A character device is written to as it is.
-        open_recording(Path::new("/dev/null"), false).unwrap();
     }
 
     #[test]
-    fn a_fifo_is_written_to_for_its_reader() {
+    fn a_fifo_a_device_or_a_socket_is_refused_without_being_opened() {
         let dir = tempfile::tempdir().unwrap();
+        // No reader: had it been opened to write, this test would wait for one for ever.
         let fifo = dir.path().join("live.pcap");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
-        let reading = fifo.clone();
-        // Opening a FIFO to write waits for its reader.
-        let reader = std::thread::spawn(move || std::fs::read(reading).unwrap());
-        let mut writer = open_recording(&fifo, false).unwrap();
-        writer.write_all(b"capture").unwrap();
-        drop(writer);
-        assert_eq!(reader.join().unwrap(), b"capture");
+        let socket = dir.path().join("sock.pcap");
+        let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        for overwrite in [false, true] {
+            let e = open_recording(&fifo, overwrite).unwrap_err();
+            assert!(e.starts_with("it is a FIFO, not a regular file"), "{e}");
+            let e = open_recording(Path::new("/dev/null"), overwrite).unwrap_err();
+            assert!(e.starts_with("it is a character device, not a regular file"), "{e}");
+            let e = open_recording(&socket, overwrite).unwrap_err();
+            assert!(e.starts_with("it is a socket, not a regular file"), "{e}");
+        }
+        assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo(), "left as it was");
+    }
+
+    /// A file opened to be recorded to, and the output that writes `container` to it.
+    fn output(path: &Path, container: Container, gzip: bool) -> Output {
+        let staged = Staged::default();
+        let options = WriterOptions { container, ..WriterOptions::default() };
+        Output {
+            writer: CaptureWriter::new(staged.clone(), options).unwrap(),
+            staged,
+            file: open_recording(path, false).unwrap(),
+            path: path.to_path_buf(),
+            gzip,
+            committed: 0,
+            staged_segments: 0,
+            staged_messages: 0,
+            first: None,
+        }
+    }
+
+    #[test]
+    fn a_gzipped_file_is_a_gzip_member_per_commit_and_reads_as_one_stream() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("day.pcap.gz");
+        let mut out = output(&path, Container::Pcap, true);
+        let mut member = Vec::new();
+        let (from, to) = (SocketAddrV4::new(Ipv4Addr::LOCALHOST, 1), SocketAddrV4::new(RECORD_GROUP, RECORD_PORT));
+        let mut plain = Vec::new();
+        for round in 0..3u8 {
+            out.writer.write_udp(i64::from(round), from, to, &[round; 100]).unwrap();
+            plain.extend_from_slice(&out.staged.0.borrow());
+            out.commit(&mut member).unwrap();
+            assert_eq!(out.staged.len(), 0);
+            assert_eq!(std::fs::metadata(&path).unwrap().len(), out.committed, "every committed byte is in the file");
+        }
+        let on_disk = std::fs::read(&path).unwrap();
+        let members = on_disk.windows(3).filter(|w| w == &[0x1f, 0x8b, 0x08]).count();
+        assert!(members >= 3, "{members} gzip headers");
+        let mut inflated = Vec::new();
+        flate2::read::MultiGzDecoder::new(&on_disk[..]).read_to_end(&mut inflated).unwrap();
+        assert_eq!(inflated, plain, "the members read as the capture written");
     }
 
     #[test]

@@ -459,7 +459,7 @@ impl fmt::Display for Report {
                 r.dropped_segments,
                 r.unrecordable_segments,
                 r.files_text(),
-                r.error.as_ref().map_or_else(String::new, |e| format!("   STOPPED: {e}"))
+                r.stopped_text()
             )?;
         }
         let formats = if self.formats_seen.is_empty() { "-".to_string() } else { self.formats_seen.join(", ") };

@@ -7,6 +7,7 @@
 mod common;
 
 mod cli;
+mod files;
 mod hostile;
 mod nats;
 mod record;
