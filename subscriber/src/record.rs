@@ -447,12 +447,14 @@ impl Files {
             ));
         }
         for file in &earlier {
-            let kind = std::fs::symlink_metadata(file).map(|m| m.file_type());
-            if kind.as_ref().is_ok_and(|k| !k.is_file()) {
+            if let Ok(kind) = std::fs::symlink_metadata(file).map(|m| m.file_type())
+                && !kind.is_file()
+            {
                 return Err(format!(
-                    "cannot remove {} (an earlier recording's file): it is not a regular file (a symbolic link or \
-                     a directory); remove it yourself",
-                    file.display()
+                    "cannot remove {} (an earlier recording's file): it is {}, not a regular file; remove it \
+                     yourself",
+                    file.display(),
+                    kind_name(kind)
                 ));
             }
             match std::fs::remove_file(file) {
