@@ -8,6 +8,7 @@ mod common;
 
 mod cli;
 mod hostile;
+mod hostile_tcp;
 mod nats;
 mod record;
 mod recovery;
