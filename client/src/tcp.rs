@@ -3,7 +3,10 @@
 //! sleeps until its deadlines, and turns its events into the crate's [`Event`]s.
 //!
 //! Every wait is a readiness wait, a sleep, or the connection being made (kept in the driver),
-//! so a wait that is dropped loses nothing: the next call goes on where it left off.
+//! so a wait that is dropped loses nothing: the next call goes on where it left off. When the
+//! machine says records gave the caller nothing for a while ([`ClientEvent::Quiet`]), the
+//! driver yields to the runtime before it goes on, so the caller's deadline, ticks and signals
+//! get their turn whatever the publisher sends.
 
 use crate::collect::Collector;
 use crate::counters::Counters;
@@ -44,6 +47,8 @@ pub(crate) struct TcpDriver {
     end: Option<(u64, Option<Totals>)>,
     clock: Clock,
     poller: Poller,
+    /// The machine owes the caller a turn: yield to the runtime before going on.
+    turn_due: bool,
     finished: bool,
 }
 
@@ -82,6 +87,7 @@ impl TcpDriver {
             end: None,
             clock,
             poller: Poller::new(settings.idle),
+            turn_due: false,
             finished: false,
         })
     }
@@ -97,6 +103,12 @@ impl TcpDriver {
             self.pump(out)?;
             if out.has_items() || self.finished {
                 return Ok(());
+            }
+            if std::mem::take(&mut self.turn_due) {
+                // Records that give nothing go on: the caller's deadline, a select!'s other
+                // branches and the runtime's timers run before the next ones are taken.
+                tokio::task::yield_now().await;
+                continue;
             }
             let now = self.clock.now();
             match self.client.poll_action(now) {
@@ -248,6 +260,10 @@ impl TcpDriver {
                     },
                 }),
                 ClientEvent::Reconnected { .. } => {}
+                ClientEvent::Quiet => {
+                    self.turn_due = true;
+                    break;
+                }
                 ClientEvent::Restarted { old, new } => out.notice(Event::Restarted { old, new }),
                 ClientEvent::Resumed { from } => out.notice(Event::Resumed { asked: from, offered: from }),
                 ClientEvent::ResumeFailed { asked, offered } => out.notice(Event::Resumed { asked, offered }),

@@ -4,7 +4,9 @@
 //! retransmission service when it says, and moves that connection's bytes.
 //!
 //! Every wait is a readiness wait, a sleep, or the recovery connection being made (kept in the
-//! driver), so a wait that is dropped loses nothing.
+//! driver), so a wait that is dropped loses nothing. Datagrams (and recovery bytes) that give
+//! the caller nothing are counted ([`Quiet`]); after a budget of them the driver yields to the
+//! runtime, so the caller's deadline, ticks and signals get their turn whatever arrives.
 
 use crate::collect::Collector;
 use crate::counters::Counters;
@@ -15,7 +17,7 @@ use crate::poll::{Idle, Poller};
 use crate::settings::{Settings, Transport};
 use mdrelay_proto::relay::Totals;
 use mdrelay_proto::relay::client::{
-    DatagramConfig, DatagramEvent, DatagramReceiver, Line, Origin, ReaderConfig, RecoveryAction, RecoveryConfig,
+    DatagramConfig, DatagramEvent, DatagramReceiver, Line, Origin, Quiet, ReaderConfig, RecoveryAction, RecoveryConfig,
 };
 use socket2::SockRef;
 use std::io;
@@ -69,6 +71,8 @@ pub(crate) struct UdpDriver {
     busy_poll_refused: bool,
     clock: Clock,
     poller: Poller,
+    /// Datagrams and bytes taken since the caller was last given something.
+    quiet: Quiet,
     finished: bool,
 }
 
@@ -129,6 +133,7 @@ impl UdpDriver {
             busy_poll_refused,
             clock,
             poller: Poller::new(settings.idle),
+            quiet: Quiet::new(),
             finished: false,
         })
     }
@@ -148,10 +153,18 @@ impl UdpDriver {
         loop {
             self.pump(out);
             if out.has_items() || self.finished {
+                self.quiet.produced();
                 return Ok(());
+            }
+            if self.quiet.turn_due() {
+                // Datagrams that give nothing go on: the caller's deadline, a select!'s other
+                // branches and the runtime's timers run before the next ones are taken.
+                tokio::task::yield_now().await;
+                continue;
             }
             let now = self.clock.now();
             if self.recovery_io(now).await {
+                self.quiet.took();
                 continue;
             }
             // Before the datagrams: a stream that never pauses still gets its gaps asked for.
@@ -162,6 +175,7 @@ impl UdpDriver {
                 continue;
             }
             if self.receive(out) {
+                self.quiet.took();
                 continue;
             }
             match self.poller.empty() {
@@ -246,6 +260,7 @@ impl UdpDriver {
                 Err(_) => continue,
             };
             self.turn = i + 1;
+            self.quiet.received(n);
             let now = self.clock.now();
             out.stream_peer = Some(peer);
             self.receiver.datagram(line.origin, &self.buf[..n], peer, now, self.clock.wall(), out);

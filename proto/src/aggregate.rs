@@ -77,7 +77,8 @@ pub fn write_symbol_table(f: &mut impl std::fmt::Write, symbols: &[(Symbol, Symb
     let p = |p: Option<Price>| p.map_or_else(|| "-".to_string(), |p| p.to_string());
     for (symbol, a) in symbols {
         let cells = [
-            symbol.to_text(),
+            // The symbol is the peer's: a control byte in it is shown escaped.
+            crate::peer_text::escape(&symbol.to_text()).into_owned(),
             a.trade_volume.to_string(),
             a.trades.to_string(),
             a.broken_trades.to_string(),

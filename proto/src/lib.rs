@@ -19,6 +19,7 @@
 //! - [`latency`]: latency histograms and their percentiles;
 //! - [`counts`]: messages counted by type;
 //! - [`warn`]: the process's budget for warnings about bad input;
+//! - [`peer_text`]: text a peer chose (a refusal's reason, a symbol) made safe to print;
 //! - [`synth`]: a realistic synthetic trading day of IEX DEEP;
 //! - [`codec`]: the wire formats (raw, SBE, FlatBuffers, Cap'n Proto) and their framing;
 //! - [`capture_writer`]: segments out to pcap / pcapng, with Ethernet, IPv4 and UDP headers;
@@ -40,6 +41,7 @@ pub mod inspect;
 pub mod latency;
 pub mod link;
 pub mod message;
+pub mod peer_text;
 pub mod price;
 pub mod relay;
 pub mod resegment;

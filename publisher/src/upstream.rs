@@ -242,14 +242,15 @@ impl TcpUpstream {
     }
 
     /// One turn: the machine's events handled (its frames rebuilt, its answer written) until
-    /// frames wait to be handed on or a greeting was taken; else what it asks for next: a
-    /// connection, a wait, or a read.
+    /// frames wait to be handed on, a greeting was taken, or records that gave nothing went on
+    /// for the machine's budget (so the caller looks at the stop flag, whatever the upstream
+    /// sends); else what it asks for next: a connection, a wait, or a read.
     fn step(&mut self) {
         while let Some(event) = self.client.poll_event(&mut self.relayed) {
-            let greeted = matches!(event, ClientEvent::Greeted { .. });
+            let turn = matches!(event, ClientEvent::Greeted { .. } | ClientEvent::Quiet);
             self.handle(event);
             self.flush();
-            if greeted || self.relayed.has_ready() {
+            if turn || self.relayed.has_ready() {
                 return;
             }
         }
@@ -433,6 +434,8 @@ impl TcpUpstream {
                 tracing::warn!(upstream = %connect, "connection lost: {}; reconnecting", closed.why);
             }
             ClientEvent::Finished(finish) => self.finished(finish),
+            // The caller's turn (see `step`): nothing to log.
+            ClientEvent::Quiet => {}
             // A relay's connections are logged when greeted; a restart ends it (Finished).
             ClientEvent::Connected { .. } | ClientEvent::Restarted { .. } => {}
         }

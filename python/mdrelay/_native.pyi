@@ -343,7 +343,8 @@ class Subscriber(Iterator[Union[Message, StreamEvent]]):
     def __iter__(self) -> "Subscriber": ...
     def __next__(self) -> Union[Message, StreamEvent]: ...
     def next_event(self, timeout: Optional[float] = None) -> Optional[Union[Message, StreamEvent]]:
-        """The next event, waiting at most `timeout` seconds; None when the time ran out."""
+        """The next event, waiting at most `timeout` seconds; None when the time ran out,
+        StopIteration once the stream is over (or closed)."""
     def batches(self, max_messages: int = 65536, timeout: float = 1.0) -> BatchIterator:
         """Arrow record batches of the stream's messages, per message type."""
     def counters(self) -> Dict[str, Any]:
@@ -352,7 +353,8 @@ class Subscriber(Iterator[Union[Message, StreamEvent]]):
     def local_addrs(self) -> List[str]:
         """UDP and multicast: the local addresses the lines receive on."""
     def close(self) -> None:
-        """Ends the subscription now."""
+        """Ends the subscription now: nothing more is handed out, and iteration, `next_event()`
+        and `batches()` end at once with StopIteration; `counters()` stays readable."""
     def __enter__(self) -> "Subscriber": ...
     def __exit__(self, *exc: object) -> bool: ...
 

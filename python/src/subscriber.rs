@@ -44,8 +44,8 @@ enum Outcome {
 
 /// The subscriber and what it has received and not yet handed out.
 struct State {
-    /// None once closed.
-    inner: Option<mdrelay_client::Subscriber>,
+    /// Kept after `close()`, for its counters.
+    inner: mdrelay_client::Subscriber,
     pending: VecDeque<Item>,
     finished: bool,
     tables: Tables,
@@ -97,14 +97,10 @@ impl State {
     /// Waits at most `slice` for the next event and keeps what it brings.
     fn wait(&mut self, slice: Duration) -> Result<Outcome, mdrelay_client::Error> {
         let State { inner, pending, finished, last_activity, .. } = self;
-        let Some(subscriber) = inner.as_mut() else {
-            *finished = true;
-            return Ok(Outcome::Finished);
-        };
         if *finished {
             return Ok(Outcome::Finished);
         }
-        match subscriber.next_event_timeout(slice) {
+        match inner.next_event_timeout(slice) {
             Ok(Waited::Event(event)) => {
                 *last_activity = Instant::now();
                 push_items(event, pending);
@@ -120,6 +116,18 @@ impl State {
                 Err(error)
             }
         }
+    }
+
+    /// Ends the subscription now, as the Rust client's `close()` does: nothing more is handed
+    /// out, so what was received and not handed out (events, rows of unfinished batches,
+    /// finished batches not taken) is dropped, and every way of reading ends at once.
+    fn close(&mut self) {
+        self.inner.close();
+        self.finished = true;
+        self.pending.clear();
+        self.tables = Tables::default();
+        self.batch_started = None;
+        self.batches_ready.clear();
     }
 
     /// Fills the tables for at most `budget`, until `max_messages` rows, the batch's time
@@ -145,11 +153,7 @@ impl State {
                 return Ok(());
             }
             let State { inner, finished, tables, last_activity, .. } = self;
-            let Some(subscriber) = inner.as_mut() else {
-                *finished = true;
-                continue;
-            };
-            match subscriber.next_event_timeout(SLICE.min(deadline - now)) {
+            match inner.next_event_timeout(SLICE.min(deadline - now)) {
                 Ok(Waited::Event(event)) => {
                     *last_activity = Instant::now();
                     if let Event::Frame(frame) = event {
@@ -360,7 +364,7 @@ impl Subscriber {
         let inner = py.detach(|| builder.build()).map_err(|e| errors::from_client(py, &e))?;
         Ok(Subscriber {
             state: Mutex::new(State {
-                inner: Some(inner),
+                inner,
                 pending: VecDeque::new(),
                 finished: false,
                 tables: Tables::default(),
@@ -458,10 +462,7 @@ impl Subscriber {
     /// What was counted so far, and the publisher's totals once its end of stream came, as a
     /// dict.
     fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let c = match self.lock().inner.as_ref() {
-            Some(s) => s.counters(),
-            None => mdrelay_client::Counters::default(),
-        };
+        let c = self.lock().inner.counters();
         let d = PyDict::new(py);
         d.set_item("frames", c.frames)?;
         d.set_item("frames_recovered", c.frames_recovered)?;
@@ -510,23 +511,14 @@ impl Subscriber {
     /// system picked for port 0); empty over TCP.
     #[getter]
     fn local_addrs(&self) -> Vec<String> {
-        self.lock()
-            .inner
-            .as_ref()
-            .map(|s| s.local_addrs().iter().map(ToString::to_string).collect())
-            .unwrap_or_default()
+        self.lock().inner.local_addrs().iter().map(ToString::to_string).collect()
     }
 
-    /// Ends the subscription now: sockets closed, nothing more handed out.
+    /// Ends the subscription now: sockets closed, what is still missing given up (and counted),
+    /// and nothing more handed out: iterating, `next_event()` and `batches()` end at once with
+    /// StopIteration, as at the end of a stream; `counters()` stays readable.
     fn close(&self, py: Python<'_>) {
-        py.detach(|| {
-            let mut state = self.lock();
-            if let Some(mut s) = state.inner.take() {
-                s.close();
-            }
-            state.finished = true;
-            state.pending.clear();
-        });
+        py.detach(|| self.lock().close());
     }
 
     fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {

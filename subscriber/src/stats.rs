@@ -497,7 +497,8 @@ impl fmt::Display for Report {
         }
         let mut types = String::new();
         for (k, n) in &self.message_types {
-            let _ = write!(types, "{k}:{n}  ");
+            // A type byte is the peer's: a control byte is shown escaped, not sent to the terminal.
+            let _ = write!(types, "{}:{n}  ", mdrelay_proto::peer_text::escape(k));
         }
         writeln!(f, "  by type   {}", types.trim_end())?;
         writeln!(

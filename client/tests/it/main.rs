@@ -10,6 +10,7 @@ mod async_api;
 mod common;
 mod errors;
 mod examples;
+mod hostile;
 mod loss;
 mod nats;
 mod nats_repair;

@@ -2,8 +2,8 @@
 //! where the stream starts (after a cut, the ring's replay starts with `DATA`, no `FORMAT` first
 //! since the greeting named the format, and a `FORMAT` later switches the format: the resume
 //! worked, and only the first stream record says so, never the later switch); and a
-//! retransmission service refusing with a reason longer than the 4096 bytes read of it, which
-//! is still a refusal, not a peer that is no retransmission service; and a publisher that never
+//! retransmission service refusing with a reason longer than the 256 bytes read of it
+//! (`MAX_REASON`), which is still a refusal, not a peer that is no retransmission service; and a publisher that never
 //! reads its subscriber's echoes, whose echoes are each counted once, sent or dropped.
 
 use mdrelay_client::{Builder, Event};
@@ -13,7 +13,8 @@ use mdrelay_proto::capture::CaptureReader;
 use mdrelay_proto::codec::{Codec, Format, Limits, MessageScratch, collect_segment};
 use mdrelay_proto::iextp::Segment;
 use mdrelay_proto::relay::{
-    Coalescer, Envelope, Hello, Protection, RecordHeader, RecordTag, Resume, Subscribe, Totals, control_record,
+    Coalescer, Envelope, Hello, MAX_REASON, Protection, RecordHeader, RecordTag, Resume, Subscribe, Totals,
+    control_record,
 };
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
@@ -130,7 +131,10 @@ fn a_retransmission_service_refusing_with_a_reason_past_the_limit_is_a_refusal_w
     let reason: Vec<u8> = b"this service is closed for maintenance; ".iter().copied().cycle().take(5000).collect();
     let service = TcpListener::bind("127.0.0.1:0").unwrap();
     let service_addr = service.local_addr().unwrap();
-    let refusal = control_record(RecordTag::Refuse, Format::Raw, 0, &reason);
+    // Made by hand: this build's senders cut a reason to MAX_REASON bytes.
+    let header =
+        RecordHeader { tag: RecordTag::Refuse, format: Format::Raw, frame_count: 0, length: 5000, sequence: 0 };
+    let refusal = [&header.to_bytes()[..], &reason].concat();
     let server = std::thread::spawn(move || {
         let mut s = accept_within(&service, Duration::from_secs(60));
         s.write_all(&refusal).unwrap();
@@ -159,9 +163,9 @@ fn a_retransmission_service_refusing_with_a_reason_past_the_limit_is_a_refusal_w
             _ => {}
         }
     };
-    let expected = String::from_utf8_lossy(&reason[..4096]);
+    let expected = format!("{} [the first {MAX_REASON} of 5000 bytes]", String::from_utf8_lossy(&reason[..MAX_REASON]));
     assert!(refused.contains("refused the recovery connection"), "{refused:.300}");
-    assert!(refused.ends_with(&*expected), "the reason, cut at 4096 bytes: {refused:.300}");
+    assert!(refused.ends_with(&expected), "the reason, cut at {MAX_REASON} bytes: {refused:.600}");
     subscriber.close();
     server.join().unwrap();
 }

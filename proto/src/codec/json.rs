@@ -177,10 +177,12 @@ fn from_serde(frame: &[u8], e: &serde_json::Error) -> DecodeError {
     offset = (offset + e.column()).min(frame.len());
     let text = e.to_string();
     let what = match text.rfind(" at line ") {
-        Some(at) => text[..at].to_string(),
-        None => text,
+        Some(at) => &text[..at],
+        None => &text,
     };
-    error(offset, what)
+    // serde quotes the frame's own text (an unknown field's name, say): escaped, since the
+    // error reaches logs.
+    error(offset, crate::peer_text::escape(what).into_owned())
 }
 
 /// Appends JSON text to the output buffer; every write goes straight into it.
@@ -901,5 +903,18 @@ mod tests {
             assert!(matches!(e, EncodeError::Unrepresentable { index: 1, .. }), "{e}");
         }
         assert_eq!(out, b"kept");
+    }
+
+    #[test]
+    fn a_decode_error_quoting_the_frame_shows_its_control_characters_escaped() {
+        let mut codec = JsonCodec::new(Limits::default());
+        let mut out = Vec::new();
+        codec.encode(&header(), &[trade(1)], &mut out).unwrap();
+        // A message type of the peer's choosing, with an escape and a newline (JSON-escaped, so
+        // the frame is still one line).
+        let frame = String::from_utf8(out).unwrap().replace("trade_report", "\\u001b[2J\\nforged");
+        let e = codec.decode(frame.as_bytes(), |_| {}).unwrap_err();
+        assert!(!e.what.chars().any(char::is_control), "{e}");
+        assert!(e.what.contains("\\u{1b}[2J\\nforged"), "{e}");
     }
 }

@@ -27,6 +27,11 @@ pub const DATAGRAM_MAGIC: [u8; 4] = *b"MDRU";
 pub const MAX_RECORD: usize = 64 << 20;
 /// Largest UDP payload over IPv4: the most a relay datagram can hold, header included.
 pub const MAX_DATAGRAM: usize = 65_507;
+/// Longest reason a `REFUSE` or `BUSY` record carries, in bytes. A sender cuts a longer one (at
+/// the last whole UTF-8 character, [`control_record`] does it); a receiver reads at most this
+/// many bytes of a record that declares more, and takes them as the reason, escaped before it
+/// is printed ([`crate::peer_text`]).
+pub const MAX_REASON: usize = 256;
 
 /// Why relay bytes could not be read.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -466,8 +471,13 @@ impl RecordHeader {
 }
 
 /// A whole record without frames (FORMAT, END, REFUSE, BUSY, ECHO): header and payload. The
-/// payload must be shorter than [`MAX_RECORD`].
+/// payload must be shorter than [`MAX_RECORD`]; a `REFUSE` or `BUSY` reason is cut to
+/// [`MAX_REASON`] bytes.
 pub fn control_record(tag: RecordTag, format: Format, sequence: u64, payload: &[u8]) -> Vec<u8> {
+    let payload = match tag {
+        RecordTag::Refuse | RecordTag::Busy => crate::peer_text::cut_at_char(payload, MAX_REASON),
+        _ => payload,
+    };
     let length = u32::try_from(payload.len()).expect("control payloads are small");
     let header = RecordHeader { tag, format, frame_count: 0, length, sequence };
     let mut out = Vec::with_capacity(RecordHeader::LEN + payload.len());
@@ -735,6 +745,15 @@ mod tests {
         let record = control_record(RecordTag::Refuse, Format::Raw, 4, b"why");
         let header = RecordHeader::parse(&record, 100).unwrap();
         assert_eq!((header.tag, header.length, header.sequence, &record[16..]), (RecordTag::Refuse, 3, 4, &b"why"[..]));
+        // A reason past the limit is cut there, never inside a character; other payloads never.
+        let long = "é".repeat(MAX_REASON);
+        for tag in [RecordTag::Refuse, RecordTag::Busy] {
+            let record = control_record(tag, Format::Raw, 0, long.as_bytes());
+            assert_eq!(record.len() - RecordHeader::LEN, MAX_REASON, "{tag:?}");
+            assert!(std::str::from_utf8(&record[RecordHeader::LEN..]).is_ok(), "{tag:?}");
+        }
+        let end = control_record(RecordTag::End, Format::Raw, 0, long.as_bytes());
+        assert_eq!(end.len() - RecordHeader::LEN, long.len());
     }
 
     #[test]

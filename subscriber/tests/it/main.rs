@@ -9,6 +9,7 @@ mod common;
 mod cli;
 mod files;
 mod hostile;
+mod hostile_tcp;
 mod nats;
 mod record;
 mod recovery;

@@ -29,8 +29,8 @@ use crate::codec::{DEFAULT_MAX_FRAME, Format};
 use crate::relay::continuity::{Continuity, Verdict, Violation};
 use crate::relay::protect::{ProtectError, Protection, Protector, WireKey};
 use crate::relay::wire::{
-    Echo, HELLO_MAGIC, HandshakeError, Hello, MAX_RECORD, Purpose, RecordHeader, RecordTag, RelayError, Resume,
-    RetransmitRequest, Subscribe, Totals, parse_gone,
+    Echo, HELLO_MAGIC, HandshakeError, Hello, MAX_REASON, MAX_RECORD, Purpose, RecordHeader, RecordTag, RelayError,
+    Resume, RetransmitRequest, Subscribe, Totals, parse_gone,
 };
 use std::collections::VecDeque;
 use std::fmt;
@@ -44,9 +44,6 @@ pub const RECOVERY_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest answer record a recovery client takes. A publisher's records hold up to 64 KiB of
 /// frames, or one frame of a datagram's size at most.
 pub const MAX_ANSWER_RECORD: usize = 1 << 20;
-/// Longest reason read of a `BUSY` or `REFUSE` record sent instead of a greeting; a longer one
-/// is cut there.
-pub const MAX_REASON: usize = 4096;
 /// Echo bytes waiting to be written before further echoes are dropped (the publisher is not
 /// reading them); bounded so a stalled way back costs neither memory nor the data flow.
 pub const MAX_PENDING_ECHOES: usize = 1 << 20;
@@ -832,7 +829,7 @@ impl StreamConnection {
                 return;
             }
             let text = &self.buf.data()[RecordHeader::LEN..have.min(RecordHeader::LEN + length)];
-            let reason = String::from_utf8_lossy(text).into_owned();
+            let reason = reason_text(text, header.length);
             return self.close(if header.tag == RecordTag::Busy {
                 CloseReason::Busy(reason)
             } else {
@@ -999,7 +996,14 @@ impl StreamConnection {
         if data.len() < RecordHeader::LEN {
             return self.need(RecordHeader::LEN, RecordHeader::LEN);
         }
-        let header = match RecordHeader::parse(data, max) {
+        // A record that ends the connection with a reason may declare any length: only its
+        // start is read.
+        let parsed =
+            RecordHeader::parse(data, max).or_else(|error| match RecordHeader::parse(data, u32::MAX as usize) {
+                Ok(header) if ends_with_reason(&header, recovery) => Ok(header),
+                _ => Err(error),
+            });
+        let header = match parsed {
             Ok(h) => h,
             Err(error) => {
                 // The stream's framing is lost: only a new connection finds it again.
@@ -1009,6 +1013,26 @@ impl StreamConnection {
                 return self.events.pop_front();
             }
         };
+        if ends_with_reason(&header, recovery) {
+            // The connection ends here: the reason's first MAX_REASON bytes are all that is
+            // read of it, whatever length the header declares (or what came of it before the
+            // peer closed).
+            let want = RecordHeader::LEN + (header.length as usize).min(MAX_REASON);
+            if data.len() < want && self.input_end.is_none() {
+                return self.need(want, RecordHeader::LEN + MAX_REASON);
+            }
+            let want = want.min(data.len());
+            let reason = reason_text(&data[RecordHeader::LEN..want], header.length);
+            self.answered = true;
+            self.pending_consume = want;
+            self.consume_pending();
+            self.close(if header.tag == RecordTag::Busy {
+                CloseReason::Busy(reason)
+            } else {
+                CloseReason::Refused(reason)
+            });
+            return self.events.pop_front();
+        }
         let total = RecordHeader::LEN + header.length as usize;
         if data.len() < total {
             return self.need(total, RecordHeader::LEN + max);
@@ -1073,22 +1097,9 @@ impl StreamConnection {
                 self.close(CloseReason::End);
                 return self.events.pop_front();
             }
-            (RecordTag::Refuse, _) => {
-                let reason = String::from_utf8_lossy(payload).into_owned();
-                self.pending_consume = total;
-                self.consume_pending();
-                self.close(CloseReason::Refused(reason));
-                return self.events.pop_front();
-            }
-            (RecordTag::Busy, false) => {
-                let reason = String::from_utf8_lossy(payload).into_owned();
-                self.pending_consume = total;
-                self.consume_pending();
-                self.close(CloseReason::Busy(reason));
-                return self.events.pop_front();
-            }
             (RecordTag::Busy, true) => {
-                ConnectionEvent::Busy { first: header.sequence, reason: String::from_utf8_lossy(payload).into_owned() }
+                let shown = &payload[..payload.len().min(MAX_REASON)];
+                ConnectionEvent::Busy { first: header.sequence, reason: reason_text(shown, header.length) }
             }
             (RecordTag::Gone, true) => match parse_gone(payload) {
                 Ok(count) => ConnectionEvent::Gone { first: header.sequence, count },
@@ -1129,6 +1140,19 @@ impl StreamConnection {
         };
         Some(ConnectionEvent::Data { header, payload, payload_at })
     }
+}
+
+/// Whether a record ends the connection with a reason: a `REFUSE`, or a `BUSY` on a stream (on
+/// a recovery connection a `BUSY` answers one request, and the connection goes on).
+fn ends_with_reason(header: &RecordHeader, recovery: bool) -> bool {
+    header.tag == RecordTag::Refuse || (header.tag == RecordTag::Busy && !recovery)
+}
+
+/// A `REFUSE` or `BUSY` reason as it is kept and printed: the bytes read of it (at most
+/// [`MAX_REASON`]) escaped, and how long it was when the record declared more.
+fn reason_text(read: &[u8], declared: u32) -> String {
+    let text = crate::peer_text::from_bytes(read);
+    if read.len() < declared as usize { format!("{text} [the first {} of {declared} bytes]", read.len()) } else { text }
 }
 
 /// The text each program gives for a connection that ended for `reason`.

@@ -2,6 +2,7 @@
 //! record kind, records cut at every offset, resume, deadlines and violations.
 
 use super::*;
+use crate::peer_text::from_bytes;
 use crate::relay::client::testing::{feed, peer, random_cuts, record};
 use crate::relay::continuity::ViolationKind;
 use crate::relay::protect::KEY_LEN;
@@ -474,9 +475,9 @@ fn a_retransmission_service_may_say_busy_or_refuse_instead_of_greeting() {
     let refuse = record(RecordTag::Refuse, Format::Raw, 0, 0, b"no");
     let (_, conn) = run(recovery(), &refuse);
     assert_eq!(reason_of(&conn), "127.0.0.1:9100 refused the recovery connection: no");
-    // Cut short: the reason is what came.
+    // Cut short: the reason is what came, saying so.
     let (_, conn) = run(recovery(), &busy[..20]);
-    assert_eq!(reason_of(&conn), "127.0.0.1:9100 is busy: retr");
+    assert_eq!(reason_of(&conn), "127.0.0.1:9100 is busy: retr [the first 4 of 39 bytes]");
     let (_, conn) = run(recovery(), b"SSH-2.0-OpenSSH_9.6 and more");
     assert!(reason_of(&conn).ends_with("(check the recovery setting)"), "{}", reason_of(&conn));
     // A version-1 publisher has no retransmission service.
@@ -605,7 +606,41 @@ fn a_busy_or_refuse_reason_longer_than_the_limit_is_cut_there_and_still_understo
                 CloseReason::Busy(r) | CloseReason::Refused(r) => r.clone(),
                 other => panic!("{other:?}"),
             };
-            assert_eq!(reason.as_bytes(), &long[..MAX_REASON], "cut at MAX_REASON bytes");
+            let shown = format!("{} [the first {MAX_REASON} of {} bytes]", from_bytes(&long[..MAX_REASON]), long.len());
+            assert_eq!(reason, shown, "cut at MAX_REASON bytes, saying so");
+        }
+    }
+}
+
+#[test]
+fn a_refusal_on_the_stream_is_read_to_the_reason_limit_whatever_length_it_declares() {
+    let reason = "closed\n\x1b[2J for upgrade; ".repeat(40);
+    let reason = reason.as_bytes();
+    // 60 MiB, and a length past the record limit: both are refusals, of which 256 bytes are read.
+    for declared in [60u32 << 20, u32::MAX] {
+        for (tag, disposition) in [(RecordTag::Refuse, Disposition::Refused), (RecordTag::Busy, Disposition::Busy)] {
+            let mut conn = subscriber();
+            let mut bytes = greeting();
+            let header = RecordHeader { tag, format: Format::Sbe, frame_count: 0, length: declared, sequence: 0 };
+            bytes.extend(header.to_bytes());
+            bytes.extend(&reason[..MAX_REASON + 10]);
+            for cuts in [vec![], random_cuts(bytes.len(), u64::from(declared))] {
+                let mut conn_cut = subscriber();
+                feed(&mut conn_cut, &bytes, &cuts, 0, false);
+                let closed = conn_cut.closed().unwrap_or_else(|| panic!("{tag:?} of {declared}: not understood"));
+                assert_eq!(closed.reason.disposition(), disposition, "{closed:?}");
+                let (CloseReason::Refused(shown) | CloseReason::Busy(shown)) = &closed.reason else { panic!() };
+                let expected =
+                    format!("{} [the first {MAX_REASON} of {declared} bytes]", from_bytes(&reason[..MAX_REASON]));
+                assert_eq!(shown, &expected);
+                assert!(!shown.chars().any(char::is_control), "{shown:?}");
+                assert!(conn_cut.buffer_capacity() <= STREAM_READ_BUFFER, "the buffer never grew for the length");
+            }
+            // What came before the peer closed is the reason.
+            feed(&mut conn, &bytes[..Hello::LEN + RecordHeader::LEN + 20], &[], 0, true);
+            let closed = conn.closed().expect("closed");
+            assert_eq!(closed.reason.disposition(), disposition, "{closed:?}");
+            assert!(closed.why.contains(&format!("[the first 20 of {declared} bytes]")), "{}", closed.why);
         }
     }
 }

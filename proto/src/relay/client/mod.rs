@@ -16,7 +16,9 @@
 //!   (JetStream) ([`StoreSearch`]);
 //! - [`book`]: the missing frames and what became of them ([`RecoveryBook`]);
 //! - [`unseal`]: protected frames and datagrams opened before anything reads them;
-//! - [`buffer`]: the connection's read buffer, 8-aligned and grown only as bytes arrive.
+//! - [`buffer`]: the connection's read buffer, 8-aligned and grown only as bytes arrive;
+//! - [`quiet`]: input that gives the program nothing, bounded, so its caller always gets a turn
+//!   ([`Quiet`]).
 
 pub mod book;
 pub mod buffer;
@@ -24,6 +26,7 @@ pub mod connection;
 pub mod datagram;
 pub mod frames;
 pub mod lines;
+pub mod quiet;
 pub mod store;
 pub mod stream;
 #[cfg(test)]
@@ -41,6 +44,7 @@ pub use frames::{
     PayloadOutcome, Place, PlaceAt, ReaderConfig, ReaderMode,
 };
 pub use lines::{Line, LineReport, Lines, LinesReport};
+pub use quiet::Quiet;
 pub use store::{StoreSearch, StoreStep, Stored};
 pub use stream::{ClientAction, ClientCounts, ClientEvent, EndOfStream, Finish, StreamClient, StreamClientConfig};
 pub use unseal::{ProtectionCounts, Unsealer};

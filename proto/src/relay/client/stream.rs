@@ -20,12 +20,17 @@
 //!   relay cannot (its frames carry the first session's numbers) and stops.
 //! - **Frames.** `DATA` records go through the frame reader to the driver's visitor; echoes due
 //!   are queued on the connection.
+//! - **The caller's turn.** Records that give the program nothing (a `FORMAT` record of the
+//!   format in use, frames all skipped) are counted ([`Quiet`]); after a budget of them without
+//!   an event or a frame, [`ClientEvent::Quiet`] tells the driver to give its caller a turn, so
+//!   no peer can hold up a deadline, a report tick or a signal by what it sends.
 
 use super::connection::{
     CloseReason, Closed, ConnectionConfig, ConnectionCounts, ConnectionEvent, Disposition, ResumeAsked, ResumePlan,
     Role, STREAM_READ_BUFFER, StreamConnection,
 };
 use super::frames::{FrameReader, FrameVisitor, Origin, Payload, Place, ReaderConfig, ReaderMode};
+use super::quiet::Quiet;
 use crate::backoff::{Backoff, duration_ns};
 use crate::codec::{Format, SymbolFilter};
 use crate::relay::continuity::Violation;
@@ -251,6 +256,10 @@ pub enum ClientEvent {
         /// Wait before the next, ns.
         retry_in: i64,
     },
+    /// Records (or bytes) that gave the program nothing went on for a whole budget
+    /// ([`super::quiet`]): the driver gives its caller a turn (its runtime, its stop flag)
+    /// before it polls again. Nothing is lost.
+    Quiet,
     /// The stream is over.
     Finished(Finish),
 }
@@ -322,6 +331,8 @@ pub struct StreamClient {
     /// A version-1 publisher's missing resume was reported.
     warned_v1: bool,
     end: Option<EndOfStream>,
+    /// Records and bytes taken since the program was last given something.
+    quiet: Quiet,
     counts: ClientCounts,
 }
 
@@ -375,6 +386,7 @@ impl StreamClient {
             unreached_since: None,
             warned_v1: false,
             end: None,
+            quiet: Quiet::new(),
             counts: ClientCounts::default(),
         }
     }
@@ -615,6 +627,7 @@ impl StreamClient {
         self.now = now;
         if n > 0 {
             self.receive_time = receive_time;
+            self.quiet.received(n);
         }
         if let Some(conn) = self.conn() {
             conn.received(n, now);
@@ -685,7 +698,11 @@ impl StreamClient {
     pub fn poll_event<V: FrameVisitor + ?Sized>(&mut self, visitor: &mut V) -> Option<ClientEvent> {
         loop {
             if let Some(event) = self.events.pop_front() {
+                self.quiet.produced();
                 return Some(event);
+            }
+            if self.quiet.turn_due() {
+                return Some(ClientEvent::Quiet);
             }
             let relay = self.relay();
             let StreamClient {
@@ -703,6 +720,7 @@ impl StreamClient {
                 violations_without_frames,
                 unreached_since,
                 end,
+                quiet,
                 ..
             } = self;
             let (Phase::Connected { established_seen, streaming }, Some(conn)) = (phase, conn.as_deref_mut()) else {
@@ -736,6 +754,10 @@ impl StreamClient {
             }
             let stream_session = hello.map_or(0, |h| h.session);
             let mut ended = None;
+            // Whether the record gave the program something: an event (handed out next round,
+            // which counts it) or a frame or format for the visitor.
+            let events_before = events.len();
+            let mut gave = false;
             match event {
                 ConnectionEvent::Greeted { hello: greeting, resume, .. } => {
                     *hello = Some(greeting);
@@ -771,6 +793,7 @@ impl StreamClient {
                     }
                     if let Some(change) = reader.note_format(format) {
                         visitor.format_changed(change.from, change.to);
+                        gave = true;
                     }
                 }
                 ConnectionEvent::Resume { asked, offered } => {
@@ -796,6 +819,7 @@ impl StreamClient {
                     let outcome = reader.payload(p, visitor);
                     if outcome.decoded > 0 {
                         *violations_without_frames = None;
+                        gave = true;
                     }
                     if let Some(failed) = outcome.check_failed {
                         let at = payload_at.saturating_add(failed.at.1);
@@ -835,6 +859,11 @@ impl StreamClient {
                 // Answers of a recovery connection: never on a stream connection.
                 ConnectionEvent::Gone { .. } | ConnectionEvent::Busy { .. } => {}
                 ConnectionEvent::Closed(closed) => ended = Some(closed),
+            }
+            if gave {
+                quiet.produced();
+            } else if events.len() == events_before {
+                quiet.took();
             }
             if let Some(closed) = ended {
                 self.closed(closed);

@@ -617,3 +617,38 @@ fn a_subscriber_told_busy_at_every_connection_gives_up_when_its_limit_passes() {
     assert!(why.contains("at its limit; retry later"), "{why}");
     assert!(why.contains("still busy after 1.5 s of attempts (give up after 2s)"), "{why}");
 }
+
+#[test]
+fn records_that_give_nothing_owe_the_caller_a_turn_after_each_budget_and_frames_start_it_over() {
+    use crate::relay::client::quiet::QUIET_UNITS;
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 2);
+    let mut client = subscriber();
+    let mut notes = Notes::default();
+    client.poll_action(0);
+    client.connected(peer(), 0);
+    // FORMAT records of the format in use give nothing: three budgets' worth and a few, a frame,
+    // then one record short of a budget, and another frame.
+    let mut bytes = Hello::new(Format::Sbe, SESSION, 1, 1).to_bytes().to_vec();
+    for _ in 0..3 * QUIET_UNITS + 10 {
+        bytes.extend(record(RecordTag::Format, Format::Sbe, 0, 1, &[]));
+    }
+    bytes.extend(record(RecordTag::Data, Format::Sbe, 1, 1, &frames[0]));
+    for _ in 0..QUIET_UNITS - 1 {
+        bytes.extend(record(RecordTag::Format, Format::Sbe, 0, 2, &[]));
+    }
+    bytes.extend(record(RecordTag::Data, Format::Sbe, 1, 2, &frames[1]));
+    let (events, _) = drive(&mut client, &bytes, &[], 0, false, &mut notes);
+    let turns: Vec<usize> =
+        events.iter().enumerate().filter(|(_, e)| matches!(e, ClientEvent::Quiet)).map(|(i, _)| i).collect();
+    assert_eq!(turns.len(), 3, "a turn per {QUIET_UNITS} records that gave nothing: {turns:?}");
+    assert_eq!(notes.sequences(), [1, 2], "nothing is lost");
+    // One record of 3 MiB that gives nothing: a turn per MiB received, before it is whole.
+    let mut client = subscriber();
+    client.poll_action(0);
+    client.connected(peer(), 0);
+    let mut bytes = Hello::new(Format::Sbe, SESSION, 1, 1).to_bytes().to_vec();
+    bytes.extend(record(RecordTag::Format, Format::Sbe, 0, 1, &vec![0u8; 3 << 20]));
+    let (events, _) = drive(&mut client, &bytes, &[], 0, false, &mut notes);
+    let turns = events.iter().filter(|e| matches!(e, ClientEvent::Quiet)).count();
+    assert!((2..=3).contains(&turns), "{turns} turns for 3 MiB: {events:?}");
+}

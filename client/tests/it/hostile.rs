@@ -1,0 +1,159 @@
+//! Against peers that greet correctly and then misbehave, made here with std::net on loopback:
+//! one that sends records producing nothing, without end (a `FORMAT` record of the format in
+//! use, over and over), which must not hold up the caller's deadline; and ones that refuse with
+//! a reason that is huge, or that holds newlines and terminal escapes, which must be bounded in
+//! memory and escaped wherever it is shown.
+
+use mdrelay_client::{Builder, Error, Waited};
+use mdrelay_harness::alloc::count_allocations;
+use mdrelay_harness::{STEP, accept_within, shared};
+use mdrelay_proto::codec::Format;
+use mdrelay_proto::relay::{Hello, MAX_REASON, RecordHeader, RecordTag, Subscribe, control_record};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+const SESSION: u64 = 0x5e55;
+/// The longest a flood goes on: far longer than any wait below should take.
+const FLOOD: Duration = Duration::from_secs(8);
+
+/// How a hostile peer's connection ended.
+#[derive(Debug)]
+struct Flooded {
+    /// Bytes it sent.
+    bytes: u64,
+    /// It stopped at its time limit, the subscriber still connected.
+    ran_out: bool,
+}
+
+/// A peer that greets one subscriber as the publisher of `SESSION`, reads its answer, then
+/// writes `first` once and `record` over and over, until the subscriber leaves or `FLOOD`
+/// passes.
+fn flooding_publisher(first: Vec<u8>, record: Vec<u8>) -> (SocketAddr, JoinHandle<Flooded>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let peer = std::thread::spawn(move || {
+        let mut s = accept_within(&listener, STEP);
+        s.set_read_timeout(Some(STEP)).unwrap();
+        s.write_all(&Hello::new(Format::Sbe, SESSION, 1, 1).to_bytes()).unwrap();
+        let mut answer = [0u8; Subscribe::V2_LEN];
+        s.read_exact(&mut answer).unwrap();
+        Subscribe::parse(&answer).expect("a subscriber's answer");
+        s.write_all(&first).unwrap();
+        let burst: Vec<u8> = record.iter().copied().cycle().take(record.len() * (1 << 16)).collect();
+        let started = Instant::now();
+        let mut bytes = first.len() as u64;
+        while started.elapsed() < FLOOD {
+            match s.write(&burst) {
+                Ok(n) => bytes += n as u64,
+                Err(_) => return Flooded { bytes, ran_out: false },
+            }
+        }
+        Flooded { bytes, ran_out: true }
+    });
+    (addr, peer)
+}
+
+#[test]
+fn records_that_produce_nothing_sent_without_end_do_not_hold_up_the_callers_deadline() {
+    let _shared = shared();
+    let format = control_record(RecordTag::Format, Format::Sbe, 1, &[]);
+    let (addr, peer) = flooding_publisher(format.clone(), format);
+    let mut subscriber = Builder::tcp(addr.to_string()).build().unwrap();
+    let started = Instant::now();
+    let wait = Duration::from_millis(100);
+    let (mut longest, mut timed_out) = (Duration::ZERO, 0);
+    // Five waits that time out while the flood goes on: each returns within its deadline.
+    while timed_out < 5 && started.elapsed() < FLOOD {
+        let asked = Instant::now();
+        let waited = subscriber.next_event_timeout(wait).unwrap();
+        longest = longest.max(asked.elapsed());
+        match waited {
+            Waited::TimedOut => timed_out += 1,
+            Waited::Event(_) => {}
+            Waited::Finished => panic!("the stream ended"),
+        }
+    }
+    let received = subscriber.counters().bytes;
+    subscriber.close();
+    let flooded = peer.join().unwrap();
+    eprintln!(
+        "next_event_timeout({wait:?}) took {longest:?} at most over {timed_out} timeouts; {received} bytes received"
+    );
+    assert!(
+        longest < Duration::from_secs(1),
+        "next_event_timeout({wait:?}) returned after {longest:?} at most, while the peer sent {} MB of records \
+         producing nothing ({flooded:?}, {timed_out} timeouts)",
+        flooded.bytes >> 20
+    );
+    assert!(!flooded.ran_out && received > 1 << 20, "the waits timed out during the flood: {flooded:?}, {received}");
+}
+
+/// A peer that greets, reads the answer and refuses the subscription with `reason` (the record
+/// declaring `declared` bytes of it), then holds the connection until the subscriber leaves.
+fn refusing_publisher(reason: Vec<u8>, declared: u32) -> (SocketAddr, JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let peer = std::thread::spawn(move || {
+        let mut s = accept_within(&listener, STEP);
+        s.set_read_timeout(Some(STEP)).unwrap();
+        s.write_all(&Hello::new(Format::Sbe, SESSION, 1, 1).to_bytes()).unwrap();
+        let mut answer = [0u8; Subscribe::V2_LEN];
+        s.read_exact(&mut answer).unwrap();
+        let header =
+            RecordHeader { tag: RecordTag::Refuse, format: Format::Sbe, frame_count: 0, length: declared, sequence: 0 };
+        // The subscriber may leave after the first bytes: what it does not read is not sent.
+        let _ = s.write_all(&header.to_bytes()).and_then(|()| s.write_all(&reason));
+        let _ = s.read_to_end(&mut Vec::new());
+    });
+    (addr, peer)
+}
+
+/// The error the subscriber ends with, and the largest single allocation made meanwhile.
+fn refused_by(reason: Vec<u8>, declared: u32) -> (Error, usize) {
+    let (addr, peer) = refusing_publisher(reason, declared);
+    let (error, allocations) = count_allocations(|| {
+        let mut subscriber = Builder::tcp(addr.to_string()).build().unwrap();
+        let started = Instant::now();
+        loop {
+            assert!(started.elapsed() < STEP, "no refusal within {STEP:?}");
+            match subscriber.next_event() {
+                Ok(Some(_)) => {}
+                Ok(None) => panic!("the stream ended without the refusal"),
+                Err(error) => break error,
+            }
+        }
+    });
+    peer.join().unwrap();
+    (error, allocations.largest)
+}
+
+#[test]
+fn a_refusal_with_a_60_mib_reason_is_read_to_its_limit_and_no_further() {
+    let _shared = shared();
+    let reason: Vec<u8> = b"closed for maintenance; ".iter().copied().cycle().take(60 << 20).collect();
+    let (error, largest) = refused_by(reason.clone(), reason.len() as u32);
+    eprintln!("largest single allocation: {largest} bytes");
+    let Error::Refused { reason: shown, .. } = &error else { panic!("{error:?}") };
+    let kept = String::from_utf8_lossy(&reason[..MAX_REASON]);
+    assert!(shown.starts_with(&*kept), "the reason's first {MAX_REASON} bytes: {shown:.400}");
+    assert!(shown.len() < 2 * MAX_REASON, "{} bytes of reason shown", shown.len());
+    assert!(shown.contains(&(60u32 << 20).to_string()), "says how long it was: {shown}");
+    assert!(largest < 1 << 20, "largest single allocation {largest} bytes, for a reason of 60 MiB");
+}
+
+#[test]
+fn a_refusal_reason_with_newlines_and_terminal_escapes_is_shown_escaped() {
+    let _shared = shared();
+    let forged = "upgrade\n2025-01-01T00:00:00.000000Z ERROR mdrelay_sub: forged line\r\x1b[2J\x1b]0;owned\x07";
+    let (error, _) = refused_by(forged.as_bytes().to_vec(), forged.len() as u32);
+    let shown = error.to_string();
+    assert!(!shown.chars().any(char::is_control), "control characters reach the error's text: {shown:?}");
+    assert!(
+        shown.contains(
+            r"upgrade\n2025-01-01T00:00:00.000000Z ERROR mdrelay_sub: forged line\r\u{1b}[2J\u{1b}]0;owned\u{7}"
+        ),
+        "{shown}"
+    );
+}
