@@ -7,6 +7,7 @@
 mod common;
 
 mod cli;
+mod exit_status;
 mod hostile;
 mod nats;
 mod record;
