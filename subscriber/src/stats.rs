@@ -401,6 +401,13 @@ impl Report {
         if totals.truncated {
             why.push_str("; the END says the stream was cut short (a relay that lost its upstream)");
         }
+        if self.publisher_restarts > 0 {
+            why.push_str(&format!(
+                "; the publisher restarted {} time(s): the counts span its sessions, and an earlier one ended \
+                 without its END",
+                self.publisher_restarts
+            ));
+        }
         Some(why)
     }
 }
