@@ -492,7 +492,10 @@ fn the_readme_two_host_steps_run_as_written() {
         }
         for (command, program) in running.drain(..) {
             let done = program.finish(RUN);
-            assert_eq!(done.code(), Some(0), "{command}: {done:?}");
+            // The subscriber under loss ends with the END and frames missing: 5, as the README
+            // says (stream incomplete).
+            let status = if command.contains("sub-loss.json") { 5 } else { 0 };
+            assert_eq!(done.code(), Some(status), "{command}: {done:?}");
         }
         let done = readme_command(work.path(), &prefix, step).finish(Duration::from_secs(300));
         assert_eq!(done.code(), Some(0), "{step}: {done:?}");
