@@ -156,6 +156,10 @@ async fn run(settings: Settings, build_info: Option<metrics::Gauge>) -> ExitStat
         }
     };
     let report = pipeline.finish(stop_reason);
+    // A run that otherwise ended well but did not get the whole stream its END counts says so
+    // in its status, so a script or a service manager can tell without reading the report.
+    let incomplete = if code == ExitStatus::Success { report.incomplete() } else { None };
+    let code = if incomplete.is_some() { ExitStatus::Incomplete } else { code };
     // A recording that stopped on a write error (a full disk) did not stop the run, whose
     // report is whole; the exit code still says the file is not.
     let code = if report.record.as_ref().is_some_and(|r| r.error.is_some()) { failed(code) } else { code };
@@ -169,6 +173,9 @@ async fn run(settings: Settings, build_info: Option<metrics::Gauge>) -> ExitStat
         eprint!("{text}");
     } else {
         print!("{text}");
+    }
+    if let Some(why) = &incomplete {
+        eprintln!("mdrelay-sub: stream incomplete (exit status {}): {why}", ExitStatus::Incomplete.code());
     }
     let json = match serde_json::to_string_pretty(&report) {
         Ok(j) => j,

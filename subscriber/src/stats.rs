@@ -173,6 +173,22 @@ impl Stats {
         )
     }
 
+    /// Whether everything the publisher sent this subscriber arrived and decoded (see
+    /// [`Report::stream_complete`]); `from_start`: the run asked for the session from its first
+    /// frame.
+    fn stream_complete(&self, c: &Counters, from_start: bool) -> Option<bool> {
+        let totals = c.publisher_totals.as_ref()?;
+        Some(match c.late_join {
+            None => self.totals_match(Some(totals), None) == Some(true),
+            // It asked for the session from its first frame, and that frame never came.
+            Some(_) if from_start => false,
+            // Joined mid-stream: owed only what was sent from its first frame on, so nothing
+            // may be missing from there to the END (given-up frames are missing too), and every
+            // frame must have decoded. The END's totals count frames it was never owed.
+            Some(_) => !totals.truncated && c.lost == 0 && self.decode_errors == 0,
+        })
+    }
+
     /// The final report (call [`Stats::end_interval`] first, so the last interval counts), with
     /// what the subscriber counted besides (`counters`: the transport's, the frame accounting,
     /// recovery, the lines).
@@ -180,6 +196,7 @@ impl Stats {
         let symbols = self.aggregator.active();
         let late_join = counters.late_join;
         let c = counters;
+        let stream_complete = self.stream_complete(c, run.from_start.is_some());
         Report {
             total_trade_volume: symbols.iter().map(|(_, a)| a.trade_volume).sum(),
             symbols_with_trades_or_quotes: symbols.len() as u64,
@@ -199,6 +216,7 @@ impl Stats {
             late_join_sequence: late_join,
             publisher_totals: c.publisher_totals.clone(),
             totals_match: self.totals_match(c.publisher_totals.as_ref(), late_join),
+            stream_complete,
             latency_ns: LatencySummary::of(&self.latency),
             reconnects: c.reconnects,
             resumes: c.resumes,
@@ -296,6 +314,14 @@ pub struct Report {
     /// not say the stream was truncated (a relay that lost its upstream), and frames, messages
     /// and messages by type equal the publisher's totals.
     pub totals_match: Option<bool>,
+    /// The verdict on the stream, which the exit status follows: `null` without an END (the
+    /// run stopped first, by a signal, `--duration` or `--count`: nothing to judge against);
+    /// else true when everything the publisher sent this subscriber arrived and decoded. That
+    /// is `totals_match`, except for a subscriber that joined late without `--from-start`: it
+    /// was never owed the frames before its first, so it is complete when none is missing from
+    /// there to the END, none failed to decode and the END does not say the stream was
+    /// truncated. False ends the run with exit status 5 ([`Report::incomplete`] says why).
+    pub stream_complete: Option<bool>,
     /// One-way latency.
     pub latency_ns: LatencySummary,
     /// Connections re-established after a loss (TCP; NATS, to any server of the cluster).
@@ -346,6 +372,44 @@ pub struct Report {
     pub warnings_suppressed: u64,
     /// `--record`: what was written to the capture file; `null` when not recording.
     pub record: Option<crate::record::RecordReport>,
+}
+
+impl Report {
+    /// Why the stream is incomplete (`stream_complete` false), in a line of figures; `None`
+    /// when it is complete or there is no verdict.
+    pub fn incomplete(&self) -> Option<String> {
+        if self.stream_complete != Some(false) {
+            return None;
+        }
+        let totals = self.publisher_totals.as_ref()?;
+        let mut why = match (self.late_join_sequence, &self.from_start) {
+            (Some(first), Some(_)) => {
+                format!("asked for the session from its first frame, and the first received was frame {first}")
+            }
+            (Some(first), None) => format!("joined at frame {first}; frames missing since {}", self.gaps),
+            (None, _) => format!(
+                "frames {} of the publisher's {}, messages {} of its {}; frames missing {}",
+                self.frames, totals.frames, self.messages, totals.messages, self.gaps
+            ),
+        };
+        let given_up = self.recovery.frames_unrecoverable;
+        for (what, n) in [("given up", given_up), ("undecodable", self.decode_errors)] {
+            if n > 0 {
+                why.push_str(&format!(", {what} {n}"));
+            }
+        }
+        if totals.truncated {
+            why.push_str("; the END says the stream was cut short (a relay that lost its upstream)");
+        }
+        if self.publisher_restarts > 0 {
+            why.push_str(&format!(
+                "; the publisher restarted {} time(s): the counts span its sessions, and an earlier one ended \
+                 without its END",
+                self.publisher_restarts
+            ));
+        }
+        Some(why)
+    }
 }
 
 /// `symbols` as `inspect` writes it: a map from symbol text to its aggregate.
@@ -474,6 +538,9 @@ impl fmt::Display for Report {
                 if self.totals_match == Some(true) { "yes" } else { "no" }
             )?,
         }
+        if let Some(why) = self.incomplete() {
+            writeln!(f, "  stream INCOMPLETE: {why}")?;
+        }
         let l = &self.latency_ns;
         let h = |v: Option<u64>| v.map_or_else(|| "-".to_string(), human_ns);
         writeln!(
@@ -571,8 +638,51 @@ mod tests {
         assert_eq!(json["symbols"]["B"]["trade_volume"], 7);
         assert_eq!(json["late_join_sequence"], serde_json::Value::Null);
         assert!(report.to_string().contains("match yes"));
+        assert_eq!(report.stream_complete, Some(true));
+        assert_eq!(report.incomplete(), None);
         // The same counts against a truncated stream's END (a relay that lost its upstream).
         counters.publisher_totals.as_mut().unwrap().truncated = true;
         assert_eq!(stats.totals_match(counters.publisher_totals.as_ref(), None), Some(false));
+        assert_eq!(stats.stream_complete(&counters, false), Some(false));
+    }
+
+    #[test]
+    fn the_verdict_needs_an_end_and_judges_a_late_joiner_from_where_it_joined() {
+        let mut stats = Stats::new(None);
+        stats.message(&trade("A", 5));
+        stats.frame_decoded(100, 200);
+        stats.end_interval();
+        let mut counters = Counters::default();
+        // No END: no verdict, whatever is missing.
+        counters.lost = 3;
+        assert_eq!(stats.stream_complete(&counters, false), None);
+        // An END counting more frames than came.
+        counters.publisher_totals =
+            Some(Totals { frames: 4, messages: 4, by_type: [(b'T', 4)].into_iter().collect(), truncated: false });
+        assert_eq!(stats.stream_complete(&counters, false), Some(false));
+        // Joined at frame 4, the session's last: owed that frame only, and it came.
+        counters.lost = 0;
+        counters.late_join = Some(4);
+        assert_eq!(stats.stream_complete(&counters, false), Some(true));
+        // ... unless it asked for the session from its first frame.
+        assert_eq!(stats.stream_complete(&counters, true), Some(false));
+        // A late joiner missing a frame after it joined, or whose END says truncated.
+        counters.lost = 1;
+        assert_eq!(stats.stream_complete(&counters, false), Some(false));
+        counters.lost = 0;
+        counters.publisher_totals.as_mut().unwrap().truncated = true;
+        assert_eq!(stats.stream_complete(&counters, false), Some(false));
+        let run = RunInfo {
+            transport: "test".into(),
+            stop_reason: "end",
+            elapsed: Duration::from_secs(1),
+            latency_mode: "one-way",
+            from_start: None,
+            jetstream_repair: false,
+        };
+        let report = stats.report(&counters, run);
+        let why = report.incomplete().unwrap();
+        assert!(why.contains("joined at frame 4") && why.contains("cut short"), "{why}");
+        assert!(report.to_string().contains("stream INCOMPLETE: joined at frame 4"), "{report}");
     }
 }

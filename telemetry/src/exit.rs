@@ -22,13 +22,29 @@ pub enum ExitStatus {
     Refused,
     /// 4: a relay's upstream publisher was lost for good; a restart reconnects.
     UpstreamLost,
+    /// 5: the subscriber's stream ended (its END came) without all of it: frames missing or
+    /// given up, counts that differ from the END's, or a stream cut short. Running again does
+    /// not bring that stream's frames back.
+    Incomplete,
     /// 130: a second SIGINT or SIGTERM stopped the publisher at once.
     Interrupted,
 }
 
 impl ExitStatus {
     /// Every status, in the order of the table.
-    pub const ALL: [ExitStatus; 6] = [
+    pub const ALL: [ExitStatus; 7] = [
+        ExitStatus::Success,
+        ExitStatus::Failure,
+        ExitStatus::Config,
+        ExitStatus::Refused,
+        ExitStatus::UpstreamLost,
+        ExitStatus::Incomplete,
+        ExitStatus::Interrupted,
+    ];
+
+    /// The statuses `mdrelay-pub` ends with: it judges no stream it receives by its END (a
+    /// relay hands its upstream's END on, with the truncation flag, to its own subscribers).
+    pub const PUBLISHER: &'static [ExitStatus] = &[
         ExitStatus::Success,
         ExitStatus::Failure,
         ExitStatus::Config,
@@ -37,13 +53,10 @@ impl ExitStatus {
         ExitStatus::Interrupted,
     ];
 
-    /// The statuses `mdrelay-pub` ends with.
-    pub const PUBLISHER: &'static [ExitStatus] = &ExitStatus::ALL;
-
     /// The statuses `mdrelay-sub` ends with: it has no upstream of its own, and one signal
     /// always ends it with its report.
     pub const SUBSCRIBER: &'static [ExitStatus] =
-        &[ExitStatus::Success, ExitStatus::Failure, ExitStatus::Config, ExitStatus::Refused];
+        &[ExitStatus::Success, ExitStatus::Failure, ExitStatus::Config, ExitStatus::Refused, ExitStatus::Incomplete];
 
     /// The exit code.
     pub const fn code(self) -> u8 {
@@ -53,6 +66,7 @@ impl ExitStatus {
             ExitStatus::Config => 2,
             ExitStatus::Refused => 3,
             ExitStatus::UpstreamLost => 4,
+            ExitStatus::Incomplete => 5,
             ExitStatus::Interrupted => 130,
         }
     }
@@ -72,14 +86,19 @@ impl ExitStatus {
             ExitStatus::UpstreamLost => {
                 "upstream lost for good: a relay's upstream not reached within give_up_after, or restarted"
             }
+            ExitStatus::Incomplete => {
+                "stream incomplete: the END's totals were not met (frames missing or given up, counts that differ)"
+            }
             ExitStatus::Interrupted => "stopped at once by a second SIGINT or SIGTERM, without the stream's END",
         }
     }
 
-    /// Whether running the program again, unchanged, may end otherwise: false for a
-    /// configuration error and a refusal, which the units therefore do not restart.
+    /// Whether running the program again, unchanged, may mend what the status reports: false
+    /// for a configuration error and a refusal, which would only happen again, and for an
+    /// incomplete stream, which is over (running again does not bring its frames back, and
+    /// would write over its report); the units therefore do not restart these.
     pub const fn restart_mends(self) -> bool {
-        !matches!(self, ExitStatus::Config | ExitStatus::Refused)
+        !matches!(self, ExitStatus::Config | ExitStatus::Refused | ExitStatus::Incomplete)
     }
 
     /// The status `error` carries: the outermost one given with [`WithExitStatus::exit_status`],

@@ -3,12 +3,16 @@
 //! The exporter (metrics-exporter-prometheus) renders the text format; the endpoint serves it
 //! over HTTP (hyper), with `/healthz` and `/readyz` beside it, from a thread and runtime of its
 //! own, so a scrape never competes with a program's hot loop or its runtime, and a slow or
-//! stuck scraper holds up nothing but itself. Updates on the hot paths are atomic
-//! operations on handles taken once; rendering happens only when scraped.
+//! stuck scraper holds up nothing but itself. Its connections are few and short ([`endpoint`]:
+//! one request each, in time, at most [`MAX_CONNECTIONS`] at once), so no client can exhaust
+//! the process's file descriptors or memory. Updates on the hot paths are atomic operations on
+//! handles taken once; rendering happens only when scraped.
+
+pub mod endpoint;
+
+pub use endpoint::{ANSWER_TIMEOUT, EndpointLimits, MAX_CONNECTIONS, REQUEST_TIMEOUT};
 
 use anyhow::{Context, Result, bail};
-use http_body_util::Full;
-use hyper::body::Bytes;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use metrics_util::MetricKindMask;
 use serde::Deserialize;
@@ -93,7 +97,8 @@ impl MetricsSection {
 ///
 /// The endpoint answers `GET /metrics` (the scrape), `/healthz` (200 while the process runs) and
 /// `/readyz` (200 while it does its job, see [`crate::service::is_ready`]; 503 before and after),
-/// for load balancers and orchestrators; anything else is 404.
+/// for load balancers and orchestrators; anything else is 404. Each connection serves one
+/// request within the limits of [`EndpointLimits::for_this_process`] (see [`endpoint`]).
 ///
 /// Returns `mdrelay_build_info{program, version, revision}` (`0.1.0`, and the git commit built),
 /// set to 1: the caller sets it again with its other gauges, since a gauge not set for
@@ -114,13 +119,14 @@ pub fn serve(
         .build_recorder();
     let handle = recorder.handle();
     metrics::set_global_recorder(recorder).map_err(|e| anyhow::anyhow!("metrics: {e}"))?;
+    let limits = EndpointLimits::for_this_process();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("metrics: cannot start the endpoint's runtime")?;
     std::thread::Builder::new()
         .name("mdrelay-metrics".into())
-        .spawn(move || runtime.block_on(endpoint(listener, handle)))
+        .spawn(move || runtime.block_on(serve_endpoint(listener, handle, limits)))
         .context("metrics: cannot start the endpoint's thread")?;
     metrics::describe_gauge!(
         "mdrelay_build_info",
@@ -129,26 +135,20 @@ pub fn serve(
     let info =
         metrics::gauge!("mdrelay_build_info", "program" => program, "version" => version, "revision" => revision);
     info.set(1.0);
-    tracing::info!(listen = %settings.listen, "serving Prometheus metrics, /healthz and /readyz");
+    tracing::info!(
+        listen = %settings.listen,
+        max_connections = limits.max_connections,
+        request_timeout = ?limits.request_timeout,
+        "serving Prometheus metrics, /healthz and /readyz"
+    );
     Ok(info)
 }
 
 /// How often the exporter drops idle gauges and rolls its buckets over.
 const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 
-/// Serves the endpoint: a connection per task, so a scraper that connects and goes silent holds
-/// up nobody but itself.
-async fn endpoint(listener: std::net::TcpListener, handle: PrometheusHandle) {
-    let listener = match tokio::net::TcpListener::from_std(listener) {
-        Ok(listener) => listener,
-        Err(error) => {
-            tracing::error!(%error, "metrics endpoint: cannot take the listener");
-            return;
-        }
-    };
-    // The process's CPU, memory and descriptors, read from /proc when scraped.
-    let process = std::sync::Arc::new(metrics_process::Collector::default());
-    process.describe();
+/// Runs the endpoint, and the exporter's upkeep beside it.
+async fn serve_endpoint(listener: std::net::TcpListener, handle: PrometheusHandle, limits: EndpointLimits) {
     let upkeep = handle.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(UPKEEP_EVERY);
@@ -157,46 +157,7 @@ async fn endpoint(listener: std::net::TcpListener, handle: PrometheusHandle) {
             upkeep.run_upkeep();
         }
     });
-    loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(error) => {
-                // Out of descriptors, say: try again shortly instead of spinning.
-                tracing::warn!(%error, "metrics endpoint: accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let handle = handle.clone();
-        let process = process.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
-                let path = request.uri().path();
-                if path == "/metrics" {
-                    process.collect();
-                }
-                let response = respond(&handle, path);
-                std::future::ready(Ok::<_, std::convert::Infallible>(response))
-            });
-            let io = hyper_util::rt::TokioIo::new(stream);
-            let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
-        });
-    }
-}
-
-/// The answer to a GET of `path`.
-fn respond(handle: &PrometheusHandle, path: &str) -> hyper::Response<Full<Bytes>> {
-    let (status, content_type, body) = match path {
-        "/metrics" => (200, "text/plain; version=0.0.4", handle.render()),
-        "/healthz" => (200, "text/plain", "ok\n".to_string()),
-        "/readyz" if crate::service::is_ready() => (200, "text/plain", "ready\n".to_string()),
-        "/readyz" => (503, "text/plain", "not ready\n".to_string()),
-        _ => (404, "text/plain", "not found: try /metrics, /healthz or /readyz\n".to_string()),
-    };
-    let mut response = hyper::Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
-    response.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static(content_type));
-    response
+    endpoint::run(listener, handle, limits).await;
 }
 
 /// Keeps the process (and so the endpoint) up for `hold` after the run, so the next scrape sees

@@ -13,6 +13,7 @@ mod live_feed;
 mod logs;
 mod lossy_hosts;
 mod metrics;
+mod metrics_hostile;
 mod nats;
 mod nats_chain;
 mod nats_cluster;

@@ -60,10 +60,13 @@ fn subscriber(url: &str, json: &Path) -> Process {
     process
 }
 
-/// The subscriber's report, after a successful exit.
+/// The subscriber's report, after checking its exit status says what the report does: 5
+/// (stream incomplete) when its verdict on the stream is false, else 0.
 fn report(finished: Finished, json: &Path) -> Value {
-    assert_eq!(finished.code(), Some(0), "{finished:?}");
-    json_file(json)
+    let report = json_file(json);
+    let status = if report["stream_complete"] == false { 5 } else { 0 };
+    assert_eq!(finished.code(), Some(status), "{finished:?}");
+    report
 }
 
 /// The subscriber got the whole of `reference`, and the publisher's END agrees with it.

@@ -7,6 +7,7 @@
 mod common;
 
 mod cli;
+mod exit_status;
 mod files;
 mod hostile;
 mod hostile_tcp;

@@ -224,8 +224,11 @@ fn over_udp_the_recording_holds_exactly_the_frames_taken() {
         ],
     );
     publisher.finish(RUN).assert_success();
-    subscriber.finish(STEP).assert_success();
+    let finished = subscriber.finish(STEP);
     let report = json_file(&json);
+    // Frames lost on a loaded machine make the stream incomplete (5), and only then.
+    let status = if report["gaps"] == 0 { 0 } else { 5 };
+    assert_eq!(finished.code(), Some(status), "{finished:?}");
     assert_recorded_all(&report, "over UDP");
     let inspected = inspect(&record);
     assert_sound(&inspected, "over UDP");
