@@ -236,10 +236,11 @@ fn the_endpoints_count_what_the_final_reports_say_through_a_format_switch() {
             "the dashboard queries {name}, which neither program serves; served: {served:?}"
         );
     }
-    // And every series an alert reads.
+    // And every series an alert reads (the NATS output's are checked where it runs, in
+    // tests/it/nats_hostile.rs).
     let alerted = alert_queries();
     assert!(alerted.len() >= 5, "the alerts read too little: {alerted:?}");
-    for name in &alerted {
+    for name in alerted.iter().filter(|n| !n.starts_with("mdrelay_pub_nats_")) {
         assert!(served.contains(name), "an alert reads {name}, which neither program serves; served: {served:?}");
     }
 }
