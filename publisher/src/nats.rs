@@ -633,6 +633,9 @@ enum Outcome {
     Ours,
     /// The stream holds another message under its id.
     Taken,
+    /// The message under its id could not be read back (the reason): taken for this one's own
+    /// copy, as every duplicate was before ids were checked, rather than published again for ever.
+    Unchecked(String),
     /// No stream answered (no responders, or no acknowledgement in time): published again, and
     /// the stream looked up (deleted, or a leader being elected).
     Unanswered(String),
@@ -772,6 +775,18 @@ impl Publisher {
             Outcome::Ours => {
                 stored(&flight, unstored);
                 counters.duplicates.fetch_add(1, Ordering::Relaxed);
+                return Ok(None);
+            }
+            Outcome::Unchecked(reason) => {
+                stored(&flight, unstored);
+                counters.duplicates.fetch_add(1, Ordering::Relaxed);
+                if mdrelay_proto::warn::allow("nats duplicate unchecked") {
+                    tracing::warn!(
+                        error = %reason,
+                        stream = %self.settings.stream,
+                        "a duplicate acknowledgement could not be checked, and is taken for this message's own copy; the publisher's NATS user needs $JS.API.STREAM.MSG.GET.<stream> to tell it from a message that took its id"
+                    );
+                }
                 return Ok(None);
             }
             Outcome::Duplicate(sequence) => self.read_back(flight, sequence),
@@ -940,10 +955,11 @@ impl Publisher {
                     }
                 }
                 Ok(Ok(None)) => Outcome::Taken,
-                Ok(Err(e)) => Outcome::Again(format!("reading back message {sequence} of the stream: {e}"), RETRY_WAIT),
-                Err(_) => {
-                    Outcome::Again(format!("reading back message {sequence} of the stream: no answer"), RETRY_WAIT)
-                }
+                Ok(Err(e)) => Outcome::Unchecked(format!("reading back message {sequence} of the stream: {e}")),
+                Err(_) => Outcome::Unchecked(format!(
+                    "reading back message {sequence} of the stream: no answer within {} s",
+                    ACK_TIMEOUT.as_secs()
+                )),
             };
             (flight, outcome)
         }
