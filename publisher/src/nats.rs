@@ -212,10 +212,14 @@ impl NatsOut {
         };
         let task_failure = failure.clone();
         let handle = tokio::spawn(async move {
-            if let Err(e) = task.run(rx, end_rx).await {
+            let mut rx = rx;
+            if let Err(e) = task.run(&mut rx, end_rx).await {
                 tracing::error!(error = %format!("{e:#}"), "NATS publishing stopped");
                 *task_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
             }
+            // Closed only now: the hot thread finds the queue closed and takes the failure, which
+            // must be there by then (it found a generic "task stopped" before, now and then).
+            drop(rx);
         });
         tracing::info!(servers = ?settings.servers, subject = %settings.subject, stream = %settings.stream, "publishing to NATS");
         let out = NatsOut {
@@ -649,7 +653,7 @@ enum Outcome {
 type Done = (Flight, Outcome);
 
 impl Publisher {
-    async fn run(mut self, mut rx: mpsc::Receiver<Bytes>, mut end_rx: oneshot::Receiver<Bytes>) -> Result<()> {
+    async fn run(mut self, rx: &mut mpsc::Receiver<Bytes>, mut end_rx: oneshot::Receiver<Bytes>) -> Result<()> {
         if !self.stream_checked {
             // Bounded only by the stop of the run: a server that never comes is waited for (the
             // queue fills, and `slow_server` decides).
