@@ -616,6 +616,7 @@ enum Looked {
 
 /// A message on its way into the stream, until it is stored.
 struct Flight {
+    /// The datagram.
     message: Bytes,
     /// Its position, for [`Unstored::stored`].
     at: u64,
