@@ -6,7 +6,7 @@
 use anyhow::{Context, Result, bail};
 use mdrelay_proto::codec::Format;
 use mdrelay_proto::idle::{IdleStrategy, Profile};
-use mdrelay_proto::relay::{ProtectionSection, ProtectionSettings};
+use mdrelay_proto::relay::{ProtectionSection, ProtectionSettings, WireKey};
 use mdrelay_telemetry::prometheus::{MetricsSection, MetricsSettings};
 use mdrelay_telemetry::units;
 use serde::{Deserialize, Serialize};
@@ -383,8 +383,14 @@ pub struct NatsSection {
     pub max_pending_acks: Option<usize>,
     /// Messages queued between the hot thread and the publishing task.
     pub queue: Option<usize>,
-    /// block, drop or fail when that queue is full.
+    /// Bytes of messages held for the server: queued, or published and not yet acknowledged.
+    #[serde(default, deserialize_with = "units::option_bytes")]
+    pub queue_bytes: Option<u64>,
+    /// block, drop or fail when that queue is full (in messages or in bytes).
     pub slow_server: Option<SlowServerPolicy>,
+    /// A file holding the key of the messages' ids (64 hex digits, mode 600); without it each run
+    /// makes a key of its own. Relays of one origin that share it store each frame once.
+    pub id_key_file: Option<PathBuf>,
     /// Largest message to build when coalescing, header included.
     #[serde(default, deserialize_with = "units::option_bytes")]
     pub max_message: Option<usize>,
@@ -434,8 +440,14 @@ pub struct Nats {
     pub max_pending_acks: usize,
     /// Queue between the hot thread and the publishing task, in messages.
     pub queue: usize,
+    /// Bytes of messages held for the server (queued, or awaiting acknowledgement), at most.
+    pub queue_bytes: u64,
     /// What a full queue does.
     pub slow_server: SlowServerPolicy,
+    /// The key of the messages' ids, when one is given (else each run makes its own).
+    pub id_key: Option<WireKey>,
+    /// Where that key came from.
+    pub id_key_file: Option<PathBuf>,
     /// Largest coalesced message.
     pub max_message: usize,
 }
@@ -443,6 +455,10 @@ pub struct Nats {
 /// The largest NATS message built: the datagram header counts its frames in one byte, and a
 /// server's default `max_payload` is 1 MiB.
 const MAX_NATS_MESSAGE: u64 = 1 << 20;
+
+/// `nats.queue_bytes` by default: as the ring's default, what a server's pause of a second or
+/// two at a busy feed's rate fills, and far from the 4 GiB that 65,536 messages of 64 KiB hold.
+pub const NATS_QUEUE_BYTES: u64 = 64 << 20;
 
 /// The credentials of a NATS connection from the keys of section `section`: none, or exactly one
 /// kind.
@@ -504,8 +520,15 @@ fn nats_output(n: NatsSection, stream_number: u32) -> Result<Nats> {
         max_pending_acks: count_within("nats.max_pending_acks", n.max_pending_acks.unwrap_or(4096) as u64, 1, 1 << 20)?
             as usize,
         queue: count_within("nats.queue", n.queue.unwrap_or(65_536) as u64, 16, 1 << 22)? as usize,
+        queue_bytes: count_within("nats.queue_bytes", n.queue_bytes.unwrap_or(NATS_QUEUE_BYTES), 64 << 10, 1 << 40)?,
         slow_server: n.slow_server.unwrap_or_default(),
         max_message,
+        id_key: n
+            .id_key_file
+            .as_deref()
+            .map(|path| WireKey::read_file(path).map_err(|e| anyhow::anyhow!("nats.id_key_file: {e}")))
+            .transpose()?,
+        id_key_file: n.id_key_file,
     })
 }
 
@@ -1366,8 +1389,10 @@ impl Config {
                     tls_ca_file: n.tls_ca_file.clone(),
                     max_pending_acks: Some(n.max_pending_acks),
                     queue: Some(n.queue),
+                    queue_bytes: Some(n.queue_bytes),
                     slow_server: Some(n.slow_server),
                     max_message: Some(n.max_message),
+                    id_key_file: n.id_key_file.clone(),
                     ..NatsSection::default()
                 };
                 (section.creds_file, section.nkey_file, section.user, section.password_file) = n.auth.to_keys();
@@ -1412,6 +1437,46 @@ mod tests {
     fn upstream_error(upstream: &str) -> String {
         let file: FileConfig = toml::from_str(&format!("{TCP}[source.upstream]\n{upstream}\n")).unwrap();
         format!("{:#}", file.check().unwrap_err())
+    }
+
+    #[test]
+    fn the_nats_queues_bytes_and_id_key_are_checked_and_named() {
+        let nats = |keys: &str| -> Result<Nats> {
+            let file: FileConfig = toml::from_str(&format!("[nats]\n{keys}\n")).unwrap();
+            Ok(file.check()?.nats.expect("a NATS output"))
+        };
+        let defaults = nats("").unwrap();
+        assert_eq!((defaults.queue_bytes, defaults.id_key.is_none()), (NATS_QUEUE_BYTES, true));
+        assert_eq!(nats("queue_bytes = \"16 MiB\"").unwrap().queue_bytes, 16 << 20);
+        let e = format!("{:#}", nats("queue_bytes = 1000").unwrap_err());
+        assert!(e.contains("nats.queue_bytes") && e.contains("1000"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("ids.key");
+        std::fs::write(&key, "ab".repeat(32)).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let given = format!("id_key_file = \"{}\"", key.display());
+        let e = format!("{:#}", nats(&given).unwrap_err());
+        assert!(e.contains("nats.id_key_file") && e.contains("chmod 600"), "a key others can read: {e}");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let read = nats(&given).unwrap();
+        assert_eq!(read.id_key, Some(WireKey::new([0xab; 32])));
+        let written = toml::Table::try_from(read_back_nats(&read)).unwrap();
+        assert_eq!(
+            written.get("id_key_file").and_then(|v| v.as_str()),
+            Some(key.to_str().unwrap()),
+            "the file, never the key"
+        );
+        let e = format!("{:#}", nats("id_key_file = \"/nonexistent/ids.key\"").unwrap_err());
+        assert!(e.contains("nats.id_key_file") && e.contains("/nonexistent/ids.key"), "{e}");
+    }
+
+    /// The `[nats]` section a configuration with output `nats` writes out.
+    fn read_back_nats(nats: &Nats) -> NatsSection {
+        let file: FileConfig = toml::from_str(TCP).unwrap();
+        let mut config = file.check().unwrap();
+        config.nats = Some(nats.clone());
+        config.to_file().nats.unwrap()
     }
 
     #[test]

@@ -71,6 +71,16 @@ pub struct EngineSummary {
     pub feed: Option<FeedSummary>,
 }
 
+/// How a stream ended: what it sent, and the failure that cut it short, if one did (its END
+/// then says the stream was truncated, so no subscriber takes it for a whole one).
+pub struct Ended {
+    /// What the run sent.
+    pub summary: EngineSummary,
+    /// What ended the stream before its source did: an output that failed (NATS), or a source
+    /// that could not be read on.
+    pub failure: Option<anyhow::Error>,
+}
+
 /// The outputs of one run, each behind the coalescer that groups its frames.
 pub struct Outputs {
     /// TCP subscribers, if a server is configured.
@@ -204,14 +214,15 @@ const DEADLINE_EVERY: u32 = 64;
 
 /// Runs the stream to its end: every pass of the source, then the totals. The source is
 /// `prepared` when the caller opened it already (an upstream, whose session the outputs took),
-/// else opened here.
+/// else opened here. A failure once the stream has begun ends it early, with its END and its
+/// summary ([`Ended`]); only one before it begins (the source cannot be opened) is an error.
 pub fn run(
     config: &Config,
     prepared: Option<SegmentSource>,
     mut outputs: Outputs,
     controls: &Controls,
     echoes: &Echoes,
-) -> Result<EngineSummary> {
+) -> Result<Ended> {
     // Before any wait, so the endpoint lists every series from the start.
     let metrics = EngineMetrics::new(&crate::metrics::transports(config));
     let mut source = match prepared {
@@ -258,9 +269,18 @@ pub fn run(
     // buffer, a run or a send batch, so every frame is flushed as it is sent.
     let live = source.is_live();
     let paced = config.pacing.mode != PacingMode::TopSpeed;
+    let mut failure: Option<anyhow::Error> = None;
     'stream: loop {
         summary.passes += 1;
-        while let Some(item) = source.next_item()? {
+        loop {
+            let item = match source.next_item() {
+                Ok(Some(item)) => item,
+                Ok(None) => break,
+                Err(e) => {
+                    failure = Some(e);
+                    break 'stream;
+                }
+            };
             if stop.load(Ordering::Relaxed) {
                 break 'stream;
             }
@@ -354,8 +374,9 @@ pub fn run(
                 // 20,000 msg/s in 1 ms cycles: p50 85 µs batched, 25 µs sent as stamped).
                 outputs.send_datagrams();
             }
-            if let Some(failure) = outputs.nats.as_mut().and_then(|(_, out)| out.failure()) {
-                return Err(failure);
+            if let Some(failed) = outputs.nats.as_mut().and_then(|(_, out)| out.failure()) {
+                failure = Some(failed);
+                break 'stream;
             }
             if live {
                 outputs.flush(sequence, format, stop);
@@ -379,8 +400,13 @@ pub fn run(
         if config.pacing.loops != 0 && summary.passes >= config.pacing.loops {
             break;
         }
-        if !source.rewind()? {
-            break;
+        match source.rewind() {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
         }
         pacer.rewind();
     }
@@ -408,7 +434,8 @@ pub fn run(
     summary.pacing_reanchors = pacer.reanchors();
     // A relay's END carries its upstream's totals, or says its stream was cut short
     // (`UpstreamSource::end_totals`), so no leaf takes a truncated session for a whole one.
-    let end_totals = source.upstream().map_or_else(|| summary.totals.clone(), |u| u.end_totals(&summary.totals));
+    let mut end_totals = source.upstream().map_or_else(|| summary.totals.clone(), |u| u.end_totals(&summary.totals));
+    end_totals.truncated |= failure.is_some();
     summary.totals.truncated = end_totals.truncated;
     let mut totals = Vec::new();
     end_totals.write(&mut totals);
@@ -421,19 +448,28 @@ pub fn run(
     }
     if let Some((_, nats)) = &mut outputs.nats {
         nats.end(format, sequence, &totals, &mut outputs.protector);
-        if let Some(failure) = nats.failure() {
-            return Err(failure);
+        if let Some(failed) = nats.failure() {
+            failure.get_or_insert(failed);
         }
     }
-    tracing::info!(
-        frames = summary.totals.frames,
-        messages = summary.totals.messages,
-        seconds = summary.seconds,
-        "end of stream"
-    );
+    match &failure {
+        None => tracing::info!(
+            frames = summary.totals.frames,
+            messages = summary.totals.messages,
+            seconds = summary.seconds,
+            "end of stream"
+        ),
+        Some(failure) => tracing::error!(
+            frames = summary.totals.frames,
+            messages = summary.totals.messages,
+            seconds = summary.seconds,
+            error = %format!("{failure:#}"),
+            "the stream ends early: its END says it was cut short"
+        ),
+    }
     // The first line of the run's printed summary: whether the input itself lost anything.
     if let Some(feed) = &summary.feed {
         println!("{}: {feed}", source.describe());
     }
-    Ok(summary)
+    Ok(Ended { summary, failure })
 }

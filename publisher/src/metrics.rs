@@ -360,11 +360,14 @@ pub fn sample_once(sources: &Sources) {
         counter!("mdrelay_pub_nats_messages_total", "outcome" => "published").absolute(n.published);
         counter!("mdrelay_pub_nats_messages_total", "outcome" => "acknowledged").absolute(n.acknowledged);
         counter!("mdrelay_pub_nats_messages_total", "outcome" => "duplicate").absolute(n.duplicates);
+        counter!("mdrelay_pub_nats_messages_total", "outcome" => "taken").absolute(n.taken);
         counter!("mdrelay_pub_nats_messages_total", "outcome" => "retried").absolute(n.retries);
         counter!("mdrelay_pub_nats_messages_total", "outcome" => "dropped").absolute(n.dropped);
         counter!("mdrelay_pub_nats_reconnects_total").absolute(n.reconnects);
+        counter!("mdrelay_pub_nats_stream_recreations_total").absolute(n.stream_recreations);
         gauge!("mdrelay_pub_nats_acks_pending")
             .set(nats.pending_acks.load(std::sync::atomic::Ordering::Relaxed) as f64);
+        gauge!("mdrelay_pub_nats_queue_bytes").set(nats.held_bytes.load(std::sync::atomic::Ordering::Relaxed) as f64);
     }
 }
 
@@ -373,10 +376,19 @@ fn describe() {
     describe_counter!("mdrelay_pub_frames_sent_total", "Frames handed to a transport, by wire format.");
     describe_counter!(
         "mdrelay_pub_nats_messages_total",
-        "NATS messages by outcome: published, acknowledged by JetStream, acknowledged as a duplicate id, published again after a failure, dropped for a full queue."
+        "NATS messages by outcome: published, acknowledged by JetStream, acknowledged as a duplicate id of this message's own copy, found under an id another message had taken (published again under a new id), published again after a failure, dropped for a full queue."
     );
     describe_counter!("mdrelay_pub_nats_reconnects_total", "Connections to a NATS server after the first.");
+    describe_counter!(
+        "mdrelay_pub_nats_stream_recreations_total",
+        "Times the JetStream stream was found deleted while publishing, and created again (nats.create_stream)."
+    );
     describe_gauge!("mdrelay_pub_nats_acks_pending", "NATS messages published and not yet acknowledged by JetStream.");
+    describe_gauge!(
+        "mdrelay_pub_nats_queue_bytes",
+        Unit::Bytes,
+        "Bytes of NATS messages held for the server: queued, or published and not yet acknowledged (at most nats.queue_bytes)."
+    );
     describe_counter!("mdrelay_pub_messages_sent_total", "IEX messages in the frames handed to a transport.");
     describe_counter!(
         "mdrelay_pub_frame_bytes_sent_total",

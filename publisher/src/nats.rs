@@ -6,10 +6,24 @@
 //! ([`NatsOut`]); a task on the runtime publishes from it with at most `max_pending_acks`
 //! messages unacknowledged, and publishes again any message whose acknowledgement failed or
 //! timed out, or was still awaited when the connection was lost (at once on the new
-//! connection: a server restarted, a cluster node lost). Every message carries `Nats-Msg-Id` =
-//! session and first sequence, so the stream keeps one copy whatever is sent twice. A full
-//! queue follows `nats.slow_server`: wait for room, drop and count, or fail the run; a server
-//! not up yet at the start is the same as a slow one (the queue fills while it is away).
+//! connection: a server restarted, a cluster node lost). The queue is bounded in messages
+//! (`nats.queue`) and in bytes (`nats.queue_bytes`, which counts the messages awaiting their
+//! acknowledgement too, since each is kept to be published again); when either is reached it
+//! follows `nats.slow_server`: wait for room, drop and count, or fail the run. A server not up
+//! yet at the start is the same as a slow one (the queue fills while it is away).
+//!
+//! Every message carries a `Nats-Msg-Id` keyed with this run's id key, or the operator's
+//! (`nats.id_key_file`), so the stream keeps one copy whatever is sent twice and nobody without
+//! the key can take an id ahead of the publisher ([`MessageIds`]). A duplicate acknowledgement
+//! is checked: the message the stream holds under the id is read back, and one that is not
+//! this message (its id was taken) is counted and published again under a new id.
+//!
+//! JetStream's answers are told apart: a publication nobody answered because the stream is
+//! gone (deleted) makes the task look the stream up and create it again when `create_stream`
+//! allows; a refusal that another try cannot mend (a full stream that discards new messages, a
+//! sealed one, a message over its size limit) ends the run with an error naming the stream and
+//! its limits; anything else (no acknowledgement in time, a lost connection, a cluster electing
+//! a leader) is published again.
 //!
 //! A new message is taken only while the frames published since the oldest message not yet
 //! stored stay within half a subscriber's window ([`Unstored`]): a stream without a leader for
@@ -22,13 +36,14 @@
 
 use crate::config::{Nats, NatsAuth, NatsRetention, NatsStorage, SlowServerPolicy};
 use anyhow::{Context, Result, anyhow};
-use async_nats::jetstream::{self, stream};
+use async_nats::jetstream::context::{PublishError, PublishErrorKind};
+use async_nats::jetstream::{self, ErrorCode, stream};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use futures_util::future::{BoxFuture, FutureExt};
 use futures_util::stream::FuturesUnordered;
 use mdrelay_proto::codec::Format;
-use mdrelay_proto::relay::{DatagramHeader, DatagramKind, Protector, Unstored};
+use mdrelay_proto::relay::{DatagramHeader, Duplicate, MessageIds, Protector, Unstored, judge_duplicate};
 use mdrelay_telemetry::exit::{ExitStatus, WithExitStatus};
 use std::future::IntoFuture;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -53,6 +68,14 @@ const END_LINGER: Duration = Duration::from_secs(1);
 /// Wait between two publications of a message the server did not take.
 const RETRY_WAIT: Duration = Duration::from_millis(100);
 
+/// How long a look-up of the stream (after a publication no stream answered) or of its limits
+/// (to name them in an error) may take.
+const LOOKUP: Duration = Duration::from_secs(5);
+
+/// The stream is looked up at most this often while publications go unanswered (those in flight
+/// when it was deleted, or while a cluster elects its leader, are published again meanwhile).
+const LOOKUP_EVERY: Duration = Duration::from_secs(1);
+
 /// The NATS output's counts, shared by the hot thread, the publishing task and the metrics.
 #[derive(Debug, Default)]
 pub struct NatsCounters {
@@ -60,9 +83,12 @@ pub struct NatsCounters {
     pub published: AtomicU64,
     /// Messages JetStream acknowledged as stored.
     pub acknowledged: AtomicU64,
-    /// Acknowledged as duplicates: the stream had that id already (a retry, or another
-    /// publisher of the same session).
+    /// Acknowledged as duplicates whose stored copy is this message: a retry whose first
+    /// acknowledgement was lost, or a relay of the same origin sharing the id key.
     pub duplicates: AtomicU64,
+    /// Acknowledged as duplicates of another message: someone took the id. Each is published
+    /// again under a new id.
+    pub taken: AtomicU64,
     /// Publications that failed or were not acknowledged in time, each published again.
     pub retries: AtomicU64,
     /// Messages dropped because the queue was full (`slow_server = "drop"`).
@@ -73,6 +99,11 @@ pub struct NatsCounters {
     pub reconnects: AtomicU64,
     /// Connections lost.
     pub disconnects: AtomicU64,
+    /// Times the stream was found deleted and created again.
+    pub stream_recreations: AtomicU64,
+    /// Bytes of messages held for the server: queued, or published and not yet acknowledged
+    /// (at most `nats.queue_bytes`, but for one larger message alone).
+    pub held_bytes: AtomicU64,
 }
 
 /// The NATS output's counts at the end of a run.
@@ -82,8 +113,11 @@ pub struct NatsSummary {
     pub published: u64,
     /// Messages JetStream acknowledged.
     pub acknowledged: u64,
-    /// Acknowledged as duplicates of a stored id.
+    /// Acknowledged as duplicates of a stored id, the stored copy this message.
     pub duplicates: u64,
+    /// Acknowledged as duplicates of another message under the id: published again under a new
+    /// one.
+    pub taken: u64,
     /// Publications repeated after a failure or a missing acknowledgement.
     pub retries: u64,
     /// Messages dropped for a full queue.
@@ -92,6 +126,8 @@ pub struct NatsSummary {
     pub reconnects: u64,
     /// Connections lost.
     pub disconnects: u64,
+    /// Times the stream was found deleted and created again.
+    pub stream_recreations: u64,
 }
 
 impl NatsCounters {
@@ -102,10 +138,12 @@ impl NatsCounters {
             published: get(&self.published),
             acknowledged: get(&self.acknowledged),
             duplicates: get(&self.duplicates),
+            taken: get(&self.taken),
             retries: get(&self.retries),
             dropped: get(&self.dropped),
             reconnects: get(&self.reconnects),
             disconnects: get(&self.disconnects),
+            stream_recreations: get(&self.stream_recreations),
         }
     }
 }
@@ -123,11 +161,15 @@ pub struct NatsOut {
     /// The END's own way to the task: never dropped and never waited for, whatever the queue.
     end: Option<oneshot::Sender<Bytes>>,
     policy: SlowServerPolicy,
+    /// Bytes of messages held for the server at most (`counters.held_bytes`).
+    queue_bytes: u64,
     session: u64,
     counters: Arc<NatsCounters>,
     failure: Failure,
     /// Set once the task is gone or the policy failed the run; the engine ends with it.
     failed: bool,
+    /// The last message found the queue full: the log says so once when it fills.
+    full: bool,
 }
 
 /// The publishing task, to be awaited after the stream's end.
@@ -157,6 +199,7 @@ impl NatsOut {
         let (tx, rx) = mpsc::channel(settings.queue);
         let (end_tx, end_rx) = oneshot::channel();
         let failure: Failure = Arc::default();
+        let ids = settings.id_key.as_ref().map_or_else(MessageIds::random, MessageIds::keyed);
         let task = Publisher {
             settings: settings.clone(),
             js,
@@ -164,60 +207,103 @@ impl NatsOut {
             counters: counters.clone(),
             stream_checked: checked,
             connections,
+            ids,
+            looked_up: None,
         };
         let task_failure = failure.clone();
         let handle = tokio::spawn(async move {
-            if let Err(e) = task.run(rx, end_rx).await {
+            let mut rx = rx;
+            if let Err(e) = task.run(&mut rx, end_rx).await {
                 tracing::error!(error = %format!("{e:#}"), "NATS publishing stopped");
                 *task_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
             }
+            // Closed only now: the hot thread finds the queue closed and takes the failure, which
+            // must be there by then (it found a generic "task stopped" before, now and then).
+            drop(rx);
         });
         tracing::info!(servers = ?settings.servers, subject = %settings.subject, stream = %settings.stream, "publishing to NATS");
         let out = NatsOut {
             tx: Some(tx),
             end: Some(end_tx),
             policy: settings.slow_server,
+            queue_bytes: settings.queue_bytes,
             session,
             counters: counters.clone(),
             failure: failure.clone(),
             failed: false,
+            full: false,
         };
         Ok((out, NatsTask { handle, failure, counters }))
     }
 
     /// Queues one sealed datagram; under `block`, waits for room (the stop flag ends the wait).
+    /// The queue is full at `nats.queue` messages, or when the message would take the bytes held
+    /// for the server past `nats.queue_bytes` (one larger message goes alone).
     pub fn send(&mut self, message: Bytes, stop: &AtomicBool) {
         let Some(tx) = &self.tx else { return };
+        let len = message.len() as u64;
+        let held = &self.counters.held_bytes;
         let mut message = message;
         loop {
-            match tx.try_send(message) {
-                Ok(()) => return,
-                Err(TrySendError::Closed(_)) => {
-                    self.failed = true;
-                    self.close();
-                    return;
-                }
-                Err(TrySendError::Full(back)) => match self.policy {
-                    SlowServerPolicy::Drop => {
-                        self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+            let before = held.load(Ordering::Acquire);
+            let refused = if before == 0 || before + len <= self.queue_bytes {
+                // Counted before it is in the queue: the task takes it off once stored, which can
+                // only be after this.
+                held.fetch_add(len, Ordering::AcqRel);
+                match tx.try_send(message) {
+                    Ok(()) => {
+                        self.full = false;
                         return;
                     }
-                    SlowServerPolicy::Fail => {
-                        self.failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| {
-                            anyhow!("nats: the server takes messages slower than they come (queue full; nats.slow_server = \"fail\")")
-                        });
+                    Err(TrySendError::Closed(_)) => {
+                        held.fetch_sub(len, Ordering::AcqRel);
                         self.failed = true;
                         self.close();
                         return;
                     }
-                    SlowServerPolicy::Block => {
-                        if stop.load(Ordering::Relaxed) {
-                            return;
-                        }
-                        message = back;
-                        std::thread::sleep(Duration::from_micros(50));
+                    Err(TrySendError::Full(back)) => {
+                        held.fetch_sub(len, Ordering::AcqRel);
+                        back
                     }
-                },
+                }
+            } else {
+                message
+            };
+            if !self.full {
+                self.full = true;
+                if self.policy != SlowServerPolicy::Fail && mdrelay_proto::warn::allow("nats queue full") {
+                    let fate = match self.policy {
+                        SlowServerPolicy::Block => "the stream waits for room",
+                        _ => "messages are dropped and counted until there is room",
+                    };
+                    tracing::warn!(
+                        queued_bytes = before,
+                        queue_bytes = self.queue_bytes,
+                        policy = self.policy.name(),
+                        "NATS queue is full (nats.queue messages or nats.queue_bytes bytes, queued or awaiting acknowledgement): the server takes messages slower than they come; {fate}"
+                    );
+                }
+            }
+            match self.policy {
+                SlowServerPolicy::Drop => {
+                    self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                SlowServerPolicy::Fail => {
+                    self.failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| {
+                        anyhow!("nats: the server takes messages slower than they come (queue full: nats.queue messages or nats.queue_bytes bytes; nats.slow_server = \"fail\")")
+                    });
+                    self.failed = true;
+                    self.close();
+                    return;
+                }
+                SlowServerPolicy::Block => {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    message = refused;
+                    std::thread::sleep(Duration::from_micros(50));
+                }
             }
         }
     }
@@ -503,15 +589,6 @@ async fn ensure_stream(js: &jetstream::Context, settings: &Nats) -> Result<()> {
     }
 }
 
-/// The `Nats-Msg-Id` of a datagram: its session and first sequence (`end` for the END).
-fn message_id(datagram: &[u8]) -> Option<String> {
-    let header = DatagramHeader::parse(datagram).ok()?;
-    Some(match header.kind {
-        DatagramKind::End => format!("{:016x}-end", header.session),
-        _ => format!("{:016x}-{}", header.session, header.sequence),
-    })
-}
-
 /// The publishing task.
 struct Publisher {
     settings: Nats,
@@ -520,15 +597,64 @@ struct Publisher {
     counters: Arc<NatsCounters>,
     stream_checked: bool,
     connections: Connections,
+    /// The messages' ids, under this run's key or the operator's.
+    ids: MessageIds,
+    /// When the stream was last looked up after a publication no stream answered.
+    looked_up: Option<tokio::time::Instant>,
 }
 
-/// An acknowledgement awaited: the message again if it has to be published again, with the
-/// reason and how long to wait before doing so.
-/// The message's position comes along, for [`Unstored::stored`].
-type Acked = (Bytes, u64, Result<jetstream::publish::PublishAck, (String, Duration)>);
+/// What a look-up of the stream found, after a publication no stream answered.
+enum Looked {
+    /// The stream is there (a leader was being elected, or the server was slow), or the look-up
+    /// itself got no answer: publishing goes on.
+    There,
+    /// The stream was gone, and is created again.
+    Created,
+    /// The stream is gone, and cannot be created again: the run ends.
+    Gone(anyhow::Error),
+}
+
+/// A message on its way into the stream, until it is stored.
+struct Flight {
+    /// The datagram.
+    message: Bytes,
+    /// Its position, for [`Unstored::stored`].
+    at: u64,
+    /// Its id's generation: one more each time another message was found under its id.
+    generation: u32,
+    /// Whether its bytes count in `held_bytes` (every message but the END, which bypasses the
+    /// queue).
+    held: bool,
+}
+
+/// What became of a publication, or of reading back what the stream holds under its id.
+#[derive(Debug)]
+enum Outcome {
+    /// Stored under its id.
+    Stored,
+    /// Acknowledged as a duplicate: the stream holds a message under its id, at this sequence.
+    Duplicate(u64),
+    /// The message the stream holds under its id is this one.
+    Ours,
+    /// The stream holds another message under its id.
+    Taken,
+    /// The message under its id could not be read back (the reason): taken for this one's own
+    /// copy, as every duplicate was before ids were checked, rather than published again for ever.
+    Unchecked(String),
+    /// No stream answered (no responders, or no acknowledgement in time): published again, and
+    /// the stream looked up (deleted, or a leader being elected).
+    Unanswered(String),
+    /// To be published again after the wait: the reason, and the wait.
+    Again(String, Duration),
+    /// JetStream refuses it, and would refuse it again: the reason.
+    Refused(String),
+}
+
+/// A publication's or a read-back's end.
+type Done = (Flight, Outcome);
 
 impl Publisher {
-    async fn run(mut self, mut rx: mpsc::Receiver<Bytes>, mut end_rx: oneshot::Receiver<Bytes>) -> Result<()> {
+    async fn run(mut self, rx: &mut mpsc::Receiver<Bytes>, mut end_rx: oneshot::Receiver<Bytes>) -> Result<()> {
         if !self.stream_checked {
             // Bounded only by the stop of the run: a server that never comes is waited for (the
             // queue fills, and `slow_server` decides).
@@ -544,7 +670,9 @@ impl Publisher {
             }
             self.stream_checked = true;
         }
-        let mut acks = FuturesUnordered::new();
+        let mut flights = FuturesUnordered::new();
+        // The stream's look-up, one at a time, beside the publications.
+        let mut lookups: FuturesUnordered<BoxFuture<'static, Looked>> = FuturesUnordered::new();
         let max = self.settings.max_pending_acks;
         // How far the live subject has run past what the stream stores: held within what a
         // subscriber's window can still repair.
@@ -554,13 +682,14 @@ impl Publisher {
         // The END waits until everything before it is stored: a subscriber ends on it, so a
         // message published again after it would come too late.
         let mut end: Option<Bytes> = None;
-        while open || !acks.is_empty() || end.is_some() {
-            if acks.is_empty()
+        while open || !flights.is_empty() || end.is_some() {
+            if flights.is_empty()
                 && let Some(end) = end.take()
             {
                 let at = unstored.published(0);
-                let acked = self.publish_in_order(end, at).await;
-                acks.push(acked);
+                let flight = Flight { message: end, at, generation: 0, held: false };
+                let sent = self.publish_in_order(flight).await;
+                flights.push(sent);
                 continue;
             }
             let holding = open && !unstored.may_publish();
@@ -575,34 +704,36 @@ impl Publisher {
             }
             tokio::select! {
                 biased;
-                Some((message, at, result)) = acks.next(), if !acks.is_empty() => {
-                    let (message, at, result): Acked = (message, at, result);
+                Some(looked) = lookups.next(), if !lookups.is_empty() => match looked {
+                    Looked::There => {}
+                    Looked::Created => {
+                        self.counters.stream_recreations.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(
+                            stream = %self.settings.stream,
+                            "the stream was deleted while the publisher ran, and is created again: the messages it held are gone, and late joiners and repairs find only what is published from now on"
+                        );
+                    }
+                    Looked::Gone(e) => return Err(e),
+                },
+                Some((flight, outcome)) = flights.next(), if !flights.is_empty() => {
+                    let (flight, outcome): Done = (flight, outcome);
                     self.counters.pending_acks.fetch_sub(1, Ordering::Relaxed);
-                    match result {
-                        Ok(ack) => {
-                            unstored.stored(at);
-                            self.counters.acknowledged.fetch_add(1, Ordering::Relaxed);
-                            if ack.duplicate {
-                                self.counters.duplicates.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                        Err((e, retry_wait)) => {
-                            self.counters.retries.fetch_add(1, Ordering::Relaxed);
-                            if mdrelay_proto::warn::allow("nats retry") {
-                                tracing::warn!(error = %e, "NATS publication not acknowledged; publishing it again");
-                            }
-                            acks.push(self.publish(message, at, retry_wait));
-                        }
+                    if matches!(outcome, Outcome::Unanswered(_)) && lookups.is_empty() && self.may_look_up() {
+                        lookups.push(self.look_up_stream());
+                    }
+                    if let Some(next) = self.settle(flight, outcome, &mut unstored).await? {
+                        flights.push(next);
                     }
                 }
-                message = rx.recv(), if open && acks.len() < max && unstored.may_publish() => match message {
+                message = rx.recv(), if open && flights.len() < max && unstored.may_publish() => match message {
                     Some(message) => {
                         self.counters.published.fetch_add(1, Ordering::Relaxed);
                         let at = unstored.published(frames_of(&message));
                         // Handed to the client here, not when the set of futures polls it:
                         // futures polled in any order would publish in any order.
-                        let acked = self.publish_in_order(message, at).await;
-                        acks.push(acked);
+                        let flight = Flight { message, at, generation: 0, held: true };
+                        let sent = self.publish_in_order(flight).await;
+                        flights.push(sent);
                     }
                     None => {
                         open = false;
@@ -625,44 +756,217 @@ impl Publisher {
         Ok(())
     }
 
-    /// Hands `message` to the client now, in the order of the calls, and returns the wait for
-    /// its acknowledgement: first publications go out in the stream's order (a subscriber reads
-    /// the subject as one ordered stream), while the acknowledgements are awaited together.
-    async fn publish_in_order(&self, message: Bytes, at: u64) -> BoxFuture<'static, Acked> {
-        self.counters.pending_acks.fetch_add(1, Ordering::Relaxed);
-        let mut connections = self.connections.clone();
-        let sent_on = *connections.borrow_and_update();
-        let sent =
-            self.js.publish_with_headers(self.settings.subject.clone(), headers(&message), message.clone()).await;
+    /// What a publication's (or a read-back's) outcome leads to: nothing more once the message
+    /// is stored, else the next step on its way; an error ends the run.
+    async fn settle(
+        &self,
+        mut flight: Flight,
+        outcome: Outcome,
+        unstored: &mut Unstored,
+    ) -> Result<Option<BoxFuture<'static, Done>>> {
+        let counters = &self.counters;
+        let stored = |flight: &Flight, unstored: &mut Unstored| {
+            unstored.stored(flight.at);
+            counters.acknowledged.fetch_add(1, Ordering::Relaxed);
+            if flight.held {
+                counters.held_bytes.fetch_sub(flight.message.len() as u64, Ordering::AcqRel);
+            }
+        };
+        Ok(Some(match outcome {
+            Outcome::Stored => {
+                stored(&flight, unstored);
+                return Ok(None);
+            }
+            Outcome::Ours => {
+                stored(&flight, unstored);
+                counters.duplicates.fetch_add(1, Ordering::Relaxed);
+                return Ok(None);
+            }
+            Outcome::Unchecked(reason) => {
+                stored(&flight, unstored);
+                counters.duplicates.fetch_add(1, Ordering::Relaxed);
+                if mdrelay_proto::warn::allow("nats duplicate unchecked") {
+                    tracing::warn!(
+                        error = %reason,
+                        stream = %self.settings.stream,
+                        "a duplicate acknowledgement could not be checked, and is taken for this message's own copy; the publisher's NATS user needs $JS.API.STREAM.MSG.GET.<stream> to tell it from a message that took its id"
+                    );
+                }
+                return Ok(None);
+            }
+            Outcome::Duplicate(sequence) => self.read_back(flight, sequence),
+            Outcome::Taken => {
+                counters.taken.fetch_add(1, Ordering::Relaxed);
+                let id = self.ids.of(&flight.message, flight.generation).unwrap_or_default();
+                flight.generation += 1;
+                if mdrelay_proto::warn::allow("nats id taken") {
+                    tracing::warn!(
+                        id,
+                        stream = %self.settings.stream,
+                        "another message holds its id in the stream, so this one was not stored: someone who may publish on the subject holds nats.id_key_file, or relays sharing it publish different bytes; publishing it again under a new id"
+                    );
+                }
+                self.publish(flight, Duration::ZERO)
+            }
+            Outcome::Unanswered(reason) => self.again(flight, &reason, RETRY_WAIT),
+            Outcome::Again(reason, wait) => self.again(flight, &reason, wait),
+            Outcome::Refused(reason) => return Err(self.refusal(&reason).await),
+        }))
+    }
+
+    /// Publishes a message again after `wait`, counted and logged as a retry.
+    fn again(&self, flight: Flight, reason: &str, wait: Duration) -> BoxFuture<'static, Done> {
+        self.counters.retries.fetch_add(1, Ordering::Relaxed);
+        if mdrelay_proto::warn::allow("nats retry") {
+            tracing::warn!(error = %reason, "NATS publication not acknowledged; publishing it again");
+        }
+        self.publish(flight, wait)
+    }
+
+    /// Whether the stream may be looked up now: once a [`LOOKUP_EVERY`] at most.
+    fn may_look_up(&mut self) -> bool {
+        let now = tokio::time::Instant::now();
+        if self.looked_up.is_some_and(|at| now.duration_since(at) < LOOKUP_EVERY) {
+            return false;
+        }
+        self.looked_up = Some(now);
+        true
+    }
+
+    /// Looks the stream up after a publication no stream answered, and creates it again if it
+    /// is gone and `create_stream` allows.
+    fn look_up_stream(&self) -> BoxFuture<'static, Looked> {
+        let js = self.js.clone();
+        let settings = self.settings.clone();
         async move {
-            let result = match sent {
-                Ok(ack) => await_ack(ack, connections, sent_on).await,
-                Err(e) => Err((e.to_string(), RETRY_WAIT)),
+            let stream = &settings.stream;
+            let missing = match tokio::time::timeout(LOOKUP, js.get_stream(stream)).await {
+                Ok(Err(e)) => matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(ref j)
+                    if j.error_code() == ErrorCode::STREAM_NOT_FOUND),
+                // There, or not answered: a server or cluster not ready, as passing as the silence.
+                _ => false,
             };
-            (message, at, result)
+            if !missing {
+                return Looked::There;
+            }
+            if !settings.create_stream {
+                return Looked::Gone(anyhow!(
+                    "nats.stream: stream {stream} no longer exists (deleted while the publisher ran), and nats.create_stream is false: nothing stores the subject {}; create the stream again, or let the publisher (nats.create_stream = true)",
+                    settings.subject
+                ));
+            }
+            match ensure_stream(&js, &settings).await {
+                Ok(()) => Looked::Created,
+                Err(e) => Looked::Gone(e.context(format!("nats.stream: stream {stream} was deleted while the publisher ran"))),
+            }
         }
         .boxed()
     }
 
-    /// Publishes `message` again after `delay` and awaits its acknowledgement, as one future: a
+    /// The error a refusal ends the run with: the stream, JetStream's reason, and the stream's
+    /// limits and contents as it answers now.
+    async fn refusal(&self, reason: &str) -> anyhow::Error {
+        let stream = &self.settings.stream;
+        let limits = async {
+            let mut found = self.js.get_stream(stream).await.ok()?;
+            let info = found.info().await.ok()?;
+            let c = &info.config;
+            let limit = |n: i64| if n < 0 { "unlimited".to_string() } else { n.to_string() };
+            let discard = match c.discard {
+                stream::DiscardPolicy::New => "discard new: at a limit it refuses new messages",
+                stream::DiscardPolicy::Old => "discard old",
+            };
+            Some(format!(
+                "; it holds {} messages ({} bytes), its limits: max_msgs {}, max_bytes {}, max_msgs_per_subject {}, max_msg_size {}, {discard}",
+                info.state.messages,
+                info.state.bytes,
+                limit(c.max_messages),
+                limit(c.max_bytes),
+                limit(c.max_messages_per_subject),
+                limit(i64::from(c.max_message_size)),
+            ))
+        };
+        let limits = tokio::time::timeout(LOOKUP, limits).await.ok().flatten().unwrap_or_default();
+        anyhow!(
+            "nats.stream: JetStream refuses to store messages in stream {stream}: {reason}{limits}; raise the stream's limits, let it discard old messages, or give another nats.stream"
+        )
+    }
+
+    /// Hands `flight` to the client now, in the order of the calls, and returns the wait for its
+    /// acknowledgement: first publications go out in the stream's order (a subscriber reads the
+    /// subject as one ordered stream), while the acknowledgements are awaited together.
+    async fn publish_in_order(&self, flight: Flight) -> BoxFuture<'static, Done> {
+        self.counters.pending_acks.fetch_add(1, Ordering::Relaxed);
+        let mut connections = self.connections.clone();
+        let sent_on = *connections.borrow_and_update();
+        let headers = headers(&self.ids, &flight);
+        let sent = self.js.publish_with_headers(self.settings.subject.clone(), headers, flight.message.clone()).await;
+        async move {
+            let outcome = match sent {
+                Ok(ack) => await_ack(ack, connections, sent_on).await,
+                Err(e) => outcome_of(&e),
+            };
+            (flight, outcome)
+        }
+        .boxed()
+    }
+
+    /// Publishes `flight` again after `delay` and awaits its acknowledgement, as one future: a
     /// retry waits without holding up the others (its frames may come after later ones, which
     /// a subscriber takes as a late datagram, as over UDP).
-    fn publish(&self, message: Bytes, at: u64, delay: Duration) -> BoxFuture<'static, Acked> {
+    fn publish(&self, flight: Flight, delay: Duration) -> BoxFuture<'static, Done> {
         self.counters.pending_acks.fetch_add(1, Ordering::Relaxed);
         let js = self.js.clone();
         let subject = self.settings.subject.clone();
         let mut connections = self.connections.clone();
+        let headers = headers(&self.ids, &flight);
         async move {
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }
             // The connection it goes out on (or, while disconnected, the next one).
             let sent_on = *connections.borrow_and_update();
-            let result = match js.publish_with_headers(subject, headers(&message), message.clone()).await {
+            let outcome = match js.publish_with_headers(subject, headers, flight.message.clone()).await {
                 Ok(ack) => await_ack(ack, connections, sent_on).await,
-                Err(e) => Err((e.to_string(), RETRY_WAIT)),
+                Err(e) => outcome_of(&e),
             };
-            (message, at, result)
+            (flight, outcome)
+        }
+        .boxed()
+    }
+
+    /// Reads back the message the stream holds at `sequence`, under `flight`'s id, and judges
+    /// whose it is.
+    fn read_back(&self, flight: Flight, sequence: u64) -> BoxFuture<'static, Done> {
+        self.counters.pending_acks.fetch_add(1, Ordering::Relaxed);
+        let js = self.js.clone();
+        let stream = self.settings.stream.clone();
+        let subject = self.settings.subject.clone();
+        async move {
+            let read = async {
+                let stream = js.get_stream_no_info(&stream).await.map_err(|e| e.to_string())?;
+                match stream.get_raw_message(sequence).await {
+                    Ok(stored) => Ok(Some(stored)),
+                    // Removed since: nothing of this message is stored under its id.
+                    Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
+                    Err(e) => Err(e.to_string()),
+                }
+            };
+            let outcome = match tokio::time::timeout(ACK_TIMEOUT, read).await {
+                Ok(Ok(Some(stored))) => {
+                    match judge_duplicate(&flight.message, &subject, stored.subject.as_str(), &stored.payload) {
+                        Duplicate::Ours => Outcome::Ours,
+                        Duplicate::Taken => Outcome::Taken,
+                    }
+                }
+                Ok(Ok(None)) => Outcome::Taken,
+                Ok(Err(e)) => Outcome::Unchecked(format!("reading back message {sequence} of the stream: {e}")),
+                Err(_) => Outcome::Unchecked(format!(
+                    "reading back message {sequence} of the stream: no answer within {} s",
+                    ACK_TIMEOUT.as_secs()
+                )),
+            };
+            (flight, outcome)
         }
         .boxed()
     }
@@ -674,26 +978,63 @@ fn frames_of(datagram: &[u8]) -> u64 {
 }
 
 /// The headers of a message: its deduplication id.
-fn headers(message: &[u8]) -> async_nats::HeaderMap {
+fn headers(ids: &MessageIds, flight: &Flight) -> async_nats::HeaderMap {
     let mut headers = async_nats::HeaderMap::new();
-    if let Some(id) = message_id(message) {
+    if let Some(id) = ids.of(&flight.message, flight.generation) {
         headers.insert("Nats-Msg-Id", id.as_str());
     }
     headers
 }
 
-/// Awaits the acknowledgement of a message sent on connection `sent_on`: an error says why it
-/// must be published again, and how long to wait first.
-async fn await_ack(
-    ack: jetstream::context::PublishAckFuture,
-    mut connections: Connections,
-    sent_on: u64,
-) -> Result<jetstream::publish::PublishAck, (String, Duration)> {
+/// What a failed publication means: no stream, a refusal for good, or another try.
+fn outcome_of(e: &PublishError) -> Outcome {
+    let reason = e.to_string();
+    match e.kind() {
+        PublishErrorKind::StreamNotFound => Outcome::Unanswered(reason),
+        PublishErrorKind::MaxPayloadExceeded => Outcome::Refused(format!(
+            "{reason} (the server's max_payload; lower nats.max_message or batching.coalesce_bytes)"
+        )),
+        PublishErrorKind::Other => {
+            let answer = std::error::Error::source(e).and_then(|s| s.downcast_ref::<jetstream::Error>());
+            match answer {
+                Some(answer) if !worth_another_try(answer.error_code()) => Outcome::Refused(answer.to_string()),
+                _ => Outcome::Again(reason, RETRY_WAIT),
+            }
+        }
+        _ => Outcome::Again(reason, RETRY_WAIT),
+    }
+}
+
+/// Whether JetStream's error answer to a publication may change if the message is published
+/// again: a cluster not ready (no leader, an election, a member changing), or an id still being
+/// stored from an earlier publication, or a server too busy. Every other answer (a full stream
+/// that discards new messages, a sealed one, a message over its size limit, an account out of
+/// resources) is the stream's configuration, and another try would be refused the same way.
+fn worth_another_try(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::CLUSTER_NOT_AVAILABLE
+            | ErrorCode::CLUSTER_NOT_LEADER
+            | ErrorCode::CLUSTER_NOT_ASSIGNED
+            | ErrorCode::CLUSTER_NOT_ACTIVE
+            | ErrorCode::CLUSTER_NO_PEERS
+            | ErrorCode::CLUSTER_INCOMPLETE
+            | ErrorCode::CLUSTER_PEER_NOT_MEMBER
+            | ErrorCode::CLUSTER_SERVER_NOT_MEMBER
+            | ErrorCode::CLUSTER_SERVER_MEMBER_CHANGE_INFLIGHT
+            | ErrorCode::STREAM_DUPLICATE_MESSAGE_CONFLICT
+            | ErrorCode::STREAM_TOO_MANY_REQUESTS
+    )
+}
+
+/// Awaits the acknowledgement of a message sent on connection `sent_on`.
+async fn await_ack(ack: jetstream::context::PublishAckFuture, mut connections: Connections, sent_on: u64) -> Outcome {
     tokio::select! {
         acked = tokio::time::timeout(ACK_TIMEOUT, ack.into_future()) => match acked {
-            Ok(Ok(ack)) => Ok(ack),
-            Ok(Err(e)) => Err((e.to_string(), RETRY_WAIT)),
-            Err(_) => Err((format!("no acknowledgement within {} s", ACK_TIMEOUT.as_secs()), RETRY_WAIT)),
+            Ok(Ok(ack)) if ack.duplicate => Outcome::Duplicate(ack.sequence),
+            Ok(Ok(_)) => Outcome::Stored,
+            Ok(Err(e)) => outcome_of(&e),
+            Err(_) => Outcome::Unanswered(format!("no acknowledgement within {} s", ACK_TIMEOUT.as_secs())),
         },
         // A new connection: the one it went out on is gone, and with it the acknowledgement.
         // Published again at once on the new one (the stream keeps one copy), instead of after
@@ -704,7 +1045,7 @@ async fn await_ack(
                 std::future::pending::<()>().await;
             }
         } => {
-            Err(("the connection was lost before the acknowledgement".to_string(), Duration::ZERO))
+            Outcome::Again("the connection was lost before the acknowledgement".to_string(), Duration::ZERO)
         }
     }
 }
@@ -726,20 +1067,63 @@ mod tests {
         assert!(!subject_matches("mdrelay.>", "mdrelay"));
     }
 
+    /// JetStream's error answer to a publication, as the server sends it.
+    fn answer(code: u64, description: &str) -> PublishError {
+        let json = format!(r#"{{"code":503,"err_code":{code},"description":"{description}"}}"#);
+        let error: jetstream::Error = serde_json::from_str(&json).unwrap();
+        PublishError::with_source(PublishErrorKind::Other, error)
+    }
+
     #[test]
-    fn a_message_id_names_the_session_and_first_frame() {
+    fn a_full_stream_or_a_sealed_one_refuses_for_good_and_a_cluster_not_ready_is_tried_again() {
+        // `discard new` at max_msgs, a message over max_msg_size, a sealed stream: the same again.
+        for (code, what) in [
+            (10077, "maximum messages exceeded"),
+            (10054, "message size exceeds maximum allowed"),
+            (10109, "invalid operation on sealed stream"),
+        ] {
+            match outcome_of(&answer(code, what)) {
+                Outcome::Refused(reason) => {
+                    assert!(reason.contains(what) && reason.contains(&code.to_string()), "{reason}")
+                }
+                other => panic!("{code}: {other:?}"),
+            }
+        }
+        // A cluster electing a leader, an id still being stored, a server too busy: another try.
+        for code in [10008, 10009, 10158, 10167] {
+            assert!(matches!(outcome_of(&answer(code, "not now")), Outcome::Again(_, RETRY_WAIT)), "{code}");
+        }
+        assert!(matches!(outcome_of(&PublishError::new(PublishErrorKind::TimedOut)), Outcome::Again(..)));
+        assert!(matches!(outcome_of(&PublishError::new(PublishErrorKind::BrokenPipe)), Outcome::Again(..)));
+        // An answer that is not JetStream's: another try, as before.
+        assert!(matches!(outcome_of(&PublishError::new(PublishErrorKind::Other)), Outcome::Again(..)));
+        assert!(matches!(outcome_of(&PublishError::new(PublishErrorKind::StreamNotFound)), Outcome::Unanswered(_)));
+        assert!(matches!(
+            outcome_of(&PublishError::new(PublishErrorKind::MaxPayloadExceeded)),
+            Outcome::Refused(reason) if reason.contains("nats.max_message")
+        ));
+    }
+
+    #[test]
+    fn a_message_carries_its_keyed_id_in_its_generation() {
         let header = DatagramHeader {
             version: DATAGRAM_VERSION,
             format: Format::Sbe,
-            kind: DatagramKind::Data,
+            kind: mdrelay_proto::relay::DatagramKind::Data,
             frame_count: 3,
             protection: Default::default(),
             session: 0xab,
             sequence: 42,
         };
-        assert_eq!(message_id(&header.to_bytes()).as_deref(), Some("00000000000000ab-42"));
-        let end = DatagramHeader { kind: DatagramKind::End, frame_count: 0, ..header };
-        assert_eq!(message_id(&end.to_bytes()).as_deref(), Some("00000000000000ab-end"));
-        assert_eq!(message_id(b"garbage"), None);
+        let ids = MessageIds::new([9; 32]);
+        let flight =
+            |generation| Flight { message: Bytes::copy_from_slice(&header.to_bytes()), at: 0, generation, held: true };
+        for generation in [0, 1] {
+            let sent = headers(&ids, &flight(generation));
+            let id = sent.get("Nats-Msg-Id").map(|v| v.to_string());
+            assert_eq!(id, Some(ids.id(&header, generation)));
+        }
+        let junk = Flight { message: Bytes::from_static(b"garbage"), at: 0, generation: 0, held: true };
+        assert!(headers(&ids, &junk).get("Nats-Msg-Id").is_none(), "no datagram, no id");
     }
 }

@@ -531,6 +531,12 @@ pub struct RunSummary {
     pub retransmit: Option<RetransmitSummary>,
     /// The NATS output, when configured.
     pub nats: Option<crate::nats::NatsSummary>,
+    /// Why the run failed (it exits with an error after writing this summary), when it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The failure itself, with the exit status it carries.
+    #[serde(skip)]
+    pub failure: Option<anyhow::Error>,
 }
 
 /// Runs the publisher until the stream ends. An error carries the exit status it ends the
@@ -596,7 +602,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
     // Every line of the run (the hot path's, the connections') names the session through this
     // span, once.
     let span = tracing::info_span!("session", id = %format_args!("{session:#x}"));
-    let summary = runtime.block_on(relay(args.clone(), config, build_info, session, upstream).instrument(span))?;
+    // Once the stream has begun, every way out writes the summary: a failure is returned after it.
+    let mut summary = runtime.block_on(relay(args.clone(), config, build_info, session, upstream).instrument(span))?;
     print_summary(&summary);
     if let Some(path) = &args.json {
         let json = serde_json::to_string_pretty(&summary)?;
@@ -607,6 +614,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
         }
     }
     runtime.block_on(mdrelay_telemetry::prometheus::hold(hold));
+    if let Some(failure) = summary.failure.take() {
+        return Err(failure);
+    }
     // The stream ended (with its END) because the upstream refused this relay or was lost for
     // good: a failed run.
     if let Some(upstream) = &summary.engine.upstream
@@ -752,17 +762,20 @@ async fn relay(
         .context("starting the hot path thread")?;
     let result = tokio::task::spawn_blocking(move || engine.join()).await?;
     mdrelay_telemetry::service::stopping();
-    let engine = match result {
+    let ended = match result {
         Ok(r) => r?,
         Err(_) => anyhow::bail!("the hot path panicked"),
     };
+    let (engine, mut failure) = (ended.summary, ended.failure);
     if let Some(serving) = &serving {
         shut_down(serving).await;
     }
     let nats = match nats_task {
         Some(task) => {
             let counters = task.counters.clone();
-            task.finish().await?;
+            if let Err(e) = task.finish().await {
+                failure.get_or_insert(e);
+            }
             Some(counters.summary())
         }
         None => None,
@@ -802,6 +815,8 @@ async fn relay(
         warnings_suppressed: mdrelay_proto::warn::suppressed(),
         retransmit,
         nats,
+        error: failure.as_ref().map(|e| format!("{e:#}")),
+        failure,
     })
 }
 
@@ -1102,6 +1117,12 @@ fn print_summary(s: &RunSummary) {
             "  NATS: {} messages published, {} acknowledged ({} duplicates), {} retried, {} dropped, {} reconnects",
             n.published, n.acknowledged, n.duplicates, n.retries, n.dropped, n.reconnects
         );
+        if n.taken > 0 || n.stream_recreations > 0 {
+            println!(
+                "  NATS incidents: {} message ids taken by other messages (published again under new ids), stream created again {} times",
+                n.taken, n.stream_recreations
+            );
+        }
     }
     if let Some(r) = &s.retransmit {
         println!(

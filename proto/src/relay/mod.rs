@@ -36,6 +36,8 @@
 //! - [`ring`]: the publisher's last frames, bounded in bytes, for retransmission and resume;
 //! - [`recovery`]: the subscriber's missing frames and when to ask for them;
 //! - [`unstored`]: how far a publisher into a store may run ahead of what it holds ([`Unstored`]);
+//! - [`msg_id`]: the keyed ids of a publisher's messages in a store ([`MessageIds`]), and whose
+//!   message a store holds under an id acknowledged as a duplicate;
 //! - [`protect`]: per-frame CRC-32C and authenticated encryption ([`Protector`]);
 //! - [`client`]: the client's machines, fed bytes and time: a TCP connection, a stream across
 //!   connections, datagrams in, frames out;
@@ -54,6 +56,7 @@ pub mod client;
 pub mod coalesce;
 pub mod continuity;
 pub mod echo;
+pub mod msg_id;
 pub mod order;
 pub mod protect;
 pub mod recovery;
@@ -66,6 +69,7 @@ pub mod wire;
 
 pub use coalesce::{Coalescer, Envelope, MAX_RUN_BYTES, Sealed};
 pub use continuity::{Continuity, MAX_SEQUENCE, Verdict, Violation, ViolationKind};
+pub use msg_id::{Duplicate, MessageIds, judge_duplicate};
 pub use order::{InOrder, InOrderCounts, Offered};
 pub use protect::{ProtectError, Protection, ProtectionSection, ProtectionSettings, Protector, WireKey};
 pub use recovery::{GapList, RecoveryCounts, RecoveryPolicy};

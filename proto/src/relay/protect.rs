@@ -158,6 +158,11 @@ impl WireKey {
         WireKey(bytes)
     }
 
+    /// The key's bytes, for this crate's other uses of a key (message ids); never shown.
+    pub(crate) const fn bytes(&self) -> &[u8; KEY_LEN] {
+        &self.0
+    }
+
     /// The key in `text`: 64 hex digits, surrounding whitespace ignored.
     pub fn parse_hex(text: &str) -> Result<WireKey, String> {
         let text = text.trim();
