@@ -166,6 +166,7 @@ fn the_limits_table_gives_the_codes_constants() {
         ("RetransmitRequest::PAYLOAD", RetransmitRequest::PAYLOAD as u64),
         ("MAX_RECORD", MAX_RECORD as u64),
         ("MAX_DATAGRAM", MAX_DATAGRAM as u64),
+        ("MAX_REASON", mdrelay_proto::relay::wire::MAX_REASON as u64),
         ("DEFAULT_MAX_FRAME", codec::DEFAULT_MAX_FRAME as u64),
         ("MAX_BATCH", codec::MAX_BATCH as u64),
         ("WINDOW", WINDOW),
