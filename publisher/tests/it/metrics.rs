@@ -241,7 +241,8 @@ fn the_endpoints_count_what_the_final_reports_say_through_a_format_switch() {
     // output's where it runs, in tests/it/nats_hostile.rs).
     let alerted = alert_queries();
     assert!(alerted.len() >= 5, "the alerts read too little: {alerted:?}");
-    for name in alerted.iter().filter(|n| !n.starts_with("mdrelay_sub_record_") && !n.starts_with("mdrelay_pub_nats_")) {
+    for name in alerted.iter().filter(|n| !n.starts_with("mdrelay_sub_record_") && !n.starts_with("mdrelay_pub_nats_"))
+    {
         assert!(served.contains(name), "an alert reads {name}, which neither program serves; served: {served:?}");
     }
 }
