@@ -70,6 +70,11 @@ pub struct Cli {
     /// 16777216, default 65536); past it they are dropped and repaired from --nats-stream.
     #[arg(long, value_name = "N", env = "MDRELAY_SUB_NATS_PENDING_MESSAGES")]
     pub nats_pending_messages: Option<u64>,
+    /// NATS: once the stream has started, give up on it (exit 1) when nothing new came for this
+    /// many seconds, or a duration such as 1m: no frame on the subject nor in --nats-stream's
+    /// tail (default 30).
+    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_NATS_GIVE_UP_AFTER")]
+    pub nats_give_up_after: Option<f64>,
     /// Aggregate and report only these symbols (comma-separated or repeated).
     #[arg(long, value_name = "SYMBOL", value_delimiter = ',', env = "MDRELAY_SUB_SYMBOLS")]
     pub symbols: Option<Vec<String>>,
@@ -262,6 +267,7 @@ struct FileConfig {
     nats_password_file: Option<Spanned<PathBuf>>,
     nats_tls_ca_file: Option<Spanned<PathBuf>>,
     nats_pending_messages: Option<Spanned<u64>>,
+    nats_give_up_after: Option<Spanned<Seconds>>,
     symbols: Option<Spanned<Vec<String>>>,
     latency: Option<LatencyMode>,
     echo_every: Option<Spanned<u64>>,
@@ -345,6 +351,8 @@ pub struct NatsOptions {
     pub tls_ca_file: Option<PathBuf>,
     /// Messages held for the subscription while it is not read.
     pub pending_messages: Option<usize>,
+    /// How long a started stream may bring nothing new before it is given up.
+    pub give_up_after: Option<Duration>,
 }
 
 impl fmt::Display for Transport {
@@ -486,6 +494,9 @@ impl Settings {
                 }
                 if let Some(n) = options.pending_messages {
                     put("nats_pending_messages", count(n as u64));
+                }
+                if let Some(d) = options.give_up_after {
+                    put("nats_give_up_after", seconds(d));
                 }
             }
         }
@@ -951,6 +962,11 @@ fn transport(cli: &Cli, file: &FileConfig, origin: &Origin<'_>) -> Result<(Trans
                 cli.nats_pending_messages.is_some(),
                 file.nats_pending_messages.as_ref().map(|s| s.span()),
             ),
+            named(
+                "nats_give_up_after",
+                cli.nats_give_up_after.is_some(),
+                file.nats_give_up_after.as_ref().map(|s| s.span()),
+            ),
         ];
         if let Some(key) = given.into_iter().flatten().next() {
             return Err(ConfigError(format!("{key}: only used with a NATS transport (nats), and {name} is not one")));
@@ -1066,7 +1082,10 @@ fn nats_options(
             // At most 16 Mi by the range check.
             Some(n) => Some(n.value as usize),
         };
+    let give_up_after =
+        seconds(cli.nats_give_up_after, file.nats_give_up_after.clone(), "nats_give_up_after", origin, false, MIN_TIMER)?;
     Ok(NatsOptions {
+        give_up_after,
         start_at,
         creds_file: creds_file.map(|n| n.value),
         nkey_file: nkey_file.map(|n| n.value),

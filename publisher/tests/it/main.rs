@@ -16,6 +16,7 @@ mod metrics;
 mod nats;
 mod nats_chain;
 mod nats_cluster;
+mod nats_edge_behind;
 mod nats_hosts;
 mod nats_protection;
 mod progress;

@@ -9,6 +9,7 @@ mod common;
 mod cli;
 mod hostile;
 mod nats;
+mod nats_behind;
 mod record;
 mod recovery;
 mod tcp;
