@@ -1,8 +1,9 @@
 //! An edge relay of a NATS subject that falls far behind, with real processes, a real
 //! `nats-server` and real signals: the edge (`[source.upstream] nats` with its JetStream
-//! stream) is stopped (SIGSTOP) until its origin has ended, more than a window of 65,536 frames
-//! behind; run again, it catches up from the stream in order, and it and its TCP leaf end with
-//! the whole of DEEP10 (the leaf's aggregates against the independent reference in ../shared).
+//! stream) is stopped (SIGSTOP) for 20 s, past its origin's end, and the server cuts it as a
+//! slow consumer, more than a window of 65,536 frames behind; run again, it catches up from the
+//! stream in order, and it and its TCP leaf end with the whole of DEEP10 (the leaf's aggregates
+//! against the independent reference in ../shared).
 
 use mdrelay_harness::process::field;
 use mdrelay_harness::{
@@ -58,7 +59,7 @@ fn ends_on_its_own(mut process: Process, limit: Duration, context: &str) -> Fini
 
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
-fn an_edge_stopped_until_its_origin_ended_catches_up_from_the_stream_and_its_leaf_ends_whole() {
+fn an_edge_stopped_past_its_origins_end_catches_up_from_the_stream_and_its_leaf_ends_whole() {
     let _serial = serial();
     let server = NatsServer::start();
     let url = server.url();
@@ -89,12 +90,14 @@ fn an_edge_stopped_until_its_origin_ended_catches_up_from_the_stream_and_its_lea
         subscriber_bin(),
         ["--connect", edge_addr.as_str(), "--report-interval", "0.2", "--json", leaf_json.as_str()],
     );
-    // Stopped once its leaf has 10,000 frames, the edge misses the rest of the subject and the
-    // END; it runs again once the origin has been done for 2 s.
+    // Stopped for 20 s once its leaf has 10,000 frames, past the origin's end: the server cuts
+    // it as a slow consumer (its writes to the edge block for more than 10 s), so the edge
+    // misses most of the subject and the END.
     leaf.wait_for_frames(10_000);
     edge.signal(Signal::SIGSTOP);
+    let stopped = Instant::now();
     origin.finish(RUN).assert_success();
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(Duration::from_secs(20).saturating_sub(stopped.elapsed()));
     edge.signal(Signal::SIGCONT);
     let edge_done = ends_on_its_own(edge, ENDS_WITHIN, "the edge");
     let leaf_done = ends_on_its_own(leaf, ENDS_WITHIN, "the edge's TCP leaf");

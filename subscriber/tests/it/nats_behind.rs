@@ -97,6 +97,22 @@ fn ends_on_its_own(mut process: Process, limit: Duration, json: &Path, context: 
     finished
 }
 
+/// A report's counts on one line, for the test's output.
+fn figures(report: &Value) -> String {
+    let r = &report["recovery"];
+    format!(
+        "frames {} gaps {} duplicates {} recovered {} unrecoverable {} (causes {}) totals_match {} stop {}",
+        report["frames"],
+        report["gaps"],
+        report["duplicates"],
+        r["frames_recovered"],
+        r["frames_unrecoverable"],
+        r["unrecoverable_causes"],
+        report["totals_match"],
+        report["stop_reason"]
+    )
+}
+
 /// The log without its interval lines.
 fn lines_other_than_intervals(stderr: &str) -> String {
     stderr.lines().filter(|l| !l.contains(" msg/s ")).collect::<Vec<_>>().join("\n")
@@ -145,6 +161,7 @@ fn stopped_far_behind(stream: &str, rate: u32, extra: &[&str], stopped: impl FnO
     let context = format!("a subscriber stopped far behind ({stream})");
     let finished = ends_on_its_own(sub, ENDS_WITHIN, &json, &context);
     let report = json_file(&json);
+    eprintln!("{context}: exit {:?}, {}", finished.code(), figures(&report));
     assert_whole(&finished, &report, &context);
     assert!(
         finished.stderr.contains("catching up from the stream"),
@@ -255,6 +272,7 @@ fn the_frames_a_publisher_dropped_for_a_frozen_server_are_counted_lost_live_and_
 
     let finished = ends_on_its_own(live, ENDS_WITHIN, &live_json, "the live subscriber");
     let report = json_file(&live_json);
+    eprintln!("the live subscriber ({dropped} dropped): exit {:?}, {}", finished.code(), figures(&report));
     let context = format!("the live subscriber ({dropped} frames dropped; log:\n{})", finished.stderr);
     assert_eq!(finished.code(), Some(0), "{context}: the END is taken");
     assert_lost_exactly(&report, dropped, &context);
@@ -264,6 +282,7 @@ fn the_frames_a_publisher_dropped_for_a_frozen_server_are_counted_lost_live_and_
     let late = subscriber(&server, "DROP", &late_json, &[&give_up[..], &["--from-start"]].concat());
     let finished = ends_on_its_own(late, ENDS_WITHIN, &late_json, "the subscriber from the start");
     let report = json_file(&late_json);
+    eprintln!("the subscriber from the start ({dropped} dropped): exit {:?}, {}", finished.code(), figures(&report));
     let context = format!("the subscriber from the start ({dropped} frames dropped; log:\n{})", finished.stderr);
     assert_eq!(finished.code(), Some(0), "{context}: the END is taken");
     assert_lost_exactly(&report, dropped, &context);
@@ -291,6 +310,7 @@ fn a_stream_without_its_end_is_given_up_after_give_up_after_counting_what_it_lac
     assert_eq!(publisher.finish(RUN).code(), None, "killed by the signal");
     let finished = ends_on_its_own(live, ENDS_WITHIN, &live_json, "the live subscriber of a killed publisher");
     let report = json_file(&live_json);
+    eprintln!("the live subscriber of a killed publisher: exit {:?}, {}", finished.code(), figures(&report));
     let context = format!("the live subscriber of a killed publisher: {report}\nlog:\n{}", finished.stderr);
     assert_eq!(finished.code(), Some(1), "{context}: it gave up");
     assert!(finished.stderr.contains("give_up_after"), "{context}: the reason names the setting");
@@ -314,6 +334,7 @@ fn a_stream_without_its_end_is_given_up_after_give_up_after_counting_what_it_lac
     let late = subscriber(&server, "NOEND", &late_json, &[&give_up[..], &["--from-start"]].concat());
     let finished = ends_on_its_own(late, ENDS_WITHIN, &late_json, "the subscriber from the start");
     let report = json_file(&late_json);
+    eprintln!("the subscriber from the start ({lacks} erased): exit {:?}, {}", finished.code(), figures(&report));
     let context = format!("the subscriber from the start ({lacks} frames erased): {report}\nlog:\n{}", finished.stderr);
     assert_eq!(finished.code(), Some(1), "{context}: it gave up");
     assert!(report["totals_match"].is_null(), "{context}");
