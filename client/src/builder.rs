@@ -846,6 +846,17 @@ mod tests {
     }
 
     #[test]
+    fn give_up_after_is_for_tcp_and_nats_with_a_default_over_nats() {
+        let nats = || Builder::nats("nats://127.0.0.1:4222", "md.x");
+        let ms = Duration::from_millis;
+        assert_eq!(nats().settings().unwrap().give_up_after, Some(DEFAULT_NATS_GIVE_UP_AFTER));
+        assert_eq!(nats().give_up_after(ms(500)).settings().unwrap().give_up_after, Some(ms(500)));
+        assert_eq!(setting(nats().give_up_after(ms(5))), "give_up_after");
+        assert_eq!(Builder::tcp("h:1").settings().unwrap().give_up_after, None, "TCP tries for ever by default");
+        assert_eq!(setting(Builder::udp("127.0.0.1:0").give_up_after(ms(500))), "give_up_after");
+    }
+
+    #[test]
     fn every_bad_setting_is_named() {
         let udp = || Builder::udp("127.0.0.1:0");
         let ms = Duration::from_millis;

@@ -429,8 +429,8 @@ impl NatsDriver {
             Replayed(Option<Result<Box<async_nats::jetstream::Message>, String>>),
             Live(Option<async_nats::Message>),
             Repaired(Option<Repaired>),
-            Found(Option<Replay>),
-            Tail(Option<JetStream>, TailRead),
+            Found(Option<Box<Replay>>),
+            Tail(Box<(Option<JetStream>, TailRead)>),
             Slept,
             Quiet,
         }
@@ -438,8 +438,8 @@ impl NatsDriver {
             replayed = replayed => Woke::Replayed(replayed.map(|r| r.map(Box::new).map_err(|e| e.to_string()))),
             live = live.next(), if !holding || hold_more => Woke::Live(live),
             repaired = repaired => Woke::Repaired(repaired),
-            found = found => Woke::Found(found),
-            (stream, read) = tail => Woke::Tail(stream, read),
+            found = found => Woke::Found(found.map(Box::new)),
+            tail = tail => Woke::Tail(Box::new(tail)),
             _ = sleep => Woke::Slept,
             _ = quiet => Woke::Quiet,
         };
@@ -478,7 +478,7 @@ impl NatsDriver {
             Woke::Found(found) => {
                 self.catching_up = None;
                 match found {
-                    Some(replay) => self.replay = Some(replay),
+                    Some(replay) => self.replay = Some(*replay),
                     // Nothing stored from there, or the stream cannot be read now: the live
                     // messages go on, and repairs fill what they can.
                     None => self.receiver.store_read_ended(self.clock.now()),
@@ -492,7 +492,8 @@ impl NatsDriver {
             Woke::Repaired(Some(Repaired::Gone { session, first, count })) => {
                 self.receiver.store_gone(session, first, count);
             }
-            Woke::Tail(stream, read) => {
+            Woke::Tail(tail) => {
+                let (stream, read) = *tail;
                 self.tail_read = None;
                 self.tail_stream = stream;
                 match read {

@@ -351,8 +351,6 @@ pub struct NatsOptions {
     pub tls_ca_file: Option<PathBuf>,
     /// Messages held for the subscription while it is not read.
     pub pending_messages: Option<usize>,
-    /// How long a started stream may bring nothing new before it is given up.
-    pub give_up_after: Option<Duration>,
 }
 
 impl fmt::Display for Transport {
@@ -404,6 +402,8 @@ pub struct Settings {
     pub duration: Option<Duration>,
     /// Cap of the TCP reconnection backoff.
     pub reconnect_max: Duration,
+    /// NATS: how long a started stream may bring nothing new before it is given up.
+    pub nats_give_up_after: Option<Duration>,
     /// UDP and multicast: the publisher's retransmission service, and when to ask it.
     pub recovery: Option<RecoverySettings>,
     /// The whole session from its first frame is wanted (TCP: asked for; UDP: owed).
@@ -495,7 +495,7 @@ impl Settings {
                 if let Some(n) = options.pending_messages {
                     put("nats_pending_messages", count(n as u64));
                 }
-                if let Some(d) = options.give_up_after {
+                if let Some(d) = self.nats_give_up_after {
                     put("nats_give_up_after", seconds(d));
                 }
             }
@@ -764,6 +764,9 @@ impl Settings {
         let duration = seconds(cli.duration, file.duration, "duration", origin, false, 0.0)?;
         let reconnect_max = seconds(cli.reconnect_max, file.reconnect_max, "reconnect_max", origin, false, MIN_TIMER)?
             .unwrap_or(Duration::from_secs_f64(DEFAULT_RECONNECT_MAX));
+        // Refused without a NATS transport with the other NATS settings.
+        let nats_give_up_after =
+            seconds(cli.nats_give_up_after, file.nats_give_up_after, "nats_give_up_after", origin, false, MIN_TIMER)?;
 
         let count = match pick(cli.max_messages, file.max_messages, "max_messages", origin) {
             Some(Named { value: 0, name }) => {
@@ -819,6 +822,7 @@ impl Settings {
             count,
             duration,
             reconnect_max,
+            nats_give_up_after,
             recovery,
             from_start,
             line_b,
@@ -1082,10 +1086,7 @@ fn nats_options(
             // At most 16 Mi by the range check.
             Some(n) => Some(n.value as usize),
         };
-    let give_up_after =
-        seconds(cli.nats_give_up_after, file.nats_give_up_after.clone(), "nats_give_up_after", origin, false, MIN_TIMER)?;
     Ok(NatsOptions {
-        give_up_after,
         start_at,
         creds_file: creds_file.map(|n| n.value),
         nkey_file: nkey_file.map(|n| n.value),
@@ -1759,6 +1760,10 @@ mod tests {
         let e = bad("nats_pending_messages = 15\n");
         assert!(e.names("nats_pending_messages", "15 is out of range (16 to 16777216)"), "{e}");
         assert!(bad("nats_pending_messages = 16777217\n").names("nats_pending_messages", "16777217 is out of range"));
+        let s = from_file(&format!("{nats}nats_give_up_after = \"90s\"\n")).unwrap();
+        assert_eq!(s.nats_give_up_after, Some(Duration::from_secs(90)));
+        assert!(bad("nats_give_up_after = 0\n").contains("nats_give_up_after"));
+        assert!(bad("nats_give_up_after = 86401\n").contains("nats_give_up_after"));
 
         // Only with a NATS transport, from the file or as a flag.
         for key in [
@@ -1769,6 +1774,7 @@ mod tests {
             "nats_password_file = \"p\"",
             "nats_tls_ca_file = \"c\"",
             "nats_pending_messages = 64",
+            "nats_give_up_after = 5",
         ] {
             let e = err(&format!("connect = \"h:1\"\n{key}\n"));
             let name = key.split(' ').next().unwrap();

@@ -114,10 +114,8 @@ fn an_edge_stopped_past_its_origins_end_catches_up_from_the_stream_and_its_leaf_
     assert_eq!(&edge_report["totals"]["frames"], frames, "{context}: every frame re-published");
 
     let leaf_report = json_file(Path::new(&leaf_json));
-    let context = format!(
-        "the edge's TCP leaf: {leaf_report}\nlog:\n{}",
-        lines_other_than_intervals(&leaf_done.stderr)
-    );
+    let context =
+        format!("the edge's TCP leaf: {leaf_report}\nlog:\n{}", lines_other_than_intervals(&leaf_done.stderr));
     assert_eq!(leaf_done.code(), Some(0), "{context}");
     assert_aggregates(&leaf_report, &reference, &context);
     assert_eq!(leaf_report["messages"], reference["messages"], "{context}: every message arrives");

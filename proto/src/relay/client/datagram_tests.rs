@@ -656,7 +656,10 @@ fn a_stream_that_brings_nothing_new_is_given_up_with_what_it_lacks() {
     assert!(!r.is_finished(), "2 s since frame 5 came only at 3 s");
     r.store_holds_nothing(3 * S);
     let ev = events(&mut r, &mut notes);
-    assert!(ev.iter().any(|e| matches!(e, DatagramEvent::GaveUp { given_up: 2, silent } if *silent == 2 * S)), "{ev:?}");
+    assert!(
+        ev.iter().any(|e| matches!(e, DatagramEvent::GaveUp { given_up: 2, silent } if *silent == 2 * S)),
+        "{ev:?}"
+    );
     assert_eq!(r.reader().tracker().counts().lost, 2);
     assert_eq!(r.reader().book().unwrap().counts().frames_unrecoverable, 2);
     // Without a store the time alone says it.
@@ -681,7 +684,8 @@ fn a_gap_the_window_would_pass_is_caught_up_from_the_store_filling_it_and_skippi
     let f = frames[0].as_slice();
     let mut r = store_receiver(30);
     let mut notes = Notes::default();
-    let live = |r: &mut DatagramReceiver, notes: &mut Notes, d: &[u8]| r.datagram(Origin::Stream, d, peer(), MS, 0, notes);
+    let live =
+        |r: &mut DatagramReceiver, notes: &mut Notes, d: &[u8]| r.datagram(Origin::Stream, d, peer(), MS, 0, notes);
     // Frames 1..=100 and 201..=300 came; 101..=200 are missing. A datagram reaching 101 + WINDOW
     // is within the window's reach, but taking it would give 101 up as too old.
     for d in datagrams(f, 1, 101).into_iter().chain(datagrams(f, 201, 301)) {
