@@ -49,7 +49,8 @@
 //!   ignored: it is held ([`DatagramEvent::EndAhead`]), refuted by any new frame of its session
 //!   that comes after it (a forged `END` in a live stream is followed by the stream), and taken
 //!   once nothing new has come for the give-up time ([`DatagramReceiver::with_give_up_after`]):
-//!   the frames before it are then a gap, sought in the store and given up.
+//!   the frames before it are then a gap, given up as gone at once when the store was read in
+//!   order up to it (a publisher stores its `END` after everything else), else sought there.
 //! - **Giving up.** With a give-up time, a stream that has started and brings nothing new for
 //!   that long, and holds no such `END`, is given up ([`DatagramEvent::GaveUp`]): its frames
 //!   still missing are given up with it. With a store, "nothing new" is the store's answer: the
@@ -369,6 +370,9 @@ struct EndAhead {
     next: u64,
     totals: Totals,
     peer: SocketAddr,
+    /// Read from the store in order: the store holds nothing of its session between the
+    /// highest frame taken and it (a publisher stores its END after everything else).
+    in_store_order: bool,
 }
 
 /// A datagram held until the next one confirms or refutes it.
@@ -683,8 +687,18 @@ impl DatagramReceiver {
             self.reader.tracker_mut().refuted();
             return;
         }
+        let highest = self.reader.tracker().highest();
         self.reader.tracker_mut().end_confirmed(end.next);
         self.reader.stream_ended(end.next, now);
+        if end.in_store_order
+            && let Some(book) = self.reader.book_mut()
+        {
+            // The store holds none of the frames past the highest: gone, without a search.
+            let from = highest.map_or(1, |high| high.saturating_add(1));
+            let count = end.next.saturating_sub(from);
+            book.gone(from, count);
+            self.events.push_back(DatagramEvent::RecoveryGone { first: from, count });
+        }
         let first = self.publisher_totals.is_none();
         self.events.push_back(DatagramEvent::End {
             peer: end.peer,
@@ -1043,13 +1057,27 @@ impl DatagramReceiver {
                                 return false;
                             }
                             if self.give_up_after_ns.is_some() {
-                                self.events.push_back(DatagramEvent::EndAhead {
-                                    peer,
-                                    session: header.session,
-                                    next_sequence: header.sequence,
-                                });
-                                self.end_ahead =
-                                    Some(EndAhead { session: header.session, next: header.sequence, totals, peer });
+                                let again = self
+                                    .end_ahead
+                                    .as_ref()
+                                    .is_some_and(|e| (e.session, e.next) == (header.session, header.sequence));
+                                // The same END again (given back after a read of the store) is
+                                // held once, as first seen.
+                                if !again {
+                                    self.events.push_back(DatagramEvent::EndAhead {
+                                        peer,
+                                        session: header.session,
+                                        next_sequence: header.sequence,
+                                    });
+                                    let in_store_order = self.reading_store();
+                                    self.end_ahead = Some(EndAhead {
+                                        session: header.session,
+                                        next: header.sequence,
+                                        totals,
+                                        peer,
+                                        in_store_order,
+                                    });
+                                }
                                 return false;
                             }
                         }

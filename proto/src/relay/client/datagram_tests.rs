@@ -597,23 +597,43 @@ fn an_end_far_ahead_of_what_the_store_holds_is_taken_once_nothing_follows_it() {
         "taken after 2 s of nothing new: {ev:?}"
     );
     assert!(!r.wants_tail());
-    // The frames before it are sought in the store (within the linger), which says they are
-    // gone.
-    r.on_timeout(2 * S + 10 * MS);
+    // Read in order, the store held nothing between frame 100 and it: those frames are gone,
+    // without a search.
+    let lost = next - 101;
+    assert!(ev.contains(&DatagramEvent::RecoveryGone { first: 101, count: lost }), "{ev:?}");
+    assert!(ev.contains(&DatagramEvent::Finished), "{ev:?}");
+    assert_eq!(r.next_store_request(), None);
+    assert_eq!(r.reader().tracker().counts().lost, lost);
+    let report = r.reader().book().unwrap().report("store");
+    assert_eq!((report.frames_unrecoverable, report.unrecoverable_causes.gone), (lost, lost), "{report:?}");
+    assert_eq!(r.publisher_totals().map(|t| t.frames), Some(next - 1));
+
+    // The same END live, just after a read of the store (no other read for a second): held,
+    // taken after the give-up time, and the frames before it sought in the store (within the
+    // linger), which says they are gone.
+    let mut r = store_receiver(2);
+    let mut notes = Notes::default();
+    r.store_read_began();
+    for d in datagrams(f, 1, 101) {
+        r.datagram(Origin::Stream, &d, peer(), 0, 0, &mut notes);
+    }
+    r.store_read_ended(MS);
+    r.datagram(Origin::Stream, &data(SESSION, 101, &[f], Format::Sbe), peer(), MS, 0, &mut notes);
+    r.datagram(Origin::Stream, &end_far, peer(), 2 * MS, 0, &mut notes);
+    assert_eq!(r.next_catch_up(), None, "within a second of the last read");
+    r.stored_tail(9, &end_far, peer(), 3 * S, 0, &mut notes);
+    r.on_timeout(3 * S + 10 * MS);
     let (session, request) = r.next_store_request().expect("the frames before the END are asked for");
-    assert_eq!((session, request.first), (SESSION, 101));
-    let mut first = 101;
+    assert_eq!((session, request.first), (SESSION, 102));
+    let mut first = 102;
     while first < next {
         let count = (next - first).min(u64::from(MAX_REQUEST_FRAMES));
         r.store_gone(SESSION, first, count);
         first += count;
     }
     assert!(events(&mut r, &mut notes).contains(&DatagramEvent::Finished));
-    let lost = next - 101;
-    assert_eq!(r.reader().tracker().counts().lost, lost);
     let report = r.reader().book().unwrap().report("store");
-    assert_eq!((report.frames_unrecoverable, report.unrecoverable_causes.gone), (lost, lost), "{report:?}");
-    assert_eq!(r.publisher_totals().map(|t| t.frames), Some(next - 1));
+    assert_eq!((report.frames_unrecoverable, report.unrecoverable_causes.gone), (lost - 1, lost - 1));
 
     // A forged END far ahead of a live stream is refuted by the next frame, and the stream then
     // given up when nothing new comes: no END to end it.
