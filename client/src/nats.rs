@@ -36,8 +36,8 @@
 //! the wait. A range read once is not read again. Without a stream, a gap is counted lost.
 //!
 //! A gap is found when a later message arrives, so a tail lost on the live subject (its END
-//! included) would never be: while the subject is quiet for [`TAIL_PROBE`], the repair task
-//! reads the subject's last stored message and hands it to the machine
+//! included) would never be: while the subject is quiet for [`TAIL_PROBE`], a task of its own
+//! (not behind the repairs) reads the subject's last stored message and hands it to the machine
 //! ([`DatagramReceiver::stored_tail`]), which takes it as if it had come live when it is newer
 //! than anything taken (a later frame, or the END), opening the gap behind it, and otherwise
 //! counts it as the stream's word that nothing new came ([`Builder::give_up_after`]: a stream
@@ -47,9 +47,9 @@
 //! # Catching up
 //!
 //! A subscriber more than a window behind (a process stopped for seconds, a connection the
-//! server cut as a slow consumer's) learns it from a message far ahead, live or at the tail.
-//! Repairs would give those frames up as too old: the machine asks for a catch-up instead
-//! ([`DatagramReceiver::next_catch_up`]). A task finds the datagram carrying the first frame
+//! server cut as a slow consumer's) learns it from a message far ahead, live or at the tail, or
+//! one that would take its window past a gap still open. Repairs would give those frames up as
+//! too old: the machine asks for a catch-up instead ([`DatagramReceiver::next_catch_up`]). A task finds the datagram carrying the first frame
 //! missing by the same bisection as a repair, and starts an ordered consumer from there up to
 //! the subject's last message; the driver takes its messages in order, as a replay from the
 //! start, while the live messages wait (the message that showed the gap first), then hands

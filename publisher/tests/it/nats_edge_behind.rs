@@ -110,7 +110,6 @@ fn an_edge_stopped_past_its_origins_end_catches_up_from_the_stream_and_its_leaf_
     assert_eq!(&u["frames"], frames, "{context}: every frame of the origin taken");
     assert_eq!(u["gaps"], 0, "{context}");
     assert_eq!(u["stop_reason"], "end", "{context}: the origin's END came through NATS");
-    assert!(edge_done.stderr.contains("catching up from the stream"), "{context}: the log says it caught up");
     for line in edge_done.stderr.lines().filter(|l| l.contains("catching up") || l.contains("caught up")) {
         eprintln!("the edge: {line}");
     }

@@ -140,7 +140,7 @@ pub struct DatagramConfig {
 pub struct CatchUp {
     /// The stream's session.
     pub session: u64,
-    /// The first frame to read: the one after the highest taken.
+    /// The first frame to read: the lowest missing, or the one after the highest taken.
     pub from: u64,
 }
 
@@ -262,7 +262,8 @@ pub enum DatagramEvent {
     /// The stream is over (its end, after the waits).
     Finished,
     /// A datagram or `END` of the stream's session came more than a window ahead of the
-    /// frames taken: it was not taken, and the store is to be read in order from `from`
+    /// frames taken, or a datagram that would take the window past a frame still missing: it
+    /// was not taken, and the store is to be read in order from `from`
     /// ([`DatagramReceiver::next_catch_up`]).
     Behind {
         /// The session.
@@ -272,7 +273,8 @@ pub enum DatagramEvent {
         /// The frame that came (an `END`'s: the one before its number).
         ahead: u64,
     },
-    /// A read of the store in order for a catch-up ended, having taken `frames` frames.
+    /// A read of the store in order for a catch-up ended (or reached the stream's end), having
+    /// taken `frames` frames.
     CaughtUp {
         /// Frames taken from the store.
         frames: u64,
@@ -951,6 +953,11 @@ impl DatagramReceiver {
     fn finish(&mut self) {
         if !self.finished {
             self.finished = true;
+            // A catch-up that read the stream's END: what it took is told before the end.
+            if let Reading::Store { catch_up: true, taken_before } = self.reading {
+                let frames = self.frames_taken().saturating_sub(taken_before);
+                self.events.push_back(DatagramEvent::CaughtUp { frames });
+            }
             self.events.push_back(DatagramEvent::Finished);
         }
     }
