@@ -44,6 +44,11 @@ pub const DEFAULT_NATS_REPAIR_ATTEMPTS: u32 = 12;
 /// NATS with a JetStream stream: default wait after the end of the stream for frames still
 /// missing.
 pub const DEFAULT_NATS_REPAIR_LINGER: Duration = Duration::from_secs(10);
+/// NATS: default [`Builder::give_up_after`], how long a stream that has started may bring
+/// nothing new (no frame on the subject nor, with a stream, in its tail) before the subscriber
+/// gives up on it. Past a stream leader's election (about 18 s of repairs) and far past the
+/// publisher's own silences (an IEX feed sends a heartbeat every second).
+pub const DEFAULT_NATS_GIVE_UP_AFTER: Duration = Duration::from_secs(30);
 
 /// How the stream arrives, as given to the builder.
 #[derive(Clone, Debug)]
@@ -352,6 +357,15 @@ impl Builder {
     /// connection could be made, or every one was told BUSY, for this long (10 ms to 1 day),
     /// counted from the first attempt that failed since the last connection whose stream
     /// started; by default a subscriber tries for ever.
+    ///
+    /// NATS: once the stream has started, give up on it with
+    /// [`ErrorKind::Ended`](crate::ErrorKind::Ended) when nothing new came for this long: no
+    /// new frame on the subject and, with [`Builder::nats_stream`], none in the stream's tail,
+    /// which is read whenever the subject is quiet (a server out of reach answers nothing, and
+    /// is waited for). What is missing then is given up, and counted. An end of stream far
+    /// ahead of the frames the stream holds (frames a publisher dropped) is taken at that point
+    /// instead, unless a frame of its session came after it. Default
+    /// [`DEFAULT_NATS_GIVE_UP_AFTER`].
     pub fn give_up_after(mut self, limit: Duration) -> Builder {
         self.give_up_after = Some(limit);
         self
@@ -577,7 +591,7 @@ impl Builder {
             for (setting, set) in [
                 ("resume", self.resume.is_some()),
                 ("reconnect_max", self.reconnect_max.is_some()),
-                ("give_up_after", self.give_up_after.is_some()),
+                ("give_up_after", self.give_up_after.is_some() && !nats),
                 ("connect_timeout", self.connect_timeout.is_some() && !nats),
             ] {
                 if set {
@@ -589,7 +603,8 @@ impl Builder {
         let tens_of_ms = Duration::from_millis(10);
         let reconnect_max =
             ranged(self.reconnect_max, "reconnect_max", tens_of_ms, day)?.unwrap_or(DEFAULT_RECONNECT_MAX);
-        let give_up_after = ranged(self.give_up_after, "give_up_after", tens_of_ms, day)?;
+        let give_up_after = ranged(self.give_up_after, "give_up_after", tens_of_ms, day)?
+            .or(nats.then_some(DEFAULT_NATS_GIVE_UP_AFTER));
         let connect_timeout =
             ranged(self.connect_timeout, "connect_timeout", tens_of_ms, day)?.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
         let symbols = match self.symbols {
@@ -828,6 +843,17 @@ mod tests {
             }
             Ok(s) => panic!("accepted: {s:?}"),
         }
+    }
+
+    #[test]
+    fn give_up_after_is_for_tcp_and_nats_with_a_default_over_nats() {
+        let nats = || Builder::nats("nats://127.0.0.1:4222", "md.x");
+        let ms = Duration::from_millis;
+        assert_eq!(nats().settings().unwrap().give_up_after, Some(DEFAULT_NATS_GIVE_UP_AFTER));
+        assert_eq!(nats().give_up_after(ms(500)).settings().unwrap().give_up_after, Some(ms(500)));
+        assert_eq!(setting(nats().give_up_after(ms(5))), "give_up_after");
+        assert_eq!(Builder::tcp("h:1").settings().unwrap().give_up_after, None, "TCP tries for ever by default");
+        assert_eq!(setting(Builder::udp("127.0.0.1:0").give_up_after(ms(500))), "give_up_after");
     }
 
     #[test]

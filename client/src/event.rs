@@ -211,6 +211,29 @@ pub enum RecoveryEvent {
         /// Why.
         reason: String,
     },
+    /// NATS with a stream: a frame or end of stream more than a window (65,536 frames) ahead of
+    /// the frames taken came (the subscriber fell behind, or it is forged): the JetStream stream
+    /// is read in order from `from` while the live subject waits.
+    CatchingUp {
+        /// The first frame read from the stream: the one after the highest taken.
+        from: u64,
+        /// The frame that came that far ahead (an end of stream's: the one before its number).
+        ahead: u64,
+    },
+    /// NATS: the read of the stream in order is over, `frames` frames taken from it; the live
+    /// subject follows.
+    CaughtUp {
+        /// Frames taken from the stream.
+        frames: u64,
+    },
+    /// NATS: an end of stream far ahead of every frame the stream brought (its publisher
+    /// dropped the frames before it, or it is forged): held, and taken once nothing new has
+    /// come for [`Builder::give_up_after`](crate::Builder::give_up_after); a new frame of its
+    /// session after it refutes it.
+    EndAhead {
+        /// The number it gives the next frame.
+        next_sequence: u64,
+    },
 }
 
 /// What was received and not taken, and why. Each is counted in

@@ -36,11 +36,25 @@
 //! the wait. A range read once is not read again. Without a stream, a gap is counted lost.
 //!
 //! A gap is found when a later message arrives, so a tail lost on the live subject (its END
-//! included) would never be: while the subject is quiet for [`TAIL_PROBE`], the repair task
-//! reads the subject's last stored message, and the driver takes it as if it had come live when
-//! it is of the session being received and newer than anything taken (a later frame, or the
-//! END), which opens the gap behind it. A stored message is taken once: one the machine refuses
-//! (a forgery) is counted once, not at every probe.
+//! included) would never be: while the subject is quiet for [`TAIL_PROBE`], a task of its own
+//! (not behind the repairs) reads the subject's last stored message and hands it to the machine
+//! ([`DatagramReceiver::stored_tail`]), which takes it as if it had come live when it is newer
+//! than anything taken (a later frame, or the END), opening the gap behind it, and otherwise
+//! counts it as the stream's word that nothing new came ([`Builder::give_up_after`]: a stream
+//! that has started and brings nothing new that long is given up, with
+//! [`Error::Ended`]).
+//!
+//! # Catching up
+//!
+//! A subscriber more than a window behind (a process stopped for seconds, a connection the
+//! server cut as a slow consumer's) learns it from a message far ahead, live or at the tail, or
+//! one that would take its window past a gap still open. Repairs would give those frames up as
+//! too old: the machine asks for a catch-up instead ([`DatagramReceiver::next_catch_up`]). A task finds the datagram carrying the first frame
+//! missing by the same bisection as a repair, and starts an ordered consumer from there up to
+//! the subject's last message; the driver takes its messages in order, as a replay from the
+//! start, while the live messages wait (the message that showed the gap first), then hands
+//! them over. Each decision is the machine's: what counts as behind, how often a catch-up may
+//! be asked, what the stream's messages prove.
 //!
 //! Every wait is on a stream of messages, a queue or a sleep, so a wait that is dropped loses
 //! nothing.
@@ -49,10 +63,12 @@
 //! [`Builder::nats_stream`]: crate::Builder::nats_stream
 //! [`Builder::nats_start_at`]: crate::Builder::nats_start_at
 //! [`Builder::recovery_attempts`]: crate::Builder::recovery_attempts
+//! [`Builder::give_up_after`]: crate::Builder::give_up_after
 
 use crate::collect::Collector;
 use crate::counters::Counters;
 use crate::error::Error;
+use crate::event::{Event, RecoveryEvent};
 use crate::net::Clock;
 use crate::settings::{NatsAuth, Settings};
 use crate::udp::{EndNotes, datagram_notice};
@@ -60,10 +76,10 @@ use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use async_nats::jetstream::message::StreamMessage;
 use async_nats::jetstream::stream::{DirectGetErrorKind, LastRawMessageErrorKind, Stream as JetStream};
 use bytes::Bytes;
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use mdrelay_proto::relay::client::{
-    DatagramConfig, DatagramEvent, DatagramReceiver, Origin, ReaderConfig, RecoveryConfig, StoreSearch, StoreStep,
-    Stored,
+    CatchUp, DatagramConfig, DatagramEvent, DatagramReceiver, Origin, ReaderConfig, RecoveryConfig, StoreSearch,
+    StoreStep, Stored,
 };
 use mdrelay_proto::relay::wire::{DatagramHeader, DatagramKind, RetransmitRequest};
 use std::collections::VecDeque;
@@ -85,70 +101,34 @@ const READ_AHEAD: usize = 64;
 /// read, in case the tail was lost.
 pub(crate) const TAIL_PROBE: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// What the driver knows of the stream's tail, read while the live subject is quiet.
-#[derive(Default)]
-struct Tail {
-    /// Session and next frame after the newest datagram taken (nothing is probed before the
-    /// first); whether its END was.
-    newest: Option<(u64, u64)>,
-    end_taken: bool,
-    /// The stream position of the last message the probe handed over: a message read again is
-    /// not taken again (one the machine refused, a forgery, would be counted at every probe).
-    probed: Option<u64>,
-    /// A probe is asked for and not answered yet.
-    asked: bool,
-}
-
-impl Tail {
-    /// Notes a datagram taken from the live subject, the replay or the probe.
-    fn taken(&mut self, payload: &[u8]) {
-        let Ok(h) = DatagramHeader::parse(payload) else { return };
-        match h.kind {
-            DatagramKind::Data => {
-                let next = h.sequence.saturating_add(u64::from(h.frame_count));
-                match self.newest {
-                    Some((session, newest)) if session == h.session && newest >= next => {}
-                    _ => self.newest = Some((h.session, next)),
-                }
-            }
-            _ => self.end_taken = true,
-        }
-    }
-
-    /// Whether the tail is worth reading: something was taken, and not the END yet.
-    fn wanted(&self) -> bool {
-        !self.end_taken && self.newest.is_some() && !self.asked
-    }
-
-    /// Whether the subject's last stored message, at `position`, is newer than everything
-    /// taken. The header is only a hint: the machine checks the message's protection when it
-    /// is taken, and a message is taken once whatever it turns out to be.
-    fn newer(&mut self, position: u64, payload: &[u8]) -> bool {
-        if self.probed == Some(position) {
-            return false;
-        }
-        let Ok(h) = DatagramHeader::parse(payload) else { return false };
-        let Some((session, next)) = self.newest else { return false };
-        // Only the session being received: a stream also keeps earlier sessions, whose END
-        // must not end this one, and a new session comes live anyway.
-        let newer = h.session == session
-            && match h.kind {
-                DatagramKind::Data => h.sequence.saturating_add(u64::from(h.frame_count)) > next,
-                // The END, not taken yet (the probe stops once it is).
-                _ => true,
-            };
-        if newer {
-            self.probed = Some(position);
-        }
-        newer
-    }
-}
-
-/// The replay of a stream from its start, or from a time.
+/// A read of the stream in order: a replay from its start or from a time, or a catch-up.
 struct Replay {
     messages: pull::Ordered,
     /// The last stream sequence stored when the replay began: the hand-over point.
     until: u64,
+    /// A catch-up (a read that fails ends it, and repairs fill what is missing), not a replay
+    /// the subscriber asked for (a read that fails ends the stream).
+    catch_up: bool,
+}
+
+/// Where catch-ups read: the stream, and the subject in it.
+#[derive(Clone)]
+struct StoreSource {
+    jetstream: async_nats::jetstream::Context,
+    stream: String,
+    subject: String,
+    fetches: Arc<AtomicU64>,
+}
+
+/// The subject's last stored message, read while the live subject is quiet.
+#[derive(Debug)]
+enum TailRead {
+    /// At its stream position.
+    Stored(u64, Bytes),
+    /// The stream holds none of the subject.
+    Nothing,
+    /// It could not be read now (no answer is no word on the stream).
+    Unreadable,
 }
 
 /// What the repair task hands back.
@@ -158,19 +138,10 @@ enum Repaired {
     Datagram(Bytes),
     /// Frames the stream does not hold.
     Gone { session: u64, first: u64, count: u64 },
-    /// The subject's last stored message, at its stream position (none: nothing stored, or it
-    /// could not be read now).
-    Tail(Option<(u64, Bytes)>),
 }
 
-/// What the driver asks of the repair task.
-#[derive(Debug)]
-enum Ask {
-    /// A missing range of a session.
-    Range(u64, RetransmitRequest),
-    /// The subject's last stored message.
-    Tail,
-}
+/// What the driver asks of the repair task: a missing range of a session.
+type Ask = (u64, RetransmitRequest);
 
 /// The task that reads missing frames from the stream, and its queues.
 struct Repairs {
@@ -195,8 +166,19 @@ pub(crate) struct NatsDriver {
     replay: Option<Replay>,
     held: VecDeque<Bytes>,
     repairs: Option<Repairs>,
-    /// The stream's tail, read (with a stream) while the live subject is quiet.
-    tail: Tail,
+    /// Where catch-ups read (with a stream).
+    source: Option<StoreSource>,
+    /// The task finding where a catch-up starts.
+    catching_up: Option<tokio::task::JoinHandle<Option<Replay>>>,
+    /// The read of the stream's tail under way: the stream (looked up once found) and what
+    /// it holds last.
+    tail_read: Option<tokio::task::JoinHandle<(Option<JetStream>, TailRead)>>,
+    /// The stream, once a read of its tail found it.
+    tail_stream: Option<JetStream>,
+    /// The subject and where it is read, for errors.
+    name: String,
+    /// The stream was given up: the error to end it with.
+    gave_up: Option<Error>,
     /// When the live subject last delivered (ns of the clock).
     live_at: i64,
     /// The server, as the machine's peer (messages have no address of their own).
@@ -208,12 +190,24 @@ pub(crate) struct NatsDriver {
     finished: bool,
 }
 
+impl Drop for NatsDriver {
+    fn drop(&mut self) {
+        if let Some(task) = &self.catching_up {
+            task.abort();
+        }
+        if let Some(task) = &self.tail_read {
+            task.abort();
+        }
+    }
+}
+
 impl std::fmt::Debug for NatsDriver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NatsDriver")
             .field("peer", &self.peer)
             .field("replaying", &self.replay.is_some())
             .field("repairing", &self.repairs.is_some())
+            .field("catching_up", &self.catching_up.is_some())
             .finish()
     }
 }
@@ -251,12 +245,23 @@ impl NatsDriver {
             (Some(name), Some(policy)) => {
                 let not_found = |e: String| Error::config("nats_stream", format!("{name:?}: {e}"));
                 let js = jetstream.get_stream(name).await.map_err(|e| not_found(e.to_string()))?;
-                start_replay(&js, subject, policy).await?
+                start_replay(&js, subject, policy, false).await?
             }
             _ => None,
         };
         let repairs = match (stream, &settings.recovery) {
-            (Some(name), Some(recovery)) => Some(start_repairs(jetstream, name, subject, recovery.server.clone())),
+            (Some(name), Some(recovery)) => {
+                Some(start_repairs(jetstream.clone(), name, subject, recovery.server.clone()))
+            }
+            _ => None,
+        };
+        let source = match (stream, &repairs) {
+            (Some(name), Some(repairs)) => Some(StoreSource {
+                jetstream,
+                stream: name.to_string(),
+                subject: subject.to_string(),
+                fetches: repairs.fetches.clone(),
+            }),
             _ => None,
         };
         let config = DatagramConfig {
@@ -275,12 +280,26 @@ impl NatsDriver {
                 linger: r.linger,
             }),
         };
+        let mut receiver =
+            DatagramReceiver::new(config).with_store_recovery().with_give_up_after(settings.give_up_after);
+        if replay.is_some() {
+            receiver.store_read_began();
+        }
+        let name = match stream {
+            Some(stream) => format!("NATS subject {subject} (stream {stream}) on {}", servers.join(",")),
+            None => format!("NATS subject {subject} on {}", servers.join(",")),
+        };
         Ok(NatsDriver {
-            receiver: DatagramReceiver::new(config).with_store_recovery(),
+            receiver,
             live,
             replay,
             held: VecDeque::new(),
-            tail: Tail::default(),
+            source,
+            catching_up: None,
+            tail_read: None,
+            tail_stream: None,
+            name,
+            gave_up: None,
             repairs,
             live_at: clock.now(),
             peer,
@@ -300,6 +319,9 @@ impl NatsDriver {
     pub async fn step(&mut self, out: &mut Collector) -> Result<(), Error> {
         loop {
             self.pump(out);
+            if let Some(error) = self.gave_up.take() {
+                return Err(error);
+            }
             if out.has_items() || self.finished {
                 return Ok(());
             }
@@ -311,14 +333,42 @@ impl NatsDriver {
                 self.ask_repairs();
                 continue;
             }
-            if self.replay.is_none()
-                && let Some(message) = self.held.pop_front()
-            {
-                self.take(&message, out);
+            if !self.holding() && !self.held.is_empty() {
+                // What came live meanwhile goes behind what is held, so the subscription's
+                // pending limit is not reached while the held messages are taken.
+                while self.held.len() < MAX_HELD
+                    && let Some(Some(message)) = self.live.next().now_or_never()
+                {
+                    self.live_at = now;
+                    self.held.push_back(message.payload);
+                }
+                if let Some(message) = self.held.pop_front() {
+                    self.take(&message, out);
+                }
                 continue;
             }
             self.wait(out).await?;
         }
+    }
+
+    /// Whether the live messages are held: a replay or a catch-up is under way.
+    fn holding(&self) -> bool {
+        self.replay.is_some() || self.receiver.reading_store()
+    }
+
+    /// Starts finding where `catch_up` reads from (the machine is told when the store cannot be
+    /// read).
+    fn start_catch_up(&mut self, catch_up: CatchUp) {
+        match &self.source {
+            Some(source) => self.catching_up = Some(tokio::spawn(find_catch_up(source.clone(), catch_up))),
+            None => self.receiver.store_read_ended(self.clock.now()),
+        }
+    }
+
+    /// A replay or a catch-up is over: the held messages come next.
+    fn replay_over(&mut self) {
+        self.replay = None;
+        self.receiver.store_read_ended(self.clock.now());
     }
 
     /// Hands the ranges the book asks for to the repair task; a range that does not fit its
@@ -326,13 +376,13 @@ impl NatsDriver {
     fn ask_repairs(&mut self) {
         while let Some((session, range)) = self.receiver.next_store_request() {
             if let Some(repairs) = &self.repairs {
-                let _ = repairs.requests.try_send(Ask::Range(session, range));
+                let _ = repairs.requests.try_send((session, range));
             }
         }
     }
 
-    /// Waits for a message (the replay's first, then the live ones), a repaired datagram, or
-    /// the machine's deadline.
+    /// Waits for a message (the replay's or catch-up's first, then the live ones), a repaired
+    /// datagram, where a catch-up starts, or the machine's deadline.
     async fn wait(&mut self, out: &mut Collector) -> Result<(), Error> {
         let clock = self.clock;
         let deadline = self.receiver.deadline();
@@ -342,16 +392,36 @@ impl NatsDriver {
                 None => std::future::pending().await,
             }
         };
+        let holding = self.holding();
         let hold_more = self.held.len() < MAX_HELD;
-        // Quiet for TAIL_PROBE (not while replaying: the replay reads the stream anyway).
+        // Quiet for TAIL_PROBE (not while reading the stream in order: that reads it anyway).
         let probe_at = self.live_at.saturating_add(TAIL_PROBE.as_nanos() as i64);
-        let probing = self.repairs.is_some() && self.replay.is_none() && self.tail.wanted();
+        let probing = self.source.is_some() && !holding && self.tail_read.is_none() && self.receiver.wants_tail();
         let quiet = async move {
             if probing { tokio::time::sleep_until(clock.instant(probe_at)).await } else { std::future::pending().await }
         };
+        let NatsDriver { replay, live, repairs, catching_up, tail_read, .. } = self;
+        let replayed = async {
+            match replay {
+                Some(replay) => replay.messages.next().await,
+                None => std::future::pending().await,
+            }
+        };
         let repaired = async {
-            match &mut self.repairs {
+            match repairs {
                 Some(r) => r.repaired.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        let found = async {
+            match catching_up {
+                Some(task) => task.await.ok().flatten(),
+                None => std::future::pending().await,
+            }
+        };
+        let tail = async {
+            match tail_read {
+                Some(task) => task.await.unwrap_or((None, TailRead::Unreadable)),
                 None => std::future::pending().await,
             }
         };
@@ -359,26 +429,19 @@ impl NatsDriver {
             Replayed(Option<Result<Box<async_nats::jetstream::Message>, String>>),
             Live(Option<async_nats::Message>),
             Repaired(Option<Repaired>),
+            Found(Option<Box<Replay>>),
+            Tail(Box<(Option<JetStream>, TailRead)>),
             Slept,
             Quiet,
         }
-        let woke = match &mut self.replay {
-            Some(replay) => {
-                tokio::select! {
-                    replayed = replay.messages.next() => Woke::Replayed(replayed.map(|r| r.map(Box::new).map_err(|e| e.to_string()))),
-                    live = self.live.next(), if hold_more => Woke::Live(live),
-                    repaired = repaired => Woke::Repaired(repaired),
-                    _ = sleep => Woke::Slept,
-                }
-            }
-            None => {
-                tokio::select! {
-                    live = self.live.next() => Woke::Live(live),
-                    repaired = repaired => Woke::Repaired(repaired),
-                    _ = sleep => Woke::Slept,
-                    _ = quiet => Woke::Quiet,
-                }
-            }
+        let woke = tokio::select! {
+            replayed = replayed => Woke::Replayed(replayed.map(|r| r.map(Box::new).map_err(|e| e.to_string()))),
+            live = live.next(), if !holding || hold_more => Woke::Live(live),
+            repaired = repaired => Woke::Repaired(repaired),
+            found = found => Woke::Found(found.map(Box::new)),
+            tail = tail => Woke::Tail(Box::new(tail)),
+            _ = sleep => Woke::Slept,
+            _ = quiet => Woke::Quiet,
         };
         match woke {
             Woke::Replayed(Some(Ok(message))) => {
@@ -386,19 +449,24 @@ impl NatsDriver {
                 // Caught up: the subject's last message when the replay began, or nothing
                 // pending (the live subscription has all that follows).
                 let done = message.info().map_or(true, |i| i.stream_sequence >= until || i.pending == 0);
-                self.take(&message.message.payload.clone(), out);
-                if done {
-                    self.replay = None;
+                self.take(&message.message.payload, out);
+                if done && self.replay.is_some() {
+                    self.replay_over();
                 }
             }
             Woke::Replayed(Some(Err(e))) => {
+                // A catch-up that cannot read on ends: repairs fill what it did not read.
+                if self.replay.as_ref().is_some_and(|r| r.catch_up) {
+                    self.replay_over();
+                    return Ok(());
+                }
                 return Err(Error::Io {
                     context: format!("replaying the NATS stream: {e}"),
                     source: std::io::Error::other(e),
                 });
             }
-            Woke::Replayed(None) => self.replay = None,
-            Woke::Live(Some(message)) if self.replay.is_some() => {
+            Woke::Replayed(None) => self.replay_over(),
+            Woke::Live(Some(message)) if holding => {
                 self.live_at = self.clock.now();
                 self.held.push_back(message.payload)
             }
@@ -407,6 +475,15 @@ impl NatsDriver {
                 self.take(&message.payload, out)
             }
             Woke::Live(None) => return Err(self.closed()),
+            Woke::Found(found) => {
+                self.catching_up = None;
+                match found {
+                    Some(replay) => self.replay = Some(*replay),
+                    // Nothing stored from there, or the stream cannot be read now: the live
+                    // messages go on, and repairs fill what they can.
+                    None => self.receiver.store_read_ended(self.clock.now()),
+                }
+            }
             Woke::Repaired(Some(Repaired::Datagram(bytes))) => {
                 // Recovered frames name where they came from: the server that answered.
                 out.recovery_peer = Some(self.peer);
@@ -415,24 +492,32 @@ impl NatsDriver {
             Woke::Repaired(Some(Repaired::Gone { session, first, count })) => {
                 self.receiver.store_gone(session, first, count);
             }
-            Woke::Repaired(Some(Repaired::Tail(last))) => {
-                if let Some((position, payload)) = last
-                    && self.tail.newer(position, &payload)
-                {
-                    self.take(&payload, out);
+            Woke::Tail(tail) => {
+                let (stream, read) = *tail;
+                self.tail_read = None;
+                self.tail_stream = stream;
+                match read {
+                    TailRead::Stored(position, payload) => {
+                        let now = self.clock.now();
+                        out.stream_peer = Some(self.peer);
+                        self.receiver.stored_tail(position, &payload, self.peer, now, self.clock.wall(), out);
+                        self.after_taking(&payload);
+                    }
+                    TailRead::Nothing => self.receiver.store_holds_nothing(self.clock.now()),
+                    TailRead::Unreadable => {}
                 }
-                self.tail.asked = false;
             }
             // The task ended (it cannot read the stream any more): what is missing is given
             // up at its attempts.
             Woke::Repaired(None) => self.repairs = None,
             Woke::Slept => {}
             Woke::Quiet => {
-                // The tail is read by the repair task (a round trip the live subject does not
-                // wait for); the next probe is a quiet period after its answer.
+                // The tail is read by a task of its own (a round trip the live subject does not
+                // wait for, nor does it wait behind repairs); the next read is a quiet period
+                // after its answer.
                 self.live_at = self.clock.now();
-                if let Some(repairs) = &self.repairs {
-                    self.tail.asked = repairs.requests.try_send(Ask::Tail).is_ok();
+                if let Some(source) = &self.source {
+                    self.tail_read = Some(tokio::spawn(read_tail(source.clone(), self.tail_stream.take())));
                 }
             }
         }
@@ -448,13 +533,24 @@ impl NatsDriver {
     }
 
     /// One message into the machine.
-    fn take(&mut self, payload: &[u8], out: &mut Collector) {
+    fn take(&mut self, payload: &Bytes, out: &mut Collector) {
         let now = self.clock.now();
         out.stream_peer = Some(self.peer);
-        self.tail.taken(payload);
+        // A catch-up's frames that fill a gap are recovered: from the server that answered.
+        out.recovery_peer = Some(self.peer);
         self.receiver.datagram(Origin::Stream, payload, self.peer, now, self.clock.wall(), out);
+        self.after_taking(payload);
+    }
+
+    /// After a message went into the machine: the machine may have asked for a catch-up
+    /// instead of taking it (it is then given again after the catch-up, first).
+    fn after_taking(&mut self, payload: &Bytes) {
         // Echoes have no way back over a subject: the publisher reads none.
         while self.receiver.next_echo().is_some() {}
+        if let Some(catch_up) = self.receiver.next_catch_up() {
+            self.held.push_front(payload.clone());
+            self.start_catch_up(catch_up);
+        }
     }
 
     /// Takes the machine's events.
@@ -469,6 +565,24 @@ impl NatsDriver {
                     self.finish_run(out);
                     let counters = self.counters_with(out);
                     self.notes.finished(&counters)
+                }
+                DatagramEvent::Behind { from, ahead, .. } => Event::Recovery(RecoveryEvent::CatchingUp { from, ahead }),
+                DatagramEvent::CaughtUp { frames } => Event::Recovery(RecoveryEvent::CaughtUp { frames }),
+                DatagramEvent::EndAhead { next_sequence, .. } => {
+                    Event::Recovery(RecoveryEvent::EndAhead { next_sequence })
+                }
+                DatagramEvent::GaveUp { silent, given_up } => {
+                    self.finish_run(out);
+                    let limit = std::time::Duration::from_nanos(silent.max(0).unsigned_abs());
+                    let in_stream = if self.source.is_some() { " nor in the stream's last message" } else { "" };
+                    self.gave_up = Some(Error::Ended {
+                        peer: self.name.clone(),
+                        reason: format!(
+                            "no new frame for {limit:.1?} on the subject{in_stream}, and no end of stream (give_up_after): \
+                             given up, with {given_up} frames still missing"
+                        ),
+                    });
+                    continue;
                 }
                 other => match datagram_notice(other) {
                     Some(notice) => notice,
@@ -488,6 +602,12 @@ impl NatsDriver {
             self.notes.note_given_up(&self.receiver, out);
             if let Some(repairs) = &self.repairs {
                 repairs.task.abort();
+            }
+            if let Some(task) = self.catching_up.take() {
+                task.abort();
+            }
+            if let Some(task) = self.tail_read.take() {
+                task.abort();
             }
         }
     }
@@ -584,17 +704,23 @@ fn secret(setting: &'static str, path: &std::path::Path) -> Result<String, Error
 }
 
 /// The ordered consumer over the stream from `policy`'s start, and where it hands over to the
-/// live subscription; `None` when the stream holds nothing from there yet.
-async fn start_replay(stream: &JetStream, subject: &str, policy: DeliverPolicy) -> Result<Option<Replay>, Error> {
+/// live subscription (`catch_up`: see [`Replay`]); `None` when the stream holds nothing from
+/// there yet.
+async fn start_replay(
+    stream: &JetStream,
+    subject: &str,
+    policy: DeliverPolicy,
+    catch_up: bool,
+) -> Result<Option<Replay>, Error> {
     let name = stream.cached_info().config.name.clone();
     let not_found = |e: String| Error::config("nats_stream", format!("{name:?}: {e}"));
     // The subject's last message now; none: nothing to replay.
     let Ok(last) = stream.get_last_raw_message_by_subject(subject).await else { return Ok(None) };
-    if let DeliverPolicy::ByStartTime { start_time } = policy
-        && last.time < start_time
-    {
-        // Nothing stored from that time on: the live subject has it all.
-        return Ok(None);
+    match policy {
+        // Nothing stored from that time, or position, on: the live subject has it all.
+        DeliverPolicy::ByStartTime { start_time } if last.time < start_time => return Ok(None),
+        DeliverPolicy::ByStartSequence { start_sequence } if last.sequence < start_sequence => return Ok(None),
+        _ => {}
     }
     let consumer = stream
         .create_consumer(pull::OrderedConfig {
@@ -605,7 +731,35 @@ async fn start_replay(stream: &JetStream, subject: &str, policy: DeliverPolicy) 
         .await
         .map_err(|e| not_found(e.to_string()))?;
     let messages = consumer.messages().await.map_err(|e| not_found(e.to_string()))?;
-    Ok(Some(Replay { messages, until: last.sequence }))
+    Ok(Some(Replay { messages, until: last.sequence, catch_up }))
+}
+
+/// Where a catch-up reads from: the datagram carrying frame `from` of the session (or, when the
+/// stream no longer holds it, the session's first stored after it), found by the bisection a
+/// repair starts with, and the ordered consumer from there; `None` when the stream holds nothing
+/// from there or cannot be read now.
+async fn find_catch_up(source: StoreSource, catch_up: CatchUp) -> Option<Replay> {
+    let StoreSource { jetstream, stream, subject, fetches } = source;
+    let mut stream = jetstream.get_stream(&stream).await.ok()?;
+    let direct = stream.cached_info().config.allow_direct;
+    let positions = subject_positions(&mut stream, &subject, direct).await;
+    let mut search = StoreSearch::new();
+    let from = catch_up.from;
+    let mut step = search.begin(catch_up.session, from, from.saturating_add(1), positions);
+    let start = loop {
+        step = match step {
+            StoreStep::Look(position) => {
+                fetches.fetch_add(1, Ordering::Relaxed);
+                let found = at_or_after(&stream, &subject, position, direct).await.ok()?;
+                search.looked(position, found.as_ref().map(stored))
+            }
+            // The search reads the range from here: where the catch-up starts.
+            StoreStep::Read(position) => break position,
+            _ => return None,
+        };
+    };
+    let policy = DeliverPolicy::ByStartSequence { start_sequence: start };
+    start_replay(&stream, &subject, policy, true).await.ok().flatten()
 }
 
 /// Starts the task that reads missing frames from the stream.
@@ -637,19 +791,7 @@ async fn repair(
             // Not there (yet): the range is asked again at its retry.
             found_stream = jetstream.get_stream(&name).await.ok();
         }
-        let (session, request) = match ask {
-            Ask::Range(session, request) => (session, request),
-            Ask::Tail => {
-                let last = match &found_stream {
-                    Some(stream) => last_stored(stream, &subject).await,
-                    None => None,
-                };
-                if answers.send(Repaired::Tail(last)).await.is_err() {
-                    return;
-                }
-                continue;
-            }
-        };
+        let (session, request) = ask;
         let Some(stream) = &mut found_stream else { continue };
         let direct = stream.cached_info().config.allow_direct;
         let end = request.first.saturating_add(u64::from(request.count));
@@ -704,15 +846,35 @@ async fn subject_positions(stream: &mut JetStream, subject: &str, direct: bool) 
     }
 }
 
-/// The subject's last stored message and its stream position; none when there is none or it
-/// cannot be read now.
-async fn last_stored(stream: &JetStream, subject: &str) -> Option<(u64, Bytes)> {
-    let last = if stream.cached_info().config.allow_direct {
-        stream.direct_get_last_for_subject(subject).await.ok()?
-    } else {
-        stream.get_last_raw_message_by_subject(subject).await.ok()?
+/// Reads the subject's last stored message, looking the stream up first unless `found`.
+async fn read_tail(source: StoreSource, found: Option<JetStream>) -> (Option<JetStream>, TailRead) {
+    let stream = match found {
+        Some(stream) => stream,
+        None => match source.jetstream.get_stream(&source.stream).await {
+            Ok(stream) => stream,
+            Err(_) => return (None, TailRead::Unreadable),
+        },
     };
-    Some((last.sequence, last.payload))
+    let read = last_stored(&stream, &source.subject).await;
+    (Some(stream), read)
+}
+
+/// The subject's last stored message and its stream position.
+async fn last_stored(stream: &JetStream, subject: &str) -> TailRead {
+    let last = if stream.cached_info().config.allow_direct {
+        match stream.direct_get_last_for_subject(subject).await {
+            Ok(last) => last,
+            Err(e) if matches!(e.kind(), DirectGetErrorKind::NotFound) => return TailRead::Nothing,
+            Err(_) => return TailRead::Unreadable,
+        }
+    } else {
+        match stream.get_last_raw_message_by_subject(subject).await {
+            Ok(last) => last,
+            Err(e) if matches!(e.kind(), LastRawMessageErrorKind::NoMessageFound) => return TailRead::Nothing,
+            Err(_) => return TailRead::Unreadable,
+        }
+    };
+    TailRead::Stored(last.sequence, last.payload)
 }
 
 /// How a forward read ended.

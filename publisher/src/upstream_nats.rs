@@ -15,16 +15,21 @@
 //! missing frames are a gap downstream (a repair later still is dropped and counted). Without
 //! a stream nothing can repair a gap, and `repair_wait` is 0.
 //!
+//! A relay more than a window behind the subject (stopped, or cut by the server as a slow
+//! consumer) catches up from the stream in order (the client's catch-up), so its frames still go
+//! downstream in their order and none is given up as too old.
+//!
 //! The relay ends with an error naming the subject when it cannot go on: no server within
-//! `give_up_after`, no frame within it at start, an upstream that restarted (a new session),
-//! or a subscription the client ended. Reconnection to another server of the cluster is the NATS
-//! client's own, for ever.
+//! `give_up_after`, no frame within it at start, nothing new on the subject nor in the stream
+//! for it once the stream started (at least [`MIN_SILENCE`]: a publisher that died without its
+//! END), an upstream that restarted (a new session), or a subscription the client ended.
+//! Reconnection to another server of the cluster is the NATS client's own, for ever.
 
 use crate::config::{NatsAuth, NatsUpstream as Settings};
 use crate::item::Item;
 use crate::relayed::{Relayed, UpstreamSummary};
 use hdrhistogram::Histogram;
-use mdrelay_client::{Builder, ErrorKind, Event, Frame, OwnedFrame, Subscriber, Waited};
+use mdrelay_client::{Builder, ErrorKind, Event, Frame, OwnedFrame, RecoveryEvent, Subscriber, Waited};
 use mdrelay_proto::backoff::duration_ns;
 use mdrelay_proto::latency::LatencySummary;
 use mdrelay_proto::relay::Totals;
@@ -42,6 +47,9 @@ const POLL: Duration = Duration::from_millis(100);
 const MAX_HELD: usize = 1 << 17;
 /// Wait between attempts to reach the servers at start.
 const RETRY: Duration = Duration::from_millis(500);
+/// The least time a started stream may bring nothing new before the relay gives up on it
+/// (`give_up_after` may be 0, which means at once only for reaching the servers).
+const MIN_SILENCE: Duration = Duration::from_secs(1);
 
 /// A NATS subject as a source of segments.
 pub struct NatsUpstream {
@@ -75,7 +83,8 @@ impl NatsUpstream {
         let mut builder = Builder::nats(settings.servers.join(","), settings.subject.clone())
             .crc(settings.crc)
             .frame_bytes(true)
-            .from_start(settings.from_start);
+            .from_start(settings.from_start)
+            .give_up_after(settings.give_up_after.max(MIN_SILENCE));
         if let Some(stream) = &settings.stream {
             builder = builder.nats_stream(stream.clone());
         }
@@ -337,6 +346,15 @@ impl NatsUpstream {
             }
             // What the client could not repair will not come: the frames held go on without it.
             Event::GivenUp { .. } => self.gate.release(),
+            Event::Recovery(RecoveryEvent::CatchingUp { from, ahead }) => {
+                tracing::warn!(upstream = %self.name, from, ahead,
+                    "more than a window behind the subject: catching up from the stream in order")
+            }
+            Event::Recovery(RecoveryEvent::CaughtUp { frames }) => {
+                tracing::info!(upstream = %self.name, frames, "caught up: frames taken from the stream in order")
+            }
+            Event::Recovery(RecoveryEvent::EndAhead { next_sequence }) => tracing::warn!(upstream = %self.name,
+                next_sequence, "end of stream far ahead of the frames the stream holds: taken once nothing new comes for give_up_after"),
             Event::End(end) => {
                 tracing::info!(upstream = %self.name, next_sequence = end.next_sequence,
                     totals = ?end.totals.as_ref().map(|t| (t.frames, t.messages)), "upstream end of stream");

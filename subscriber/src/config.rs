@@ -71,6 +71,11 @@ pub struct Cli {
     /// 16777216, default 65536); past it they are dropped and repaired from --nats-stream.
     #[arg(long, value_name = "N", env = "MDRELAY_SUB_NATS_PENDING_MESSAGES")]
     pub nats_pending_messages: Option<u64>,
+    /// NATS: once the stream has started, give up on it (exit 1) when nothing new came for this
+    /// many seconds, or a duration such as 1m: no frame on the subject nor in --nats-stream's
+    /// tail (default 30).
+    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_NATS_GIVE_UP_AFTER")]
+    pub nats_give_up_after: Option<f64>,
     /// Aggregate and report only these symbols (comma-separated or repeated).
     #[arg(long, value_name = "SYMBOL", value_delimiter = ',', env = "MDRELAY_SUB_SYMBOLS")]
     pub symbols: Option<Vec<String>>,
@@ -263,6 +268,7 @@ struct FileConfig {
     nats_password_file: Option<Spanned<PathBuf>>,
     nats_tls_ca_file: Option<Spanned<PathBuf>>,
     nats_pending_messages: Option<Spanned<u64>>,
+    nats_give_up_after: Option<Spanned<Seconds>>,
     symbols: Option<Spanned<Vec<String>>>,
     latency: Option<LatencyMode>,
     echo_every: Option<Spanned<u64>>,
@@ -397,6 +403,8 @@ pub struct Settings {
     pub duration: Option<Duration>,
     /// Cap of the TCP reconnection backoff.
     pub reconnect_max: Duration,
+    /// NATS: how long a started stream may bring nothing new before it is given up.
+    pub nats_give_up_after: Option<Duration>,
     /// UDP and multicast: the publisher's retransmission service, and when to ask it.
     pub recovery: Option<RecoverySettings>,
     /// The whole session from its first frame is wanted (TCP: asked for; UDP: owed).
@@ -487,6 +495,9 @@ impl Settings {
                 }
                 if let Some(n) = options.pending_messages {
                     put("nats_pending_messages", count(n as u64));
+                }
+                if let Some(d) = self.nats_give_up_after {
+                    put("nats_give_up_after", seconds(d));
                 }
             }
         }
@@ -755,6 +766,9 @@ impl Settings {
         let duration = seconds(cli.duration, file.duration, "duration", origin, false, 0.0)?;
         let reconnect_max = seconds(cli.reconnect_max, file.reconnect_max, "reconnect_max", origin, false, MIN_TIMER)?
             .unwrap_or(Duration::from_secs_f64(DEFAULT_RECONNECT_MAX));
+        // Refused without a NATS transport with the other NATS settings.
+        let nats_give_up_after =
+            seconds(cli.nats_give_up_after, file.nats_give_up_after, "nats_give_up_after", origin, false, MIN_TIMER)?;
 
         let count = match pick(cli.max_messages, file.max_messages, "max_messages", origin) {
             Some(Named { value: 0, name }) => {
@@ -810,6 +824,7 @@ impl Settings {
             count,
             duration,
             reconnect_max,
+            nats_give_up_after,
             recovery,
             from_start,
             line_b,
@@ -952,6 +967,11 @@ fn transport(cli: &Cli, file: &FileConfig, origin: &Origin<'_>) -> Result<(Trans
                 "nats_pending_messages",
                 cli.nats_pending_messages.is_some(),
                 file.nats_pending_messages.as_ref().map(|s| s.span()),
+            ),
+            named(
+                "nats_give_up_after",
+                cli.nats_give_up_after.is_some(),
+                file.nats_give_up_after.as_ref().map(|s| s.span()),
             ),
         ];
         if let Some(key) = given.into_iter().flatten().next() {
@@ -1742,6 +1762,10 @@ mod tests {
         let e = bad("nats_pending_messages = 15\n");
         assert!(e.names("nats_pending_messages", "15 is out of range (16 to 16777216)"), "{e}");
         assert!(bad("nats_pending_messages = 16777217\n").names("nats_pending_messages", "16777217 is out of range"));
+        let s = from_file(&format!("{nats}nats_give_up_after = \"90s\"\n")).unwrap();
+        assert_eq!(s.nats_give_up_after, Some(Duration::from_secs(90)));
+        assert!(bad("nats_give_up_after = 0\n").contains("nats_give_up_after"));
+        assert!(bad("nats_give_up_after = 86401\n").contains("nats_give_up_after"));
 
         // Only with a NATS transport, from the file or as a flag.
         for key in [
@@ -1752,6 +1776,7 @@ mod tests {
             "nats_password_file = \"p\"",
             "nats_tls_ca_file = \"c\"",
             "nats_pending_messages = 64",
+            "nats_give_up_after = 5",
         ] {
             let e = err(&format!("connect = \"h:1\"\n{key}\n"));
             let name = key.split(' ').next().unwrap();

@@ -318,6 +318,18 @@ fn recovery_event(event: RecoveryEvent) {
         }
         RecoveryEvent::Closed { reason } => tracing::debug!("{reason}"),
         RecoveryEvent::Refused { reason } => tracing::warn!("recovery is off: {reason}"),
+        RecoveryEvent::CatchingUp { from, ahead } => tracing::warn!(
+            from,
+            ahead,
+            "more than a window behind the stream: catching up from the stream in order, the live subject held meanwhile"
+        ),
+        RecoveryEvent::CaughtUp { frames } => {
+            tracing::info!(frames, "caught up: frames taken from the stream in order")
+        }
+        RecoveryEvent::EndAhead { next_sequence } => tracing::warn!(
+            next_sequence,
+            "end of stream far ahead of the frames the stream holds: taken once nothing new comes for nats_give_up_after"
+        ),
         _ => {}
     }
 }
@@ -392,6 +404,9 @@ pub fn builder(settings: &Settings, recording: bool) -> Builder {
         Transport::Multicast { group, interface } => Builder::multicast(group.to_string(), interface.to_string()),
         Transport::Nats { servers, subject, stream, options } => nats_builder(servers, subject, stream, options),
     };
+    if let Some(limit) = settings.nats_give_up_after {
+        b = b.give_up_after(limit);
+    }
     match &settings.line_b {
         Some(Transport::Multicast { group, interface }) => {
             b = b.line_b(group.to_string()).interface_b(interface.to_string())

@@ -118,6 +118,11 @@ impl GapList {
         self.holding(seq).is_some()
     }
 
+    /// The lowest frame missing, if any.
+    pub fn first_missing(&self) -> Option<u64> {
+        self.gaps.keys().next().copied()
+    }
+
     /// Frames `first..end` were found missing at `now`.
     pub fn open(&mut self, first: u64, end: u64, now: i64) {
         if end <= first {

@@ -190,6 +190,29 @@ impl SessionTracker {
         self.window.end(next);
     }
 
+    /// A UDP END of the stream's session believed on other evidence than its number (one far
+    /// ahead, see [`SessionTracker::far_ahead`], that nothing of its session followed): the next
+    /// frame would have been `next`, and a datagram still held is refuted.
+    pub fn end_confirmed(&mut self, next: u64) {
+        self.refute_held();
+        self.window.end(next);
+    }
+
+    /// Whether frame `seq` of `session` lies more than a window ahead of the highest frame of
+    /// the stream's session seen: further than reordering or a burst of loss explains. The
+    /// receiver fell that far behind, or the datagram is corrupt or forged; either way its
+    /// number alone is not believed (a receiver that can read what it missed from a store
+    /// reads it in order instead).
+    pub fn far_ahead(&self, session: u64, seq: u64) -> bool {
+        self.current == Some(session) && self.window.highest().is_some_and(|high| seq > high.saturating_add(WINDOW))
+    }
+
+    /// A datagram held elsewhere (an END far ahead, waiting for the stream to confirm it) was
+    /// refuted: counted with the unconfirmed ones.
+    pub fn refuted(&mut self) {
+        self.unconfirmed += 1;
+    }
+
     /// Records the arrival of frame `seq` of the current session.
     pub fn observe(&mut self, seq: u64) -> Observed {
         self.window.observe(seq)
@@ -324,6 +347,22 @@ mod tests {
         assert_eq!(t.counts().lost, 3, "frames 3 to 5 were sent and never arrived");
         let mut fresh = SessionTracker::new();
         assert_eq!(fresh.end_datagram(7, 3), Admission::Ignore, "an END before any data");
+    }
+
+    #[test]
+    fn far_ahead_is_more_than_a_window_past_the_highest_of_the_streams_session() {
+        let mut t = SessionTracker::new();
+        assert!(!t.far_ahead(7, 1 << 40), "nothing seen: nothing is far");
+        feed(&mut t, &[(7, 1), (7, 2)]);
+        assert!(!t.far_ahead(7, 2 + WINDOW));
+        assert!(t.far_ahead(7, 3 + WINDOW));
+        assert!(!t.far_ahead(8, 3 + WINDOW), "another session is not the stream's to be ahead of");
+        assert!(!t.far_ahead(7, 1), "behind is not ahead");
+        // An END taken on other evidence than its number counts the frames before it lost.
+        t.end_confirmed(3 + WINDOW);
+        assert_eq!(t.counts().lost, WINDOW);
+        t.refuted();
+        assert_eq!(t.unconfirmed(), 1);
     }
 
     #[test]

@@ -17,6 +17,7 @@ mod metrics_hostile;
 mod nats;
 mod nats_chain;
 mod nats_cluster;
+mod nats_edge_behind;
 mod nats_hostile;
 mod nats_hosts;
 mod nats_protection;

@@ -12,6 +12,7 @@ mod files;
 mod hostile;
 mod hostile_tcp;
 mod nats;
+mod nats_behind;
 mod record;
 mod recovery;
 mod tcp;

@@ -254,6 +254,16 @@ impl RecoveryBook {
         self.refused
     }
 
+    /// Whether frame `seq` is missing now (not given up on).
+    pub fn is_missing(&self, seq: u64) -> bool {
+        self.gaps.is_missing(seq)
+    }
+
+    /// The lowest frame missing now, if any.
+    pub fn first_missing(&self) -> Option<u64> {
+        self.gaps.first_missing()
+    }
+
     /// Frames missing now and not given up on.
     pub fn missing(&self) -> u64 {
         self.gaps.open_frames()

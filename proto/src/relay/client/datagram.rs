@@ -25,6 +25,39 @@
 //!   reads the datagrams from the store ([`super::store::StoreSearch`] finds them) and hands
 //!   them back ([`DatagramReceiver::store_datagram`]), marked recovered, or says they are gone
 //!   ([`DatagramReceiver::store_gone`]).
+//! - **Far behind, with a store.** A datagram or `END` of the stream's session more than a
+//!   window ahead of the highest frame taken ([`crate::relay::SessionTracker::far_ahead`]), or
+//!   a datagram that would take the window past a frame still missing, says the receiver fell
+//!   behind (a slow consumer the server cut, a process stopped for seconds), or it is forged;
+//!   its number is evidence of neither. Repairs could not help: the window would pass the
+//!   missing frames before they were read. So the receiver catches up: it does not take the
+//!   datagram, and asks the driver ([`DatagramReceiver::next_catch_up`]) to read the store in
+//!   order from the first frame it lacks (the lowest missing, or the one after the highest
+//!   taken), holding the live datagrams meanwhile, then to give them again (that datagram
+//!   first). Read in order, a frame missing fills its gap (counted recovered), a frame taken
+//!   already is skipped without being counted, and the frames past the highest are the stream's
+//!   own, judged as live datagrams are, in the store's order: a datagram far ahead there is held
+//!   until the next confirms it, and frames between stored datagrams are a gap. Gaps are not
+//!   asked for meanwhile: the read brings them. A datagram far ahead that the store did not
+//!   back (forged, or past frames it does not hold) is then judged as over UDP: another
+//!   catch-up waits until the stream has moved and [`CATCH_UP_INTERVAL`] has passed, so a forger
+//!   cannot keep the receiver reading the store. A replay from the start or a time is a read of
+//!   the store in order too ([`DatagramReceiver::store_read_began`]), of the stream's own
+//!   datagrams.
+//! - **An `END` far ahead** that no read of the store brought within reach (the frames before
+//!   it were never stored: a publisher dropped them for a slow server) is neither taken nor
+//!   ignored: it is held ([`DatagramEvent::EndAhead`]), refuted by any new frame of its session
+//!   that comes after it (a forged `END` in a live stream is followed by the stream), and taken
+//!   once nothing new has come for the give-up time ([`DatagramReceiver::with_give_up_after`]):
+//!   the frames before it are then a gap, given up as gone at once when the store was read in
+//!   order up to it (a publisher stores its `END` after everything else), else sought there.
+//! - **Giving up.** With a give-up time, a stream that has started and brings nothing new for
+//!   that long, and holds no such `END`, is given up ([`DatagramEvent::GaveUp`]): its frames
+//!   still missing are given up with it. With a store, "nothing new" is the store's answer: the
+//!   driver reads its tail while the live datagrams are quiet and hands it over
+//!   ([`DatagramReceiver::stored_tail`]), which takes it when it is newer than what was taken (a
+//!   lost tail, or an `END`) and otherwise counts as silence; a store out of reach answers
+//!   nothing, and is waited for. Without one, the time alone decides.
 //!
 //! Nothing here knows the transport: a datagram is bytes and the line it came on, so another
 //! source of the same datagrams (a message bus) reuses the receiver unchanged.
@@ -37,6 +70,7 @@ use crate::backoff::{Backoff, duration_ns};
 use crate::codec::Format;
 use crate::relay::protect::Protection;
 use crate::relay::session::Admission;
+use crate::relay::window::WINDOW;
 use crate::relay::wire::{
     DATAGRAM_VERSION, DatagramHeader, DatagramKind, Echo, RecordTag, RelayError, RetransmitRequest, Totals,
 };
@@ -62,6 +96,9 @@ pub const RECOVERY_INITIAL_BACKOFF: Duration = Duration::from_millis(50);
 pub const RECOVERY_MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// Bytes of an `ECHO` datagram.
 pub const ECHO_DATAGRAM: usize = DatagramHeader::LEN + Echo::LEN;
+/// After a read of the store in order, the least time before a catch-up (see the module's
+/// documentation).
+pub const CATCH_UP_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How often the gaps are looked at: twice per delay or retry, whichever is shorter, so a
 /// request goes out at most half of it late; at least every millisecond, at most every
@@ -95,6 +132,16 @@ pub struct DatagramConfig {
     pub lines: Option<(String, String)>,
     /// Loss recovery from the retransmission service.
     pub recovery: Option<RecoveryConfig>,
+}
+
+/// A read of the store in order, for a receiver that fell more than a window behind: see
+/// [`DatagramReceiver::next_catch_up`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CatchUp {
+    /// The stream's session.
+    pub session: u64,
+    /// The first frame to read: the lowest missing, or the one after the highest taken.
+    pub from: u64,
 }
 
 /// What the driver does for the recovery connection.
@@ -214,6 +261,43 @@ pub enum DatagramEvent {
     },
     /// The stream is over (its end, after the waits).
     Finished,
+    /// A datagram or `END` of the stream's session came more than a window ahead of the
+    /// frames taken, or a datagram that would take the window past a frame still missing: it
+    /// was not taken, and the store is to be read in order from `from`
+    /// ([`DatagramReceiver::next_catch_up`]).
+    Behind {
+        /// The session.
+        session: u64,
+        /// The first frame to read from the store.
+        from: u64,
+        /// The frame that came (an `END`'s: the one before its number).
+        ahead: u64,
+    },
+    /// A read of the store in order for a catch-up ended (or reached the stream's end), having
+    /// taken `frames` frames.
+    CaughtUp {
+        /// Frames taken from the store.
+        frames: u64,
+    },
+    /// An `END` of the stream's session far ahead of the frames taken, which the store did not
+    /// bring within reach: held, and taken once nothing new has come for the give-up time
+    /// (refuted by a new frame of its session after it).
+    EndAhead {
+        /// Who sent it.
+        peer: SocketAddr,
+        /// Its session.
+        session: u64,
+        /// The next sequence it names.
+        next_sequence: u64,
+    },
+    /// Nothing new came for the give-up time, and no `END`: the stream is over without it.
+    /// Nothing follows.
+    GaveUp {
+        /// How long nothing new came, ns.
+        silent: i64,
+        /// Frames still missing, given up with the stream.
+        given_up: u64,
+    },
     /// A connection to the retransmission service was set up; it serves `session`.
     RecoveryConnected {
         /// The service.
@@ -268,6 +352,29 @@ pub struct DatagramCounts {
     /// Datagrams refused before any frame was read: not relay datagrams, bad headers, `END`s
     /// that cannot be read or do not fit.
     pub invalid_packets: u64,
+}
+
+/// Where the stream's datagrams come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reading {
+    /// The live datagrams.
+    Live,
+    /// A catch-up is asked for and not taken by the driver yet.
+    Asked(CatchUp),
+    /// The store, in order: a replay or a catch-up, which began with this many frames taken.
+    Store { catch_up: bool, taken_before: u64 },
+}
+
+/// An `END` far ahead, held until the stream confirms or refutes it.
+#[derive(Debug)]
+struct EndAhead {
+    session: u64,
+    next: u64,
+    totals: Totals,
+    peer: SocketAddr,
+    /// Read from the store in order: the store holds nothing of its session between the
+    /// highest frame taken and it (a publisher stores its END after everything else).
+    in_store_order: bool,
 }
 
 /// A datagram held until the next one confirms or refutes it.
@@ -358,6 +465,22 @@ pub struct DatagramReceiver {
     now: i64,
     finished: bool,
     counts: DatagramCounts,
+    /// Live, or reading the store in order.
+    reading: Reading,
+    /// The last read of the store: the stream's session and highest frame then, and when it
+    /// ended.
+    last_read: Option<(Option<u64>, Option<u64>, i64)>,
+    /// An `END` far ahead, waiting for the stream to confirm it.
+    end_ahead: Option<EndAhead>,
+    /// How long a stream that has started may bring nothing new, ns.
+    give_up_after_ns: Option<i64>,
+    /// When a datagram last brought a frame not taken before, once one did.
+    progress_at: Option<i64>,
+    /// The store position of the last tail taken: read again, it is nothing new.
+    tail_position: Option<u64>,
+    /// After a read of the store in order, the highest frame it took: the frames of live
+    /// datagrams held meanwhile up to there are expected copies, not duplicates.
+    copies_to: Option<u64>,
 }
 
 impl DatagramReceiver {
@@ -409,7 +532,214 @@ impl DatagramReceiver {
             now: 0,
             finished: false,
             counts: DatagramCounts::default(),
+            reading: Reading::Live,
+            last_read: None,
+            end_ahead: None,
+            give_up_after_ns: None,
+            progress_at: None,
+            tail_position: None,
+            copies_to: None,
         }
+    }
+
+    /// A stream that has started and brings nothing new for `limit` is given up, and an `END`
+    /// far ahead is taken at that point (see the module's documentation); `None`: never.
+    pub fn with_give_up_after(mut self, limit: Option<Duration>) -> DatagramReceiver {
+        self.give_up_after_ns = limit.map(duration_ns);
+        self
+    }
+
+    /// The catch-up asked for, once (see the module's documentation): read the store in order
+    /// from the datagram carrying frame `from`, hand each datagram to
+    /// [`DatagramReceiver::datagram`] as it comes, and hold the live datagrams meanwhile; then
+    /// call [`DatagramReceiver::store_read_ended`] (also when the store could not be read), and
+    /// give the live datagrams held, starting with the one given when this was asked for, which
+    /// was not taken.
+    pub fn next_catch_up(&mut self) -> Option<CatchUp> {
+        let Reading::Asked(catch_up) = self.reading else { return None };
+        self.reading = Reading::Store { catch_up: true, taken_before: self.frames_taken() };
+        self.reader.set_store_in_order(true);
+        Some(catch_up)
+    }
+
+    /// Whether a catch-up's read of the store is under way.
+    fn catching_up(&self) -> bool {
+        matches!(self.reading, Reading::Store { catch_up: true, .. })
+    }
+
+    /// The datagrams now come from the store in order (a replay from the start or from a time),
+    /// until [`DatagramReceiver::store_read_ended`].
+    pub fn store_read_began(&mut self) {
+        self.reading = Reading::Store { catch_up: false, taken_before: self.frames_taken() };
+    }
+
+    /// The read of the store in order is over, at `now`: the live datagrams come next.
+    pub fn store_read_ended(&mut self, now: i64) {
+        self.now = now;
+        if let Reading::Store { catch_up: true, taken_before } = self.reading {
+            let frames = self.frames_taken().saturating_sub(taken_before);
+            self.events.push_back(DatagramEvent::CaughtUp { frames });
+        }
+        self.reading = Reading::Live;
+        self.reader.set_store_in_order(false);
+        let tracker = self.reader.tracker();
+        self.last_read = Some((tracker.session(), tracker.highest(), now));
+        self.copies_to = tracker.highest();
+    }
+
+    /// Whether the live datagrams are to be held: a catch-up is asked for or under way, or a
+    /// replay.
+    pub fn reading_store(&self) -> bool {
+        self.reading != Reading::Live
+    }
+
+    /// Whether the store's tail is worth reading while the live datagrams are quiet: the stream
+    /// has started, its `END` was not taken, and nothing is read from the store in order.
+    pub fn wants_tail(&self) -> bool {
+        self.store.is_some()
+            && !self.finished
+            && self.reading == Reading::Live
+            && self.publisher_totals.is_none()
+            && self.reader.tracker().session().is_some()
+    }
+
+    /// The store's last datagram of the stream (at its `position`), read while the live
+    /// datagrams were quiet: taken as a live one when it is newer than what was taken (a
+    /// later frame of the stream's session, or an `END` of it not taken or held yet), else the
+    /// store's word that nothing new came. A datagram is taken once, whatever it turns out to
+    /// be (a forgery the checks refuse is counted once, not at every read).
+    pub fn stored_tail<V: FrameVisitor + ?Sized>(
+        &mut self,
+        position: u64,
+        bytes: &[u8],
+        peer: SocketAddr,
+        now: i64,
+        receive_time: i64,
+        visitor: &mut V,
+    ) {
+        self.now = now;
+        if self.finished {
+            return;
+        }
+        if self.tail_position != Some(position) && self.newer_than_taken(bytes) {
+            self.tail_position = Some(position);
+            self.datagram(Origin::Stream, bytes, peer, now, receive_time, visitor);
+        } else {
+            self.silent(now);
+        }
+    }
+
+    /// The store holds nothing of the stream (its messages were removed): nothing new came.
+    pub fn store_holds_nothing(&mut self, now: i64) {
+        self.now = now;
+        self.silent(now);
+    }
+
+    /// Whether a datagram (by its header, which is only a hint: its protection is checked when
+    /// it is taken) is newer than everything taken of the stream's session.
+    fn newer_than_taken(&self, bytes: &[u8]) -> bool {
+        let Ok(h) = DatagramHeader::parse(bytes) else { return false };
+        let tracker = self.reader.tracker();
+        // Only the stream's session: a store also keeps earlier sessions, whose END must not end
+        // this one, and a new session comes live anyway.
+        if tracker.session() != Some(h.session) {
+            return false;
+        }
+        match h.kind {
+            DatagramKind::Data => {
+                let last = h.sequence.saturating_add(u64::from(h.frame_count)).saturating_sub(1);
+                tracker.highest().is_none_or(|high| last > high)
+            }
+            DatagramKind::End => {
+                self.publisher_totals.is_none()
+                    && self.end_ahead.as_ref().is_none_or(|e| (e.session, e.next) != (h.session, h.sequence))
+            }
+            DatagramKind::Echo => false,
+        }
+    }
+
+    /// Frames taken so far (decoded or not).
+    fn frames_taken(&self) -> u64 {
+        let c = self.reader.counts();
+        c.frames_decoded.saturating_add(c.decode_errors)
+    }
+
+    /// Nothing new came, as of `now`: past the give-up time, an `END` held far ahead is taken,
+    /// or else the stream is given up.
+    fn silent(&mut self, now: i64) {
+        let (Some(limit), Some(since)) = (self.give_up_after_ns, self.progress_at) else { return };
+        let silent = now.saturating_sub(since);
+        // After an END, the linger bounds the wait.
+        if self.finished || self.publisher_totals.is_some() || silent < limit {
+            return;
+        }
+        if let Some(end) = self.end_ahead.take() {
+            self.take_end_ahead(end, now);
+            return;
+        }
+        self.reader.tracker_mut().finish();
+        let given_up = self.reader.book_mut().map_or(0, |b| b.give_up_all());
+        self.events.push_back(DatagramEvent::GaveUp { silent, given_up });
+        self.finished = true;
+    }
+
+    /// An `END` held far ahead that nothing followed: taken.
+    fn take_end_ahead(&mut self, end: EndAhead, now: i64) {
+        if self.reader.tracker().session() != Some(end.session) {
+            self.reader.tracker_mut().refuted();
+            return;
+        }
+        let highest = self.reader.tracker().highest();
+        self.reader.tracker_mut().end_confirmed(end.next);
+        self.reader.stream_ended(end.next, now);
+        if end.in_store_order
+            && let Some(book) = self.reader.book_mut()
+        {
+            // The store holds none of the frames past the highest: gone, without a search.
+            let from = highest.map_or(1, |high| high.saturating_add(1));
+            let count = end.next.saturating_sub(from);
+            book.gone(from, count);
+            self.events.push_back(DatagramEvent::RecoveryGone { first: from, count });
+        }
+        let first = self.publisher_totals.is_none();
+        self.events.push_back(DatagramEvent::End {
+            peer: end.peer,
+            next_sequence: end.next,
+            totals: end.totals.clone(),
+            first,
+        });
+        self.publisher_totals = Some(end.totals);
+        self.end_taken(0, now);
+    }
+
+    /// Whether a datagram of `session` with frames `first..=last` is to start a catch-up (see
+    /// the module's documentation).
+    fn catch_up_due(&self, session: u64, first: u64, last: u64, now: i64) -> bool {
+        let tracker = self.reader.tracker();
+        let behind = tracker.far_ahead(session, first)
+            || tracker.session() == Some(session)
+                && self.reader.book().and_then(RecoveryBook::first_missing).is_some_and(|low| {
+                    // Taking it would take the window past a frame still missing.
+                    last >= low.saturating_add(WINDOW)
+                });
+        self.store.is_some()
+            && self.reading == Reading::Live
+            && behind
+            && self.last_read.is_none_or(|(read_session, read_highest, at)| {
+                let moved = read_session != tracker.session() || read_highest < tracker.highest();
+                moved && now >= at.saturating_add(duration_ns(CATCH_UP_INTERVAL))
+            })
+    }
+
+    /// Asks for a catch-up, the datagram of `len` bytes reaching frame `ahead` not taken.
+    fn ask_catch_up(&mut self, session: u64, ahead: u64, len: usize) {
+        let next = self.reader.tracker().highest().map_or(1, |high| high.saturating_add(1));
+        let from = self.reader.book().and_then(RecoveryBook::first_missing).map_or(next, |low| low.min(next));
+        self.reading = Reading::Asked(CatchUp { session, from });
+        self.events.push_back(DatagramEvent::Behind { session, from, ahead });
+        // Given again after the catch-up, and counted then.
+        self.counts.datagrams = self.counts.datagrams.saturating_sub(1);
+        self.counts.bytes = self.counts.bytes.saturating_sub(len as u64);
     }
 
     /// Recovery asks the driver, which reads the datagrams from a store that keeps them (a
@@ -442,6 +772,7 @@ impl DatagramReceiver {
         }
         self.counts.bytes += bytes.len() as u64;
         let Ok(header) = DatagramHeader::parse(bytes) else { return };
+        let before = self.frames_taken();
         match self.reader.take_unsealer() {
             Some(mut unsealer) => {
                 if let Ok(plain) = unsealer.datagram(bytes, &header, self.reader.tracker().session()) {
@@ -450,6 +781,9 @@ impl DatagramReceiver {
                 self.reader.put_unsealer(unsealer);
             }
             None => self.stored_plain(bytes, now, receive_time, visitor),
+        }
+        if self.frames_taken() > before {
+            self.progress_at = Some(now);
         }
         self.check_finished();
     }
@@ -589,29 +923,41 @@ impl DatagramReceiver {
                 Origin::Line(Line::B) => 1,
                 _ => 0,
             };
-            self.ended[line] = true;
-            if self.ended == [true, true] && self.reader.missing() == 0 {
-                self.finish();
-            } else if self.ending.is_none() {
-                // The other line's last frames may still be on their way, and with recovery the
-                // frames still missing: wait for them, for a while.
-                let missing = self.reader.missing();
-                let mut grace = if missing > 0 { self.linger_ns } else { 0 };
-                if self.ended != [true, true] {
-                    grace = grace.max(duration_ns(AB_END_GRACE));
-                }
-                if grace > 0 {
-                    self.events.push_back(DatagramEvent::Ending { missing, wait: grace });
-                }
-                self.ending = Some(now.saturating_add(grace));
-            }
+            self.end_taken(line, now);
         }
         self.check_finished();
+    }
+
+    /// An `END` was taken on `line`: the stream ends once every line's came and nothing is
+    /// missing, or after a wait.
+    fn end_taken(&mut self, line: usize, now: i64) {
+        self.end_ahead = None;
+        self.ended[line] = true;
+        if self.ended == [true, true] && self.reader.missing() == 0 {
+            self.finish();
+        } else if self.ending.is_none() {
+            // The other line's last frames may still be on their way, and with recovery the
+            // frames still missing: wait for them, for a while.
+            let missing = self.reader.missing();
+            let mut grace = if missing > 0 { self.linger_ns } else { 0 };
+            if self.ended != [true, true] {
+                grace = grace.max(duration_ns(AB_END_GRACE));
+            }
+            if grace > 0 {
+                self.events.push_back(DatagramEvent::Ending { missing, wait: grace });
+            }
+            self.ending = Some(now.saturating_add(grace));
+        }
     }
 
     fn finish(&mut self) {
         if !self.finished {
             self.finished = true;
+            // A catch-up that read the stream's END: what it took is told before the end.
+            if let Reading::Store { catch_up: true, taken_before } = self.reading {
+                let frames = self.frames_taken().saturating_sub(taken_before);
+                self.events.push_back(DatagramEvent::CaughtUp { frames });
+            }
             self.events.push_back(DatagramEvent::Finished);
         }
     }
@@ -650,17 +996,35 @@ impl DatagramReceiver {
         let before = self.reader.tracker().session();
         match header.kind {
             DatagramKind::Data => {
+                let last = header.sequence.saturating_add(u64::from(header.frame_count)).saturating_sub(1);
+                if self.catch_up_due(header.session, header.sequence, last, now) {
+                    self.ask_catch_up(header.session, header.sequence, d.len());
+                    return false;
+                }
+                // Read in order from a store, a datagram's frames fill gaps or follow the highest;
+                // a live one that the read brought already is a copy of its frames.
+                let copy = self.reader.tracker().session() == Some(header.session)
+                    && self.copies_to.is_some_and(|to| header.sequence <= to);
+                if !copy {
+                    self.copies_to = None;
+                }
+                let in_order = self.catching_up() || copy;
+                let taken_as = if in_order { Origin::Recovered } else { origin };
+                self.reader.set_store_in_order(in_order);
+                let highest = self.reader.tracker().highest();
                 let admission =
                     self.reader.tracker_mut().datagram(header.session, header.sequence, u64::from(header.frame_count));
                 self.note_session(before, peer);
                 match admission {
                     Admission::Take => {
                         self.held = None;
-                        self.take(d, &header, receive_time, now, origin, visitor);
+                        self.take(d, &header, receive_time, now, taken_as, visitor);
+                        self.refute_end_ahead(highest);
                     }
                     Admission::TakeHeldThenThis => {
                         self.take_held(now, visitor);
-                        self.take(d, &header, receive_time, now, origin, visitor);
+                        self.take(d, &header, receive_time, now, taken_as, visitor);
+                        self.refute_end_ahead(highest);
                     }
                     Admission::Hold => {
                         self.events.push_back(DatagramEvent::Held {
@@ -672,6 +1036,7 @@ impl DatagramReceiver {
                     }
                     Admission::Ignore => {}
                 }
+                self.reader.set_store_in_order(self.catching_up());
                 false
             }
             DatagramKind::End => {
@@ -692,6 +1057,37 @@ impl DatagramReceiver {
                         self.take_held(now, visitor);
                     }
                     Admission::Ignore => {
+                        let last = header.sequence.saturating_sub(1);
+                        if self.reader.tracker().far_ahead(header.session, last) {
+                            if self.catch_up_due(header.session, last, last, now) {
+                                self.ask_catch_up(header.session, last, d.len());
+                                return false;
+                            }
+                            if self.give_up_after_ns.is_some() {
+                                let again = self
+                                    .end_ahead
+                                    .as_ref()
+                                    .is_some_and(|e| (e.session, e.next) == (header.session, header.sequence));
+                                // The same END again (given back after a read of the store) is
+                                // held once, as first seen.
+                                if !again {
+                                    self.events.push_back(DatagramEvent::EndAhead {
+                                        peer,
+                                        session: header.session,
+                                        next_sequence: header.sequence,
+                                    });
+                                    let in_store_order = self.reading_store();
+                                    self.end_ahead = Some(EndAhead {
+                                        session: header.session,
+                                        next: header.sequence,
+                                        totals,
+                                        peer,
+                                        in_store_order,
+                                    });
+                                }
+                                return false;
+                            }
+                        }
                         self.counts.invalid_packets += 1;
                         self.events.push_back(DatagramEvent::ForeignEnd {
                             peer,
@@ -716,6 +1112,20 @@ impl DatagramReceiver {
                 self.events.push_back(DatagramEvent::EchoIgnored { peer });
                 false
             }
+        }
+    }
+
+    /// A data datagram was taken, the highest frame before it `highest`: a new frame of the
+    /// `END` held far ahead's session after it (or another session) refutes that `END`.
+    fn refute_end_ahead(&mut self, highest: Option<u64>) {
+        let tracker = self.reader.tracker();
+        let refuted = self
+            .end_ahead
+            .as_ref()
+            .is_some_and(|end| tracker.session() != Some(end.session) || tracker.highest() > highest);
+        if refuted {
+            self.end_ahead = None;
+            self.reader.tracker_mut().refuted();
         }
     }
 
@@ -747,6 +1157,7 @@ impl DatagramReceiver {
         origin: Origin,
         visitor: &mut V,
     ) {
+        let before = self.frames_taken();
         self.reader.payload(
             Payload {
                 origin,
@@ -761,6 +1172,9 @@ impl DatagramReceiver {
             },
             visitor,
         );
+        if self.frames_taken() > before {
+            self.progress_at = Some(now);
+        }
     }
 
     /// The next `ECHO` datagram to send back to the sender of the last datagram (round-trip
@@ -794,6 +1208,12 @@ impl DatagramReceiver {
         }
         let mut deadline = self.ending;
         let mut at = |t: i64| deadline = Some(deadline.map_or(t, |d| d.min(t)));
+        // Without a store, the time alone says nothing new came (with one, the store says so).
+        if self.store.is_none()
+            && let (Some(limit), Some(since)) = (self.give_up_after_ns, self.progress_at)
+        {
+            at(since.saturating_add(limit));
+        }
         if self.store.is_some() && self.reader.missing() > 0 {
             at(self.last_ask.map_or(self.now, |last| last.saturating_add(self.ask_period_ns)));
         }
@@ -836,6 +1256,12 @@ impl DatagramReceiver {
             self.last_ask = Some(now);
             self.ask(now);
         }
+        if self.store.is_none() {
+            self.silent(now);
+            if self.finished {
+                return;
+            }
+        }
         if let Some(ending) = self.ending
             && now >= ending
         {
@@ -849,6 +1275,10 @@ impl DatagramReceiver {
     /// Asks for the frames due (those that do not fit the queue are asked again at their retry).
     fn ask(&mut self, now: i64) {
         let Some(session) = self.reader.tracker().session() else { return };
+        if self.catching_up() {
+            // The catch-up reads the gaps in order; they are asked for after it, if still open.
+            return;
+        }
         if let Some(store) = &mut self.store {
             let Some(book) = self.reader.book_mut() else { return };
             for request in book.due(now, MAX_REQUESTS_PER_TICK) {

@@ -2,8 +2,10 @@
 //! lines, echoes, and recovery over a connection to a retransmission service made of bytes.
 
 use super::*;
+use crate::relay::client::book::MAX_REQUEST_FRAMES;
 use crate::relay::client::testing::{Notes, capture_frames, peer, record};
 use crate::relay::protect::{KEY_LEN, Protector, WireKey};
+use crate::relay::window::WINDOW;
 use crate::relay::wire::{Hello, Subscribe, gone_payload};
 
 const MS: i64 = 1_000_000;
@@ -479,4 +481,259 @@ fn recovery_from_a_store_hands_the_requests_to_the_driver_and_takes_its_datagram
         notes.frames.iter().filter(|(_, o, _)| *o == Origin::Recovered).map(|(s, ..)| *s).collect();
     assert_eq!(recovered, vec![3, 4]);
     assert_eq!(r.reader().tracker().counts().lost, 2);
+}
+
+const S: i64 = 1_000 * MS;
+
+/// A receiver reading from a store, giving up after `give_up_s` seconds of nothing new.
+fn store_receiver(give_up_s: u64) -> DatagramReceiver {
+    DatagramReceiver::new(DatagramConfig { recovery: recovery(1_000), ..DatagramConfig::default() })
+        .with_store_recovery()
+        .with_give_up_after(Some(Duration::from_secs(give_up_s)))
+}
+
+/// Datagrams of 255 frames each (the same frame's bytes under every number) for frames
+/// `first..end` of `SESSION`.
+fn datagrams(frame: &[u8], first: u64, end: u64) -> Vec<Vec<u8>> {
+    (first..end)
+        .step_by(255)
+        .map(|from| {
+            let frames: Vec<&[u8]> = (from..end.min(from + 255)).map(|_| frame).collect();
+            data(SESSION, from, &frames, Format::Sbe)
+        })
+        .collect()
+}
+
+#[test]
+fn far_behind_with_a_store_the_receiver_catches_up_in_order_and_a_forgery_costs_its_own_datagram() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 1);
+    let f = frames[0].as_slice();
+    let mut r = store_receiver(30);
+    let mut notes = Notes::default();
+    let live = |r: &mut DatagramReceiver, notes: &mut Notes, d: &[u8], now: i64| {
+        r.datagram(Origin::Stream, d, peer(), now, 0, notes);
+    };
+    for d in datagrams(f, 1, 101) {
+        live(&mut r, &mut notes, &d, 0);
+    }
+    // The live subject, after a long stop: more than a window on.
+    let far = 101 + WINDOW + 1_000;
+    let trigger = data(SESSION, far, &[f], Format::Sbe);
+    live(&mut r, &mut notes, &trigger, MS);
+    let ev = events(&mut r, &mut notes);
+    assert!(ev.contains(&DatagramEvent::Behind { session: SESSION, from: 101, ahead: far }), "{ev:?}");
+    assert_eq!(notes.frames.len(), 100, "the datagram far ahead is not taken");
+    assert_eq!(r.counts().datagrams, 1, "nor counted: it is given again");
+    assert!(r.reading_store());
+    assert_eq!(r.next_catch_up(), Some(CatchUp { session: SESSION, from: 101 }));
+    assert_eq!(r.next_catch_up(), None, "asked for once");
+    // The store, in order, up to the live subject's frame; then the live datagrams, the one
+    // that showed the gap first.
+    for d in datagrams(f, 101, far + 1) {
+        live(&mut r, &mut notes, &d, 2 * MS);
+    }
+    r.store_read_ended(3 * MS);
+    assert!(!r.reading_store());
+    assert!(events(&mut r, &mut notes).contains(&DatagramEvent::CaughtUp { frames: far - 100 }));
+    live(&mut r, &mut notes, &trigger, 3 * MS);
+    live(&mut r, &mut notes, &data(SESSION, far + 1, &[f], Format::Sbe), 3 * MS);
+    assert_eq!(notes.frames.len() as u64, far + 1, "every frame once");
+    assert_eq!(r.reader().tracker().counts().lost, 0);
+    assert_eq!(r.reader().book().unwrap().counts().frames_missing, 0, "no gap: nothing given up as too old");
+    // A forgery far ahead soon after: judged as over UDP (held, then refuted), not read for.
+    let forged = data(SESSION, far + 1 + 2 * WINDOW, &[f], Format::Sbe);
+    live(&mut r, &mut notes, &forged, 4 * MS);
+    assert_eq!(r.next_catch_up(), None, "within the interval after a read of the store");
+    live(&mut r, &mut notes, &data(SESSION, far + 2, &[f], Format::Sbe), 5 * MS);
+    assert_eq!(r.reader().tracker().unconfirmed(), 1);
+    // Past the interval, the stream having moved, another one is read for; the store holds
+    // nothing from there, so it is judged as over UDP again.
+    live(&mut r, &mut notes, &forged, 3 * MS + duration_ns(CATCH_UP_INTERVAL));
+    assert_eq!(r.next_catch_up(), Some(CatchUp { session: SESSION, from: far + 3 }));
+    r.store_read_ended(2 * S);
+    assert!(events(&mut r, &mut notes).contains(&DatagramEvent::CaughtUp { frames: 0 }));
+    live(&mut r, &mut notes, &forged, 2 * S);
+    assert_eq!(r.next_catch_up(), None);
+    live(&mut r, &mut notes, &data(SESSION, far + 3, &[f], Format::Sbe), 2 * S);
+    assert_eq!(r.reader().tracker().unconfirmed(), 2);
+    assert_eq!((r.reader().tracker().counts().lost, notes.frames.len() as u64), (0, far + 3));
+    // Nothing far ahead without a store: held and confirmed as over UDP.
+    let mut udp = DatagramReceiver::new(DatagramConfig::default());
+    live(&mut udp, &mut notes, &data(SESSION, 1, &[f], Format::Sbe), 0);
+    live(&mut udp, &mut notes, &trigger, 0);
+    assert_eq!(udp.next_catch_up(), None);
+    assert!(!udp.reading_store());
+}
+
+#[test]
+fn an_end_far_ahead_of_what_the_store_holds_is_taken_once_nothing_follows_it() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 1);
+    let f = frames[0].as_slice();
+    // Replayed from the start: frames 1..=100, then the publisher dropped 100,000, then its END.
+    let mut r = store_receiver(2);
+    let mut notes = Notes::default();
+    r.store_read_began();
+    for d in datagrams(f, 1, 101) {
+        r.datagram(Origin::Stream, &d, peer(), 0, 0, &mut notes);
+    }
+    let next = 100_101;
+    let end_far = end(SESSION, next);
+    r.datagram(Origin::Stream, &end_far, peer(), MS, 0, &mut notes);
+    let ev = events(&mut r, &mut notes);
+    assert!(
+        ev.contains(&DatagramEvent::EndAhead { peer: peer(), session: SESSION, next_sequence: next }),
+        "held, neither taken nor ignored: {ev:?}"
+    );
+    assert_eq!(r.next_catch_up(), None, "read in order already");
+    r.store_read_ended(2 * MS);
+    assert!(r.wants_tail());
+    // The store's tail is that END: nothing new; not yet for the give-up time.
+    r.stored_tail(9, &end_far, peer(), S, 0, &mut notes);
+    assert!(!r.is_finished());
+    r.stored_tail(9, &end_far, peer(), 2 * S, 0, &mut notes);
+    let ev = events(&mut r, &mut notes);
+    assert!(
+        ev.iter().any(|e| matches!(e, DatagramEvent::End { next_sequence, .. } if *next_sequence == next)),
+        "taken after 2 s of nothing new: {ev:?}"
+    );
+    assert!(!r.wants_tail());
+    // Read in order, the store held nothing between frame 100 and it: those frames are gone,
+    // without a search.
+    let lost = next - 101;
+    assert!(ev.contains(&DatagramEvent::RecoveryGone { first: 101, count: lost }), "{ev:?}");
+    assert!(ev.contains(&DatagramEvent::Finished), "{ev:?}");
+    assert_eq!(r.next_store_request(), None);
+    assert_eq!(r.reader().tracker().counts().lost, lost);
+    let report = r.reader().book().unwrap().report("store");
+    assert_eq!((report.frames_unrecoverable, report.unrecoverable_causes.gone), (lost, lost), "{report:?}");
+    assert_eq!(r.publisher_totals().map(|t| t.frames), Some(next - 1));
+
+    // The same END live, just after a read of the store (no other read for a second): held,
+    // taken after the give-up time, and the frames before it sought in the store (within the
+    // linger), which says they are gone.
+    let mut r = store_receiver(2);
+    let mut notes = Notes::default();
+    r.store_read_began();
+    for d in datagrams(f, 1, 101) {
+        r.datagram(Origin::Stream, &d, peer(), 0, 0, &mut notes);
+    }
+    r.store_read_ended(MS);
+    r.datagram(Origin::Stream, &data(SESSION, 101, &[f], Format::Sbe), peer(), MS, 0, &mut notes);
+    r.datagram(Origin::Stream, &end_far, peer(), 2 * MS, 0, &mut notes);
+    assert_eq!(r.next_catch_up(), None, "within a second of the last read");
+    r.stored_tail(9, &end_far, peer(), 3 * S, 0, &mut notes);
+    r.on_timeout(3 * S + 10 * MS);
+    let (session, request) = r.next_store_request().expect("the frames before the END are asked for");
+    assert_eq!((session, request.first), (SESSION, 102));
+    let mut first = 102;
+    while first < next {
+        let count = (next - first).min(u64::from(MAX_REQUEST_FRAMES));
+        r.store_gone(SESSION, first, count);
+        first += count;
+    }
+    assert!(events(&mut r, &mut notes).contains(&DatagramEvent::Finished));
+    let report = r.reader().book().unwrap().report("store");
+    assert_eq!((report.frames_unrecoverable, report.unrecoverable_causes.gone), (lost - 1, lost - 1));
+
+    // A forged END far ahead of a live stream is refuted by the next frame, and the stream then
+    // given up when nothing new comes: no END to end it.
+    let mut r = store_receiver(2);
+    let mut notes = Notes::default();
+    r.datagram(Origin::Stream, &data(SESSION, 1, &[f], Format::Sbe), peer(), 0, 0, &mut notes);
+    r.datagram(Origin::Stream, &end(SESSION, 1 << 40), peer(), 0, 0, &mut notes);
+    assert_eq!(r.next_catch_up(), Some(CatchUp { session: SESSION, from: 2 }), "read for first");
+    r.store_read_ended(MS);
+    r.datagram(Origin::Stream, &end(SESSION, 1 << 40), peer(), MS, 0, &mut notes);
+    assert_eq!(r.next_catch_up(), None);
+    r.datagram(Origin::Stream, &data(SESSION, 2, &[f], Format::Sbe), peer(), 2 * MS, 0, &mut notes);
+    assert_eq!(r.reader().tracker().unconfirmed(), 1, "refuted");
+    r.stored_tail(3, &data(SESSION, 2, &[f], Format::Sbe), peer(), 2 * S, 0, &mut notes);
+    assert!(!r.is_finished(), "1.998 s of nothing new");
+    r.stored_tail(3, &data(SESSION, 2, &[f], Format::Sbe), peer(), 3 * S, 0, &mut notes);
+    let ev = events(&mut r, &mut notes);
+    assert!(ev.iter().any(|e| matches!(e, DatagramEvent::GaveUp { given_up: 0, .. })), "{ev:?}");
+    assert!(!ev.iter().any(|e| matches!(e, DatagramEvent::End { .. } | DatagramEvent::Finished)), "{ev:?}");
+    assert!(r.is_finished());
+    assert_eq!(r.reader().tracker().counts().lost, 0, "no END: nothing owed past frame 2");
+}
+
+#[test]
+fn a_stream_that_brings_nothing_new_is_given_up_with_what_it_lacks() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 1);
+    let f = frames[0].as_slice();
+    // With a store: frames 1 and 4 came; 2 and 3 are missing; the store's tail (4) is nothing
+    // new, and a newer tail is taken as if it had come live.
+    let mut r = store_receiver(2);
+    let mut notes = Notes::default();
+    assert!(!r.wants_tail(), "nothing taken yet");
+    r.datagram(Origin::Stream, &data(SESSION, 1, &[f], Format::Sbe), peer(), 0, 0, &mut notes);
+    r.datagram(Origin::Stream, &data(SESSION, 4, &[f], Format::Sbe), peer(), 0, 0, &mut notes);
+    assert_eq!(r.deadline().map(|d| d < S), Some(true), "the gap's requests; no give-up timer with a store");
+    r.stored_tail(4, &data(SESSION, 4, &[f], Format::Sbe), peer(), S, 0, &mut notes);
+    r.stored_tail(5, &data(SESSION, 5, &[f], Format::Sbe), peer(), S, 0, &mut notes);
+    assert_eq!(notes.sequences(), [1, 4, 5], "a newer tail is taken");
+    r.stored_tail(5, &data(SESSION, 5, &[f], Format::Sbe), peer(), 2 * S, 0, &mut notes);
+    assert!(!r.is_finished(), "2 s since frame 5 came only at 3 s");
+    r.store_holds_nothing(3 * S);
+    let ev = events(&mut r, &mut notes);
+    assert!(
+        ev.iter().any(|e| matches!(e, DatagramEvent::GaveUp { given_up: 2, silent } if *silent == 2 * S)),
+        "{ev:?}"
+    );
+    assert_eq!(r.reader().tracker().counts().lost, 2);
+    assert_eq!(r.reader().book().unwrap().counts().frames_unrecoverable, 2);
+    // Without a store the time alone says it.
+    let mut r = DatagramReceiver::new(DatagramConfig::default()).with_give_up_after(Some(Duration::from_secs(2)));
+    assert_eq!(r.deadline(), None, "not before the stream started");
+    r.datagram(Origin::Stream, &data(SESSION, 1, &[f], Format::Sbe), peer(), S, 0, &mut notes);
+    assert_eq!(r.deadline(), Some(3 * S));
+    r.on_timeout(3 * S);
+    assert!(events(&mut r, &mut notes).iter().any(|e| matches!(e, DatagramEvent::GaveUp { .. })));
+    assert!(r.is_finished());
+    // Nor without a give-up time: UDP waits for its END as ever.
+    let mut r = DatagramReceiver::new(DatagramConfig::default());
+    r.datagram(Origin::Stream, &data(SESSION, 1, &[f], Format::Sbe), peer(), S, 0, &mut notes);
+    r.datagram(Origin::Stream, &end(SESSION, 1 << 40), peer(), S, 0, &mut notes);
+    assert_eq!(r.deadline(), None);
+    assert!(matches!(events(&mut r, &mut notes).last(), Some(DatagramEvent::ForeignEnd { .. })));
+}
+
+#[test]
+fn a_gap_the_window_would_pass_is_caught_up_from_the_store_filling_it_and_skipping_copies() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 1);
+    let f = frames[0].as_slice();
+    let mut r = store_receiver(30);
+    let mut notes = Notes::default();
+    let live =
+        |r: &mut DatagramReceiver, notes: &mut Notes, d: &[u8]| r.datagram(Origin::Stream, d, peer(), MS, 0, notes);
+    // Frames 1..=100 and 201..=300 came; 101..=200 are missing. A datagram reaching 101 + WINDOW
+    // is within the window's reach, but taking it would give 101 up as too old.
+    for d in datagrams(f, 1, 101).into_iter().chain(datagrams(f, 201, 301)) {
+        live(&mut r, &mut notes, &d);
+    }
+    let trigger = data(SESSION, 100 + WINDOW, &[f, f], Format::Sbe);
+    live(&mut r, &mut notes, &trigger);
+    assert_eq!(r.next_catch_up(), Some(CatchUp { session: SESSION, from: 101 }), "from the first frame missing");
+    // Gaps are not asked for while the read brings them.
+    r.on_timeout(S);
+    assert_eq!(r.next_store_request(), None);
+    // The store in order from 101: the gap is filled, 201..=300 are skipped as copies, and the
+    // rest follows; then the live datagrams held, which the read brought already.
+    for d in datagrams(f, 101, 101 + WINDOW) {
+        live(&mut r, &mut notes, &d);
+    }
+    r.store_read_ended(2 * S);
+    live(&mut r, &mut notes, &trigger);
+    live(&mut r, &mut notes, &data(SESSION, 102 + WINDOW, &[f], Format::Sbe));
+    let counts = r.reader().tracker().counts();
+    assert_eq!((counts.lost, counts.duplicates, counts.too_late), (0, 0, 0), "{counts:?}");
+    let book = r.reader().book().unwrap().report("store");
+    assert_eq!((book.frames_recovered, book.frames_unrecoverable, book.frames_redundant), (100, 0, 0), "{book:?}");
+    let mut taken = notes.sequences();
+    assert_eq!(taken.len() as u64, 102 + WINDOW, "every frame once");
+    taken.sort_unstable();
+    taken.dedup();
+    assert_eq!(taken.len() as u64, 102 + WINDOW);
+    let recovered = notes.frames.iter().filter(|(_, o, _)| *o == Origin::Recovered).count();
+    assert_eq!(recovered, 100, "only the gap's frames are marked recovered; the rest are the stream's");
 }

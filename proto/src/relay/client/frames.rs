@@ -335,6 +335,9 @@ struct Core {
     first_frame: Option<(u64, u64)>,
     /// A relay's next frame owed: the one after the last handed on.
     next: Option<u64>,
+    /// Retransmitted payloads come from a store read in order (see
+    /// [`FrameReader::set_store_in_order`]).
+    store_in_order: bool,
     echo_every: Option<u64>,
     echo_countdown: u64,
     echoes: VecDeque<Echo>,
@@ -370,6 +373,7 @@ impl FrameReader {
                 book: None,
                 first_frame: None,
                 next: None,
+                store_in_order: false,
                 echo_every: config.echo_every.map(|n| n.max(1)),
                 echo_countdown: config.echo_every.map_or(0, |n| n.max(1)),
                 echoes: VecDeque::new(),
@@ -438,6 +442,15 @@ impl FrameReader {
     /// The recovery book, to be told of answers.
     pub fn book_mut(&mut self) -> Option<&mut RecoveryBook> {
         self.core.book.as_mut()
+    }
+
+    /// Retransmitted payloads ([`Origin::Recovered`]) come from a store read in order from the
+    /// first frame missing (a receiver catching up, see [`super::datagram`]) while `on`: a frame
+    /// missing fills its gap as a retransmitted one does; one at or below the highest frame
+    /// taken is a copy the order brings again, skipped without being counted; one past it is
+    /// the stream's own next frame, taken and accounted as one (its gap anomalies included).
+    pub fn set_store_in_order(&mut self, on: bool) {
+        self.core.store_in_order = on;
     }
 
     /// The lowest frame taken in the run's first session, if any.
@@ -692,7 +705,18 @@ impl Core {
         self.sync_epoch();
         let now = if self.book.is_some() { p.now } else { 0 };
         let Core {
-            codecs, filter, tracker, lines, book, first_frame, echoes, echo_every, echo_countdown, counts, ..
+            codecs,
+            filter,
+            tracker,
+            lines,
+            book,
+            first_frame,
+            echoes,
+            echo_every,
+            echo_countdown,
+            counts,
+            store_in_order,
+            ..
         } = self;
         let every_message = visitor.every_message();
         let codec = codecs[usize::from(p.format.id())].get_or_insert_with(|| Codec::new(p.format, Limits::default()));
@@ -719,7 +743,17 @@ impl Core {
             let frame = &rest[..len];
             offset += len;
             index += 1;
+            // A frame of a store read in order that is not missing: a copy, or the stream's own.
+            let in_order = p.origin == Origin::Recovered
+                && *store_in_order
+                && book.as_ref().is_some_and(|book| !book.is_missing(sequence));
             let observed = match (p.origin, lines.as_mut(), book.as_mut()) {
+                (Origin::Recovered, _, Some(_)) if in_order => {
+                    if tracker.highest().is_some_and(|high| sequence <= high) {
+                        continue;
+                    }
+                    tracker.observe(sequence)
+                }
                 (Origin::Recovered, _, Some(book)) => {
                     if book.recovered(sequence, now) {
                         // Missing until now, so new to the window: it fills its hole without
@@ -742,6 +776,7 @@ impl Core {
                 },
                 _ => tracker.observe(sequence),
             };
+            let recovered = recovered && !in_order;
             if !recovered
                 && observed.take()
                 && let Some(book) = book.as_mut()
@@ -774,7 +809,7 @@ impl Core {
             let info = FrameInfo {
                 sequence,
                 format: p.format,
-                origin: p.origin,
+                origin: if in_order { Origin::Stream } else { p.origin },
                 index: index - 1,
                 receive_time: p.receive_time,
                 at: p.place.at(offset - len),

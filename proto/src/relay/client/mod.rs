@@ -38,7 +38,9 @@ pub use connection::{
     CloseReason, Closed, ConnectionConfig, ConnectionCounts, ConnectionEvent, Disposition, ResumeAsked, ResumePlan,
     Role, StreamConnection,
 };
-pub use datagram::{DatagramConfig, DatagramCounts, DatagramEvent, DatagramReceiver, RecoveryAction, RecoveryConfig};
+pub use datagram::{
+    CatchUp, DatagramConfig, DatagramCounts, DatagramEvent, DatagramReceiver, RecoveryAction, RecoveryConfig,
+};
 pub use frames::{
     Anomaly, FormatChange, FrameCheckFailure, FrameCounts, FrameInfo, FrameReader, FrameVisitor, Origin, Payload,
     PayloadOutcome, Place, PlaceAt, ReaderConfig, ReaderMode,
