@@ -78,7 +78,7 @@ use async_nats::jetstream::stream::{DirectGetErrorKind, LastRawMessageErrorKind,
 use bytes::Bytes;
 use futures_util::{FutureExt, StreamExt};
 use mdrelay_proto::relay::client::{
-    CatchUp, DatagramConfig, DatagramEvent, DatagramReceiver, Origin, ReaderConfig, RecoveryConfig, StoreSearch,
+    CatchUp, DatagramConfig, DatagramEvent, DatagramReceiver, Origin, Quiet, ReaderConfig, RecoveryConfig, StoreSearch,
     StoreStep, Stored,
 };
 use mdrelay_proto::relay::wire::{DatagramHeader, DatagramKind, RetransmitRequest};
@@ -187,6 +187,9 @@ pub(crate) struct NatsDriver {
     clock: Clock,
     /// Connections made to a server of the cluster, the first included.
     connections: Arc<AtomicU64>,
+    /// Messages taken that gave the caller nothing: past a budget the driver yields, so a
+    /// subject flooded with messages that produce no event cannot hold the caller's deadline.
+    quiet: Quiet,
     finished: bool,
 }
 
@@ -306,6 +309,7 @@ impl NatsDriver {
             notes: EndNotes::default(),
             clock,
             connections,
+            quiet: Quiet::new(),
             finished: false,
         })
     }
@@ -323,7 +327,14 @@ impl NatsDriver {
                 return Err(error);
             }
             if out.has_items() || self.finished {
+                self.quiet.produced();
                 return Ok(());
+            }
+            if self.quiet.turn_due() {
+                // Messages that give nothing go on (held ones included): the caller's deadline,
+                // a select!'s other branches and the runtime's timers run before the next.
+                tokio::task::yield_now().await;
+                continue;
             }
             let now = self.clock.now();
             if let Some(deadline) = self.receiver.deadline()
@@ -534,6 +545,8 @@ impl NatsDriver {
 
     /// One message into the machine.
     fn take(&mut self, payload: &Bytes, out: &mut Collector) {
+        self.quiet.took();
+        self.quiet.received(payload.len());
         let now = self.clock.now();
         out.stream_peer = Some(self.peer);
         // A catch-up's frames that fill a gap are recovered: from the server that answered.

@@ -1,6 +1,7 @@
 //! Against peers that greet correctly and then misbehave, made here with std::net on loopback:
 //! one that sends records producing nothing, without end (a `FORMAT` record of the format in
-//! use, over and over), which must not hold up the caller's deadline; and ones that refuse with
+//! use, over and over), which must not hold up the caller's deadline, nor must a rogue that
+//! floods a NATS subject (a real `nats-server`) with datagrams producing nothing; and ones that refuse with
 //! a reason that is huge, or that holds newlines and terminal escapes, which must be bounded in
 //! memory and escaped wherever it is shown.
 
@@ -8,9 +9,12 @@ use mdrelay_client::{Builder, Error, Waited};
 use mdrelay_harness::alloc::count_allocations;
 use mdrelay_harness::{STEP, accept_within, shared};
 use mdrelay_proto::codec::Format;
+use mdrelay_proto::relay::wire::{DatagramHeader, DatagramKind};
 use mdrelay_proto::relay::{Hello, MAX_REASON, RecordHeader, RecordTag, Subscribe, control_record};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -156,4 +160,69 @@ fn a_refusal_reason_with_newlines_and_terminal_escapes_is_shown_escaped() {
         ),
         "{shown}"
     );
+}
+
+#[test]
+fn datagrams_that_produce_nothing_flooding_a_nats_subject_do_not_hold_up_the_callers_deadline() {
+    let _serial = mdrelay_harness::serial();
+    let server = mdrelay_harness::NatsServer::start();
+    let subject = "md.flood";
+    // An echo datagram is a subscriber's, ignored by a subscriber: it gives the caller nothing.
+    let echo = DatagramHeader {
+        version: 1,
+        format: Format::Sbe,
+        kind: DatagramKind::Echo,
+        frame_count: 0,
+        protection: Default::default(),
+        session: SESSION,
+        sequence: 1,
+    }
+    .to_bytes()
+    .to_vec();
+    let url = server.url();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flooding = stop.clone();
+    let rogue = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async move {
+            let client = async_nats::connect(url).await.unwrap();
+            let (started, mut sent) = (Instant::now(), 0u64);
+            while !flooding.load(Ordering::Relaxed) && started.elapsed() < FLOOD {
+                for _ in 0..1024 {
+                    client.publish(subject, echo.clone().into()).await.unwrap();
+                }
+                sent += 1024;
+            }
+            client.flush().await.unwrap();
+            sent
+        })
+    });
+    let mut subscriber = Builder::nats(server.url(), subject).build().unwrap();
+    let started = Instant::now();
+    let wait = Duration::from_millis(100);
+    let (mut longest, mut timed_out) = (Duration::ZERO, 0);
+    while timed_out < 5 && started.elapsed() < FLOOD {
+        let asked = Instant::now();
+        let waited = subscriber.next_event_timeout(wait).unwrap();
+        longest = longest.max(asked.elapsed());
+        match waited {
+            Waited::TimedOut => timed_out += 1,
+            Waited::Event(_) => {}
+            Waited::Finished => panic!("the stream ended"),
+        }
+    }
+    let received = subscriber.counters().bytes;
+    stop.store(true, Ordering::Relaxed);
+    subscriber.close();
+    let sent = rogue.join().unwrap();
+    eprintln!(
+        "next_event_timeout({wait:?}) took {longest:?} at most over {timed_out} timeouts; {sent} echoes sent, \
+         {received} bytes received"
+    );
+    assert!(
+        longest < Duration::from_secs(1),
+        "next_event_timeout({wait:?}) returned after {longest:?} at most, while {sent} datagrams producing nothing \
+         came ({timed_out} timeouts)"
+    );
+    assert!(received > 1 << 20, "the waits timed out during the flood: {received} bytes received");
 }
