@@ -8,6 +8,7 @@ use std::ffi::OsStr;
 use std::fmt;
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
@@ -93,6 +94,20 @@ impl Process {
             command.env("MDRELAY_LOG", "info");
         }
         command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        // A test run under `nohup` (or a CI runner that ignores signals) would hand its children
+        // ignored signals, which a shell cannot trap again: each child starts with the default
+        // dispositions, as a process started from a terminal does.
+        // SAFETY: between fork and exec only async-signal-safe calls are made (sigaction).
+        #[allow(unsafe_code)]
+        unsafe {
+            command.pre_exec(|| {
+                for signal in [Signal::SIGHUP, Signal::SIGINT, Signal::SIGTERM, Signal::SIGPIPE] {
+                    nix::sys::signal::signal(signal, nix::sys::signal::SigHandler::SigDfl)
+                        .map_err(std::io::Error::from)?;
+                }
+                Ok(())
+            });
+        }
         let mut child = command.spawn()?;
         let (line_tx, lines) = mpsc::channel();
         let stderr = child.stderr.take().expect("stderr is piped");
