@@ -39,7 +39,8 @@ pub use connection::{
     Role, StreamConnection,
 };
 pub use datagram::{
-    CatchUp, DatagramConfig, DatagramCounts, DatagramEvent, DatagramReceiver, RecoveryAction, RecoveryConfig,
+    CATCH_UP_INTERVAL, CatchUp, DatagramConfig, DatagramCounts, DatagramEvent, DatagramReceiver, RecoveryAction,
+    RecoveryConfig,
 };
 pub use frames::{
     Anomaly, FormatChange, FrameCheckFailure, FrameCounts, FrameInfo, FrameReader, FrameVisitor, Origin, Payload,
