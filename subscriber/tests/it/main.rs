@@ -13,6 +13,7 @@ mod hostile;
 mod hostile_tcp;
 mod nats;
 mod nats_behind;
+mod readme;
 mod record;
 mod recovery;
 mod tcp;
