@@ -54,9 +54,9 @@ fi
 echo "== promtool check metrics: both programs' scrapes while they relay a synthetic day"
 # Every program's series that a stream brings, on loopback: an origin publisher (TCP, UDP, the
 # retransmission service), a relay of it (the upstream's series), a subscriber of the relay that
-# records (the recording's), and one on the origin's UDP that recovers from the service. The
-# live feed's and NATS's series are served only with those sources and outputs: their names are
-# checked by the tests that run them against docs/operations.md's table.
+# records (the recording's), and one on the origin's UDP that recovers from the service (a live
+# feed's and NATS's series are served only with those sources and outputs). Every metric served
+# is in docs/operations.md's table.
 bin="$work/install/bin"
 read -r origin_tcp retransmit relay_tcp udp m_origin m_relay m_recorder m_udp < <(python3 -c '
 import socket
@@ -97,6 +97,10 @@ scrape_once_counting "$m_origin" mdrelay_pub_sent_frame_bytes_total "$work/origi
 for scrape in "$work"/*.prom; do
     out=$("$promtool" check metrics < "$scrape" 2>&1) || { echo "$(basename "$scrape"): $out"; exit 1; }
     if [ -n "$out" ]; then echo "$(basename "$scrape"): $out"; exit 1; fi
+    for name in $(awk '/^# TYPE / { print $3 }' "$scrape"); do
+        grep -q "^| \`$name\`\|^| .*, \`$name\`" docs/operations.md \
+            || { echo "$(basename "$scrape"): $name is served but not in docs/operations.md's metrics table"; exit 1; }
+    done
     echo "$(basename "$scrape"): $(grep -c '^# TYPE ' "$scrape") metrics, $(grep -c '^[a-z]' "$scrape") series: no warnings"
 done
 kill "${pids[@]}" 2>/dev/null || true
