@@ -54,9 +54,10 @@ fi
 echo "== promtool check metrics: both programs' scrapes while they relay a synthetic day"
 # Every program's series that a stream brings, on loopback: an origin publisher (TCP, UDP, the
 # retransmission service), a relay of it (the upstream's series), a subscriber of the relay that
-# records (the recording's), and one on the origin's UDP that recovers from the service (a live
-# feed's and NATS's series are served only with those sources and outputs). Every metric served
-# is in docs/operations.md's table.
+# records (the recording's), and one on the origin's UDP that recovers from the service. A live
+# feed's series are served only with that source: the scrapes tests keep in target/tmp/metrics
+# (publisher/tests/it/live_feed.rs, subscriber/tests/it/record.rs; .ci/run runs them first) are
+# checked too. Every metric served is in docs/operations.md's table.
 bin="$work/install/bin"
 read -r origin_tcp retransmit relay_tcp udp m_origin m_relay m_recorder m_udp < <(python3 -c '
 import socket
@@ -94,7 +95,8 @@ scrape_once_counting "$m_recorder" mdrelay_sub_record_segments_total "$work/reco
 scrape_once_counting "$m_udp" mdrelay_sub_frames_total "$work/udp-subscriber.prom"
 scrape_once_counting "$m_relay" mdrelay_pub_upstream_frames_total "$work/relay.prom"
 scrape_once_counting "$m_origin" mdrelay_pub_sent_frame_bytes_total "$work/origin.prom"
-for scrape in "$work"/*.prom; do
+for scrape in "$work"/*.prom target/tmp/metrics/*.prom; do
+    [ -f "$scrape" ] || continue
     out=$("$promtool" check metrics < "$scrape" 2>&1) || { echo "$(basename "$scrape"): $out"; exit 1; }
     if [ -n "$out" ]; then echo "$(basename "$scrape"): $out"; exit 1; fi
     for name in $(awk '/^# TYPE / { print $3 }' "$scrape"); do
