@@ -484,6 +484,9 @@ fn describe() {
     );
     describe_gauge!("mdrelay_pub_ring_frames", "Frames the retransmission ring holds.");
     for (old, new) in RENAMED {
-        describe_counter!(old, format!("Deprecated, removed in the next release: the same value as {new}, its new name."));
+        describe_counter!(
+            old,
+            format!("Deprecated, removed in the next release: the same value as {new}, its new name.")
+        );
     }
 }

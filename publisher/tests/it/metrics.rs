@@ -278,7 +278,8 @@ fn the_endpoints_count_what_the_final_reports_say_through_a_format_switch() {
             assert_eq!(aliased, Some(value), "{alias}: the same value as {key}");
         }
         assert!(
-            publ.text.contains(&format!("# HELP {old} Deprecated")) || sub.text.contains(&format!("# HELP {old} Deprecated")),
+            publ.text.contains(&format!("# HELP {old} Deprecated"))
+                || sub.text.contains(&format!("# HELP {old} Deprecated")),
             "{old}'s help says it is deprecated"
         );
     }
