@@ -2,16 +2,19 @@
 # The README's install step works, and the deploy/ files load in the tools that consume them:
 # - the systemd units, with `systemd-analyze verify` (where systemd is installed), against the
 #   binaries just built; any warning fails, not only errors;
-# - deploy/prometheus.yml, its alerting rules (checked, and run against the series of
-#   deploy/prometheus/alerts_test.yml) and the metrics scraped by publisher/tests/metrics.rs, with Debian's
-#   promtool (from the prometheus package, unpacked, not installed: installing would start a
-#   Prometheus server on this machine);
+# - deploy/prometheus.yml and its alerting rules (checked, and run against the series of
+#   deploy/prometheus/alerts_test.yml), with Debian's promtool (from the prometheus package,
+#   unpacked, not installed: installing would start a Prometheus server on this machine);
+# - the metric names both programs serve, against Prometheus's naming conventions: promtool
+#   check metrics on scrapes of the binaries just installed, relaying a real stream, so the
+#   labelled series exist (any warning fails);
 # - the Grafana dashboard, parsed (Grafana is not packaged for Debian; the metrics test checks
 #   that every series it queries is one the programs serve).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 
 echo "== the README's install step: cargo install --path publisher / subscriber"
 # Into a scratch root, with the build's own target directory, so a release build already there is reused.
@@ -37,7 +40,7 @@ else
     echo "== systemd-analyze not installed: units not verified"
 fi
 
-echo "== promtool check config deploy/prometheus.yml, check and test the alerting rules, check metrics on the scrapes"
+echo "== promtool check config deploy/prometheus.yml, check and test the alerting rules"
 promtool=$(command -v promtool || true)
 if [ -z "$promtool" ]; then
     (cd "$work" && { apt-get download prometheus >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get download prometheus >/dev/null; }; })
@@ -47,13 +50,64 @@ fi
 "$promtool" check config deploy/prometheus.yml
 "$promtool" check rules deploy/prometheus/alerts.yml
 "$promtool" test rules deploy/prometheus/alerts_test.yml
-scrapes=(target/tmp/metrics/*.prom)
-[ -f "${scrapes[0]}" ] || { echo "no scrapes in target/tmp/metrics: publisher/tests/metrics.rs did not run" >&2; exit 1; }
-for scrape in "${scrapes[@]}"; do
-    echo "$scrape"
-    out=$("$promtool" check metrics < "$scrape" 2>&1) || { echo "$out"; exit 1; }
-    if [ -n "$out" ]; then echo "$out"; exit 1; fi
+
+echo "== promtool check metrics: both programs' scrapes while they relay a synthetic day"
+# Every program's series that a stream brings, on loopback: an origin publisher (TCP, UDP, the
+# retransmission service), a relay of it (the upstream's series), a subscriber of the relay that
+# records (the recording's), and one on the origin's UDP that recovers from the service. A live
+# feed's series are served only with that source: the scrapes tests keep in target/tmp/metrics
+# (publisher/tests/it/live_feed.rs, subscriber/tests/it/record.rs; .ci/run runs them first) are
+# checked too. Every metric served is in docs/operations.md's table.
+bin="$work/install/bin"
+read -r origin_tcp retransmit relay_tcp udp m_origin m_relay m_recorder m_udp < <(python3 -c '
+import socket
+socks = [socket.socket() for _ in range(7)] + [socket.socket(type=socket.SOCK_DGRAM)]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in socks))')
+udp_listen=127.0.0.1:$udp
+# Started in the order they are needed, each in the background, logging to $work.
+start() { local name=$1; shift; "$@" > "$work/$name.log" 2>&1 & pids+=($!); }
+start udp-subscriber "$bin/mdrelay-sub" --listen "$udp_listen" --recovery "127.0.0.1:$retransmit" \
+    --report-interval 0 --metrics-listen "127.0.0.1:$m_udp"
+start origin "$bin/mdrelay-pub" run --synthetic --messages 5000000 --pacing rate --rate 20000 \
+    --tcp "127.0.0.1:$origin_tcp" --udp "$udp_listen" --retransmit-listen "127.0.0.1:$retransmit" \
+    --metrics-listen "127.0.0.1:$m_origin"
+start relay "$bin/mdrelay-pub" run --upstream "127.0.0.1:$origin_tcp" --tcp "127.0.0.1:$relay_tcp" \
+    --wait-subscribers 0 --metrics-listen "127.0.0.1:$m_relay"
+start recorder "$bin/mdrelay-sub" --connect "127.0.0.1:$relay_tcp" --record "$work/relayed.pcap" \
+    --report-interval 0 --metrics-listen "127.0.0.1:$m_recorder"
+# Scrapes PORT into FILE once a series of METRIC counts above 0: within 60 s, or the logs say why not.
+scrape_once_counting() {
+    local port=$1 metric=$2 file=$3
+    for _ in $(seq 600); do
+        if curl -sf "http://127.0.0.1:$port/metrics" > "$file" \
+            && awk -v m="$metric" '($1 == m || index($1, m "{") == 1) && $2 > 0 { found = 1 }
+                END { exit !found }' "$file"; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    echo "$file: $metric did not count within 60 s" >&2
+    tail -n 5 "$work"/*.log >&2
+    exit 1
+}
+scrape_once_counting "$m_recorder" mdrelay_sub_record_segments_total "$work/recorder.prom"
+scrape_once_counting "$m_udp" mdrelay_sub_frames_total "$work/udp-subscriber.prom"
+scrape_once_counting "$m_relay" mdrelay_pub_upstream_frames_total "$work/relay.prom"
+scrape_once_counting "$m_origin" mdrelay_pub_sent_frame_bytes_total "$work/origin.prom"
+for scrape in "$work"/*.prom target/tmp/metrics/*.prom; do
+    [ -f "$scrape" ] || continue
+    out=$("$promtool" check metrics < "$scrape" 2>&1) || { echo "$(basename "$scrape"): $out"; exit 1; }
+    if [ -n "$out" ]; then echo "$(basename "$scrape"): $out"; exit 1; fi
+    for name in $(awk '/^# TYPE / { print $3 }' "$scrape"); do
+        grep -q "^| \`$name\`\|^| .*, \`$name\`" docs/operations.md \
+            || { echo "$(basename "$scrape"): $name is served but not in docs/operations.md's metrics table"; exit 1; }
+    done
+    echo "$(basename "$scrape"): $(grep -c '^# TYPE ' "$scrape") metrics, $(grep -c '^[a-z]' "$scrape") series: no warnings"
 done
+kill "${pids[@]}" 2>/dev/null || true
+wait 2>/dev/null || true
+pids=()
 
 echo "== the Grafana dashboard parses"
 python3 - deploy/grafana/mdrelay.json <<'PY'

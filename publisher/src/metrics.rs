@@ -31,6 +31,43 @@ pub const LIVE_METRICS_EVERY: Duration = Duration::from_secs(1);
 /// How often [`sample`] reads the connection tasks' and the service's counts.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 
+/// Bytes of the frames handed to a transport, by format and transport.
+pub const SENT_FRAME_BYTES: &str = "mdrelay_pub_sent_frame_bytes_total";
+/// Retransmission requests over the rate limit, answered BUSY.
+pub const RETRANSMIT_THROTTLED_REQUESTS: &str = "mdrelay_pub_retransmit_throttled_requests_total";
+
+/// Metrics renamed to follow Prometheus's naming conventions, `(old, new)`: the old name is still
+/// served for one release, with the same value and a HELP line naming its replacement, so that
+/// dashboards and rules written against it keep working while they move (docs/operations.md
+/// lists them). Remove them in the release after the one that renamed them.
+pub const RENAMED: [(&str, &str); 2] = [
+    // The unit last, before `_total`.
+    ("mdrelay_pub_frame_bytes_sent_total", SENT_FRAME_BYTES),
+    // A counter names what it counts.
+    ("mdrelay_pub_retransmit_throttled_total", RETRANSMIT_THROTTLED_REQUESTS),
+];
+
+/// A counter served under its name and, for one release, under its old one ([`RENAMED`]): both
+/// are set together, so they always hold the same value.
+struct Renamed {
+    counter: Counter,
+    old: Counter,
+}
+
+impl Renamed {
+    /// The counter `new` with `labels`, and its old name's with the same labels.
+    fn new(new: &'static str, labels: &[(&'static str, &'static str)]) -> Renamed {
+        let old = RENAMED.iter().find(|(_, n)| *n == new).map_or(new, |(old, _)| *old);
+        Renamed { counter: counter!(new, labels), old: counter!(old, labels) }
+    }
+
+    /// Sets both to `value`.
+    fn absolute(&self, value: u64) {
+        self.counter.absolute(value);
+        self.old.absolute(value);
+    }
+}
+
 /// Frames, messages and bytes encoded in one format, as the hot path counts them.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct FormatCount {
@@ -46,7 +83,7 @@ pub struct FormatCount {
 struct Sent {
     frames: Counter,
     messages: Counter,
-    bytes: Counter,
+    bytes: Renamed,
 }
 
 /// How far paced segments strayed from their schedule since the last look.
@@ -249,7 +286,7 @@ impl EngineMetrics {
                         Sent {
                             frames: counter!("mdrelay_pub_frames_sent_total", &labels),
                             messages: counter!("mdrelay_pub_messages_sent_total", &labels),
-                            bytes: counter!("mdrelay_pub_frame_bytes_sent_total", &labels),
+                            bytes: Renamed::new(SENT_FRAME_BYTES, &labels),
                         }
                     })
                     .collect()
@@ -343,7 +380,7 @@ pub fn sample_once(sources: &Sources) {
     if let Some(service) = &sources.retransmit {
         let s = service.summary();
         counter!("mdrelay_pub_retransmit_requests_total").absolute(s.requests);
-        counter!("mdrelay_pub_retransmit_throttled_total").absolute(s.throttled);
+        Renamed::new(RETRANSMIT_THROTTLED_REQUESTS, &[]).absolute(s.throttled);
         counter!("mdrelay_pub_retransmit_frames_total").absolute(s.frames_sent);
         counter!("mdrelay_pub_retransmit_gone_frames_total").absolute(s.frames_gone);
         counter!("mdrelay_pub_retransmit_bytes_total").absolute(s.bytes_sent);
@@ -391,7 +428,7 @@ fn describe() {
     );
     describe_counter!("mdrelay_pub_messages_sent_total", "IEX messages in the frames handed to a transport.");
     describe_counter!(
-        "mdrelay_pub_frame_bytes_sent_total",
+        SENT_FRAME_BYTES,
         Unit::Bytes,
         "Encoded frame bytes handed to a transport (without relay headers)."
     );
@@ -429,7 +466,7 @@ fn describe() {
         "Frames skipped for TCP subscribers a whole queue behind, by slow-subscriber policy."
     );
     describe_counter!("mdrelay_pub_retransmit_requests_total", "Retransmission requests received.");
-    describe_counter!("mdrelay_pub_retransmit_throttled_total", "Retransmission requests over the rate limit (BUSY).");
+    describe_counter!(RETRANSMIT_THROTTLED_REQUESTS, "Retransmission requests over the rate limit (BUSY).");
     describe_counter!("mdrelay_pub_retransmit_frames_total", "Frames retransmitted.");
     describe_counter!("mdrelay_pub_retransmit_gone_frames_total", "Frames asked for that the ring no longer held.");
     describe_counter!("mdrelay_pub_retransmit_bytes_total", Unit::Bytes, "Bytes of retransmission answers written.");
@@ -446,4 +483,10 @@ fn describe() {
         "Retransmission clients closed by the service, by reason: evicted (idle the longest when a newcomer came to a full service), idle (retransmit.idle_timeout), request_timeout (a request left unfinished)."
     );
     describe_gauge!("mdrelay_pub_ring_frames", "Frames the retransmission ring holds.");
+    for (old, new) in RENAMED {
+        describe_counter!(
+            old,
+            format!("Deprecated, removed in the next release: the same value as {new}, its new name.")
+        );
+    }
 }

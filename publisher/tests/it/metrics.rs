@@ -2,9 +2,11 @@
 //! during and after a relay of DEEP10, against the programs' own final JSON and the reference;
 //! and both programs under a stand-in service manager (systemd's notifications).
 //!
-//! The scrapes are also written to `$CARGO_TARGET_TMPDIR/metrics/*.prom`, where `.ci/run` lints
-//! them with `promtool check metrics`; the Grafana dashboard's queries are checked against the
-//! metric names the programs actually serve.
+//! The names served follow Prometheus's naming conventions (`.ci/deploy-check.sh` lints scrapes
+//! of both programs with `promtool check metrics`; the unit's place, which promtool does not
+//! check, is checked here); every one is in docs/operations.md's metrics table, the deprecated
+//! ones served with the same values as their replacements; the Grafana dashboard's queries and
+//! the alerts' are checked against the metric names the programs actually serve.
 
 use mdrelay_harness::{
     NotifySocket, Process, STEP, Scrape, Signal, alert_queries, assert_aggregates, dashboard_queries,
@@ -37,11 +39,36 @@ fn n(v: &Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("{v} is not a number"))
 }
 
-/// Keeps a scrape for `.ci/run`'s promtool lint.
-fn keep(name: &str, s: &Scrape) {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("metrics");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join(format!("{name}.prom")), &s.text).unwrap();
+/// The metrics table of docs/operations.md: every name in a row's first column, and for the rows
+/// of deprecated names, `(old, new)`: the name that replaces it is the first one the row's
+/// description names.
+fn documented_metrics() -> (BTreeSet<String>, Vec<(String, String)>) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/operations.md");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let quoted = |cell: &str| -> Vec<String> { cell.split('`').skip(1).step_by(2).map(str::to_string).collect() };
+    let (mut names, mut deprecated) = (BTreeSet::new(), Vec::new());
+    for row in text.lines().filter(|l| l.starts_with("| `mdrelay_") || l.starts_with("| `process_")) {
+        // Name | type | labels | what it counts.
+        let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+        let first = quoted(cells[0]);
+        let description = cells.get(3..).unwrap_or_default().join("|");
+        if description.starts_with("deprecated") {
+            let new = quoted(&description).into_iter().next().unwrap_or_else(|| panic!("names no replacement: {row}"));
+            deprecated.extend(first.iter().map(|old| (old.clone(), new.clone())));
+        }
+        names.extend(first);
+    }
+    (names, deprecated)
+}
+
+/// The unit words of Prometheus's base units the programs' metrics use.
+const UNITS: [&str; 2] = ["bytes", "seconds"];
+
+/// Whether `name` has its unit, if any, last (before `_total` for a counter), as Prometheus's
+/// conventions have it: `x_sent_frame_bytes_total`, not `x_frame_bytes_sent_total`.
+fn unit_is_last(name: &str) -> bool {
+    let words: Vec<&str> = name.strip_suffix("_total").unwrap_or(name).split('_').collect();
+    words.iter().enumerate().all(|(at, word)| !UNITS.contains(word) || at + 1 == words.len())
 }
 
 #[test]
@@ -122,8 +149,6 @@ fn the_endpoints_count_what_the_final_reports_say_through_a_format_switch() {
     publisher.wait_for_within("metrics endpoint stays up", RUN);
     let sub = scrape(sub_metrics).unwrap();
     let publ = scrape(pub_metrics).unwrap();
-    keep("subscriber", &sub);
-    keep("publisher", &publ);
 
     let report = json_file(&sub_json);
     assert_aggregates(&report, &reference, "the scraped subscriber");
@@ -176,7 +201,7 @@ fn the_endpoints_count_what_the_final_reports_say_through_a_format_switch() {
         let bytes: f64 = ["sbe", "capnp"]
             .iter()
             .map(|f| {
-                publ.get("mdrelay_pub_frame_bytes_sent_total", &format!("format=\"{f}\",transport=\"{transport}\""))
+                publ.get("mdrelay_pub_sent_frame_bytes_total", &format!("format=\"{f}\",transport=\"{transport}\""))
                     .unwrap()
             })
             .sum();
@@ -199,7 +224,8 @@ fn the_endpoints_count_what_the_final_reports_say_through_a_format_switch() {
         for name in ["process_resident_memory_bytes", "process_open_fds", "process_threads"] {
             assert!(s.get(name, "").is_some_and(|v| v > 0.0), "{program}: {name} in:\n{}", s.text);
         }
-        // Whole seconds (the collector's counter is an integer): a short run may show 0.
+        // Its fraction is checked against /proc in
+        // the_cpu_time_served_is_the_kernels_with_its_fraction.
         assert!(s.get("process_cpu_seconds_total", "").is_some(), "{program}: CPU in:\n{}", s.text);
     }
     // The version and the commit in labels of their own (git's hash, `-dirty` for a changed tree).
@@ -225,11 +251,50 @@ fn the_endpoints_count_what_the_final_reports_say_through_a_format_switch() {
     udp_subscriber.signal(Signal::SIGTERM);
     let _ = udp_subscriber.finish(STEP);
 
-    // Every series the dashboard queries is one the programs serve (a relay's upstream series are
-    // checked where a relay runs, in tests/chain.rs).
+    // The names: the unit last, every one documented, the deprecated ones still served with the
+    // same values as their replacements and read by no dashboard panel or alert.
     let served: BTreeSet<String> = sub.names().union(&publ.names()).cloned().collect();
+    let (documented, deprecated) = documented_metrics();
+    let old_names: BTreeSet<&str> = deprecated.iter().map(|(old, _)| old.as_str()).collect();
+    // A histogram's series by its own name: `x` for `x_bucket`, `x_sum` and `x_count`.
+    let families = served.iter().filter(|name| {
+        !["_bucket", "_sum", "_count"].iter().any(|s| name.strip_suffix(s).is_some_and(|base| served.contains(base)))
+    });
+    for name in families {
+        assert!(unit_is_last(name) || old_names.contains(name.as_str()), "{name}: the unit is not last");
+        assert!(documented.contains(name), "{name} is served but not in docs/operations.md's metrics table");
+    }
+    for renamed in ["mdrelay_pub_frame_bytes_sent_total", "mdrelay_pub_retransmit_throttled_total"] {
+        assert!(old_names.contains(renamed), "docs/operations.md does not list {renamed} as deprecated");
+    }
+    for (old, new) in &deprecated {
+        assert!(served.contains(new) && !old_names.contains(new.as_str()), "{old}: {new} replaces it: {served:?}");
+        let series: Vec<(&String, &f64)> =
+            publ.samples.iter().chain(&sub.samples).filter(|(k, _)| k.split('{').next() == Some(new)).collect();
+        assert!(!series.is_empty(), "{new} in:\n{}", publ.text);
+        for (key, value) in series {
+            let alias = key.replacen(new.as_str(), old, 1);
+            let aliased = publ.samples.get(&alias).or(sub.samples.get(&alias));
+            assert_eq!(aliased, Some(value), "{alias}: the same value as {key}");
+        }
+        assert!(
+            publ.text.contains(&format!("# HELP {old} Deprecated"))
+                || sub.text.contains(&format!("# HELP {old} Deprecated")),
+            "{old}'s help says it is deprecated"
+        );
+    }
+    assert_eq!(
+        publ.get("mdrelay_pub_retransmit_throttled_requests_total", ""),
+        Some(n(&summary["retransmit"]["throttled"]))
+    );
+
+    // Every series the dashboard queries is one the programs serve (a relay's upstream series are
+    // checked where a relay runs, in tests/chain.rs), and none is deprecated.
     let queried = dashboard_queries();
     assert!(queried.len() >= 10, "the dashboard queries too little: {queried:?}");
+    for name in &queried {
+        assert!(!old_names.contains(name.as_str()), "the dashboard queries {name}, which is deprecated");
+    }
     for name in queried.iter().filter(|n| !n.starts_with("mdrelay_pub_upstream_")) {
         assert!(
             served.contains(name),
@@ -241,10 +306,72 @@ fn the_endpoints_count_what_the_final_reports_say_through_a_format_switch() {
     // output's where it runs, in tests/it/nats_hostile.rs).
     let alerted = alert_queries();
     assert!(alerted.len() >= 5, "the alerts read too little: {alerted:?}");
+    for name in &alerted {
+        assert!(!old_names.contains(name.as_str()), "an alert reads {name}, which is deprecated");
+    }
     for name in alerted.iter().filter(|n| !n.starts_with("mdrelay_sub_record_") && !n.starts_with("mdrelay_pub_nats_"))
     {
         assert!(served.contains(name), "an alert reads {name}, which neither program serves; served: {served:?}");
     }
+}
+
+/// The CPU time `pid` has used, user and system, in seconds, as the kernel counts it in
+/// /proc/PID/stat (utime and stime, in clock ticks of `ticks_per_second`).
+fn cpu_seconds(pid: u32, ticks_per_second: f64) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The command's name (field 2) is in parentheses and may hold spaces: count from after it.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 1..].split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of proc(5); the first after the name is field 3.
+    let ticks: u64 = fields[14 - 3].parse::<u64>().unwrap() + fields[15 - 3].parse::<u64>().unwrap();
+    ticks as f64 / ticks_per_second
+}
+
+#[test]
+fn the_cpu_time_served_is_the_kernels_with_its_fraction() {
+    let _shared = mdrelay_harness::shared();
+    let clock = std::process::Command::new("getconf").arg("CLK_TCK").output().expect("getconf CLK_TCK");
+    let ticks_per_second: f64 = String::from_utf8_lossy(&clock.stdout).trim().parse().expect("CLK_TCK");
+    let metrics: SocketAddr = format!("127.0.0.1:{}", free_tcp_port()).parse().unwrap();
+    let udp = format!("127.0.0.1:{}", free_udp_port());
+    // A stream that keeps the publisher busy for up to 10 s: it is stopped once seen.
+    let mut publisher = Process::start(
+        publisher_bin(),
+        [
+            "run",
+            "--synthetic",
+            "--messages",
+            "2000000",
+            "--pacing",
+            "rate",
+            "--rate",
+            "200000",
+            "--udp",
+            &udp,
+            "--metrics-listen",
+            &metrics.to_string(),
+        ],
+    );
+    publisher.wait_for("serving Prometheus metrics");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut served = Vec::new();
+    loop {
+        // The scrape reads /proc between these two reads: it serves a value between them.
+        let before = cpu_seconds(publisher.pid(), ticks_per_second);
+        let s = scrape(metrics).unwrap();
+        let after = cpu_seconds(publisher.pid(), ticks_per_second);
+        assert!(s.text.contains("# TYPE process_cpu_seconds_total counter\n"), "{}", s.text);
+        let cpu = s.get("process_cpu_seconds_total", "").unwrap_or_else(|| panic!("no CPU time in:\n{}", s.text));
+        assert!(before - 1e-9 <= cpu && cpu <= after + 1e-9, "served {cpu} s; /proc said {before} s, then {after} s");
+        served.push(cpu);
+        // Cut to whole seconds, a busy second's CPU time would show as 0 here.
+        if cpu.fract() != 0.0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "only whole seconds served: {served:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    publisher.signal(Signal::SIGTERM);
+    publisher.finish(STEP).assert_success();
 }
 
 #[test]

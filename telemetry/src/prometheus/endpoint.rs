@@ -285,10 +285,27 @@ async fn exchange(stream: tokio::net::TcpStream, slot: u64, told_to_leave: onesh
     }
 }
 
+/// The process's CPU time, user and system, in seconds: a counter, as Prometheus's own clients
+/// serve it.
+const CPU_SECONDS: &str = "process_cpu_seconds_total";
+
+/// The scrape's text from the exporter's rendering. The collector keeps [`CPU_SECONDS`] as a
+/// gauge (metrics-process's `use-gauge-on-cpu-seconds-total`): the facade's counters hold
+/// integers, and one cut the CPU time to whole seconds, so a process busy for 0.9 s showed 0.
+/// The value only grows, so it is served typed as the counter it is; a gauge named `_total`
+/// would also break the naming conventions `promtool check metrics` enforces.
+fn exposition(mut rendered: String) -> String {
+    let gauge = format!("# TYPE {CPU_SECONDS} gauge\n");
+    if let Some(at) = rendered.find(&gauge) {
+        rendered.replace_range(at..at + gauge.len(), &format!("# TYPE {CPU_SECONDS} counter\n"));
+    }
+    rendered
+}
+
 /// The answer to a GET of `path`.
 fn respond(handle: &PrometheusHandle, path: &str) -> hyper::Response<Full<Bytes>> {
     let (status, content_type, body) = match path {
-        "/metrics" => (200, "text/plain; version=0.0.4", handle.render()),
+        "/metrics" => (200, "text/plain; version=0.0.4", exposition(handle.render())),
         "/healthz" => (200, "text/plain", "ok\n".to_string()),
         "/readyz" if crate::service::is_ready() => (200, "text/plain", "ready\n".to_string()),
         "/readyz" => (503, "text/plain", "not ready\n".to_string()),
@@ -326,6 +343,33 @@ mod tests {
         assert_eq!(answering.deadline(&limits), asked + ANSWER_TIMEOUT);
         assert!(answering.deadline(&limits) > waiting.deadline(&limits), "a deadline only moves on");
         assert_eq!(answering.timed_out(), Closed::AnswerTimeout);
+    }
+
+    #[test]
+    fn the_cpu_time_is_served_as_a_counter_with_its_fraction() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let process = metrics_process::Collector::default();
+        metrics::with_local_recorder(&recorder, || {
+            process.describe();
+            process.collect();
+            // Another gauge whose name ends as the CPU's does keeps its type.
+            metrics::gauge!("other_process_cpu_seconds_total").set(1.5);
+        });
+        let text = exposition(handle.render());
+        let types: Vec<&str> = text.lines().filter(|l| l.starts_with("# TYPE ")).collect();
+        assert!(types.contains(&"# TYPE process_cpu_seconds_total counter"), "{text}");
+        assert!(types.contains(&"# TYPE other_process_cpu_seconds_total gauge"), "{text}");
+        assert_eq!(types.iter().filter(|l| l.contains(" process_cpu_seconds_total ")).count(), 1, "{text}");
+        // Served as the collector read it: a float, never cut to an integer by a counter.
+        let served: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("process_cpu_seconds_total "))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no CPU time in:\n{text}"));
+        assert!(served >= 0.0, "{served}");
+        // Nothing else is touched.
+        assert_eq!(exposition("# TYPE x gauge\nx 1\n".into()), "# TYPE x gauge\nx 1\n");
     }
 
     #[test]
