@@ -141,3 +141,9 @@ pub use mdrelay_proto::relay::client::{
 };
 pub use mdrelay_proto::relay::{Protection, Totals, WireKey};
 pub use mdrelay_proto::{Message, Price, Symbol};
+
+/// The crate's README, what crates.io shows: its examples are compiled with the doc tests (the
+/// NATS one needs the feature).
+#[cfg(all(doctest, feature = "nats"))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
