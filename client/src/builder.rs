@@ -30,6 +30,7 @@ pub const DEFAULT_RECOVERY_LINGER: Duration = Duration::from_secs(2);
 /// NATS with a JetStream stream: default wait after a gap is seen before it is read from the
 /// stream (one connection delivers in order, so a gap is a loss; the wait lets the stream store
 /// the frames that follow it).
+#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
 pub const DEFAULT_NATS_REPAIR_DELAY: Duration = Duration::from_millis(20);
 /// NATS with a JetStream stream: default wait before frames still missing are read again. It
 /// doubles with each read (and is at least twice as long as reads take), to 2 s: frames lost
@@ -37,17 +38,21 @@ pub const DEFAULT_NATS_REPAIR_DELAY: Duration = Duration::from_millis(20);
 /// then be read before the live subject takes them out of the window (the publisher runs at
 /// most half a window ahead of what is stored; at 12,000 frames a second the other half lasts
 /// 2.7 s).
+#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
 pub const DEFAULT_NATS_REPAIR_RETRY: Duration = Duration::from_millis(250);
 /// NATS with a JetStream stream: default number of reads of a gap before it is given up
 /// (about 18 s of reads at the default retry: an election and a publication again fit).
+#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
 pub const DEFAULT_NATS_REPAIR_ATTEMPTS: u32 = 12;
 /// NATS with a JetStream stream: default wait after the end of the stream for frames still
 /// missing.
+#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
 pub const DEFAULT_NATS_REPAIR_LINGER: Duration = Duration::from_secs(10);
 /// NATS: default [`Builder::give_up_after`], how long a stream that has started may bring
 /// nothing new (no frame on the subject nor, with a stream, in its tail) before the subscriber
 /// gives up on it. Past a stream leader's election (about 18 s of repairs) and far past the
 /// publisher's own silences (an IEX feed sends a heartbeat every second).
+#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
 pub const DEFAULT_NATS_GIVE_UP_AFTER: Duration = Duration::from_secs(30);
 
 /// How the stream arrives, as given to the builder.
@@ -55,8 +60,16 @@ pub const DEFAULT_NATS_GIVE_UP_AFTER: Duration = Duration::from_secs(30);
 enum TransportSpec {
     Tcp(String),
     Udp(String),
-    Multicast { group: String, interface: String },
-    Nats { servers: String, subject: String },
+    Multicast {
+        group: String,
+        interface: String,
+    },
+    // Made by Builder::nats only, which the nats feature brings.
+    #[cfg_attr(not(feature = "nats"), allow(dead_code))]
+    Nats {
+        servers: String,
+        subject: String,
+    },
 }
 
 /// Where the frame protection key comes from.
@@ -180,6 +193,8 @@ impl Builder {
     /// `nats://host:port`; the client fails over among them and reconnects for ever), each one
     /// relay datagram as a publisher's `[nats]` output sends it. With [`Builder::nats_stream`]
     /// and [`Builder::from_start`], the stream is replayed from JetStream first.
+    #[cfg(feature = "nats")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
     pub fn nats(servers: impl Into<String>, subject: impl Into<String>) -> Builder {
         Builder::new(TransportSpec::Nats { servers: servers.into(), subject: subject.into() })
     }
@@ -188,6 +203,8 @@ impl Builder {
     /// which [`Builder::from_start`] and [`Builder::nats_start_at`] replay and from which gaps
     /// in the live subject are repaired (the [`Builder::recovery_delay`], retry, attempts and
     /// linger settings apply, with NATS's defaults: [`DEFAULT_NATS_REPAIR_DELAY`] and the rest).
+    #[cfg(feature = "nats")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
     pub fn nats_stream(mut self, stream: impl Into<String>) -> Builder {
         self.nats_stream = Some(stream.into());
         self
@@ -197,6 +214,8 @@ impl Builder {
     /// after `time` (a late joiner that wants the last minutes, say), replayed and then handed
     /// over to the live subject without a gap or a duplicate, as [`Builder::from_start`] is.
     /// The frames before it are not owed (the subscriber joined late).
+    #[cfg(feature = "nats")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
     pub fn nats_start_at(mut self, time: SystemTime) -> Builder {
         self.nats_start_at = Some(time);
         self
@@ -204,12 +223,16 @@ impl Builder {
 
     /// NATS: authenticate with a `.creds` file (JWT and nkey seed), as the publisher's
     /// `nats.creds_file`.
+    #[cfg(feature = "nats")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
     pub fn nats_creds_file(mut self, path: impl Into<PathBuf>) -> Builder {
         self.nats_creds_file = Some(path.into());
         self
     }
 
     /// NATS: authenticate with the nkey seed in this file, as the publisher's `nats.nkey_file`.
+    #[cfg(feature = "nats")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
     pub fn nats_nkey_file(mut self, path: impl Into<PathBuf>) -> Builder {
         self.nats_nkey_file = Some(path.into());
         self
@@ -217,6 +240,8 @@ impl Builder {
 
     /// NATS: authenticate as this user, with [`Builder::nats_password_file`] (the publisher's
     /// `nats.user`).
+    #[cfg(feature = "nats")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
     pub fn nats_user(mut self, user: impl Into<String>) -> Builder {
         self.nats_user = Some(user.into());
         self
@@ -224,6 +249,8 @@ impl Builder {
 
     /// NATS: the file holding [`Builder::nats_user`]'s password (white space around it is
     /// trimmed), as the publisher's `nats.password_file`.
+    #[cfg(feature = "nats")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
     pub fn nats_password_file(mut self, path: impl Into<PathBuf>) -> Builder {
         self.nats_password_file = Some(path.into());
         self
@@ -233,6 +260,8 @@ impl Builder {
     /// not read them (16 to 16 Mi, default 65,536, async-nats's); past it the client drops them
     /// as a slow consumer's and the gap is repaired from [`Builder::nats_stream`] (or counted
     /// lost). Lower it to bound memory when the program may stall.
+    #[cfg(feature = "nats")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
     pub fn nats_pending_messages(mut self, messages: usize) -> Builder {
         self.nats_pending_messages = Some(messages);
         self
@@ -240,6 +269,8 @@ impl Builder {
 
     /// NATS: check the servers' TLS certificates with the CA certificates (PEM) in this file,
     /// and require TLS, as the publisher's `nats.tls_ca_file`.
+    #[cfg(feature = "nats")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
     pub fn nats_tls_ca_file(mut self, path: impl Into<PathBuf>) -> Builder {
         self.nats_tls_ca_file = Some(path.into());
         self
@@ -357,15 +388,18 @@ impl Builder {
     /// connection could be made, or every one was told BUSY, for this long (10 ms to 1 day),
     /// counted from the first attempt that failed since the last connection whose stream
     /// started; by default a subscriber tries for ever.
-    ///
-    /// NATS: once the stream has started, give up on it with
-    /// [`ErrorKind::Ended`](crate::ErrorKind::Ended) when nothing new came for this long: no
-    /// new frame on the subject and, with [`Builder::nats_stream`], none in the stream's tail,
-    /// which is read whenever the subject is quiet (a server out of reach answers nothing, and
-    /// is waited for). What is missing then is given up, and counted. An end of stream far
-    /// ahead of the frames the stream holds (frames a publisher dropped) is taken at that point
-    /// instead, unless a frame of its session came after it. Default
-    /// [`DEFAULT_NATS_GIVE_UP_AFTER`].
+    #[cfg_attr(
+        feature = "nats",
+        doc = r"
+NATS: once the stream has started, give up on it with
+[`ErrorKind::Ended`](crate::ErrorKind::Ended) when nothing new came for this long: no
+new frame on the subject and, with [`Builder::nats_stream`], none in the stream's tail,
+which is read whenever the subject is quiet (a server out of reach answers nothing, and
+is waited for). What is missing then is given up, and counted. An end of stream far
+ahead of the frames the stream holds (frames a publisher dropped) is taken at that point
+instead, unless a frame of its session came after it. Default
+[`DEFAULT_NATS_GIVE_UP_AFTER`]."
+    )]
     pub fn give_up_after(mut self, limit: Duration) -> Builder {
         self.give_up_after = Some(limit);
         self
@@ -846,6 +880,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "nats")]
     fn give_up_after_is_for_tcp_and_nats_with_a_default_over_nats() {
         let nats = || Builder::nats("nats://127.0.0.1:4222", "md.x");
         let ms = Duration::from_millis;

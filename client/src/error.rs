@@ -201,3 +201,34 @@ impl Error {
         Error::Config { setting, reason: reason.into() }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The variants of `enum name` in this file's source, in order.
+    fn variants(source: &str, name: &str) -> Vec<String> {
+        let start = source.find(&format!("pub enum {name} {{")).expect("the enum is in the source");
+        let body = &source[start..];
+        let body = &body[body.find('{').unwrap() + 1..body.find("\n}").unwrap()];
+        body.lines()
+            .map(str::trim)
+            .filter(|line| line.chars().next().is_some_and(|c| c.is_ascii_uppercase()))
+            .map(|line| line.split([',', ' ', '{', '(']).next().unwrap().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn the_readme_explains_every_error_kind() {
+        let kinds = variants(include_str!("error.rs"), "ErrorKind");
+        assert!(kinds.len() >= 11 && kinds.contains(&"AddrInUse".to_string()), "parsed {kinds:?}");
+        let readme = include_str!("../README.md");
+        let rows: Vec<&str> = readme.lines().filter(|line| line.starts_with("| `")).collect();
+        for kind in &kinds {
+            assert!(
+                rows.iter().any(|row| row.starts_with(&format!("| `{kind}` |"))),
+                "README.md's error table has no row for ErrorKind::{kind}"
+            );
+        }
+        let listed = rows.iter().filter(|row| kinds.iter().any(|k| row.starts_with(&format!("| `{k}` |")))).count();
+        assert_eq!(listed, kinds.len(), "one row per kind");
+    }
+}

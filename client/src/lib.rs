@@ -66,13 +66,20 @@
 //!   ([`Builder::from_start`]).
 //! - [`Builder::udp`] and [`Builder::multicast`], with a second line ([`Builder::line_b`]) and
 //!   loss recovery from the publisher's retransmission service ([`Builder::recovery`]).
-//! - [`Builder::nats`]: a NATS subject a publisher's `[nats]` output feeds, each message one
-//!   datagram; with [`Builder::nats_stream`], gaps in the live subject (a connection the server
-//!   cut as too slow, say) are repaired from the JetStream stream that stores it, and with
-//!   [`Builder::from_start`] or [`Builder::nats_start_at`] the stream is replayed first (from
-//!   its first message, or from a time) and handed over to the live subject without a gap or a
-//!   duplicate. Secured clusters: [`Builder::nats_creds_file`], [`Builder::nats_nkey_file`],
-//!   [`Builder::nats_user`] with [`Builder::nats_password_file`], [`Builder::nats_tls_ca_file`].
+#![cfg_attr(
+    feature = "nats",
+    doc = r"- [`Builder::nats`]: a NATS subject a publisher's `[nats]` output feeds, each message one
+  datagram; with [`Builder::nats_stream`], gaps in the live subject (a connection the server
+  cut as too slow, say) are repaired from the JetStream stream that stores it, and with
+  [`Builder::from_start`] or [`Builder::nats_start_at`] the stream is replayed first (from
+  its first message, or from a time) and handed over to the live subject without a gap or a
+  duplicate. Secured clusters: [`Builder::nats_creds_file`], [`Builder::nats_nkey_file`],
+  [`Builder::nats_user`] with [`Builder::nats_password_file`], [`Builder::nats_tls_ca_file`]."
+)]
+#![cfg_attr(
+    not(feature = "nats"),
+    doc = r"- `Builder::nats`: a NATS subject, with the `nats` feature (off in this build)."
+)]
 //!
 //! Frames protected by the publisher (`[protection]`) are checked ([`Builder::crc`]) and opened
 //! ([`Builder::key_file`]) before anything reads them.
@@ -83,15 +90,24 @@
 //! the wire formats ([`Format`]), batch headers, the publisher's [`Totals`] and the report types
 //! of lines and recovery come from `mdrelay_proto`, re-exported here so a program needs this
 //! crate only.
+//!
+//! # Features
+//!
+//! - `nats` (default): the NATS transport, `Builder::nats` and its settings, on async-nats
+//!   (with rustls and ring for TLS). A program that receives over TCP, UDP or multicast only
+//!   can leave it out (`default-features = false`) and compiles about half as many crates.
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
+// docs.rs (`--cfg docsrs`, nightly): each item behind a feature says which.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod builder;
 mod collect;
 mod counters;
 mod error;
 mod event;
+#[cfg(feature = "nats")]
 mod nats;
 mod net;
 mod poll;
@@ -101,10 +117,14 @@ mod tcp;
 mod udp;
 
 pub use builder::{
-    Builder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_NATS_GIVE_UP_AFTER, DEFAULT_NATS_REPAIR_ATTEMPTS,
-    DEFAULT_NATS_REPAIR_DELAY, DEFAULT_NATS_REPAIR_LINGER, DEFAULT_NATS_REPAIR_RETRY, DEFAULT_RECEIVE_BUFFER,
-    DEFAULT_RECONNECT_MAX, DEFAULT_RECOVERY_ATTEMPTS, DEFAULT_RECOVERY_DELAY, DEFAULT_RECOVERY_LINGER,
-    DEFAULT_RECOVERY_RETRY, check_host_port,
+    Builder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RECEIVE_BUFFER, DEFAULT_RECONNECT_MAX, DEFAULT_RECOVERY_ATTEMPTS,
+    DEFAULT_RECOVERY_DELAY, DEFAULT_RECOVERY_LINGER, DEFAULT_RECOVERY_RETRY, check_host_port,
+};
+#[cfg(feature = "nats")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
+pub use builder::{
+    DEFAULT_NATS_GIVE_UP_AFTER, DEFAULT_NATS_REPAIR_ATTEMPTS, DEFAULT_NATS_REPAIR_DELAY, DEFAULT_NATS_REPAIR_LINGER,
+    DEFAULT_NATS_REPAIR_RETRY,
 };
 pub use counters::Counters;
 pub use error::{Error, ErrorKind};
@@ -121,3 +141,9 @@ pub use mdrelay_proto::relay::client::{
 };
 pub use mdrelay_proto::relay::{Protection, Totals, WireKey};
 pub use mdrelay_proto::{Message, Price, Symbol};
+
+/// The crate's README, what crates.io shows: its examples are compiled with the doc tests (the
+/// NATS one needs the feature).
+#[cfg(all(doctest, feature = "nats"))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

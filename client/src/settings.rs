@@ -44,8 +44,10 @@ pub(crate) enum NatsAuth {
     UserPassword(String, PathBuf),
 }
 
-/// NATS's own settings, checked.
+/// NATS's own settings, checked (without the nats feature, checked and not used: only
+/// Builder::nats sets them).
 #[derive(Clone, Debug, Default)]
+#[cfg_attr(not(feature = "nats"), allow(dead_code))]
 pub(crate) struct NatsSettings {
     /// Replay the JetStream stream from its first message stored at or after this time.
     pub start_at: Option<SystemTime>,
@@ -75,5 +77,6 @@ pub(crate) struct Settings {
     pub idle: IdleStrategy,
     pub busy_poll: bool,
     pub frame_bytes: bool,
+    #[cfg_attr(not(feature = "nats"), allow(dead_code))]
     pub nats: NatsSettings,
 }

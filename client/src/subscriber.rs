@@ -6,6 +6,7 @@ use crate::collect::Collector;
 use crate::counters::Counters;
 use crate::error::Error;
 use crate::event::{Event, Frame, OwnedEvent};
+#[cfg(feature = "nats")]
 use crate::nats::NatsDriver;
 use crate::net::Clock;
 use crate::settings::{Settings, Transport};
@@ -23,6 +24,7 @@ use std::time::Duration;
 enum Driver {
     Tcp(Box<TcpDriver>),
     Udp(Box<UdpDriver>),
+    #[cfg(feature = "nats")]
     Nats(Box<NatsDriver>),
 }
 
@@ -50,8 +52,17 @@ impl AsyncSubscriber {
             Transport::Tcp(address) => {
                 Driver::Tcp(Box::new(TcpDriver::start(address.clone(), &settings, clock).await?))
             }
+            #[cfg(feature = "nats")]
             Transport::Nats { servers, subject, stream } => {
                 Driver::Nats(Box::new(NatsDriver::start(servers, subject, stream.as_deref(), &settings, clock).await?))
+            }
+            // Only Builder::nats makes this transport, and it is not there without the feature.
+            #[cfg(not(feature = "nats"))]
+            Transport::Nats { .. } => {
+                return Err(Error::config(
+                    "nats",
+                    "this build of mdrelay-client has no NATS transport (the nats feature)",
+                ));
             }
             _ => Driver::Udp(Box::new(UdpDriver::start(&settings, clock)?)),
         };
@@ -76,6 +87,7 @@ impl AsyncSubscriber {
             let (stepped, finished) = match &mut self.driver {
                 Driver::Tcp(d) => (d.step(&mut self.out).await, d.is_finished()),
                 Driver::Udp(d) => (d.step(&mut self.out).await, d.is_finished()),
+                #[cfg(feature = "nats")]
                 Driver::Nats(d) => (d.step(&mut self.out).await, d.is_finished()),
             };
             self.done |= finished;
@@ -105,6 +117,7 @@ impl AsyncSubscriber {
         match &self.driver {
             Driver::Tcp(d) => d.counters_with(&self.out),
             Driver::Udp(d) => d.counters_with(&self.out),
+            #[cfg(feature = "nats")]
             Driver::Nats(d) => d.counters_with(&self.out),
         }
     }
@@ -113,7 +126,9 @@ impl AsyncSubscriber {
     /// ports the system picked for port 0. Empty over TCP.
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
         match &self.driver {
-            Driver::Tcp(_) | Driver::Nats(_) => Vec::new(),
+            Driver::Tcp(_) => Vec::new(),
+            #[cfg(feature = "nats")]
+            Driver::Nats(_) => Vec::new(),
             Driver::Udp(d) => d.local_addrs(),
         }
     }
@@ -125,6 +140,7 @@ impl AsyncSubscriber {
         match &mut self.driver {
             Driver::Tcp(d) => d.close(),
             Driver::Udp(d) => d.close(&mut self.out),
+            #[cfg(feature = "nats")]
             Driver::Nats(d) => d.close(&mut self.out),
         }
         self.done = true;

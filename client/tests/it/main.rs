@@ -12,7 +12,9 @@ mod errors;
 mod examples;
 mod hostile;
 mod loss;
+#[cfg(feature = "nats")]
 mod nats;
+#[cfg(feature = "nats")]
 mod nats_repair;
 mod protocol_edges;
 mod transports;
