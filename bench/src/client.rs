@@ -172,7 +172,8 @@ pub fn run(args: &ClientArgs) -> Result<()> {
     if args.transport.is_nats() {
         bail!("--transport nats: the client comparison runs over tcp, udp or multicast");
     }
-    let programs = loopback::siblings(&[loopback::RELAY[0], loopback::RELAY[1], ("mdrelay-bench", "mdrelay-bench-client")])?;
+    let programs =
+        loopback::siblings(&[loopback::RELAY[0], loopback::RELAY[1], ("mdrelay-bench", "mdrelay-bench-client")])?;
     let [publisher, binary, library] = <[PathBuf; 3]>::try_from(programs)
         .map_err(|paths| anyhow::anyhow!("the programs compared: three paths expected, got {}", paths.len()))?;
     let profile = ProfileUse {

@@ -318,7 +318,8 @@ pub struct Report {
 }
 
 /// The relay's two programs, which a run starts as separate processes.
-pub(crate) const RELAY: [(&str, &str); 2] = [("mdrelay-publisher", "mdrelay-pub"), ("mdrelay-subscriber", "mdrelay-sub")];
+pub(crate) const RELAY: [(&str, &str); 2] =
+    [("mdrelay-publisher", "mdrelay-pub"), ("mdrelay-subscriber", "mdrelay-sub")];
 
 /// The binaries `wanted` (package, name) beside this one, in that order; those missing or older
 /// than their sources are built first in the same profile, in one cargo invocation, saying what

@@ -105,7 +105,8 @@ pub fn binaries(wanted: &[(&str, &str)], build: Build) -> io::Result<Vec<PathBuf
     if !to_build.is_empty() {
         let targets: Vec<(&str, &str)> = to_build.iter().map(|&(package, name, _)| (package, name)).collect();
         if let Build::Shown { purpose } = build {
-            let what = to_build.iter().map(|(_, name, why)| format!("{name} ({why})")).collect::<Vec<_>>().join(" and ");
+            let what =
+                to_build.iter().map(|(_, name, why)| format!("{name} ({why})")).collect::<Vec<_>>().join(" and ");
             let profile = dir.file_name().and_then(|n| n.to_str()).unwrap_or("?");
             eprintln!(
                 "building {what} with cargo, profile {profile}, into {}: {purpose}; cargo's progress follows \
@@ -119,7 +120,10 @@ pub fn binaries(wanted: &[(&str, &str)], build: Build) -> io::Result<Vec<PathBuf
     for &(_, name) in wanted {
         let path = dir.join(name);
         if !path.is_file() {
-            return Err(io::Error::new(io::ErrorKind::NotFound, format!("{} missing after building it", path.display())));
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{} missing after building it", path.display()),
+            ));
         }
         found.insert(name.to_string(), path.clone());
         paths.push(path);

@@ -1,4 +1,4 @@
-//! The pinned NATS tools the tests run (`nats-server`, natscli `nats`, `nats-creds`), built on
+//! Programs the tests run that a fresh machine may lack. The pinned NATS tools (`nats-server`, natscli `nats`, `nats-creds`), built on
 //! first use by the repository's own `.ci/nats.sh` (so the pins are written down once) into a
 //! cache outside the clone, and reused afterwards.
 //!
@@ -8,6 +8,9 @@
 //! script and `harness/nats-creds`'s sources) in `bin/.nats-inputs`; the tools are up to date
 //! when that record matches this build of the harness and every program is there. A build that
 //! fails fails the test that asked, with the script's output: a NATS test never skips itself.
+//!
+//! Other programs from the distribution (`python3` for the reference reader) are installed with
+//! apt-get when missing, as `.ci/run` does ([`system_program`]).
 
 use std::fs::File;
 use std::io::Write;
@@ -126,6 +129,54 @@ pub fn build_once(tools: &Path, script: &Path, digest: &str) -> Result<bool, Str
     Ok(true)
 }
 
+/// `program` as found on `PATH`; when it is not there, the Debian package `package` is
+/// installed first with apt-get (as `.ci/run` does for CI's machine), saying so on stderr, once
+/// for every thread and process that asks at once (apt takes one install at a time: the others
+/// wait on a lock beside the tools). Panics with apt's output when that fails.
+pub fn system_program(program: &str, package: &str) -> PathBuf {
+    if let Some(found) = on_path(program) {
+        return found;
+    }
+    let tools = tools_dir();
+    let installed = (|| {
+        std::fs::create_dir_all(&tools).map_err(|e| format!("creating {}: {e}", tools.display()))?;
+        let lock_path = tools.join(".apt.lock");
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| format!("opening {}: {e}", lock_path.display()))?;
+        lock.lock().map_err(|e| format!("locking {}: {e}", lock_path.display()))?;
+        if let Some(found) = on_path(program) {
+            return Ok(found);
+        }
+        let _ = writeln!(
+            std::io::stderr(),
+            "mdrelay-harness: installing {package} with apt-get, as the tests run {program} and it is not on PATH: once"
+        );
+        let output = Command::new("sh")
+            .arg("-c")
+            .arg(format!("apt-get update -q && apt-get install -y -q {package}"))
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("running apt-get: {e}"))?;
+        let printed = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        if !output.status.success() {
+            return Err(format!("apt-get install {package} failed ({}):\n{printed}", output.status));
+        }
+        on_path(program).ok_or_else(|| format!("apt-get installed {package} but {program} is not on PATH:\n{printed}"))
+    })();
+    installed.unwrap_or_else(|why| panic!("{program}, which the test needs: {why}"))
+}
+
+/// The first executable file `program` in the directories of `PATH`.
+fn on_path(program: &str) -> Option<PathBuf> {
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths).map(|dir| dir.join(program)).find(|candidate| candidate.is_file())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,6 +242,13 @@ mod tests {
         assert!(err.contains("go: no network") && err.contains("exit status: 3"), "{err}");
         assert!(build_once(&tools, &script, "abc").is_err());
         assert_eq!(runs(scratch.path()), 2);
+    }
+
+    #[test]
+    fn a_program_on_path_is_found_there_without_installing_anything() {
+        let sh = system_program("sh", "dash");
+        assert!(sh.is_absolute() && sh.ends_with("sh"), "{}", sh.display());
+        assert_eq!(Command::new(&sh).args(["-c", "exit 7"]).status().unwrap().code(), Some(7));
     }
 
     #[test]
