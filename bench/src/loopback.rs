@@ -93,8 +93,8 @@ pub struct LoopbackArgs {
     #[arg(long, value_delimiter = ',')]
     pub formats: Vec<Format>,
     /// Transport: tcp, udp, multicast, all (those three in turn), or nats (TCP, then through a
-    /// nats-server with JetStream that the run starts; `nats` and `nats-server` from
-    /// `.ci/nats.sh` on PATH or in its cache).
+    /// nats-server with JetStream that the run starts; `nats` and `nats-server` from the cache
+    /// `.ci/nats.sh` builds, built on first use).
     #[arg(long, value_enum, default_value_t = Transport::Tcp)]
     pub transport: Transport,
     /// With --transport nats: also through a three-node cluster, stream replicated three times,
