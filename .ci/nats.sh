@@ -2,8 +2,11 @@
 # Builds the NATS server, natscli (the NATS project's command-line client) and nats-creds (ours)
 # that the NATS tests and benchmarks run, from the Go module proxy, into a cache outside the clone
 # (${MDRELAY_TOOLS:-$HOME/.cache/mdrelay-tools}/bin); does nothing when the pinned versions are
-# there already. The tests find them on PATH or in that cache.
+# there already. The tests' harness runs it on first use when the tools are missing (or were
+# built from another version of this script or of harness/nats-creds), and finds them in that
+# cache; CI runs it first.
 set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
 SERVER_VERSION=v2.15.2
 CLI_VERSION=v0.5.0
 tools=${MDRELAY_TOOLS:-$HOME/.cache/mdrelay-tools}
@@ -21,5 +24,9 @@ fi
 # The tests' operator, account and `.creds` files, made with the NATS project's JWT library
 # (harness/nats-creds; nsc itself is not on the module proxy). Go's build cache makes this
 # quick when nothing changed.
-(cd "$(dirname "$0")/../harness/nats-creds" && GOBIN="$tools/bin" go install .)
+(cd "$here/harness/nats-creds" && GOBIN="$tools/bin" go install .)
 "$tools/bin/nats-server" --version
+# What they were built from, last, once all three are there: the harness rebuilds them when this
+# differs from its own digest of the same files (harness/src/tools.rs).
+inputs=$(cat "$here/.ci/nats.sh" "$here/harness/nats-creds/go.mod" "$here/harness/nats-creds/go.sum" "$here/harness/nats-creds/main.go" | sha256sum | cut -d' ' -f1)
+echo "$inputs" > "$tools/bin/.nats-inputs"

@@ -172,9 +172,10 @@ pub fn run(args: &ClientArgs) -> Result<()> {
     if args.transport.is_nats() {
         bail!("--transport nats: the client comparison runs over tcp, udp or multicast");
     }
-    let publisher = loopback::sibling("mdrelay-publisher", "mdrelay-pub")?;
-    let binary = loopback::sibling("mdrelay-subscriber", "mdrelay-sub")?;
-    let library = loopback::sibling("mdrelay-bench", "mdrelay-bench-client")?;
+    let programs =
+        loopback::siblings(&[loopback::RELAY[0], loopback::RELAY[1], ("mdrelay-bench", "mdrelay-bench-client")])?;
+    let [publisher, binary, library] = <[PathBuf; 3]>::try_from(programs)
+        .map_err(|paths| anyhow::anyhow!("the programs compared: three paths expected, got {}", paths.len()))?;
     let profile = ProfileUse {
         requested: args.profile,
         publisher: loopback::has_profile_flag(&publisher, &["run"]),

@@ -93,8 +93,8 @@ pub struct LoopbackArgs {
     #[arg(long, value_delimiter = ',')]
     pub formats: Vec<Format>,
     /// Transport: tcp, udp, multicast, all (those three in turn), or nats (TCP, then through a
-    /// nats-server with JetStream that the run starts; `nats` and `nats-server` from
-    /// `.ci/nats.sh` on PATH or in its cache).
+    /// nats-server with JetStream that the run starts; `nats` and `nats-server` from the cache
+    /// `.ci/nats.sh` builds, built on first use).
     #[arg(long, value_enum, default_value_t = Transport::Tcp)]
     pub transport: Transport,
     /// With --transport nats: also through a three-node cluster, stream replicated three times,
@@ -317,10 +317,29 @@ pub struct Report {
     pub plots: Vec<PathBuf>,
 }
 
-/// `name` of `package` beside this binary, built in the same profile when missing.
-pub(crate) fn sibling(package: &str, name: &str) -> Result<PathBuf> {
-    mdrelay_harness::bins::binary(package, name)
-        .with_context(|| format!("{name}: build the workspace first (cargo build --release)"))
+/// The relay's two programs, which a run starts as separate processes.
+pub(crate) const RELAY: [(&str, &str); 2] =
+    [("mdrelay-publisher", "mdrelay-pub"), ("mdrelay-subscriber", "mdrelay-sub")];
+
+/// The binaries `wanted` (package, name) beside this one, in that order; those missing or older
+/// than their sources are built first in the same profile, in one cargo invocation, saying what
+/// and why and showing cargo's progress (the first run's build takes minutes).
+pub(crate) fn siblings(wanted: &[(&str, &str)]) -> Result<Vec<PathBuf>> {
+    let purpose = "the benchmark runs them as separate processes, and `cargo run` built only the benchmark";
+    mdrelay_harness::bins::binaries(wanted, mdrelay_harness::bins::Build::Shown { purpose }).with_context(|| {
+        let names = wanted.iter().map(|(_, name)| *name).collect::<Vec<_>>().join(", ");
+        format!("{names}: build the workspace first (cargo build --release)")
+    })
+}
+
+/// `mdrelay-pub` and `mdrelay-sub` beside this binary, built first when missing or stale (see
+/// [`siblings`]).
+pub(crate) fn relay_programs() -> Result<(PathBuf, PathBuf)> {
+    let mut paths = siblings(&RELAY)?.into_iter();
+    match (paths.next(), paths.next()) {
+        (Some(publisher), Some(subscriber)) => Ok((publisher, subscriber)),
+        _ => bail!("the relay's programs: two paths expected"),
+    }
 }
 
 /// Whether `bin args --help` lists a `--profile` flag: the flag is new, and a binary without it
@@ -1080,8 +1099,7 @@ fn check(args: &LoopbackArgs) -> Result<()> {
 /// Runs the comparison, prints the table, writes the plots and the JSON.
 pub fn run(args: &LoopbackArgs) -> Result<()> {
     check(args)?;
-    let publisher = sibling("mdrelay-publisher", "mdrelay-pub")?;
-    let subscriber = sibling("mdrelay-subscriber", "mdrelay-sub")?;
+    let (publisher, subscriber) = relay_programs()?;
     let profile = ProfileUse {
         requested: args.profile,
         publisher: has_profile_flag(&publisher, &["run"]),

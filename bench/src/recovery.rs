@@ -58,8 +58,7 @@ pub fn run(args: &RecoveryArgs) -> Result<()> {
     if !nix_is_root() {
         bail!("recovery builds network namespaces and nftables rules: run it as root");
     }
-    let publisher = mdrelay_harness::bins::binary("mdrelay-publisher", "mdrelay-pub")?;
-    let subscriber = mdrelay_harness::bins::binary("mdrelay-subscriber", "mdrelay-sub")?;
+    let (publisher, subscriber) = crate::loopback::relay_programs()?;
     let mut rows = Vec::new();
     for &loss in &args.loss {
         if loss > 100 {

@@ -17,7 +17,7 @@
 //! with the summary to `--json`. Every child process is killed when the run fails, times out
 //! (`--timeout`) or is interrupted (Ctrl-C, SIGTERM, SIGHUP).
 
-use crate::loopback::{Machine, machine, mib, sibling, thousands};
+use crate::loopback::{Machine, machine, mib, relay_programs, thousands};
 use crate::plots::{self, Curve};
 use crate::procstat::{self, Snapshot};
 use anyhow::{Context, Result, bail};
@@ -521,8 +521,7 @@ pub fn run(args: &ScaleArgs) -> Result<()> {
     let interrupted = catch_interrupts()?;
     let began = Instant::now();
     let limits = Limits { deadline: began + Duration::from_secs(args.timeout), timeout: args.timeout, interrupted };
-    let publisher_bin = sibling("mdrelay-publisher", "mdrelay-pub")?;
-    let subscriber_bin = sibling("mdrelay-subscriber", "mdrelay-sub")?;
+    let (publisher_bin, subscriber_bin) = relay_programs()?;
     std::fs::create_dir_all(&args.plots).with_context(|| format!("creating {}", args.plots.display()))?;
     if let Some(parent) = args.json.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;

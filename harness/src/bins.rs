@@ -56,26 +56,79 @@ fn expect_binary(package: &str, name: &str) -> PathBuf {
     binary(package, name).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
-/// The binary `name` of `package` beside the running executable (a test's `deps/` counts as
-/// beside), built with `cargo build` in the same profile and target directory when missing.
-/// Looked up once per process.
-pub fn binary(package: &str, name: &str) -> io::Result<PathBuf> {
+/// The binaries found (or built) by this process, by name.
+fn found() -> std::sync::MutexGuard<'static, HashMap<String, PathBuf>> {
     static FOUND: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    FOUND.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The binary `name` of `package` beside the running executable (a test's `deps/` counts as
+/// beside), built with `cargo build --quiet` in the same profile and target directory when
+/// missing. Looked up once per process.
+pub fn binary(package: &str, name: &str) -> io::Result<PathBuf> {
+    binaries(&[(package, name)], Build::Quiet).map(|mut paths| paths.remove(0))
+}
+
+/// How [`binaries`] builds what is missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Build<'a> {
+    /// `cargo build --quiet`: only cargo's errors (the tests).
+    Quiet,
+    /// A line on stderr naming what is built, why, and `purpose`, then cargo's progress (a
+    /// program whose user would otherwise wait without a word, such as a benchmark).
+    Shown {
+        /// Why the caller needs the binaries ("the benchmark runs them as separate processes").
+        purpose: &'a str,
+    },
+}
+
+/// The binaries `wanted` (package, binary name) beside the running executable, in that order;
+/// those missing or older than their crates' sources are built first, all in one `cargo build`
+/// in the same profile and target directory (one invocation: the crates they share are built
+/// once, with the features of both). Looked up once per process.
+pub fn binaries(wanted: &[(&str, &str)], build: Build) -> io::Result<Vec<PathBuf>> {
     // Held while building, so two threads do not run cargo for the same binary at once.
-    let mut found = FOUND.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(path) = found.get(name) {
-        return Ok(path.clone());
-    }
+    let mut found = found();
     let dir = profile_dir()?;
-    let path = dir.join(name);
-    if !path.is_file() || stale(&path, package) {
-        build(&dir, package, name)?;
+    let mut to_build: Vec<(&str, &str, &str)> = Vec::new();
+    for &(package, name) in wanted {
+        if found.contains_key(name) {
+            continue;
+        }
+        let path = dir.join(name);
+        if !path.is_file() {
+            to_build.push((package, name, "missing"));
+        } else if stale(&path, package) {
+            to_build.push((package, name, "older than its sources"));
+        }
     }
-    if !path.is_file() {
-        return Err(io::Error::new(io::ErrorKind::NotFound, format!("{} missing after building it", path.display())));
+    if !to_build.is_empty() {
+        let targets: Vec<(&str, &str)> = to_build.iter().map(|&(package, name, _)| (package, name)).collect();
+        if let Build::Shown { purpose } = build {
+            let what =
+                to_build.iter().map(|(_, name, why)| format!("{name} ({why})")).collect::<Vec<_>>().join(" and ");
+            let profile = dir.file_name().and_then(|n| n.to_str()).unwrap_or("?");
+            eprintln!(
+                "building {what} with cargo, profile {profile}, into {}: {purpose}; cargo's progress follows \
+                 (minutes the first time, seconds afterwards)",
+                dir.display()
+            );
+        }
+        build_targets(&dir, &targets, "--bin", build == Build::Quiet)?;
     }
-    found.insert(name.to_string(), path.clone());
-    Ok(path)
+    let mut paths = Vec::with_capacity(wanted.len());
+    for &(_, name) in wanted {
+        let path = dir.join(name);
+        if !path.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{} missing after building it", path.display()),
+            ));
+        }
+        found.insert(name.to_string(), path.clone());
+        paths.push(path);
+    }
+    Ok(paths)
 }
 
 /// Whether a Rust source of `package`'s crates changed after `binary` was built (cargo then
@@ -111,17 +164,26 @@ fn profile_dir() -> io::Result<PathBuf> {
     Ok(dir)
 }
 
-/// `cargo build -p package --bin name` into `dir`'s target directory and profile.
-fn build(dir: &Path, package: &str, name: &str) -> io::Result<()> {
-    build_target(dir, package, "--bin", name)
-}
-
 /// `cargo build -p package KIND name` (`--bin`, `--example`) into `dir`'s target directory and
 /// profile.
 fn build_target(dir: &Path, package: &str, kind: &str, name: &str) -> io::Result<()> {
+    build_targets(dir, &[(package, name)], kind, true)
+}
+
+/// One `cargo build` of every (package, name) in `targets`, all of `kind` (`--bin`,
+/// `--example`), into `dir`'s target directory and profile; `--quiet` when `quiet`, else with
+/// cargo's progress on stderr.
+fn build_targets(dir: &Path, targets: &[(&str, &str)], kind: &str, quiet: bool) -> io::Result<()> {
     let cargo = std::env::var_os("CARGO").or_else(|| option_env!("CARGO").map(Into::into)).unwrap_or("cargo".into());
     let mut command = Command::new(cargo);
-    command.args(["build", "--quiet", "-p", package, kind, name]);
+    command.arg("build");
+    if quiet {
+        command.arg("--quiet");
+    }
+    for (package, name) in targets {
+        command.args(["-p", package, kind, name]);
+    }
+    let names = targets.iter().map(|(_, name)| *name).collect::<Vec<_>>().join(" and ");
     match dir.file_name().and_then(|n| n.to_str()) {
         Some("debug") => {}
         Some("release") => {
@@ -137,9 +199,9 @@ fn build_target(dir: &Path, package: &str, kind: &str, name: &str) -> io::Result
     }
     // From the workspace, whatever the current directory of the caller.
     command.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
-    let status = command.status().map_err(|e| io::Error::other(format!("running cargo to build {name}: {e}")))?;
+    let status = command.status().map_err(|e| io::Error::other(format!("running cargo to build {names}: {e}")))?;
     if !status.success() {
-        return Err(io::Error::other(format!("building {name} failed ({status})")));
+        return Err(io::Error::other(format!("building {names} failed ({status})")));
     }
     Ok(())
 }

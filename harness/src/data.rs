@@ -28,7 +28,7 @@ pub fn reference_reader() -> PathBuf {
 
 /// What the reference reader says about `capture`; panics when it fails.
 pub fn reference_output(capture: &Path) -> serde_json::Value {
-    let output = Command::new("python3")
+    let output = Command::new(crate::tools::system_program("python3", "python3"))
         .arg(reference_reader())
         .arg(capture)
         .output()

@@ -16,6 +16,7 @@
 //! - [`serial`]: one process-heavy test at a time, or side by side tests that never meet one;
 //! - [`service`]: systemd's notification socket, played by the test;
 //! - [`alloc`]: a counting global allocator, for tests that assert what is (not) allocated;
+//! - [`tools`]: the pinned NATS tools, built on first use by `.ci/nats.sh`;
 //! - [`version`]: `--version` checked against git.
 
 #![deny(unsafe_code)]
@@ -34,6 +35,7 @@ pub mod report;
 pub mod scrape;
 pub mod serial;
 pub mod service;
+pub mod tools;
 pub mod version;
 
 pub use bins::{bench_bin, example_bin, loopback_group_subscriber, publisher_bin, subscriber_bin};

@@ -2,8 +2,9 @@
 //! loopback ports, each node with its own store directory, ready when the server says so (and,
 //! in a cluster, when JetStream has a metadata leader), stopped by pid when dropped.
 //!
-//! The server is not built by the tests: `.ci/nats.sh` builds it from the Go module proxy into
-//! a cache outside the clone. A test that cannot find it fails with that command.
+//! The server and natscli are the pinned versions `.ci/nats.sh` builds from the Go module proxy
+//! into a cache outside the clone; the first test that needs them on a machine without them
+//! builds them with that script ([`crate::tools`]).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -19,31 +20,12 @@ pub const NATS_SERVER_VERSION: &str = "2.15.2";
 /// How long a server may take to be ready (a cluster elects its JetStream leader within it).
 const READY: Duration = Duration::from_secs(30);
 
-/// Where `.ci/nats.sh` puts the binaries unless `MDRELAY_TOOLS` says otherwise.
-fn tools_bin() -> PathBuf {
-    match std::env::var_os("MDRELAY_TOOLS") {
-        Some(dir) => PathBuf::from(dir).join("bin"),
-        None => {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache/mdrelay-tools/bin")
-        }
-    }
-}
-
-/// The path of `program` (`nats-server`, `nats`): on `PATH`, else in the tools cache; panics
-/// with the command that installs it when it is in neither.
+/// The path of `program` (`nats-server`, `nats`, `nats-creds`) in the tools cache, built there
+/// by `.ci/nats.sh` first when missing or out of date; panics with the script's output when
+/// that build fails. Not looked up on `PATH`: a server of another version there would fail
+/// the version check of every test.
 pub fn nats_tool(program: &str) -> PathBuf {
-    let on_path = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
-        .map(|dir| dir.join(program));
-    let cached = std::iter::once(tools_bin().join(program));
-    on_path.chain(cached).find(|candidate| candidate.is_file()).unwrap_or_else(|| {
-        panic!(
-            "{program} is not on PATH nor in {}: install it with `bash .ci/nats.sh` \
-             (go install from the Go module proxy, about a minute)",
-            tools_bin().display()
-        )
-    })
+    crate::tools::nats_tools_bin().join(program)
 }
 
 /// A store directory removed when dropped.

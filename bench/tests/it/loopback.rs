@@ -265,3 +265,69 @@ fn nats_latency_rows_are_read_against_the_tcp_floor() {
     assert!(table.contains("### nats at 20,000 msg/s") && table.contains("floor (TCP socket ping-pong"), "{table}");
     assert!(std::fs::read_to_string(plots.join("latency-nats.svg")).unwrap().starts_with("<svg"));
 }
+
+/// A first run, with neither of the relay's programs beside the benchmark: it says what it
+/// builds and why, builds both in one cargo invocation with cargo's output shown (no
+/// `--quiet`), then prints a line per step with how far along it is, to the last. The cargo it
+/// runs (`$CARGO`) is a stand-in that records its arguments and links the programs this test
+/// built: a real build into a fresh target directory takes tens of minutes here.
+#[test]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
+fn a_first_run_builds_both_programs_in_one_cargo_saying_so_and_shows_every_step() {
+    let _serial = mdrelay_harness::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let real = Path::new(BENCH);
+    let profile = real.parent().and_then(Path::file_name).unwrap();
+    let target = dir.path().join("target");
+    let profile_dir = target.join(profile);
+    std::fs::create_dir_all(profile_dir.join("deps")).unwrap();
+    let bench_copy = profile_dir.join("mdrelay-bench");
+    std::fs::copy(real, &bench_copy).unwrap();
+    let calls = dir.path().join("cargo-calls");
+    let cargo = dir.path().join("cargo");
+    std::fs::write(
+        &cargo,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> '{calls}'\necho '   Compiling mdrelay-publisher (stand-in)' >&2\n\
+             ln -s '{publisher}' '{dir}/mdrelay-pub'\nln -s '{subscriber}' '{dir}/mdrelay-sub'\n",
+            calls = calls.display(),
+            publisher = mdrelay_harness::publisher_bin().display(),
+            subscriber = mdrelay_harness::subscriber_bin().display(),
+            dir = profile_dir.display(),
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&cargo, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+
+    let plots = dir.path().join("plots");
+    let mut command = std::process::Command::new(&bench_copy);
+    command.args(["loopback", "--formats", "sbe,raw", "--messages", "5000", "--rate", "20000", "--plots"]);
+    command.arg(&plots).env("CARGO", &cargo);
+    let done = Process::spawn_command("mdrelay-bench", command).unwrap().finish(Duration::from_secs(240));
+    done.assert_success();
+
+    let calls = std::fs::read_to_string(&calls).unwrap();
+    assert_eq!(calls.lines().count(), 1, "one cargo invocation builds both: {calls}");
+    let profile_args = match profile.to_string_lossy().as_ref() {
+        "debug" => String::new(),
+        "release" => "--release ".into(),
+        other => format!("--profile {other} "),
+    };
+    let expected = format!(
+        "build -p mdrelay-publisher --bin mdrelay-pub -p mdrelay-subscriber --bin mdrelay-sub {profile_args}--target-dir {}",
+        target.display()
+    );
+    assert_eq!(calls.trim(), expected, "cargo's output is shown, not --quiet");
+    let stderr = &done.stderr;
+    let said = stderr.lines().find(|line| line.starts_with("building ")).unwrap_or_else(|| panic!("{done:?}"));
+    assert!(
+        said.contains("mdrelay-pub (missing) and mdrelay-sub (missing)") && said.contains("separate processes"),
+        "the build line names what and why: {said}"
+    );
+    assert!(stderr.contains("Compiling mdrelay-publisher (stand-in)"), "cargo's progress is shown: {done:?}");
+    // Pacing floor, the TCP floor, two formats: each step's line says where the run is.
+    for step in 1..=4 {
+        assert!(stderr.contains(&format!("  [{step}/4] ")), "step {step} of 4 is announced: {done:?}");
+    }
+    assert!(stderr.contains("[4/4] tcp: raw"), "{done:?}");
+}
