@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The Python package (python/): built with maturin into a venv, linted, and its pytest suite run
-# against real mdrelay-pub processes. Prints a "test result:" line in cargo's form, from pytest's
-# own counts, so .ci/run's closing line counts these tests with the Rust ones.
+# The Python package (python/): linted, built into a wheel with maturin and installed into a venv
+# as a prebuilt wheel is, and its pytest suite run against real mdrelay-pub processes. Prints a
+# "test result:" line in cargo's form, from pytest's own counts, so .ci/run's closing line counts
+# these tests with the Rust ones.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -13,17 +14,26 @@ fi
 if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
-# From PyPI: the build backend, the test runner, and the Arrow readers the tests hand batches to.
+# From PyPI: the build backend, the test runner, and the Arrow readers and DataFrame libraries the
+# tests hand batches to (to_pandas() and to_polars() need pandas and polars).
 "$venv/bin/python" -m pip install -q --upgrade pip
-"$venv/bin/python" -m pip install -q maturin pytest pyarrow polars
+"$venv/bin/python" -m pip install -q maturin pytest pyarrow polars pandas
 
 echo "== python: cargo fmt --check and clippy (the extension crate, a workspace of its own)"
+# --locked: python/Cargo.lock must be current (a dependency added to the core or the client
+# needs the lock regenerated with `cd python && cargo update -w`), or a user's `pip install`
+# would rewrite it and leave the clone dirty.
 (cd python && cargo fmt -- --check)
-(cd python && CARGO_TARGET_DIR="$root/python/target" cargo clippy --release --all-targets -- -D warnings)
+(cd python && CARGO_TARGET_DIR="$root/python/target" cargo clippy --locked --release --all-targets -- -D warnings)
 
-echo "== python: maturin develop --release into $venv"
-(cd python && VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" CARGO_TARGET_DIR="$root/python/target" \
-    "$venv/bin/maturin" develop --release -q)
+# The path the README gives for other machines: one release build into a wheel, then pip
+# installs the wheel (the same single build `maturin develop --release` would make).
+wheels=$(mktemp -d)
+trap 'rm -rf "$wheels"' EXIT
+echo "== python: maturin build --release --locked, then pip install of the wheel into $venv"
+(cd python && CARGO_TARGET_DIR="$root/python/target" \
+    "$venv/bin/maturin" build --release --locked -q --interpreter "$venv/bin/python" --out "$wheels")
+"$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$wheels"/mdrelay-*.whl
 
 echo "== python: the publisher the tests run (cheap when the Rust tests built it)"
 cargo build --profile quick -p mdrelay-publisher -p mdrelay-subscriber

@@ -5,13 +5,14 @@ detection and recovery, A/B lines, frame protection and every wire format come f
 """
 
 from ._native import *  # noqa: F401,F403
-from ._native import MESSAGE_TYPES, Subscriber, read_capture  # noqa: F401
+from ._native import MESSAGE_TYPES, Subscriber, read_capture, schema  # noqa: F401
 
 __all__ = [
     "Subscriber",
     "BatchIterator",
     "CaptureBatches",
     "read_capture",
+    "schema",
     "MESSAGE_TYPES",
     "Error",
     "WrongKeyError",

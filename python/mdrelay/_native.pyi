@@ -1,9 +1,17 @@
 """Type stubs of the native module (re-exported by ``mdrelay``)."""
 
 from os import PathLike
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Literal, Optional, Tuple, Union, overload
 
 import pyarrow
+
+if TYPE_CHECKING:
+    import pandas
+    import polars
+
+Prices = Literal["decimal", "float", "integer"]
+"""The Arrow type of price columns: `decimal128(18, 4)` dollars (exact), `float64` dollars (the
+nearest double) or `int64` in 1/10,000 dollars (as IEX sends them)."""
 
 #: The message type names batches carry.
 MESSAGE_TYPES: List[str]
@@ -290,12 +298,45 @@ class BatchIterator(Iterator[Tuple[str, pyarrow.RecordBatch]]):
 
     def __iter__(self) -> "BatchIterator": ...
     def __next__(self) -> Tuple[str, pyarrow.RecordBatch]: ...
+    def next_batch(self, timeout: Optional[float] = None) -> Optional[Tuple[str, pyarrow.RecordBatch]]:
+        """The next pair, waiting at most `timeout` seconds; None when the time ran out,
+        StopIteration once the stream is over."""
+    @property
+    def prices(self) -> Prices:
+        """The Arrow type of price columns."""
+    @overload
+    def to_pandas(self, message_type: str, *, seconds: Optional[float] = None) -> "pandas.DataFrame":
+        """The batches still to come, until the end of the stream or for `seconds` at most, as
+        a pandas DataFrame of `message_type`'s rows, or a dict of one per message type."""
+    @overload
+    def to_pandas(self, message_type: None = None, *, seconds: Optional[float] = None) -> Dict[str, "pandas.DataFrame"]: ...
+    @overload
+    def to_polars(self, message_type: str, *, seconds: Optional[float] = None) -> "polars.DataFrame":
+        """The batches still to come, until the end of the stream or for `seconds` at most, as
+        a polars DataFrame of `message_type`'s rows, or a dict of one per message type."""
+    @overload
+    def to_polars(self, message_type: None = None, *, seconds: Optional[float] = None) -> Dict[str, "polars.DataFrame"]: ...
 
 class CaptureBatches(Iterator[Tuple[str, pyarrow.RecordBatch]]):
     """The iterator `read_capture` returns: `(message_type, pyarrow.RecordBatch)` pairs."""
 
     def __iter__(self) -> "CaptureBatches": ...
     def __next__(self) -> Tuple[str, pyarrow.RecordBatch]: ...
+    @property
+    def prices(self) -> Prices:
+        """The Arrow type of price columns."""
+    @overload
+    def to_pandas(self, message_type: str) -> "pandas.DataFrame":
+        """What is still to read, as a pandas DataFrame of `message_type`'s rows, or a dict of
+        one per message type."""
+    @overload
+    def to_pandas(self, message_type: None = None) -> Dict[str, "pandas.DataFrame"]: ...
+    @overload
+    def to_polars(self, message_type: str) -> "polars.DataFrame":
+        """What is still to read, as a polars DataFrame of `message_type`'s rows, or a dict of
+        one per message type."""
+    @overload
+    def to_polars(self, message_type: None = None) -> Dict[str, "polars.DataFrame"]: ...
     def stats(self) -> Dict[str, Any]:
         """What was read so far: packets, segments, messages, other packets, bad messages."""
 
@@ -345,7 +386,7 @@ class Subscriber(Iterator[Union[Message, StreamEvent]]):
     def next_event(self, timeout: Optional[float] = None) -> Optional[Union[Message, StreamEvent]]:
         """The next event, waiting at most `timeout` seconds; None when the time ran out,
         StopIteration once the stream is over (or closed)."""
-    def batches(self, max_messages: int = 65536, timeout: float = 1.0) -> BatchIterator:
+    def batches(self, max_messages: int = 65536, timeout: float = 1.0, *, prices: Prices = "decimal") -> BatchIterator:
         """Arrow record batches of the stream's messages, per message type."""
     def counters(self) -> Dict[str, Any]:
         """What was counted so far, and the publisher's totals once its end of stream came."""
@@ -358,5 +399,10 @@ class Subscriber(Iterator[Union[Message, StreamEvent]]):
     def __enter__(self) -> "Subscriber": ...
     def __exit__(self, *exc: object) -> bool: ...
 
-def read_capture(path: Union[str, "PathLike[str]"], max_messages: int = 65536) -> CaptureBatches:
+def read_capture(
+    path: Union[str, "PathLike[str]"], max_messages: int = 65536, *, prices: Prices = "decimal"
+) -> CaptureBatches:
     """Reads a capture or a subscriber's recording into `(message_type, pyarrow.RecordBatch)` pairs."""
+
+def schema(message_type: str, prices: Prices = "decimal") -> pyarrow.Schema:
+    """The Arrow schema of a message type's batches, with price columns of the type `prices` names."""

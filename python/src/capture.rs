@@ -2,7 +2,7 @@
 //! into the same Arrow record batches as `Subscriber.batches`.
 
 use crate::errors;
-use crate::tables::Tables;
+use crate::tables::{Prices, Tables};
 use mdrelay_proto::Message;
 use mdrelay_proto::capture::CaptureReader;
 use mdrelay_proto::iextp::Segment;
@@ -18,6 +18,8 @@ use std::sync::{Mutex, MutexGuard};
 struct State {
     reader: CaptureReader,
     tables: Tables,
+    /// The Arrow type of price columns.
+    prices: Prices,
     ready: VecDeque<(&'static str, arrow_array::RecordBatch)>,
     done: bool,
     packets: u64,
@@ -58,7 +60,7 @@ impl State {
                 }
             }
         }
-        self.ready.extend(self.tables.finish());
+        self.ready.extend(self.tables.finish(self.prices));
         Ok(())
     }
 }
@@ -101,6 +103,26 @@ impl CaptureBatches {
         }
     }
 
+    /// The Arrow type of price columns: "decimal", "float" or "integer".
+    #[getter]
+    fn prices(&self) -> &'static str {
+        self.lock().prices.name()
+    }
+
+    /// What is still to read, as one pandas DataFrame of `message_type`'s rows, or (with no
+    /// type) a dict of one DataFrame per message type present.
+    #[pyo3(signature = (message_type=None))]
+    fn to_pandas<'py>(slf: &Bound<'py, Self>, message_type: Option<&str>) -> PyResult<Bound<'py, PyAny>> {
+        frames(slf.py())?.call_method1("to_pandas", (slf, message_type))
+    }
+
+    /// What is still to read, as one polars DataFrame of `message_type`'s rows, or (with no
+    /// type) a dict of one DataFrame per message type present.
+    #[pyo3(signature = (message_type=None))]
+    fn to_polars<'py>(slf: &Bound<'py, Self>, message_type: Option<&str>) -> PyResult<Bound<'py, PyAny>> {
+        frames(slf.py())?.call_method1("to_polars", (slf, message_type))
+    }
+
     /// What was read so far: packets, IEX-TP segments, messages, packets that are not IEX-TP,
     /// message blocks that did not parse.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
@@ -116,24 +138,58 @@ impl CaptureBatches {
     }
 }
 
+/// The Python module that makes DataFrames of batches (pandas and polars are imported there,
+/// when first asked for).
+pub fn frames(py: Python<'_>) -> PyResult<Bound<'_, PyModule>> {
+    py.import("mdrelay._frames")
+}
+
+/// The `prices=` setting: the Arrow type of price columns.
+pub fn prices(py: Python<'_>, name: &str) -> PyResult<Prices> {
+    Prices::from_name(name).ok_or_else(|| {
+        let names = Prices::NAMES.map(|n| format!("{n:?}")).join(", ");
+        errors::config(py, "prices", format!("{name:?} is not one of {names}"))
+    })
+}
+
+/// The Arrow schema of a message type's batches, with price columns of the type `prices`
+/// names: what `batches()` and `read_capture` give that type, known before any row came.
+#[pyfunction]
+#[pyo3(signature = (message_type, prices="decimal"))]
+pub fn schema<'py>(py: Python<'py>, message_type: &str, prices: &str) -> PyResult<Bound<'py, PyAny>> {
+    let prices = self::prices(py, prices)?;
+    let Some(schema) = Tables::schema(message_type, prices) else {
+        let names = crate::tables::LABELS.join(", ");
+        return Err(errors::config(py, "message_type", format!("{message_type:?} is not one of {names}")));
+    };
+    pyo3_arrow::PySchema::new(std::sync::Arc::new(schema)).into_pyarrow(py)
+}
+
 fn capture_error(py: Python<'_>, e: &mdrelay_proto::capture::CaptureError) -> PyErr {
     errors::raise(py, py.get_type::<errors::CaptureError>(), "capture", e.to_string())
 }
 
 /// Reads a capture (pcap or pcapng, gzipped or not: an IEX capture or a subscriber's
 /// recording) into `(message_type, pyarrow.RecordBatch)` pairs of up to `max_messages` rows in
-/// all per round.
+/// all per round, with price columns of the type `prices` names.
 #[pyfunction]
-#[pyo3(signature = (path, max_messages=65536))]
-pub fn read_capture(py: Python<'_>, path: std::path::PathBuf, max_messages: usize) -> PyResult<CaptureBatches> {
+#[pyo3(signature = (path, max_messages=65536, *, prices="decimal"))]
+pub fn read_capture(
+    py: Python<'_>,
+    path: std::path::PathBuf,
+    max_messages: usize,
+    prices: &str,
+) -> PyResult<CaptureBatches> {
     if max_messages == 0 {
         return Err(errors::config(py, "max_messages", "must be at least 1"));
     }
+    let prices = self::prices(py, prices)?;
     let reader = py.detach(|| CaptureReader::open(&path)).map_err(|e| capture_error(py, &e))?;
     Ok(CaptureBatches {
         state: Mutex::new(State {
             reader,
             tables: Tables::default(),
+            prices,
             ready: VecDeque::new(),
             done: false,
             packets: 0,

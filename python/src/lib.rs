@@ -18,6 +18,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<subscriber::BatchIterator>()?;
     m.add_class::<capture::CaptureBatches>()?;
     m.add_function(wrap_pyfunction!(capture::read_capture, m)?)?;
+    m.add_function(wrap_pyfunction!(capture::schema, m)?)?;
     m.add("MESSAGE_TYPES", subscriber::labels(m.py())?)?;
     Ok(())
 }

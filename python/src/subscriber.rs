@@ -4,7 +4,7 @@
 
 use crate::errors;
 use crate::messages::{Connected, End, FormatChanged, Gap, GivenUp, Notice, Recovered, Restarted, message_object};
-use crate::tables::Tables;
+use crate::tables::{Prices, Tables};
 use mdrelay_client::{Builder, Event, Frame, IdleStrategy, OwnedMessage, Profile, Waited};
 use pyo3::exceptions::PyStopIteration;
 use pyo3::prelude::*;
@@ -131,8 +131,15 @@ impl State {
     }
 
     /// Fills the tables for at most `budget`, until `max_messages` rows, the batch's time
-    /// `timeout`, or the end; then finishes the tables into `batches_ready`.
-    fn fill(&mut self, max_messages: usize, timeout: Duration, budget: Duration) -> Result<(), mdrelay_client::Error> {
+    /// `timeout`, or the end; then finishes the tables into `batches_ready`, with prices of the
+    /// type `prices` chooses.
+    fn fill(
+        &mut self,
+        max_messages: usize,
+        timeout: Duration,
+        budget: Duration,
+        prices: Prices,
+    ) -> Result<(), mdrelay_client::Error> {
         let started = Instant::now();
         let batch_started = *self.batch_started.get_or_insert(started);
         let deadline = batch_started + timeout;
@@ -145,7 +152,7 @@ impl State {
         loop {
             let now = Instant::now();
             if self.tables.rows() >= max_messages || self.finished || now >= deadline {
-                self.batches_ready.extend(self.tables.finish());
+                self.batches_ready.extend(self.tables.finish(prices));
                 self.batch_started = None;
                 return Ok(());
             }
@@ -166,7 +173,7 @@ impl State {
                 Ok(Waited::Finished) => *finished = true,
                 Err(error) => {
                     *finished = true;
-                    self.batches_ready.extend(self.tables.finish());
+                    self.batches_ready.extend(self.tables.finish(prices));
                     return Err(error);
                 }
             }
@@ -449,14 +456,22 @@ impl Subscriber {
 
     /// Arrow record batches of the stream's messages: an iterator of `(message_type, batch)`
     /// pairs (pyarrow.RecordBatch), one per type at a time, once `max_messages` messages have
-    /// come or `timeout` seconds have passed since the batch started, and at the end.
-    #[pyo3(signature = (max_messages=65536, timeout=1.0))]
-    fn batches(slf: Py<Self>, py: Python<'_>, max_messages: usize, timeout: f64) -> PyResult<BatchIterator> {
+    /// come or `timeout` seconds have passed since the batch started, and at the end; price
+    /// columns of the type `prices` names.
+    #[pyo3(signature = (max_messages=65536, timeout=1.0, *, prices="decimal"))]
+    fn batches(
+        slf: Py<Self>,
+        py: Python<'_>,
+        max_messages: usize,
+        timeout: f64,
+        prices: &str,
+    ) -> PyResult<BatchIterator> {
         let timeout = seconds(py, Some(timeout), "timeout")?.unwrap_or(Duration::from_secs(1));
         if max_messages == 0 {
             return Err(errors::config(py, "max_messages", "must be at least 1"));
         }
-        Ok(BatchIterator { subscriber: slf, max_messages, timeout })
+        let prices = crate::capture::prices(py, prices)?;
+        Ok(BatchIterator { subscriber: slf, max_messages, timeout, prices })
     }
 
     /// What was counted so far, and the publisher's totals once its end of stream came, as a
@@ -571,15 +586,13 @@ pub struct BatchIterator {
     subscriber: Py<Subscriber>,
     max_messages: usize,
     timeout: Duration,
+    prices: Prices,
 }
 
-#[pymethods]
 impl BatchIterator {
-    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
-        slf
-    }
-
-    fn __next__(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
+    /// The next pair, waiting until `limit` at most (None: as long as it takes); None when the
+    /// limit passed, StopIteration once the stream is over and every batch was handed out.
+    fn next_pair(&self, py: Python<'_>, limit: Option<Instant>) -> PyResult<Option<Py<PyTuple>>> {
         let subscriber = self.subscriber.get();
         loop {
             let ready = {
@@ -592,12 +605,16 @@ impl BatchIterator {
             match ready {
                 Ok((label, batch)) => {
                     let batch = PyRecordBatch::new(batch).into_pyarrow(py)?;
-                    return Ok(PyTuple::new(py, [label.into_pyobject(py)?.into_any(), batch])?.unbind());
+                    return Ok(Some(PyTuple::new(py, [label.into_pyobject(py)?.into_any(), batch])?.unbind()));
                 }
                 Err(true) => return Err(PyStopIteration::new_err(())),
                 Err(false) => {}
             }
-            let filled = py.detach(|| subscriber.lock().fill(self.max_messages, self.timeout, SLICE));
+            if limit.is_some_and(|l| Instant::now() >= l) {
+                return Ok(None);
+            }
+            let budget = limit.map_or(SLICE, |l| SLICE.min(l.saturating_duration_since(Instant::now())));
+            let filled = py.detach(|| subscriber.lock().fill(self.max_messages, self.timeout, budget, self.prices));
             if let Err(error) = filled {
                 return Err(errors::from_client(py, &error));
             }
@@ -607,6 +624,55 @@ impl BatchIterator {
                 subscriber.check_idle(py)?;
             }
         }
+    }
+}
+
+#[pymethods]
+impl BatchIterator {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyTuple>>> {
+        self.next_pair(py, None)
+    }
+
+    /// The next `(message_type, batch)` pair, waiting at most `timeout` seconds (None: as long
+    /// as it takes); None when the time ran out, StopIteration once the stream is over.
+    #[pyo3(signature = (timeout=None))]
+    fn next_batch(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Py<PyTuple>>> {
+        let limit = seconds(py, timeout, "timeout")?.map(|t| Instant::now() + t);
+        self.next_pair(py, limit)
+    }
+
+    /// The Arrow type of price columns: "decimal", "float" or "integer".
+    #[getter]
+    fn prices(&self) -> &'static str {
+        self.prices.name()
+    }
+
+    /// The batches still to come, until the end of the stream or for `seconds` at most, as
+    /// one pandas DataFrame of `message_type`'s rows, or (with no type) a dict of one DataFrame
+    /// per message type that came.
+    #[pyo3(signature = (message_type=None, *, seconds=None))]
+    fn to_pandas<'py>(
+        slf: &Bound<'py, Self>,
+        message_type: Option<&str>,
+        seconds: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        crate::capture::frames(slf.py())?.call_method1("to_pandas", (slf, message_type, seconds))
+    }
+
+    /// The batches still to come, until the end of the stream or for `seconds` at most, as
+    /// one polars DataFrame of `message_type`'s rows, or (with no type) a dict of one DataFrame
+    /// per message type that came.
+    #[pyo3(signature = (message_type=None, *, seconds=None))]
+    fn to_polars<'py>(
+        slf: &Bound<'py, Self>,
+        message_type: Option<&str>,
+        seconds: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        crate::capture::frames(slf.py())?.call_method1("to_polars", (slf, message_type, seconds))
     }
 }
 

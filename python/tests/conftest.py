@@ -12,6 +12,7 @@ import subprocess
 import tempfile
 import time
 from collections import Counter
+from decimal import Decimal
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
@@ -143,6 +144,22 @@ TYPE_OF_CLASS = {
 }
 
 
+def ticks(price: object) -> int:
+    """A price as the reference gives it, in 1/10,000 dollars, from any of the Arrow price types:
+    an integer as it is, a decimal only when exactly a whole number of ticks, a float only when
+    it is the double nearest a whole number of ticks."""
+    if isinstance(price, Decimal):
+        scaled = price.scaleb(4)
+        assert scaled == scaled.to_integral_value(), f"{price} is not a whole number of 1/10,000 dollars"
+        return int(scaled)
+    if isinstance(price, float):
+        whole = round(price * 10_000)
+        assert price == whole / 10_000, f"{price!r} is not the double nearest {whole} / 10,000"
+        return whole
+    assert isinstance(price, int), type(price)
+    return price
+
+
 class Aggregates:
     """Per-symbol figures by the reference's rules, and messages by type."""
 
@@ -160,7 +177,8 @@ class Aggregates:
             }
         return f
 
-    def _extend(self, f: dict, side: str, high: int, low: int) -> None:
+    def _extend(self, f: dict, side: str, high: object, low: object) -> None:
+        high, low = ticks(high), ticks(low)
         h, lo = f[side + "_high"], f[side + "_low"]
         f[side + "_high"] = high if h is None else max(h, high)
         f[side + "_low"] = low if lo is None else min(lo, low)
