@@ -12,12 +12,17 @@ use std::time::Instant;
 /// DEEP10 in SBE, one frame per datagram, to `destinations`, at 100,000 messages/s: far below
 /// what a receiver takes, so a loaded machine's scheduling does not add loss of its own.
 fn deep10_udp_publisher(destinations: &[&str], extra: &[&str]) -> Process {
+    deep10_udp_publisher_at("100000", destinations, extra)
+}
+
+/// As [`deep10_udp_publisher`], paced at `rate` messages a second.
+fn deep10_udp_publisher_at(rate: &str, destinations: &[&str], extra: &[&str]) -> Process {
     let deep10 = capture("DEEP10");
     let mut args = vec!["--capture", &deep10, "--format", "sbe", "--coalesce-bytes", "0"];
     for d in destinations {
         args.extend(["--udp", d]);
     }
-    args.extend(["--pacing", "rate", "--rate", "100000"]);
+    args.extend(["--pacing", "rate", "--rate", rate]);
     args.extend(extra);
     publisher(&args)
 }
@@ -76,8 +81,15 @@ fn a_slow_service_at_its_rate_limit_still_gives_every_frame_back() {
     let mut subscriber = Builder::udp("127.0.0.1:0").recovery(far_service.to_string()).build().unwrap();
     link.forward_to(subscriber.local_addrs()[0]);
     let link_addr = link.addr.to_string();
-    let publisher =
-        deep10_udp_publisher(&[&link_addr], &["--retransmit-listen", &service, "--retransmit-rate", "5000"]);
+    // Paced at 30,000 messages a second (about 8,700 frames, about 430 gaps), so the window of
+    // 65,536 frames spans about 7.5 s and how fast this host can send does not decide whether a
+    // gap outlives it; the service takes 1,000 requests a second, about twice the gaps, so with
+    // the requests asked again it says BUSY thousands of times.
+    let publisher = deep10_udp_publisher_at(
+        "30000",
+        &[&link_addr],
+        &["--retransmit-listen", &service, "--retransmit-rate", "1000"],
+    );
     let (tally, _events, end) = receive_all(&mut subscriber, RUN);
     publisher.finish(RUN).assert_success();
     let r = subscriber.counters().recovery.clone().expect("recovery was on");
@@ -87,6 +99,7 @@ fn a_slow_service_at_its_rate_limit_still_gives_every_frame_back() {
     );
     assert!(r.frames_recovered >= link.dropped().len() as u64, "{r:?}");
     assert_eq!(r.frames_unrecoverable, 0, "{r:?}");
+    assert!(r.busy_answers > 0, "the service was held at its rate limit: {r:?}");
     assert!(
         r.latency_ns.p50.is_some_and(|p50| p50 >= 100_000_000),
         "the answers did come through the slow proxy: {r:?}"
