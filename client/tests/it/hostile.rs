@@ -56,16 +56,11 @@ fn flooding_publisher(first: Vec<u8>, record: Vec<u8>) -> (SocketAddr, JoinHandl
     (addr, peer)
 }
 
-#[test]
-fn records_that_produce_nothing_sent_without_end_do_not_hold_up_the_callers_deadline() {
-    let _shared = shared();
-    let format = control_record(RecordTag::Format, Format::Sbe, 1, &[]);
-    let (addr, peer) = flooding_publisher(format.clone(), format);
-    let mut subscriber = Builder::tcp(addr.to_string()).build().unwrap();
+/// Waits for events with `wait` as the deadline while a flood goes on, until five waits have
+/// timed out (or `FLOOD` passed): the longest a wait took, and how many timed out.
+fn waits_during_a_flood(subscriber: &mut mdrelay_client::Subscriber, wait: Duration) -> (Duration, u32) {
     let started = Instant::now();
-    let wait = Duration::from_millis(100);
     let (mut longest, mut timed_out) = (Duration::ZERO, 0);
-    // Five waits that time out while the flood goes on: each returns within its deadline.
     while timed_out < 5 && started.elapsed() < FLOOD {
         let asked = Instant::now();
         let waited = subscriber.next_event_timeout(wait).unwrap();
@@ -76,6 +71,17 @@ fn records_that_produce_nothing_sent_without_end_do_not_hold_up_the_callers_dead
             Waited::Finished => panic!("the stream ended"),
         }
     }
+    (longest, timed_out)
+}
+
+#[test]
+fn records_that_produce_nothing_sent_without_end_do_not_hold_up_the_callers_deadline() {
+    let _shared = shared();
+    let format = control_record(RecordTag::Format, Format::Sbe, 1, &[]);
+    let (addr, peer) = flooding_publisher(format.clone(), format);
+    let mut subscriber = Builder::tcp(addr.to_string()).build().unwrap();
+    let wait = Duration::from_millis(100);
+    let (longest, timed_out) = waits_during_a_flood(&mut subscriber, wait);
     let received = subscriber.counters().bytes;
     subscriber.close();
     let flooded = peer.join().unwrap();
@@ -199,19 +205,8 @@ fn datagrams_that_produce_nothing_flooding_a_nats_subject_do_not_hold_up_the_cal
         })
     });
     let mut subscriber = Builder::nats(server.url(), subject).build().unwrap();
-    let started = Instant::now();
     let wait = Duration::from_millis(100);
-    let (mut longest, mut timed_out) = (Duration::ZERO, 0);
-    while timed_out < 5 && started.elapsed() < FLOOD {
-        let asked = Instant::now();
-        let waited = subscriber.next_event_timeout(wait).unwrap();
-        longest = longest.max(asked.elapsed());
-        match waited {
-            Waited::TimedOut => timed_out += 1,
-            Waited::Event(_) => {}
-            Waited::Finished => panic!("the stream ended"),
-        }
-    }
+    let (longest, timed_out) = waits_during_a_flood(&mut subscriber, wait);
     let received = subscriber.counters().bytes;
     stop.store(true, Ordering::Relaxed);
     subscriber.close();
