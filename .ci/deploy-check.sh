@@ -17,12 +17,16 @@ pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 
 echo "== the README's install step: cargo install --path publisher / subscriber"
-# Into a scratch root, with the build's own target directory, so a release build already there is reused.
-CARGO_TARGET_DIR="$PWD/target" cargo install -q --locked --path publisher --root "$work/install"
-CARGO_TARGET_DIR="$PWD/target" cargo install -q --locked --path subscriber --root "$work/install"
-"$work/install/bin/mdrelay-pub" --version
-"$work/install/bin/mdrelay-sub" --version
-"$work/install/bin/mdrelay-sub" --config config/sub-two-host.toml --check > /dev/null
+# With the build's own target directory, so a release build already there is reused; into a root
+# under it, so that `--install-only` (which .ci/run runs earlier, beside the long tests) leaves
+# this run only the checks.
+install="$PWD/target/deploy-check"
+CARGO_TARGET_DIR="$PWD/target" cargo install -q --locked --path publisher --root "$install"
+CARGO_TARGET_DIR="$PWD/target" cargo install -q --locked --path subscriber --root "$install"
+"$install/bin/mdrelay-pub" --version
+"$install/bin/mdrelay-sub" --version
+"$install/bin/mdrelay-sub" --config config/sub-two-host.toml --check > /dev/null
+[ "${1:-}" != "--install-only" ] || exit 0
 
 if command -v systemd-analyze >/dev/null; then
     echo "== systemd-analyze verify deploy/systemd"
@@ -58,7 +62,7 @@ echo "== promtool check metrics: both programs' scrapes while they relay a synth
 # feed's series are served only with that source: the scrapes tests keep in target/tmp/metrics
 # (publisher/tests/it/live_feed.rs, subscriber/tests/it/record.rs; .ci/run runs them first) are
 # checked too. Every metric served is in docs/operations.md's table.
-bin="$work/install/bin"
+bin="$install/bin"
 read -r origin_tcp retransmit relay_tcp udp m_origin m_relay m_recorder m_udp < <(python3 -c '
 import socket
 socks = [socket.socket() for _ in range(7)] + [socket.socket(type=socket.SOCK_DGRAM)]

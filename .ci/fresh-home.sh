@@ -18,12 +18,20 @@ trap 'chmod -R u+w "$home" "$tools" 2>/dev/null; rm -rf "$home" "$tools" "$out"'
 
 # The test binaries, built as the README's command builds them (with the real HOME: cargo's
 # own caches are not what is checked here).
+# The `it` test binaries of the publisher and the subscriber, from the README's own build (the
+# whole workspace: `-p` alone would resolve features apart and rebuild half of it).
+built=$(cargo test --profile quick --workspace --no-run --message-format=json)
 test_binary() { # PACKAGE: the path of its `it` test binary
-    cargo test --profile quick -p "$1" --test it --no-run --message-format=json |
-        grep -o '"executable":"[^"]*/deps/it-[^"]*"' | cut -d'"' -f4
+    python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "it" \
+            and ("/" + sys.argv[1] + "#") in m["package_id"] and m.get("executable"):
+        print(m["executable"])' "$1" <<<"$built"
 }
-publisher_it=$(test_binary mdrelay-publisher)
-subscriber_it=$(test_binary mdrelay-subscriber)
+publisher_it=$(test_binary publisher)
+subscriber_it=$(test_binary subscriber)
+[ -n "$publisher_it" ] && [ -n "$subscriber_it" ] || { echo "error: no it test binaries in the build" >&2; exit 1; }
 run() { # PACKAGE-DIR EXE TESTS...: tests of one binary, from its package as cargo runs them
     local dir=$1 exe=$2
     shift 2

@@ -3,40 +3,48 @@
 # as a prebuilt wheel is, and its pytest suite run against real mdrelay-pub processes. Prints a
 # "test result:" line in cargo's form, from pytest's own counts, so .ci/run's closing line counts
 # these tests with the Rust ones.
+#
+# `--build` stops after the wheel is installed and `--test` starts at the tests, so that .ci/run
+# builds beside the long tests, at low priority, and runs pytest (which times how fast the
+# package answers) after them at normal priority.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
+phase=${1:-all}
 venv="${MDRELAY_PY_VENV:-$HOME/.cache/mdrelay-tools/python-venv}"
 
-if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
-    apt-get update -q && apt-get install -y -q python3-venv
+if [ "$phase" != --test ]; then
+    if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
+        apt-get update -q && apt-get install -y -q python3-venv
+    fi
+    if [ ! -x "$venv/bin/python" ]; then
+        python3 -m venv "$venv"
+    fi
+    # From PyPI: the build backend, the test runner, and the Arrow readers and DataFrame libraries the
+    # tests hand batches to (to_pandas() and to_polars() need pandas and polars).
+    "$venv/bin/python" -m pip install -q --upgrade pip
+    "$venv/bin/python" -m pip install -q maturin pytest pyarrow polars pandas
+
+    echo "== python: cargo fmt --check and clippy (the extension crate, a workspace of its own)"
+    # --locked: python/Cargo.lock must be current (a dependency added to the core or the client
+    # needs the lock regenerated with `cd python && cargo update -w`), or a user's `pip install`
+    # would rewrite it and leave the clone dirty.
+    (cd python && cargo fmt -- --check)
+    (cd python && CARGO_TARGET_DIR="$root/python/target" cargo clippy --locked --release --all-targets -- -D warnings)
+
+    # The path the README gives for other machines: one release build into a wheel, then pip
+    # installs the wheel (the same single build `maturin develop --release` would make).
+    wheels=$(mktemp -d)
+    trap 'rm -rf "$wheels"' EXIT
+    echo "== python: maturin build --release --locked, then pip install of the wheel into $venv"
+    (cd python && CARGO_TARGET_DIR="$root/python/target" \
+        "$venv/bin/maturin" build --release --locked -q --interpreter "$venv/bin/python" --out "$wheels")
+    "$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$wheels"/mdrelay-*.whl
 fi
-if [ ! -x "$venv/bin/python" ]; then
-    python3 -m venv "$venv"
-fi
-# From PyPI: the build backend, the test runner, and the Arrow readers and DataFrame libraries the
-# tests hand batches to (to_pandas() and to_polars() need pandas and polars).
-"$venv/bin/python" -m pip install -q --upgrade pip
-"$venv/bin/python" -m pip install -q maturin pytest pyarrow polars pandas
+[ "$phase" != --build ] || exit 0
 
-echo "== python: cargo fmt --check and clippy (the extension crate, a workspace of its own)"
-# --locked: python/Cargo.lock must be current (a dependency added to the core or the client
-# needs the lock regenerated with `cd python && cargo update -w`), or a user's `pip install`
-# would rewrite it and leave the clone dirty.
-(cd python && cargo fmt -- --check)
-(cd python && CARGO_TARGET_DIR="$root/python/target" cargo clippy --locked --release --all-targets -- -D warnings)
-
-# The path the README gives for other machines: one release build into a wheel, then pip
-# installs the wheel (the same single build `maturin develop --release` would make).
-wheels=$(mktemp -d)
-trap 'rm -rf "$wheels"' EXIT
-echo "== python: maturin build --release --locked, then pip install of the wheel into $venv"
-(cd python && CARGO_TARGET_DIR="$root/python/target" \
-    "$venv/bin/maturin" build --release --locked -q --interpreter "$venv/bin/python" --out "$wheels")
-"$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$wheels"/mdrelay-*.whl
-
-echo "== python: the publisher the tests run (cheap when the Rust tests built it)"
-cargo build --profile quick -p mdrelay-publisher -p mdrelay-subscriber
+echo "== python: the publisher the tests run (built by the Rust tests when they ran before)"
+[ -x target/quick/mdrelay-pub ] || cargo build --profile quick -p mdrelay-publisher -p mdrelay-subscriber
 export MDRELAY_PUB="$root/target/quick/mdrelay-pub"
 
 echo "== python: pytest"
