@@ -103,6 +103,9 @@ fn run_on_terminal(args: &[&str], env: &[(&str, &str)]) -> String {
     command
         .args(args)
         .env_remove("MDRELAY_LOG")
+        // A terminal that can draw, whatever the caller's (`TERM=dumb` in an editor's shell or a
+        // stripped environment would hide the bar this checks for).
+        .env("TERM", "xterm-256color")
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
