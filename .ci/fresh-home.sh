@@ -64,3 +64,13 @@ if grep -q 'building the pinned NATS tools' "$out/again"; then
     exit 1
 fi
 echo "== the NATS tools were built once and reused"
+# Building the tools mid-run leaves the build as it was: the next `cargo test` compiles nothing
+# (stamping nats-creds with the commit once rewrote git's index, which the programs' build
+# scripts watch, and the next run rebuilt four crates).
+rebuilt=$(cargo test --profile quick --workspace --no-run 2>&1 | grep 'Compiling' || true)
+if [ -n "$rebuilt" ]; then
+    echo "$rebuilt"
+    echo "error: after the NATS tools were built, the README's test command rebuilt the crates above" >&2
+    exit 1
+fi
+echo "== and the next build of the tests compiled nothing"

@@ -24,7 +24,11 @@ fi
 # The tests' operator, account and `.creds` files, made with the NATS project's JWT library
 # (harness/nats-creds; nsc itself is not on the module proxy). Go's build cache makes this
 # quick when nothing changed.
-(cd "$here/harness/nats-creds" && GOBIN="$tools/bin" go install .)
+# -buildvcs=false: stamping the binary with the commit runs `git status`, which rewrites the
+# clone's index, and buildinfo (which embeds the commit in mdrelay-pub and mdrelay-sub) watches
+# the index: when the tests build these tools on first use, the next cargo build rebuilt four
+# crates for nothing.
+(cd "$here/harness/nats-creds" && GOBIN="$tools/bin" go install -buildvcs=false .)
 "$tools/bin/nats-server" --version
 # What they were built from, last, once all three are there: the harness rebuilds them when this
 # differs from its own digest of the same files (harness/src/tools.rs).
