@@ -18,8 +18,8 @@ trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$
 
 echo "== the README's install step: cargo install --path publisher / subscriber"
 # With the build's own target directory, so a release build already there is reused; into a root
-# under it, so that `--install-only` (which .ci/run runs earlier, beside the long tests) leaves
-# this run only the checks.
+# under it, so that after `--install-only` (the install step alone, e.g. beside other work) a
+# full run has only the checks left.
 install="$PWD/target/deploy-check"
 CARGO_TARGET_DIR="$PWD/target" cargo install -q --locked --path publisher --root "$install"
 CARGO_TARGET_DIR="$PWD/target" cargo install -q --locked --path subscriber --root "$install"

@@ -4,9 +4,8 @@
 # "test result:" line in cargo's form, from pytest's own counts, so .ci/run's closing line counts
 # these tests with the Rust ones.
 #
-# `--build` stops after the wheel is installed and `--test` starts at the tests, so that .ci/run
-# builds beside the long tests, at low priority, and runs pytest (which times how fast the
-# package answers) after them at normal priority.
+# `--build` stops after the wheel is installed and `--test` starts at the tests, so that the build
+# can run apart from pytest (which times how fast the package answers) and at another priority.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
