@@ -47,7 +47,9 @@
 //! - **An `END` far ahead** that no read of the store brought within reach (the frames before
 //!   it were never stored: a publisher dropped them for a slow server) is neither taken nor
 //!   ignored: it is held ([`DatagramEvent::EndAhead`]), refuted by any new frame of its session
-//!   that comes after it (a forged `END` in a live stream is followed by the stream), and taken
+//!   that comes after it (a forged `END` in a live stream is followed by the stream; after one
+//!   read from the store, by a newer message stored, or a live frame at or past its sequence:
+//!   live frames from before it may still be on their way to a slow subscriber), and taken
 //!   once nothing new has come for the give-up time ([`DatagramReceiver::with_give_up_after`]):
 //!   the frames before it are then a gap, given up as gone at once when the store was read in
 //!   order up to it (a publisher stores its `END` after everything else), else sought there.
@@ -375,6 +377,10 @@ struct EndAhead {
     /// Read from the store in order: the store holds nothing of its session between the
     /// highest frame taken and it (a publisher stores its END after everything else).
     in_store_order: bool,
+    /// Read from the store (its tail, or in order): live frames that come after it were not
+    /// sent after it, only delivered later (a slow subscriber's queue), so only a frame at or
+    /// past its sequence, or one the store holds after it, refutes it.
+    from_store: bool,
 }
 
 /// A datagram held until the next one confirms or refutes it.
@@ -478,6 +484,8 @@ pub struct DatagramReceiver {
     progress_at: Option<i64>,
     /// The store position of the last tail taken: read again, it is nothing new.
     tail_position: Option<u64>,
+    /// A stored tail is being taken (it comes in through [`DatagramReceiver::datagram`]).
+    taking_tail: bool,
     /// After a read of the store in order, the highest frame it took: the frames of live
     /// datagrams held meanwhile up to there are expected copies, not duplicates.
     copies_to: Option<u64>,
@@ -538,6 +546,7 @@ impl DatagramReceiver {
             give_up_after_ns: None,
             progress_at: None,
             tail_position: None,
+            taking_tail: false,
             copies_to: None,
         }
     }
@@ -621,9 +630,22 @@ impl DatagramReceiver {
         if self.finished {
             return;
         }
+        if self.tail_position != Some(position) && self.end_ahead.as_ref().is_some_and(|e| e.from_store) {
+            // The store holds something after the END read from it: that END was not the last.
+            let same_end = DatagramHeader::parse(bytes).is_ok_and(|h| {
+                h.kind == DatagramKind::End
+                    && self.end_ahead.as_ref().is_some_and(|e| (e.session, e.next) == (h.session, h.sequence))
+            });
+            if !same_end {
+                self.end_ahead = None;
+                self.reader.tracker_mut().refuted();
+            }
+        }
         if self.tail_position != Some(position) && self.newer_than_taken(bytes) {
             self.tail_position = Some(position);
+            self.taking_tail = true;
             self.datagram(Origin::Stream, bytes, peer, now, receive_time, visitor);
+            self.taking_tail = false;
         } else {
             self.silent(now);
         }
@@ -1019,12 +1041,12 @@ impl DatagramReceiver {
                     Admission::Take => {
                         self.held = None;
                         self.take(d, &header, receive_time, now, taken_as, visitor);
-                        self.refute_end_ahead(highest);
+                        self.refute_end_ahead(highest, in_order);
                     }
                     Admission::TakeHeldThenThis => {
                         self.take_held(now, visitor);
                         self.take(d, &header, receive_time, now, taken_as, visitor);
-                        self.refute_end_ahead(highest);
+                        self.refute_end_ahead(highest, in_order);
                     }
                     Admission::Hold => {
                         self.events.push_back(DatagramEvent::Held {
@@ -1083,6 +1105,7 @@ impl DatagramReceiver {
                                         totals,
                                         peer,
                                         in_store_order,
+                                        from_store: in_store_order || self.taking_tail,
                                     });
                                 }
                                 return false;
@@ -1115,14 +1138,19 @@ impl DatagramReceiver {
         }
     }
 
-    /// A data datagram was taken, the highest frame before it `highest`: a new frame of the
-    /// `END` held far ahead's session after it (or another session) refutes that `END`.
-    fn refute_end_ahead(&mut self, highest: Option<u64>) {
+    /// A data datagram was taken (`in_order`: read from the store in order), the highest frame
+    /// before it `highest`: a new frame of the `END` held far ahead's session after it (or
+    /// another session) refutes that `END`. After an `END` read from the store, a live frame
+    /// refutes it only at or past its sequence: one before it was published before it, and
+    /// only delivered later (see [`EndAhead::from_store`]).
+    fn refute_end_ahead(&mut self, highest: Option<u64>, in_order: bool) {
         let tracker = self.reader.tracker();
-        let refuted = self
-            .end_ahead
-            .as_ref()
-            .is_some_and(|end| tracker.session() != Some(end.session) || tracker.highest() > highest);
+        let after_it_in_store = in_order || self.taking_tail;
+        let refuted = self.end_ahead.as_ref().is_some_and(|end| {
+            tracker.session() != Some(end.session)
+                || (tracker.highest() > highest
+                    && (!end.from_store || after_it_in_store || tracker.highest() >= Some(end.next)))
+        });
         if refuted {
             self.end_ahead = None;
             self.reader.tracker_mut().refuted();

@@ -658,6 +658,58 @@ fn an_end_far_ahead_of_what_the_store_holds_is_taken_once_nothing_follows_it() {
 }
 
 #[test]
+fn an_end_read_from_the_stores_tail_is_not_refuted_by_live_frames_sent_before_it() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 1);
+    let f = frames[0].as_slice();
+    // A slow subscriber: frames 1..=100 came from a read of the store; the subject went quiet
+    // behind its queue and the store's tail is the END, far ahead (the publisher dropped what
+    // came between), within a second of that read, so no catch-up. Frames 101..=120, sent
+    // before that END, then come live from the queue.
+    let next = 100_101;
+    let end_far = end(SESSION, next);
+    let mut r = store_receiver(2);
+    let mut notes = Notes::default();
+    r.store_read_began();
+    for d in datagrams(f, 1, 101) {
+        r.datagram(Origin::Stream, &d, peer(), 0, 0, &mut notes);
+    }
+    r.store_read_ended(MS);
+    r.stored_tail(9, &end_far, peer(), 500 * MS, 0, &mut notes);
+    let ev = events(&mut r, &mut notes);
+    assert!(ev.contains(&DatagramEvent::EndAhead { peer: peer(), session: SESSION, next_sequence: next }), "{ev:?}");
+    for d in datagrams(f, 101, 121) {
+        r.datagram(Origin::Stream, &d, peer(), 600 * MS, 0, &mut notes);
+    }
+    assert_eq!(r.reader().tracker().unconfirmed(), 0, "not refuted by frames sent before it");
+    // The live END never came (a slow consumer's loss): the store's tail, read again after the
+    // give-up time, is the same END, which is taken.
+    r.stored_tail(9, &end_far, peer(), 2 * S + 600 * MS, 0, &mut notes);
+    let ev = events(&mut r, &mut notes);
+    assert!(
+        ev.iter().any(|e| matches!(e, DatagramEvent::End { next_sequence, .. } if *next_sequence == next)),
+        "taken: {ev:?}"
+    );
+    assert!(!ev.iter().any(|e| matches!(e, DatagramEvent::GaveUp { .. })), "{ev:?}");
+
+    // A message the store holds after that END refutes it.
+    let mut r = store_receiver(2);
+    let mut notes = Notes::default();
+    r.store_read_began();
+    for d in datagrams(f, 1, 101) {
+        r.datagram(Origin::Stream, &d, peer(), 0, 0, &mut notes);
+    }
+    r.store_read_ended(MS);
+    r.stored_tail(9, &end_far, peer(), 500 * MS, 0, &mut notes);
+    let stored_after = data(SESSION, 121, &[f], Format::Sbe);
+    r.stored_tail(10, &stored_after, peer(), S, 0, &mut notes);
+    assert_eq!(r.reader().tracker().unconfirmed(), 1, "refuted");
+    r.stored_tail(10, &stored_after, peer(), 3 * S + 100 * MS, 0, &mut notes);
+    let ev = events(&mut r, &mut notes);
+    assert!(!ev.iter().any(|e| matches!(e, DatagramEvent::End { .. })), "{ev:?}");
+    assert!(ev.iter().any(|e| matches!(e, DatagramEvent::GaveUp { .. })), "{ev:?}");
+}
+
+#[test]
 fn a_stream_that_brings_nothing_new_is_given_up_with_what_it_lacks() {
     let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 1);
     let f = frames[0].as_slice();
