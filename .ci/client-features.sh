@@ -61,11 +61,13 @@ if grep -E '^(tests/|public-api)' <<<"$files"; then
     exit 1
 fi
 cargo metadata --format-version 1 --no-deps |
-    python3 -c 'import json, sys
+    python3 -c 'import json, os, sys
 p = next(p for p in json.load(sys.stdin)["packages"] if p["name"] == "mdrelay-client")
 missing = [f for f in ("description", "license", "repository", "readme", "rust_version") if not p.get(f)]
 assert not missing, f"mdrelay-client: Cargo.toml lacks {missing}"
-assert p["readme"].endswith("client/README.md"), p["readme"]
+# cargo gives the readme as the manifest says it, relative to the manifest.
+readme = os.path.join(os.path.dirname(p["manifest_path"]), p["readme"])
+assert os.path.samefile(readme, "client/README.md"), f"mdrelay-client: its readme is {readme}"
 path_deps = [d["name"] for d in p["dependencies"] if d.get("path") and d["kind"] is None and d["req"] == "*"]
 assert not path_deps, f"mdrelay-client: path dependencies without a version: {path_deps}"'
 echo "mdrelay-client: its package and manifest are fit to publish"

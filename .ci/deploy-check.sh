@@ -16,13 +16,16 @@ work=$(mktemp -d)
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 
-echo "== the README's install step: cargo install --path publisher / subscriber"
-# With the build's own target directory, so a release build already there is reused; into a root
-# under it, so that after `--install-only` (the install step alone, e.g. beside other work) a
-# full run has only the checks left.
+# INSTALL_PROFILE: the cargo profile to install with (release, as the README does, by default; CI
+# takes the tests' `quick`, whose build is there already).
+profile=${INSTALL_PROFILE:-release}
+echo "== the README's install step: cargo install --path publisher / subscriber (profile $profile)"
+# With the build's own target directory, so a build already there is reused; into a root under
+# it, so that after `--install-only` (the install step alone, e.g. beside other work) a full run
+# has only the checks left.
 install="$PWD/target/deploy-check"
-CARGO_TARGET_DIR="$PWD/target" cargo install -q --locked --path publisher --root "$install"
-CARGO_TARGET_DIR="$PWD/target" cargo install -q --locked --path subscriber --root "$install"
+CARGO_TARGET_DIR="$PWD/target" cargo install -q --locked --profile "$profile" --path publisher --root "$install"
+CARGO_TARGET_DIR="$PWD/target" cargo install -q --locked --profile "$profile" --path subscriber --root "$install"
 "$install/bin/mdrelay-pub" --version
 "$install/bin/mdrelay-sub" --version
 "$install/bin/mdrelay-sub" --config config/sub-two-host.toml --check > /dev/null

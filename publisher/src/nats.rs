@@ -55,6 +55,11 @@ use tokio::sync::oneshot;
 /// How long the publishing task has at the end of the stream to have everything acknowledged.
 const DRAIN: Duration = Duration::from_secs(30);
 
+/// How long it has after a run that failed (`slow_server = "fail"`, a stream that refuses the
+/// messages): what a server takes at once is delivered, but the run does not wait [`DRAIN`] for
+/// the server that failed it (one never reached held a failed publisher up for 32 s).
+const FAILED_DRAIN: Duration = Duration::from_secs(2);
+
 /// How long one acknowledgement may take before the message is published again. JetStream
 /// answers in milliseconds; one that does not come went to a stream leader that died, and the
 /// message is stored only once published again. A subscriber that missed it live can repair it
@@ -343,10 +348,15 @@ impl NatsOut {
 }
 
 impl NatsTask {
-    /// Waits for the task to publish everything queued and have it acknowledged (bounded).
-    pub async fn finish(self) -> Result<()> {
-        match tokio::time::timeout(DRAIN + ACK_TIMEOUT, self.handle).await {
+    /// Waits for the task to publish everything queued and have it acknowledged (bounded): for
+    /// [`DRAIN`] after a whole stream, for [`FAILED_DRAIN`] after a run that failed (`run_failed`).
+    pub async fn finish(self, run_failed: bool) -> Result<()> {
+        let limit = if run_failed { FAILED_DRAIN } else { DRAIN + ACK_TIMEOUT };
+        let abort = self.handle.abort_handle();
+        match tokio::time::timeout(limit, self.handle).await {
             Ok(_) => {}
+            // The run's own error says why it failed.
+            Err(_) if run_failed => abort.abort(),
             Err(_) => return Err(anyhow!("nats: messages still unacknowledged {} s after the end", DRAIN.as_secs())),
         }
         match self.failure.lock().unwrap_or_else(|p| p.into_inner()).take() {

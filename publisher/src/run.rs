@@ -773,7 +773,7 @@ async fn relay(
     let nats = match nats_task {
         Some(task) => {
             let counters = task.counters.clone();
-            if let Err(e) = task.finish().await {
+            if let Err(e) = task.finish(failure.is_some()).await {
                 failure.get_or_insert(e);
             }
             Some(counters.summary())
