@@ -15,10 +15,22 @@ if ! rustup run nightly rustc --version >/dev/null 2>&1; then
 fi
 target=target/public-api
 cargo +nightly rustdoc -q -p mdrelay-client --lib --target-dir "$target" -- -Z unstable-options --output-format json
-cargo build -q --release --manifest-path client/public-api/Cargo.toml --target-dir "$target"
+# The printer, built once per version of its sources into the tools cache beside the NATS tools
+# (as .ci/deps.sh does for cargo-deny): a build takes minutes, and it changes seldom.
+tools=${MDRELAY_TOOLS:-$HOME/.cache/mdrelay-tools}
+inputs=$(cat client/public-api/Cargo.toml client/public-api/Cargo.lock $(find client/public-api/src -type f | sort) |
+    sha256sum | cut -c1-16)
+printer="$tools/public-api-$inputs/mdrelay-client-public-api"
+if [ ! -x "$printer" ]; then
+    echo "building the public-API printer (client/public-api) into $(dirname "$printer")"
+    cargo build -q --release --locked --manifest-path client/public-api/Cargo.toml --target-dir "$tools/public-api-target"
+    mkdir -p "$(dirname "$printer")"
+    cp "$tools/public-api-target/release/mdrelay-client-public-api" "$printer"
+    rm -rf "$tools/public-api-target"
+fi
 fresh=$(mktemp)
 trap 'rm -f "$fresh"' EXIT
-"$target/release/mdrelay-client-public-api" "$target/doc/mdrelay_client.json" >"$fresh"
+"$printer" "$target/doc/mdrelay_client.json" >"$fresh"
 if [ "${1:-}" = "--update" ]; then
     cp "$fresh" client/public-api.txt
     echo "client/public-api.txt updated ($(wc -l <client/public-api.txt) items)"
