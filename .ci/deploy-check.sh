@@ -35,7 +35,7 @@ if command -v systemd-analyze >/dev/null; then
     echo "== systemd-analyze verify deploy/systemd"
     mkdir "$work/units"
     for unit in deploy/systemd/*.service; do
-        sed "s#/usr/local/bin/#$PWD/target/release/#" "$unit" > "$work/units/$(basename "$unit")"
+        sed "s#/usr/local/bin/#$install/bin/#" "$unit" > "$work/units/$(basename "$unit")"
     done
     # A template is verified through an instance of it.
     ln -s 'mdrelay-sub@.service' "$work/units/mdrelay-sub@ci.service"

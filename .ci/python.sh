@@ -4,13 +4,23 @@
 # "test result:" line in cargo's form, from pytest's own counts, so .ci/run's closing line counts
 # these tests with the Rust ones.
 #
-# `--build` stops after the wheel is installed and `--test` starts at the tests, so that the build
-# can run apart from pytest (which times how fast the package answers) and at another priority.
+# `--lint` only lints, `--build` stops after the wheel is installed and `--test` starts at the
+# tests, so that each can run apart (CI lints beside the long tests, at low priority).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 phase=${1:-all}
 venv="${MDRELAY_PY_VENV:-$HOME/.cache/mdrelay-tools/python-venv}"
+
+if [ "$phase" = all ] || [ "$phase" = --lint ]; then
+    echo "== python: cargo fmt --check and clippy (the extension crate, a workspace of its own)"
+    # --locked: python/Cargo.lock must be current (a dependency added to the core or the client
+    # needs the lock regenerated with `cd python && cargo update -w`), or a user's `pip install`
+    # would rewrite it and leave the clone dirty.
+    (cd python && cargo fmt -- --check)
+    (cd python && CARGO_TARGET_DIR="$root/python/target" cargo clippy --locked --release --all-targets -- -D warnings)
+fi
+[ "$phase" != --lint ] || exit 0
 
 if [ "$phase" != --test ]; then
     if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
@@ -23,13 +33,6 @@ if [ "$phase" != --test ]; then
     # tests hand batches to (to_pandas() and to_polars() need pandas and polars).
     "$venv/bin/python" -m pip install -q --upgrade pip
     "$venv/bin/python" -m pip install -q maturin pytest pyarrow polars pandas
-
-    echo "== python: cargo fmt --check and clippy (the extension crate, a workspace of its own)"
-    # --locked: python/Cargo.lock must be current (a dependency added to the core or the client
-    # needs the lock regenerated with `cd python && cargo update -w`), or a user's `pip install`
-    # would rewrite it and leave the clone dirty.
-    (cd python && cargo fmt -- --check)
-    (cd python && CARGO_TARGET_DIR="$root/python/target" cargo clippy --locked --release --all-targets -- -D warnings)
 
     # The path the README gives for other machines: one release build into a wheel, then pip
     # installs the wheel (the same single build `maturin develop --release` would make).
@@ -50,7 +53,9 @@ echo "== python: pytest"
 junit=$(mktemp)
 started=$SECONDS
 set +e
-(cd python && "$venv/bin/python" -m pytest -q -p no:cacheprovider --junitxml="$junit" tests)
+# From tests/, not python/: there `import mdrelay` (pytest's, and the scripts the tests start)
+# would find the package's sources, which lack the compiled module, before the installed wheel.
+(cd python/tests && "$venv/bin/python" -m pytest -q -p no:cacheprovider --junitxml="$junit" .)
 status=$?
 set -e
 # cargo's form, so the closing awk of .ci/run adds these to the Rust tests' counts.

@@ -169,6 +169,7 @@ fn a_publisher_that_cannot_be_reached_within_the_limit_is_unreachable() {
 }
 
 #[test]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_publisher_still_busy_when_the_limit_passes_is_given_up_on() {
     let _serial = serial();
     // One place, taken by a subscriber of this test for the whole stream (a slow one: 1,000

@@ -140,6 +140,7 @@ fn recording_name(format: Format) -> &'static str {
 }
 
 #[test]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn every_format_over_tcp_records_deep10_as_the_reference_reads_it() {
     let _serial = serial();
     let reference = expected("DEEP10.json");
@@ -162,6 +163,7 @@ fn every_format_over_tcp_records_deep10_as_the_reference_reads_it() {
 }
 
 #[test]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_gzipped_pcapng_recording_reads_in_the_reference_reader_and_replays() {
     let _serial = serial();
     let reference = expected("DEEP10.json");
