@@ -78,13 +78,20 @@ mod tests {
     use std::process::{Command, Stdio};
     use std::time::{Duration, Instant};
 
-    /// `flock` from util-linux on the lock file, as another process would take it.
+    /// `flock` from util-linux holding the lock file for half a second, as another process
+    /// would; returned once it holds it (a try to lock the file then fails).
     fn other_process(mode: &str) -> std::process::Child {
-        Command::new("flock")
+        let child = Command::new("flock")
             .args([mode, lock_path().to_str().unwrap(), "-c", "sleep 0.5"])
             .stdout(Stdio::null())
             .spawn()
-            .expect("running flock(1)")
+            .expect("running flock(1)");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while open_lock().try_lock().is_ok() {
+            assert!(Instant::now() < deadline, "flock(1) never took the lock");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        child
     }
 
     #[test]
@@ -92,23 +99,12 @@ mod tests {
         let _alone = serial();
         drop(_alone);
         let mut holder = other_process("--exclusive");
-        // flock(1) has the lock once the file is locked: wait until a try fails.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while open_lock().try_lock().is_ok() {
-            assert!(Instant::now() < deadline, "flock(1) never took the lock");
-            std::thread::sleep(Duration::from_millis(10));
-        }
         let started = Instant::now();
         let _serial = serial();
         assert!(holder.try_wait().unwrap().is_some(), "the serial hold came before the other process let go");
         assert!(started.elapsed() > Duration::from_millis(50), "it waited");
         drop(_serial);
         let mut reader = other_process("--shared");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while open_lock().try_lock().is_ok() {
-            assert!(Instant::now() < deadline, "flock(1) never took the lock");
-            std::thread::sleep(Duration::from_millis(10));
-        }
         let _shared = shared();
         assert!(reader.try_wait().unwrap().is_none(), "a shared hold beside another process's");
         reader.wait().unwrap();

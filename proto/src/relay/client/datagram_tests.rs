@@ -657,6 +657,20 @@ fn an_end_far_ahead_of_what_the_store_holds_is_taken_once_nothing_follows_it() {
     assert_eq!(r.reader().tracker().counts().lost, 0, "no END: nothing owed past frame 2");
 }
 
+/// A receiver with a store that took frames 1..=100 from a read of it, then, half a second
+/// later (too soon for a catch-up), `end_far` as the store's tail (position 9).
+fn holding_an_end_from_the_tail(f: &[u8], end_far: &[u8]) -> (DatagramReceiver, Notes) {
+    let mut r = store_receiver(2);
+    let mut notes = Notes::default();
+    r.store_read_began();
+    for d in datagrams(f, 1, 101) {
+        r.datagram(Origin::Stream, &d, peer(), 0, 0, &mut notes);
+    }
+    r.store_read_ended(MS);
+    r.stored_tail(9, end_far, peer(), 500 * MS, 0, &mut notes);
+    (r, notes)
+}
+
 #[test]
 fn an_end_read_from_the_stores_tail_is_not_refuted_by_live_frames_sent_before_it() {
     let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 1);
@@ -667,14 +681,7 @@ fn an_end_read_from_the_stores_tail_is_not_refuted_by_live_frames_sent_before_it
     // before that END, then come live from the queue.
     let next = 100_101;
     let end_far = end(SESSION, next);
-    let mut r = store_receiver(2);
-    let mut notes = Notes::default();
-    r.store_read_began();
-    for d in datagrams(f, 1, 101) {
-        r.datagram(Origin::Stream, &d, peer(), 0, 0, &mut notes);
-    }
-    r.store_read_ended(MS);
-    r.stored_tail(9, &end_far, peer(), 500 * MS, 0, &mut notes);
+    let (mut r, mut notes) = holding_an_end_from_the_tail(f, &end_far);
     let ev = events(&mut r, &mut notes);
     assert!(ev.contains(&DatagramEvent::EndAhead { peer: peer(), session: SESSION, next_sequence: next }), "{ev:?}");
     for d in datagrams(f, 101, 121) {
@@ -692,14 +699,7 @@ fn an_end_read_from_the_stores_tail_is_not_refuted_by_live_frames_sent_before_it
     assert!(!ev.iter().any(|e| matches!(e, DatagramEvent::GaveUp { .. })), "{ev:?}");
 
     // A message the store holds after that END refutes it.
-    let mut r = store_receiver(2);
-    let mut notes = Notes::default();
-    r.store_read_began();
-    for d in datagrams(f, 1, 101) {
-        r.datagram(Origin::Stream, &d, peer(), 0, 0, &mut notes);
-    }
-    r.store_read_ended(MS);
-    r.stored_tail(9, &end_far, peer(), 500 * MS, 0, &mut notes);
+    let (mut r, mut notes) = holding_an_end_from_the_tail(f, &end_far);
     let stored_after = data(SESSION, 121, &[f], Format::Sbe);
     r.stored_tail(10, &stored_after, peer(), S, 0, &mut notes);
     assert_eq!(r.reader().tracker().unconfirmed(), 1, "refuted");
