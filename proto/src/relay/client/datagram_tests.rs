@@ -611,13 +611,7 @@ fn an_end_far_ahead_of_what_the_store_holds_is_taken_once_nothing_follows_it() {
     // The same END live, just after a read of the store (no other read for a second): held,
     // taken after the give-up time, and the frames before it sought in the store (within the
     // linger), which says they are gone.
-    let mut r = store_receiver(2);
-    let mut notes = Notes::default();
-    r.store_read_began();
-    for d in datagrams(f, 1, 101) {
-        r.datagram(Origin::Stream, &d, peer(), 0, 0, &mut notes);
-    }
-    r.store_read_ended(MS);
+    let (mut r, mut notes) = read_frames_1_to_100_from_the_store(f);
     r.datagram(Origin::Stream, &data(SESSION, 101, &[f], Format::Sbe), peer(), MS, 0, &mut notes);
     r.datagram(Origin::Stream, &end_far, peer(), 2 * MS, 0, &mut notes);
     assert_eq!(r.next_catch_up(), None, "within a second of the last read");
@@ -657,9 +651,9 @@ fn an_end_far_ahead_of_what_the_store_holds_is_taken_once_nothing_follows_it() {
     assert_eq!(r.reader().tracker().counts().lost, 0, "no END: nothing owed past frame 2");
 }
 
-/// A receiver with a store that took frames 1..=100 from a read of it, then, half a second
-/// later (too soon for a catch-up), `end_far` as the store's tail (position 9).
-fn holding_an_end_from_the_tail(f: &[u8], end_far: &[u8]) -> (DatagramReceiver, Notes) {
+/// A receiver with a store (give-up time 2 s) that took frames 1..=100 (`f` each) from a read of
+/// it, ended at 1 ms.
+fn read_frames_1_to_100_from_the_store(f: &[u8]) -> (DatagramReceiver, Notes) {
     let mut r = store_receiver(2);
     let mut notes = Notes::default();
     r.store_read_began();
@@ -667,6 +661,13 @@ fn holding_an_end_from_the_tail(f: &[u8], end_far: &[u8]) -> (DatagramReceiver, 
         r.datagram(Origin::Stream, &d, peer(), 0, 0, &mut notes);
     }
     r.store_read_ended(MS);
+    (r, notes)
+}
+
+/// The receiver above, then, half a second later (too soon for a catch-up), `end_far` as the
+/// store's tail (position 9).
+fn holding_an_end_from_the_tail(f: &[u8], end_far: &[u8]) -> (DatagramReceiver, Notes) {
+    let (mut r, mut notes) = read_frames_1_to_100_from_the_store(f);
     r.stored_tail(9, end_far, peer(), 500 * MS, 0, &mut notes);
     (r, notes)
 }
