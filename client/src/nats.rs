@@ -42,7 +42,9 @@
 //! than anything taken (a later frame, or the END), opening the gap behind it, and otherwise
 //! counts it as the stream's word that nothing new came ([`Builder::give_up_after`]: a stream
 //! that has started and brings nothing new that long is given up, with
-//! [`Error::Ended`]).
+//! [`Error::Ended`]). The read's round trip goes with it: a slow answer comes from a server that
+//! was stalled, with the publisher's messages perhaps queued behind the read, and is not taken
+//! as silence.
 //!
 //! # Catching up
 //!
@@ -175,6 +177,8 @@ pub(crate) struct NatsDriver {
     tail_read: Option<tokio::task::JoinHandle<(Option<JetStream>, TailRead)>>,
     /// The stream, once a read of its tail found it.
     tail_stream: Option<JetStream>,
+    /// When the read of the tail under way was sent (a slow answer is not the stream's silence).
+    tail_asked_at: i64,
     /// The subject and where it is read, for errors.
     name: String,
     /// The stream was given up: the error to end it with.
@@ -301,6 +305,7 @@ impl NatsDriver {
             catching_up: None,
             tail_read: None,
             tail_stream: None,
+            tail_asked_at: 0,
             name,
             gave_up: None,
             repairs,
@@ -511,10 +516,11 @@ impl NatsDriver {
                     TailRead::Stored(position, payload) => {
                         let now = self.clock.now();
                         out.stream_peer = Some(self.peer);
-                        self.receiver.stored_tail(position, &payload, self.peer, now, self.clock.wall(), out);
+                        let asked_at = self.tail_asked_at;
+                        self.receiver.stored_tail(position, &payload, self.peer, asked_at, now, self.clock.wall(), out);
                         self.after_taking(&payload);
                     }
-                    TailRead::Nothing => self.receiver.store_holds_nothing(self.clock.now()),
+                    TailRead::Nothing => self.receiver.store_holds_nothing(self.tail_asked_at, self.clock.now()),
                     TailRead::Unreadable => {}
                 }
             }
@@ -527,6 +533,7 @@ impl NatsDriver {
                 // wait for, nor does it wait behind repairs); the next read is a quiet period
                 // after its answer.
                 self.live_at = self.clock.now();
+                self.tail_asked_at = self.live_at;
                 if let Some(source) = &self.source {
                     self.tail_read = Some(tokio::spawn(read_tail(source.clone(), self.tail_stream.take())));
                 }

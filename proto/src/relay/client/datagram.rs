@@ -59,7 +59,10 @@
 //!   driver reads its tail while the live datagrams are quiet and hands it over
 //!   ([`DatagramReceiver::stored_tail`]), which takes it when it is newer than what was taken (a
 //!   lost tail, or an `END`) and otherwise counts as silence; a store out of reach answers
-//!   nothing, and is waited for. Without one, the time alone decides.
+//!   nothing, and is waited for. A store that answers slowly (a round trip over a quarter of
+//!   the give-up time) was stalled itself, a frozen server or its link: what the publisher sent
+//!   it meanwhile may still be queued before the answer, so its word is not taken and the
+//!   give-up time starts again from the answer. Without a store, the time alone decides.
 //!
 //! Nothing here knows the transport: a datagram is bytes and the line it came on, so another
 //! source of the same datagrams (a message bus) reuses the receiver unchanged.
@@ -482,6 +485,9 @@ pub struct DatagramReceiver {
     give_up_after_ns: Option<i64>,
     /// When a datagram last brought a frame not taken before, once one did.
     progress_at: Option<i64>,
+    /// When the store last answered a read of its tail slowly: stalled until then, its
+    /// silence before says nothing of the stream's.
+    store_back_at: Option<i64>,
     /// The store position of the last tail taken: read again, it is nothing new.
     tail_position: Option<u64>,
     /// A stored tail is being taken (it comes in through [`DatagramReceiver::datagram`]).
@@ -545,6 +551,7 @@ impl DatagramReceiver {
             end_ahead: None,
             give_up_after_ns: None,
             progress_at: None,
+            store_back_at: None,
             tail_position: None,
             taking_tail: false,
             copies_to: None,
@@ -616,12 +623,15 @@ impl DatagramReceiver {
     /// datagrams were quiet: taken as a live one when it is newer than what was taken (a
     /// later frame of the stream's session, or an `END` of it not taken or held yet), else the
     /// store's word that nothing new came. A datagram is taken once, whatever it turns out to
-    /// be (a forgery the checks refuse is counted once, not at every read).
+    /// be (a forgery the checks refuse is counted once, not at every read). The read was sent
+    /// at `asked_at`: a slow answer's silence is not taken (see the module's documentation).
+    #[allow(clippy::too_many_arguments)] // The datagram's, the read's and the time's: one call.
     pub fn stored_tail<V: FrameVisitor + ?Sized>(
         &mut self,
         position: u64,
         bytes: &[u8],
         peer: SocketAddr,
+        asked_at: i64,
         now: i64,
         receive_time: i64,
         visitor: &mut V,
@@ -647,13 +657,28 @@ impl DatagramReceiver {
             self.datagram(Origin::Stream, bytes, peer, now, receive_time, visitor);
             self.taking_tail = false;
         } else {
-            self.silent(now);
+            self.store_says_nothing_new(asked_at, now);
         }
     }
 
-    /// The store holds nothing of the stream (its messages were removed): nothing new came.
-    pub fn store_holds_nothing(&mut self, now: i64) {
+    /// The store holds nothing of the stream (its messages were removed): nothing new came,
+    /// by a read sent at `asked_at`.
+    pub fn store_holds_nothing(&mut self, asked_at: i64, now: i64) {
         self.now = now;
+        self.store_says_nothing_new(asked_at, now);
+    }
+
+    /// A read of the store sent at `asked_at` found nothing new at `now`: silence, when the
+    /// store answered promptly. A slow answer means the store was stalled itself, with what the
+    /// publisher sent meanwhile perhaps still queued before the read: the give-up time starts
+    /// again from the answer.
+    fn store_says_nothing_new(&mut self, asked_at: i64, now: i64) {
+        if let Some(limit) = self.give_up_after_ns
+            && now.saturating_sub(asked_at) > limit / 4
+        {
+            self.store_back_at = Some(now);
+            return;
+        }
         self.silent(now);
     }
 
@@ -691,8 +716,9 @@ impl DatagramReceiver {
     fn silent(&mut self, now: i64) {
         let (Some(limit), Some(since)) = (self.give_up_after_ns, self.progress_at) else { return };
         let silent = now.saturating_sub(since);
+        let heard_for = now.saturating_sub(self.store_back_at.map_or(since, |back| back.max(since)));
         // After an END, the linger bounds the wait.
-        if self.finished || self.publisher_totals.is_some() || silent < limit {
+        if self.finished || self.publisher_totals.is_some() || heard_for < limit {
             return;
         }
         if let Some(end) = self.end_ahead.take() {

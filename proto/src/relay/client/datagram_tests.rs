@@ -588,9 +588,9 @@ fn an_end_far_ahead_of_what_the_store_holds_is_taken_once_nothing_follows_it() {
     r.store_read_ended(2 * MS);
     assert!(r.wants_tail());
     // The store's tail is that END: nothing new; not yet for the give-up time.
-    r.stored_tail(9, &end_far, peer(), S, 0, &mut notes);
+    r.stored_tail(9, &end_far, peer(), S, S, 0, &mut notes);
     assert!(!r.is_finished());
-    r.stored_tail(9, &end_far, peer(), 2 * S, 0, &mut notes);
+    r.stored_tail(9, &end_far, peer(), 2 * S, 2 * S, 0, &mut notes);
     let ev = events(&mut r, &mut notes);
     assert!(
         ev.iter().any(|e| matches!(e, DatagramEvent::End { next_sequence, .. } if *next_sequence == next)),
@@ -615,7 +615,7 @@ fn an_end_far_ahead_of_what_the_store_holds_is_taken_once_nothing_follows_it() {
     r.datagram(Origin::Stream, &data(SESSION, 101, &[f], Format::Sbe), peer(), MS, 0, &mut notes);
     r.datagram(Origin::Stream, &end_far, peer(), 2 * MS, 0, &mut notes);
     assert_eq!(r.next_catch_up(), None, "within a second of the last read");
-    r.stored_tail(9, &end_far, peer(), 3 * S, 0, &mut notes);
+    r.stored_tail(9, &end_far, peer(), 3 * S, 3 * S, 0, &mut notes);
     r.on_timeout(3 * S + 10 * MS);
     let (session, request) = r.next_store_request().expect("the frames before the END are asked for");
     assert_eq!((session, request.first), (SESSION, 102));
@@ -641,9 +641,9 @@ fn an_end_far_ahead_of_what_the_store_holds_is_taken_once_nothing_follows_it() {
     assert_eq!(r.next_catch_up(), None);
     r.datagram(Origin::Stream, &data(SESSION, 2, &[f], Format::Sbe), peer(), 2 * MS, 0, &mut notes);
     assert_eq!(r.reader().tracker().unconfirmed(), 1, "refuted");
-    r.stored_tail(3, &data(SESSION, 2, &[f], Format::Sbe), peer(), 2 * S, 0, &mut notes);
+    r.stored_tail(3, &data(SESSION, 2, &[f], Format::Sbe), peer(), 2 * S, 2 * S, 0, &mut notes);
     assert!(!r.is_finished(), "1.998 s of nothing new");
-    r.stored_tail(3, &data(SESSION, 2, &[f], Format::Sbe), peer(), 3 * S, 0, &mut notes);
+    r.stored_tail(3, &data(SESSION, 2, &[f], Format::Sbe), peer(), 3 * S, 3 * S, 0, &mut notes);
     let ev = events(&mut r, &mut notes);
     assert!(ev.iter().any(|e| matches!(e, DatagramEvent::GaveUp { given_up: 0, .. })), "{ev:?}");
     assert!(!ev.iter().any(|e| matches!(e, DatagramEvent::End { .. } | DatagramEvent::Finished)), "{ev:?}");
@@ -668,7 +668,7 @@ fn read_frames_1_to_100_from_the_store(f: &[u8]) -> (DatagramReceiver, Notes) {
 /// store's tail (position 9).
 fn holding_an_end_from_the_tail(f: &[u8], end_far: &[u8]) -> (DatagramReceiver, Notes) {
     let (mut r, mut notes) = read_frames_1_to_100_from_the_store(f);
-    r.stored_tail(9, end_far, peer(), 500 * MS, 0, &mut notes);
+    r.stored_tail(9, end_far, peer(), 500 * MS, 500 * MS, 0, &mut notes);
     (r, notes)
 }
 
@@ -691,7 +691,7 @@ fn an_end_read_from_the_stores_tail_is_not_refuted_by_live_frames_sent_before_it
     assert_eq!(r.reader().tracker().unconfirmed(), 0, "not refuted by frames sent before it");
     // The live END never came (a slow consumer's loss): the store's tail, read again after the
     // give-up time, is the same END, which is taken.
-    r.stored_tail(9, &end_far, peer(), 2 * S + 600 * MS, 0, &mut notes);
+    r.stored_tail(9, &end_far, peer(), 2 * S + 600 * MS, 2 * S + 600 * MS, 0, &mut notes);
     let ev = events(&mut r, &mut notes);
     assert!(
         ev.iter().any(|e| matches!(e, DatagramEvent::End { next_sequence, .. } if *next_sequence == next)),
@@ -702,12 +702,51 @@ fn an_end_read_from_the_stores_tail_is_not_refuted_by_live_frames_sent_before_it
     // A message the store holds after that END refutes it.
     let (mut r, mut notes) = holding_an_end_from_the_tail(f, &end_far);
     let stored_after = data(SESSION, 121, &[f], Format::Sbe);
-    r.stored_tail(10, &stored_after, peer(), S, 0, &mut notes);
+    r.stored_tail(10, &stored_after, peer(), S, S, 0, &mut notes);
     assert_eq!(r.reader().tracker().unconfirmed(), 1, "refuted");
-    r.stored_tail(10, &stored_after, peer(), 3 * S + 100 * MS, 0, &mut notes);
+    r.stored_tail(10, &stored_after, peer(), 3 * S + 100 * MS, 3 * S + 100 * MS, 0, &mut notes);
     let ev = events(&mut r, &mut notes);
     assert!(!ev.iter().any(|e| matches!(e, DatagramEvent::End { .. })), "{ev:?}");
     assert!(ev.iter().any(|e| matches!(e, DatagramEvent::GaveUp { .. })), "{ev:?}");
+}
+
+#[test]
+fn a_store_that_answers_slowly_was_stalled_and_its_silence_is_not_the_streams() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 1);
+    let f = frames[0].as_slice();
+    // Frame 1 came at 0; the server then froze: a read of the tail sent at 0.5 s is answered at
+    // 2.5 s (its round trip over a quarter of the 2 s give-up time), before the END the
+    // publisher queued for it meanwhile is stored. Not taken as silence.
+    let mut r = store_receiver(2);
+    let mut notes = Notes::default();
+    let first = data(SESSION, 1, &[f], Format::Sbe);
+    r.datagram(Origin::Stream, &first, peer(), 0, 0, &mut notes);
+    r.stored_tail(1, &first, peer(), 500 * MS, 2 * S + 500 * MS, 0, &mut notes);
+    assert!(!r.is_finished(), "a stalled store's word is not taken");
+    // The next read, answered promptly, brings the END.
+    r.stored_tail(2, &end(SESSION, 2), peer(), 3 * S, 3 * S + MS, 0, &mut notes);
+    let ev = events(&mut r, &mut notes);
+    assert!(ev.iter().any(|e| matches!(e, DatagramEvent::End { next_sequence: 2, .. })), "{ev:?}");
+    assert!(!ev.iter().any(|e| matches!(e, DatagramEvent::GaveUp { .. })), "{ev:?}");
+
+    // Had the store nothing newer, the give-up time starts again from the slow answer: prompt
+    // answers of nothing new give up 2 s after it, not before.
+    let mut r = store_receiver(2);
+    r.datagram(Origin::Stream, &first, peer(), 0, 0, &mut notes);
+    r.stored_tail(1, &first, peer(), 500 * MS, 2 * S + 500 * MS, 0, &mut notes);
+    r.stored_tail(1, &first, peer(), 4 * S, 4 * S, 0, &mut notes);
+    assert!(!r.is_finished(), "1.5 s since the store came back");
+    r.store_holds_nothing(4 * S + 500 * MS, 4 * S + 500 * MS);
+    let ev = events(&mut r, &mut notes);
+    assert!(
+        ev.iter().any(|e| matches!(e, DatagramEvent::GaveUp { silent, .. } if *silent == 4 * S + 500 * MS)),
+        "given up, counting the whole silence since frame 1: {ev:?}"
+    );
+    // A prompt answer just under a quarter of the give-up time is taken as ever.
+    let mut r = store_receiver(2);
+    r.datagram(Origin::Stream, &first, peer(), 0, 0, &mut notes);
+    r.stored_tail(1, &first, peer(), 2 * S - 500 * MS, 2 * S, 0, &mut notes);
+    assert!(r.is_finished(), "a 0.5 s round trip is the store's word");
 }
 
 #[test]
@@ -722,12 +761,12 @@ fn a_stream_that_brings_nothing_new_is_given_up_with_what_it_lacks() {
     r.datagram(Origin::Stream, &data(SESSION, 1, &[f], Format::Sbe), peer(), 0, 0, &mut notes);
     r.datagram(Origin::Stream, &data(SESSION, 4, &[f], Format::Sbe), peer(), 0, 0, &mut notes);
     assert_eq!(r.deadline().map(|d| d < S), Some(true), "the gap's requests; no give-up timer with a store");
-    r.stored_tail(4, &data(SESSION, 4, &[f], Format::Sbe), peer(), S, 0, &mut notes);
-    r.stored_tail(5, &data(SESSION, 5, &[f], Format::Sbe), peer(), S, 0, &mut notes);
+    r.stored_tail(4, &data(SESSION, 4, &[f], Format::Sbe), peer(), S, S, 0, &mut notes);
+    r.stored_tail(5, &data(SESSION, 5, &[f], Format::Sbe), peer(), S, S, 0, &mut notes);
     assert_eq!(notes.sequences(), [1, 4, 5], "a newer tail is taken");
-    r.stored_tail(5, &data(SESSION, 5, &[f], Format::Sbe), peer(), 2 * S, 0, &mut notes);
+    r.stored_tail(5, &data(SESSION, 5, &[f], Format::Sbe), peer(), 2 * S, 2 * S, 0, &mut notes);
     assert!(!r.is_finished(), "2 s since frame 5 came only at 3 s");
-    r.store_holds_nothing(3 * S);
+    r.store_holds_nothing(3 * S, 3 * S);
     let ev = events(&mut r, &mut notes);
     assert!(
         ev.iter().any(|e| matches!(e, DatagramEvent::GaveUp { given_up: 2, silent } if *silent == 2 * S)),
