@@ -74,6 +74,10 @@ pub struct RecoveryPolicy {
 #[derive(Clone, Debug, Default)]
 pub struct GapList {
     gaps: BTreeMap<u64, Gap>,
+    /// The frames the gaps hold, kept as they change: the receivers ask for it at every
+    /// datagram, and summing thousands of gaps there made a subscriber under heavy loss fall
+    /// behind its own socket.
+    open: u64,
     counts: RecoveryCounts,
     /// Nothing is asked before this time, ns: the service said it was busy.
     hold_until: i64,
@@ -105,7 +109,7 @@ impl GapList {
 
     /// Frames missing now and not given up on.
     pub fn open_frames(&self) -> u64 {
-        self.gaps.iter().map(|(first, gap)| gap.end - first).sum()
+        self.open
     }
 
     /// True when nothing is missing.
@@ -135,6 +139,7 @@ impl GapList {
             return;
         }
         self.gaps.insert(first, Gap { end, seen: now, asked: None, attempts: 0 });
+        self.open += end - first;
     }
 
     /// The gap holding `seq`, as its first frame.
@@ -169,6 +174,7 @@ impl GapList {
         if seq + 1 < gap.end {
             self.gaps.insert(seq + 1, gap);
         }
+        self.open -= 1;
         if recovered {
             self.counts.frames_recovered += 1;
         } else {
@@ -196,6 +202,7 @@ impl GapList {
                 self.gaps.insert(cut_to, gap);
             }
         }
+        self.open -= given_up;
         self.counts.frames_unrecoverable += given_up;
         given_up
     }
@@ -533,5 +540,37 @@ mod tests {
         assert_eq!(asked, vec![5]);
         assert!(gaps.due(899, &policy, 10).is_empty());
         assert_eq!(gaps.due(900, &policy, 10), vec![RetransmitRequest { first: 5, count: 1 }]);
+    }
+
+    proptest::proptest! {
+        /// The count of open frames kept as gaps open, fill and are given up is their sum.
+        #[test]
+        fn the_open_frames_kept_are_the_frames_the_gaps_hold(
+            steps in proptest::collection::vec((0u8..4, 0u64..400, 1u64..40), 1..200)
+        ) {
+            let mut gaps = GapList::new();
+            let policy = RecoveryPolicy { delay_ns: 0, retry_ns: 1, attempts: 3, max_frames: 16 };
+            for (i, (op, at, len)) in steps.into_iter().enumerate() {
+                let now = i as i64;
+                match op {
+                    // Gaps open past what is open, as a receiver finds them.
+                    0 => {
+                        let from = gaps.gaps.last_key_value().map_or(at, |(_, g)| g.end + at % 7);
+                        gaps.open(from, from + len, now);
+                    }
+                    1 => {
+                        gaps.fill(at, at % 2 == 0, now);
+                    }
+                    2 => {
+                        gaps.give_up(at, at + len);
+                    }
+                    _ => {
+                        gaps.due(now, &policy, 8);
+                    }
+                }
+                let sum: u64 = gaps.gaps.iter().map(|(first, gap)| gap.end - first).sum();
+                proptest::prop_assert_eq!(gaps.open_frames(), sum);
+            }
+        }
     }
 }
