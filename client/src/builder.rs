@@ -2,7 +2,8 @@
 //! there, with an [`Error::Config`] naming the builder method that set it.
 
 use crate::error::Error;
-use crate::settings::{NatsAuth, NatsSettings, RecoverySettings, Settings, Transport};
+use crate::nats_auth::{NatsAuth, nats_config};
+use crate::settings::{NatsSettings, RecoverySettings, Settings, Transport};
 use crate::subscriber::{AsyncSubscriber, Subscriber};
 use mdrelay_proto::Symbol;
 use mdrelay_proto::codec::SymbolFilter;
@@ -273,6 +274,17 @@ impl Builder {
     #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
     pub fn nats_tls_ca_file(mut self, path: impl Into<PathBuf>) -> Builder {
         self.nats_tls_ca_file = Some(path.into());
+        self
+    }
+
+    /// NATS: the credentials, checked already (a program that reads them from settings of its
+    /// own, as the publisher's NATS upstream does); the same as the matching one of
+    /// [`Builder::nats_creds_file`], [`Builder::nats_nkey_file`], or [`Builder::nats_user`] with
+    /// [`Builder::nats_password_file`], and it replaces what they set.
+    #[cfg(feature = "nats")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
+    pub fn nats_auth(mut self, auth: &NatsAuth) -> Builder {
+        (self.nats_creds_file, self.nats_nkey_file, self.nats_user, self.nats_password_file) = auth.to_settings();
         self
     }
 
@@ -720,24 +732,13 @@ instead, unless a frame of its session came after it. Default
                 return Err(Error::config("nats_start_at", "the time is before 1970"));
             }
         }
-        let auth = match (&self.nats_creds_file, &self.nats_nkey_file, &self.nats_user, &self.nats_password_file) {
-            (None, None, None, None) => NatsAuth::None,
-            (Some(creds), None, None, None) => NatsAuth::Creds(creds.clone()),
-            (None, Some(nkey), None, None) => NatsAuth::Nkey(nkey.clone()),
-            (None, None, Some(user), Some(password)) => NatsAuth::UserPassword(user.clone(), password.clone()),
-            (None, None, Some(_), None) => {
-                return Err(Error::config("nats_user", "give its password's file with nats_password_file"));
-            }
-            (None, None, None, Some(_)) => {
-                return Err(Error::config("nats_password_file", "give the user with nats_user"));
-            }
-            _ => {
-                return Err(Error::config(
-                    "nats_creds_file",
-                    "give one of nats_creds_file, nats_nkey_file, or nats_user with nats_password_file",
-                ));
-            }
-        };
+        let auth = NatsAuth::from_settings(
+            self.nats_creds_file.clone(),
+            self.nats_nkey_file.clone(),
+            self.nats_user.clone(),
+            self.nats_password_file.clone(),
+        )
+        .map_err(nats_config)?;
         for (setting, path) in [
             ("nats_creds_file", &self.nats_creds_file),
             ("nats_nkey_file", &self.nats_nkey_file),

@@ -107,8 +107,9 @@ mod collect;
 mod counters;
 mod error;
 mod event;
+mod nats_auth;
 #[cfg(feature = "nats")]
-mod nats;
+mod nats_driver;
 mod net;
 mod poll;
 mod settings;
@@ -127,6 +128,15 @@ pub use builder::{
     DEFAULT_NATS_REPAIR_RETRY,
 };
 pub use counters::Counters;
+pub use nats_auth::{NatsAuth, NatsSetting, NatsSettingError};
+
+/// A NATS connection's options from the same settings everywhere: the subscriber's, a
+/// publisher's `[nats]` output and its NATS upstream each connect through these.
+#[cfg(feature = "nats")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
+pub mod nats {
+    pub use crate::nats_auth::{connect_error, connect_options};
+}
 pub use error::{Error, ErrorKind};
 pub use event::{End, Event, Frame, Messages, OwnedEvent, OwnedFrame, OwnedMessage, RecoveryEvent, Skipped, Start};
 pub use subscriber::{AsyncSubscriber, EventStream, Subscriber, Waited};

@@ -67,12 +67,14 @@
 //! [`Builder::recovery_attempts`]: crate::Builder::recovery_attempts
 //! [`Builder::give_up_after`]: crate::Builder::give_up_after
 
+use crate::NatsSetting;
 use crate::collect::Collector;
 use crate::counters::Counters;
 use crate::error::Error;
 use crate::event::{Event, RecoveryEvent};
+use crate::nats_auth::nats_config;
 use crate::net::Clock;
-use crate::settings::{NatsAuth, Settings};
+use crate::settings::Settings;
 use crate::udp::{EndNotes, datagram_notice};
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use async_nats::jetstream::message::StreamMessage;
@@ -670,7 +672,10 @@ async fn connect(
         .iter()
         .map(|url| url.parse().map_err(|e| Error::config("nats", format!("{url:?}: {e}"))))
         .collect::<Result<_, _>>()?;
-    let mut options = async_nats::ConnectOptions::new()
+    let options = crate::nats::connect_options(&settings.nats.auth, settings.nats.tls_ca_file.as_deref())
+        .await
+        .map_err(nats_config)?;
+    let mut options = options
         .name("mdrelay-client")
         .max_reconnects(None)
         .connection_timeout(settings.connect_timeout)
@@ -680,47 +685,14 @@ async fn connect(
             }
             std::future::ready(())
         });
-    let setting = match &settings.nats.auth {
-        NatsAuth::None => "nats",
-        NatsAuth::Creds(path) => {
-            options = options
-                .credentials_file(path)
-                .await
-                .map_err(|e| Error::config("nats_creds_file", format!("{}: {e}", path.display())))?;
-            "nats_creds_file"
-        }
-        NatsAuth::Nkey(path) => {
-            options = options.nkey(secret("nats_nkey_file", path)?);
-            "nats_nkey_file"
-        }
-        NatsAuth::UserPassword(user, path) => {
-            options = options.user_and_password(user.clone(), secret("nats_password_file", path)?);
-            "nats_password_file"
-        }
-    };
     if let Some(n) = settings.nats.pending_messages {
         options = options.subscription_capacity(n);
     }
-    if let Some(ca) = &settings.nats.tls_ca_file {
-        options = options.add_root_certificates(ca.clone()).require_tls(true);
-    }
-    options.connect(addrs).await.map_err(|e| {
-        use async_nats::ConnectErrorKind as Kind;
-        match e.kind() {
-            Kind::Authentication | Kind::AuthorizationViolation => {
-                Error::config(setting, format!("the NATS server refused the credentials: {e}"))
-            }
-            Kind::Tls => Error::config("nats_tls_ca_file", format!("TLS with the NATS server failed: {e}")),
-            _ => unreachable(e.to_string()),
-        }
+    options.connect(addrs).await.map_err(|e| match crate::nats::connect_error(&e, &settings.nats.auth) {
+        // Servers that do not resolve may yet: out of reach, as the rest.
+        Some(fault) if fault.setting != NatsSetting::Servers => nats_config(fault),
+        _ => unreachable(e.to_string()),
     })
-}
-
-/// A secret from a file, the white space around it trimmed.
-fn secret(setting: &'static str, path: &std::path::Path) -> Result<String, Error> {
-    std::fs::read_to_string(path)
-        .map(|text| text.trim().to_string())
-        .map_err(|e| Error::config(setting, format!("cannot read {}: {e}", path.display())))
 }
 
 /// The ordered consumer over the stream from `policy`'s start, and where it hands over to the

@@ -1,5 +1,6 @@
 //! The settings a [`Builder`](crate::Builder) checked, as the drivers take them.
 
+use crate::NatsAuth;
 use mdrelay_proto::codec::SymbolFilter;
 use mdrelay_proto::idle::IdleStrategy;
 use mdrelay_proto::relay::{Protection, WireKey};
@@ -28,20 +29,6 @@ pub(crate) struct RecoverySettings {
     pub retry: Duration,
     pub attempts: u32,
     pub linger: Duration,
-}
-
-/// How a NATS subscriber proves who it is, as the publisher's `[nats]` settings say it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) enum NatsAuth {
-    /// No credentials.
-    #[default]
-    None,
-    /// A `.creds` file (JWT and nkey seed).
-    Creds(PathBuf),
-    /// A file holding an nkey seed.
-    Nkey(PathBuf),
-    /// A user, and the file holding its password.
-    UserPassword(String, PathBuf),
 }
 
 /// NATS's own settings, checked (without the nats feature, checked and not used: only

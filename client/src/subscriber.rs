@@ -7,7 +7,7 @@ use crate::counters::Counters;
 use crate::error::Error;
 use crate::event::{Event, Frame, OwnedEvent};
 #[cfg(feature = "nats")]
-use crate::nats::NatsDriver;
+use crate::nats_driver::NatsDriver;
 use crate::net::Clock;
 use crate::settings::{Settings, Transport};
 use crate::tcp::TcpDriver;

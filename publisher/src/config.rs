@@ -396,18 +396,8 @@ pub struct NatsSection {
     pub max_message: Option<usize>,
 }
 
-/// How the publisher authenticates to NATS.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NatsAuth {
-    /// No credentials.
-    None,
-    /// A `.creds` file.
-    Creds(PathBuf),
-    /// An nkey seed in a file.
-    Nkey(PathBuf),
-    /// A user and the file with its password.
-    UserPassword(String, PathBuf),
-}
+/// How the publisher authenticates to NATS: the client's, from the same four settings.
+pub use mdrelay_client::NatsAuth;
 
 /// The NATS output, checked.
 #[derive(Debug, Clone, PartialEq)]
@@ -469,15 +459,7 @@ fn nats_auth(
     user: Option<String>,
     password_file: Option<PathBuf>,
 ) -> Result<NatsAuth> {
-    Ok(match (creds_file, nkey_file, user, password_file) {
-        (None, None, None, None) => NatsAuth::None,
-        (Some(creds), None, None, None) => NatsAuth::Creds(creds),
-        (None, Some(nkey), None, None) => NatsAuth::Nkey(nkey),
-        (None, None, Some(user), Some(password)) => NatsAuth::UserPassword(user, password),
-        (None, None, Some(_), None) => bail!("{section}.user: give its password in {section}.password_file"),
-        (None, None, None, Some(_)) => bail!("{section}.password_file: give the user in {section}.user"),
-        _ => bail!("{section}: give one of creds_file, nkey_file, or user with password_file"),
-    })
+    NatsAuth::from_settings(creds_file, nkey_file, user, password_file).map_err(|e| anyhow::anyhow!("{section}.{e}"))
 }
 
 fn nats_output(n: NatsSection, stream_number: u32) -> Result<Nats> {
@@ -755,6 +737,7 @@ pub struct Config {
 pub const DEFAULT_TCP_LISTEN: &str = "127.0.0.1:9100";
 
 // The loader is the one both programs share: bounded to 1 MiB, and on reload a regular file only.
+use mdrelay_telemetry::config_file::toml_error_message;
 pub use mdrelay_telemetry::config_file::{MAX_CONFIG_BYTES, Reading, read_text};
 
 /// Reads a configuration file at start.
@@ -769,7 +752,7 @@ pub fn read_config(path: &Path, reading: Reading) -> Result<FileConfig> {
 
 /// Parses the text of the configuration file `path`; errors name the file, line and key.
 pub fn parse_text(path: &Path, text: &str) -> Result<FileConfig> {
-    toml::from_str(text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    toml::from_str(text).map_err(|e| anyhow::anyhow!("{}: {}", path.display(), toml_error_message(&e)))
 }
 
 /// A failed check's error with the origin of the setting it names (`pacing.rate (--rate): ...`,
@@ -1327,7 +1310,7 @@ impl Config {
                     tls_ca_file: n.tls_ca_file.clone(),
                     ..UpstreamSection::default()
                 };
-                (section.creds_file, section.nkey_file, section.user, section.password_file) = n.auth.to_keys();
+                (section.creds_file, section.nkey_file, section.user, section.password_file) = n.auth.to_settings();
                 source.upstream = Some(section);
             }
         }
@@ -1395,7 +1378,7 @@ impl Config {
                     id_key_file: n.id_key_file.clone(),
                     ..NatsSection::default()
                 };
-                (section.creds_file, section.nkey_file, section.user, section.password_file) = n.auth.to_keys();
+                (section.creds_file, section.nkey_file, section.user, section.password_file) = n.auth.to_settings();
                 section
             }),
             retransmit: RetransmitSection {
@@ -1410,18 +1393,6 @@ impl Config {
             cpu: CpuSection { hot_core: self.hot_core, io_threads: Some(self.io_threads) },
             metrics: MetricsSection::from(self.metrics),
             protection: ProtectionSection::from(&self.protection),
-        }
-    }
-}
-
-impl NatsAuth {
-    /// The keys that give these credentials: `creds_file`, `nkey_file`, `user`, `password_file`.
-    fn to_keys(&self) -> (Option<PathBuf>, Option<PathBuf>, Option<String>, Option<PathBuf>) {
-        match self {
-            NatsAuth::None => (None, None, None, None),
-            NatsAuth::Creds(path) => (Some(path.clone()), None, None, None),
-            NatsAuth::Nkey(path) => (None, Some(path.clone()), None, None),
-            NatsAuth::UserPassword(user, path) => (None, None, Some(user.clone()), Some(path.clone())),
         }
     }
 }
@@ -1505,9 +1476,9 @@ mod tests {
         assert!(e.contains("protection.key_file"), "{e}");
         // Credentials: one kind, each key named; TCP has none.
         let e = upstream_error(&format!("{nats}\nuser = \"feed\""));
-        assert!(e.contains("source.upstream.user") && e.contains("source.upstream.password_file"), "{e}");
+        assert!(e.contains("source.upstream.user") && e.contains("password"), "{e}");
         let e = upstream_error(&format!("{nats}\nnkey_file = \"/n\"\ncreds_file = \"/c\""));
-        assert!(e.contains("source.upstream: give one of"), "{e}");
+        assert!(e.contains("source.upstream.creds_file: give one kind of credentials"), "{e}");
         let e = upstream_error("connect = \"h:9100\"\ntls_ca_file = \"/ca.pem\"");
         assert!(e.contains("source.upstream.tls_ca_file") && e.contains("TCP"), "{e}");
         let file: FileConfig = toml::from_str(&format!(

@@ -34,7 +34,7 @@
 //! the task publishes it once everything before it is acknowledged, since a subscriber ends on
 //! it and a message published again after it would come too late.
 
-use crate::config::{Nats, NatsAuth, NatsRetention, NatsStorage, SlowServerPolicy};
+use crate::config::{Nats, NatsRetention, NatsStorage, SlowServerPolicy};
 use anyhow::{Context, Result, anyhow};
 use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::jetstream::{self, ErrorCode, stream};
@@ -42,6 +42,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use futures_util::future::{BoxFuture, FutureExt};
 use futures_util::stream::FuturesUnordered;
+use mdrelay_client::nats::{connect_error, connect_options};
 use mdrelay_proto::codec::Format;
 use mdrelay_proto::relay::{DatagramHeader, Duplicate, MessageIds, Protector, Unstored, judge_duplicate};
 use mdrelay_telemetry::exit::{ExitStatus, WithExitStatus};
@@ -374,7 +375,10 @@ async fn connect(
     connections: Arc<tokio::sync::watch::Sender<u64>>,
 ) -> Result<async_nats::Client> {
     let options = || async {
-        let mut options = async_nats::ConnectOptions::new()
+        let mut options = connect_options(&settings.auth, settings.tls_ca_file.as_deref())
+            .await
+            .map_err(|e| anyhow!("nats.{e}"))
+            .exit_status(ExitStatus::Config)?
             .name("mdrelay-pub")
             .max_reconnects(None)
             .connection_timeout(Duration::from_secs(2));
@@ -402,29 +406,6 @@ async fn connect(
                 }
             }
         });
-        options = match &settings.auth {
-            NatsAuth::None => options,
-            NatsAuth::Creds(path) => options
-                .credentials_file(path)
-                .await
-                .with_context(|| format!("nats.creds_file: cannot read {}", path.display()))
-                .exit_status(ExitStatus::Config)?,
-            NatsAuth::Nkey(path) => {
-                let seed = read_secret("nats.nkey_file", path)?;
-                options.nkey(seed)
-            }
-            NatsAuth::UserPassword(user, path) => {
-                let password = read_secret("nats.password_file", path)?;
-                options.user_and_password(user.clone(), password)
-            }
-        };
-        if let Some(ca) = &settings.tls_ca_file {
-            if !ca.is_file() {
-                return Err(anyhow!("nats.tls_ca_file: {} is not a file", ca.display()))
-                    .exit_status(ExitStatus::Config);
-            }
-            options = options.add_root_certificates(ca.clone()).require_tls(true);
-        }
         Ok::<_, anyhow::Error>(options)
     };
     let servers: Vec<async_nats::ServerAddr> = settings
@@ -438,33 +419,12 @@ async fn connect(
     match options().await?.connect(servers.clone()).await {
         Ok(client) => Ok(client),
         Err(e) => {
-            use async_nats::ConnectErrorKind as Kind;
-            let setting = match settings.auth {
-                NatsAuth::None => "nats (no credentials given)",
-                NatsAuth::Creds(_) => "nats.creds_file",
-                NatsAuth::Nkey(_) => "nats.nkey_file",
-                NatsAuth::UserPassword(..) => "nats.user / nats.password_file",
-            };
-            match e.kind() {
-                Kind::Authentication | Kind::AuthorizationViolation => {
-                    Err(anyhow!("{setting}: the NATS server refused the credentials: {e}"))
-                        .exit_status(ExitStatus::Config)
-                }
-                Kind::Tls => Err(anyhow!("nats.tls_ca_file: TLS with the NATS server failed: {e}"))
-                    .exit_status(ExitStatus::Config),
-                Kind::ServerParse | Kind::Dns => Err(anyhow!("nats.servers: {e}")).exit_status(ExitStatus::Config),
-                _ => Ok(options().await?.retry_on_initial_connect().connect(servers).await?),
+            if let Some(fault) = connect_error(&e, &settings.auth) {
+                return Err(anyhow!("nats.{fault}")).exit_status(ExitStatus::Config);
             }
+            Ok(options().await?.retry_on_initial_connect().connect(servers).await?)
         }
     }
-}
-
-/// A secret from a file, its surrounding white space trimmed.
-fn read_secret(setting: &str, path: &std::path::Path) -> Result<String> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("{setting}: cannot read {}", path.display()))
-        .exit_status(ExitStatus::Config)?;
-    Ok(text.trim().to_string())
 }
 
 /// The stream configuration the settings ask for.

@@ -34,250 +34,250 @@ use tracing::Instrument;
 #[derive(Debug, Args, Clone, Default, serde::Serialize)]
 pub struct RunArgs {
     /// TOML configuration file (see config/ for examples).
-    #[arg(long, short, env = "MDRELAY_PUB_CONFIG")]
+    #[arg(long, value_name = "FILE", short, env = "MDRELAY_PUB_CONFIG")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
     /// Wire format: raw, sbe, flatbuffers, capnp, capnp-packed, protobuf, brec, json [default: sbe].
-    #[arg(long, env = "MDRELAY_PUB_FORMAT")]
+    #[arg(long, value_name = "FORMAT", env = "MDRELAY_PUB_FORMAT", help_heading = "Format")]
     #[serde(rename = "format")]
     pub format: Option<Format>,
     /// Stream number announced to subscribers.
-    #[arg(long, env = "MDRELAY_PUB_STREAM")]
+    #[arg(long, value_name = "N", env = "MDRELAY_PUB_STREAM", help_heading = "Format")]
     #[serde(rename = "stream")]
     pub stream: Option<u32>,
     /// Profile: default (backoff waits) or low-latency (spin waits, the hot thread pinned to
     /// --hot-core) [default: default].
-    #[arg(long, env = "MDRELAY_PUB_PROFILE")]
+    #[arg(long, value_name = "PROFILE", env = "MDRELAY_PUB_PROFILE", help_heading = "Latency and CPU")]
     #[serde(rename = "profile")]
     pub profile: Option<mdrelay_proto::idle::Profile>,
     /// How the hot thread waits: spin, yield, backoff, sleep [default: the profile's].
-    #[arg(long, env = "MDRELAY_PUB_IDLE")]
+    #[arg(long, value_name = "STRATEGY", env = "MDRELAY_PUB_IDLE", help_heading = "Latency and CPU")]
     #[serde(rename = "pacing.idle")]
     pub idle: Option<mdrelay_proto::idle::IdleStrategy>,
     /// Pin the hot thread to this CPU.
-    #[arg(long, env = "MDRELAY_PUB_HOT_CORE")]
+    #[arg(long, value_name = "N", env = "MDRELAY_PUB_HOT_CORE", help_heading = "Latency and CPU")]
     #[serde(rename = "cpu.hot_core")]
     pub hot_core: Option<usize>,
     /// Threads serving subscribers' sockets [default: 1].
-    #[arg(long, env = "MDRELAY_PUB_IO_THREADS")]
+    #[arg(long, value_name = "N", env = "MDRELAY_PUB_IO_THREADS", help_heading = "Latency and CPU")]
     #[serde(rename = "cpu.io_threads")]
     pub io_threads: Option<usize>,
     /// Replay this capture (pcap / pcapng, gzipped or not).
-    #[arg(long, conflicts_with_all = ["synthetic", "live"], env = "MDRELAY_PUB_CAPTURE")]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["synthetic", "live"], env = "MDRELAY_PUB_CAPTURE", help_heading = "Source")]
     #[serde(rename = "source.capture")]
     pub capture: Option<PathBuf>,
     /// Generate a synthetic day on the fly (the default source).
-    #[arg(long, conflicts_with = "live", env = "MDRELAY_PUB_SYNTHETIC")]
+    #[arg(long, conflicts_with = "live", env = "MDRELAY_PUB_SYNTHETIC", help_heading = "Source")]
     #[serde(rename = "source.synthetic", skip_serializing_if = "std::ops::Not::not", serialize_with = "a_section")]
     pub synthetic: bool,
     /// Synthetic day: messages (`--messages` in earlier releases).
-    #[arg(long, alias = "messages", env = "MDRELAY_PUB_SYNTHETIC_MESSAGES")]
+    #[arg(long, value_name = "N", alias = "messages", env = "MDRELAY_PUB_SYNTHETIC_MESSAGES", help_heading = "Source")]
     #[serde(rename = "source.synthetic.messages")]
     pub synthetic_messages: Option<u64>,
     /// Synthetic day: how many symbols it trades (`--symbols` in earlier releases; mdrelay-sub's
     /// --symbols is a list of tickers).
-    #[arg(long, alias = "symbols", env = "MDRELAY_PUB_SYNTHETIC_SYMBOLS")]
+    #[arg(long, value_name = "N", alias = "symbols", env = "MDRELAY_PUB_SYNTHETIC_SYMBOLS", help_heading = "Source")]
     #[serde(rename = "source.synthetic.symbols")]
     pub synthetic_symbols: Option<usize>,
     /// Synthetic day: seed (`--seed` in earlier releases).
-    #[arg(long, alias = "seed", env = "MDRELAY_PUB_SYNTHETIC_SEED")]
+    #[arg(long, value_name = "N", alias = "seed", env = "MDRELAY_PUB_SYNTHETIC_SEED", help_heading = "Source")]
     #[serde(rename = "source.synthetic.seed")]
     pub synthetic_seed: Option<u64>,
     /// Relay a live IEX-TP feed received on this address:port.
-    #[arg(long, env = "MDRELAY_PUB_LIVE")]
+    #[arg(long, value_name = "ADDR:PORT", env = "MDRELAY_PUB_LIVE", help_heading = "Source")]
     #[serde(rename = "source.live.listen")]
     pub live: Option<String>,
     /// Live feed: multicast group to join.
-    #[arg(long, env = "MDRELAY_PUB_LIVE_GROUP")]
+    #[arg(long, value_name = "GROUP:PORT", env = "MDRELAY_PUB_LIVE_GROUP", help_heading = "Source")]
     #[serde(rename = "source.live.group")]
     pub live_group: Option<String>,
     /// Live feed: interface address for the join.
-    #[arg(long, env = "MDRELAY_PUB_LIVE_INTERFACE")]
+    #[arg(long, value_name = "ADDR", env = "MDRELAY_PUB_LIVE_INTERFACE", help_heading = "Source")]
     #[serde(rename = "source.live.interface")]
     pub live_interface: Option<String>,
     /// Live feed: seconds of silence that end the stream (0: never).
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_IDLE_TIMEOUT")]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_IDLE_TIMEOUT", help_heading = "Source")]
     #[serde(rename = "source.live.idle_timeout")]
     pub idle_timeout: Option<f64>,
     /// Relay another mdrelay publisher's TCP stream from HOST:PORT (relay chaining; a NATS
     /// upstream and its credentials come from the configuration file).
-    #[arg(long, conflicts_with_all = ["capture", "synthetic", "live"], env = "MDRELAY_PUB_UPSTREAM")]
+    #[arg(long, value_name = "HOST:PORT", conflicts_with_all = ["capture", "synthetic", "live"], env = "MDRELAY_PUB_UPSTREAM", help_heading = "Upstream (relay)")]
     #[serde(rename = "source.upstream.connect")]
     pub upstream: Option<String>,
     /// Upstream: seconds one connection attempt may take.
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_UPSTREAM_CONNECT_TIMEOUT")]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_UPSTREAM_CONNECT_TIMEOUT", help_heading = "Upstream (relay)")]
     #[serde(rename = "source.upstream.connect_timeout")]
     pub upstream_connect_timeout: Option<f64>,
     /// Upstream: seconds the upstream has to greet once connected.
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_UPSTREAM_HANDSHAKE_TIMEOUT")]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_UPSTREAM_HANDSHAKE_TIMEOUT", help_heading = "Upstream (relay)")]
     #[serde(rename = "source.upstream.handshake_timeout")]
     pub upstream_handshake_timeout: Option<f64>,
     /// Upstream: the longest wait between connection attempts.
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_UPSTREAM_RECONNECT_MAX")]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_UPSTREAM_RECONNECT_MAX", help_heading = "Upstream (relay)")]
     #[serde(rename = "source.upstream.reconnect_max")]
     pub upstream_reconnect_max: Option<f64>,
     /// Upstream: how long to keep trying to reach it before the relay ends with an error.
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_UPSTREAM_GIVE_UP_AFTER")]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_UPSTREAM_GIVE_UP_AFTER", help_heading = "Upstream (relay)")]
     #[serde(rename = "source.upstream.give_up_after")]
     pub upstream_give_up_after: Option<f64>,
     /// Upstream: a connection silent this long is lost, and made again (0: never).
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_UPSTREAM_IDLE_TIMEOUT")]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_UPSTREAM_IDLE_TIMEOUT", help_heading = "Upstream (relay)")]
     #[serde(rename = "source.upstream.idle_timeout")]
     pub upstream_idle_timeout: Option<f64>,
     /// Upstream: its frames carry a CRC-32C (its `[protection] crc = true`), checked on receipt.
-    #[arg(long, env = "MDRELAY_PUB_UPSTREAM_CRC")]
+    #[arg(long, value_name = "BOOL", env = "MDRELAY_PUB_UPSTREAM_CRC", help_heading = "Upstream (relay)")]
     #[serde(rename = "source.upstream.crc")]
     pub upstream_crc: Option<bool>,
     /// Pacing: original (capture timing), rate, top-speed [default: top-speed].
-    #[arg(long, value_enum, env = "MDRELAY_PUB_PACING")]
+    #[arg(long, value_name = "MODE", value_enum, env = "MDRELAY_PUB_PACING", help_heading = "Pacing")]
     #[serde(rename = "pacing.mode")]
     pub pacing: Option<PacingMode>,
     /// Original pacing: time scale (10 = ten times faster).
-    #[arg(long, env = "MDRELAY_PUB_SPEED")]
+    #[arg(long, value_name = "FACTOR", env = "MDRELAY_PUB_SPEED", help_heading = "Pacing")]
     #[serde(rename = "pacing.speed")]
     pub speed: Option<f64>,
     /// Rate pacing: messages per second.
-    #[arg(long, env = "MDRELAY_PUB_RATE")]
+    #[arg(long, value_name = "N", env = "MDRELAY_PUB_RATE", help_heading = "Pacing")]
     #[serde(rename = "pacing.rate")]
     pub rate: Option<f64>,
     /// Passes over the source (0: forever) [default: 1].
-    #[arg(long, env = "MDRELAY_PUB_LOOPS")]
+    #[arg(long, value_name = "N", env = "MDRELAY_PUB_LOOPS", help_heading = "Pacing")]
     #[serde(rename = "pacing.loops")]
     pub loops: Option<u64>,
     /// Stop after this many messages.
-    #[arg(long, env = "MDRELAY_PUB_MAX_MESSAGES")]
+    #[arg(long, value_name = "N", env = "MDRELAY_PUB_MAX_MESSAGES", help_heading = "Pacing")]
     #[serde(rename = "pacing.max_messages")]
     pub max_messages: Option<u64>,
     /// Stop after this many seconds.
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_DURATION")]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_DURATION", help_heading = "Pacing")]
     #[serde(rename = "pacing.duration")]
     pub duration: Option<f64>,
     /// Coalesce frames into TCP records / datagrams up to this many bytes (0: off).
-    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes::<usize>, env = "MDRELAY_PUB_COALESCE_BYTES")]
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes::<usize>, env = "MDRELAY_PUB_COALESCE_BYTES", help_heading = "Batching")]
     #[serde(rename = "batching.coalesce_bytes")]
     pub coalesce_bytes: Option<usize>,
     /// Serve subscribers over TCP on this address [config default: 127.0.0.1:9100].
-    #[arg(long, env = "MDRELAY_PUB_TCP")]
+    #[arg(long, value_name = "ADDR:PORT", env = "MDRELAY_PUB_TCP", help_heading = "TCP")]
     #[serde(rename = "tcp.listen")]
     pub tcp: Option<String>,
     /// TCP: records in the queue all subscribers read from.
-    #[arg(long, env = "MDRELAY_PUB_QUEUE")]
+    #[arg(long, value_name = "N", env = "MDRELAY_PUB_QUEUE", help_heading = "TCP")]
     #[serde(rename = "tcp.queue")]
     pub queue: Option<usize>,
     /// TCP: what to do with a subscriber whose queue is full.
-    #[arg(long, value_enum, env = "MDRELAY_PUB_SLOW_SUBSCRIBER")]
+    #[arg(long, value_name = "POLICY", value_enum, env = "MDRELAY_PUB_SLOW_SUBSCRIBER", help_heading = "TCP")]
     #[serde(rename = "tcp.slow_subscriber")]
     pub slow_subscriber: Option<SlowPolicy>,
     /// TCP: wait for this many subscribers before sending.
-    #[arg(long, env = "MDRELAY_PUB_WAIT_SUBSCRIBERS")]
+    #[arg(long, value_name = "N", env = "MDRELAY_PUB_WAIT_SUBSCRIBERS", help_heading = "TCP")]
     #[serde(rename = "tcp.wait_subscribers")]
     pub wait_subscribers: Option<usize>,
     /// TCP: connections at once; more are told to retry later.
-    #[arg(long, env = "MDRELAY_PUB_MAX_CONNECTIONS")]
+    #[arg(long, value_name = "N", env = "MDRELAY_PUB_MAX_CONNECTIONS", help_heading = "TCP")]
     #[serde(rename = "tcp.max_connections")]
     pub max_connections: Option<usize>,
     /// TCP: seconds a connection has to answer the greeting.
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_HANDSHAKE_TIMEOUT")]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_HANDSHAKE_TIMEOUT", help_heading = "TCP")]
     #[serde(rename = "tcp.handshake_timeout")]
     pub handshake_timeout: Option<f64>,
     /// TCP: bytes of replay records built and not yet written, over every resuming subscriber.
-    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes::<u64>, env = "MDRELAY_PUB_REPLAY_BYTES")]
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes::<u64>, env = "MDRELAY_PUB_REPLAY_BYTES", help_heading = "TCP")]
     #[serde(rename = "tcp.replay_bytes")]
     pub replay_bytes: Option<u64>,
     /// TCP: seconds a resuming subscriber has to take a replay chunk before it is cut off.
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_REPLAY_TIMEOUT")]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_REPLAY_TIMEOUT", help_heading = "TCP")]
     #[serde(rename = "tcp.replay_timeout")]
     pub replay_timeout: Option<f64>,
     /// TCP: seconds subscribers get at the end to take what is queued for them.
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_DRAIN_TIMEOUT")]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_DRAIN_TIMEOUT", help_heading = "TCP")]
     #[serde(rename = "tcp.drain_timeout")]
     pub drain_timeout: Option<f64>,
     /// Original pacing: a wait longer than this many seconds is not waited out.
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_MAX_GAP")]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_MAX_GAP", help_heading = "TCP")]
     #[serde(rename = "pacing.max_gap")]
     pub max_gap: Option<f64>,
     /// Seconds of segments sent per wake-up; a segment due within this goes out early.
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_DUTY_CYCLE")]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_DUTY_CYCLE", help_heading = "TCP")]
     #[serde(rename = "pacing.duty_cycle")]
     pub duty_cycle: Option<f64>,
     /// Send UDP datagrams to this address:port (repeatable).
-    #[arg(long, env = "MDRELAY_PUB_UDP")]
+    #[arg(long, value_name = "HOST:PORT", env = "MDRELAY_PUB_UDP", help_heading = "UDP and multicast")]
     #[serde(rename = "udp.destinations", skip_serializing_if = "Vec::is_empty")]
     pub udp: Vec<String>,
     /// Send to this multicast group:port.
-    #[arg(long, env = "MDRELAY_PUB_MULTICAST")]
+    #[arg(long, value_name = "GROUP:PORT", env = "MDRELAY_PUB_MULTICAST", help_heading = "UDP and multicast")]
     #[serde(rename = "multicast.group")]
     pub multicast: Option<String>,
     /// Multicast: interface address to send from.
-    #[arg(long, env = "MDRELAY_PUB_INTERFACE")]
+    #[arg(long, value_name = "ADDR", env = "MDRELAY_PUB_INTERFACE", help_heading = "UDP and multicast")]
     #[serde(rename = "multicast.interface")]
     pub interface: Option<String>,
     /// Multicast: TTL.
-    #[arg(long, env = "MDRELAY_PUB_TTL")]
+    #[arg(long, value_name = "N", env = "MDRELAY_PUB_TTL", help_heading = "UDP and multicast")]
     #[serde(rename = "multicast.ttl")]
     pub ttl: Option<u32>,
     /// Multicast: deliver to receivers on this host too.
-    #[arg(long, env = "MDRELAY_PUB_MULTICAST_LOOP")]
+    #[arg(long, value_name = "BOOL", env = "MDRELAY_PUB_MULTICAST_LOOP", help_heading = "UDP and multicast")]
     #[serde(rename = "multicast.loopback")]
     pub multicast_loop: Option<bool>,
     /// Line B: also send every datagram to this multicast group:port.
-    #[arg(long, env = "MDRELAY_PUB_MULTICAST_B")]
+    #[arg(long, value_name = "GROUP:PORT", env = "MDRELAY_PUB_MULTICAST_B", help_heading = "UDP and multicast")]
     #[serde(rename = "multicast_b.group")]
     pub multicast_b: Option<String>,
     /// Line B: interface address to send line B from.
-    #[arg(long, env = "MDRELAY_PUB_INTERFACE_B")]
+    #[arg(long, value_name = "ADDR", env = "MDRELAY_PUB_INTERFACE_B", help_heading = "UDP and multicast")]
     #[serde(rename = "multicast_b.interface")]
     pub interface_b: Option<String>,
     /// Line B: TTL [default: --ttl's].
-    #[arg(long, env = "MDRELAY_PUB_TTL_B")]
+    #[arg(long, value_name = "N", env = "MDRELAY_PUB_TTL_B", help_heading = "UDP and multicast")]
     #[serde(rename = "multicast_b.ttl")]
     pub ttl_b: Option<u32>,
     /// Line B: deliver to receivers on this host too [default: --multicast-loop's].
-    #[arg(long, env = "MDRELAY_PUB_MULTICAST_LOOP_B")]
+    #[arg(long, value_name = "BOOL", env = "MDRELAY_PUB_MULTICAST_LOOP_B", help_heading = "UDP and multicast")]
     #[serde(rename = "multicast_b.loopback")]
     pub multicast_loop_b: Option<bool>,
     /// Bytes the retransmission ring holds (0: none; default 64 MiB).
-    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes::<u64>, env = "MDRELAY_PUB_RING_BYTES")]
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes::<u64>, env = "MDRELAY_PUB_RING_BYTES", help_heading = "Retransmission")]
     #[serde(rename = "retransmit.ring_bytes")]
     pub ring_bytes: Option<u64>,
     /// Serve retransmission requests over TCP on this address:port.
-    #[arg(long, env = "MDRELAY_PUB_RETRANSMIT_LISTEN")]
+    #[arg(long, value_name = "ADDR:PORT", env = "MDRELAY_PUB_RETRANSMIT_LISTEN", help_heading = "Retransmission")]
     #[serde(rename = "retransmit.listen")]
     pub retransmit_listen: Option<String>,
     /// Retransmission: frames per request at most.
-    #[arg(long, env = "MDRELAY_PUB_RETRANSMIT_MAX_RANGE")]
+    #[arg(long, value_name = "N", env = "MDRELAY_PUB_RETRANSMIT_MAX_RANGE", help_heading = "Retransmission")]
     #[serde(rename = "retransmit.max_range")]
     pub retransmit_max_range: Option<u32>,
     /// Retransmission: requests per second per connection.
-    #[arg(long, env = "MDRELAY_PUB_RETRANSMIT_RATE")]
+    #[arg(long, value_name = "N", env = "MDRELAY_PUB_RETRANSMIT_RATE", help_heading = "Retransmission")]
     #[serde(rename = "retransmit.requests_per_second")]
     pub retransmit_rate: Option<u32>,
     /// Retransmission: connections to the service at once.
-    #[arg(long, env = "MDRELAY_PUB_RETRANSMIT_MAX_CONNECTIONS")]
+    #[arg(long, value_name = "N", env = "MDRELAY_PUB_RETRANSMIT_MAX_CONNECTIONS", help_heading = "Retransmission")]
     #[serde(rename = "retransmit.max_connections")]
     pub retransmit_max_connections: Option<usize>,
     /// Retransmission: seconds a connection may ask nothing before it is closed.
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_RETRANSMIT_IDLE_TIMEOUT")]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_RETRANSMIT_IDLE_TIMEOUT", help_heading = "Retransmission")]
     #[serde(rename = "retransmit.idle_timeout")]
     pub retransmit_idle_timeout: Option<f64>,
     /// Retransmission: seconds the service stays up after the end of the stream.
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_RETRANSMIT_LINGER")]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_RETRANSMIT_LINGER", help_heading = "Retransmission")]
     #[serde(rename = "retransmit.linger")]
     pub retransmit_linger: Option<f64>,
     /// UDP: largest coalesced datagram.
-    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes::<usize>, env = "MDRELAY_PUB_MAX_DATAGRAM")]
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes::<usize>, env = "MDRELAY_PUB_MAX_DATAGRAM", help_heading = "Batching")]
     #[serde(rename = "udp.max_datagram")]
     pub max_datagram: Option<usize>,
     /// Serve Prometheus metrics on this address:port (e.g. 127.0.0.1:9900).
-    #[arg(long, env = "MDRELAY_PUB_METRICS_LISTEN")]
+    #[arg(long, value_name = "ADDR:PORT", env = "MDRELAY_PUB_METRICS_LISTEN", help_heading = "Metrics and report")]
     #[serde(rename = "metrics.listen")]
     pub metrics_listen: Option<String>,
     /// Metrics: seconds the endpoint stays up after the run, for the last scrape.
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_METRICS_HOLD")]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_METRICS_HOLD", help_heading = "Metrics and report")]
     #[serde(rename = "metrics.hold")]
     pub metrics_hold: Option<f64>,
     /// Write the run's summary as JSON to this file ("-" for stdout).
-    #[arg(long)]
+    #[arg(long, value_name = "FILE", help_heading = "Metrics and report")]
     #[serde(skip)]
     pub json: Option<PathBuf>,
     /// Check the configuration, print the settings it amounts to (TOML, each value followed by

@@ -25,7 +25,7 @@
 //! END), an upstream that restarted (a new session), or a subscription the client ended.
 //! Reconnection to another server of the cluster is the NATS client's own, for ever.
 
-use crate::config::{NatsAuth, NatsUpstream as Settings};
+use crate::config::NatsUpstream as Settings;
 use crate::item::Item;
 use crate::relayed::{Relayed, UpstreamSummary};
 use hdrhistogram::Histogram;
@@ -88,12 +88,7 @@ impl NatsUpstream {
         if let Some(stream) = &settings.stream {
             builder = builder.nats_stream(stream.clone());
         }
-        builder = match &settings.auth {
-            NatsAuth::None => builder,
-            NatsAuth::Creds(path) => builder.nats_creds_file(path),
-            NatsAuth::Nkey(path) => builder.nats_nkey_file(path),
-            NatsAuth::UserPassword(user, path) => builder.nats_user(user).nats_password_file(path),
-        };
+        builder = builder.nats_auth(&settings.auth);
         if let Some(ca) = &settings.tls_ca_file {
             builder = builder.nats_tls_ca_file(ca);
         }

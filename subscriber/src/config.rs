@@ -3,11 +3,11 @@
 //! message naming the setting (and, for the file, the file and line).
 
 use clap::{Parser, ValueEnum};
-use mdrelay_client::check_host_port;
+use mdrelay_client::{NatsAuth, NatsSetting, check_host_port};
 use mdrelay_proto::Symbol;
 use mdrelay_proto::idle::{IdleStrategy, Profile};
 use mdrelay_proto::relay::{ProtectionSection, ProtectionSettings};
-use mdrelay_telemetry::config_file::{Reading, read_text};
+use mdrelay_telemetry::config_file::{Reading, read_text, toml_error_message};
 use mdrelay_telemetry::prometheus::{MetricsSection, MetricsSettings};
 use mdrelay_telemetry::units::{Seconds, parse_seconds};
 use serde::Deserialize;
@@ -27,162 +27,162 @@ pub struct Cli {
     #[arg(long, short, value_name = "FILE", env = "MDRELAY_SUB_CONFIG")]
     pub config: Option<PathBuf>,
     /// TCP: connect to a publisher at HOST:PORT (reconnects when the connection drops).
-    #[arg(long, value_name = "HOST:PORT", env = "MDRELAY_SUB_CONNECT")]
+    #[arg(long, value_name = "HOST:PORT", env = "MDRELAY_SUB_CONNECT", help_heading = "Transport")]
     pub connect: Option<String>,
     /// UDP unicast: listen on ADDR:PORT (port 0 picks a free port, logged at start).
-    #[arg(long, value_name = "ADDR:PORT", env = "MDRELAY_SUB_LISTEN")]
+    #[arg(long, value_name = "ADDR:PORT", env = "MDRELAY_SUB_LISTEN", help_heading = "Transport")]
     pub listen: Option<String>,
     /// UDP multicast: join GROUP:PORT (an IPv4 multicast group).
-    #[arg(long, value_name = "GROUP:PORT", env = "MDRELAY_SUB_GROUP")]
+    #[arg(long, value_name = "GROUP:PORT", env = "MDRELAY_SUB_GROUP", help_heading = "Transport")]
     pub group: Option<String>,
     /// Multicast: the local interface address to join the group on (default 0.0.0.0).
-    #[arg(long, value_name = "ADDR", env = "MDRELAY_SUB_INTERFACE")]
+    #[arg(long, value_name = "ADDR", env = "MDRELAY_SUB_INTERFACE", help_heading = "Transport")]
     pub interface: Option<String>,
     /// NATS: the servers' URLs (comma-separated, nats://HOST:PORT) of a publisher's `[nats]` output.
-    #[arg(long, value_name = "URLS", env = "MDRELAY_SUB_NATS")]
+    #[arg(long, value_name = "URLS", env = "MDRELAY_SUB_NATS", help_heading = "NATS")]
     pub nats: Option<String>,
     /// NATS: the subject the stream is published to (default mdrelay.1).
-    #[arg(long, value_name = "SUBJECT", env = "MDRELAY_SUB_NATS_SUBJECT")]
+    #[arg(long, value_name = "SUBJECT", env = "MDRELAY_SUB_NATS_SUBJECT", help_heading = "NATS")]
     pub nats_subject: Option<String>,
     /// NATS: the JetStream stream that stores the subject, replayed by --from-start.
-    #[arg(long, value_name = "NAME", env = "MDRELAY_SUB_NATS_STREAM")]
+    #[arg(long, value_name = "NAME", env = "MDRELAY_SUB_NATS_STREAM", help_heading = "NATS")]
     pub nats_stream: Option<String>,
     /// NATS with --nats-stream: start with the first message the stream stored at or after this
     /// RFC 3339 time (e.g. 2026-11-26T14:30:00Z), replayed, then the live subject.
-    #[arg(long, value_name = "TIME", env = "MDRELAY_SUB_NATS_START_AT")]
+    #[arg(long, value_name = "TIME", env = "MDRELAY_SUB_NATS_START_AT", help_heading = "NATS")]
     pub nats_start_at: Option<String>,
     /// NATS: authenticate with this .creds file (JWT and nkey seed).
-    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_NATS_CREDS_FILE")]
+    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_NATS_CREDS_FILE", help_heading = "NATS")]
     pub nats_creds_file: Option<PathBuf>,
     /// NATS: authenticate with the nkey seed in this file.
-    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_NATS_NKEY_FILE")]
+    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_NATS_NKEY_FILE", help_heading = "NATS")]
     pub nats_nkey_file: Option<PathBuf>,
     /// NATS: authenticate as this user, with --nats-password-file.
-    #[arg(long, value_name = "USER", env = "MDRELAY_SUB_NATS_USER")]
+    #[arg(long, value_name = "USER", env = "MDRELAY_SUB_NATS_USER", help_heading = "NATS")]
     pub nats_user: Option<String>,
     /// NATS: the file holding --nats-user's password.
-    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_NATS_PASSWORD_FILE")]
+    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_NATS_PASSWORD_FILE", help_heading = "NATS")]
     pub nats_password_file: Option<PathBuf>,
     /// NATS: check the servers' TLS certificates with the CA certificates (PEM) in this file, and
     /// require TLS.
-    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_NATS_TLS_CA_FILE")]
+    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_NATS_TLS_CA_FILE", help_heading = "NATS")]
     pub nats_tls_ca_file: Option<PathBuf>,
     /// NATS: messages held for the subscription while the subscriber does not read them (16 to
     /// 16777216, default 65536); past it they are dropped and repaired from --nats-stream.
-    #[arg(long, value_name = "N", env = "MDRELAY_SUB_NATS_PENDING_MESSAGES")]
+    #[arg(long, value_name = "N", env = "MDRELAY_SUB_NATS_PENDING_MESSAGES", help_heading = "NATS")]
     pub nats_pending_messages: Option<u64>,
     /// NATS: once the stream has started, give up on it (exit 1) when nothing new came for this
     /// many seconds, or a duration such as 1m: no frame on the subject nor in --nats-stream's
     /// tail (default 30).
-    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_NATS_GIVE_UP_AFTER")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_NATS_GIVE_UP_AFTER", help_heading = "NATS")]
     pub nats_give_up_after: Option<f64>,
     /// Aggregate and report only these symbols (comma-separated or repeated).
-    #[arg(long, value_name = "SYMBOL", value_delimiter = ',', env = "MDRELAY_SUB_SYMBOLS")]
+    #[arg(long, value_name = "SYMBOL", value_delimiter = ',', env = "MDRELAY_SUB_SYMBOLS", help_heading = "Report")]
     pub symbols: Option<Vec<String>>,
     /// Latency mode; round-trip also echoes publish times back to the publisher.
-    #[arg(long, value_enum, env = "MDRELAY_SUB_LATENCY")]
+    #[arg(long, value_enum, env = "MDRELAY_SUB_LATENCY", help_heading = "Report")]
     pub latency: Option<LatencyMode>,
     /// Round-trip mode: echo every Nth frame (default 1).
-    #[arg(long, value_name = "N", env = "MDRELAY_SUB_ECHO_EVERY")]
+    #[arg(long, value_name = "N", env = "MDRELAY_SUB_ECHO_EVERY", help_heading = "Report")]
     pub echo_every: Option<u64>,
     /// Seconds between interval lines on stderr, or a duration such as 500ms (default 5; 0: none).
-    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_REPORT_INTERVAL")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_REPORT_INTERVAL", help_heading = "Report")]
     pub report_interval: Option<f64>,
     /// Write the final report as JSON to FILE ("-": stdout, and the text report goes to stderr).
-    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_JSON")]
+    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_JSON", help_heading = "Report")]
     pub json: Option<String>,
     /// Write an HdrHistogram interval log of one-way latency (ns), one interval per report period.
-    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_HISTOGRAM_LOG")]
+    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_HISTOGRAM_LOG", help_heading = "Report")]
     pub histogram_log: Option<PathBuf>,
     /// Record what is received to FILE as an IEX-TP capture, in arrival order, whatever the
     /// wire format: pcapng if the name ends in .pcapng, else pcap; gzipped if it ends in .gz
     /// (e.g. day.pcapng.gz). An existing file is refused unless --record-overwrite is given; a
     /// symbolic link always is.
-    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_RECORD")]
+    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_RECORD", help_heading = "Recording")]
     pub record: Option<PathBuf>,
     /// Recording: replace an existing file at the --record path (with rotation, the numbered files
     /// of an earlier recording there). Never through a symbolic link.
-    #[arg(long, visible_alias = "force", env = "MDRELAY_SUB_RECORD_OVERWRITE")]
+    #[arg(long, visible_alias = "force", env = "MDRELAY_SUB_RECORD_OVERWRITE", help_heading = "Recording")]
     pub record_overwrite: bool,
     /// Recording: start a new file once the current one holds SIZE bytes (compressed, when
     /// gzipped): a number of bytes or e.g. 512MiB, 1GB, 2GiB. Files are numbered: day.pcap.gz
     /// becomes day.000001.pcap.gz, day.000002.pcap.gz, ...
-    #[arg(long, value_name = "SIZE", env = "MDRELAY_SUB_RECORD_ROTATE_SIZE")]
+    #[arg(long, value_name = "SIZE", env = "MDRELAY_SUB_RECORD_ROTATE_SIZE", help_heading = "Recording")]
     pub record_rotate_size: Option<String>,
     /// Recording: start a new file once the current one spans this many seconds of receive time
     /// (or a duration such as 1h).
-    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_RECORD_ROTATE_INTERVAL")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_RECORD_ROTATE_INTERVAL", help_heading = "Recording")]
     pub record_rotate_interval: Option<f64>,
     /// Recording with rotation: keep at most N files, removing the oldest.
-    #[arg(long, value_name = "N", env = "MDRELAY_SUB_RECORD_MAX_FILES")]
+    #[arg(long, value_name = "N", env = "MDRELAY_SUB_RECORD_MAX_FILES", help_heading = "Recording")]
     pub record_max_files: Option<u64>,
     /// Stop once this many messages have been received (`--count` in earlier releases).
-    #[arg(long, value_name = "N", alias = "count", env = "MDRELAY_SUB_MAX_MESSAGES")]
+    #[arg(long, value_name = "N", alias = "count", env = "MDRELAY_SUB_MAX_MESSAGES", help_heading = "Report")]
     pub max_messages: Option<u64>,
     /// Stop after this many seconds (or a duration such as 10m).
-    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_DURATION")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_DURATION", help_heading = "Report")]
     pub duration: Option<f64>,
     /// TCP: the longest wait between reconnection attempts, seconds or e.g. 500ms (default 5;
     /// `--reconnect-max-seconds` in earlier releases).
-    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, alias = "reconnect-max-seconds", env = "MDRELAY_SUB_RECONNECT_MAX")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, alias = "reconnect-max-seconds", env = "MDRELAY_SUB_RECONNECT_MAX", help_heading = "TCP")]
     pub reconnect_max: Option<f64>,
     /// UDP and multicast: the publisher's retransmission service at HOST:PORT; missing frames
     /// are asked for there.
-    #[arg(long, value_name = "HOST:PORT", env = "MDRELAY_SUB_RECOVERY")]
+    #[arg(long, value_name = "HOST:PORT", env = "MDRELAY_SUB_RECOVERY", help_heading = "Recovery")]
     pub recovery: Option<String>,
     /// Recovery: how long to wait after a gap is seen before asking, seconds or e.g. 5ms
     /// (default 5ms).
-    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_RECOVERY_DELAY")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_RECOVERY_DELAY", help_heading = "Recovery")]
     pub recovery_delay: Option<f64>,
     /// Recovery: how long without an answer before asking again, seconds or e.g. 50ms (default
     /// 50ms); doubles with each further unanswered request for the same frames, up to 8 times.
-    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_RECOVERY_RETRY")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_RECOVERY_RETRY", help_heading = "Recovery")]
     pub recovery_retry: Option<f64>,
     /// Earlier releases' name of --recovery-delay, in milliseconds.
-    #[arg(long, value_name = "MS", hide = true, env = "MDRELAY_SUB_RECOVERY_DELAY_MS")]
+    #[arg(long, value_name = "MS", hide = true, env = "MDRELAY_SUB_RECOVERY_DELAY_MS", help_heading = "Recovery")]
     pub recovery_delay_ms: Option<u64>,
     /// Earlier releases' name of --recovery-retry, in milliseconds.
-    #[arg(long, value_name = "MS", hide = true, env = "MDRELAY_SUB_RECOVERY_RETRY_MS")]
+    #[arg(long, value_name = "MS", hide = true, env = "MDRELAY_SUB_RECOVERY_RETRY_MS", help_heading = "Recovery")]
     pub recovery_retry_ms: Option<u64>,
     /// Recovery: requests per gap before it is given up (default 10).
-    #[arg(long, value_name = "N", env = "MDRELAY_SUB_RECOVERY_ATTEMPTS")]
+    #[arg(long, value_name = "N", env = "MDRELAY_SUB_RECOVERY_ATTEMPTS", help_heading = "Recovery")]
     pub recovery_attempts: Option<u64>,
     /// Recovery: seconds to keep waiting for missing frames after the end of stream, or a
     /// duration such as 500ms (default 2).
-    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_RECOVERY_LINGER")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_RECOVERY_LINGER", help_heading = "Recovery")]
     pub recovery_linger: Option<f64>,
     /// The whole session from its first frame: over TCP the publisher is asked for it (as far as
     /// its ring holds it); over UDP every frame from the first is owed, so frames lost before the
     /// first received count (and, with recovery, are asked for).
-    #[arg(long, env = "MDRELAY_SUB_FROM_START")]
+    #[arg(long, env = "MDRELAY_SUB_FROM_START", help_heading = "Recovery")]
     pub from_start: bool,
     /// Multicast A/B: the second line's GROUP:PORT.
-    #[arg(long, value_name = "GROUP:PORT", env = "MDRELAY_SUB_GROUP_B")]
+    #[arg(long, value_name = "GROUP:PORT", env = "MDRELAY_SUB_GROUP_B", help_heading = "Transport")]
     pub group_b: Option<String>,
     /// Multicast A/B: the local interface address to join the second line on (default 0.0.0.0).
-    #[arg(long, value_name = "ADDR", env = "MDRELAY_SUB_INTERFACE_B")]
+    #[arg(long, value_name = "ADDR", env = "MDRELAY_SUB_INTERFACE_B", help_heading = "Transport")]
     pub interface_b: Option<String>,
     /// UDP A/B: listen for the second line on ADDR:PORT.
-    #[arg(long, value_name = "ADDR:PORT", env = "MDRELAY_SUB_LISTEN_B")]
+    #[arg(long, value_name = "ADDR:PORT", env = "MDRELAY_SUB_LISTEN_B", help_heading = "Transport")]
     pub listen_b: Option<String>,
     /// Profile: default (wait for readiness) or low-latency (busy-poll the socket, SO_BUSY_POLL,
     /// the receive thread pinned to --core) [default: default].
-    #[arg(long, value_name = "PROFILE", env = "MDRELAY_SUB_PROFILE")]
+    #[arg(long, value_name = "PROFILE", env = "MDRELAY_SUB_PROFILE", help_heading = "Latency and CPU")]
     pub profile: Option<Profile>,
     /// How the receive loop waits: spin, yield, backoff (busy-poll, then wait) or sleep (wait for
     /// readiness) [default: the profile's].
-    #[arg(long, value_name = "STRATEGY", env = "MDRELAY_SUB_IDLE")]
+    #[arg(long, value_name = "STRATEGY", env = "MDRELAY_SUB_IDLE", help_heading = "Latency and CPU")]
     pub idle: Option<IdleStrategy>,
     /// Pin the receive thread, the subscriber's hot thread, to this CPU (`--core` in earlier
     /// releases).
-    #[arg(long, value_name = "N", alias = "core", env = "MDRELAY_SUB_HOT_CORE")]
+    #[arg(long, value_name = "N", alias = "core", env = "MDRELAY_SUB_HOT_CORE", help_heading = "Latency and CPU")]
     pub hot_core: Option<usize>,
     /// Serve Prometheus metrics on ADDR:PORT (e.g. 127.0.0.1:9901).
-    #[arg(long, value_name = "ADDR:PORT", env = "MDRELAY_SUB_METRICS_LISTEN")]
+    #[arg(long, value_name = "ADDR:PORT", env = "MDRELAY_SUB_METRICS_LISTEN", help_heading = "Metrics")]
     pub metrics_listen: Option<String>,
     /// Metrics: seconds the endpoint stays up after the run, for the last scrape, or a duration
     /// such as 30s (default 0).
-    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_METRICS_HOLD")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_METRICS_HOLD", help_heading = "Metrics")]
     pub metrics_hold: Option<f64>,
     /// Logging: --log-format, --log-level.
     #[command(flatten)]
@@ -340,14 +340,8 @@ pub enum Transport {
 pub struct NatsOptions {
     /// Start with the stream's first message stored at or after this time.
     pub start_at: Option<SystemTime>,
-    /// A `.creds` file (JWT and nkey seed).
-    pub creds_file: Option<PathBuf>,
-    /// A file holding an nkey seed.
-    pub nkey_file: Option<PathBuf>,
-    /// User name, with `password_file`.
-    pub user: Option<String>,
-    /// A file holding the user's password.
-    pub password_file: Option<PathBuf>,
+    /// The credentials.
+    pub auth: NatsAuth,
     /// CA certificates (PEM) the servers' are checked with; TLS is required.
     pub tls_ca_file: Option<PathBuf>,
     /// Messages held for the subscription while it is not read.
@@ -479,10 +473,11 @@ impl Settings {
                 if let Some(at) = options.start_at {
                     put("nats_start_at", text(&humantime::format_rfc3339(at)));
                 }
+                let (creds_file, nkey_file, user, password_file) = options.auth.to_settings();
                 let files = [
-                    ("nats_creds_file", &options.creds_file),
-                    ("nats_nkey_file", &options.nkey_file),
-                    ("nats_password_file", &options.password_file),
+                    ("nats_creds_file", &creds_file),
+                    ("nats_nkey_file", &nkey_file),
+                    ("nats_password_file", &password_file),
                     ("nats_tls_ca_file", &options.tls_ca_file),
                 ];
                 for (key, file) in files {
@@ -490,7 +485,7 @@ impl Settings {
                         put(key, text(&path.display()));
                     }
                 }
-                if let Some(user) = &options.user {
+                if let Some(user) = &user {
                     put("nats_user", text(user));
                 }
                 if let Some(n) = options.pending_messages {
@@ -659,7 +654,7 @@ fn file_error(path: &Path, text: &str, error: &toml::de::Error) -> ConfigError {
             origin.file_key("format", error.span().unwrap_or(0..0))
         ));
     }
-    ConfigError(format!("{}: {}", path.display(), error.to_string().trim_end()))
+    ConfigError(format!("{}: {}", path.display(), toml_error_message(error)))
 }
 
 /// How to write a setting in the place the user wrote another: `--key value` or `key = "value"`.
@@ -1050,31 +1045,27 @@ fn nats_options(
     {
         return Err(ConfigError(format!("{name}: empty user name")));
     }
-    let kinds: Vec<&str> = [
-        creds_file.as_ref().map(|n| n.name.as_str()),
-        nkey_file.as_ref().map(|n| n.name.as_str()),
-        user.as_ref().map(|n| n.name.as_str()).or(password_file.as_ref().map(|n| n.name.as_str())),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    if kinds.len() > 1 {
-        return Err(ConfigError(format!(
-            "{}: one kind of credentials: nats_creds_file, nats_nkey_file, or nats_user with nats_password_file \
-             (also given: {})",
-            kinds[0],
-            kinds[1..].join(", ")
-        )));
-    }
-    match (&user, &password_file) {
-        (Some(Named { name, .. }), None) => {
-            return Err(ConfigError(format!("{name}: give its password's file with nats_password_file")));
-        }
-        (None, Some(Named { name, .. })) => {
-            return Err(ConfigError(format!("{name}: give the user with nats_user")));
-        }
-        _ => {}
-    }
+    let name = |n: &Option<Named<_>>| n.as_ref().map(|n: &Named<_>| n.name.clone());
+    let names = [
+        (NatsSetting::CredsFile, name(&creds_file)),
+        (NatsSetting::NkeyFile, name(&nkey_file)),
+        (NatsSetting::User, user.as_ref().map(|n| n.name.clone())),
+        (NatsSetting::PasswordFile, name(&password_file)),
+    ];
+    let auth = NatsAuth::from_settings(
+        creds_file.map(|n| n.value),
+        nkey_file.map(|n| n.value),
+        user.map(|n| n.value),
+        password_file.map(|n| n.value),
+    )
+    .map_err(|e| {
+        // Each setting by the name its origin gives it, with the others given beside it.
+        let at_fault = names.iter().find(|(s, _)| *s == e.setting).and_then(|(_, n)| n.clone());
+        let others: Vec<&str> =
+            names.iter().filter(|(s, _)| *s != e.setting).filter_map(|(_, n)| n.as_deref()).collect();
+        let also = if others.is_empty() { String::new() } else { format!(" (also given: {})", others.join(", ")) };
+        ConfigError(format!("{}: {}{also}", at_fault.unwrap_or_else(|| format!("nats_{}", e.setting)), e.reason))
+    })?;
     let pending_messages =
         match pick(cli.nats_pending_messages, file.nats_pending_messages.clone(), "nats_pending_messages", origin) {
             None => None,
@@ -1088,15 +1079,7 @@ fn nats_options(
             // At most 16 Mi by the range check.
             Some(n) => Some(n.value as usize),
         };
-    Ok(NatsOptions {
-        start_at,
-        creds_file: creds_file.map(|n| n.value),
-        nkey_file: nkey_file.map(|n| n.value),
-        user: user.map(|n| n.value),
-        password_file: password_file.map(|n| n.value),
-        tls_ca_file: tls_ca_file.map(|n| n.value),
-        pending_messages,
-    })
+    Ok(NatsOptions { start_at, auth, tls_ca_file: tls_ca_file.map(|n| n.value), pending_messages })
 }
 
 /// A unicast `addr:port` to listen on (`key` is the setting, `group_key` its multicast twin).
@@ -1710,11 +1693,9 @@ mod tests {
             options,
             NatsOptions {
                 start_at: Some(at),
-                user: Some("feed".into()),
-                password_file: Some("pw".into()),
+                auth: NatsAuth::UserPassword("feed".into(), "pw".into()),
                 tls_ca_file: Some("ca.pem".into()),
                 pending_messages: Some(256),
-                ..NatsOptions::default()
             }
         );
         // A bare TOML date-time is taken as well; the flags override the file.
@@ -1732,11 +1713,11 @@ mod tests {
         let s = Settings::build(cli, file, &Origin { file: None, flags: BTreeMap::new() }).unwrap();
         let Transport::Nats { options, .. } = s.transport else { panic!() };
         assert_eq!(
-            (options.creds_file, options.start_at, options.pending_messages),
-            (Some("b.creds".into()), Some(at), Some(16))
+            (options.auth, options.start_at, options.pending_messages),
+            (NatsAuth::Creds("b.creds".into()), Some(at), Some(16))
         );
         let s = from_file(&format!("{nats}nats_nkey_file = \"seed.nk\"\n")).unwrap();
-        assert!(matches!(s.transport, Transport::Nats { options: NatsOptions { nkey_file: Some(_), .. }, .. }));
+        assert!(matches!(s.transport, Transport::Nats { options: NatsOptions { auth: NatsAuth::Nkey(_), .. }, .. }));
 
         let bad = |extra: &str| err(&format!("{nats}{extra}"));
         let e = bad("nats_start_at = \"yesterday\"\n");
@@ -1753,10 +1734,12 @@ mod tests {
         );
         let e = bad("nats_start_at = \"2026-11-26T13:30:00Z\"\nfrom_start = true\n");
         assert!(e.names("nats_start_at", "give from_start or a start time, not both"), "{e}");
-        assert!(bad("nats_user = \"feed\"\n").names("nats_user", "give its password's file with nats_password_file"));
-        assert!(bad("nats_password_file = \"pw\"\n").names("nats_password_file", "give the user with nats_user"));
+        assert!(bad("nats_user = \"feed\"\n").names("nats_user", "a user needs the file holding its password too"));
+        assert!(
+            bad("nats_password_file = \"pw\"\n").names("nats_password_file", "a password's file needs its user too")
+        );
         let e = bad("nats_creds_file = \"a.creds\"\nnats_nkey_file = \"s.nk\"\n");
-        assert!(e.names("nats_creds_file", "one kind of credentials") && e.contains("nats_nkey_file"), "{e}");
+        assert!(e.names("nats_creds_file", "give one kind of credentials") && e.contains("nats_nkey_file"), "{e}");
         assert!(bad("nats_tls_ca_file = \"\"\n").names("nats_tls_ca_file", "empty file name"));
         assert!(bad("nats_user = \"\"\nnats_password_file = \"pw\"\n").names("nats_user", "empty user name"));
         let e = bad("nats_pending_messages = 15\n");

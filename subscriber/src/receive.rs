@@ -449,18 +449,7 @@ fn nats_builder(servers: &str, subject: &str, stream: &Option<String>, options: 
     if let Some(time) = options.start_at {
         b = b.nats_start_at(time);
     }
-    if let Some(path) = &options.creds_file {
-        b = b.nats_creds_file(path.clone());
-    }
-    if let Some(path) = &options.nkey_file {
-        b = b.nats_nkey_file(path.clone());
-    }
-    if let Some(user) = &options.user {
-        b = b.nats_user(user.clone());
-    }
-    if let Some(path) = &options.password_file {
-        b = b.nats_password_file(path.clone());
-    }
+    b = b.nats_auth(&options.auth);
     if let Some(path) = &options.tls_ca_file {
         b = b.nats_tls_ca_file(path.clone());
     }

@@ -89,8 +89,54 @@ pub fn kind_name(kind: FileType) -> &'static str {
     }
 }
 
+/// toml's message for a file that does not parse; for an unknown key, with the known key
+/// nearest to it ("did you mean `rate`?"), as clap answers an unknown flag.
+pub fn toml_error_message(error: &toml::de::Error) -> String {
+    let message = error.to_string().trim_end().to_string();
+    match did_you_mean(error.message()) {
+        Some(near) => format!("{message}\ndid you mean `{near}`?"),
+        None => message,
+    }
+}
+
+/// The known key nearest to the unknown one in serde's "unknown field `x`, expected one of `a`,
+/// `b`" (or "expected `a` or `b`"), when one is near enough: Jaro-Winkler similarity over 0.8,
+/// which clap's threshold (0.7) would let through typos of short keys that are other words.
+fn did_you_mean(message: &str) -> Option<&str> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (unknown, rest) = rest.split_once('`')?;
+    let (_, expected) = rest.split_once("expected")?;
+    expected
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|known| (strsim::jaro_winkler(unknown, known), known))
+        .filter(|(similarity, _)| *similarity > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, known)| known)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_unknown_key_is_answered_with_the_nearest_known_one() {
+        #[derive(serde::Deserialize, Debug)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)] // Read by serde only.
+        struct Pacing {
+            mode: Option<String>,
+            rate: Option<u32>,
+            speed: Option<f64>,
+        }
+        let near = toml::from_str::<Pacing>("mode = \"rate\"\nrtae = 5\n").unwrap_err();
+        let message = toml_error_message(&near);
+        assert!(message.contains("line 2") && message.ends_with("did you mean `rate`?"), "{message}");
+        let far = toml::from_str::<Pacing>("colour = 5\n").unwrap_err();
+        assert!(!toml_error_message(&far).contains("did you mean"), "{}", toml_error_message(&far));
+        assert_eq!(did_you_mean("unknown field `sped`, expected `speed` or `rate`"), Some("speed"));
+        assert_eq!(did_you_mean("invalid type: string, expected u32"), None);
+    }
+
     use super::*;
     use std::time::Duration;
 

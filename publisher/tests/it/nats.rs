@@ -137,7 +137,11 @@ fn refused_credentials_name_the_setting() {
     let finished =
         run_publisher(&config(dir.path(), 0, &settings), &dir.path().join("s.json")).finish(Duration::from_secs(60));
     assert_eq!(finished.code(), Some(2), "stderr: {}", finished.stderr);
-    assert!(finished.stderr.contains("nats.user / nats.password_file"), "{}", finished.stderr);
+    assert!(
+        finished.stderr.contains("nats.password_file") && finished.stderr.contains("refused the credentials"),
+        "{}",
+        finished.stderr
+    );
 }
 
 /// A server whose only user is the nkey `user` (its public key), with JetStream.

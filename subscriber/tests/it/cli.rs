@@ -308,6 +308,21 @@ fn both_programs_spell_shared_settings_alike_and_generate_their_docs() {
             assert!(help.contains(flag), "{program} --help lists {flag}: {help}");
         }
     }
+    // Flags are grouped under headings by section, and a kind of value has one placeholder in
+    // both programs.
+    for heading in ["Source:", "Pacing:", "TCP:", "UDP and multicast:", "Retransmission:", "Latency and CPU:"] {
+        assert!(pub_help.contains(heading), "mdrelay-pub run --help has a heading {heading}: {pub_help}");
+    }
+    for heading in ["Transport:", "NATS:", "Recovery:", "Recording:", "Latency and CPU:", "Metrics:"] {
+        assert!(sub_help.contains(heading), "mdrelay-sub --help has a heading {heading}: {sub_help}");
+    }
+    for flag in
+        ["--metrics-listen <ADDR:PORT>", "--hot-core <N>", "--json <FILE>", "--idle <STRATEGY>", "--profile <PROFILE>"]
+    {
+        for (program, help) in [("mdrelay-pub", &pub_help), ("mdrelay-sub", &sub_help)] {
+            assert!(help.contains(flag), "{program} --help writes {flag}: {help}");
+        }
+    }
     // Every setting's flag can be given in the environment too, by a name of the program's own.
     assert!(pub_help.contains("[env: MDRELAY_PUB_HOT_CORE=]"), "{pub_help}");
     assert!(sub_help.contains("[env: MDRELAY_SUB_HOT_CORE=]"), "{sub_help}");
