@@ -407,11 +407,11 @@ NATS: once the stream has started, give up on it with
 [`ErrorKind::Ended`](crate::ErrorKind::Ended) when nothing new came for this long: no
 new frame on the subject and, with [`Builder::nats_stream`], none in the stream's tail,
 which is read whenever the subject is quiet (a server out of reach answers nothing, and
-is waited for; a server that answers after more than a quarter of this limit was stalled, and
-the limit starts again from its answer). What is missing then is given up, and counted. An end of stream far
-ahead of the frames the stream holds (frames a publisher dropped) is taken at that point
-instead, unless a frame of its session came after it. Default
-[`DEFAULT_NATS_GIVE_UP_AFTER`]."
+is waited for; a server that answers after more than a quarter of this limit was stalled,
+and the limit starts again from its answer). What is missing then is given up, and
+counted. An end of stream far ahead of the frames the stream holds (frames a publisher
+dropped) is taken at that point instead, unless a frame of its session came after it.
+Default [`DEFAULT_NATS_GIVE_UP_AFTER`]."
     )]
     pub fn give_up_after(mut self, limit: Duration) -> Builder {
         self.give_up_after = Some(limit);

@@ -27,6 +27,8 @@ pub enum NatsAuth {
 pub enum NatsSetting {
     /// The server URLs.
     Servers,
+    /// The credentials as a whole: a server asked for some and none were given.
+    Credentials,
     /// A `.creds` file.
     CredsFile,
     /// An nkey seed's file.
@@ -44,6 +46,7 @@ impl NatsSetting {
     pub fn key(self) -> &'static str {
         match self {
             NatsSetting::Servers => "servers",
+            NatsSetting::Credentials => "credentials",
             NatsSetting::CredsFile => "creds_file",
             NatsSetting::NkeyFile => "nkey_file",
             NatsSetting::User => "user",
@@ -137,7 +140,7 @@ impl NatsAuth {
 /// A NATS setting at fault, named by its builder method.
 pub(crate) fn nats_config(e: NatsSettingError) -> crate::Error {
     let method = match e.setting {
-        NatsSetting::Servers => "nats",
+        NatsSetting::Servers | NatsSetting::Credentials => "nats",
         NatsSetting::CredsFile => "nats_creds_file",
         NatsSetting::NkeyFile => "nats_nkey_file",
         NatsSetting::User => "nats_user",
@@ -176,8 +179,9 @@ pub async fn connect_options(
 }
 
 /// What a connection that failed says of the settings: the setting at fault and why (the
-/// credentials the server refused, the TLS that failed, server URLs that do not parse or
-/// resolve), or `None` when the servers were only out of reach, which is worth trying again.
+/// credentials the server refused, or [`NatsSetting::Credentials`] when it asked for some and
+/// none were given; the TLS that failed), or `None` when it says nothing of them (servers out of
+/// reach, or names that do not resolve yet), which may be worth trying again.
 #[cfg(feature = "nats")]
 pub fn connect_error(error: &async_nats::ConnectError, auth: &NatsAuth) -> Option<NatsSettingError> {
     use async_nats::ConnectErrorKind as Kind;
@@ -187,14 +191,13 @@ pub fn connect_error(error: &async_nats::ConnectError, auth: &NatsAuth) -> Optio
                 NatsSettingError::new(setting, format!("the NATS server refused the credentials: {error}"))
             }
             None => NatsSettingError::new(
-                NatsSetting::CredsFile,
+                NatsSetting::Credentials,
                 format!("the NATS server asks for credentials and none were given: {error}"),
             ),
         }),
         Kind::Tls => {
             Some(NatsSettingError::new(NatsSetting::TlsCaFile, format!("TLS with the NATS server failed: {error}")))
         }
-        Kind::ServerParse | Kind::Dns => Some(NatsSettingError::new(NatsSetting::Servers, error.to_string())),
         _ => None,
     }
 }

@@ -67,7 +67,6 @@
 //! [`Builder::recovery_attempts`]: crate::Builder::recovery_attempts
 //! [`Builder::give_up_after`]: crate::Builder::give_up_after
 
-use crate::NatsSetting;
 use crate::collect::Collector;
 use crate::counters::Counters;
 use crate::error::Error;
@@ -689,9 +688,8 @@ async fn connect(
         options = options.subscription_capacity(n);
     }
     options.connect(addrs).await.map_err(|e| match crate::nats::connect_error(&e, &settings.nats.auth) {
-        // Servers that do not resolve may yet: out of reach, as the rest.
-        Some(fault) if fault.setting != NatsSetting::Servers => nats_config(fault),
-        _ => unreachable(e.to_string()),
+        Some(fault) => nats_config(fault),
+        None => unreachable(e.to_string()),
     })
 }
 

@@ -42,6 +42,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use futures_util::future::{BoxFuture, FutureExt};
 use futures_util::stream::FuturesUnordered;
+use mdrelay_client::NatsSetting;
 use mdrelay_client::nats::{connect_error, connect_options};
 use mdrelay_proto::codec::Format;
 use mdrelay_proto::relay::{DatagramHeader, Duplicate, MessageIds, Protector, Unstored, judge_duplicate};
@@ -420,7 +421,14 @@ async fn connect(
         Ok(client) => Ok(client),
         Err(e) => {
             if let Some(fault) = connect_error(&e, &settings.auth) {
-                return Err(anyhow!("nats.{fault}")).exit_status(ExitStatus::Config);
+                let error = match fault.setting {
+                    NatsSetting::Credentials => anyhow!("nats (no credentials given): {}", fault.reason),
+                    _ => anyhow!("nats.{fault}"),
+                };
+                return Err(error).exit_status(ExitStatus::Config);
+            }
+            if matches!(e.kind(), async_nats::ConnectErrorKind::ServerParse | async_nats::ConnectErrorKind::Dns) {
+                return Err(anyhow!("nats.servers: {e}")).exit_status(ExitStatus::Config);
             }
             Ok(options().await?.retry_on_initial_connect().connect(servers).await?)
         }

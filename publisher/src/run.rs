@@ -381,6 +381,8 @@ impl RunArgs {
             None => BTreeMap::new(),
         };
         origins.extend(self.flag_origins());
+        let mut file = file;
+        nats_environment(&mut file, &mut origins, |name| std::env::var(name).ok());
         // Line B's TTL and loopback are line A's unless set (config::check).
         for key in ["ttl", "loopback"] {
             if let Some(origin) = origins.get(&format!("multicast.{key}")).cloned() {
@@ -1170,5 +1172,86 @@ fn print_summary(s: &RunSummary) {
             v(rt.p9999),
             v(rt.max)
         );
+    }
+}
+
+/// natscli's environment, where nothing else sets the same: `NATS_URL` (comma-separated URLs)
+/// for the `[nats]` output's servers, `NATS_CREDS` for the credentials of the `[nats]` output and
+/// of a NATS upstream that give none. Each value taken is recorded as its origin (`--check`
+/// prints it). `var` reads a variable (the process's environment, or a test's).
+fn nats_environment(
+    file: &mut FileConfig,
+    origins: &mut BTreeMap<String, String>,
+    var: impl Fn(&str) -> Option<String>,
+) {
+    let var = |name: &str| var(name).filter(|value| !value.trim().is_empty());
+    if let Some(nats) = &mut file.nats {
+        if nats.servers.is_none()
+            && let Some(urls) = var("NATS_URL")
+        {
+            nats.servers = Some(urls.split(',').map(|url| url.trim().to_string()).filter(|u| !u.is_empty()).collect());
+            origins.insert("nats.servers".into(), "NATS_URL".into());
+        }
+        let none = nats.creds_file.is_none() && nats.nkey_file.is_none() && nats.user.is_none();
+        if none
+            && nats.password_file.is_none()
+            && let Some(creds) = var("NATS_CREDS")
+        {
+            nats.creds_file = Some(PathBuf::from(creds));
+            origins.insert("nats.creds_file".into(), "NATS_CREDS".into());
+        }
+    }
+    if let Some(upstream) = &mut file.source.upstream
+        && upstream.nats.is_some()
+        && upstream.creds_file.is_none()
+        && upstream.nkey_file.is_none()
+        && upstream.user.is_none()
+        && upstream.password_file.is_none()
+        && let Some(creds) = var("NATS_CREDS")
+    {
+        upstream.creds_file = Some(PathBuf::from(creds));
+        origins.insert("source.upstream.creds_file".into(), "NATS_CREDS".into());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn natscli_variables_fill_only_what_nothing_else_set() {
+        let env = |name: &str| match name {
+            "NATS_URL" => Some("nats://a:1, nats://b:2".to_string()),
+            "NATS_CREDS" => Some("/etc/nats/feed.creds".to_string()),
+            _ => None,
+        };
+        let mut file: FileConfig = toml::from_str("[nats]\nsubject = \"md.1\"\n").unwrap();
+        let mut origins = BTreeMap::new();
+        nats_environment(&mut file, &mut origins, env);
+        let nats = file.nats.as_ref().unwrap();
+        assert_eq!(nats.servers.as_deref(), Some(&["nats://a:1".to_string(), "nats://b:2".to_string()][..]));
+        assert_eq!(nats.creds_file.as_deref(), Some(std::path::Path::new("/etc/nats/feed.creds")));
+        assert_eq!(origins.get("nats.servers").map(String::as_str), Some("NATS_URL"));
+        assert_eq!(origins.get("nats.creds_file").map(String::as_str), Some("NATS_CREDS"));
+
+        // What the file sets stays, and other credentials keep NATS_CREDS out.
+        let mut file: FileConfig =
+            toml::from_str("[nats]\nservers = [\"nats://c:3\"]\nnkey_file = \"/seed\"\n").unwrap();
+        let mut origins = BTreeMap::new();
+        nats_environment(&mut file, &mut origins, env);
+        let nats = file.nats.as_ref().unwrap();
+        assert_eq!(nats.servers.as_deref(), Some(&["nats://c:3".to_string()][..]));
+        assert_eq!(nats.creds_file, None);
+        assert!(origins.is_empty(), "{origins:?}");
+
+        // No [nats] section, no NATS output; a NATS upstream takes the credentials.
+        let mut file: FileConfig =
+            toml::from_str("[source.upstream]\nnats = [\"nats://d:4\"]\nsubject = \"md.1\"\n").unwrap();
+        let mut origins = BTreeMap::new();
+        nats_environment(&mut file, &mut origins, env);
+        assert!(file.nats.is_none());
+        let upstream = file.source.upstream.as_ref().unwrap();
+        assert_eq!(upstream.creds_file.as_deref(), Some(std::path::Path::new("/etc/nats/feed.creds")));
+        assert_eq!(origins.get("source.upstream.creds_file").map(String::as_str), Some("NATS_CREDS"));
     }
 }

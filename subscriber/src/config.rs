@@ -700,6 +700,20 @@ impl Settings {
             Some(path) => toml::from_str(&text).map_err(|e| file_error(path, &text, &e))?,
             None => FileConfig::default(),
         };
+        // natscli's NATS_CREDS, for a NATS subscriber that no other setting gives credentials.
+        let over_nats = cli.nats.is_some() || file.nats.is_some();
+        let credentials = [cli.nats_creds_file.is_some(), cli.nats_nkey_file.is_some(), cli.nats_user.is_some()]
+            .into_iter()
+            .chain([cli.nats_password_file.is_some(), file.nats_creds_file.is_some(), file.nats_nkey_file.is_some()])
+            .chain([file.nats_user.is_some(), file.nats_password_file.is_some()])
+            .any(|given| given);
+        if over_nats
+            && !credentials
+            && let Some(creds) = std::env::var_os("NATS_CREDS").filter(|value| !value.is_empty())
+        {
+            cli.nats_creds_file = Some(PathBuf::from(creds));
+            origins.insert("nats_creds_file".into(), "NATS_CREDS".into());
+        }
         let origin = Origin { file: path.as_deref().map(|p| (p, text.as_str())), flags };
         Settings::build(cli, file, &origin).map(|settings| (settings, origins))
     }

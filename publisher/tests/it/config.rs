@@ -174,6 +174,27 @@ fn check_prints_every_setting_with_where_it_came_from() {
 }
 
 #[test]
+fn natscli_variables_give_the_nats_servers_and_credentials_nothing_else_gives() {
+    let dir = tempfile::tempdir().unwrap();
+    let creds = dir.path().join("feed.creds");
+    std::fs::write(&creds, "").unwrap();
+    let creds = creds.to_str().unwrap();
+    let env = [("NATS_URL", "nats://198.18.0.9:4222,nats://198.18.0.10:4222"), ("NATS_CREDS", creds)];
+    let (done, _) = check("[nats]\nsubject = \"md.env\"\n", &[], &env);
+    done.assert_success();
+    let out = &done.stdout;
+    let servers = "servers = [\"nats://198.18.0.9:4222\", \"nats://198.18.0.10:4222\"]  # NATS_URL";
+    assert!(out.lines().any(|l| l == servers), "{servers:?} in:\n{out}");
+    let creds_line = format!("creds_file = \"{creds}\"  # NATS_CREDS");
+    assert!(out.lines().any(|l| l == creds_line), "{creds_line:?} in:\n{out}");
+    // The file's own servers win.
+    let (done, path) = check("[nats]\nservers = [\"nats://127.0.0.1:4333\"]\n", &[], &env);
+    done.assert_success();
+    let own = format!("servers = [\"nats://127.0.0.1:4333\"]  # {path}, line 2");
+    assert!(done.stdout.lines().any(|l| l == own), "{own:?} in:\n{}", done.stdout);
+}
+
+#[test]
 fn a_bad_value_is_named_with_where_it_came_from() {
     let tcp = "[tcp]\nlisten = \"127.0.0.1:0\"\n";
     let (done, path) = check(&format!("{tcp}queue = 3\n"), &[], &[]);

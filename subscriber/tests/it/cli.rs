@@ -155,6 +155,27 @@ fn check_prints_the_recovery_and_line_b_settings() {
     assert!(!done.stdout.contains("[metrics]"), "{}", done.stdout);
 }
 
+#[test]
+fn check_takes_natscli_credentials_when_nothing_else_gives_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (creds, seed) = (dir.path().join("feed.creds"), dir.path().join("seed.nk"));
+    std::fs::write(&creds, "").unwrap();
+    std::fs::write(&seed, "").unwrap();
+    let (creds, seed) = (creds.to_str().unwrap(), seed.to_str().unwrap());
+    let env = [("NATS_CREDS", creds)];
+    let done =
+        Process::spawn(subscriber_bin(), ["--nats", "nats://127.0.0.1:4222", "--check"], &env).unwrap().finish(STEP);
+    assert!(done.status.success(), "{done:?}");
+    let line = format!("nats_creds_file = \"{creds}\"  # NATS_CREDS");
+    assert!(done.stdout.lines().any(|l| l == line), "{line:?} in:\n{}", done.stdout);
+    // Credentials of its own keep NATS_CREDS out; so does a transport other than NATS.
+    let own = ["--nats", "nats://127.0.0.1:4222", "--nats-nkey-file", seed, "--check"];
+    let done = Process::spawn(subscriber_bin(), own, &env).unwrap().finish(STEP);
+    assert!(done.status.success() && !done.stdout.contains("NATS_CREDS"), "{done:?}");
+    let tcp = Process::spawn(subscriber_bin(), ["--connect", "127.0.0.1:9100", "--check"], &env).unwrap().finish(STEP);
+    assert!(tcp.status.success() && !tcp.stdout.contains("nats_creds_file"), "{tcp:?}");
+}
+
 /// A configuration's values, without the origins `--check` writes beside them.
 fn values(text: &str) -> toml::Table {
     toml::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
@@ -168,6 +189,12 @@ fn configuration_and_usage_errors_exit_2() {
     for (case, text, flags, needle) in [
         ("a TOML syntax error", "connect = \n", &[][..], "line 1"),
         ("an unknown key", "connect = \"127.0.0.1:9100\"\nconect = 1\n", &[], "conect"),
+        (
+            "a misspelt key",
+            "connect = \"127.0.0.1:9100\"\nreport_intervall = 1\n",
+            &[],
+            "did you mean `report_interval`?",
+        ),
         ("an out-of-range value", "connect = \"127.0.0.1:9100\"\n", &["--duration", "-1"], "--duration"),
         ("a bad flag value", "connect = \"127.0.0.1:9100\"\n", &["--report-interval", "often"], "often"),
         ("an unknown flag", "connect = \"127.0.0.1:9100\"\n", &["--conect", "x"], "--conect"),
