@@ -18,6 +18,8 @@ if [ "$phase" = all ] || [ "$phase" = --lint ]; then
     # needs the lock regenerated with `cd python && cargo update -w`), or a user's `pip install`
     # would rewrite it and leave the clone dirty.
     (cd python && cargo fmt -- --check)
+    # Subscriber's keywords in the type stub are the client library's Settings fields.
+    python3 python/generate_stub.py --check
     (cd python && CARGO_TARGET_DIR="$root/python/target" cargo clippy --locked --release --all-targets -- -D warnings)
 fi
 [ "$phase" != --lint ] || exit 0

@@ -73,7 +73,7 @@ use crate::error::Error;
 use crate::event::{Event, RecoveryEvent};
 use crate::nats_auth::nats_config;
 use crate::net::Clock;
-use crate::settings::Settings;
+use crate::settings::Checked;
 use crate::udp::{EndNotes, datagram_notice};
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use async_nats::jetstream::message::StreamMessage;
@@ -226,7 +226,7 @@ impl NatsDriver {
         servers: &[String],
         subject: &str,
         stream: Option<&str>,
-        settings: &Settings,
+        settings: &Checked,
         clock: Clock,
     ) -> Result<NatsDriver, Error> {
         let connections = Arc::new(AtomicU64::new(0));
@@ -663,7 +663,7 @@ impl NatsDriver {
 /// credentials or TLS the server refuses are a [`Error::Config`] naming the setting.
 async fn connect(
     servers: &[String],
-    settings: &Settings,
+    settings: &Checked,
     connections: Arc<AtomicU64>,
 ) -> Result<async_nats::Client, Error> {
     let unreachable = |reason: String| Error::Unreachable { address: servers.join(","), reason };

@@ -9,7 +9,7 @@ use crate::event::{Event, Frame, OwnedEvent};
 #[cfg(feature = "nats")]
 use crate::nats_driver::NatsDriver;
 use crate::net::Clock;
-use crate::settings::{Settings, Transport};
+use crate::settings::{Checked, Transport};
 use crate::tcp::TcpDriver;
 use crate::udp::UdpDriver;
 use futures_core::Stream;
@@ -46,7 +46,7 @@ pub struct AsyncSubscriber {
 
 impl AsyncSubscriber {
     /// Sets up the transport.
-    pub(crate) async fn start(settings: Settings) -> Result<AsyncSubscriber, Error> {
+    pub(crate) async fn start(settings: Checked) -> Result<AsyncSubscriber, Error> {
         let clock = Clock::new();
         let driver = match &settings.transport {
             Transport::Tcp(address) => {
@@ -181,7 +181,7 @@ pub struct Subscriber {
 
 impl Subscriber {
     /// Starts the runtime and sets up the transport.
-    pub(crate) fn start(settings: Settings) -> Result<Subscriber, Error> {
+    pub(crate) fn start(settings: Checked) -> Result<Subscriber, Error> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

@@ -14,7 +14,7 @@ use crate::error::Error;
 use crate::event::{End, Event, Skipped, Start};
 use crate::net::{self, Clock, Connecting, shown};
 use crate::poll::{Idle, Poller};
-use crate::settings::Settings;
+use crate::settings::Checked;
 use mdrelay_proto::relay::client::{
     ClientAction, ClientEvent, CloseReason, Closed, Finish, ResumeAsked, StreamClient, StreamClientConfig,
 };
@@ -63,7 +63,7 @@ impl std::fmt::Debug for ConnectingDebug {
 
 impl TcpDriver {
     /// A driver for `address`, checked to resolve.
-    pub async fn start(address: String, settings: &Settings, clock: Clock) -> Result<TcpDriver, Error> {
+    pub async fn start(address: String, settings: &Checked, clock: Clock) -> Result<TcpDriver, Error> {
         net::resolve(&address, settings.connect_timeout).await?;
         let mut config =
             StreamClientConfig::subscriber(settings.protection, settings.key.clone(), settings.reconnect_max);

@@ -14,7 +14,7 @@ use crate::error::Error;
 use crate::event::{End, Event, Notice, RecoveryEvent, Skipped};
 use crate::net::{self, Clock, Connecting, shown};
 use crate::poll::{Idle, Poller};
-use crate::settings::{Settings, Transport};
+use crate::settings::{Checked, Transport};
 use mdrelay_proto::relay::Totals;
 use mdrelay_proto::relay::client::{
     DatagramConfig, DatagramEvent, DatagramReceiver, Line, Origin, Quiet, ReaderConfig, RecoveryAction, RecoveryConfig,
@@ -78,7 +78,7 @@ pub(crate) struct UdpDriver {
 
 impl UdpDriver {
     /// Binds (and joins) the lines' sockets.
-    pub fn start(settings: &Settings, clock: Clock) -> Result<UdpDriver, Error> {
+    pub fn start(settings: &Checked, clock: Clock) -> Result<UdpDriver, Error> {
         let a = net::open_udp(&settings.transport, setting_of(&settings.transport), settings.receive_buffer)?;
         let b = match &settings.line_b {
             Some(line) => Some(net::open_udp(line, "line_b", settings.receive_buffer)?),

@@ -1,7 +1,7 @@
 """Type stubs of the native module (re-exported by ``mdrelay``)."""
 
 from os import PathLike
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Literal, Optional, Tuple, Union, overload
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Literal, Optional, Sequence, Tuple, Union, overload
 
 import pyarrow
 
@@ -346,39 +346,113 @@ class Subscriber(Iterator[Union[Message, StreamEvent]]):
     def __init__(
         self,
         *,
+        # Generated from mdrelay_client::Settings by python/generate_stub.py: do not edit.
+        # TCP: the publisher's host:port (the name is resolved at each connection attempt). A lost
+        # connection is made again, waiting from 100 ms doubling up to reconnect_max, and resumes
+        # after the last frame received.
         tcp: Optional[str] = None,
+        # UDP: the local addr:port the datagrams are sent to (port 0 picks a free port, see
+        # Subscriber::local_addrs).
         udp: Optional[str] = None,
+        # Multicast: the IPv4 group:port to join.
         multicast: Optional[str] = None,
-        interface: str = "0.0.0.0",
+        # Multicast: the address of the local interface to join the group on (default 0.0.0.0, the
+        # system's choice).
+        interface: Optional[str] = None,
+        # NATS: the servers' URLs, comma-separated (nats://host:port; the client fails over among them
+        # and reconnects for ever), of a publisher's [nats] output.
         nats: Optional[str] = None,
+        # NATS: the subject the stream is published to (default mdrelay.1), each message one relay
+        # datagram.
         nats_subject: Optional[str] = None,
+        # NATS: the JetStream stream that stores the subject (the publisher's nats.stream), from which
+        # from_start and nats_start_at replay and from which gaps in the live subject are repaired
+        # (the recovery_* timings apply, with NATS's defaults: 20 ms, 250 ms, 12 reads, 10 s).
         nats_stream: Optional[str] = None,
-        line_b: Optional[str] = None,
-        interface_b: Optional[str] = None,
-        recovery: Optional[str] = None,
-        recovery_delay: Optional[float] = None,
-        recovery_retry: Optional[float] = None,
-        recovery_attempts: Optional[int] = None,
-        recovery_linger: Optional[float] = None,
-        resume: Optional[bool] = None,
-        from_start: bool = False,
-        symbols: Optional[List[str]] = None,
-        crc: bool = False,
-        key_file: Optional[Union[str, "PathLike[str]"]] = None,
-        reconnect_max: Optional[float] = None,
-        give_up_after: Optional[float] = None,
-        connect_timeout: Optional[float] = None,
-        receive_buffer: Optional[int] = None,
-        echo_every: Optional[int] = None,
-        profile: Optional[str] = None,
-        idle: Optional[str] = None,
-        busy_poll: Optional[bool] = None,
+        # NATS with nats_stream: start with the stream's first message stored at or after this time
+        # (RFC 3339), replayed and then handed over to the live subject without a gap or a duplicate.
+        # The frames before it are not owed (the subscriber joined late).
+        nats_start_at: Optional[str] = None,
+        # NATS: authenticate with a .creds file (JWT and nkey seed).
         nats_creds_file: Optional[Union[str, "PathLike[str]"]] = None,
+        # NATS: authenticate with the nkey seed in this file.
         nats_nkey_file: Optional[Union[str, "PathLike[str]"]] = None,
+        # NATS: authenticate as this user, with nats_password_file.
         nats_user: Optional[str] = None,
+        # NATS: the file holding nats_user's password (white space around it is trimmed).
         nats_password_file: Optional[Union[str, "PathLike[str]"]] = None,
+        # NATS: check the servers' TLS certificates with the CA certificates (PEM) in this file, and
+        # require TLS.
         nats_tls_ca_file: Optional[Union[str, "PathLike[str]"]] = None,
+        # NATS: messages the client holds for the subscription, at most, while the program does not
+        # read them (16 to 16 Mi, default 65,536); past it they are dropped as a slow consumer's and
+        # repaired from nats_stream (or counted lost).
         nats_pending_messages: Optional[int] = None,
+        # A second line (A/B) carrying the same datagrams: a local addr:port for UDP, a group:port for
+        # multicast. Each frame is taken from whichever line delivers it first.
+        line_b: Optional[str] = None,
+        # Multicast: the local interface to join line B's group on (default 0.0.0.0).
+        interface_b: Optional[str] = None,
+        # UDP and multicast: the publisher's retransmission service (host:port, its
+        # retransmit.listen), asked for missing frames.
+        recovery: Optional[str] = None,
+        # Recovery: wait this long after a gap is seen before asking (0 to 10 s, default 5 ms).
+        recovery_delay: Optional[Union[float, str]] = None,
+        # Recovery: ask again after this long without an answer (1 ms to 60 s, default 50 ms); the
+        # wait doubles with each further unanswered request for the same frames, up to 8 times.
+        recovery_retry: Optional[Union[float, str]] = None,
+        # Recovery: requests per gap before it is given up (1 to 1,000, default 10).
+        recovery_attempts: Optional[int] = None,
+        # Recovery: after the end of the stream, wait this long at most for frames still missing (0 to
+        # 600 s, default 2 s).
+        recovery_linger: Optional[Union[float, str]] = None,
+        # TCP: whether a reconnection to the same publisher run asks for the frames after the last one
+        # received (default true), or takes the stream live from where it is.
+        resume: Optional[bool] = None,
+        # The session from its first frame: over TCP asked of the publisher (replayed from its ring),
+        # over UDP owed (frames before the first received count as missing, and recovery asks for
+        # them), over NATS replayed from nats_stream.
+        from_start: bool = False,
+        # Decode only these symbols' messages (1 to 8 ASCII characters each); the others are skipped
+        # while decoding and only counted by type.
+        symbols: Optional[Sequence[str]] = None,
+        # The publisher adds a CRC-32C to every frame (its [protection] crc = true).
+        crc: bool = False,
+        # The publisher encrypts every frame with the key in this file (64 hex digits, readable by its
+        # owner only, as the publisher's [protection] key_file).
+        key_file: Optional[Union[str, "PathLike[str]"]] = None,
+        # Round-trip latency: echo every nth frame's publish time back to the publisher, which
+        # measures the round trip on its own clock (at least 1).
+        echo_every: Optional[int] = None,
+        # TCP: the longest wait between connection attempts (10 ms to 1 day, default 5 s).
+        reconnect_max: Optional[Union[float, str]] = None,
+        # TCP: give up when no connection could be made, or every one was told BUSY, for this long (10
+        # ms to 1 day; by default a TCP subscriber tries for ever). NATS: once the stream has started,
+        # give up on it when nothing new came for this long, on the subject nor in nats_stream's tail
+        # (default 30 s; a server that answers after more than a quarter of this limit was stalled,
+        # and the limit starts again from its answer).
+        give_up_after: Optional[Union[float, str]] = None,
+        # TCP: time for a connection to be made, the name resolved included (10 ms to 1 day, default
+        # 10 s).
+        connect_timeout: Optional[Union[float, str]] = None,
+        # The receive buffer asked of the kernel for each socket (4 KiB to 1 GiB; default 16 MiB for
+        # UDP and multicast, the system's for TCP). Above net.core.rmem_max it is granted only to a
+        # process with CAP_NET_ADMIN.
+        receive_buffer: Optional[int] = None,
+        # A set of choices made together: low-latency busy-polls the sockets (idle = "spin",
+        # SO_BUSY_POLL); settings given explicitly override it.
+        profile: Optional[Literal["default", "low-latency"]] = None,
+        # How waiting for data is done: sleep (the default) waits for the kernel to say a socket is
+        # readable; spin and yield read the non-blocking sockets over and over (a core), backoff does
+        # so for a few dozen empty reads after data, then waits.
+        idle: Optional[Literal["spin", "yield", "backoff", "sleep"]] = None,
+        # SO_BUSY_POLL on the sockets (default: on with the low-latency profile); a kernel that
+        # refuses it is counted in Counters::busy_poll_refused.
+        busy_poll: Optional[bool] = None,
+        # Keep each frame's bytes (opened, as the format encodes them) for Frame::bytes, as a recorder
+        # needs them: one copy per frame.
+        frame_bytes: bool = False,
+        # End of the generated keywords.
         idle_timeout: Optional[float] = None,
     ) -> None: ...
     def __iter__(self) -> "Subscriber": ...

@@ -5,7 +5,7 @@
 use crate::errors;
 use crate::messages::{Connected, End, FormatChanged, Gap, GivenUp, Notice, Recovered, Restarted, message_object};
 use crate::tables::{Prices, Tables};
-use mdrelay_client::{Builder, Event, Frame, IdleStrategy, OwnedMessage, Profile, Waited};
+use mdrelay_client::{Builder, Event, Frame, OwnedMessage, Settings, Waited};
 use pyo3::exceptions::PyStopIteration;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
@@ -190,6 +190,66 @@ fn seconds(py: Python<'_>, value: Option<f64>, setting: &str) -> PyResult<Option
         .transpose()
 }
 
+/// The client library's settings from keyword arguments: each value as JSON (a path-like value
+/// as its path, None as not given), then read as `Settings` reads a file, so the names, types,
+/// units and defaults are the library's own. An error names the keyword.
+fn client_settings(py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Settings> {
+    let mut map = serde_json::Map::new();
+    for (key, value) in kwargs.into_iter().flatten() {
+        let key: String = key.extract()?;
+        if value.is_none() {
+            continue;
+        }
+        let json = keyword_json(&value).map_err(|why| errors::config(py, &key, why))?;
+        map.insert(key, json);
+    }
+    serde_json::from_value(serde_json::Value::Object(map.clone())).map_err(|error| {
+        // The settings are flat: the first keyword that fails on its own is the one to name.
+        let culprit = map.iter().find(|(key, value)| {
+            let one = serde_json::Map::from_iter([((*key).clone(), (*value).clone())]);
+            serde_json::from_value::<Settings>(serde_json::Value::Object(one)).is_err()
+        });
+        let keyword = culprit.map_or("settings", |(key, _)| key.as_str());
+        errors::config(py, keyword, error.to_string())
+    })
+}
+
+/// A keyword argument's value as JSON: bool, int, float, str, a path-like object's path, or a
+/// list or tuple of those.
+fn keyword_json(value: &Bound<'_, PyAny>) -> Result<serde_json::Value, String> {
+    use pyo3::types::{PyBool, PyFloat, PyInt, PyString};
+    if value.is_instance_of::<PyBool>() {
+        return Ok(serde_json::Value::Bool(value.extract::<bool>().map_err(|e| e.to_string())?));
+    }
+    if value.is_instance_of::<PyInt>() {
+        return match value.extract::<i64>() {
+            Ok(n) => Ok(n.into()),
+            Err(_) => Err(format!("{value} is out of range")),
+        };
+    }
+    if value.is_instance_of::<PyFloat>() {
+        let f: f64 = value.extract().map_err(|e: PyErr| e.to_string())?;
+        return serde_json::Number::from_f64(f).map(serde_json::Value::Number).ok_or(format!("{f} is not a number"));
+    }
+    if value.is_instance_of::<PyString>() {
+        return Ok(serde_json::Value::String(value.extract().map_err(|e: PyErr| e.to_string())?));
+    }
+    if let Ok(path) = value.extract::<std::path::PathBuf>() {
+        return Ok(serde_json::Value::String(path.to_string_lossy().into_owned()));
+    }
+    if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
+        return value
+            .try_iter()
+            .map_err(|e| e.to_string())?
+            .map(|item| keyword_json(&item.map_err(|e| e.to_string())?))
+            .collect();
+    }
+    Err(format!(
+        "a value of type {} is not a setting's",
+        value.get_type().name().map_or_else(|_| "?".into(), |n| n.to_string())
+    ))
+}
+
 /// A subscription to an mdrelay publisher's stream; iterate over it for events, or call
 /// `batches()` for Arrow record batches.
 #[pyclass(module = "mdrelay", frozen)]
@@ -228,145 +288,15 @@ fn item_object(py: Python<'_>, item: Item) -> PyResult<Py<PyAny>> {
 
 #[pymethods]
 impl Subscriber {
-    /// Builds the subscriber: give one of `tcp`, `udp`, `multicast` (with `interface`) or
-    /// `nats` (with `nats_subject`); times are in seconds.
+    /// Builds the subscriber from keyword arguments, each one a field of the client library's
+    /// `Settings` under the same name (give one of `tcp`, `udp`, `multicast` with `interface`, or
+    /// `nats` with `nats_subject`; times in seconds or as text with units, "250ms"), plus
+    /// `idle_timeout`, this iterator's own.
     #[new]
-    #[pyo3(signature = (
-        *, tcp=None, udp=None, multicast=None, interface="0.0.0.0", nats=None, nats_subject=None,
-        nats_stream=None, line_b=None, interface_b=None, recovery=None, recovery_delay=None,
-        recovery_retry=None, recovery_attempts=None, recovery_linger=None, resume=None,
-        from_start=false, symbols=None, crc=false, key_file=None, reconnect_max=None,
-        give_up_after=None, connect_timeout=None, receive_buffer=None, echo_every=None,
-        profile=None, idle=None, busy_poll=None, nats_creds_file=None, nats_nkey_file=None,
-        nats_user=None, nats_password_file=None, nats_tls_ca_file=None,
-        nats_pending_messages=None, idle_timeout=None
-    ))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        tcp: Option<String>,
-        udp: Option<String>,
-        multicast: Option<String>,
-        interface: &str,
-        nats: Option<String>,
-        nats_subject: Option<String>,
-        nats_stream: Option<String>,
-        line_b: Option<String>,
-        interface_b: Option<String>,
-        recovery: Option<String>,
-        recovery_delay: Option<f64>,
-        recovery_retry: Option<f64>,
-        recovery_attempts: Option<u32>,
-        recovery_linger: Option<f64>,
-        resume: Option<bool>,
-        from_start: bool,
-        symbols: Option<Vec<String>>,
-        crc: bool,
-        key_file: Option<std::path::PathBuf>,
-        reconnect_max: Option<f64>,
-        give_up_after: Option<f64>,
-        connect_timeout: Option<f64>,
-        receive_buffer: Option<usize>,
-        echo_every: Option<u64>,
-        profile: Option<&str>,
-        idle: Option<&str>,
-        busy_poll: Option<bool>,
-        nats_creds_file: Option<std::path::PathBuf>,
-        nats_nkey_file: Option<std::path::PathBuf>,
-        nats_user: Option<String>,
-        nats_password_file: Option<std::path::PathBuf>,
-        nats_tls_ca_file: Option<std::path::PathBuf>,
-        nats_pending_messages: Option<usize>,
-        idle_timeout: Option<f64>,
-    ) -> PyResult<Subscriber> {
-        let mut builder = match (tcp, udp, multicast, nats) {
-            (Some(a), None, None, None) => Builder::tcp(a),
-            (None, Some(a), None, None) => Builder::udp(a),
-            (None, None, Some(g), None) => Builder::multicast(g, interface),
-            (None, None, None, Some(servers)) => {
-                let subject = nats_subject.unwrap_or_else(|| "mdrelay.1".to_string());
-                Builder::nats(servers, subject)
-            }
-            _ => return Err(errors::config(py, "tcp", "give exactly one of tcp, udp, multicast or nats")),
-        };
-        if let Some(s) = nats_stream {
-            builder = builder.nats_stream(s);
-        }
-        if let Some(b) = line_b {
-            builder = builder.line_b(b);
-        }
-        if let Some(i) = interface_b {
-            builder = builder.interface_b(i);
-        }
-        if let Some(r) = recovery {
-            builder = builder.recovery(r);
-        }
-        if let Some(d) = seconds(py, recovery_delay, "recovery_delay")? {
-            builder = builder.recovery_delay(d);
-        }
-        if let Some(d) = seconds(py, recovery_retry, "recovery_retry")? {
-            builder = builder.recovery_retry(d);
-        }
-        if let Some(n) = recovery_attempts {
-            builder = builder.recovery_attempts(n);
-        }
-        if let Some(d) = seconds(py, recovery_linger, "recovery_linger")? {
-            builder = builder.recovery_linger(d);
-        }
-        if let Some(r) = resume {
-            builder = builder.resume(r);
-        }
-        builder = builder.from_start(from_start).crc(crc);
-        if let Some(s) = symbols {
-            builder = builder.symbols(s);
-        }
-        if let Some(k) = key_file {
-            builder = builder.key_file(k);
-        }
-        if let Some(d) = seconds(py, reconnect_max, "reconnect_max")? {
-            builder = builder.reconnect_max(d);
-        }
-        if let Some(d) = seconds(py, give_up_after, "give_up_after")? {
-            builder = builder.give_up_after(d);
-        }
-        if let Some(d) = seconds(py, connect_timeout, "connect_timeout")? {
-            builder = builder.connect_timeout(d);
-        }
-        if let Some(n) = receive_buffer {
-            builder = builder.receive_buffer(n);
-        }
-        if let Some(n) = echo_every {
-            builder = builder.echo_every(n);
-        }
-        if let Some(p) = profile {
-            let p = p.parse::<Profile>().map_err(|e| errors::config(py, "profile", e.to_string()))?;
-            builder = builder.profile(p);
-        }
-        if let Some(i) = idle {
-            let i = i.parse::<IdleStrategy>().map_err(|e| errors::config(py, "idle", e.to_string()))?;
-            builder = builder.idle(i);
-        }
-        if let Some(b) = busy_poll {
-            builder = builder.busy_poll(b);
-        }
-        if let Some(f) = nats_creds_file {
-            builder = builder.nats_creds_file(f);
-        }
-        if let Some(f) = nats_nkey_file {
-            builder = builder.nats_nkey_file(f);
-        }
-        if let Some(u) = nats_user {
-            builder = builder.nats_user(u);
-        }
-        if let Some(f) = nats_password_file {
-            builder = builder.nats_password_file(f);
-        }
-        if let Some(f) = nats_tls_ca_file {
-            builder = builder.nats_tls_ca_file(f);
-        }
-        if let Some(n) = nats_pending_messages {
-            builder = builder.nats_pending_messages(n);
-        }
+    #[pyo3(signature = (*, idle_timeout=None, **settings))]
+    fn new(py: Python<'_>, idle_timeout: Option<f64>, settings: Option<&Bound<'_, PyDict>>) -> PyResult<Subscriber> {
+        let settings = client_settings(py, settings)?;
+        let builder = Builder::from_settings(settings);
         let idle_timeout = seconds(py, idle_timeout, "idle_timeout")?;
         let inner = py.detach(|| builder.build()).map_err(|e| errors::from_client(py, &e))?;
         Ok(Subscriber {

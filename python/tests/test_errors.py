@@ -50,6 +50,37 @@ def test_a_bad_setting_raises_config_error_naming_it() -> None:
         mdrelay.Subscriber()
 
 
+def test_keyword_errors_name_the_keyword() -> None:
+    cases = (
+        ({"recovery_dela": 0.01}, "recovery_dela", "unknown field"),
+        ({"recovery_delay": "soon"}, "recovery_delay", "not a duration"),
+        ({"recovery_attempts": 2.5}, "recovery_attempts", "invalid type"),
+        ({"symbols": "AAPL"}, "symbols", "invalid type"),
+        ({"crc": object()}, "crc", "is not a setting's"),
+        ({"recovery": "127.0.0.1:9101", "recovery_attempts": 0}, "recovery_attempts", "out of range"),
+    )
+    for kwargs, keyword, words in cases:
+        with pytest.raises(mdrelay.ConfigError) as caught:
+            mdrelay.Subscriber(udp="127.0.0.1:0", **kwargs)
+        assert caught.value.setting == keyword, (kwargs, caught.value.message)
+        assert words in caught.value.message, (kwargs, caught.value.message)
+
+
+def test_keywords_take_the_library_settings_units_and_paths(tmp_path) -> None:
+    # A duration with its unit, a path-like object and a tuple are each taken as the library's
+    # settings read from a file take them: the subscriber is built (and its key file read).
+    key = tmp_path / "wire.key"
+    key.write_text("11" * 32)
+    key.chmod(0o600)
+    with mdrelay.Subscriber(
+        udp="127.0.0.1:0", recovery="127.0.0.1:9101", recovery_delay="10ms", key_file=key, symbols=("AAPL",)
+    ):
+        pass
+    with pytest.raises(mdrelay.ConfigError) as caught:
+        mdrelay.Subscriber(udp="127.0.0.1:0", key_file=tmp_path / "missing.key")
+    assert caught.value.setting == "key_file" and "missing.key" in caught.value.message
+
+
 def test_an_unreadable_capture_raises_capture_error() -> None:
     with pytest.raises(mdrelay.CaptureError) as caught:
         mdrelay.read_capture("/nonexistent/day.pcap")
