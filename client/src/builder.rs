@@ -364,10 +364,10 @@ Default [`DEFAULT_NATS_GIVE_UP_AFTER`](crate::DEFAULT_NATS_GIVE_UP_AFTER)."
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ErrorKind;
-    use crate::settings::{Checked, Transport};
     #[cfg(feature = "nats")]
     use crate::DEFAULT_NATS_GIVE_UP_AFTER;
+    use crate::ErrorKind;
+    use crate::settings::{Checked, Transport};
     use crate::{DEFAULT_RECEIVE_BUFFER, DEFAULT_RECONNECT_MAX};
     use crate::{DEFAULT_RECOVERY_DELAY, DEFAULT_RECOVERY_LINGER, DEFAULT_RECOVERY_RETRY};
     use std::net::Ipv4Addr;

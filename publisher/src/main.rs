@@ -93,7 +93,17 @@ fn main() -> ExitCode {
 /// `--generate-completions` and `--generate-man`: documentation from the clap definitions.
 fn generate_docs(docs: &mdrelay_telemetry::docs::DocArgs) -> ExitCode {
     let command = Cli::command().version(env!("MDRELAY_VERSION"));
-    match docs.generate(command, &mut std::io::stdout().lock()) {
+    let [log, rust_log] = mdrelay_telemetry::docs::LOG_ENVIRONMENT;
+    let environment = [
+        log,
+        rust_log,
+        ("NATS_URL", "natscli's: the [nats] output's servers, when neither the file nor a flag gives them."),
+        (
+            "NATS_CREDS",
+            "natscli's: the .creds file of the [nats] output and of a NATS upstream, when no credentials are given for it.",
+        ),
+    ];
+    match docs.generate(command, ExitStatus::PUBLISHER, &environment, &mut std::io::stdout().lock()) {
         Ok(()) => ExitStatus::Success.into(),
         Err(error) => {
             eprintln!("mdrelay-pub: error: {error:#}");

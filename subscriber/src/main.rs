@@ -22,7 +22,14 @@ fn main() -> ExitCode {
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     cli.given = mdrelay_telemetry::settings::GivenFlag::all(&command, &matches);
     if cli.docs.requested() {
-        return match cli.docs.generate(command, &mut std::io::stdout().lock()) {
+        let [log, rust_log] = mdrelay_telemetry::docs::LOG_ENVIRONMENT;
+        let environment = [
+            log,
+            rust_log,
+            ("NATS_CREDS", "natscli's: the .creds file of a NATS subscriber, when no credentials are given."),
+        ];
+        let out = &mut std::io::stdout().lock();
+        return match cli.docs.generate(command, ExitStatus::SUBSCRIBER, &environment, out) {
             Ok(()) => ExitStatus::Success.into(),
             Err(error) => {
                 eprintln!("mdrelay-sub: error: {error:#}");

@@ -3,6 +3,7 @@
 
 use crate::common::subscriber;
 use mdrelay_harness::{Finished, Process, STEP, subscriber_bin};
+use mdrelay_telemetry::exit::ExitStatus;
 use std::path::PathBuf;
 
 fn config_dir() -> PathBuf {
@@ -364,6 +365,27 @@ fn both_programs_spell_shared_settings_alike_and_generate_their_docs() {
         let text = std::fs::read_to_string(dir.path().join(page)).unwrap_or_else(|e| panic!("{page}: {e}"));
         assert!(text.starts_with(".ie") || text.contains(".TH"), "{page} is a man page");
         assert!(text.contains(flag), "{page} documents {flag}");
+    }
+    // Each page ends with the variables the program reads and its exit statuses, as sections.
+    for (page, variables, statuses) in [
+        (
+            "mdrelay-pub-run.1",
+            &["MDRELAY_PUB_HOT_CORE", "NATS_URL", "NATS_CREDS", "MDRELAY_LOG"][..],
+            ExitStatus::PUBLISHER,
+        ),
+        ("mdrelay-sub.1", &["MDRELAY_SUB_HOT_CORE", "NATS_CREDS", "MDRELAY_LOG"][..], ExitStatus::SUBSCRIBER),
+    ] {
+        let text = std::fs::read_to_string(dir.path().join(page)).unwrap();
+        let environment = text.split(".SH ENVIRONMENT").nth(1).unwrap_or_else(|| panic!("{page}: {text}"));
+        let (environment, exit) =
+            environment.split_once(".SH \"EXIT STATUS\"").unwrap_or_else(|| panic!("{page}: {text}"));
+        for variable in variables {
+            assert!(environment.contains(variable), "{page}: {variable} in {environment}");
+        }
+        for status in ExitStatus::ALL {
+            let listed = exit.contains(&format!("\\fB{}\\fR", status.code()));
+            assert_eq!(listed, statuses.contains(&status), "{page}: exit status {} in {exit}", status.code());
+        }
     }
     let missing = subscriber(&["--generate-man", "/nonexistent/mdrelay/man1"]).finish(STEP);
     assert_eq!(missing.code(), Some(1), "{missing:?}");
