@@ -25,12 +25,16 @@ pub struct DocArgs {
     /// Write the man pages (the program's and one per subcommand) into DIR and exit.
     #[arg(long, value_name = "DIR")]
     pub generate_man: Option<PathBuf>,
+    /// Print the reference of every setting's flag and variable, as docs/operations.md has it
+    /// (Markdown), and exit.
+    #[arg(long, hide = true)]
+    pub generate_settings_reference: bool,
 }
 
 impl DocArgs {
     /// Whether a documentation flag was given, so the program generates instead of running.
     pub fn requested(&self) -> bool {
-        self.generate_completions.is_some() || self.generate_man.is_some()
+        self.generate_completions.is_some() || self.generate_man.is_some() || self.generate_settings_reference
     }
 
     /// Writes what was asked for: completions to `out`, man pages into their directory. The
@@ -46,6 +50,11 @@ impl DocArgs {
         let name = command.get_name().to_string();
         if let Some(shell) = self.generate_completions {
             clap_complete::generate(shell, &mut command, name.clone(), out);
+        }
+        if self.generate_settings_reference {
+            let mut command = command.clone();
+            command.build();
+            out.write_all(settings_reference(&command).as_bytes())?;
         }
         if let Some(dir) = &self.generate_man {
             if !dir.is_dir() {
@@ -72,6 +81,43 @@ pub const LOG_ENVIRONMENT: [(&str, &str); 2] = [
     ),
     ("RUST_LOG", "The log filter when neither --log-level nor MDRELAY_LOG is given."),
 ];
+
+/// The settings of `command` and of its subcommands (those of their flags that an environment
+/// variable can give too) as Markdown tables, one per `--help` heading.
+fn settings_reference(command: &clap::Command) -> String {
+    let mut out = String::new();
+    let mut commands = vec![command];
+    commands.extend(command.get_subcommands().filter(|s| !s.is_hide_set()));
+    for command in commands {
+        let settings: Vec<&clap::Arg> =
+            command.get_arguments().filter(|a| !a.is_hide_set() && a.get_env().is_some()).collect();
+        let mut headings: Vec<Option<&str>> = Vec::new();
+        for arg in &settings {
+            if !headings.contains(&arg.get_help_heading()) {
+                headings.push(arg.get_help_heading());
+            }
+        }
+        for heading in headings {
+            let name = command.get_bin_name().unwrap_or(command.get_name());
+            out.push_str(&format!("\n#### `{name}`: {}\n\n", heading.unwrap_or("Options")));
+            out.push_str("| Flag | Variable | Sets |\n|---|---|---|\n");
+            for arg in settings.iter().filter(|a| a.get_help_heading() == heading) {
+                let Some(long) = arg.get_long() else { continue };
+                let value = match arg.get_value_names() {
+                    Some(names) if arg.get_num_args().is_none_or(|n| n.takes_values()) => {
+                        names.iter().map(|n| format!(" <{n}>")).collect::<String>()
+                    }
+                    _ => String::new(),
+                };
+                let env = arg.get_env().map(|e| e.to_string_lossy().into_owned()).unwrap_or_default();
+                let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+                let help = help.replace('|', "\\|").replace('\n', " ");
+                out.push_str(&format!("| `--{long}{value}` | `{env}` | {help} |\n"));
+            }
+        }
+    }
+    out
+}
 
 /// The sections mdrelay adds to clap_mangen's.
 struct Extra<'a> {

@@ -404,3 +404,33 @@ fn both_programs_spell_shared_settings_alike_and_generate_their_docs() {
         assert!(loaded.status.success() && loaded.stdout.contains(program), "{program}: {loaded:?}");
     }
 }
+
+/// docs/operations.md's reference of every setting's flag and variable is what the programs
+/// print from their own definitions; `MDRELAY_UPDATE_DOCS=1` writes it there instead.
+#[test]
+fn the_settings_reference_in_the_docs_is_the_programs_own() {
+    let mut generated = String::new();
+    for bin in [mdrelay_harness::publisher_bin(), mdrelay_harness::subscriber_bin()] {
+        let out = Process::start(&bin, ["--generate-settings-reference"]).finish(STEP);
+        out.assert_success();
+        assert!(out.stdout.contains("| `--hot-core <N>` |"), "{}", out.stdout);
+        generated.push_str(&out.stdout);
+    }
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/operations.md");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let (begin, end) = (
+        "<!-- settings reference: generated, see the test that checks it -->\n",
+        "<!-- end of the settings reference -->",
+    );
+    let (head, rest) = text.split_once(begin).expect("docs/operations.md has the settings reference's start marker");
+    let (written, tail) = rest.split_once(end).expect("docs/operations.md has the settings reference's end marker");
+    if std::env::var_os("MDRELAY_UPDATE_DOCS").is_some() {
+        std::fs::write(&path, format!("{head}{begin}{generated}\n{end}{tail}")).unwrap();
+        return;
+    }
+    assert_eq!(
+        written.trim(),
+        generated.trim(),
+        "docs/operations.md's settings reference is not what the programs print: run this test with MDRELAY_UPDATE_DOCS=1"
+    );
+}
