@@ -837,6 +837,67 @@ mod tests {
         read.check().unwrap();
     }
 
+    /// Every field set to a value other than its default, written out in full (no
+    /// `..Default::default()`): a field added to `Settings` fails to compile here until it is
+    /// given a value, and so is checked by the round trips below.
+    fn every_field_set() -> Settings {
+        Settings {
+            tcp: Some("publisher:9100".into()),
+            udp: Some("127.0.0.1:9200".into()),
+            multicast: Some("239.255.0.1:9300".into()),
+            interface: Some("127.0.0.1".into()),
+            nats: Some("nats://127.0.0.1:4222".into()),
+            nats_subject: Some("md.deep".into()),
+            nats_stream: Some("MD".into()),
+            nats_start_at: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_764_167_400)),
+            nats_creds_file: Some("/etc/mdrelay/sub.creds".into()),
+            nats_nkey_file: Some("/etc/mdrelay/sub.nk".into()),
+            nats_user: Some("reader".into()),
+            nats_password_file: Some("/etc/mdrelay/password".into()),
+            nats_tls_ca_file: Some("/etc/mdrelay/ca.pem".into()),
+            nats_pending_messages: Some(4096),
+            line_b: Some("239.255.1.1:9300".into()),
+            interface_b: Some("127.0.0.2".into()),
+            recovery: Some("publisher:9101".into()),
+            recovery_delay: Some(Duration::from_millis(7)),
+            recovery_retry: Some(Duration::from_millis(70)),
+            recovery_attempts: Some(7),
+            recovery_linger: Some(Duration::from_millis(2500)),
+            resume: Some(false),
+            from_start: true,
+            symbols: Some(vec!["AAPL".into(), "IBM".into()]),
+            crc: true,
+            key_file: Some("/etc/mdrelay/wire.key".into()),
+            key: None,
+            echo_every: Some(10),
+            reconnect_max: Some(Duration::from_secs(3)),
+            give_up_after: Some(Duration::from_secs(45)),
+            connect_timeout: Some(Duration::from_millis(1500)),
+            receive_buffer: Some(8 << 20),
+            profile: Profile::LowLatency,
+            idle: Some(IdleStrategy::Backoff),
+            busy_poll: Some(false),
+            frame_bytes: true,
+        }
+    }
+
+    #[test]
+    fn every_field_reads_back_from_toml_and_json_as_written() {
+        let settings = every_field_set();
+        let toml_text = toml::to_string(&settings).unwrap();
+        assert_eq!(from_toml(&toml_text).unwrap(), settings, "{toml_text}");
+        let json = serde_json::to_string(&settings).unwrap();
+        assert_eq!(serde_json::from_str::<Settings>(&json).unwrap(), settings, "{json}");
+        // Each field alone too: none depends on another to be read.
+        for (key, value) in toml::Table::try_from(&settings).unwrap() {
+            let one = toml::Table::from_iter([(key.clone(), value)]);
+            let read: Settings = one.clone().try_into().unwrap_or_else(|e| panic!("{key}: {e}"));
+            assert_ne!(read, Settings::default(), "{key} is read");
+            let written = toml::Table::try_from(&read).unwrap();
+            assert_eq!(written.get(&key), one.get(&key), "{key} reads back as written");
+        }
+    }
+
     #[test]
     fn written_settings_read_back_the_same() {
         let settings = Settings {
