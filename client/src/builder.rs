@@ -87,10 +87,7 @@ impl Builder {
         })
     }
 
-    /// NATS: the JetStream stream that stores the subject (the publisher's `nats.stream`), from
-    /// which [`Builder::from_start`] and [`Builder::nats_start_at`] replay and from which gaps
-    /// in the live subject are repaired (the [`Builder::recovery_delay`], retry, attempts and
-    /// linger settings apply, with NATS's defaults: [`DEFAULT_NATS_REPAIR_DELAY`](crate::DEFAULT_NATS_REPAIR_DELAY) and the rest).
+    /// Sets [`Settings::nats_stream`].
     #[cfg(feature = "nats")]
     #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
     pub fn nats_stream(mut self, stream: impl Into<String>) -> Builder {
@@ -98,10 +95,7 @@ impl Builder {
         self
     }
 
-    /// NATS with [`Builder::nats_stream`]: start with the stream's first message stored at or
-    /// after `time` (a late joiner that wants the last minutes, say), replayed and then handed
-    /// over to the live subject without a gap or a duplicate, as [`Builder::from_start`] is.
-    /// The frames before it are not owed (the subscriber joined late).
+    /// Sets [`Settings::nats_start_at`].
     #[cfg(feature = "nats")]
     #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
     pub fn nats_start_at(mut self, time: SystemTime) -> Builder {
@@ -109,8 +103,7 @@ impl Builder {
         self
     }
 
-    /// NATS: authenticate with a `.creds` file (JWT and nkey seed), as the publisher's
-    /// `nats.creds_file`.
+    /// Sets [`Settings::nats_creds_file`].
     #[cfg(feature = "nats")]
     #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
     pub fn nats_creds_file(mut self, path: impl Into<PathBuf>) -> Builder {
@@ -118,7 +111,7 @@ impl Builder {
         self
     }
 
-    /// NATS: authenticate with the nkey seed in this file, as the publisher's `nats.nkey_file`.
+    /// Sets [`Settings::nats_nkey_file`].
     #[cfg(feature = "nats")]
     #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
     pub fn nats_nkey_file(mut self, path: impl Into<PathBuf>) -> Builder {
@@ -126,8 +119,7 @@ impl Builder {
         self
     }
 
-    /// NATS: authenticate as this user, with [`Builder::nats_password_file`] (the publisher's
-    /// `nats.user`).
+    /// Sets [`Settings::nats_user`].
     #[cfg(feature = "nats")]
     #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
     pub fn nats_user(mut self, user: impl Into<String>) -> Builder {
@@ -135,8 +127,7 @@ impl Builder {
         self
     }
 
-    /// NATS: the file holding [`Builder::nats_user`]'s password (white space around it is
-    /// trimmed), as the publisher's `nats.password_file`.
+    /// Sets [`Settings::nats_password_file`].
     #[cfg(feature = "nats")]
     #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
     pub fn nats_password_file(mut self, path: impl Into<PathBuf>) -> Builder {
@@ -144,10 +135,7 @@ impl Builder {
         self
     }
 
-    /// NATS: messages the client holds for the subscription, at most, while the program does
-    /// not read them (16 to 16 Mi, default 65,536, async-nats's); past it the client drops them
-    /// as a slow consumer's and the gap is repaired from [`Builder::nats_stream`] (or counted
-    /// lost). Lower it to bound memory when the program may stall.
+    /// Sets [`Settings::nats_pending_messages`].
     #[cfg(feature = "nats")]
     #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
     pub fn nats_pending_messages(mut self, messages: usize) -> Builder {
@@ -155,8 +143,7 @@ impl Builder {
         self
     }
 
-    /// NATS: check the servers' TLS certificates with the CA certificates (PEM) in this file,
-    /// and require TLS, as the publisher's `nats.tls_ca_file`.
+    /// Sets [`Settings::nats_tls_ca_file`].
     #[cfg(feature = "nats")]
     #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
     pub fn nats_tls_ca_file(mut self, path: impl Into<PathBuf>) -> Builder {
@@ -176,71 +163,61 @@ impl Builder {
         self
     }
 
-    /// A second line (A/B) carrying the same datagrams: a local `addr:port` for UDP, a
-    /// `group:port` for multicast. Each frame is taken from whichever line delivers it first;
-    /// the other copy is counted as arbitrated.
+    /// Sets [`Settings::line_b`].
     pub fn line_b(mut self, address: impl Into<String>) -> Builder {
         self.settings.line_b = Some(address.into());
         self
     }
 
-    /// Multicast: the local interface to join line B's group on (default `0.0.0.0`).
+    /// Sets [`Settings::interface_b`].
     pub fn interface_b(mut self, interface: impl Into<String>) -> Builder {
         self.settings.interface_b = Some(interface.into());
         self
     }
 
-    /// UDP and multicast: ask the publisher's retransmission service at `address` (`host:port`,
-    /// its `retransmit.listen`) for missing frames.
+    /// Sets [`Settings::recovery`].
     pub fn recovery(mut self, address: impl Into<String>) -> Builder {
         self.settings.recovery = Some(address.into());
         self
     }
 
-    /// Recovery: wait this long after a gap is seen before asking (0 to 10 s, default 5 ms).
+    /// Sets [`Settings::recovery_delay`].
     pub fn recovery_delay(mut self, delay: Duration) -> Builder {
         self.settings.recovery_delay = Some(delay);
         self
     }
 
-    /// Recovery: ask again after this long without an answer (1 ms to 60 s, default 50 ms); the
-    /// wait doubles with each further unanswered request for the same frames, up to 8 times.
+    /// Sets [`Settings::recovery_retry`].
     pub fn recovery_retry(mut self, retry: Duration) -> Builder {
         self.settings.recovery_retry = Some(retry);
         self
     }
 
-    /// Recovery: requests per gap before it is given up (1 to 1,000, default 10).
+    /// Sets [`Settings::recovery_attempts`].
     pub fn recovery_attempts(mut self, attempts: u32) -> Builder {
         self.settings.recovery_attempts = Some(attempts);
         self
     }
 
-    /// Recovery: after the end of the stream, wait this long at most for frames still missing
-    /// (0 to 600 s, default 2 s).
+    /// Sets [`Settings::recovery_linger`].
     pub fn recovery_linger(mut self, linger: Duration) -> Builder {
         self.settings.recovery_linger = Some(linger);
         self
     }
 
-    /// TCP: whether a reconnection to the same publisher run asks for the frames after the last
-    /// one received (default true), or takes the stream live from where it is.
+    /// Sets [`Settings::resume`].
     pub fn resume(mut self, resume: bool) -> Builder {
         self.settings.resume = Some(resume);
         self
     }
 
-    /// The session from its first frame: over TCP asked of the publisher (replayed from its
-    /// ring), over UDP owed (frames before the first received count as missing, and recovery
-    /// asks for them).
+    /// Sets [`Settings::from_start`].
     pub fn from_start(mut self, from_start: bool) -> Builder {
         self.settings.from_start = from_start;
         self
     }
 
-    /// Decode only these symbols' messages (1 to 8 ASCII characters each); the others are
-    /// skipped while decoding, as early as the format allows, and only counted by type (see
-    /// [`Frame::skipped`](crate::Frame::skipped)).
+    /// Sets [`Settings::symbols`].
     pub fn symbols<I, S>(mut self, symbols: I) -> Builder
     where
         I: IntoIterator<Item = S>,
@@ -250,99 +227,73 @@ impl Builder {
         self
     }
 
-    /// The publisher adds a CRC-32C to every frame (its `[protection] crc = true`).
+    /// Sets [`Settings::crc`].
     pub fn crc(mut self, crc: bool) -> Builder {
         self.settings.crc = crc;
         self
     }
 
-    /// The publisher encrypts every frame with the key in this file (64 hex digits, readable by
-    /// its owner only, as the publisher's `[protection] key_file`).
+    /// Sets [`Settings::key_file`].
     pub fn key_file(mut self, path: impl Into<PathBuf>) -> Builder {
         self.settings.key_file = Some(path.into());
         self
     }
 
-    /// The publisher encrypts every frame with this key.
+    /// Sets [`Settings::key`].
     pub fn key(mut self, key: WireKey) -> Builder {
         self.settings.key = Some(key);
         self
     }
 
-    /// Round-trip latency: echo every `n`th frame's publish time back to the publisher, which
-    /// measures the round trip on its own clock (`n` at least 1).
+    /// Sets [`Settings::echo_every`].
     pub fn echo_every(mut self, n: u64) -> Builder {
         self.settings.echo_every = Some(n);
         self
     }
 
-    /// TCP: the longest wait between connection attempts (10 ms to 1 day, default 5 s).
+    /// Sets [`Settings::reconnect_max`].
     pub fn reconnect_max(mut self, max: Duration) -> Builder {
         self.settings.reconnect_max = Some(max);
         self
     }
 
-    /// TCP: give up with [`ErrorKind::Unreachable`](crate::ErrorKind::Unreachable) when no
-    /// connection could be made, or every one was told BUSY, for this long (10 ms to 1 day),
-    /// counted from the first attempt that failed since the last connection whose stream
-    /// started; by default a subscriber tries for ever.
-    #[cfg_attr(
-        feature = "nats",
-        doc = r"
-NATS: once the stream has started, give up on it with
-[`ErrorKind::Ended`](crate::ErrorKind::Ended) when nothing new came for this long: no
-new frame on the subject and, with [`Builder::nats_stream`], none in the stream's tail,
-which is read whenever the subject is quiet (a server out of reach answers nothing, and
-is waited for; a server that answers after more than a quarter of this limit was stalled,
-and the limit starts again from its answer). What is missing then is given up, and
-counted. An end of stream far ahead of the frames the stream holds (frames a publisher
-dropped) is taken at that point instead, unless a frame of its session came after it.
-Default [`DEFAULT_NATS_GIVE_UP_AFTER`](crate::DEFAULT_NATS_GIVE_UP_AFTER)."
-    )]
+    /// Sets [`Settings::give_up_after`].
     pub fn give_up_after(mut self, limit: Duration) -> Builder {
         self.settings.give_up_after = Some(limit);
         self
     }
 
-    /// TCP: time for a connection to be made, the name resolved included (10 ms to 1 day,
-    /// default 10 s).
+    /// Sets [`Settings::connect_timeout`].
     pub fn connect_timeout(mut self, timeout: Duration) -> Builder {
         self.settings.connect_timeout = Some(timeout);
         self
     }
 
-    /// The receive buffer asked of the kernel for each socket (4 KiB to 1 GiB; default 16 MiB
-    /// for UDP and multicast, the system's for TCP). Above `net.core.rmem_max` it is granted only
-    /// to a process with CAP_NET_ADMIN.
+    /// Sets [`Settings::receive_buffer`].
     pub fn receive_buffer(mut self, bytes: usize) -> Builder {
         self.settings.receive_buffer = Some(bytes);
         self
     }
 
-    /// A set of choices made together: [`Profile::LowLatency`] busy-polls the sockets
-    /// ([`IdleStrategy::Spin`], SO_BUSY_POLL); settings given explicitly override it.
+    /// Sets [`Settings::profile`].
     pub fn profile(mut self, profile: Profile) -> Builder {
         self.settings.profile = profile;
         self
     }
 
-    /// How waiting for data is done: [`IdleStrategy::Sleep`] (the default) waits for the kernel
-    /// to say a socket is readable; `Spin` and `Yield` read the non-blocking sockets over and
-    /// over (a core), `Backoff` does so for a few dozen empty reads after data, then waits.
+    /// Sets [`Settings::idle`].
     pub fn idle(mut self, idle: IdleStrategy) -> Builder {
         self.settings.idle = Some(idle);
         self
     }
 
-    /// SO_BUSY_POLL on the sockets (on with the low-latency profile); a kernel that refuses it
-    /// is counted in [`Counters::busy_poll_refused`](crate::Counters::busy_poll_refused).
+    /// Sets [`Settings::busy_poll`].
     pub fn busy_poll(mut self, busy_poll: bool) -> Builder {
         self.settings.busy_poll = Some(busy_poll);
         self
     }
 
-    /// Keep each frame's bytes (opened, as the format encodes them) for
-    /// [`Frame::bytes`](crate::Frame::bytes), as a recorder needs them: one copy per frame.
+    /// Sets [`Settings::frame_bytes`].
     pub fn frame_bytes(mut self, keep: bool) -> Builder {
         self.settings.frame_bytes = keep;
         self

@@ -140,7 +140,8 @@ pub struct Settings {
     pub nats_tls_ca_file: Option<PathBuf>,
     /// NATS: messages the client holds for the subscription, at most, while the program does
     /// not read them (16 to 16 Mi, default 65,536); past it they are dropped as a slow
-    /// consumer's and repaired from `nats_stream` (or counted lost).
+    /// consumer's and repaired from `nats_stream` (or counted lost). Lower it to bound memory
+    /// when the program may stall.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nats_pending_messages: Option<usize>,
     /// A second line (A/B) carrying the same datagrams: a local `addr:port` for UDP, a
@@ -177,7 +178,8 @@ pub struct Settings {
     /// asks for them), over NATS replayed from `nats_stream`.
     pub from_start: bool,
     /// Decode only these symbols' messages (1 to 8 ASCII characters each); the others are
-    /// skipped while decoding and only counted by type.
+    /// skipped while decoding, as early as the format allows, and only counted by type (see
+    /// [`Frame::skipped`](crate::Frame::skipped)).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub symbols: Option<Vec<String>>,
     /// The publisher adds a CRC-32C to every frame (its `[protection] crc = true`).
@@ -197,11 +199,17 @@ pub struct Settings {
     /// TCP: the longest wait between connection attempts (10 ms to 1 day, default 5 s).
     #[serde(with = "seconds", skip_serializing_if = "Option::is_none")]
     pub reconnect_max: Option<Duration>,
-    /// TCP: give up when no connection could be made, or every one was told BUSY, for this long
-    /// (10 ms to 1 day; by default a TCP subscriber tries for ever). NATS: once the stream has
-    /// started, give up on it when nothing new came for this long, on the subject nor in
-    /// `nats_stream`'s tail (default 30 s; a server that answers after more than a quarter of
-    /// this limit was stalled, and the limit starts again from its answer).
+    /// TCP: give up with [`ErrorKind::Unreachable`](crate::ErrorKind::Unreachable) when no
+    /// connection could be made, or every one was told BUSY, for this long (10 ms to 1 day),
+    /// counted from the first attempt that failed since the last connection whose stream
+    /// started; by default a TCP subscriber tries for ever. NATS: once the stream has started,
+    /// give up on it with [`ErrorKind::Ended`](crate::ErrorKind::Ended) when nothing new came
+    /// for this long, on the subject nor in `nats_stream`'s tail, which is read whenever the
+    /// subject is quiet (default 30 s; a server out of reach answers nothing and is waited for;
+    /// one that answers after more than a quarter of this limit was stalled, and the limit
+    /// starts again from its answer). What is missing then is given up, and counted. An end of
+    /// stream far ahead of the frames the stream holds (frames a publisher dropped) is taken at
+    /// that point instead, unless a frame of its session came after it.
     #[serde(with = "seconds", skip_serializing_if = "Option::is_none")]
     pub give_up_after: Option<Duration>,
     /// TCP: time for a connection to be made, the name resolved included (10 ms to 1 day,

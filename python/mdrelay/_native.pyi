@@ -386,7 +386,8 @@ class Subscriber(Iterator[Union[Message, StreamEvent]]):
         nats_tls_ca_file: Optional[Union[str, "PathLike[str]"]] = None,
         # NATS: messages the client holds for the subscription, at most, while the program does not
         # read them (16 to 16 Mi, default 65,536); past it they are dropped as a slow consumer's and
-        # repaired from nats_stream (or counted lost).
+        # repaired from nats_stream (or counted lost). Lower it to bound memory when the program may
+        # stall.
         nats_pending_messages: Optional[int] = None,
         # A second line (A/B) carrying the same datagrams: a local addr:port for UDP, a group:port for
         # multicast. Each frame is taken from whichever line delivers it first.
@@ -414,7 +415,8 @@ class Subscriber(Iterator[Union[Message, StreamEvent]]):
         # them), over NATS replayed from nats_stream.
         from_start: bool = False,
         # Decode only these symbols' messages (1 to 8 ASCII characters each); the others are skipped
-        # while decoding and only counted by type.
+        # while decoding, as early as the format allows, and only counted by type (see
+        # Frame::skipped).
         symbols: Optional[Sequence[str]] = None,
         # The publisher adds a CRC-32C to every frame (its [protection] crc = true).
         crc: bool = False,
@@ -426,11 +428,16 @@ class Subscriber(Iterator[Union[Message, StreamEvent]]):
         echo_every: Optional[int] = None,
         # TCP: the longest wait between connection attempts (10 ms to 1 day, default 5 s).
         reconnect_max: Optional[Union[float, str]] = None,
-        # TCP: give up when no connection could be made, or every one was told BUSY, for this long (10
-        # ms to 1 day; by default a TCP subscriber tries for ever). NATS: once the stream has started,
-        # give up on it when nothing new came for this long, on the subject nor in nats_stream's tail
-        # (default 30 s; a server that answers after more than a quarter of this limit was stalled,
-        # and the limit starts again from its answer).
+        # TCP: give up with ErrorKind::Unreachable when no connection could be made, or every one was
+        # told BUSY, for this long (10 ms to 1 day), counted from the first attempt that failed since
+        # the last connection whose stream started; by default a TCP subscriber tries for ever. NATS:
+        # once the stream has started, give up on it with ErrorKind::Ended when nothing new came for
+        # this long, on the subject nor in nats_stream's tail, which is read whenever the subject is
+        # quiet (default 30 s; a server out of reach answers nothing and is waited for; one that
+        # answers after more than a quarter of this limit was stalled, and the limit starts again from
+        # its answer). What is missing then is given up, and counted. An end of stream far ahead of
+        # the frames the stream holds (frames a publisher dropped) is taken at that point instead,
+        # unless a frame of its session came after it.
         give_up_after: Optional[Union[float, str]] = None,
         # TCP: time for a connection to be made, the name resolved included (10 ms to 1 day, default
         # 10 s).
