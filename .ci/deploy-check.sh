@@ -66,24 +66,10 @@ echo "== promtool check metrics: both programs' scrapes while they relay a synth
 # (publisher/tests/it/live_feed.rs, subscriber/tests/it/record.rs; .ci/run runs them first) are
 # checked too. Every metric served is in docs/operations.md's table.
 bin="$install/bin"
-read -r origin_tcp retransmit relay_tcp udp m_origin m_relay m_recorder m_udp < <(python3 -c '
-import socket
-socks = [socket.socket() for _ in range(7)] + [socket.socket(type=socket.SOCK_DGRAM)]
-for s in socks: s.bind(("127.0.0.1", 0))
-print(*(s.getsockname()[1] for s in socks))')
-udp_listen=127.0.0.1:$udp
 # Started in the order they are needed, each in the background, logging to $work.
 start() { local name=$1; shift; "$@" > "$work/$name.log" 2>&1 & pids+=($!); }
-start udp-subscriber "$bin/mdrelay-sub" --listen "$udp_listen" --recovery "127.0.0.1:$retransmit" \
-    --report-interval 0 --metrics-listen "127.0.0.1:$m_udp"
-start origin "$bin/mdrelay-pub" run --synthetic --messages 5000000 --pacing rate --rate 20000 \
-    --tcp "127.0.0.1:$origin_tcp" --udp "$udp_listen" --retransmit-listen "127.0.0.1:$retransmit" \
-    --metrics-listen "127.0.0.1:$m_origin"
-start relay "$bin/mdrelay-pub" run --upstream "127.0.0.1:$origin_tcp" --tcp "127.0.0.1:$relay_tcp" \
-    --wait-subscribers 0 --metrics-listen "127.0.0.1:$m_relay"
-start recorder "$bin/mdrelay-sub" --connect "127.0.0.1:$relay_tcp" --record "$work/relayed.pcap" \
-    --report-interval 0 --metrics-listen "127.0.0.1:$m_recorder"
-# Scrapes PORT into FILE once a series of METRIC counts above 0: within 60 s, or the logs say why not.
+# Scrapes PORT into FILE once a series of METRIC counts above 0: within 60 s, or the logs say why
+# not (status 2 when a program found its port taken, which the caller retries).
 scrape_once_counting() {
     local port=$1 metric=$2 file=$3
     for _ in $(seq 600); do
@@ -92,16 +78,51 @@ scrape_once_counting() {
                 END { exit !found }' "$file"; then
             return 0
         fi
+        if grep -q "Address already in use" "$work"/*.log 2>/dev/null; then
+            return 2
+        fi
         sleep 0.1
     done
     echo "$file: $metric did not count within 60 s" >&2
     tail -n 5 "$work"/*.log >&2
     exit 1
 }
-scrape_once_counting "$m_recorder" mdrelay_sub_record_segments_total "$work/recorder.prom"
-scrape_once_counting "$m_udp" mdrelay_sub_frames_total "$work/udp-subscriber.prom"
-scrape_once_counting "$m_relay" mdrelay_pub_upstream_frames_total "$work/relay.prom"
-scrape_once_counting "$m_origin" mdrelay_pub_sent_frame_bytes_total "$work/origin.prom"
+# The ports are picked free, then released for the programs to bind: another process on the host
+# may take one meanwhile (one CI run lost three of them so), so the whole relay starts again, on
+# new ports, up to three times.
+relay_and_scrape() {
+    read -r origin_tcp retransmit relay_tcp udp m_origin m_relay m_recorder m_udp < <(python3 -c '
+import socket
+socks = [socket.socket() for _ in range(7)] + [socket.socket(type=socket.SOCK_DGRAM)]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in socks))')
+    udp_listen=127.0.0.1:$udp
+    start udp-subscriber "$bin/mdrelay-sub" --listen "$udp_listen" --recovery "127.0.0.1:$retransmit" \
+        --report-interval 0 --metrics-listen "127.0.0.1:$m_udp"
+    start origin "$bin/mdrelay-pub" run --synthetic --messages 5000000 --pacing rate --rate 20000 \
+        --tcp "127.0.0.1:$origin_tcp" --udp "$udp_listen" --retransmit-listen "127.0.0.1:$retransmit" \
+        --metrics-listen "127.0.0.1:$m_origin"
+    start relay "$bin/mdrelay-pub" run --upstream "127.0.0.1:$origin_tcp" --tcp "127.0.0.1:$relay_tcp" \
+        --wait-subscribers 0 --metrics-listen "127.0.0.1:$m_relay"
+    start recorder "$bin/mdrelay-sub" --connect "127.0.0.1:$relay_tcp" --record "$work/relayed.pcap" \
+        --report-interval 0 --metrics-listen "127.0.0.1:$m_recorder"
+    scrape_once_counting "$m_recorder" mdrelay_sub_record_segments_total "$work/recorder.prom" &&
+        scrape_once_counting "$m_udp" mdrelay_sub_frames_total "$work/udp-subscriber.prom" &&
+        scrape_once_counting "$m_relay" mdrelay_pub_upstream_frames_total "$work/relay.prom" &&
+        scrape_once_counting "$m_origin" mdrelay_pub_sent_frame_bytes_total "$work/origin.prom"
+}
+for attempt in 1 2 3; do
+    status=0
+    relay_and_scrape || status=$?
+    [ "$status" = 0 ] && break
+    echo "a port was taken before its program bound it (attempt $attempt):" >&2
+    grep -h "Address already in use" "$work"/*.log >&2
+    kill "${pids[@]}" 2>/dev/null || true
+    wait 2>/dev/null || true
+    pids=()
+    rm -f "$work"/*.log "$work"/*.prom "$work/relayed.pcap"
+    [ "$attempt" = 3 ] && exit 1
+done
 for scrape in "$work"/*.prom target/tmp/metrics/*.prom; do
     [ -f "$scrape" ] || continue
     out=$("$promtool" check metrics < "$scrape" 2>&1) || { echo "$(basename "$scrape"): $out"; exit 1; }
