@@ -377,6 +377,38 @@ impl Settings {
         self.checked().map(drop)
     }
 
+    /// The settings as a subscriber uses them: checked as [`Settings::check`] checks them, with
+    /// every default that applies to the transport written in (the reconnection wait of TCP,
+    /// the recovery timings, the idle strategy...), as `mdrelay-sub --check` prints them.
+    pub fn effective(&self) -> Result<Settings, Error> {
+        let checked = self.checked()?;
+        let mut settings = self.clone();
+        match &checked.transport {
+            Transport::Tcp(_) => {
+                settings.reconnect_max = Some(checked.reconnect_max);
+                settings.connect_timeout = Some(checked.connect_timeout);
+                settings.resume = Some(checked.resume);
+            }
+            Transport::Multicast { interface, .. } => settings.interface = Some(interface.to_string()),
+            Transport::Nats { subject, .. } => settings.nats_subject = Some(subject.clone()),
+            Transport::Udp(_) => {}
+        }
+        if let Some(Transport::Multicast { interface, .. }) = &checked.line_b {
+            settings.interface_b = Some(interface.to_string());
+        }
+        if let Some(recovery) = &checked.recovery {
+            settings.recovery_delay = Some(recovery.delay);
+            settings.recovery_retry = Some(recovery.retry);
+            settings.recovery_attempts = Some(recovery.attempts);
+            settings.recovery_linger = Some(recovery.linger);
+        }
+        settings.give_up_after = checked.give_up_after;
+        settings.receive_buffer = checked.receive_buffer;
+        settings.idle = Some(checked.idle);
+        settings.busy_poll = Some(checked.busy_poll);
+        Ok(settings)
+    }
+
     /// The settings checked, as the drivers take them.
     pub(crate) fn checked(&self) -> Result<Checked, Error> {
         let transport = self.checked_transport()?;
@@ -938,6 +970,39 @@ mod tests {
             let error = from_toml(text).unwrap_err();
             assert!(error.contains(words), "{text}: {error}");
         }
+    }
+
+    #[test]
+    fn the_effective_settings_write_in_the_transports_defaults_and_check_again() {
+        let ms = Duration::from_millis;
+        for (text, expected) in [
+            ("udp = \"127.0.0.1:0\"\nrecovery = \"h:1\"", (ms(5), ms(50), 10, ms(2000))),
+            ("nats = \"nats://h:4222\"\nnats_stream = \"MD\"", (ms(20), ms(250), 12, ms(10_000))),
+        ] {
+            let effective = from_toml(text).unwrap().effective().unwrap();
+            let timings = (
+                effective.recovery_delay.unwrap(),
+                effective.recovery_retry.unwrap(),
+                effective.recovery_attempts.unwrap(),
+                effective.recovery_linger.unwrap(),
+            );
+            assert_eq!(timings, expected, "{text}");
+            assert_eq!(effective.idle, Some(IdleStrategy::Sleep));
+            assert_eq!(effective.effective().unwrap(), effective, "{text}: the defaults check again as given");
+        }
+        let tcp = from_toml("tcp = \"h:1\"\nprofile = \"low-latency\"").unwrap().effective().unwrap();
+        assert_eq!(
+            (tcp.reconnect_max, tcp.connect_timeout, tcp.resume),
+            (Some(DEFAULT_RECONNECT_MAX), Some(DEFAULT_CONNECT_TIMEOUT), Some(true))
+        );
+        assert_eq!((tcp.idle, tcp.busy_poll, tcp.receive_buffer), (Some(IdleStrategy::Spin), Some(true), None));
+        let multicast = from_toml("multicast = \"239.255.0.1:1\"\nline_b = \"239.255.0.2:1\"").unwrap();
+        let multicast = multicast.effective().unwrap();
+        assert_eq!(
+            (multicast.interface.as_deref(), multicast.interface_b.as_deref()),
+            (Some("0.0.0.0"), Some("0.0.0.0"))
+        );
+        assert_eq!(multicast.receive_buffer, Some(DEFAULT_RECEIVE_BUFFER));
     }
 
     #[test]

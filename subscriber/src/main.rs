@@ -3,7 +3,7 @@
 #![forbid(unsafe_code)]
 
 use clap::{CommandFactory, FromArgMatches};
-use mdrelay_subscriber::config::{Cli, JsonTarget, Settings};
+use mdrelay_subscriber::config::{Cli, Config, JsonTarget};
 use mdrelay_subscriber::control::{Control, RunError};
 use mdrelay_subscriber::histlog::HistogramLog;
 use mdrelay_subscriber::metrics::{EXPORT_EVERY, SubscriberMetrics};
@@ -39,7 +39,7 @@ fn main() -> ExitCode {
     }
     let check = cli.check;
     let log = cli.log.clone();
-    let (settings, origins) = match Settings::load_with_origins(cli) {
+    let (config, layers) = match Config::load(&cli) {
         Ok(s) => s,
         Err(error) => {
             eprintln!("mdrelay-sub: configuration error: {error}");
@@ -53,8 +53,17 @@ fn main() -> ExitCode {
             return ExitStatus::Config.into();
         }
         let title = "mdrelay-sub: the configuration this run would use";
-        let table = settings.to_table();
-        print!("{}", mdrelay_telemetry::settings::annotated(title, &table, &|key| origins.get(key).cloned()));
+        let table = match toml::Table::try_from(config.effective()) {
+            Ok(table) => table,
+            Err(error) => {
+                eprintln!("mdrelay-sub: error: the configuration is not TOML: {error}");
+                return ExitStatus::Failure.into();
+            }
+        };
+        print!(
+            "{}",
+            mdrelay_telemetry::settings::annotated(title, &table, &|key| layers.origin(key).map(String::from))
+        );
         return ExitStatus::Success.into();
     }
     if let Err(error) = mdrelay_telemetry::logs::init(&log, "info", false) {
@@ -62,7 +71,7 @@ fn main() -> ExitCode {
         return ExitStatus::Config.into();
     }
     // Before the runtime exists, so the exporter gets a thread and runtime of its own.
-    let build_info = match &settings.metrics {
+    let build_info = match &config.metrics() {
         Some(m) => match mdrelay_telemetry::prometheus::serve(
             m,
             "mdrelay-sub",
@@ -87,15 +96,16 @@ fn main() -> ExitCode {
             return ExitStatus::Failure.into();
         }
     };
-    runtime.block_on(run(settings, build_info)).into()
+    runtime.block_on(run(config, build_info)).into()
 }
 
 /// Receives until a stop and prints the final report; returns the exit status.
-async fn run(settings: Settings, build_info: Option<metrics::Gauge>) -> ExitStatus {
+async fn run(config: Config, build_info: Option<metrics::Gauge>) -> ExitStatus {
     let started = tokio::time::Instant::now().into_std();
     // Outputs are opened before receiving, so an unwritable path fails at start, not after a
     // day of data.
-    let mut json_file = match &settings.json {
+    let json_target = config.json();
+    let mut json_file = match &json_target {
         Some(JsonTarget::File(path)) => match File::create(path) {
             Ok(f) => Some(f),
             Err(error) => {
@@ -105,7 +115,7 @@ async fn run(settings: Settings, build_info: Option<metrics::Gauge>) -> ExitStat
         },
         _ => None,
     };
-    let histogram_log = match &settings.histogram_log {
+    let histogram_log = match &config.app.histogram_log {
         Some(path) => match HistogramLog::create(path, SystemTime::now()) {
             Ok(log) => Some(log),
             Err(error) => {
@@ -115,8 +125,8 @@ async fn run(settings: Settings, build_info: Option<metrics::Gauge>) -> ExitStat
         },
         None => None,
     };
-    let recorder = match &settings.record {
-        Some(path) => match Recorder::create(path, &settings.transport) {
+    let recorder = match &config.record() {
+        Some(record) => match Recorder::create(record, &config.receive) {
             Ok(recorder) => Some(recorder),
             Err(error) => {
                 eprintln!("mdrelay-sub: configuration error: record: {error:#}");
@@ -127,23 +137,25 @@ async fn run(settings: Settings, build_info: Option<metrics::Gauge>) -> ExitStat
     };
     // This runs on the thread that receives (a current-thread runtime): pinning it pins the
     // receive loop, and the runtime's helper threads started later keep the whole machine.
-    if let Some(core) = settings.core
+    if let Some(core) = config.app.hot_core
         && let Err(error) = mdrelay_subscriber::cpu::pin_current_thread(core)
     {
         eprintln!("mdrelay-sub: error: core: cannot pin the receive thread to CPU {core}: {error}");
         return ExitStatus::Failure;
     }
-    tracing::info!(profile = %settings.profile, idle = %settings.idle, core = ?settings.core, busy_poll = settings.busy_poll, "receive loop");
-    let mut pipeline = Pipeline::new(&settings, histogram_log, started);
+    let r = &config.receive;
+    tracing::info!(profile = %r.profile, idle = ?r.idle, core = ?config.app.hot_core, busy_poll = ?r.busy_poll, "receive loop");
+    let mut pipeline = Pipeline::new(&config, histogram_log, started);
     pipeline.recorder = recorder;
     pipeline.metrics = build_info.map(SubscriberMetrics::new);
-    let control = Control::new(settings.report_interval, settings.duration)
-        .map(|c| if settings.metrics.is_some() { c.with_metrics(EXPORT_EVERY) } else { c });
+    let metrics = config.metrics();
+    let control = Control::new(config.report_interval(), config.duration())
+        .map(|c| if metrics.is_some() { c.with_metrics(EXPORT_EVERY) } else { c });
     let result = match control {
         Err(error) => Err(RunError::Fatal(anyhow::anyhow!("cannot install the signal handlers: {error}"))),
         Ok(mut control) => {
             mdrelay_telemetry::service::spawn_watchdog();
-            mdrelay_subscriber::receive::run(&settings, &mut pipeline, &mut control).await
+            mdrelay_subscriber::receive::run(&config, &mut pipeline, &mut control).await
         }
     };
     mdrelay_telemetry::service::stopping();
@@ -176,7 +188,7 @@ async fn run(settings: Settings, build_info: Option<metrics::Gauge>) -> ExitStat
 
     // With the JSON on stdout, the text goes to stderr so stdout stays one JSON document.
     let text = report.to_string();
-    if settings.json == Some(JsonTarget::Stdout) {
+    if json_target == Some(JsonTarget::Stdout) {
         eprint!("{text}");
     } else {
         print!("{text}");
@@ -191,7 +203,7 @@ async fn run(settings: Settings, build_info: Option<metrics::Gauge>) -> ExitStat
             return failed(code);
         }
     };
-    match (&settings.json, &mut json_file) {
+    match (&json_target, &mut json_file) {
         (Some(JsonTarget::Stdout), _) => {
             let mut out = std::io::stdout().lock();
             if writeln!(out, "{json}").and_then(|_| out.flush()).is_err() {
@@ -206,7 +218,7 @@ async fn run(settings: Settings, build_info: Option<metrics::Gauge>) -> ExitStat
         }
         _ => {}
     }
-    if let Some(m) = &settings.metrics {
+    if let Some(m) = &metrics {
         mdrelay_telemetry::prometheus::hold(m.hold).await;
     }
     code

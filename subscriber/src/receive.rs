@@ -6,7 +6,7 @@
 //! protection, sequence accounting, A/B lines, loss recovery, echoes, the idle strategy) is the
 //! library's; this module is what the subscriber does with what arrives.
 
-use crate::config::{LatencyMode, NatsOptions, Settings, Transport};
+use crate::config::{Config, LatencyMode};
 use crate::control::{Control, Event as ControlEvent, RunError, Stop};
 use crate::histlog::HistogramLog;
 use crate::metrics::{LoopCounts, SubscriberMetrics};
@@ -17,14 +17,11 @@ use mdrelay_client::{
 };
 use mdrelay_proto::warn;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Events taken one after the other, while more are ready, before ticks and signals are looked
 /// at first again (they are looked at whenever the subscriber waits).
 const EVENTS_BETWEEN_LOOKS: u32 = 64;
-
-/// The longest wait between TCP connection attempts the library takes.
-const MAX_RECONNECT_WAIT: Duration = Duration::from_secs(86_400);
 
 /// The application's state for one run: what it measures and writes of the frames taken.
 pub struct Pipeline {
@@ -63,20 +60,21 @@ enum After {
 }
 
 impl Pipeline {
-    /// A pipeline for `settings`, writing intervals to `histogram_log` if given.
-    pub fn new(settings: &Settings, histogram_log: Option<HistogramLog>, started: Instant) -> Pipeline {
+    /// A pipeline for `config`, writing intervals to `histogram_log` if given.
+    pub fn new(config: &Config, histogram_log: Option<HistogramLog>, started: Instant) -> Pipeline {
+        let receive = &config.receive;
         Pipeline {
-            stats: Stats::new(settings.symbols.clone()),
+            stats: Stats::new(config.symbols()),
             recorder: None,
             metrics: None,
             histogram_log,
             counters: Counters::default(),
-            count: settings.count,
-            from_start: settings.from_start,
-            jetstream_repair: matches!(settings.transport, Transport::Nats { stream: Some(_), .. }),
-            print_intervals: settings.report_interval.is_some(),
-            latency_mode: settings.latency,
-            transport: settings.transport.to_string(),
+            count: config.app.max_messages,
+            from_start: receive.from_start,
+            jetstream_repair: receive.nats.is_some() && receive.nats_stream.is_some(),
+            print_intervals: config.report_interval().is_some(),
+            latency_mode: config.app.latency,
+            transport: config.transport(),
             connected: false,
             warned_v1: false,
             span: tracing::Span::none(),
@@ -395,74 +393,19 @@ fn end_kind(what: &str) -> &'static str {
 
 /// The library's builder for the subscriber's settings; `recording`: frames are decoded whole
 /// and keep their bytes (the statistics still aggregate the filter's symbols only).
-pub fn builder(settings: &Settings, recording: bool) -> Builder {
-    let mut b = match &settings.transport {
-        Transport::Tcp(addr) => {
-            Builder::tcp(addr.clone()).reconnect_max(settings.reconnect_max.min(MAX_RECONNECT_WAIT))
-        }
-        Transport::Udp(addr) => Builder::udp(addr.to_string()),
-        Transport::Multicast { group, interface } => Builder::multicast(group.to_string(), interface.to_string()),
-        Transport::Nats { servers, subject, stream, options } => nats_builder(servers, subject, stream, options),
-    };
-    if let Some(limit) = settings.nats_give_up_after {
-        b = b.give_up_after(limit);
+pub fn builder(config: &Config, recording: bool) -> Builder {
+    let mut settings = config.receive.clone();
+    if recording {
+        settings.symbols = None;
+        settings.frame_bytes = true;
     }
-    match &settings.line_b {
-        Some(Transport::Multicast { group, interface }) => {
-            b = b.line_b(group.to_string()).interface_b(interface.to_string())
-        }
-        Some(Transport::Udp(addr)) => b = b.line_b(addr.to_string()),
-        Some(Transport::Tcp(_)) | Some(Transport::Nats { .. }) | None => {}
-    }
-    if let Some(r) = &settings.recovery {
-        b = b
-            .recovery(r.server.clone())
-            .recovery_delay(r.delay)
-            .recovery_retry(r.retry)
-            .recovery_attempts(r.attempts)
-            .recovery_linger(r.linger);
-    }
-    if settings.from_start {
-        b = b.from_start(true);
-    }
-    if let Some(symbols) = &settings.symbols
-        && !recording
-    {
-        b = b.symbols(symbols.iter().map(|s| s.to_text()));
-    }
-    b = b.crc(settings.protection.crc);
-    if let Some(key) = &settings.protection.key {
-        b = b.key(key.clone());
-    }
-    if settings.latency == LatencyMode::RoundTrip {
-        b = b.echo_every(settings.echo_every.max(1));
-    }
-    b.profile(settings.profile).idle(settings.idle).busy_poll(settings.busy_poll).frame_bytes(recording)
-}
-
-/// The library's NATS builder: the subject on the servers, with the stream and the options set.
-fn nats_builder(servers: &str, subject: &str, stream: &Option<String>, options: &NatsOptions) -> Builder {
-    let mut b = Builder::nats(servers, subject);
-    if let Some(stream) = stream {
-        b = b.nats_stream(stream.clone());
-    }
-    if let Some(time) = options.start_at {
-        b = b.nats_start_at(time);
-    }
-    b = b.nats_auth(&options.auth);
-    if let Some(path) = &options.tls_ca_file {
-        b = b.nats_tls_ca_file(path.clone());
-    }
-    if let Some(n) = options.pending_messages {
-        b = b.nats_pending_messages(n);
-    }
-    b
+    Builder::from_settings(settings)
 }
 
 /// Receives until a stop; the counts are in the pipeline for its report.
-pub async fn run(settings: &Settings, pipeline: &mut Pipeline, control: &mut Control) -> Result<Stop, RunError> {
+pub async fn run(config: &Config, pipeline: &mut Pipeline, control: &mut Control) -> Result<Stop, RunError> {
     // Setting up (resolving a publisher's name, say) may take a while: ticks and stops go on.
-    let build = builder(settings, pipeline.recorder.is_some()).build_async();
+    let build = builder(config, pipeline.recorder.is_some()).build_async();
     tokio::pin!(build);
     let built = loop {
         tokio::select! {
@@ -477,17 +420,18 @@ pub async fn run(settings: &Settings, pipeline: &mut Pipeline, control: &mut Con
     };
     let mut subscriber = match built {
         Ok(s) => s,
-        Err(error) => return Err(start_error(error, settings)),
+        Err(error) => return Err(start_error(error, config)),
     };
-    if let Transport::Nats { subject, servers, .. } = &settings.transport {
+    let r = &config.receive;
+    if let (Some(servers), Some(subject)) = (&r.nats, &r.nats_subject) {
         // The subscription is made: what is published from now on reaches it.
         tracing::info!(%subject, %servers, "subscribed over NATS");
         mdrelay_telemetry::service::ready("receiving");
     }
-    if matches!(settings.transport, Transport::Udp(_) | Transport::Multicast { .. }) {
-        announce_lines(&subscriber, settings);
+    if r.udp.is_some() || r.multicast.is_some() {
+        announce_lines(&subscriber, config);
     }
-    let result = receive(&mut subscriber, settings, pipeline, control).await;
+    let result = receive(&mut subscriber, config, pipeline, control).await;
     // Whatever is still missing is given up and counted now.
     subscriber.close();
     pipeline.counters = subscriber.counters();
@@ -504,7 +448,7 @@ enum Woke {
 
 async fn receive(
     subscriber: &mut AsyncSubscriber,
-    settings: &Settings,
+    config: &Config,
     pipeline: &mut Pipeline,
     control: &mut Control,
 ) -> Result<Stop, RunError> {
@@ -531,7 +475,7 @@ async fn receive(
             Woke::After(After::Go) => {}
             Woke::After(After::Stop(stop)) => return Ok(stop),
             Woke::After(After::Connected) => {
-                if settings.busy_poll && !busy_poll_told {
+                if config.receive.busy_poll == Some(true) && !busy_poll_told {
                     busy_poll_told = true;
                     tell_busy_poll(&subscriber.counters(), "tcp");
                 }
@@ -562,11 +506,12 @@ fn taken(next: Result<Option<Event<Frame<'_>>>, Error>, pipeline: &mut Pipeline)
 
 /// Logs the lines' receive buffers and addresses (tests and scripts read the address after
 /// "listening on"; line A's comes first), and SO_BUSY_POLL.
-fn announce_lines(subscriber: &AsyncSubscriber, settings: &Settings) {
+fn announce_lines(subscriber: &AsyncSubscriber, config: &Config) {
     let counters = subscriber.counters();
     let requested = mdrelay_client::DEFAULT_RECEIVE_BUFFER;
-    let lines = [Some(&settings.transport), settings.line_b.as_ref()];
-    for (i, (local, transport)) in subscriber.local_addrs().iter().zip(lines.into_iter().flatten()).enumerate() {
+    let r = &config.receive;
+    let interfaces = [r.interface.as_deref(), r.interface_b.as_deref()];
+    for (i, local) in subscriber.local_addrs().iter().enumerate() {
         // Linux reports twice the usable size (it counts its bookkeeping).
         let granted = counters.receive_buffers.get(i).copied().unwrap_or(0);
         tracing::info!(requested, granted, "receive buffer");
@@ -576,17 +521,15 @@ fn announce_lines(subscriber: &AsyncSubscriber, settings: &Settings) {
             );
         }
         let which = if i == 0 { "" } else { "line B, " };
-        match transport {
-            Transport::Multicast { interface, .. } => {
-                tracing::info!("listening on {local} ({which}multicast, interface {interface})")
-            }
+        match (r.multicast.is_some(), interfaces.get(i).copied().flatten()) {
+            (true, Some(interface)) => tracing::info!("listening on {local} ({which}multicast, interface {interface})"),
             _ if i > 0 => tracing::info!("listening on {local} (line B)"),
             _ => tracing::info!("listening on {local}"),
         }
     }
     // Bound (and joined): whatever is sent from now on is received.
     mdrelay_telemetry::service::ready("receiving");
-    if settings.busy_poll {
+    if r.busy_poll == Some(true) {
         tell_busy_poll(&counters, "udp");
     }
 }
@@ -601,26 +544,16 @@ fn tell_busy_poll(counters: &Counters, socket: &str) {
 }
 
 /// What an error setting up the subscriber means for the run.
-fn start_error(error: Error, settings: &Settings) -> RunError {
+fn start_error(error: Error, config: &Config) -> RunError {
     match (&error, error.kind()) {
         // A unicast port is one receiver's (multicast sockets share theirs).
-        (Error::Bind { setting, address, .. }, ErrorKind::AddrInUse) => {
-            let key = match *setting {
-                "line_b" => "listen_b",
-                _ => "listen",
-            };
-            RunError::Fatal(anyhow::anyhow!(
-                "{key}: {address} is in use by another program (another subscriber?); a unicast port takes one receiver: give each subscriber its own port, or use multicast"
-            ))
-        }
+        (Error::Bind { setting, address, .. }, ErrorKind::AddrInUse) => RunError::Fatal(anyhow::anyhow!(
+            "{setting}: {address} is in use by another program (another subscriber?); a unicast port takes one receiver: give each subscriber its own port, or use multicast"
+        )),
         // A NATS setting the server refuses (credentials, TLS) or a file it names that cannot be
         // read: named as the configuration names it.
-        (Error::Config { .. }, _) if matches!(settings.transport, Transport::Nats { .. }) => {
-            RunError::Config(error.to_string())
-        }
-        (_, ErrorKind::Unreachable) if matches!(settings.transport, Transport::Tcp(_)) => {
-            RunError::Fatal(anyhow::anyhow!("connect: {error}"))
-        }
+        (Error::Config { .. }, _) if config.receive.nats.is_some() => RunError::Config(error.to_string()),
+        (_, ErrorKind::Unreachable) if config.receive.tcp.is_some() => RunError::Fatal(anyhow::anyhow!("tcp: {error}")),
         _ => run_error(error),
     }
 }

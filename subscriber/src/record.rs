@@ -25,9 +25,10 @@
 //! hold up the start in `open()`); an existing file is replaced only when asked
 //! (`record_overwrite`): the recording's path may be in a directory others can write to.
 
-use crate::config::{RecordSettings, Transport};
+use crate::config::RecordSettings;
 use flate2::Compression;
 use flate2::write::GzEncoder;
+use mdrelay_client::Settings;
 use mdrelay_proto::capture_writer::{CaptureWriter, Container, WriterOptions};
 use mdrelay_proto::codec::{BatchHeader, Format};
 use mdrelay_proto::message::Message;
@@ -528,7 +529,7 @@ impl Recorder {
     /// Creates the first file (never through a symbolic link; an existing one only replaced
     /// with `overwrite`), so that a path that cannot be written fails before anything is
     /// received; then starts the writer thread. The error names the file.
-    pub fn create(settings: &RecordSettings, transport: &Transport) -> anyhow::Result<Recorder> {
+    pub fn create(settings: &RecordSettings, receive: &Settings) -> anyhow::Result<Recorder> {
         let path = &settings.path;
         let (container, gzip) = container_for(path);
         let progress = Arc::new(RecordProgress::default());
@@ -537,7 +538,7 @@ impl Recorder {
         let (file, first) = files.open_next(&progress).map_err(anyhow::Error::msg)?;
         let (queue, chunks) = mpsc::sync_channel::<Chunk>(QUEUE_CHUNKS);
         let (give_back, spare) = mpsc::channel::<Chunk>();
-        let (rotation, destination, shared) = (Rotation::new(settings), destination(transport), Arc::clone(&progress));
+        let (rotation, destination, shared) = (Rotation::new(settings), destination(receive), Arc::clone(&progress));
         let thread = std::thread::Builder::new()
             .name("record".into())
             .spawn(move || {
@@ -717,11 +718,14 @@ fn source(peer: SocketAddr) -> SocketAddrV4 {
 
 /// The recorded datagrams' destination: the multicast group joined, else [`RECORD_GROUP`], on
 /// the transport's port when it has one.
-fn destination(transport: &Transport) -> SocketAddrV4 {
-    let (ip, port) = match transport {
-        Transport::Multicast { group: SocketAddr::V4(group), .. } => (*group.ip(), group.port()),
-        Transport::Udp(addr) => (RECORD_GROUP, addr.port()),
-        _ => (RECORD_GROUP, 0),
+fn destination(receive: &Settings) -> SocketAddrV4 {
+    // Checked addresses: a group is IPv4, a UDP address has a port.
+    let group = receive.multicast.as_deref().and_then(|g| g.parse::<SocketAddrV4>().ok());
+    let udp_port = receive.udp.as_deref().and_then(|a| a.parse::<SocketAddr>().ok()).map(|a| a.port());
+    let (ip, port) = match (group, udp_port) {
+        (Some(group), _) => (*group.ip(), group.port()),
+        (None, Some(port)) => (RECORD_GROUP, port),
+        (None, None) => (RECORD_GROUP, 0),
     };
     SocketAddrV4::new(ip, if port == 0 { RECORD_PORT } else { port })
 }
@@ -1126,11 +1130,14 @@ mod tests {
 
     #[test]
     fn datagrams_go_to_the_group_joined_or_the_default_group() {
-        let group = Transport::Multicast { group: "239.1.2.3:9300".parse().unwrap(), interface: Ipv4Addr::LOCALHOST };
+        let settings = |text: &str| toml::from_str::<Settings>(text).unwrap();
+        let group = settings("multicast = \"239.1.2.3:9300\"\ninterface = \"127.0.0.1\"");
         assert_eq!(destination(&group), "239.1.2.3:9300".parse().unwrap());
-        let udp = Transport::Udp("127.0.0.1:0".parse().unwrap());
+        let udp = settings("udp = \"127.0.0.1:0\"");
         assert_eq!(destination(&udp), SocketAddrV4::new(RECORD_GROUP, RECORD_PORT));
-        assert_eq!(destination(&Transport::Tcp("h:1".into())), SocketAddrV4::new(RECORD_GROUP, RECORD_PORT));
+        let udp = settings("udp = \"127.0.0.1:9200\"");
+        assert_eq!(destination(&udp), SocketAddrV4::new(RECORD_GROUP, 9200));
+        assert_eq!(destination(&settings("tcp = \"h:1\"")), SocketAddrV4::new(RECORD_GROUP, RECORD_PORT));
         assert_eq!(source("[::1]:5".parse().unwrap()), SocketAddrV4::new(IPV6_SOURCE, 5));
         assert_eq!(source("[::ffff:10.0.0.1]:5".parse().unwrap()), "10.0.0.1:5".parse().unwrap());
     }

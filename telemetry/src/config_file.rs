@@ -100,16 +100,19 @@ pub fn toml_error_message(error: &toml::de::Error) -> String {
 }
 
 /// The known key nearest to the unknown one in serde's "unknown field `x`, expected one of `a`,
-/// `b`" (or "expected `a` or `b`"), when one is near enough: Jaro-Winkler similarity over 0.8,
-/// which clap's threshold (0.7) would let through typos of short keys that are other words.
+/// `b`" (or "expected `a` or `b`"), when one is near enough (see [`nearest`]).
 fn did_you_mean(message: &str) -> Option<&str> {
     let rest = message.strip_prefix("unknown field `")?;
     let (unknown, rest) = rest.split_once('`')?;
     let (_, expected) = rest.split_once("expected")?;
-    expected
-        .split('`')
-        .skip(1)
-        .step_by(2)
+    nearest(unknown, expected.split('`').skip(1).step_by(2))
+}
+
+/// The name of `known` nearest to `unknown`, when one is near enough: Jaro-Winkler similarity
+/// over 0.8, which clap's threshold (0.7) would let through typos of short keys that are other
+/// words.
+pub fn nearest<'a>(unknown: &str, known: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    known
         .map(|known| (strsim::jaro_winkler(unknown, known), known))
         .filter(|(similarity, _)| *similarity > 0.8)
         .max_by(|a, b| a.0.total_cmp(&b.0))

@@ -20,7 +20,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 /// `[metrics]` in either program's configuration file.
-#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct MetricsSection {
     /// Address:port of the scrape endpoint (e.g. "127.0.0.1:9900"); none: no endpoint.

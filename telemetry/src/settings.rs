@@ -1,10 +1,276 @@
-//! The resolved configuration as an operator reads it: TOML, every setting written out, each
-//! value followed by where it came from (a file and line, a flag, an environment variable, or
-//! the default). What both programs' `--check` prints, and what a reload compares.
+//! A configuration laid from its sources and read as an operator reads it:
+//! - [`Layered`]: the settings of a file, then of the flags and environment variables given,
+//!   each value remembering where it came from, read into the program's settings struct with
+//!   errors naming the setting and its origin (as figment layers its providers);
+//! - [`annotated`]: the resolved configuration as TOML, every setting written out, each value
+//!   followed by where it came from (a file and line, a flag, an environment variable, or the
+//!   default). What both programs' `--check` prints, and what a reload compares.
 
+use crate::config_file::{Reading, read_text, toml_error_message};
+use anyhow::{Result, anyhow, bail};
+use serde::de::DeserializeOwned;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::Path;
+
+/// A setting's earlier name, still read in files, flags and environment variables alike: the
+/// value is laid under the name it has now (multiplied by `scale`, for an earlier name in
+/// another unit), and its origin says so.
+#[derive(Debug, Clone, Copy)]
+pub struct EarlierName {
+    /// The earlier name (a dotted key for a setting that was in a section).
+    pub earlier: &'static str,
+    /// The name it has now.
+    pub now: &'static str,
+    /// What a number under the earlier name is multiplied by (1.0: the same unit).
+    pub scale: f64,
+}
+
+/// Settings laid from their sources, each value with where it came from: a file's line, a flag,
+/// an environment variable. Lay the lowest source first ([`Layered::from_file`]), then the
+/// higher ones over it ([`Layered::lay`]); [`Layered::extract`] reads the result into a struct
+/// whose `Default` holds the defaults.
+#[derive(Debug, Clone, Default)]
+pub struct Layered {
+    table: toml::Table,
+    origins: BTreeMap<String, String>,
+}
+
+impl Layered {
+    /// The settings of the configuration file `path` (read as [`read_text`] reads it), earlier
+    /// names laid under their names of now.
+    pub fn from_file(path: &Path, reading: Reading, earlier: &[EarlierName]) -> Result<Layered> {
+        let text = read_text(path, reading)?;
+        let table: toml::Table =
+            toml::from_str(&text).map_err(|e| anyhow!("{}: {}", path.display(), toml_error_message(&e)))?;
+        let mut layer = Layered { table, origins: file_origins(path, &text) };
+        layer.rename(earlier)?;
+        Ok(layer)
+    }
+
+    /// The settings of the flags `given` (on the command line or in the environment), as the
+    /// `serde` names of `Args`' fields give them: each flag is parsed again alone, so that every
+    /// value is tied to the flag or variable that gave it. Earlier names are laid under their
+    /// names of now.
+    pub fn from_flags<Args>(given: &[GivenFlag], earlier: &[EarlierName]) -> Result<Layered>
+    where
+        Args: clap::Args + clap::FromArgMatches + serde::Serialize,
+    {
+        let mut layer = Layered::default();
+        for flag in given {
+            let mut argv = vec!["flags".to_string()];
+            match flag.values.is_empty() {
+                true => argv.push(format!("--{}", flag.long)),
+                false => argv.extend(flag.values.iter().map(|value| format!("--{}={value}", flag.long))),
+            }
+            // No environment here: what came from it is in `given` already.
+            let command = Args::augment_args(clap::Command::new("flags")).mut_args(|arg| arg.env(None::<&str>));
+            let Ok(alone) =
+                command.try_get_matches_from(argv).map_err(drop).and_then(|m| Args::from_arg_matches(&m).map_err(drop))
+            else {
+                continue;
+            };
+            let settings = toml::Table::try_from(&alone)
+                .map_err(|_| anyhow!("{} ({}): {} is out of range", flag.long, flag.origin, flag.values.join(",")))?;
+            for (key, value) in settings {
+                layer.set(&key, value, &flag.origin);
+            }
+        }
+        layer.rename(earlier)?;
+        Ok(layer)
+    }
+
+    /// Lays `over` over these settings: its values replace theirs, key by key.
+    pub fn lay(&mut self, over: Layered) {
+        for (key, value) in settings(&over.table) {
+            let origin = over.origins.get(&key).cloned().unwrap_or_default();
+            self.set(&key, value.clone(), &origin);
+        }
+    }
+
+    /// Sets the setting at the dotted `key`, which came from `origin`.
+    pub fn set(&mut self, key: &str, value: toml::Value, origin: &str) {
+        let path: Vec<&str> = key.split('.').collect();
+        let Some((last, parents)) = path.split_last() else { return };
+        let mut table = &mut self.table;
+        for part in parents {
+            let entry = table.entry(part.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            if !entry.is_table() {
+                *entry = toml::Value::Table(toml::Table::new());
+            }
+            let toml::Value::Table(inner) = entry else { return };
+            table = inner;
+        }
+        table.insert(last.to_string(), value);
+        self.origins.insert(key.to_string(), origin.to_string());
+    }
+
+    /// Takes the setting at the dotted `key` out, if it is set.
+    pub fn remove(&mut self, key: &str) -> Option<toml::Value> {
+        let (parents, last) = key.rsplit_once('.').map_or((None, key), |(p, l)| (Some(p), l));
+        let mut table = &mut self.table;
+        for part in parents.into_iter().flat_map(|p| p.split('.')) {
+            table = table.get_mut(part)?.as_table_mut()?;
+        }
+        let value = table.remove(last)?;
+        self.origins.remove(key);
+        Some(value)
+    }
+
+    /// The setting at the dotted `key`, if it is set.
+    pub fn get(&self, key: &str) -> Option<&toml::Value> {
+        let mut parts = key.split('.');
+        let mut value = self.table.get(parts.next()?)?;
+        for part in parts {
+            value = value.as_table()?.get(part)?;
+        }
+        Some(value)
+    }
+
+    /// The top-level keys set.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.table.keys().map(String::as_str)
+    }
+
+    /// Where the setting at the dotted `key` came from; none for a default.
+    pub fn origin(&self, key: &str) -> Option<&str> {
+        self.origins.get(key).map(String::as_str)
+    }
+
+    /// Every origin, by dotted key.
+    pub fn origins(&self) -> &BTreeMap<String, String> {
+        &self.origins
+    }
+
+    /// The setting as errors name it: `key (origin)`, or `key` for a default.
+    pub fn name(&self, key: &str) -> String {
+        match self.origin(key) {
+            Some(origin) => format!("{key} ({origin})"),
+            None => key.to_string(),
+        }
+    }
+
+    /// The settings whose top-level key is one of `keys`, read into `T`; an error names the
+    /// setting at fault and its origin (`report_interval (sub.toml, line 2): ...`).
+    pub fn extract<T: DeserializeOwned>(&self, keys: &[&str]) -> Result<T> {
+        let only = |wanted: &dyn Fn(&str) -> bool| -> toml::Table {
+            self.table.iter().filter(|(key, _)| wanted(key)).map(|(k, v)| (k.clone(), v.clone())).collect()
+        };
+        let error = match T::deserialize(toml::Value::Table(only(&|key| keys.contains(&key)))) {
+            Ok(settings) => return Ok(settings),
+            Err(error) => error,
+        };
+        // The setting at fault: the first that fails alone (within a section, the first key).
+        for (key, value) in settings(&self.table) {
+            let top = key.split('.').next().unwrap_or_default();
+            if !keys.contains(&top) {
+                continue;
+            }
+            let mut alone = Layered::default();
+            alone.set(&key, value.clone(), "");
+            if let Err(e) = T::deserialize(toml::Value::Table(alone.table)) {
+                bail!("{}: {}", self.name(&key), e.message().trim_end());
+            }
+        }
+        Err(error.into())
+    }
+
+    /// Refuses a top-level key that is not one of `known`, naming it, its origin and the known
+    /// key nearest to it.
+    pub fn refuse_unknown(&self, known: &[&str]) -> Result<()> {
+        for key in self.keys().filter(|key| !known.contains(key)) {
+            let near = crate::config_file::nearest(key, known.iter().copied());
+            let hint = near.map(|near| format!("; did you mean `{near}`?")).unwrap_or_default();
+            let origin = self.origins.iter().find(|(k, _)| k.split('.').next() == Some(key)).map(|(_, o)| o);
+            let name = match origin {
+                Some(origin) => format!("{key} ({origin})"),
+                None => key.to_string(),
+            };
+            bail!("{name}: unknown setting{hint}");
+        }
+        Ok(())
+    }
+
+    /// Lays each earlier name's value under the name it has now; one setting under both names
+    /// is refused, naming the one to keep.
+    fn rename(&mut self, earlier: &[EarlierName]) -> Result<()> {
+        for name in earlier {
+            let Some(origin) = self.origin(name.earlier).map(str::to_string) else { continue };
+            if self.get(name.now).is_some() {
+                bail!(
+                    "{} and {}: the same setting twice ({} is its earlier name): keep {}",
+                    self.name(name.now),
+                    self.name(name.earlier),
+                    name.earlier,
+                    name.now
+                );
+            }
+            let Some(mut value) = self.remove(name.earlier) else { continue };
+            if name.scale != 1.0 {
+                value = match value {
+                    toml::Value::Integer(n) => toml::Value::Float(n as f64 * name.scale),
+                    toml::Value::Float(f) => toml::Value::Float(f * name.scale),
+                    other => other,
+                };
+            }
+            // A section left empty by the move (`[protection]`) is no setting of its own.
+            if let Some((section, _)) = name.earlier.rsplit_once('.')
+                && self.get(section).and_then(toml::Value::as_table).is_some_and(toml::Table::is_empty)
+            {
+                self.remove(section);
+            }
+            let origin = format!("{origin}, under its earlier name {} (now {})", name.earlier, name.now);
+            self.set(name.now, value, &origin);
+        }
+        Ok(())
+    }
+}
+
+/// Every setting of `table` by dotted key: its values that are not tables, and its empty tables
+/// (a section whose presence is the setting, such as `[source.synthetic]`).
+fn settings(table: &toml::Table) -> Vec<(String, &toml::Value)> {
+    let mut out = Vec::new();
+    for (key, value) in table {
+        match value {
+            toml::Value::Table(inner) if !inner.is_empty() => {
+                out.extend(settings(inner).into_iter().map(|(k, v)| (format!("{key}.{k}"), v)))
+            }
+            other => out.push((key.clone(), other)),
+        }
+    }
+    out
+}
+
+/// The names of the fields of `T`, a struct deriving `Deserialize` without `flatten`: the keys
+/// a section of a configuration file may hold.
+pub fn field_names<T: DeserializeOwned>() -> &'static [&'static str] {
+    use serde::de::{Error, Visitor};
+    /// A deserializer that only records the fields a struct asks for.
+    struct Probe<'a>(&'a mut &'static [&'static str]);
+    impl<'de> serde::Deserializer<'de> for Probe<'_> {
+        type Error = serde::de::value::Error;
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+            Err(Error::custom("not a struct"))
+        }
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Self::Error> {
+            *self.0 = fields;
+            Err(Error::custom("fields recorded"))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+            option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+            ignored_any
+        }
+    }
+    let mut fields: &'static [&'static str] = &[];
+    let _ = T::deserialize(Probe(&mut fields));
+    fields
+}
 
 /// A flag as the user gave it, for naming where a setting came from.
 #[derive(Debug, Clone, Default)]

@@ -33,53 +33,58 @@ fn an_unknown_key_fails_naming_the_file_the_key_and_the_line() {
 fn bad_settings_fail_at_start_naming_the_setting() {
     let cases: &[(&str, &[&str], &str)] = &[
         (
+            "udp = \"239.255.0.1:9300\"\n",
+            &[],
+            "udp (PATH, line 1): 239.255.0.1 is a multicast address; join a group with multicast",
+        ),
+        (
             "listen = \"239.255.0.1:9300\"\n",
             &[],
-            "listen (PATH, line 1): 239.255.0.1 is a multicast address; listen takes a unicast address, use group = \"239.255.0.1:9300\"",
+            "udp (PATH, line 1, under its earlier name listen (now udp)): 239.255.0.1 is a multicast address",
         ),
-        ("group = \"127.0.0.1:9300\"\n", &[], "group (PATH, line 1): 127.0.0.1 is not a multicast address"),
+        ("multicast = \"127.0.0.1:9300\"\n", &[], "multicast (PATH, line 1): 127.0.0.1 is not a multicast address"),
         (
-            "group = \"239.255.0.1:9300\"\ninterface = \"eth0\"\n",
+            "multicast = \"239.255.0.1:9300\"\ninterface = \"eth0\"\n",
             &[],
             "interface (PATH, line 2): \"eth0\" is not an IPv4 address",
         ),
-        ("connect = \"127.0.0.1\"\n", &[], "connect (PATH, line 1): \"127.0.0.1\" is not host:port"),
-        ("listen = \"not an address\"\n", &[], "listen (PATH, line 1): \"not an address\" is not an address:port"),
-        ("symbols = [\"AAPL\"]\n", &[], "no transport configured"),
-        ("connect = \"127.0.0.1:9100\"\ngroup = \"239.255.0.1:9300\"\n", &[], "several transports"),
+        ("tcp = \"127.0.0.1\"\n", &[], "tcp (PATH, line 1): \"127.0.0.1\" is not host:port"),
+        ("udp = \"not an address\"\n", &[], "udp (PATH, line 1): \"not an address\" is not an address:port"),
+        ("symbols = [\"AAPL\"]\n", &[], "no transport given: give one of tcp, udp, multicast or nats"),
+        ("tcp = \"127.0.0.1:9100\"\nmulticast = \"239.255.0.1:9300\"\n", &[], "tcp is given too: give one transport"),
         (
-            "connect = \"127.0.0.1:9100\"\nformat = \"sbe\"\n",
+            "tcp = \"127.0.0.1:9100\"\nformat = \"sbe\"\n",
             &[],
             "format (PATH, line 2): the subscriber has no format setting",
         ),
-        ("connect = \"127.0.0.1:9100\"\nlatency = \"both\"\n", &[], "latency"),
-        ("connect = \"127.0.0.1:9100\"\necho_every = 0\n", &[], "echo_every (PATH, line 2): must be at least 1"),
+        ("tcp = \"127.0.0.1:9100\"\nlatency = \"both\"\n", &[], "latency (PATH, line 2): unknown variant `both`"),
+        ("tcp = \"127.0.0.1:9100\"\necho_every = 0\n", &[], "echo_every (PATH, line 2): must be at least 1"),
         (
-            "connect = \"127.0.0.1:9100\"\n",
-            &["--listen", "127.0.0.1:0", "--group", "239.255.0.1:1"],
-            "several transports",
+            "tcp = \"127.0.0.1:9100\"\n",
+            &["--udp", "127.0.0.1:0", "--multicast", "239.255.0.1:1"],
+            "multicast (--multicast): udp is given too: give one transport",
         ),
-        ("connect = \"127.0.0.1:9100\"\n", &["--duration", "-1"], "duration (--duration): -1 seconds is out of range"),
-        ("connect = \"127.0.0.1:9100\"\n", &["--format", "sbe"], "the format comes from the publisher"),
+        ("tcp = \"127.0.0.1:9100\"\n", &["--duration", "-1"], "duration (--duration): -1 seconds is out of range"),
+        ("tcp = \"127.0.0.1:9100\"\n", &["--format", "sbe"], "the format comes from the publisher"),
         (
-            "connect = \"127.0.0.1:9100\"\n",
+            "tcp = \"127.0.0.1:9100\"\n",
             &["--recovery", "127.0.0.1:9400"],
             "recovery (--recovery): a TCP subscriber resumes",
         ),
         (
-            "listen = \"127.0.0.1:0\"\nrecovery = \"127.0.0.1:9400\"\n",
+            "udp = \"127.0.0.1:0\"\nrecovery = \"127.0.0.1:9400\"\n",
             &["--recovery-attempts", "0"],
             "recovery_attempts (--recovery-attempts): 0 is out of range (1 to 1000)",
         ),
         (
-            "listen = \"127.0.0.1:0\"\n",
+            "udp = \"127.0.0.1:0\"\n",
             &["--recovery-linger", "3"],
             "recovery_linger (--recovery-linger): only used with recovery",
         ),
         (
-            "listen = \"127.0.0.1:0\"\n",
-            &["--group-b", "239.1.1.1:1"],
-            "group_b (--group-b): line B of a multicast transport",
+            "udp = \"127.0.0.1:0\"\n",
+            &["--line-b", "239.1.1.1:1"],
+            "line_b (--line-b): 239.1.1.1 is a multicast address",
         ),
     ];
     // PATH: the file's path. Each setting is named as the publisher names its own: the key, then
@@ -93,14 +98,14 @@ fn bad_settings_fail_at_start_naming_the_setting() {
     // A value from the environment is named by its variable, not by the flag it stands for; a
     // flag's suggestion is a flag.
     let env = [("MDRELAY_SUB_RECOVERY_ATTEMPTS", "0")];
-    let args = ["--listen", "127.0.0.1:0", "--recovery", "127.0.0.1:9400"];
+    let args = ["--udp", "127.0.0.1:0", "--recovery", "127.0.0.1:9400"];
     let done = Process::spawn(subscriber_bin(), args, &env).unwrap().finish(STEP);
     assert_eq!(done.code(), Some(2), "{done:?}");
     let needle = "recovery_attempts (MDRELAY_SUB_RECOVERY_ATTEMPTS): 0 is out of range (1 to 1000)";
     assert!(done.stderr.contains(needle), "expected {needle:?} in:\n{}", done.stderr);
     let done = subscriber(&["--listen", "239.255.0.1:9300"]).finish(STEP);
-    let needle = "listen (--listen): 239.255.0.1 is a multicast address; listen takes a unicast address, use \
-                  --group 239.255.0.1:9300";
+    let needle = "udp (--listen, under its earlier name listen (now udp)): 239.255.0.1 is a multicast address; join \
+                  a group with multicast";
     assert!(done.stderr.contains(needle), "expected {needle:?} in:\n{}", done.stderr);
 }
 
@@ -129,7 +134,7 @@ fn the_example_files_are_valid() {
 #[test]
 fn check_prints_the_recovery_and_line_b_settings() {
     let args = [
-        "--listen",
+        "--udp",
         "127.0.0.1:9200",
         "--listen-b",
         "127.0.0.1:9201",
@@ -148,7 +153,7 @@ fn check_prints_the_recovery_and_line_b_settings() {
         "recovery_delay = 0.003  # --recovery-delay-ms, under its earlier name recovery_delay_ms",
         "recovery_retry = 0.05  # default",
         "recovery_linger = 2.0  # default",
-        "listen_b = \"127.0.0.1:9201\"  # --listen-b",
+        "line_b = \"127.0.0.1:9201\"  # --listen-b, under its earlier name listen_b (now line_b)",
     ] {
         assert!(done.stdout.contains(needle), "{needle:?} in:\n{}", done.stdout);
     }
@@ -278,10 +283,15 @@ fn settings_named_in_earlier_releases_are_still_read_as_the_same_settings() {
     let (new, _) = run_with_file(today, &["--check"]);
     assert!(old.status.success() && new.status.success(), "{old:?}\n{new:?}");
     assert_eq!(values(&old.stdout), values(&new.stdout), "the earlier names mean what the new ones do");
-    for needle in ["max_messages = 500", "reconnect_max = 3.0", "recovery_delay = 0.007", "recovery_retry = 0.04"] {
+    for needle in ["max_messages = 500", "recovery_delay = 0.007", "recovery_retry = 0.04"] {
         assert!(new.stdout.contains(needle), "{needle:?} in {}", new.stdout);
     }
-    assert!(old.stdout.contains("line 3, under its earlier name count"), "{}", old.stdout);
+    assert!(old.stdout.contains("line 3, under its earlier name count (now max_messages)"), "{}", old.stdout);
+    // A TCP subscriber's reconnection wait, under its earlier name too.
+    let (old, _) = run_with_file("connect = \"h:1\"\nreconnect_max_seconds = 3\n", &["--check"]);
+    let (new, _) = run_with_file("tcp = \"h:1\"\nreconnect_max = \"3s\"\n", &["--check"]);
+    assert_eq!(values(&old.stdout), values(&new.stdout), "{old:?}\n{new:?}");
+    assert!(new.stdout.contains("reconnect_max = 3.0"), "{}", new.stdout);
     // The earlier flags too.
     let flags = |args: &[&str]| {
         let base = ["--listen", "127.0.0.1:9200", "--recovery", "127.0.0.1:9400", "--check"];
