@@ -97,14 +97,14 @@ socks = [socket.socket() for _ in range(7)] + [socket.socket(type=socket.SOCK_DG
 for s in socks: s.bind(("127.0.0.1", 0))
 print(*(s.getsockname()[1] for s in socks))')
     udp_listen=127.0.0.1:$udp
-    start udp-subscriber "$bin/mdrelay-sub" --listen "$udp_listen" --recovery "127.0.0.1:$retransmit" \
+    start udp-subscriber "$bin/mdrelay-sub" --udp "$udp_listen" --recovery "127.0.0.1:$retransmit" \
         --report-interval 0 --metrics-listen "127.0.0.1:$m_udp"
     start origin "$bin/mdrelay-pub" run --synthetic --messages 5000000 --pacing rate --rate 20000 \
         --tcp "127.0.0.1:$origin_tcp" --udp "$udp_listen" --retransmit-listen "127.0.0.1:$retransmit" \
         --metrics-listen "127.0.0.1:$m_origin"
     start relay "$bin/mdrelay-pub" run --upstream "127.0.0.1:$origin_tcp" --tcp "127.0.0.1:$relay_tcp" \
         --wait-subscribers 0 --metrics-listen "127.0.0.1:$m_relay"
-    start recorder "$bin/mdrelay-sub" --connect "127.0.0.1:$relay_tcp" --record "$work/relayed.pcap" \
+    start recorder "$bin/mdrelay-sub" --tcp "127.0.0.1:$relay_tcp" --record "$work/relayed.pcap" \
         --report-interval 0 --metrics-listen "127.0.0.1:$m_recorder"
     scrape_once_counting "$m_recorder" mdrelay_sub_record_segments_total "$work/recorder.prom" &&
         scrape_once_counting "$m_udp" mdrelay_sub_frames_total "$work/udp-subscriber.prom" &&

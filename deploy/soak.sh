@@ -61,7 +61,7 @@ trap 'echo "soak: interrupted" >&2; exit 130' INT TERM
 
 # Multicast subscribers first (UDP has no handshake), then the publisher, then TCP subscribers.
 for i in 2 3; do
-    "$bin/mdrelay-sub" --group "$group" --interface 127.0.0.1 --report-interval 0 \
+    "$bin/mdrelay-sub" --multicast "$group" --interface 127.0.0.1 --report-interval 0 \
         --metrics-listen "${sub_metrics[$i]}" --json "$out/${names[$i]}.json" 2> "$out/${names[$i]}.log" > "$out/${names[$i]}.txt" &
     pids[i]=$!
 done
@@ -74,7 +74,7 @@ pub_pid=$!
 pids[4]=$pub_pid
 for _ in $(seq 100); do grep -q "serving subscribers over TCP" "$out/publisher.log" && break; sleep 0.1; done
 for i in 0 1; do
-    "$bin/mdrelay-sub" --connect "$tcp" --report-interval 0 \
+    "$bin/mdrelay-sub" --tcp "$tcp" --report-interval 0 \
         --metrics-listen "${sub_metrics[$i]}" --json "$out/${names[$i]}.json" 2> "$out/${names[$i]}.log" > "$out/${names[$i]}.txt" &
     pids[i]=$!
 done

@@ -99,7 +99,7 @@ def rust_subscriber(address: str) -> int:
     """mdrelay-sub, the Rust client library's program: decode, aggregate, latency histogram."""
     with tempfile.NamedTemporaryFile(suffix=".json") as report:
         subprocess.run(
-            [binary("mdrelay-sub", "MDRELAY_SUB"), "--connect", address, "--report-interval", "0",
+            [binary("mdrelay-sub", "MDRELAY_SUB"), "--tcp", address, "--report-interval", "0",
              "--json", report.name],
             check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120,
         )

@@ -13,7 +13,7 @@ use mdrelay_proto::idle::{IdleStrategy, Profile};
 use mdrelay_telemetry::config_file::Reading;
 use mdrelay_telemetry::prometheus::{MetricsSection, MetricsSettings};
 use mdrelay_telemetry::settings::{EarlierName, Layered, field_names};
-use mdrelay_telemetry::units::{option_bytes, option_seconds, parse_seconds};
+use mdrelay_telemetry::units::{option_bytes, option_seconds, parse_bytes, parse_seconds};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::path::PathBuf;
@@ -51,8 +51,8 @@ pub struct Cli {
     pub interface_b: Option<String>,
     /// The receive buffer asked of the kernel per socket, bytes or e.g. 16MiB (default 16MiB for
     /// UDP and multicast, the system's for TCP).
-    #[arg(long, value_name = "SIZE", env = "MDRELAY_SUB_RECEIVE_BUFFER", help_heading = "Transport")]
-    pub receive_buffer: Option<String>,
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes::<u64>, env = "MDRELAY_SUB_RECEIVE_BUFFER", help_heading = "Transport")]
+    pub receive_buffer: Option<u64>,
     /// NATS: the servers' URLs (comma-separated, nats://HOST:PORT) of a publisher's `[nats]` output.
     #[arg(long, value_name = "URLS", env = "MDRELAY_SUB_NATS", help_heading = "NATS")]
     pub nats: Option<String>,

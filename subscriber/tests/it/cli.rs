@@ -3,6 +3,7 @@
 
 use crate::common::subscriber;
 use mdrelay_harness::{Finished, Process, STEP, subscriber_bin};
+use mdrelay_subscriber::config::Application;
 use mdrelay_telemetry::exit::ExitStatus;
 use std::path::PathBuf;
 
@@ -443,4 +444,186 @@ fn the_settings_reference_in_the_docs_is_the_programs_own() {
         generated.trim(),
         "docs/operations.md's settings reference is not what the programs print: run this test with MDRELAY_UPDATE_DOCS=1"
     );
+}
+
+/// A value for each setting, as a flag or variable writes it and as the file does, with the
+/// flags of the transport (and settings) it goes with.
+struct Sample {
+    key: &'static str,
+    text: &'static str,
+    toml: &'static str,
+    with: &'static [&'static str],
+}
+
+const TCP: &[&str] = &["--tcp", "h:1"];
+const UDP_RECOVERY: &[&str] = &["--udp", "127.0.0.1:9200", "--recovery", "127.0.0.1:9101"];
+const NATS: &[&str] = &["--nats", "nats://127.0.0.1:4222", "--nats-stream", "MD"];
+
+/// Every setting, from its key in the file, its environment variable and its flag, gives the
+/// same value, and `--check` names where each came from. The list is the settings structs'
+/// fields: a setting added without a sample here fails the test.
+#[test]
+fn every_setting_is_the_same_from_the_file_its_variable_and_its_flag() {
+    use mdrelay_telemetry::settings::field_names;
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let (creds, seed, password, ca) = (file("a.creds", ""), file("s.nk", ""), file("pw", "secret"), file("ca.pem", ""));
+    let key_file = file("wire.key", &"5a".repeat(32));
+    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    let quoted = |s: &str| -> &'static str { leak(format!("{s:?}")) };
+    let samples = [
+        Sample { key: "tcp", text: "h:1", toml: "\"h:1\"", with: &[] },
+        Sample { key: "udp", text: "127.0.0.1:9200", toml: "\"127.0.0.1:9200\"", with: &[] },
+        Sample { key: "multicast", text: "239.255.0.1:9300", toml: "\"239.255.0.1:9300\"", with: &[] },
+        Sample {
+            key: "interface",
+            text: "127.0.0.1",
+            toml: "\"127.0.0.1\"",
+            with: &["--multicast", "239.255.0.1:9300"],
+        },
+        Sample { key: "nats", text: "nats://127.0.0.1:4222", toml: "\"nats://127.0.0.1:4222\"", with: &[] },
+        Sample { key: "nats_subject", text: "md.deep", toml: "\"md.deep\"", with: NATS },
+        Sample { key: "nats_stream", text: "MD2", toml: "\"MD2\"", with: &["--nats", "nats://127.0.0.1:4222"] },
+        Sample { key: "nats_start_at", text: "2026-11-26T14:30:00Z", toml: "\"2026-11-26T14:30:00Z\"", with: NATS },
+        Sample { key: "nats_creds_file", text: leak(creds.clone()), toml: quoted(&creds), with: NATS },
+        Sample { key: "nats_nkey_file", text: leak(seed.clone()), toml: quoted(&seed), with: NATS },
+        Sample {
+            key: "nats_user",
+            text: "feed",
+            toml: "\"feed\"",
+            with: leak_args(&[NATS, &["--nats-password-file", &password]]),
+        },
+        Sample {
+            key: "nats_password_file",
+            text: leak(password.clone()),
+            toml: quoted(&password),
+            with: leak_args(&[NATS, &["--nats-user", "feed"]]),
+        },
+        Sample { key: "nats_tls_ca_file", text: leak(ca.clone()), toml: quoted(&ca), with: NATS },
+        Sample { key: "nats_pending_messages", text: "256", toml: "256", with: NATS },
+        Sample {
+            key: "line_b",
+            text: "127.0.0.1:9201",
+            toml: "\"127.0.0.1:9201\"",
+            with: &["--udp", "127.0.0.1:9200"],
+        },
+        Sample {
+            key: "interface_b",
+            text: "127.0.0.1",
+            toml: "\"127.0.0.1\"",
+            with: &["--multicast", "239.255.0.1:9300", "--line-b", "239.255.0.2:9300"],
+        },
+        Sample {
+            key: "recovery",
+            text: "127.0.0.1:9101",
+            toml: "\"127.0.0.1:9101\"",
+            with: &["--udp", "127.0.0.1:9200"],
+        },
+        Sample { key: "recovery_delay", text: "7ms", toml: "\"7ms\"", with: UDP_RECOVERY },
+        Sample { key: "recovery_retry", text: "0.07", toml: "0.07", with: UDP_RECOVERY },
+        Sample { key: "recovery_attempts", text: "7", toml: "7", with: UDP_RECOVERY },
+        Sample { key: "recovery_linger", text: "3", toml: "3", with: UDP_RECOVERY },
+        Sample { key: "resume", text: "false", toml: "false", with: TCP },
+        Sample { key: "from_start", text: "true", toml: "true", with: TCP },
+        Sample { key: "symbols", text: "AAPL,IBM", toml: "[\"AAPL\", \"IBM\"]", with: TCP },
+        Sample { key: "crc", text: "true", toml: "true", with: TCP },
+        Sample { key: "key_file", text: leak(key_file.clone()), toml: quoted(&key_file), with: TCP },
+        Sample { key: "echo_every", text: "10", toml: "10", with: &["--tcp", "h:1", "--latency", "round-trip"] },
+        Sample { key: "reconnect_max", text: "3s", toml: "\"3s\"", with: TCP },
+        Sample { key: "give_up_after", text: "90", toml: "90", with: TCP },
+        Sample { key: "connect_timeout", text: "1500ms", toml: "1.5", with: TCP },
+        Sample { key: "receive_buffer", text: "8MiB", toml: "8388608", with: &["--udp", "127.0.0.1:9200"] },
+        Sample { key: "profile", text: "low-latency", toml: "\"low-latency\"", with: TCP },
+        Sample { key: "idle", text: "backoff", toml: "\"backoff\"", with: TCP },
+        Sample { key: "busy_poll", text: "true", toml: "true", with: TCP },
+        Sample { key: "latency", text: "round-trip", toml: "\"round-trip\"", with: TCP },
+        Sample { key: "report_interval", text: "250ms", toml: "0.25", with: TCP },
+        Sample { key: "json", text: "out.json", toml: "\"out.json\"", with: TCP },
+        Sample { key: "histogram_log", text: "out.hlog", toml: "\"out.hlog\"", with: TCP },
+        Sample { key: "max_messages", text: "500", toml: "500", with: TCP },
+        Sample { key: "duration", text: "10m", toml: "600", with: TCP },
+        Sample { key: "record", text: "day.pcap.gz", toml: "\"day.pcap.gz\"", with: TCP },
+        Sample { key: "record_overwrite", text: "true", toml: "true", with: &["--tcp", "h:1", "--record", "d.pcap"] },
+        Sample {
+            key: "record_rotate_size",
+            text: "1MiB",
+            toml: "\"1MiB\"",
+            with: &["--tcp", "h:1", "--record", "d.pcap"],
+        },
+        Sample {
+            key: "record_rotate_interval",
+            text: "1h",
+            toml: "3600",
+            with: &["--tcp", "h:1", "--record", "d.pcap"],
+        },
+        Sample {
+            key: "record_max_files",
+            text: "3",
+            toml: "3",
+            with: &["--tcp", "h:1", "--record", "d.pcap", "--record-rotate-size", "1MiB"],
+        },
+        Sample { key: "hot_core", text: "0", toml: "0", with: TCP },
+        Sample { key: "metrics.listen", text: "127.0.0.1:9901", toml: "\"127.0.0.1:9901\"", with: TCP },
+        Sample {
+            key: "metrics.hold",
+            text: "30s",
+            toml: "30",
+            with: &["--tcp", "h:1", "--metrics-listen", "127.0.0.1:9901"],
+        },
+    ];
+    // The settings that are no flag: the subscriber keeps frames' bytes only when it records.
+    let not_flags = ["frame_bytes"];
+    let fields = field_names::<mdrelay_client::Settings>().iter().chain(field_names::<Application>());
+    for field in fields.filter(|field| !not_flags.contains(field)) {
+        let sampled = samples.iter().any(|s| s.key == *field || s.key.split('.').next() == Some(*field));
+        assert!(sampled, "{field}: a setting without a sample here");
+    }
+    let check = |args: Vec<String>, env: Vec<(String, String)>| {
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let done =
+            Process::spawn(subscriber_bin(), args.iter().chain([&"--check".to_string()]), &env).unwrap().finish(STEP);
+        assert!(done.status.success(), "{args:?}: {done:?}");
+        done.stdout
+    };
+    for sample in &samples {
+        let with = || sample.with.iter().map(|s| s.to_string());
+        let (leaf, flag) = (sample.key.rsplit('.').next().unwrap(), sample.key.replace(['_', '.'], "-"));
+        let variable = format!("MDRELAY_SUB_{}", sample.key.replace('.', "_").to_uppercase());
+        let config = file("sub.toml", &format!("# {}\n{} = {}\n", sample.key, sample.key, sample.toml));
+        let switch = sample.text == "true" && ["from_start", "crc", "record_overwrite"].contains(&sample.key);
+        let flag_args: Vec<String> = match switch {
+            true => vec![format!("--{flag}")],
+            false => vec![format!("--{flag}"), sample.text.to_string()],
+        };
+        let ways = [
+            (check(with().chain(["--config".into(), config.clone()]).collect(), vec![]), format!("{config}, line 2")),
+            (check(with().collect(), vec![(variable.clone(), sample.text.to_string())]), variable.clone()),
+            (check(with().chain(flag_args).collect(), vec![]), format!("--{flag}")),
+        ];
+        let value = |stdout: &str| {
+            let table = values(stdout);
+            sample.key.split('.').try_fold(toml::Value::Table(table), |v, part| v.get(part).cloned())
+        };
+        let from_file = value(&ways[0].0);
+        assert!(from_file.is_some(), "{}: not in --check's output:\n{}", sample.key, ways[0].0);
+        for (stdout, origin) in &ways {
+            assert_eq!(value(stdout), from_file, "{} from {origin}:\n{stdout}", sample.key);
+            let named = stdout
+                .lines()
+                .any(|line| line.starts_with(&format!("{leaf} = ")) && line.ends_with(&format!("  # {origin}")));
+            assert!(named, "{}: no line naming {origin} in:\n{stdout}", sample.key);
+        }
+    }
+}
+
+/// `parts` as one list that lives for the test.
+fn leak_args(parts: &[&[&str]]) -> &'static [&'static str] {
+    let all: Vec<&'static str> =
+        parts.iter().flat_map(|p| p.iter()).map(|s| &*Box::leak(s.to_string().into_boxed_str())).collect();
+    Box::leak(all.into_boxed_slice())
 }

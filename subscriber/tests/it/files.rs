@@ -99,7 +99,7 @@ fn a_configuration_past_the_bound_is_refused_by_both_programs_naming_the_file() 
     assert_eq!(std::fs::metadata(&at_bound).unwrap().len(), CONFIG_BOUND);
     let done = Process::start(subscriber_bin(), ["--config", &text(&at_bound), "--check"]).finish(STEP);
     done.assert_success();
-    assert!(done.stdout.contains("connect = \"127.0.0.1:9\""), "{done:?}");
+    assert!(done.stdout.contains("tcp = \"127.0.0.1:9\""), "{done:?}");
     let over = dir.path().join("over.toml");
     std::fs::write(&over, format!("{valid}{}", "#".repeat(padding) + "\n")).unwrap();
     let done = Process::start(subscriber_bin(), ["--config", &text(&over), "--check"]).finish(STEP);
