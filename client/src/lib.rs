@@ -120,16 +120,7 @@ mod udp;
 pub use builder::Builder;
 pub use counters::Counters;
 pub use nats_auth::{NatsAuth, NatsSetting, NatsSettingError};
-pub use settings::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_RECEIVE_BUFFER, DEFAULT_RECONNECT_MAX, DEFAULT_RECOVERY_ATTEMPTS,
-    DEFAULT_RECOVERY_DELAY, DEFAULT_RECOVERY_LINGER, DEFAULT_RECOVERY_RETRY, Settings, check_host_port,
-};
-#[cfg(feature = "nats")]
-#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
-pub use settings::{
-    DEFAULT_NATS_GIVE_UP_AFTER, DEFAULT_NATS_REPAIR_ATTEMPTS, DEFAULT_NATS_REPAIR_DELAY, DEFAULT_NATS_REPAIR_LINGER,
-    DEFAULT_NATS_REPAIR_RETRY,
-};
+pub use settings::{Settings, check_host_port};
 
 /// A NATS connection's options from the same settings everywhere: the subscriber's, a
 /// publisher's `[nats]` output and its NATS upstream each connect through these.

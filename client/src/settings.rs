@@ -17,52 +17,47 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 /// Default cap of the wait between TCP connection attempts (they start at 100 ms and double).
-pub const DEFAULT_RECONNECT_MAX: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_RECONNECT_MAX: Duration = Duration::from_secs(5);
 /// Default time for a TCP connection to be made (and a name resolved).
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default receive buffer asked of the kernel for UDP and multicast sockets: deep enough to ride
 /// out a scheduling hiccup at full rate.
-pub const DEFAULT_RECEIVE_BUFFER: usize = 16 << 20;
+pub(crate) const DEFAULT_RECEIVE_BUFFER: usize = 16 << 20;
 /// Default wait after a gap is seen before its frames are asked for (reordering often fills it).
-pub const DEFAULT_RECOVERY_DELAY: Duration = Duration::from_millis(5);
+pub(crate) const DEFAULT_RECOVERY_DELAY: Duration = Duration::from_millis(5);
 /// Default wait before a request without an answer is asked again.
-pub const DEFAULT_RECOVERY_RETRY: Duration = Duration::from_millis(50);
+pub(crate) const DEFAULT_RECOVERY_RETRY: Duration = Duration::from_millis(50);
 /// Default number of requests for one gap before it is given up.
-pub const DEFAULT_RECOVERY_ATTEMPTS: u32 = 10;
+pub(crate) const DEFAULT_RECOVERY_ATTEMPTS: u32 = 10;
 /// Default wait after the end of the stream for frames still missing.
-pub const DEFAULT_RECOVERY_LINGER: Duration = Duration::from_secs(2);
+pub(crate) const DEFAULT_RECOVERY_LINGER: Duration = Duration::from_secs(2);
 /// NATS with a JetStream stream: default wait after a gap is seen before it is read from the
 /// stream (one connection delivers in order, so a gap is a loss; the wait lets the stream store
 /// the frames that follow it).
-#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
 #[cfg_attr(not(feature = "nats"), allow(dead_code))]
-pub const DEFAULT_NATS_REPAIR_DELAY: Duration = Duration::from_millis(20);
+pub(crate) const DEFAULT_NATS_REPAIR_DELAY: Duration = Duration::from_millis(20);
 /// NATS with a JetStream stream: default wait before frames still missing are read again. It
 /// doubles with each read (and is at least twice as long as reads take), to 2 s: frames lost
 /// with a stream's leader are stored only once published again, after an election, and must
 /// then be read before the live subject takes them out of the window (the publisher runs at
 /// most half a window ahead of what is stored; at 12,000 frames a second the other half lasts
 /// 2.7 s).
-#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
 #[cfg_attr(not(feature = "nats"), allow(dead_code))]
-pub const DEFAULT_NATS_REPAIR_RETRY: Duration = Duration::from_millis(250);
+pub(crate) const DEFAULT_NATS_REPAIR_RETRY: Duration = Duration::from_millis(250);
 /// NATS with a JetStream stream: default number of reads of a gap before it is given up
 /// (about 18 s of reads at the default retry: an election and a publication again fit).
-#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
 #[cfg_attr(not(feature = "nats"), allow(dead_code))]
-pub const DEFAULT_NATS_REPAIR_ATTEMPTS: u32 = 12;
+pub(crate) const DEFAULT_NATS_REPAIR_ATTEMPTS: u32 = 12;
 /// NATS with a JetStream stream: default wait after the end of the stream for frames still
 /// missing.
-#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
 #[cfg_attr(not(feature = "nats"), allow(dead_code))]
-pub const DEFAULT_NATS_REPAIR_LINGER: Duration = Duration::from_secs(10);
-/// NATS: default [`Settings::give_up_after`], how long a stream that has started may bring
+pub(crate) const DEFAULT_NATS_REPAIR_LINGER: Duration = Duration::from_secs(10);
+/// NATS: default `give_up_after`, how long a stream that has started may bring
 /// nothing new (no frame on the subject nor, with a stream, in its tail) before the subscriber
 /// gives up on it. Past a stream leader's election (about 18 s of repairs) and far past the
 /// publisher's own silences (an IEX feed sends a heartbeat every second).
-#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
 #[cfg_attr(not(feature = "nats"), allow(dead_code))]
-pub const DEFAULT_NATS_GIVE_UP_AFTER: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_NATS_GIVE_UP_AFTER: Duration = Duration::from_secs(30);
 
 /// The NATS subject a publisher's `[nats]` output sends to when it is not told otherwise.
 const DEFAULT_NATS_SUBJECT: &str = "mdrelay.1";

@@ -295,6 +295,7 @@ const EARLIER_NAMES: &[EarlierName] = &[
 
 /// The subscriber's own settings, beside the library's receive settings: the report and its
 /// outputs, when to stop, the recording, the metrics endpoint and the receive thread's CPU.
+/// Written as TOML only, which leaves out what is `None`.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
@@ -303,40 +304,34 @@ pub struct Application {
     pub latency: LatencyMode,
     /// Seconds between interval lines on stderr, or a duration such as "500ms" (0.01 to 86400,
     /// or 0 for none; default 5).
-    #[serde(deserialize_with = "option_seconds", skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "option_seconds")]
     pub report_interval: Option<f64>,
     /// The final report as JSON to this file ("-": stdout, the text report then going to stderr).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub json: Option<String>,
     /// An HdrHistogram interval log of one-way latency (ns), one interval per report period.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub histogram_log: Option<PathBuf>,
     /// Stop once this many messages have been received (at least 1).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_messages: Option<u64>,
     /// Stop after this many seconds, or a duration such as "10m" (at most a day).
-    #[serde(deserialize_with = "option_seconds", skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "option_seconds")]
     pub duration: Option<f64>,
     /// Record what is received to this capture file (pcap, or pcapng by its name; gzipped if it
     /// ends in .gz).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub record: Option<PathBuf>,
     /// Recording: replace an existing file (never through a symbolic link).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub record_overwrite: bool,
     /// Recording: a new file once the current one holds this many bytes, or e.g. "512MiB" (64 KiB
     /// to 1 TiB).
-    #[serde(deserialize_with = "option_bytes", skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "option_bytes")]
     pub record_rotate_size: Option<u64>,
     /// Recording: a new file once the current one spans this many seconds of receive time (1 to
     /// 86400).
-    #[serde(deserialize_with = "option_seconds", skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "option_seconds")]
     pub record_rotate_interval: Option<f64>,
     /// Recording with rotation: keep at most this many files, removing the oldest (1 to 1000000).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub record_max_files: Option<u64>,
     /// Pin the receive thread to this CPU.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub hot_core: Option<usize>,
     /// The Prometheus endpoint (`[metrics] listen`, `hold`).
     #[serde(skip_serializing_if = "MetricsSection::is_off")]

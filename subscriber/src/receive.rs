@@ -508,8 +508,9 @@ fn taken(next: Result<Option<Event<Frame<'_>>>, Error>, pipeline: &mut Pipeline)
 /// "listening on"; line A's comes first), and SO_BUSY_POLL.
 fn announce_lines(subscriber: &AsyncSubscriber, config: &Config) {
     let counters = subscriber.counters();
-    let requested = mdrelay_client::DEFAULT_RECEIVE_BUFFER;
     let r = &config.receive;
+    // The effective settings hold the size asked for.
+    let requested = r.receive_buffer.unwrap_or_default();
     let interfaces = [r.interface.as_deref(), r.interface_b.as_deref()];
     for (i, local) in subscriber.local_addrs().iter().enumerate() {
         // Linux reports twice the usable size (it counts its bookkeeping).
