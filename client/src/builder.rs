@@ -143,6 +143,14 @@ impl Builder {
         self
     }
 
+    /// Sets [`Settings::nats_name`].
+    #[cfg(feature = "nats")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
+    pub fn nats_name(mut self, name: impl Into<String>) -> Builder {
+        self.settings.nats_name = Some(name.into());
+        self
+    }
+
     /// Sets [`Settings::nats_tls_ca_file`].
     #[cfg(feature = "nats")]
     #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]

@@ -675,7 +675,7 @@ async fn connect(
         .await
         .map_err(nats_config)?;
     let mut options = options
-        .name("mdrelay-client")
+        .name(settings.nats.name.as_deref().unwrap_or("mdrelay-client"))
         .max_reconnects(None)
         .connection_timeout(settings.connect_timeout)
         .event_callback(move |event| {

@@ -139,6 +139,9 @@ pub struct Settings {
     /// when the program may stall.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nats_pending_messages: Option<usize>,
+    /// NATS: the connection's name, as the servers' monitoring lists it (default `mdrelay-client`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nats_name: Option<String>,
     /// A second line (A/B) carrying the same datagrams: a local `addr:port` for UDP, a
     /// `group:port` for multicast. Each frame is taken from whichever line delivers it first.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -339,6 +342,8 @@ pub(crate) struct NatsSettings {
     pub tls_ca_file: Option<PathBuf>,
     /// Messages held for the subscription at most (async-nats's default when none).
     pub pending_messages: Option<usize>,
+    /// The connection's name (the driver's default when none).
+    pub name: Option<String>,
 }
 
 /// Every setting, checked, with the defaults that depend on the transport filled in.
@@ -541,7 +546,7 @@ impl Settings {
     }
 
     /// NATS's settings and whether each is set.
-    fn nats_fields(&self) -> [(&'static str, bool); 9] {
+    fn nats_fields(&self) -> [(&'static str, bool); 10] {
         [
             ("nats_subject", self.nats_subject.is_some()),
             ("nats_stream", self.nats_stream.is_some()),
@@ -552,6 +557,7 @@ impl Settings {
             ("nats_password_file", self.nats_password_file.is_some()),
             ("nats_tls_ca_file", self.nats_tls_ca_file.is_some()),
             ("nats_pending_messages", self.nats_pending_messages.is_some()),
+            ("nats_name", self.nats_name.is_some()),
         ]
     }
 
@@ -738,6 +744,7 @@ impl Settings {
             auth,
             tls_ca_file: self.nats_tls_ca_file.clone(),
             pending_messages: self.nats_pending_messages,
+            name: self.nats_name.clone().filter(|name| !name.is_empty()),
         })
     }
 }
@@ -891,6 +898,7 @@ mod tests {
             nats_password_file: Some("/etc/mdrelay/password".into()),
             nats_tls_ca_file: Some("/etc/mdrelay/ca.pem".into()),
             nats_pending_messages: Some(4096),
+            nats_name: Some("desk-3".into()),
             line_b: Some("239.255.1.1:9300".into()),
             interface_b: Some("127.0.0.2".into()),
             recovery: Some("publisher:9101".into()),

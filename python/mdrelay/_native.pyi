@@ -389,6 +389,8 @@ class Subscriber(Iterator[Union[Message, StreamEvent]]):
         # repaired from nats_stream (or counted lost). Lower it to bound memory when the program may
         # stall.
         nats_pending_messages: Optional[int] = None,
+        # NATS: the connection's name, as the servers' monitoring lists it (default mdrelay-client).
+        nats_name: Optional[str] = None,
         # A second line (A/B) carrying the same datagrams: a local addr:port for UDP, a group:port for
         # multicast. Each frame is taken from whichever line delivers it first.
         line_b: Optional[str] = None,

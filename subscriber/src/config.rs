@@ -86,6 +86,9 @@ pub struct Cli {
     /// 16777216, default 65536); past it they are dropped and repaired from --nats-stream.
     #[arg(long, value_name = "N", env = "MDRELAY_SUB_NATS_PENDING_MESSAGES", help_heading = "NATS")]
     pub nats_pending_messages: Option<u64>,
+    /// NATS: the connection's name, as the servers' monitoring lists it (default mdrelay-client).
+    #[arg(long, value_name = "NAME", env = "MDRELAY_SUB_NATS_NAME", help_heading = "NATS")]
+    pub nats_name: Option<String>,
     /// Give up when nothing comes for this long, seconds or e.g. 1m: TCP, no connection made
     /// (default: never); NATS, once started, no frame on the subject nor in --nats-stream's
     /// tail (default 30).

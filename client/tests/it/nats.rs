@@ -108,3 +108,19 @@ fn a_joiner_from_the_start_halfway_through_is_handed_over_without_gap_or_duplica
     publisher.finish(RUN).assert_success();
     check("DEEP10 over NATS, joined from the start halfway", &reference, result);
 }
+
+#[test]
+fn the_connection_is_named_as_the_setting_says_for_the_servers_monitoring() {
+    let _shared = mdrelay_harness::shared();
+    let server = NatsServer::start();
+    let named = Builder::nats(server.url(), "md.named").nats_name("desk-3").build().unwrap();
+    let unnamed = Builder::nats(server.url(), "md.unnamed").build().unwrap();
+    let (status, connz) = mdrelay_harness::scrape::get(server.monitor(), "/connz").unwrap();
+    assert_eq!(status, 200, "{connz}");
+    let connz: serde_json::Value = serde_json::from_str(&connz).unwrap();
+    let mut names: Vec<&str> =
+        connz["connections"].as_array().unwrap().iter().filter_map(|c| c["name"].as_str()).collect();
+    names.sort();
+    assert_eq!(names, ["desk-3", "mdrelay-client"], "{connz}");
+    drop((named, unnamed));
+}

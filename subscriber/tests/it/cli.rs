@@ -506,6 +506,7 @@ fn every_setting_is_the_same_from_the_file_its_variable_and_its_flag() {
         },
         Sample { key: "nats_tls_ca_file", text: leak(ca.clone()), toml: quoted(&ca), with: NATS },
         Sample { key: "nats_pending_messages", text: "256", toml: "256", with: NATS },
+        Sample { key: "nats_name", text: "desk-3", toml: "\"desk-3\"", with: NATS },
         Sample {
             key: "line_b",
             text: "127.0.0.1:9201",
