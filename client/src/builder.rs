@@ -323,12 +323,12 @@ impl Builder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    #[cfg(feature = "nats")]
-    use crate::DEFAULT_NATS_GIVE_UP_AFTER;
     use crate::ErrorKind;
+    #[cfg(feature = "nats")]
+    use crate::settings::DEFAULT_NATS_GIVE_UP_AFTER;
     use crate::settings::{Checked, Transport};
-    use crate::{DEFAULT_RECEIVE_BUFFER, DEFAULT_RECONNECT_MAX};
-    use crate::{DEFAULT_RECOVERY_DELAY, DEFAULT_RECOVERY_LINGER, DEFAULT_RECOVERY_RETRY};
+    use crate::settings::{DEFAULT_RECEIVE_BUFFER, DEFAULT_RECONNECT_MAX};
+    use crate::settings::{DEFAULT_RECOVERY_DELAY, DEFAULT_RECOVERY_LINGER, DEFAULT_RECOVERY_RETRY};
     use std::net::Ipv4Addr;
 
     impl Builder {

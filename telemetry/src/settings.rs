@@ -178,17 +178,15 @@ impl Layered {
     /// Refuses a top-level key that is not one of `known`, naming it, its origin and the known
     /// key nearest to it.
     pub fn refuse_unknown(&self, known: &[&str]) -> Result<()> {
-        for key in self.keys().filter(|key| !known.contains(key)) {
-            let near = crate::config_file::nearest(key, known.iter().copied());
-            let hint = near.map(|near| format!("; did you mean `{near}`?")).unwrap_or_default();
-            let origin = self.origins.iter().find(|(k, _)| k.split('.').next() == Some(key)).map(|(_, o)| o);
-            let name = match origin {
-                Some(origin) => format!("{key} ({origin})"),
-                None => key.to_string(),
-            };
-            bail!("{name}: unknown setting{hint}");
-        }
-        Ok(())
+        let Some(key) = self.keys().find(|key| !known.contains(key)) else { return Ok(()) };
+        let near = crate::config_file::nearest(key, known.iter().copied());
+        let hint = near.map(|near| format!("; did you mean `{near}`?")).unwrap_or_default();
+        let origin = self.origins.iter().find(|(k, _)| k.split('.').next() == Some(key)).map(|(_, o)| o);
+        let name = match origin {
+            Some(origin) => format!("{key} ({origin})"),
+            None => key.to_string(),
+        };
+        bail!("{name}: unknown setting{hint}")
     }
 
     /// Lays each earlier name's value under the name it has now; one setting under both names
