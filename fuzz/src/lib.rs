@@ -398,8 +398,9 @@ pub fn publisher_config(data: &[u8]) {
     }
 }
 
-/// The subscriber's TOML configuration: parsed and checked, an error or settings, never a panic.
+/// The subscriber's TOML configuration: parsed and checked, an error or a configuration, never a
+/// panic.
 pub fn subscriber_config(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
-    let _ = mdrelay_subscriber::config::Settings::from_toml(Path::new("fuzz.toml"), &text);
+    let _ = mdrelay_subscriber::config::Config::from_text(Path::new("fuzz.toml"), &text);
 }

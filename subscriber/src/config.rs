@@ -466,6 +466,11 @@ impl Config {
         Config::from_layers(&layers).map(|config| (config, layers))
     }
 
+    /// The configuration the text of the file `path` gives alone, checked.
+    pub fn from_text(path: &std::path::Path, text: &str) -> Result<Config, ConfigError> {
+        Config::from_layers(&Layered::from_text(path, text, EARLIER_NAMES)?)
+    }
+
     /// The configuration the settings laid in `layers` give, checked.
     pub fn from_layers(layers: &Layered) -> Result<Config, ConfigError> {
         if layers.get("format").is_some() {

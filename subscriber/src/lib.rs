@@ -1,5 +1,5 @@
-//! mdrelay's subscriber (`mdrelay-sub`). It receives a publisher's stream over TCP, UDP unicast
-//! or UDP multicast, follows the wire format the publisher announces (switching mid-stream without a
+//! mdrelay's subscriber (`mdrelay-sub`). It receives a publisher's stream over TCP, UDP unicast,
+//! UDP multicast or NATS, follows the wire format the publisher announces (switching mid-stream without a
 //! restart), aggregates volume and high/low prices per symbol, tracks frame loss, duplicates and
 //! reordering, measures one-way latency (and echoes publish times back in round-trip mode), and
 //! reports at intervals and at the end, as text and JSON.
@@ -10,7 +10,8 @@
 //! happened to the stream; this crate aggregates, reports, records and exports metrics.
 //!
 //! Layout:
-//! - [`config`]: the TOML file and command-line flags, validated into `Settings`;
+//! - [`config`]: the TOML file, environment variables and flags laid into one `Config`: the
+//!   library's receive `Settings` and the subscriber's own, checked once;
 //! - [`control`]: report ticks, `--duration`, Ctrl-C / SIGTERM: what interrupts receiving;
 //! - [`cpu`]: pinning the receive thread;
 //! - [`receive`]: the library's subscriber built from the settings, and the loop that takes its

@@ -40,10 +40,14 @@ impl Layered {
     /// The settings of the configuration file `path` (read as [`read_text`] reads it), earlier
     /// names laid under their names of now.
     pub fn from_file(path: &Path, reading: Reading, earlier: &[EarlierName]) -> Result<Layered> {
-        let text = read_text(path, reading)?;
+        Layered::from_text(path, &read_text(path, reading)?, earlier)
+    }
+
+    /// The settings of `text`, the configuration file `path` (named in origins and errors).
+    pub fn from_text(path: &Path, text: &str, earlier: &[EarlierName]) -> Result<Layered> {
         let table: toml::Table =
-            toml::from_str(&text).map_err(|e| anyhow!("{}: {}", path.display(), toml_error_message(&e)))?;
-        let mut layer = Layered { table, origins: file_origins(path, &text) };
+            toml::from_str(text).map_err(|e| anyhow!("{}: {}", path.display(), toml_error_message(&e)))?;
+        let mut layer = Layered { table, origins: file_origins(path, text) };
         layer.rename(earlier)?;
         Ok(layer)
     }

@@ -205,7 +205,10 @@ fn the_subscriber_checks_and_prints_its_idle_settings() {
     for (text, named) in [
         ("listen = \"127.0.0.1:0\"\nidle = \"fast\"\n", "idle"),
         ("listen = \"127.0.0.1:0\"\nprofile = \"quick\"\n", "profile"),
-        ("listen = \"127.0.0.1:0\"\ncore = 100000\n", "sub.toml, line 2): 100000"),
+        (
+            "listen = \"127.0.0.1:0\"\ncore = 100000\n",
+            "sub.toml, line 2, under its earlier name core (now hot_core)): 100000",
+        ),
     ] {
         let file = dir.path().join("sub.toml");
         std::fs::write(&file, text).unwrap();
