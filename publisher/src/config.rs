@@ -1532,6 +1532,26 @@ mod tests {
     }
 
     #[test]
+    fn the_resolved_settings_read_back_as_themselves() {
+        // One configuration per kind of default filled in by the check: the source, the profile's
+        // pacing, NATS names from the stream number, line B from line A, an upstream's kind.
+        for text in [
+            "[tcp]\n",
+            "profile = \"low-latency\"\nstream = 7\n[nats]\n[metrics]\nlisten = \"127.0.0.1:9900\"\n",
+            "[udp]\ndestinations = [\"127.0.0.1:9400\"]\n[multicast]\ngroup = \"239.255.1.1:9300\"\nttl = 3\n\
+             [multicast_b]\ngroup = \"239.255.1.2:9300\"\nmax_datagram = 1200\n",
+            "[tcp]\n[source.live]\nlisten = \"0.0.0.0:10378\"\ngroup = \"239.255.21.4\"\n",
+            "[tcp]\n[source.upstream]\nconnect = \" 10.0.0.1:9100 \"\n",
+            "[tcp]\n[source.upstream]\nnats = [\"nats://h:4222\"]\nsubject = \"md.1\"\nstream = \"MD\"\n",
+        ] {
+            let file: FileConfig = toml::from_str(text).unwrap();
+            let resolved = file.check().unwrap_or_else(|e| panic!("{text}: {e:#}")).to_table();
+            let again: FileConfig = toml::from_str(&toml::to_string(&resolved).unwrap()).unwrap();
+            assert_eq!(again.check().unwrap().to_table(), resolved, "{text}");
+        }
+    }
+
+    #[test]
     fn its_own_servers_are_not_an_upstream() {
         let own =
             [("tcp.listen", "0.0.0.0:9100".parse().unwrap()), ("retransmit.listen", "127.0.0.1:9101".parse().unwrap())];
