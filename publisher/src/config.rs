@@ -1,5 +1,12 @@
 //! The publisher's configuration: a TOML file, every setting overridable by a flag.
 //!
+//! Each setting is one field of [`FileConfig`]'s sections, and the section's `Default` is its
+//! default; a field stays an `Option` where none means off, or where its default is another
+//! setting's (the profile's idle strategy, line A's TTL for line B). The flags are set on the
+//! file's table, then [`FileConfig::check`] checks the values, fills in those other-setting
+//! defaults and derives the [`Config`] the relay runs with, keeping the settings so resolved:
+//! what `--check` prints and a reload compares.
+//!
 //! Unknown keys are refused (with the key and line, from the TOML parser); values are checked at
 //! start and errors name the setting, so a bad file fails before anything is sent.
 
@@ -376,8 +383,8 @@ impl Default for TcpSection {
 pub struct UdpSection {
     /// Unicast destinations.
     pub destinations: Vec<String>,
-    /// Largest datagram to build when coalescing (none: [`MulticastSection::max_datagram`]'s, or
-    /// 1472); the check writes the limit of every UDP output here.
+    /// Largest datagram to build when coalescing, for every UDP output (a multicast line's, when
+    /// given, wins; given nowhere, 1472); the check writes the limit in force here.
     #[serde(default, deserialize_with = "units::option_bytes")]
     pub max_datagram: Option<usize>,
 }
