@@ -1,5 +1,12 @@
 //! The publisher's configuration: a TOML file, every setting overridable by a flag.
 //!
+//! Each setting is one field of [`FileConfig`]'s sections, and the section's `Default` is its
+//! default; a field stays an `Option` where none means off, or where its default is another
+//! setting's (the profile's idle strategy, line A's TTL for line B). The flags are set on the
+//! file's table, then [`FileConfig::check`] checks the values, fills in those other-setting
+//! defaults and derives the [`Config`] the relay runs with, keeping the settings so resolved:
+//! what `--check` prints and a reload compares.
+//!
 //! Unknown keys are refused (with the key and line, from the TOML parser); values are checked at
 //! start and errors name the setting, so a bad file fails before anything is sent.
 
@@ -15,24 +22,22 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The whole configuration file.
-#[derive(Debug, Clone, Deserialize, Serialize, Default)]
-#[serde(deny_unknown_fields)]
+/// The whole configuration file, and the settings it amounts to once the flags are applied and
+/// checked ([`Config::settings`]): every key missing from the file takes its field's default.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct FileConfig {
     /// default or low-latency: the idle strategy and core pinning unless set explicitly.
-    pub profile: Option<Profile>,
+    pub profile: Profile,
     /// Wire format: raw, sbe, flatbuffers, capnp, capnp-packed, protobuf, brec or json.
-    pub format: Option<Format>,
+    pub format: Format,
     /// Stream number announced in the TCP greeting.
-    pub stream: Option<u32>,
+    pub stream: u32,
     /// Where segments come from.
-    #[serde(default)]
     pub source: SourceSection,
     /// When segments are sent.
-    #[serde(default)]
     pub pacing: PacingSection,
     /// How frames are grouped.
-    #[serde(default)]
     pub batching: BatchingSection,
     /// TCP server.
     pub tcp: Option<TcpSection>,
@@ -45,27 +50,52 @@ pub struct FileConfig {
     /// A NATS subject, stored in a JetStream stream.
     pub nats: Option<NatsSection>,
     /// The retransmission ring and service.
-    #[serde(default)]
     pub retransmit: RetransmitSection,
     /// Threads, and where the hot one runs.
-    #[serde(default)]
     pub cpu: CpuSection,
     /// The Prometheus endpoint; left out of a resolved configuration when there is none.
-    #[serde(default, skip_serializing_if = "MetricsSection::is_off")]
+    #[serde(skip_serializing_if = "MetricsSection::is_off")]
     pub metrics: MetricsSection,
     /// Per-frame CRC-32C and encryption.
-    #[serde(default)]
     pub protection: ProtectionSection,
 }
 
+impl Default for FileConfig {
+    fn default() -> FileConfig {
+        FileConfig {
+            profile: Profile::default(),
+            format: Format::Sbe,
+            stream: 1,
+            source: SourceSection::default(),
+            pacing: PacingSection::default(),
+            batching: BatchingSection::default(),
+            tcp: None,
+            udp: None,
+            multicast: None,
+            multicast_b: None,
+            nats: None,
+            retransmit: RetransmitSection::default(),
+            cpu: CpuSection::default(),
+            metrics: MetricsSection::default(),
+            protection: ProtectionSection::default(),
+        }
+    }
+}
+
 /// `[cpu]`.
-#[derive(Debug, Clone, Deserialize, Serialize, Default)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct CpuSection {
     /// Pin the hot thread (`mdrelay-pub-hot`) to this CPU (none: the scheduler's choice).
     pub hot_core: Option<usize>,
-    /// Threads serving subscribers' sockets (`mdrelay-pub-io`), default 1.
-    pub io_threads: Option<usize>,
+    /// Threads serving subscribers' sockets (`mdrelay-pub-io`).
+    pub io_threads: usize,
+}
+
+impl Default for CpuSection {
+    fn default() -> CpuSection {
+        CpuSection { hot_core: None, io_threads: 1 }
+    }
 }
 
 /// `[source]`: exactly one of `capture`, `synthetic`, `live`, `upstream` (default: a synthetic
@@ -84,12 +114,13 @@ pub struct SourceSection {
 }
 
 /// `[source.upstream]`: another publisher's stream, which this one re-publishes: its TCP server
-/// (`connect`), or the NATS subject its `[nats]` output feeds (`nats` and `subject`).
-#[derive(Debug, Clone, Deserialize, Serialize, Default)]
-#[serde(deny_unknown_fields)]
+/// (`connect`), or the NATS subject its `[nats]` output feeds (`nats` and `subject`). The
+/// settings of one kind only are options: one of the other kind given is refused by name, and
+/// the check fills in the defaults of its own kind.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct UpstreamSection {
     /// The upstream publisher's TCP server, "host:port".
-    #[serde(default)]
     pub connect: String,
     /// NATS: the servers' URLs ("nats://host:port"), instead of `connect`.
     pub nats: Option<Vec<String>>,
@@ -115,14 +146,14 @@ pub struct UpstreamSection {
     pub reconnect_max: Option<f64>,
     /// Seconds to keep trying to reach the upstream (at start, and after losing it) before the
     /// relay ends with an error (0: after the first failed attempt).
-    #[serde(default, deserialize_with = "units::option_seconds")]
-    pub give_up_after: Option<f64>,
+    #[serde(deserialize_with = "seconds_value")]
+    pub give_up_after: f64,
     /// A connection silent this many seconds is lost, and made again (0: never).
     #[serde(default, deserialize_with = "units::option_seconds")]
     pub idle_timeout: Option<f64>,
     /// The upstream protects its frames with a CRC-32C (its `[protection] crc = true`): the
     /// relay checks every frame's, and an upstream protected otherwise is refused.
-    pub crc: Option<bool>,
+    pub crc: bool,
     /// NATS: a `.creds` file (JWT and nkey seed).
     pub creds_file: Option<PathBuf>,
     /// NATS: a file holding an nkey seed.
@@ -136,31 +167,79 @@ pub struct UpstreamSection {
     pub tls_ca_file: Option<PathBuf>,
 }
 
+impl Default for UpstreamSection {
+    fn default() -> UpstreamSection {
+        UpstreamSection {
+            connect: String::new(),
+            nats: None,
+            subject: None,
+            stream: None,
+            from_start: None,
+            repair_wait: None,
+            connect_timeout: None,
+            handshake_timeout: None,
+            reconnect_max: None,
+            give_up_after: 30.0,
+            idle_timeout: None,
+            crc: false,
+            creds_file: None,
+            nkey_file: None,
+            user: None,
+            password_file: None,
+            tls_ca_file: None,
+        }
+    }
+}
+
 /// `[source.synthetic]`.
-#[derive(Debug, Clone, Deserialize, Serialize, Default)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct SyntheticSection {
     /// Messages in the day.
-    pub messages: Option<u64>,
+    pub messages: u64,
     /// Symbols.
-    pub symbols: Option<usize>,
+    pub symbols: usize,
     /// Seed.
-    pub seed: Option<u64>,
+    pub seed: u64,
+}
+
+impl Default for SyntheticSection {
+    fn default() -> SyntheticSection {
+        let day = mdrelay_proto::synth::SynthConfig::default();
+        SyntheticSection { messages: day.messages, symbols: day.symbols, seed: day.seed }
+    }
 }
 
 /// `[source.live]`.
-#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LiveSection {
     /// Address and port to receive on, e.g. "0.0.0.0:10378".
     pub listen: String,
     /// Multicast group to join, e.g. "239.255.21.4" (none: unicast).
     pub group: Option<String>,
-    /// Interface address to join the group on (default 0.0.0.0: the kernel's choice).
-    pub interface: Option<String>,
+    /// Interface address to join the group on (0.0.0.0: the kernel's choice).
+    #[serde(default = "any_interface")]
+    pub interface: String,
     /// Stop after this many seconds without a datagram (0: never).
-    #[serde(default, deserialize_with = "units::option_seconds")]
-    pub idle_timeout: Option<f64>,
+    #[serde(default, deserialize_with = "seconds_value")]
+    pub idle_timeout: f64,
+}
+
+/// The default interface of a group's join or send: 0.0.0.0, the system's choice.
+fn any_interface() -> String {
+    Ipv4Addr::UNSPECIFIED.to_string()
+}
+
+/// A number of seconds with or without units, as a file or flag writes it.
+fn seconds_value<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
+    Ok(units::Seconds::deserialize(deserializer)?.0)
+}
+
+/// A number of bytes with or without units, as the field's integer type.
+fn bytes_value<'de, D: serde::Deserializer<'de>, T: TryFrom<u64>>(deserializer: D) -> Result<T, D::Error> {
+    let units::Bytes(bytes) = units::Bytes::deserialize(deserializer)?;
+    T::try_from(bytes).map_err(|_| serde::de::Error::custom(format!("{bytes} bytes is too large here")))
 }
 
 /// How segments are paced.
@@ -177,26 +256,26 @@ pub enum PacingMode {
 }
 
 /// `[pacing]`.
-#[derive(Debug, Clone, Deserialize, Serialize, Default)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct PacingSection {
     /// original, rate or top-speed.
-    pub mode: Option<PacingMode>,
+    pub mode: PacingMode,
     /// Time scale for `original`: 2 is twice as fast, 0.5 half as fast.
-    pub speed: Option<f64>,
+    pub speed: f64,
     /// Messages per second for `rate`.
-    pub rate: Option<f64>,
+    pub rate: f64,
     /// Passes over the source (0: forever).
-    pub loops: Option<u64>,
+    pub loops: u64,
     /// Stop after this many messages (0: no limit).
-    pub max_messages: Option<u64>,
+    pub max_messages: u64,
     /// Stop after this many seconds (0: no limit).
-    #[serde(default, deserialize_with = "units::option_seconds")]
-    pub duration: Option<f64>,
+    #[serde(deserialize_with = "seconds_value")]
+    pub duration: f64,
     /// `original`: a wait longer than this many seconds (a jump in the capture's clock) is not
     /// waited out: the schedule starts again from the next segment.
-    #[serde(default, deserialize_with = "units::option_seconds")]
-    pub max_gap: Option<f64>,
+    #[serde(deserialize_with = "seconds_value")]
+    pub max_gap: f64,
     /// How the hot thread waits: spin, yield, backoff or sleep (default: the profile's).
     pub idle: Option<IdleStrategy>,
     /// Seconds of segments sent per wake-up: a segment due within this goes out early, with
@@ -205,13 +284,29 @@ pub struct PacingSection {
     pub duty_cycle: Option<f64>,
 }
 
+impl Default for PacingSection {
+    fn default() -> PacingSection {
+        PacingSection {
+            mode: PacingMode::default(),
+            speed: 1.0,
+            rate: 100_000.0,
+            loops: 1,
+            max_messages: 0,
+            duration: 0.0,
+            max_gap: 60.0,
+            idle: None,
+            duty_cycle: None,
+        }
+    }
+}
+
 /// `[batching]`.
 #[derive(Debug, Clone, Deserialize, Serialize, Default)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct BatchingSection {
     /// Coalesce frames into one TCP record / datagram up to this many bytes (0: one frame each).
-    #[serde(default, deserialize_with = "units::option_bytes")]
-    pub coalesce_bytes: Option<usize>,
+    #[serde(deserialize_with = "bytes_value")]
+    pub coalesce_bytes: usize,
 }
 
 /// What to do with a TCP subscriber whose queue is full.
@@ -239,52 +334,70 @@ impl SlowPolicy {
 }
 
 /// `[tcp]`.
-#[derive(Debug, Clone, Deserialize, Serialize, Default)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct TcpSection {
-    /// Address to listen on (default 127.0.0.1:9100).
-    pub listen: Option<String>,
+    /// Address to listen on.
+    pub listen: String,
     /// Records in the queue all subscribers read from; a subscriber this far behind is slow.
-    pub queue: Option<usize>,
+    pub queue: usize,
     /// drop, disconnect or block.
-    pub slow_subscriber: Option<SlowPolicy>,
+    pub slow_subscriber: SlowPolicy,
     /// Wait for this many subscribers before sending.
-    pub wait_subscribers: Option<usize>,
+    pub wait_subscribers: usize,
     /// Connections at once, handshaking or subscribed; more are told to retry later.
-    pub max_connections: Option<usize>,
+    pub max_connections: usize,
     /// Seconds a connection has to answer the greeting.
-    #[serde(default, deserialize_with = "units::option_seconds")]
-    pub handshake_timeout: Option<f64>,
+    #[serde(deserialize_with = "seconds_value")]
+    pub handshake_timeout: f64,
     /// Seconds subscribers get at the end of the stream to take what is queued for them.
-    #[serde(default, deserialize_with = "units::option_seconds")]
-    pub drain_timeout: Option<f64>,
+    #[serde(deserialize_with = "seconds_value")]
+    pub drain_timeout: f64,
     /// Bytes of replay records built and not yet written, over every resuming subscriber.
-    #[serde(default, deserialize_with = "units::option_bytes")]
-    pub replay_bytes: Option<u64>,
+    #[serde(deserialize_with = "bytes_value")]
+    pub replay_bytes: u64,
     /// Seconds a resuming subscriber has to take a replay chunk before it is cut off as slow.
-    #[serde(default, deserialize_with = "units::option_seconds")]
-    pub replay_timeout: Option<f64>,
+    #[serde(deserialize_with = "seconds_value")]
+    pub replay_timeout: f64,
+}
+
+impl Default for TcpSection {
+    fn default() -> TcpSection {
+        TcpSection {
+            listen: DEFAULT_TCP_LISTEN.into(),
+            queue: 65_536,
+            slow_subscriber: SlowPolicy::default(),
+            wait_subscribers: 0,
+            max_connections: 64,
+            handshake_timeout: 5.0,
+            drain_timeout: 10.0,
+            replay_bytes: 16 << 20,
+            replay_timeout: 10.0,
+        }
+    }
 }
 
 /// `[udp]`.
-#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct UdpSection {
     /// Unicast destinations.
     pub destinations: Vec<String>,
-    /// Largest datagram to build when coalescing.
+    /// Largest datagram to build when coalescing, for every UDP output (a multicast line's, when
+    /// given, wins; given nowhere, 1472); the check writes the limit in force here.
     #[serde(default, deserialize_with = "units::option_bytes")]
     pub max_datagram: Option<usize>,
 }
 
 /// `[multicast]`.
-#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct MulticastSection {
     /// Group and port, e.g. "239.255.0.1:9300".
     pub group: String,
-    /// Interface address to send from (default 0.0.0.0: the routing table's choice).
-    pub interface: Option<String>,
+    /// Interface address to send from (0.0.0.0: the routing table's choice).
+    #[serde(default = "any_interface")]
+    pub interface: String,
     /// Multicast TTL (default 1: this subnet; line B's default is line A's).
     pub ttl: Option<u32>,
     /// Deliver to receivers on this host too (default true; line B's default is line A's).
@@ -342,33 +455,34 @@ pub enum NatsRetention {
 }
 
 /// `[nats]`: publish every datagram to a NATS subject, stored in a JetStream stream.
-#[derive(Debug, Clone, Deserialize, Serialize, Default)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct NatsSection {
-    /// Server URLs of the cluster (default nats://127.0.0.1:4222); the client fails over among them.
+    /// Server URLs of the cluster (none: `NATS_URL`'s, or nats://127.0.0.1:4222); the client fails
+    /// over among them.
     pub servers: Option<Vec<String>>,
-    /// Subject the stream goes to (default `mdrelay.<stream>`).
+    /// Subject the stream goes to (none: `mdrelay.<stream>`).
     pub subject: Option<String>,
-    /// JetStream stream that stores the subject (default `MDRELAY_<stream>`).
+    /// JetStream stream that stores the subject (none: `MDRELAY_<stream>`).
     pub stream: Option<String>,
-    /// Create the stream when it is missing (default true); otherwise a missing stream is an error.
-    pub create_stream: Option<bool>,
+    /// Create the stream when it is missing; otherwise a missing stream is an error.
+    pub create_stream: bool,
     /// file or memory, for a stream created here.
-    pub storage: Option<NatsStorage>,
+    pub storage: NatsStorage,
     /// limits or interest, for a stream created here.
-    pub retention: Option<NatsRetention>,
+    pub retention: NatsRetention,
     /// Copies of the stream in a cluster (1 to 5), for a stream created here.
-    pub replicas: Option<usize>,
+    pub replicas: usize,
     /// Seconds a message is kept (0: no limit), for a stream created here.
-    #[serde(default, deserialize_with = "units::option_seconds")]
-    pub max_age: Option<f64>,
+    #[serde(deserialize_with = "seconds_value")]
+    pub max_age: f64,
     /// Bytes the stream keeps at most (0: no limit), for a stream created here.
-    #[serde(default, deserialize_with = "units::option_bytes")]
-    pub max_bytes: Option<u64>,
+    #[serde(deserialize_with = "bytes_value")]
+    pub max_bytes: u64,
     /// Seconds within which the server drops a message whose id it has seen (the same frame from
     /// a second publisher or a restarted one), for a stream created here.
-    #[serde(default, deserialize_with = "units::option_seconds")]
-    pub duplicate_window: Option<f64>,
+    #[serde(deserialize_with = "seconds_value")]
+    pub duplicate_window: f64,
     /// A `.creds` file (JWT and nkey seed).
     pub creds_file: Option<PathBuf>,
     /// A file holding an nkey seed.
@@ -380,20 +494,48 @@ pub struct NatsSection {
     /// CA certificates (PEM) to check the servers' TLS certificates with; TLS is required when set.
     pub tls_ca_file: Option<PathBuf>,
     /// Messages published and not yet acknowledged by JetStream, at most.
-    pub max_pending_acks: Option<usize>,
+    pub max_pending_acks: usize,
     /// Messages queued between the hot thread and the publishing task.
-    pub queue: Option<usize>,
+    pub queue: usize,
     /// Bytes of messages held for the server: queued, or published and not yet acknowledged.
-    #[serde(default, deserialize_with = "units::option_bytes")]
-    pub queue_bytes: Option<u64>,
+    #[serde(deserialize_with = "bytes_value")]
+    pub queue_bytes: u64,
     /// block, drop or fail when that queue is full (in messages or in bytes).
-    pub slow_server: Option<SlowServerPolicy>,
+    pub slow_server: SlowServerPolicy,
     /// A file holding the key of the messages' ids (64 hex digits, mode 600); without it each run
     /// makes a key of its own. Relays of one origin that share it store each frame once.
     pub id_key_file: Option<PathBuf>,
     /// Largest message to build when coalescing, header included.
-    #[serde(default, deserialize_with = "units::option_bytes")]
-    pub max_message: Option<usize>,
+    #[serde(deserialize_with = "bytes_value")]
+    pub max_message: usize,
+}
+
+impl Default for NatsSection {
+    fn default() -> NatsSection {
+        NatsSection {
+            servers: None,
+            subject: None,
+            stream: None,
+            create_stream: true,
+            storage: NatsStorage::default(),
+            retention: NatsRetention::default(),
+            replicas: 1,
+            max_age: 0.0,
+            max_bytes: 0,
+            duplicate_window: 120.0,
+            creds_file: None,
+            nkey_file: None,
+            user: None,
+            password_file: None,
+            tls_ca_file: None,
+            max_pending_acks: 4096,
+            queue: 65_536,
+            queue_bytes: NATS_QUEUE_BYTES,
+            slow_server: SlowServerPolicy::default(),
+            id_key_file: None,
+            max_message: 64 << 10,
+        }
+    }
 }
 
 /// How the publisher authenticates to NATS: the client's, from the same four settings.
@@ -462,8 +604,9 @@ fn nats_auth(
     NatsAuth::from_settings(creds_file, nkey_file, user, password_file).map_err(|e| anyhow::anyhow!("{section}.{e}"))
 }
 
-fn nats_output(n: NatsSection, stream_number: u32) -> Result<Nats> {
-    let servers = n.servers.unwrap_or_else(|| vec!["nats://127.0.0.1:4222".into()]);
+/// `[nats]`, checked; the servers, subject and stream it leaves out are filled in.
+fn nats_output(n: &mut NatsSection, stream_number: u32) -> Result<Nats> {
+    let servers = n.servers.get_or_insert_with(|| vec!["nats://127.0.0.1:4222".into()]).clone();
     if servers.is_empty() {
         bail!("nats.servers: give at least one server URL");
     }
@@ -472,71 +615,83 @@ fn nats_output(n: NatsSection, stream_number: u32) -> Result<Nats> {
             bail!("nats.servers[{i}]: {url:?} is not a server URL (nats://HOST:PORT)");
         }
     }
-    let subject = n.subject.unwrap_or_else(|| format!("mdrelay.{stream_number}"));
+    let subject = n.subject.get_or_insert_with(|| format!("mdrelay.{stream_number}")).clone();
     let tokens_ok = !subject.is_empty() && subject.split('.').all(|t| !t.is_empty() && t != "*" && t != ">");
     if !tokens_ok || subject.contains(char::is_whitespace) {
         bail!(
             "nats.subject: {subject:?} is not a subject to publish to (dot-separated tokens, no wildcards or spaces)"
         );
     }
-    let stream = n.stream.unwrap_or_else(|| format!("MDRELAY_{stream_number}"));
+    let stream = n.stream.get_or_insert_with(|| format!("MDRELAY_{stream_number}")).clone();
     if stream.is_empty() || stream.contains(['.', '*', '>', ' ', '\t', '/', '\\']) {
         bail!("nats.stream: {stream:?} is not a JetStream stream name (no dots, wildcards, spaces or slashes)");
     }
-    let auth = nats_auth("nats", n.creds_file, n.nkey_file, n.user, n.password_file)?;
-    let max_message =
-        count_within("nats.max_message", n.max_message.unwrap_or(64 << 10) as u64, 64, MAX_NATS_MESSAGE)? as usize;
+    let auth = nats_auth("nats", n.creds_file.clone(), n.nkey_file.clone(), n.user.clone(), n.password_file.clone())?;
+    let max_message = count_within("nats.max_message", n.max_message as u64, 64, MAX_NATS_MESSAGE)? as usize;
     Ok(Nats {
         servers,
         subject,
         stream,
-        create_stream: n.create_stream.unwrap_or(true),
-        storage: n.storage.unwrap_or_default(),
-        retention: n.retention.unwrap_or_default(),
-        replicas: count_within("nats.replicas", n.replicas.unwrap_or(1) as u64, 1, 5)? as usize,
-        max_age: seconds("nats.max_age", n.max_age.unwrap_or(0.0), 0.0, 10.0 * YEAR)?,
-        max_bytes: n.max_bytes.unwrap_or(0),
-        duplicate_window: seconds("nats.duplicate_window", n.duplicate_window.unwrap_or(120.0), 0.001, YEAR)?,
+        create_stream: n.create_stream,
+        storage: n.storage,
+        retention: n.retention,
+        replicas: count_within("nats.replicas", n.replicas as u64, 1, 5)? as usize,
+        max_age: seconds("nats.max_age", n.max_age, 0.0, 10.0 * YEAR)?,
+        max_bytes: n.max_bytes,
+        duplicate_window: seconds("nats.duplicate_window", n.duplicate_window, 0.001, YEAR)?,
         auth,
-        tls_ca_file: n.tls_ca_file,
-        max_pending_acks: count_within("nats.max_pending_acks", n.max_pending_acks.unwrap_or(4096) as u64, 1, 1 << 20)?
-            as usize,
-        queue: count_within("nats.queue", n.queue.unwrap_or(65_536) as u64, 16, 1 << 22)? as usize,
-        queue_bytes: count_within("nats.queue_bytes", n.queue_bytes.unwrap_or(NATS_QUEUE_BYTES), 64 << 10, 1 << 40)?,
-        slow_server: n.slow_server.unwrap_or_default(),
+        tls_ca_file: n.tls_ca_file.clone(),
+        max_pending_acks: count_within("nats.max_pending_acks", n.max_pending_acks as u64, 1, 1 << 20)? as usize,
+        queue: count_within("nats.queue", n.queue as u64, 16, 1 << 22)? as usize,
+        queue_bytes: count_within("nats.queue_bytes", n.queue_bytes, 64 << 10, 1 << 40)?,
+        slow_server: n.slow_server,
         max_message,
         id_key: n
             .id_key_file
             .as_deref()
             .map(|path| WireKey::read_file(path).map_err(|e| anyhow::anyhow!("nats.id_key_file: {e}")))
             .transpose()?,
-        id_key_file: n.id_key_file,
+        id_key_file: n.id_key_file.clone(),
     })
 }
 
 /// `[retransmit]`: the ring of the last frames (for TCP resume and retransmission requests) and
 /// the retransmission service for UDP subscribers.
-#[derive(Debug, Clone, Deserialize, Serialize, Default)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct RetransmitSection {
-    /// Bytes the ring may hold, frames and their bookkeeping (default 64 MiB; 0: no ring, so
-    /// no resume and no retransmission).
-    #[serde(default, deserialize_with = "units::option_bytes")]
-    pub ring_bytes: Option<u64>,
+    /// Bytes the ring may hold, frames and their bookkeeping (0: no ring, so no resume and no
+    /// retransmission).
+    #[serde(deserialize_with = "bytes_value")]
+    pub ring_bytes: u64,
     /// Serve retransmission requests over TCP on this address (none: no service).
     pub listen: Option<String>,
     /// Frames one request is served at most.
-    pub max_range: Option<u32>,
+    pub max_range: u32,
     /// Requests per second per connection (with a burst of as many).
-    pub requests_per_second: Option<u32>,
+    pub requests_per_second: u32,
     /// Connections to the service at once.
-    pub max_connections: Option<usize>,
+    pub max_connections: usize,
     /// Seconds a connection may ask nothing before it is closed.
-    #[serde(default, deserialize_with = "units::option_seconds")]
-    pub idle_timeout: Option<f64>,
+    #[serde(deserialize_with = "seconds_value")]
+    pub idle_timeout: f64,
     /// Seconds the service stays up after the end of the stream, for the tail's gaps.
-    #[serde(default, deserialize_with = "units::option_seconds")]
-    pub linger: Option<f64>,
+    #[serde(deserialize_with = "seconds_value")]
+    pub linger: f64,
+}
+
+impl Default for RetransmitSection {
+    fn default() -> RetransmitSection {
+        RetransmitSection {
+            ring_bytes: DEFAULT_RING_BYTES,
+            listen: None,
+            max_range: 1024,
+            requests_per_second: 10_000,
+            max_connections: 64,
+            idle_timeout: 60.0,
+            linger: 2.0,
+        }
+    }
 }
 
 /// Where segments come from, checked.
@@ -701,7 +856,7 @@ pub struct Retransmit {
 }
 
 /// The publisher's settings, checked.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Config {
     /// Wire format.
     pub format: Format,
@@ -731,6 +886,9 @@ pub struct Config {
     pub metrics: Option<MetricsSettings>,
     /// Per-frame CRC-32C and encryption.
     pub protection: ProtectionSettings,
+    /// The settings this view was derived from, every default filled in: the one source of what
+    /// `--check` prints and a reload compares.
+    pub settings: FileConfig,
 }
 
 /// Default TCP listen address: loopback, so nothing is exposed unless asked for.
@@ -822,184 +980,25 @@ const MAX_COALESCE: u64 = mdrelay_proto::relay::MAX_RECORD as u64;
 const MAX_DUTY_CYCLE: f64 = 0.01;
 
 impl FileConfig {
-    /// Checks every value and fills in defaults. Every number is checked against bounds at
-    /// start, so no value can fail (or panic) the relay after it has begun.
-    pub fn check(self) -> Result<Config> {
-        let format = self.format.unwrap_or(Format::Sbe);
-        let profile = self.profile.unwrap_or_default();
+    /// Checks every value, fills in the defaults that depend on other settings, and derives the
+    /// runtime view; the settings, so resolved, stay in [`Config::settings`]. Every number is
+    /// checked against bounds at start, so no value can fail (or panic) the relay after it has
+    /// begun.
+    pub fn check(mut self) -> Result<Config> {
         let hot_core = self.cpu.hot_core.map(|c| mdrelay_telemetry::cpu::check_core("cpu.hot_core", c)).transpose()?;
-        let io_threads = count_within("cpu.io_threads", self.cpu.io_threads.unwrap_or(1) as u64, 1, 256)? as usize;
-        let s = self.source;
-        let chosen = usize::from(s.capture.is_some())
-            + usize::from(s.synthetic.is_some())
-            + usize::from(s.live.is_some())
-            + usize::from(s.upstream.is_some());
-        if chosen > 1 {
-            bail!("source: give one of capture, synthetic, live or upstream, not {chosen}");
-        }
-        let source = if let Some(path) = s.capture {
-            Source::Capture(path)
-        } else if let Some(upstream) = s.upstream {
-            if upstream.nats.is_some() {
-                Source::NatsUpstream(nats_upstream_source(&upstream)?)
-            } else {
-                Source::Upstream(upstream_source(&upstream)?)
-            }
-        } else if let Some(live) = s.live {
-            let listen = socket_addr("source.live.listen", &live.listen)?;
-            let group = live.group.as_deref().map(|g| ipv4("source.live.group", g)).transpose()?;
-            if let Some(g) = group
-                && !g.is_multicast()
-            {
-                bail!("source.live.group: {g} is not a multicast address (224.0.0.0/4); for unicast leave group out");
-            }
-            if group.is_none() && listen.ip().is_multicast() {
-                bail!(
-                    "source.live.listen: {listen} is a multicast address; put the group in source.live.group and listen on 0.0.0.0:PORT"
-                );
-            }
-            let interface = live
-                .interface
-                .as_deref()
-                .map(|i| ipv4("source.live.interface", i))
-                .transpose()?
-                .unwrap_or(Ipv4Addr::UNSPECIFIED);
-            let idle_timeout = within(
-                "source.live.idle_timeout",
-                live.idle_timeout.unwrap_or(0.0),
-                0.0,
-                86_400.0,
-                "seconds (0: never)",
-            )?;
-            Source::Live(Live { listen, group, interface, idle_timeout })
-        } else {
-            let defaults = mdrelay_proto::synth::SynthConfig::default();
-            let syn = s.synthetic.unwrap_or_default();
-            let config = mdrelay_proto::synth::SynthConfig {
-                messages: count_within(
-                    "source.synthetic.messages",
-                    syn.messages.unwrap_or(defaults.messages),
-                    0,
-                    MAX_SYNTHETIC_MESSAGES,
-                )?,
-                symbols: syn.symbols.unwrap_or(defaults.symbols),
-                seed: syn.seed.unwrap_or(defaults.seed),
-                ..defaults
-            };
-            // The generator checks its own limits (symbols, the fewest messages a day needs).
-            mdrelay_proto::synth::SyntheticDay::new(config).context("source.synthetic")?;
-            Source::Synthetic(config)
-        };
-        let p = self.pacing;
-        let pacing = Pacing {
-            mode: p.mode.unwrap_or_default(),
-            speed: within("pacing.speed", p.speed.unwrap_or(1.0), 0.001, 1e6, "(times the capture's pace)")?,
-            rate: within("pacing.rate", p.rate.unwrap_or(100_000.0), 1.0, 1e9, "messages per second")?,
-            loops: count_within("pacing.loops", p.loops.unwrap_or(1), 0, MAX_LOOPS)?,
-            max_messages: count_within("pacing.max_messages", p.max_messages.unwrap_or(0), 0, MAX_MESSAGE_LIMIT)?,
-            duration: within("pacing.duration", p.duration.unwrap_or(0.0), 0.0, YEAR, "seconds (0: no limit)")?,
-            max_gap: within("pacing.max_gap", p.max_gap.unwrap_or(60.0), 0.001, 86_400.0, "seconds")?,
-            idle: p.idle.unwrap_or(mdrelay_proto::idle::pacing_idle(profile)),
-            duty_cycle: within(
-                "pacing.duty_cycle",
-                p.duty_cycle.unwrap_or(mdrelay_proto::idle::duty_cycle(profile).as_secs_f64()),
-                0.0,
-                MAX_DUTY_CYCLE,
-                "seconds",
-            )?,
-        };
-        let tcp = match self.tcp {
-            Some(t) => {
-                let listen = socket_addr("tcp.listen", t.listen.as_deref().unwrap_or(DEFAULT_TCP_LISTEN))?;
-                if listen.ip().is_multicast() {
-                    bail!("tcp.listen: {listen} is a multicast address; TCP needs a unicast address");
-                }
-                let max_connections =
-                    count_within("tcp.max_connections", t.max_connections.unwrap_or(64) as u64, 1, 65_535)? as usize;
-                let wait_subscribers = t.wait_subscribers.unwrap_or(0);
-                if wait_subscribers > max_connections {
-                    bail!(
-                        "tcp.wait_subscribers: {wait_subscribers} is more than tcp.max_connections ({max_connections}) allows"
-                    );
-                }
-                Some(Tcp {
-                    listen,
-                    queue: count_within("tcp.queue", t.queue.unwrap_or(65_536) as u64, 16, 1 << 22)? as usize,
-                    slow: t.slow_subscriber.unwrap_or_default(),
-                    wait_subscribers,
-                    max_connections,
-                    handshake_timeout: seconds(
-                        "tcp.handshake_timeout",
-                        t.handshake_timeout.unwrap_or(5.0),
-                        0.01,
-                        300.0,
-                    )?,
-                    drain_timeout: seconds("tcp.drain_timeout", t.drain_timeout.unwrap_or(10.0), 0.0, 3_600.0)?,
-                    replay_bytes: count_within(
-                        "tcp.replay_bytes",
-                        t.replay_bytes.unwrap_or(16 << 20),
-                        64 << 10,
-                        1 << 30,
-                    )? as usize,
-                    replay_timeout: seconds("tcp.replay_timeout", t.replay_timeout.unwrap_or(10.0), 0.01, 3_600.0)?,
-                })
-            }
-            None => None,
-        };
-        let mut destinations = Vec::new();
-        let mut max_datagram = 1472;
-        if let Some(u) = &self.udp {
-            for (i, d) in u.destinations.iter().enumerate() {
-                let name = format!("udp.destinations[{i}]");
-                let addr = socket_addr(&name, d)?;
-                if addr.ip().is_multicast() {
-                    bail!("{name}: {addr} is a multicast address; put it in [multicast] group instead");
-                }
-                destinations.push(addr);
-            }
-            max_datagram = u.max_datagram.unwrap_or(max_datagram);
-        }
-        let multicast =
-            self.multicast.as_ref().map(|m| multicast_line("multicast", m, &mut max_datagram)).transpose()?;
-        // Line B carries what line A carries: its TTL and loopback are A's unless set.
-        let multicast_b = self
-            .multicast_b
-            .as_ref()
-            .map(|b| {
-                let a = self.multicast.as_ref();
-                let b = MulticastSection {
-                    ttl: b.ttl.or(a.and_then(|a| a.ttl)),
-                    loopback: b.loopback.or(a.and_then(|a| a.loopback)),
-                    ..b.clone()
-                };
-                multicast_line("multicast_b", &b, &mut max_datagram)
-            })
-            .transpose()?;
-        match (&multicast, &multicast_b) {
-            (None, Some(_)) => bail!("multicast_b: line B needs line A: configure [multicast] too"),
-            (Some(a), Some(b)) if a.group == b.group => {
-                bail!("multicast_b.group: {} is line A's group too; give line B its own group", b.group)
-            }
-            _ => {}
-        }
-        // Room for the relay header and the smallest frame.
-        count_within("max_datagram", max_datagram as u64, 64, mdrelay_proto::relay::MAX_DATAGRAM as u64)?;
-        let udp = (!destinations.is_empty() || multicast.is_some()).then_some(Udp {
-            destinations,
-            multicast,
-            multicast_b,
-            max_datagram,
-        });
-        let stream_number = self.stream.unwrap_or(1);
-        let nats = self.nats.map(|n| nats_output(n, stream_number)).transpose()?;
+        let io_threads = count_within("cpu.io_threads", self.cpu.io_threads as u64, 1, 256)? as usize;
+        let source = self.source.check()?;
+        let pacing = self.pacing.check(self.profile)?;
+        let tcp = self.tcp.as_ref().map(TcpSection::check).transpose()?;
+        let udp = self.udp_outputs()?;
+        let nats = self.nats.as_mut().map(|n| nats_output(n, self.stream)).transpose()?;
         if tcp.is_none() && udp.is_none() && nats.is_none() {
             bail!(
                 "no transport: configure [tcp], [udp] destinations, [multicast] or [nats] (or pass --tcp, --udp, --multicast)"
             );
         }
         let coalesce_bytes =
-            count_within("batching.coalesce_bytes", self.batching.coalesce_bytes.unwrap_or(0) as u64, 0, MAX_COALESCE)?
-                as usize;
+            count_within("batching.coalesce_bytes", self.batching.coalesce_bytes as u64, 0, MAX_COALESCE)? as usize;
         if let Some(t) = &tcp {
             // The shared queue holds up to `queue` records of up to `coalesce_bytes` each, or runs
             // of small records of about MAX_RUN_BYTES.
@@ -1013,33 +1012,10 @@ impl FileConfig {
                 );
             }
         }
-        let r = self.retransmit;
-        let ring_bytes =
-            count_within("retransmit.ring_bytes", r.ring_bytes.unwrap_or(DEFAULT_RING_BYTES), 0, MAX_RING_BYTES)?;
-        let listen = r.listen.as_deref().map(|l| socket_addr("retransmit.listen", l)).transpose()?;
-        if listen.is_some() && ring_bytes == 0 {
-            bail!("retransmit.listen: the service needs the ring; give retransmit.ring_bytes above 0");
-        }
-        let retransmit = Retransmit {
-            ring_bytes: ring_bytes as usize,
-            listen,
-            max_range: count_within("retransmit.max_range", r.max_range.unwrap_or(1024), 1, u64::from(u16::MAX))?,
-            requests_per_second: count_within(
-                "retransmit.requests_per_second",
-                r.requests_per_second.unwrap_or(10_000),
-                1,
-                1_000_000,
-            )?,
-            max_connections: count_within(
-                "retransmit.max_connections",
-                r.max_connections.unwrap_or(64) as u64,
-                1,
-                65_535,
-            )? as usize,
-            idle_timeout: seconds("retransmit.idle_timeout", r.idle_timeout.unwrap_or(60.0), 1.0, 3_600.0)?,
-            linger: seconds("retransmit.linger", r.linger.unwrap_or(2.0), 0.0, 3_600.0)?,
-        };
-        let metrics = self.metrics.check(None, None)?;
+        let retransmit = self.retransmit.check()?;
+        let metrics = self.metrics.clone().check(None, None)?;
+        // The hold, when left out, is written as the value it takes.
+        self.metrics = MetricsSection::from(metrics);
         let mut listeners = own_listeners(tcp.as_ref(), &retransmit);
         listeners.extend(metrics.map(|m| ("metrics.listen", m.listen)));
         for (i, (setting, addr)) in listeners.iter().enumerate() {
@@ -1070,8 +1046,8 @@ impl FileConfig {
             }
         }
         Ok(Config {
-            format,
-            stream: stream_number,
+            format: self.format,
+            stream: self.stream,
             source,
             pacing,
             coalesce_bytes,
@@ -1079,11 +1055,201 @@ impl FileConfig {
             udp,
             nats,
             retransmit,
-            profile,
+            profile: self.profile,
             hot_core,
             io_threads,
             metrics,
             protection,
+            settings: self,
+        })
+    }
+
+    /// The UDP outputs, checked: unicast destinations and the two multicast lines. Line B's TTL
+    /// and loopback left out are line A's, and the one datagram limit of them all is written to
+    /// the unicast output and line A (line B's is left out: it is line A's).
+    fn udp_outputs(&mut self) -> Result<Option<Udp>> {
+        let mut destinations = Vec::new();
+        let mut max_datagram = 1472;
+        if let Some(u) = &self.udp {
+            for (i, d) in u.destinations.iter().enumerate() {
+                let name = format!("udp.destinations[{i}]");
+                let addr = socket_addr(&name, d)?;
+                if addr.ip().is_multicast() {
+                    bail!("{name}: {addr} is a multicast address; put it in [multicast] group instead");
+                }
+                destinations.push(addr);
+            }
+            max_datagram = u.max_datagram.unwrap_or(max_datagram);
+        }
+        let multicast = self
+            .multicast
+            .as_mut()
+            .map(|m| multicast_line("multicast", m, (1, true), &mut max_datagram))
+            .transpose()?;
+        let line_a = multicast.map_or((1, true), |a| (a.ttl, a.loopback));
+        let multicast_b = self
+            .multicast_b
+            .as_mut()
+            .map(|b| multicast_line("multicast_b", b, line_a, &mut max_datagram))
+            .transpose()?;
+        match (&multicast, &multicast_b) {
+            (None, Some(_)) => bail!("multicast_b: line B needs line A: configure [multicast] too"),
+            (Some(a), Some(b)) if a.group == b.group => {
+                bail!("multicast_b.group: {} is line A's group too; give line B its own group", b.group)
+            }
+            _ => {}
+        }
+        // Room for the relay header and the smallest frame.
+        count_within("max_datagram", max_datagram as u64, 64, mdrelay_proto::relay::MAX_DATAGRAM as u64)?;
+        if destinations.is_empty() {
+            self.udp = None;
+        }
+        for output in
+            [self.udp.as_mut().map(|u| &mut u.max_datagram), self.multicast.as_mut().map(|m| &mut m.max_datagram)]
+                .into_iter()
+                .flatten()
+        {
+            *output = Some(max_datagram);
+        }
+        if let Some(b) = &mut self.multicast_b {
+            b.max_datagram = None;
+        }
+        Ok((!destinations.is_empty() || multicast.is_some()).then_some(Udp {
+            destinations,
+            multicast,
+            multicast_b,
+            max_datagram,
+        }))
+    }
+}
+
+impl SourceSection {
+    /// The source given, checked: one kind at most, a synthetic day when none (written in as
+    /// such).
+    fn check(&mut self) -> Result<Source> {
+        let chosen = usize::from(self.capture.is_some())
+            + usize::from(self.synthetic.is_some())
+            + usize::from(self.live.is_some())
+            + usize::from(self.upstream.is_some());
+        if chosen > 1 {
+            bail!("source: give one of capture, synthetic, live or upstream, not {chosen}");
+        }
+        if let Some(path) = &self.capture {
+            return Ok(Source::Capture(path.clone()));
+        }
+        if let Some(upstream) = &mut self.upstream {
+            return if upstream.nats.is_some() {
+                nats_upstream_source(upstream).map(Source::NatsUpstream)
+            } else {
+                upstream_source(upstream).map(Source::Upstream)
+            };
+        }
+        if let Some(live) = &self.live {
+            return live.check().map(Source::Live);
+        }
+        let syn = self.synthetic.get_or_insert_default();
+        let config = mdrelay_proto::synth::SynthConfig {
+            messages: count_within("source.synthetic.messages", syn.messages, 0, MAX_SYNTHETIC_MESSAGES)?,
+            symbols: syn.symbols,
+            seed: syn.seed,
+            ..mdrelay_proto::synth::SynthConfig::default()
+        };
+        // The generator checks its own limits (symbols, the fewest messages a day needs).
+        mdrelay_proto::synth::SyntheticDay::new(config).context("source.synthetic")?;
+        Ok(Source::Synthetic(config))
+    }
+}
+
+impl LiveSection {
+    /// The live feed, checked.
+    fn check(&self) -> Result<Live> {
+        let listen = socket_addr("source.live.listen", &self.listen)?;
+        let group = self.group.as_deref().map(|g| ipv4("source.live.group", g)).transpose()?;
+        if let Some(g) = group
+            && !g.is_multicast()
+        {
+            bail!("source.live.group: {g} is not a multicast address (224.0.0.0/4); for unicast leave group out");
+        }
+        if group.is_none() && listen.ip().is_multicast() {
+            bail!(
+                "source.live.listen: {listen} is a multicast address; put the group in source.live.group and listen on 0.0.0.0:PORT"
+            );
+        }
+        let interface = ipv4("source.live.interface", &self.interface)?;
+        let idle_timeout = within("source.live.idle_timeout", self.idle_timeout, 0.0, 86_400.0, "seconds (0: never)")?;
+        Ok(Live { listen, group, interface, idle_timeout })
+    }
+}
+
+impl PacingSection {
+    /// Pacing, checked; the idle strategy and duty cycle left out are `profile`'s.
+    fn check(&mut self, profile: Profile) -> Result<Pacing> {
+        let idle = *self.idle.get_or_insert(mdrelay_proto::idle::pacing_idle(profile));
+        let duty_cycle = *self.duty_cycle.get_or_insert(mdrelay_proto::idle::duty_cycle(profile).as_secs_f64());
+        Ok(Pacing {
+            mode: self.mode,
+            speed: within("pacing.speed", self.speed, 0.001, 1e6, "(times the capture's pace)")?,
+            rate: within("pacing.rate", self.rate, 1.0, 1e9, "messages per second")?,
+            loops: count_within("pacing.loops", self.loops, 0, MAX_LOOPS)?,
+            max_messages: count_within("pacing.max_messages", self.max_messages, 0, MAX_MESSAGE_LIMIT)?,
+            duration: within("pacing.duration", self.duration, 0.0, YEAR, "seconds (0: no limit)")?,
+            max_gap: within("pacing.max_gap", self.max_gap, 0.001, 86_400.0, "seconds")?,
+            idle,
+            duty_cycle: within("pacing.duty_cycle", duty_cycle, 0.0, MAX_DUTY_CYCLE, "seconds")?,
+        })
+    }
+}
+
+impl TcpSection {
+    /// The TCP server, checked.
+    fn check(&self) -> Result<Tcp> {
+        let listen = socket_addr("tcp.listen", &self.listen)?;
+        if listen.ip().is_multicast() {
+            bail!("tcp.listen: {listen} is a multicast address; TCP needs a unicast address");
+        }
+        let max_connections = count_within("tcp.max_connections", self.max_connections as u64, 1, 65_535)? as usize;
+        let wait_subscribers = self.wait_subscribers;
+        if wait_subscribers > max_connections {
+            bail!(
+                "tcp.wait_subscribers: {wait_subscribers} is more than tcp.max_connections ({max_connections}) allows"
+            );
+        }
+        Ok(Tcp {
+            listen,
+            queue: count_within("tcp.queue", self.queue as u64, 16, 1 << 22)? as usize,
+            slow: self.slow_subscriber,
+            wait_subscribers,
+            max_connections,
+            handshake_timeout: seconds("tcp.handshake_timeout", self.handshake_timeout, 0.01, 300.0)?,
+            drain_timeout: seconds("tcp.drain_timeout", self.drain_timeout, 0.0, 3_600.0)?,
+            replay_bytes: count_within("tcp.replay_bytes", self.replay_bytes, 64 << 10, 1 << 30)? as usize,
+            replay_timeout: seconds("tcp.replay_timeout", self.replay_timeout, 0.01, 3_600.0)?,
+        })
+    }
+}
+
+impl RetransmitSection {
+    /// The ring and the retransmission service, checked.
+    fn check(&self) -> Result<Retransmit> {
+        let ring_bytes = count_within("retransmit.ring_bytes", self.ring_bytes, 0, MAX_RING_BYTES)?;
+        let listen = self.listen.as_deref().map(|l| socket_addr("retransmit.listen", l)).transpose()?;
+        if listen.is_some() && ring_bytes == 0 {
+            bail!("retransmit.listen: the service needs the ring; give retransmit.ring_bytes above 0");
+        }
+        Ok(Retransmit {
+            ring_bytes: ring_bytes as usize,
+            listen,
+            max_range: count_within("retransmit.max_range", self.max_range, 1, u64::from(u16::MAX))?,
+            requests_per_second: count_within(
+                "retransmit.requests_per_second",
+                self.requests_per_second,
+                1,
+                1_000_000,
+            )?,
+            max_connections: count_within("retransmit.max_connections", self.max_connections as u64, 1, 65_535)?
+                as usize,
+            idle_timeout: seconds("retransmit.idle_timeout", self.idle_timeout, 1.0, 3_600.0)?,
+            linger: seconds("retransmit.linger", self.linger, 0.0, 3_600.0)?,
         })
     }
 }
@@ -1117,8 +1283,8 @@ pub fn check_not_self(upstream: SocketAddr, own: &[(&str, SocketAddr)]) -> anyho
 }
 
 /// `[source.upstream]` with `nats`, checked: servers, a subject, and bounded waits; the TCP
-/// settings refused by name.
-fn nats_upstream_source(u: &UpstreamSection) -> Result<NatsUpstream> {
+/// settings refused by name. The NATS settings left out are filled in.
+fn nats_upstream_source(u: &mut UpstreamSection) -> Result<NatsUpstream> {
     let tcp_only = [
         ("connect", !u.connect.trim().is_empty()),
         ("connect_timeout", u.connect_timeout.is_some()),
@@ -1140,32 +1306,33 @@ fn nats_upstream_source(u: &UpstreamSection) -> Result<NatsUpstream> {
             bail!("source.upstream.nats: {url:?} is not a server URL (nats://host:port)");
         }
     }
-    let subject = u.subject.as_deref().map(str::trim).unwrap_or_default();
+    let subject = u.subject.as_deref().map(str::trim).unwrap_or_default().to_string();
     if subject.is_empty() || subject.contains(['*', '>', ' ']) {
         bail!(
             "source.upstream.subject: {subject:?} is not a subject to take a stream from; give the upstream's nats.subject (e.g. \"mdrelay.1\"), without wildcards"
         );
     }
     let stream = u.stream.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_string);
-    let from_start = u.from_start.unwrap_or(false);
+    let from_start = *u.from_start.get_or_insert(false);
     if from_start && stream.is_none() {
         bail!("source.upstream.from_start: the replay is from the JetStream stream; give source.upstream.stream");
     }
-    let default_wait = if stream.is_some() { 2.0 } else { 0.0 };
+    let repair_wait = *u.repair_wait.get_or_insert(if stream.is_some() { 2.0 } else { 0.0 });
+    (u.nats, u.subject, u.stream) = (Some(servers.clone()), Some(subject.clone()), stream.clone());
     Ok(NatsUpstream {
         servers,
-        subject: subject.to_string(),
+        subject,
         stream,
         from_start,
         repair_wait: Duration::from_secs_f64(within(
             "source.upstream.repair_wait",
-            u.repair_wait.unwrap_or(default_wait),
+            repair_wait,
             0.0,
             600.0,
             "seconds",
         )?),
-        give_up_after: seconds("source.upstream.give_up_after", u.give_up_after.unwrap_or(30.0), 0.0, 86_400.0)?,
-        crc: u.crc.unwrap_or(false),
+        give_up_after: seconds("source.upstream.give_up_after", u.give_up_after, 0.0, 86_400.0)?,
+        crc: u.crc,
         auth: nats_auth(
             "source.upstream",
             u.creds_file.clone(),
@@ -1177,8 +1344,9 @@ fn nats_upstream_source(u: &UpstreamSection) -> Result<NatsUpstream> {
     })
 }
 
-/// `[source.upstream]`, checked: an address to connect to, and bounded waits.
-fn upstream_source(u: &UpstreamSection) -> Result<Upstream> {
+/// `[source.upstream]`, checked: an address to connect to, and bounded waits. The TCP settings
+/// left out are filled in.
+fn upstream_source(u: &mut UpstreamSection) -> Result<Upstream> {
     let nats_only = [
         ("subject", u.subject.is_some()),
         ("stream", u.stream.is_some()),
@@ -1193,7 +1361,7 @@ fn upstream_source(u: &UpstreamSection) -> Result<Upstream> {
     if let Some((setting, _)) = nats_only.iter().find(|(_, set)| *set) {
         bail!("source.upstream.{setting}: only used with a NATS upstream (source.upstream.nats), and this one is TCP");
     }
-    let connect = u.connect.trim();
+    let connect = u.connect.trim().to_string();
     let (host, port) = connect.rsplit_once(':').with_context(|| {
         format!("source.upstream.connect: {connect:?} has no port; give host:port (e.g. 10.0.0.1:9100)")
     })?;
@@ -1205,21 +1373,32 @@ fn upstream_source(u: &UpstreamSection) -> Result<Upstream> {
     {
         bail!("source.upstream.connect: {} is not an address to connect to; give the upstream host's", addr.ip());
     }
-    let idle =
-        within("source.upstream.idle_timeout", u.idle_timeout.unwrap_or(0.0), 0.0, 86_400.0, "seconds (0: never)")?;
+    u.connect.clone_from(&connect);
+    let idle = within(
+        "source.upstream.idle_timeout",
+        *u.idle_timeout.get_or_insert(0.0),
+        0.0,
+        86_400.0,
+        "seconds (0: never)",
+    )?;
     Ok(Upstream {
-        connect: connect.to_string(),
-        connect_timeout: seconds("source.upstream.connect_timeout", u.connect_timeout.unwrap_or(5.0), 0.01, 300.0)?,
-        handshake_timeout: seconds(
-            "source.upstream.handshake_timeout",
-            u.handshake_timeout.unwrap_or(5.0),
+        connect,
+        connect_timeout: seconds(
+            "source.upstream.connect_timeout",
+            *u.connect_timeout.get_or_insert(5.0),
             0.01,
             300.0,
         )?,
-        reconnect_max: seconds("source.upstream.reconnect_max", u.reconnect_max.unwrap_or(2.0), 0.01, 60.0)?,
-        give_up_after: seconds("source.upstream.give_up_after", u.give_up_after.unwrap_or(30.0), 0.0, 86_400.0)?,
+        handshake_timeout: seconds(
+            "source.upstream.handshake_timeout",
+            *u.handshake_timeout.get_or_insert(5.0),
+            0.01,
+            300.0,
+        )?,
+        reconnect_max: seconds("source.upstream.reconnect_max", *u.reconnect_max.get_or_insert(2.0), 0.01, 60.0)?,
+        give_up_after: seconds("source.upstream.give_up_after", u.give_up_after, 0.0, 86_400.0)?,
         idle_timeout: (idle > 0.0).then(|| Duration::from_secs_f64(idle)),
-        crc: u.crc.unwrap_or(false),
+        crc: u.crc,
     })
 }
 
@@ -1229,8 +1408,13 @@ pub const DEFAULT_RING_BYTES: u64 = 64 << 20;
 const MAX_RING_BYTES: u64 = 64 << 30;
 
 /// A `[multicast]`-shaped section `name`, checked; its `max_datagram` (if given) becomes the
-/// datagram limit.
-fn multicast_line(name: &str, m: &MulticastSection, max_datagram: &mut usize) -> Result<Multicast> {
+/// datagram limit, and its TTL and loopback left out are `defaults`.
+fn multicast_line(
+    name: &str,
+    m: &mut MulticastSection,
+    defaults: (u32, bool),
+    max_datagram: &mut usize,
+) -> Result<Multicast> {
     let group = socket_addr(&format!("{name}.group"), &m.group)?;
     if !group.ip().is_multicast() {
         bail!("{name}.group: {} is not a multicast address (224.0.0.0/4, e.g. 239.255.0.1)", group.ip());
@@ -1238,15 +1422,10 @@ fn multicast_line(name: &str, m: &MulticastSection, max_datagram: &mut usize) ->
     if !matches!(group.ip(), IpAddr::V4(_)) {
         bail!("{name}.group: only IPv4 groups are supported");
     }
-    let interface = m
-        .interface
-        .as_deref()
-        .map(|i| ipv4(&format!("{name}.interface"), i))
-        .transpose()?
-        .unwrap_or(Ipv4Addr::UNSPECIFIED);
+    let interface = ipv4(&format!("{name}.interface"), &m.interface)?;
     *max_datagram = m.max_datagram.unwrap_or(*max_datagram);
-    let ttl = count_within(&format!("{name}.ttl"), m.ttl.unwrap_or(1), 0, 255)?;
-    Ok(Multicast { group, interface, ttl, loopback: m.loopback.unwrap_or(true) })
+    let ttl = count_within(&format!("{name}.ttl"), *m.ttl.get_or_insert(defaults.0), 0, 255)?;
+    Ok(Multicast { group, interface, ttl, loopback: *m.loopback.get_or_insert(defaults.1) })
 }
 
 impl Config {
@@ -1257,142 +1436,13 @@ impl Config {
         mdrelay_telemetry::settings::changed_keys(&old, &new).into_iter().filter(|key| key != "format").collect()
     }
 
-    /// The configuration as a file would give it, every setting written out, defaults too: what
+    /// The resolved settings as a table, every setting written out, defaults too: what
     /// `--check` prints, and what a reload compares.
     pub fn to_table(&self) -> toml::Table {
-        match toml::Table::try_from(self.to_file()) {
+        match toml::Table::try_from(&self.settings) {
             Ok(table) => table,
             // Every field is a string, number, boolean, path or a table of them.
             Err(error) => unreachable!("a configuration is TOML: {error}"),
-        }
-    }
-
-    /// The configuration file that gives this configuration, with every setting written out.
-    pub fn to_file(&self) -> FileConfig {
-        let seconds = |d: Duration| Some(d.as_secs_f64());
-        let text = |a: &dyn std::fmt::Display| Some(a.to_string());
-        let mut source = SourceSection::default();
-        match &self.source {
-            Source::Capture(path) => source.capture = Some(path.clone()),
-            Source::Synthetic(c) => {
-                source.synthetic =
-                    Some(SyntheticSection { messages: Some(c.messages), symbols: Some(c.symbols), seed: Some(c.seed) })
-            }
-            Source::Live(l) => {
-                source.live = Some(LiveSection {
-                    listen: l.listen.to_string(),
-                    group: l.group.map(|g| g.to_string()),
-                    interface: text(&l.interface),
-                    idle_timeout: Some(l.idle_timeout),
-                })
-            }
-            Source::Upstream(u) => {
-                source.upstream = Some(UpstreamSection {
-                    connect: u.connect.clone(),
-                    connect_timeout: seconds(u.connect_timeout),
-                    handshake_timeout: seconds(u.handshake_timeout),
-                    reconnect_max: seconds(u.reconnect_max),
-                    give_up_after: seconds(u.give_up_after),
-                    idle_timeout: Some(u.idle_timeout.map_or(0.0, |d| d.as_secs_f64())),
-                    crc: Some(u.crc),
-                    ..UpstreamSection::default()
-                })
-            }
-            Source::NatsUpstream(n) => {
-                let mut section = UpstreamSection {
-                    nats: Some(n.servers.clone()),
-                    subject: Some(n.subject.clone()),
-                    stream: n.stream.clone(),
-                    from_start: Some(n.from_start),
-                    repair_wait: seconds(n.repair_wait),
-                    give_up_after: seconds(n.give_up_after),
-                    crc: Some(n.crc),
-                    tls_ca_file: n.tls_ca_file.clone(),
-                    ..UpstreamSection::default()
-                };
-                (section.creds_file, section.nkey_file, section.user, section.password_file) = n.auth.to_settings();
-                source.upstream = Some(section);
-            }
-        }
-        let p = &self.pacing;
-        let multicast = |m: &Multicast, max_datagram: Option<usize>| MulticastSection {
-            group: m.group.to_string(),
-            interface: text(&m.interface),
-            ttl: Some(m.ttl),
-            loopback: Some(m.loopback),
-            max_datagram,
-        };
-        let udp = self.udp.as_ref();
-        FileConfig {
-            profile: Some(self.profile),
-            format: Some(self.format),
-            stream: Some(self.stream),
-            source,
-            pacing: PacingSection {
-                mode: Some(p.mode),
-                speed: Some(p.speed),
-                rate: Some(p.rate),
-                loops: Some(p.loops),
-                max_messages: Some(p.max_messages),
-                duration: Some(p.duration),
-                max_gap: Some(p.max_gap),
-                idle: Some(p.idle),
-                duty_cycle: Some(p.duty_cycle),
-            },
-            batching: BatchingSection { coalesce_bytes: Some(self.coalesce_bytes) },
-            tcp: self.tcp.map(|t| TcpSection {
-                listen: text(&t.listen),
-                queue: Some(t.queue),
-                slow_subscriber: Some(t.slow),
-                wait_subscribers: Some(t.wait_subscribers),
-                max_connections: Some(t.max_connections),
-                handshake_timeout: seconds(t.handshake_timeout),
-                drain_timeout: seconds(t.drain_timeout),
-                replay_bytes: Some(t.replay_bytes as u64),
-                replay_timeout: seconds(t.replay_timeout),
-            }),
-            udp: udp.filter(|u| !u.destinations.is_empty()).map(|u| UdpSection {
-                destinations: u.destinations.iter().map(ToString::to_string).collect(),
-                max_datagram: Some(u.max_datagram),
-            }),
-            multicast: udp.and_then(|u| u.multicast.as_ref().map(|m| multicast(m, Some(u.max_datagram)))),
-            multicast_b: udp.and_then(|u| u.multicast_b.as_ref().map(|m| multicast(m, None))),
-            nats: self.nats.as_ref().map(|n| {
-                let mut section = NatsSection {
-                    servers: Some(n.servers.clone()),
-                    subject: Some(n.subject.clone()),
-                    stream: Some(n.stream.clone()),
-                    create_stream: Some(n.create_stream),
-                    storage: Some(n.storage),
-                    retention: Some(n.retention),
-                    replicas: Some(n.replicas),
-                    max_age: seconds(n.max_age),
-                    max_bytes: Some(n.max_bytes),
-                    duplicate_window: seconds(n.duplicate_window),
-                    tls_ca_file: n.tls_ca_file.clone(),
-                    max_pending_acks: Some(n.max_pending_acks),
-                    queue: Some(n.queue),
-                    queue_bytes: Some(n.queue_bytes),
-                    slow_server: Some(n.slow_server),
-                    max_message: Some(n.max_message),
-                    id_key_file: n.id_key_file.clone(),
-                    ..NatsSection::default()
-                };
-                (section.creds_file, section.nkey_file, section.user, section.password_file) = n.auth.to_settings();
-                section
-            }),
-            retransmit: RetransmitSection {
-                ring_bytes: Some(self.retransmit.ring_bytes as u64),
-                listen: self.retransmit.listen.map(|l| l.to_string()),
-                max_range: Some(self.retransmit.max_range),
-                requests_per_second: Some(self.retransmit.requests_per_second),
-                max_connections: Some(self.retransmit.max_connections),
-                idle_timeout: seconds(self.retransmit.idle_timeout),
-                linger: seconds(self.retransmit.linger),
-            },
-            cpu: CpuSection { hot_core: self.hot_core, io_threads: Some(self.io_threads) },
-            metrics: MetricsSection::from(self.metrics),
-            protection: ProtectionSection::from(&self.protection),
         }
     }
 }
@@ -1432,7 +1482,7 @@ mod tests {
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
         let read = nats(&given).unwrap();
         assert_eq!(read.id_key, Some(WireKey::new([0xab; 32])));
-        let written = toml::Table::try_from(read_back_nats(&read)).unwrap();
+        let written = toml::Table::try_from(read_back_nats(&given)).unwrap();
         assert_eq!(
             written.get("id_key_file").and_then(|v| v.as_str()),
             Some(key.to_str().unwrap()),
@@ -1442,12 +1492,10 @@ mod tests {
         assert!(e.contains("nats.id_key_file") && e.contains("/nonexistent/ids.key"), "{e}");
     }
 
-    /// The `[nats]` section a configuration with output `nats` writes out.
-    fn read_back_nats(nats: &Nats) -> NatsSection {
-        let file: FileConfig = toml::from_str(TCP).unwrap();
-        let mut config = file.check().unwrap();
-        config.nats = Some(nats.clone());
-        config.to_file().nats.unwrap()
+    /// The `[nats]` section a configuration with the `[nats]` keys `keys` writes out.
+    fn read_back_nats(keys: &str) -> NatsSection {
+        let file: FileConfig = toml::from_str(&format!("[nats]\n{keys}\n")).unwrap();
+        file.check().unwrap().settings.nats.unwrap()
     }
 
     #[test]
@@ -1488,6 +1536,26 @@ mod tests {
         let Source::NatsUpstream(u) = file.check().unwrap().source else { panic!("not a NATS upstream") };
         assert_eq!(u.auth, NatsAuth::UserPassword("feed".into(), "/p".into()));
         assert_eq!(u.tls_ca_file.as_deref(), Some(Path::new("/ca.pem")));
+    }
+
+    #[test]
+    fn the_resolved_settings_read_back_as_themselves() {
+        // One configuration per kind of default filled in by the check: the source, the profile's
+        // pacing, NATS names from the stream number, line B from line A, an upstream's kind.
+        for text in [
+            "[tcp]\n",
+            "profile = \"low-latency\"\nstream = 7\n[nats]\n[metrics]\nlisten = \"127.0.0.1:9900\"\n",
+            "[udp]\ndestinations = [\"127.0.0.1:9400\"]\n[multicast]\ngroup = \"239.255.1.1:9300\"\nttl = 3\n\
+             [multicast_b]\ngroup = \"239.255.1.2:9300\"\nmax_datagram = 1200\n",
+            "[tcp]\n[source.live]\nlisten = \"0.0.0.0:10378\"\ngroup = \"239.255.21.4\"\n",
+            "[tcp]\n[source.upstream]\nconnect = \" 10.0.0.1:9100 \"\n",
+            "[tcp]\n[source.upstream]\nnats = [\"nats://h:4222\"]\nsubject = \"md.1\"\nstream = \"MD\"\n",
+        ] {
+            let file: FileConfig = toml::from_str(text).unwrap();
+            let resolved = file.check().unwrap_or_else(|e| panic!("{text}: {e:#}")).to_table();
+            let again: FileConfig = toml::from_str(&toml::to_string(&resolved).unwrap()).unwrap();
+            assert_eq!(again.check().unwrap().to_table(), resolved, "{text}");
+        }
     }
 
     #[test]
