@@ -19,6 +19,7 @@ use mdrelay_proto::codec::Format;
 use mdrelay_proto::latency::LatencySummary;
 use mdrelay_proto::relay::FrameRing;
 use mdrelay_telemetry::exit::{ExitStatus, WithExitStatus};
+use mdrelay_telemetry::settings::{Layered, field_names};
 use mdrelay_telemetry::units;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -293,62 +294,64 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
-    /// The file's settings with every flag given on top. Each flag sets the key its `serde`
-    /// name gives, the one place a flag and its setting are tied, with three rules:
+    /// Lays the flags given over the file's settings. Each flag sets the key its `serde` name
+    /// gives, the one place a flag and its setting are tied, with three rules:
     /// - a flag of one kind of source (`source.live.*`, say) replaces a source of another kind
     ///   in the file, keeping the file's settings of its own kind;
     /// - `--max-datagram` sets `max_datagram` in every UDP output there is;
     /// - a flag of an output or source that neither the file nor another flag creates (`--ttl`
     ///   without a multicast group) is an error naming the setting, not ignored.
-    pub fn apply(&self, file: FileConfig) -> Result<FileConfig> {
-        use serde::Deserialize;
-        let mut table = settings_table(&file)?;
-        let flags = settings_table(self)?;
-        let in_file = |table: &toml::Table, section: &str| lookup(table, section).is_some();
+    fn lay_flags(&self, layers: &mut Layered) -> Result<()> {
+        let mut flags = Layered::from_flags::<RunArgs>(&self.given, &[])?;
         let sections_in_file: Vec<&str> =
-            ANCHORED_SECTIONS.iter().map(|(section, _)| *section).filter(|s| in_file(&table, s)).collect();
-        let mut source_given: Option<String> = None;
-        for (key, value) in flags {
-            let path: Vec<&str> = key.split('.').collect();
-            if let ["source", kind, ..] = path[..] {
-                match &source_given {
+            ANCHORED_SECTIONS.iter().map(|(section, _)| *section).filter(|s| layers.get(s).is_some()).collect();
+        let mut source_given: Option<&str> = None;
+        for key in flags.set_keys() {
+            if let ["source", kind, ..] = key.split('.').collect::<Vec<_>>()[..] {
+                match source_given {
                     Some(given) if given != kind => {
-                        anyhow::bail!("{key}: given with a flag of source.{given}; give one source")
+                        anyhow::bail!("{}: given with a flag of source.{given}; give one source", flags.name(key))
                     }
-                    _ => source_given = Some(kind.to_string()),
-                }
-                if let Some(toml::Value::Table(source)) = table.get_mut("source") {
-                    source.retain(|other, _| other == kind);
+                    _ => source_given = Some(kind),
                 }
             }
-            if key == "udp.max_datagram" {
-                // The outputs' own flags (`--udp`, `--multicast`...) are set already: the flags'
-                // keys come in the order of RunArgs' fields, or sorted; either way before this one.
-                let outputs: Vec<&str> =
-                    ["udp", "multicast", "multicast_b"].into_iter().filter(|o| in_file(&table, o)).collect();
-                if outputs.is_empty() {
-                    anyhow::bail!(
-                        "{key}: given, but there is no UDP output to apply it to; set udp.destinations as well"
-                    )
-                }
-                for output in outputs {
-                    set(&mut table, &[output, "max_datagram"], value.clone());
-                }
-                continue;
+        }
+        if let Some(kind) = source_given {
+            for other in ["capture", "synthetic", "live", "upstream"].into_iter().filter(|other| *other != kind) {
+                layers.remove(&format!("source.{other}"));
             }
-            set(&mut table, &path, value);
+        }
+        let max_datagram = flags.origin("udp.max_datagram").map(String::from).zip(flags.remove("udp.max_datagram"));
+        if flags.get("udp").and_then(toml::Value::as_table).is_some_and(toml::Table::is_empty) {
+            flags.remove("udp");
+        }
+        layers.lay(flags);
+        if let Some((origin, value)) = max_datagram {
+            // One limit for every UDP output, whichever the file or the flags create.
+            let outputs: Vec<&str> =
+                ["udp", "multicast", "multicast_b"].into_iter().filter(|o| layers.get(o).is_some()).collect();
+            if outputs.is_empty() {
+                anyhow::bail!(
+                    "udp.max_datagram ({origin}): given, but there is no UDP output to apply it to; set \
+                     udp.destinations as well"
+                )
+            }
+            for output in outputs {
+                layers.set(&format!("{output}.max_datagram"), value.clone(), &origin);
+            }
         }
         for (section, anchors) in ANCHORED_SECTIONS {
             if !sections_in_file.contains(section)
-                && let Some(toml::Value::Table(given)) = lookup(&table, section)
+                && let Some(toml::Value::Table(given)) = layers.get(section)
                 && !anchors.iter().any(|anchor| given.contains_key(*anchor))
             {
                 let key = given.keys().next().map(|k| format!("{section}.{k}")).unwrap_or(section.to_string());
                 let anchor = format!("{section}.{}", anchors[0]);
+                let key = layers.name(&key);
                 anyhow::bail!("{key}: given, but there is no {section} to apply it to; set {anchor} as well");
             }
         }
-        FileConfig::deserialize(table).context("the configuration file's settings under the flags")
+        Ok(())
     }
 
     /// The checked configuration at start: the file (if any) under the flags.
@@ -369,71 +372,25 @@ impl RunArgs {
     /// file and line, a flag or an environment variable. A setting that fails its check is
     /// named with its origin.
     pub fn config_with_origins(&self, reading: Reading) -> Result<(config::Config, BTreeMap<String, String>)> {
-        let (file, text) = match &self.config {
-            Some(path) => {
-                let text = config::read_text(path, reading)?;
-                (config::parse_text(path, &text)?, text)
-            }
-            None => (FileConfig::default(), String::new()),
+        let mut layers = match &self.config {
+            Some(path) => Layered::from_file(path, reading, &[])?,
+            None => Layered::default(),
         };
-        let mut origins = match &self.config {
-            Some(path) => mdrelay_telemetry::settings::file_origins(path, &text),
-            None => BTreeMap::new(),
-        };
-        origins.extend(self.flag_origins());
-        let mut file = file;
-        nats_environment(&mut file, &mut origins, |name| std::env::var(name).ok());
+        self.lay_flags(&mut layers)?;
+        nats_environment(&mut layers, |name| std::env::var(name).ok());
         // Line B's TTL and loopback are line A's unless set (config::check).
         for key in ["ttl", "loopback"] {
-            if let Some(origin) = origins.get(&format!("multicast.{key}")).cloned() {
-                origins.entry(format!("multicast_b.{key}")).or_insert(format!("line A's, {origin}"));
+            if let Some(origin) = layers.origin(&format!("multicast.{key}")).map(String::from) {
+                layers.origin_or(&format!("multicast_b.{key}"), &format!("line A's, {origin}"));
             }
         }
-        match self.apply(file).and_then(FileConfig::check) {
+        let origins = layers.origins().clone();
+        let keys = field_names::<FileConfig>();
+        match layers.refuse_unknown(keys).and_then(|()| layers.extract::<FileConfig>(keys)).and_then(FileConfig::check)
+        {
             Ok(config) => Ok((config, origins)),
             Err(error) => Err(config::name_origin(error, &origins, self.config.as_deref())),
         }
-    }
-
-    /// The keys each given flag sets, from its `serde` name: the flag re-read alone from what was
-    /// given, as a setting.
-    fn flag_origins(&self) -> BTreeMap<String, String> {
-        let mut origins = BTreeMap::new();
-        for flag in &self.given {
-            let Some(alone) = RunArgs::parse_given(std::iter::once(flag)) else { continue };
-            // JSON, not TOML: it takes any integer, so that even a value out of range is named.
-            let Ok(serde_json::Value::Object(settings)) = serde_json::to_value(&alone) else { continue };
-            for key in settings.iter().filter(|(_, value)| !value.is_null()).map(|(key, _)| key) {
-                let keys = match key.as_str() {
-                    "udp.max_datagram" => {
-                        vec!["udp.max_datagram", "multicast.max_datagram", "multicast_b.max_datagram"]
-                    }
-                    key => vec![key],
-                };
-                for key in keys {
-                    origins.insert(key.to_string(), flag.origin.clone());
-                }
-            }
-        }
-        origins
-    }
-
-    /// `run`'s flags re-read from `given`; none if they no longer parse (they did once).
-    fn parse_given<'a>(given: impl Iterator<Item = &'a mdrelay_telemetry::settings::GivenFlag>) -> Option<RunArgs> {
-        use clap::{Args, FromArgMatches};
-        let mut argv = vec!["run".to_string()];
-        for flag in given {
-            if flag.values.is_empty() {
-                argv.push(format!("--{}", flag.long));
-            }
-            for value in &flag.values {
-                argv.push(format!("--{}={value}", flag.long));
-            }
-        }
-        // No environment here: what came from it is in `given` already.
-        let command = RunArgs::augment_args(clap::Command::new("run")).mut_args(|arg| arg.env(None::<&str>));
-        let matches = command.try_get_matches_from(argv).ok()?;
-        RunArgs::from_arg_matches(&matches).ok()
     }
 }
 
@@ -447,61 +404,6 @@ const ANCHORED_SECTIONS: &[(&str, &[&str])] = &[
     ("multicast", &["group"]),
     ("multicast_b", &["group"]),
 ];
-
-/// Settings as a TOML table. TOML's integers are signed 64-bit: a larger one (a `u64` or `usize`
-/// setting given 18446744073709551615) is refused here, naming its key, where no range check
-/// of any setting would take it anyway.
-fn settings_table(settings: &impl serde::Serialize) -> Result<toml::Table> {
-    toml::Table::try_from(settings).or_else(|error| {
-        let json = serde_json::to_value(settings).unwrap_or_default();
-        match too_large(&json, String::new()) {
-            Some((key, n)) => anyhow::bail!("{key}: {n} is out of range: a setting is at most {}", i64::MAX),
-            None => Err(error.into()),
-        }
-    })
-}
-
-/// The dotted key and value of the first integer in `value` that TOML cannot hold.
-fn too_large(value: &serde_json::Value, key: String) -> Option<(String, u64)> {
-    match value {
-        serde_json::Value::Number(n) if n.as_i64().is_none() => n.as_u64().map(|n| (key, n)),
-        serde_json::Value::Object(fields) => fields.iter().find_map(|(name, value)| {
-            too_large(value, if key.is_empty() { name.clone() } else { format!("{key}.{name}") })
-        }),
-        _ => None,
-    }
-}
-
-/// The value at a dotted key of `table`.
-fn lookup<'a>(table: &'a toml::Table, dotted: &str) -> Option<&'a toml::Value> {
-    let mut parts = dotted.split('.');
-    let mut value = table.get(parts.next()?)?;
-    for part in parts {
-        value = value.as_table()?.get(part)?;
-    }
-    Some(value)
-}
-
-/// Sets `path` in `table` to `value`, creating the tables on the way; a table set where one is
-/// already keeps what that one holds (`--synthetic` over a file's `[source.synthetic]`).
-fn set(table: &mut toml::Table, path: &[&str], value: toml::Value) {
-    let Some((last, parents)) = path.split_last() else { return };
-    let mut table = table;
-    for part in parents {
-        let entry = table.entry(part.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
-        if !entry.is_table() {
-            *entry = toml::Value::Table(toml::Table::new());
-        }
-        let toml::Value::Table(inner) = entry else { return };
-        table = inner;
-    }
-    match (table.get_mut(*last), value) {
-        (Some(toml::Value::Table(existing)), toml::Value::Table(given)) => existing.extend(given),
-        (_, value) => {
-            table.insert(last.to_string(), value);
-        }
-    }
-}
 
 /// `--synthetic` as a setting: the section, empty, so that its settings are the file's or the
 /// defaults.
@@ -1177,40 +1079,31 @@ fn print_summary(s: &RunSummary) {
 
 /// natscli's environment, where nothing else sets the same: `NATS_URL` (comma-separated URLs)
 /// for the `[nats]` output's servers, `NATS_CREDS` for the credentials of the `[nats]` output and
-/// of a NATS upstream that give none. Each value taken is recorded as its origin (`--check`
+/// of a NATS upstream that give none. Each value taken has its variable as its origin (`--check`
 /// prints it). `var` reads a variable (the process's environment, or a test's).
-fn nats_environment(
-    file: &mut FileConfig,
-    origins: &mut BTreeMap<String, String>,
-    var: impl Fn(&str) -> Option<String>,
-) {
+fn nats_environment(layers: &mut Layered, var: impl Fn(&str) -> Option<String>) {
     let var = |name: &str| var(name).filter(|value| !value.trim().is_empty());
-    if let Some(nats) = &mut file.nats {
-        if nats.servers.is_none()
+    let credentials = ["creds_file", "nkey_file", "user", "password_file"];
+    let without_credentials =
+        |layers: &Layered, section: &str| !credentials.iter().any(|c| layers.get(&format!("{section}.{c}")).is_some());
+    if layers.get("nats").is_some() {
+        if layers.get("nats.servers").is_none()
             && let Some(urls) = var("NATS_URL")
         {
-            nats.servers = Some(urls.split(',').map(|url| url.trim().to_string()).filter(|u| !u.is_empty()).collect());
-            origins.insert("nats.servers".into(), "NATS_URL".into());
+            let urls = urls.split(',').map(str::trim).filter(|u| !u.is_empty());
+            layers.set("nats.servers", toml::Value::Array(urls.map(toml::Value::from).collect()), "NATS_URL");
         }
-        let none = nats.creds_file.is_none() && nats.nkey_file.is_none() && nats.user.is_none();
-        if none
-            && nats.password_file.is_none()
+        if without_credentials(layers, "nats")
             && let Some(creds) = var("NATS_CREDS")
         {
-            nats.creds_file = Some(PathBuf::from(creds));
-            origins.insert("nats.creds_file".into(), "NATS_CREDS".into());
+            layers.set("nats.creds_file", toml::Value::String(creds), "NATS_CREDS");
         }
     }
-    if let Some(upstream) = &mut file.source.upstream
-        && upstream.nats.is_some()
-        && upstream.creds_file.is_none()
-        && upstream.nkey_file.is_none()
-        && upstream.user.is_none()
-        && upstream.password_file.is_none()
+    if layers.get("source.upstream.nats").is_some()
+        && without_credentials(layers, "source.upstream")
         && let Some(creds) = var("NATS_CREDS")
     {
-        upstream.creds_file = Some(PathBuf::from(creds));
-        origins.insert("source.upstream.creds_file".into(), "NATS_CREDS".into());
+        layers.set("source.upstream.creds_file", toml::Value::String(creds), "NATS_CREDS");
     }
 }
 
@@ -1225,33 +1118,26 @@ mod tests {
             "NATS_CREDS" => Some("/etc/nats/feed.creds".to_string()),
             _ => None,
         };
-        let mut file: FileConfig = toml::from_str("[nats]\nsubject = \"md.1\"\n").unwrap();
-        let mut origins = BTreeMap::new();
-        nats_environment(&mut file, &mut origins, env);
-        let nats = file.nats.as_ref().unwrap();
-        assert_eq!(nats.servers.as_deref(), Some(&["nats://a:1".to_string(), "nats://b:2".to_string()][..]));
-        assert_eq!(nats.creds_file.as_deref(), Some(std::path::Path::new("/etc/nats/feed.creds")));
-        assert_eq!(origins.get("nats.servers").map(String::as_str), Some("NATS_URL"));
-        assert_eq!(origins.get("nats.creds_file").map(String::as_str), Some("NATS_CREDS"));
+        let layers = |text: &str| Layered::from_text(std::path::Path::new("pub.toml"), text, &[]).unwrap();
+        let mut file = layers("[nats]\nsubject = \"md.1\"\n");
+        nats_environment(&mut file, env);
+        let urls: Vec<toml::Value> = ["nats://a:1", "nats://b:2"].into_iter().map(toml::Value::from).collect();
+        assert_eq!(file.get("nats.servers"), Some(&toml::Value::Array(urls)));
+        assert_eq!(file.get("nats.creds_file").and_then(|v| v.as_str()), Some("/etc/nats/feed.creds"));
+        assert_eq!(file.origin("nats.servers"), Some("NATS_URL"));
+        assert_eq!(file.origin("nats.creds_file"), Some("NATS_CREDS"));
 
         // What the file sets stays, and other credentials keep NATS_CREDS out.
-        let mut file: FileConfig =
-            toml::from_str("[nats]\nservers = [\"nats://c:3\"]\nnkey_file = \"/seed\"\n").unwrap();
-        let mut origins = BTreeMap::new();
-        nats_environment(&mut file, &mut origins, env);
-        let nats = file.nats.as_ref().unwrap();
-        assert_eq!(nats.servers.as_deref(), Some(&["nats://c:3".to_string()][..]));
-        assert_eq!(nats.creds_file, None);
-        assert!(origins.is_empty(), "{origins:?}");
+        let mut file = layers("[nats]\nservers = [\"nats://c:3\"]\nnkey_file = \"/seed\"\n");
+        nats_environment(&mut file, env);
+        assert_eq!(file.origin("nats.servers"), Some("pub.toml, line 2"));
+        assert_eq!(file.get("nats.creds_file"), None);
 
         // No [nats] section, no NATS output; a NATS upstream takes the credentials.
-        let mut file: FileConfig =
-            toml::from_str("[source.upstream]\nnats = [\"nats://d:4\"]\nsubject = \"md.1\"\n").unwrap();
-        let mut origins = BTreeMap::new();
-        nats_environment(&mut file, &mut origins, env);
-        assert!(file.nats.is_none());
-        let upstream = file.source.upstream.as_ref().unwrap();
-        assert_eq!(upstream.creds_file.as_deref(), Some(std::path::Path::new("/etc/nats/feed.creds")));
-        assert_eq!(origins.get("source.upstream.creds_file").map(String::as_str), Some("NATS_CREDS"));
+        let mut file = layers("[source.upstream]\nnats = [\"nats://d:4\"]\nsubject = \"md.1\"\n");
+        nats_environment(&mut file, env);
+        assert!(file.get("nats").is_none());
+        assert_eq!(file.get("source.upstream.creds_file").and_then(|v| v.as_str()), Some("/etc/nats/feed.creds"));
+        assert_eq!(file.origin("source.upstream.creds_file"), Some("NATS_CREDS"));
     }
 }

@@ -101,7 +101,7 @@ pub fn toml_error_message(error: &toml::de::Error) -> String {
 
 /// The known key nearest to the unknown one in serde's "unknown field `x`, expected one of `a`,
 /// `b`" (or "expected `a` or `b`"), when one is near enough (see [`nearest`]).
-fn did_you_mean(message: &str) -> Option<&str> {
+pub(crate) fn did_you_mean(message: &str) -> Option<&str> {
     let rest = message.strip_prefix("unknown field `")?;
     let (unknown, rest) = rest.split_once('`')?;
     let (_, expected) = rest.split_once("expected")?;

@@ -45,9 +45,23 @@ impl Layered {
 
     /// The settings of `text`, the configuration file `path` (named in origins and errors).
     pub fn from_text(path: &Path, text: &str, earlier: &[EarlierName]) -> Result<Layered> {
-        let table: toml::Table =
-            toml::from_str(text).map_err(|e| anyhow!("{}: {}", path.display(), toml_error_message(&e)))?;
-        let mut layer = Layered { table, origins: file_origins(path, text) };
+        let origins = file_origins(path, text);
+        let table: toml::Table = toml::from_str(text).map_err(|e| {
+            // TOML's integers are signed 64-bit: a larger one is refused naming its setting.
+            let span = e.span().filter(|_| e.message().contains("too large")).unwrap_or_default();
+            let at = file_line(path, text, span.start);
+            match origins.iter().find(|(_, origin)| !span.is_empty() && **origin == at) {
+                Some((key, origin)) => {
+                    anyhow!(
+                        "{key} ({origin}): {} is out of range: a setting is at most {}",
+                        text.get(span).unwrap_or_default(),
+                        i64::MAX
+                    )
+                }
+                None => anyhow!("{}: {}", path.display(), toml_error_message(&e)),
+            }
+        })?;
+        let mut layer = Layered { table, origins };
         layer.rename(earlier)?;
         Ok(layer)
     }
@@ -74,8 +88,16 @@ impl Layered {
             else {
                 continue;
             };
-            let settings = toml::Table::try_from(&alone)
-                .map_err(|_| anyhow!("{} ({}): {} is out of range", flag.long, flag.origin, flag.values.join(",")))?;
+            let settings = toml::Table::try_from(&alone).map_err(|_| {
+                // TOML's integers are signed 64-bit: a larger one is refused naming its setting.
+                let json = serde_json::to_value(&alone).unwrap_or_default();
+                let key = json.as_object().and_then(|fields| {
+                    fields.iter().find(|(_, v)| v.as_u64().is_some() && v.as_i64().is_none()).map(|(k, _)| k.clone())
+                });
+                let key = key.unwrap_or_else(|| flag.long.replace('-', "_"));
+                let values = flag.values.join(",");
+                anyhow!("{key} ({}): {values} is out of range: a setting is at most {}", flag.origin, i64::MAX)
+            })?;
             for (key, value) in settings {
                 layer.set(&key, value, &flag.origin);
             }
@@ -105,11 +127,24 @@ impl Layered {
             let toml::Value::Table(inner) = entry else { return };
             table = inner;
         }
-        table.insert(last.to_string(), value);
+        match (table.get_mut(*last), value) {
+            // A section set where one is already keeps what that one holds (`--synthetic` over
+            // a file's `[source.synthetic]`).
+            (Some(toml::Value::Table(existing)), toml::Value::Table(given)) => existing.extend(given),
+            (_, value) => {
+                table.insert(last.to_string(), value);
+            }
+        }
         self.origins.insert(key.to_string(), origin.to_string());
     }
 
-    /// Takes the setting at the dotted `key` out, if it is set.
+    /// Records `origin` for the dotted `key` unless it has one (a default that comes from another
+    /// setting: "line A's, pub.toml, line 9").
+    pub fn origin_or(&mut self, key: &str, origin: &str) {
+        self.origins.entry(key.to_string()).or_insert_with(|| origin.to_string());
+    }
+
+    /// Takes the setting (or section) at the dotted `key` out, if it is set.
     pub fn remove(&mut self, key: &str) -> Option<toml::Value> {
         let (parents, last) = key.rsplit_once('.').map_or((None, key), |(p, l)| (Some(p), l));
         let mut table = &mut self.table;
@@ -117,8 +152,14 @@ impl Layered {
             table = table.get_mut(part)?.as_table_mut()?;
         }
         let value = table.remove(last)?;
-        self.origins.remove(key);
+        let inner = format!("{key}.");
+        self.origins.retain(|k, _| k != key && !k.starts_with(&inner));
         Some(value)
+    }
+
+    /// The dotted keys of the settings set, with their origins.
+    pub fn set_keys(&self) -> impl Iterator<Item = &str> {
+        self.origins.keys().map(String::as_str)
     }
 
     /// The setting at the dotted `key`, if it is set.
@@ -173,7 +214,11 @@ impl Layered {
             let mut alone = Layered::default();
             alone.set(&key, value.clone(), "");
             if let Err(e) = T::deserialize(toml::Value::Table(alone.table)) {
-                bail!("{}: {}", self.name(&key), e.message().trim_end());
+                let message = e.message().trim_end();
+                match crate::config_file::did_you_mean(message) {
+                    Some(near) => bail!("{}: {message}\ndid you mean `{near}`?", self.name(&key)),
+                    None => bail!("{}: {message}", self.name(&key)),
+                }
             }
         }
         Err(error.into())
