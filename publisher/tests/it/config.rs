@@ -277,3 +277,125 @@ fn flags_set_their_settings_by_one_rule_and_a_flag_with_nothing_to_apply_to_is_r
     assert_eq!(resolved["multicast_b"]["ttl"].as_integer(), Some(4), "{}", done.stdout);
     assert!(done.stdout.contains("ttl = 4  # line A's, --ttl"), "{}", done.stdout);
 }
+
+/// Every setting of `run`, from its key in the file, its environment variable and its flag,
+/// gives the same value, and `--check` names where each came from. The flags are those the
+/// program lists in its settings reference (as docs/operations.md shows them): a flag added
+/// without a sample here fails the test.
+#[test]
+fn every_setting_is_the_same_from_the_file_its_variable_and_its_flag() {
+    let capture = root().join("../shared/data/iex/DEEP10.pcap.gz");
+    let capture = capture.to_str().unwrap();
+    const TCP: &[&str] = &["--tcp", "127.0.0.1:0"];
+    const LIVE: &[&str] = &["--tcp", "127.0.0.1:0", "--live", "127.0.0.1:9"];
+    const UPSTREAM: &[&str] = &["--tcp", "127.0.0.1:0", "--upstream", "127.0.0.1:9"];
+    const MULTICAST: &[&str] = &["--multicast", "239.255.0.1:9300"];
+    const LINE_B: &[&str] = &["--multicast", "239.255.0.1:9300", "--multicast-b", "239.255.0.2:9300"];
+    const RETRANSMIT: &[&str] = &["--tcp", "127.0.0.1:0", "--retransmit-listen", "127.0.0.1:0"];
+    // flag: (its setting, the value as a flag or variable writes it, as the file does, the
+    // flags it goes with)
+    let samples: &[(&str, &str, &str, &str, &[&str])] = &[
+        ("format", "format", "json", "\"json\"", TCP),
+        ("stream", "stream", "7", "7", TCP),
+        ("profile", "profile", "low-latency", "\"low-latency\"", TCP),
+        ("idle", "pacing.idle", "backoff", "\"backoff\"", TCP),
+        ("hot-core", "cpu.hot_core", "0", "0", TCP),
+        ("io-threads", "cpu.io_threads", "2", "2", TCP),
+        ("capture", "source.capture", capture, "CAPTURE", TCP),
+        ("synthetic-messages", "source.synthetic.messages", "5000", "5000", TCP),
+        ("synthetic-symbols", "source.synthetic.symbols", "20", "20", TCP),
+        ("synthetic-seed", "source.synthetic.seed", "7", "7", TCP),
+        ("live", "source.live.listen", "127.0.0.1:9", "\"127.0.0.1:9\"", TCP),
+        ("live-group", "source.live.group", "239.255.0.9", "\"239.255.0.9\"", LIVE),
+        ("live-interface", "source.live.interface", "127.0.0.1", "\"127.0.0.1\"", LIVE),
+        ("idle-timeout", "source.live.idle_timeout", "5s", "5", LIVE),
+        ("upstream", "source.upstream.connect", "127.0.0.1:9", "\"127.0.0.1:9\"", TCP),
+        ("upstream-connect-timeout", "source.upstream.connect_timeout", "3", "3", UPSTREAM),
+        ("upstream-handshake-timeout", "source.upstream.handshake_timeout", "3", "3", UPSTREAM),
+        ("upstream-reconnect-max", "source.upstream.reconnect_max", "2s", "2", UPSTREAM),
+        ("upstream-give-up-after", "source.upstream.give_up_after", "60", "60", UPSTREAM),
+        ("upstream-idle-timeout", "source.upstream.idle_timeout", "20", "20", UPSTREAM),
+        ("upstream-crc", "source.upstream.crc", "true", "true", UPSTREAM),
+        ("pacing", "pacing.mode", "rate", "\"rate\"", TCP),
+        ("speed", "pacing.speed", "10", "10.0", &["--tcp", "127.0.0.1:0", "--pacing", "original"]),
+        ("rate", "pacing.rate", "5000", "5000.0", &["--tcp", "127.0.0.1:0", "--pacing", "rate"]),
+        ("loops", "pacing.loops", "3", "3", TCP),
+        ("max-messages", "pacing.max_messages", "500", "500", TCP),
+        ("duration", "pacing.duration", "10m", "600", TCP),
+        ("coalesce-bytes", "batching.coalesce_bytes", "1400", "1400", TCP),
+        ("max-datagram", "udp.max_datagram", "1200", "1200", &["--udp", "127.0.0.1:9300"]),
+        ("tcp", "tcp.listen", "127.0.0.1:9200", "\"127.0.0.1:9200\"", &[]),
+        ("queue", "tcp.queue", "4096", "4096", TCP),
+        ("slow-subscriber", "tcp.slow_subscriber", "disconnect", "\"disconnect\"", TCP),
+        ("wait-subscribers", "tcp.wait_subscribers", "2", "2", TCP),
+        ("max-connections", "tcp.max_connections", "8", "8", TCP),
+        ("handshake-timeout", "tcp.handshake_timeout", "3", "3", TCP),
+        ("replay-bytes", "tcp.replay_bytes", "1MiB", "1048576", TCP),
+        ("replay-timeout", "tcp.replay_timeout", "4", "4", TCP),
+        ("drain-timeout", "tcp.drain_timeout", "250ms", "0.25", TCP),
+        ("max-gap", "pacing.max_gap", "2", "2", TCP),
+        ("duty-cycle", "pacing.duty_cycle", "1ms", "0.001", TCP),
+        ("udp", "udp.destinations", "127.0.0.1:9300", "[\"127.0.0.1:9300\"]", &[]),
+        ("multicast", "multicast.group", "239.255.0.1:9300", "\"239.255.0.1:9300\"", &[]),
+        ("interface", "multicast.interface", "127.0.0.1", "\"127.0.0.1\"", MULTICAST),
+        ("ttl", "multicast.ttl", "3", "3", MULTICAST),
+        ("multicast-loop", "multicast.loopback", "false", "false", MULTICAST),
+        ("multicast-b", "multicast_b.group", "239.255.0.2:9300", "\"239.255.0.2:9300\"", MULTICAST),
+        ("interface-b", "multicast_b.interface", "127.0.0.1", "\"127.0.0.1\"", LINE_B),
+        ("ttl-b", "multicast_b.ttl", "4", "4", LINE_B),
+        ("multicast-loop-b", "multicast_b.loopback", "false", "false", LINE_B),
+        ("ring-bytes", "retransmit.ring_bytes", "1MiB", "1048576", TCP),
+        ("retransmit-listen", "retransmit.listen", "127.0.0.1:9101", "\"127.0.0.1:9101\"", TCP),
+        ("retransmit-max-range", "retransmit.max_range", "1000", "1000", RETRANSMIT),
+        ("retransmit-rate", "retransmit.requests_per_second", "50", "50", RETRANSMIT),
+        ("retransmit-max-connections", "retransmit.max_connections", "4", "4", RETRANSMIT),
+        ("retransmit-idle-timeout", "retransmit.idle_timeout", "30", "30", RETRANSMIT),
+        ("retransmit-linger", "retransmit.linger", "3", "3", RETRANSMIT),
+        ("metrics-listen", "metrics.listen", "127.0.0.1:9901", "\"127.0.0.1:9901\"", TCP),
+        ("metrics-hold", "metrics.hold", "30s", "30", &["--tcp", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:9901"]),
+    ];
+    // Not settings of the file: the file itself, and --synthetic, whose setting is a section.
+    let not_compared = ["config", "synthetic"];
+    let reference = Process::start(publisher_bin(), ["--generate-settings-reference"]).finish(STEP);
+    reference.assert_success();
+    let mut flags = Vec::new();
+    for line in reference.stdout.lines().filter(|l| l.starts_with("| `--")) {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let flag = cells[1].trim_matches('`').trim_start_matches("--").split(' ').next().unwrap().to_string();
+        let variable = cells[2].trim_matches('`').to_string();
+        if variable.starts_with("MDRELAY_PUB_") && !not_compared.contains(&flag.as_str()) {
+            flags.push((flag, variable));
+        }
+    }
+    assert!(flags.len() >= 55, "the reference lists the flags: {}", reference.stdout);
+    for (flag, variable) in &flags {
+        let (_, key, text, toml, with) = samples
+            .iter()
+            .find(|s| s.0 == flag)
+            .unwrap_or_else(|| panic!("--{flag}: a setting without a sample here"));
+        let toml = toml.replace("CAPTURE", &format!("{capture:?}"));
+        let (section, leaf) = key.rsplit_once('.').unwrap_or(("", key));
+        let file = match section {
+            "" => format!("# {key}\n{leaf} = {toml}\n"),
+            section => format!("# {key}\n[{section}]\n{leaf} = {toml}\n"),
+        };
+        let line = if section.is_empty() { 2 } else { 3 };
+        let run = |text: &str, flags: Vec<&str>, env: &[(&str, &str)]| {
+            let (done, path) = check(text, &flags, env);
+            assert!(done.status.success(), "--{flag} {flags:?} {env:?}: {done:?}");
+            (done.stdout, path)
+        };
+        let with = || with.iter().copied();
+        let (from_file, path) = run(&file, with().collect(), &[]);
+        let (from_variable, _) = run("", with().collect(), &[(variable.as_str(), *text)]);
+        let flag_args = format!("--{flag}");
+        let (from_flag, _) = run("", with().chain([flag_args.as_str(), *text]).collect(), &[]);
+        let value = |stdout: &str| key.split('.').try_fold(toml::Value::Table(values(stdout)), |v, p| v.get(p).cloned());
+        assert!(value(&from_file).is_some(), "{key}: not in --check's output:\n{from_file}");
+        for (stdout, origin) in [(&from_file, format!("{path}, line {line}")), (&from_variable, variable.clone()), (&from_flag, flag_args.clone())] {
+            assert_eq!(value(stdout), value(&from_file), "{key} from {origin}:\n{stdout}");
+            let named = stdout.lines().any(|l| l.starts_with(&format!("{leaf} = ")) && l.ends_with(&format!("  # {origin}")));
+            assert!(named, "{key}: no line naming {origin} in:\n{stdout}");
+        }
+    }
+}
