@@ -369,10 +369,8 @@ fn every_setting_is_the_same_from_the_file_its_variable_and_its_flag() {
     }
     assert!(flags.len() >= 55, "the reference lists the flags: {}", reference.stdout);
     for (flag, variable) in &flags {
-        let (_, key, text, toml, with) = samples
-            .iter()
-            .find(|s| s.0 == flag)
-            .unwrap_or_else(|| panic!("--{flag}: a setting without a sample here"));
+        let (_, key, text, toml, with) =
+            samples.iter().find(|s| s.0 == flag).unwrap_or_else(|| panic!("--{flag}: a setting without a sample here"));
         let toml = toml.replace("CAPTURE", &format!("{capture:?}"));
         let (section, leaf) = key.rsplit_once('.').unwrap_or(("", key));
         let file = match section {
@@ -390,11 +388,17 @@ fn every_setting_is_the_same_from_the_file_its_variable_and_its_flag() {
         let (from_variable, _) = run("", with().collect(), &[(variable.as_str(), *text)]);
         let flag_args = format!("--{flag}");
         let (from_flag, _) = run("", with().chain([flag_args.as_str(), *text]).collect(), &[]);
-        let value = |stdout: &str| key.split('.').try_fold(toml::Value::Table(values(stdout)), |v, p| v.get(p).cloned());
+        let value =
+            |stdout: &str| key.split('.').try_fold(toml::Value::Table(values(stdout)), |v, p| v.get(p).cloned());
         assert!(value(&from_file).is_some(), "{key}: not in --check's output:\n{from_file}");
-        for (stdout, origin) in [(&from_file, format!("{path}, line {line}")), (&from_variable, variable.clone()), (&from_flag, flag_args.clone())] {
+        for (stdout, origin) in [
+            (&from_file, format!("{path}, line {line}")),
+            (&from_variable, variable.clone()),
+            (&from_flag, flag_args.clone()),
+        ] {
             assert_eq!(value(stdout), value(&from_file), "{key} from {origin}:\n{stdout}");
-            let named = stdout.lines().any(|l| l.starts_with(&format!("{leaf} = ")) && l.ends_with(&format!("  # {origin}")));
+            let named =
+                stdout.lines().any(|l| l.starts_with(&format!("{leaf} = ")) && l.ends_with(&format!("  # {origin}")));
             assert!(named, "{key}: no line naming {origin} in:\n{stdout}");
         }
     }
