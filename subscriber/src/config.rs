@@ -480,10 +480,11 @@ impl Config {
         layers.refuse_unknown(&[receive_keys, app_keys].concat())?;
         let mut receive: Settings = layers.extract(receive_keys)?;
         let app: Application = layers.extract(app_keys)?;
-        // Echoes go with round-trip latency, every frame's unless said otherwise.
+        // Echoes go with round-trip latency only, every frame's unless said otherwise; one-way
+        // latency leaves echo_every out, but a 0 is still refused by the check.
         receive.echo_every = match app.latency {
             LatencyMode::RoundTrip => Some(receive.echo_every.unwrap_or(1)),
-            LatencyMode::OneWay => receive.echo_every,
+            LatencyMode::OneWay => receive.echo_every.filter(|&every| every == 0),
         };
         let receive = receive.effective().map_err(|error| match error {
             // A setting left to its default is not at fault: the reason says what is missing.
@@ -753,5 +754,8 @@ mod tests {
         let record = config.record().unwrap();
         assert_eq!((record.rotate_size, record.max_files, record.rotates()), (Some(1 << 30), Some(3), true));
         assert_eq!(config.transport(), "nats mdrelay.1 on nats://127.0.0.1:4222");
+        // One-way latency sends no echoes, whatever echo_every says.
+        let (config, _) = load("tcp = \"h:1\"\necho_every = 5\n", &[]).unwrap();
+        assert_eq!(config.receive.echo_every, None);
     }
 }

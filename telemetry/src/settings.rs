@@ -350,6 +350,8 @@ impl GivenFlag {
                     .get_raw(id)
                     .map(|raw| raw.map(|v| v.to_string_lossy().into_owned()).collect())
                     .unwrap_or_default(),
+                // A switch its variable turned off (`MDRELAY_SUB_CRC=false`) sets nothing.
+                false if matches.try_get_one::<bool>(id).ok().flatten() == Some(&false) => continue,
                 false => Vec::new(),
             };
             given.push(GivenFlag { long: long.to_string(), origin, values });

@@ -591,6 +591,9 @@ fn every_setting_is_the_same_from_the_file_its_variable_and_its_flag() {
         assert!(done.status.success(), "{args:?}: {done:?}");
         done.stdout
     };
+    // A switch its variable turns off sets nothing.
+    let off = check(TCP.iter().map(|s| s.to_string()).collect(), vec![("MDRELAY_SUB_CRC".into(), "false".into())]);
+    assert!(off.lines().any(|l| l == "crc = false  # default"), "{off}");
     for sample in &samples {
         let with = || sample.with.iter().map(|s| s.to_string());
         let (leaf, flag) = (sample.key.rsplit('.').next().unwrap(), sample.key.replace(['_', '.'], "-"));
