@@ -2,13 +2,15 @@
 //!
 //! Each setting is one field of [`FileConfig`]'s sections, and the section's `Default` is its
 //! default; a field stays an `Option` where none means off, or where its default is another
-//! setting's (the profile's idle strategy, line A's TTL for line B). The flags are set on the
-//! file's table, then [`FileConfig::check`] checks the values, fills in those other-setting
-//! defaults and derives the [`Config`] the relay runs with, keeping the settings so resolved:
-//! what `--check` prints and a reload compares.
+//! setting's (the profile's idle strategy, line A's TTL for line B). The file, the flags and
+//! the environment are laid by `mdrelay_telemetry::settings::Layered` (see `run.rs`), then
+//! [`FileConfig::check`] checks the values, fills in those other-setting defaults and derives
+//! the [`Config`] the relay runs with, keeping the settings so resolved: what `--check` prints
+//! and a reload compares.
 //!
-//! Unknown keys are refused (with the key and line, from the TOML parser); values are checked at
-//! start and errors name the setting, so a bad file fails before anything is sent.
+//! Unknown keys are refused with the key, its line and the nearest known key; values are checked
+//! at start and errors name the setting and its origin, so a bad file fails before anything is
+//! sent.
 
 use anyhow::{Context, Result, bail};
 use mdrelay_proto::codec::Format;

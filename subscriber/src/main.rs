@@ -143,8 +143,10 @@ async fn run(config: Config, build_info: Option<metrics::Gauge>) -> ExitStatus {
         eprintln!("mdrelay-sub: error: core: cannot pin the receive thread to CPU {core}: {error}");
         return ExitStatus::Failure;
     }
+    // The effective settings hold the profile's idle strategy and busy polling.
     let r = &config.receive;
-    tracing::info!(profile = %r.profile, idle = ?r.idle, core = ?config.app.hot_core, busy_poll = ?r.busy_poll, "receive loop");
+    let (idle, busy_poll) = (r.idle.unwrap_or_default(), r.busy_poll.unwrap_or_default());
+    tracing::info!(profile = %r.profile, %idle, core = ?config.app.hot_core, busy_poll, "receive loop");
     let mut pipeline = Pipeline::new(&config, histogram_log, started);
     pipeline.recorder = recorder;
     pipeline.metrics = build_info.map(SubscriberMetrics::new);

@@ -9,7 +9,9 @@
 //! - [`prometheus`]: the Prometheus scrape endpoint (`[metrics] listen`), its settings, and the
 //!   bridge from an HdrHistogram to a Prometheus histogram;
 //! - [`units`]: durations and sizes with units (`"250ms"`, `"64MiB"`) in every setting;
-//! - [`settings`]: the resolved configuration as annotated TOML, for `--check` and reloads;
+//! - [`settings`]: settings laid from a file, environment variables and flags with each value's
+//!   origin (`Layered`), and the resolved configuration as annotated TOML, for `--check` and
+//!   reloads;
 //! - [`service`]: systemd's notifications (ready, stopping, watchdog) for `Type=notify` units.
 //!
 //! The metrics themselves (names, labels, when they move) belong to each program: see
