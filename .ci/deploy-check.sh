@@ -87,15 +87,28 @@ scrape_once_counting() {
     tail -n 5 "$work"/*.log >&2
     exit 1
 }
-# The ports are picked free, then released for the programs to bind: another process on the host
-# may take one meanwhile (one CI run lost three of them so), so the whole relay starts again, on
-# new ports, up to three times.
+# The ports are picked free, then released for the programs to bind. They are picked below the
+# kernel's ephemeral range (ip_local_port_range, 32768 and up by default), where port 0 binds and
+# outgoing connections take theirs: the tests running beside this step bind hundreds of those, and
+# one CI run lost a port picked there on each of three attempts. Another process may still take
+# one meanwhile, so the whole relay starts again, on new ports, up to three times.
 relay_and_scrape() {
     read -r origin_tcp retransmit relay_tcp udp m_origin m_relay m_recorder m_udp < <(python3 -c '
-import socket
-socks = [socket.socket() for _ in range(7)] + [socket.socket(type=socket.SOCK_DGRAM)]
-for s in socks: s.bind(("127.0.0.1", 0))
-print(*(s.getsockname()[1] for s in socks))')
+import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+picked = []
+while len(picked) < 8:
+    port = random.randrange(10000, max(low, 10001))
+    if port in picked:
+        continue
+    try:
+        for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+            with socket.socket(type=kind) as s:
+                s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    picked.append(port)
+print(*picked)')
     udp_listen=127.0.0.1:$udp
     start udp-subscriber "$bin/mdrelay-sub" --udp "$udp_listen" --recovery "127.0.0.1:$retransmit" \
         --report-interval 0 --metrics-listen "127.0.0.1:$m_udp"
@@ -116,7 +129,7 @@ for attempt in 1 2 3; do
     relay_and_scrape || status=$?
     [ "$status" = 0 ] && break
     echo "a port was taken before its program bound it (attempt $attempt):" >&2
-    grep -h "Address already in use" "$work"/*.log >&2
+    grep -H "Address already in use" "$work"/*.log >&2
     kill "${pids[@]}" 2>/dev/null || true
     wait 2>/dev/null || true
     pids=()
