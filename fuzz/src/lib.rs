@@ -393,7 +393,7 @@ pub fn message(data: &[u8]) {
 /// panic.
 pub fn publisher_config(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
-    if let Ok(file) = toml::from_str::<mdrelay_publisher::config::FileConfig>(&text) {
+    if let Ok(file) = toml::from_str::<mdrelay_publisher::config::Settings>(&text) {
         let _ = file.check();
     }
 }

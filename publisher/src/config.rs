@@ -1,12 +1,13 @@
 //! The publisher's configuration: a TOML file, every setting overridable by a flag.
 //!
-//! Each setting is one field of [`FileConfig`]'s sections, and the section's `Default` is its
-//! default; a field stays an `Option` where none means off, or where its default is another
-//! setting's (the profile's idle strategy, line A's TTL for line B). The file, the flags and
-//! the environment are laid by `mdrelay_telemetry::settings::Layered` (see `run.rs`), then
-//! [`FileConfig::check`] checks the values, fills in those other-setting defaults and derives
-//! the [`Config`] the relay runs with, keeping the settings so resolved: what `--check` prints
-//! and a reload compares.
+//! Each setting is one field of [`Settings`]' sections: its type and bounds are read with it
+//! (addresses, durations with units, whole numbers in their range), and the section's `Default`
+//! is its default. A field stays an `Option` where none means off, or where its default is
+//! another setting's (the profile's idle strategy, line A's TTL for line B). The file, the flags
+//! and the environment are laid by `mdrelay_telemetry::settings::Layered` (see `run.rs`), then
+//! [`Settings::check`] checks the rules that span settings, fills in those other-setting
+//! defaults and reads the key files: the [`Config`] the relay runs with, whose settings, so
+//! resolved, are what `--check` prints and a reload compares.
 //!
 //! Unknown keys are refused with the key, its line and the nearest known key; values are checked
 //! at start and errors name the setting and its origin, so a bad file fails before anything is
@@ -24,11 +25,11 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The whole configuration file, and the settings it amounts to once the flags are applied and
-/// checked ([`Config::settings`]): every key missing from the file takes its field's default.
+/// Every setting of the publisher, as the file writes it; every key missing from the file takes
+/// its field's default.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct FileConfig {
+pub struct Settings {
     /// default or low-latency: the idle strategy and core pinning unless set explicitly.
     pub profile: Profile,
     /// Wire format: raw, sbe, flatbuffers, capnp, capnp-packed, protobuf, brec or json.
@@ -38,23 +39,23 @@ pub struct FileConfig {
     /// Where segments come from.
     pub source: SourceSection,
     /// When segments are sent.
-    pub pacing: PacingSection,
+    pub pacing: Pacing,
     /// How frames are grouped.
-    pub batching: BatchingSection,
+    pub batching: Batching,
     /// TCP server.
-    pub tcp: Option<TcpSection>,
+    pub tcp: Option<Tcp>,
     /// UDP unicast.
-    pub udp: Option<UdpSection>,
+    pub udp: Option<Udp>,
     /// UDP multicast.
-    pub multicast: Option<MulticastSection>,
+    pub multicast: Option<Multicast>,
     /// A second multicast line (B): every datagram is sent to both groups.
-    pub multicast_b: Option<MulticastSection>,
+    pub multicast_b: Option<Multicast>,
     /// A NATS subject, stored in a JetStream stream.
-    pub nats: Option<NatsSection>,
+    pub nats: Option<Nats>,
     /// The retransmission ring and service.
-    pub retransmit: RetransmitSection,
+    pub retransmit: Retransmit,
     /// Threads, and where the hot one runs.
-    pub cpu: CpuSection,
+    pub cpu: Cpu,
     /// The Prometheus endpoint; left out of a resolved configuration when there is none.
     #[serde(skip_serializing_if = "MetricsSection::is_off")]
     pub metrics: MetricsSection,
@@ -62,22 +63,22 @@ pub struct FileConfig {
     pub protection: ProtectionSection,
 }
 
-impl Default for FileConfig {
-    fn default() -> FileConfig {
-        FileConfig {
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
             profile: Profile::default(),
             format: Format::Sbe,
             stream: 1,
             source: SourceSection::default(),
-            pacing: PacingSection::default(),
-            batching: BatchingSection::default(),
+            pacing: Pacing::default(),
+            batching: Batching::default(),
             tcp: None,
             udp: None,
             multicast: None,
             multicast_b: None,
             nats: None,
-            retransmit: RetransmitSection::default(),
-            cpu: CpuSection::default(),
+            retransmit: Retransmit::default(),
+            cpu: Cpu::default(),
             metrics: MetricsSection::default(),
             protection: ProtectionSection::default(),
         }
@@ -87,16 +88,17 @@ impl Default for FileConfig {
 /// `[cpu]`.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct CpuSection {
+pub struct Cpu {
     /// Pin the hot thread (`mdrelay-pub-hot`) to this CPU (none: the scheduler's choice).
     pub hot_core: Option<usize>,
     /// Threads serving subscribers' sockets (`mdrelay-pub-io`).
+    #[serde(deserialize_with = "units::whole_within::<_, _, 1, 256>")]
     pub io_threads: usize,
 }
 
-impl Default for CpuSection {
-    fn default() -> CpuSection {
-        CpuSection { hot_core: None, io_threads: 1 }
+impl Default for Cpu {
+    fn default() -> Cpu {
+        Cpu { hot_core: None, io_threads: 1 }
     }
 }
 
@@ -108,9 +110,9 @@ pub struct SourceSection {
     /// A capture file (pcap / pcapng, gzipped or not).
     pub capture: Option<PathBuf>,
     /// A synthetic day generated on the fly.
-    pub synthetic: Option<SyntheticSection>,
+    pub synthetic: Option<Synthetic>,
     /// A live IEX-TP feed on UDP.
-    pub live: Option<LiveSection>,
+    pub live: Option<Live>,
     /// Another mdrelay publisher's stream, over TCP or from a NATS subject (relay chaining).
     pub upstream: Option<UpstreamSection>,
 }
@@ -148,8 +150,8 @@ pub struct UpstreamSection {
     pub reconnect_max: Option<f64>,
     /// Seconds to keep trying to reach the upstream (at start, and after losing it) before the
     /// relay ends with an error (0: after the first failed attempt).
-    #[serde(deserialize_with = "seconds_value")]
-    pub give_up_after: f64,
+    #[serde(deserialize_with = "units::seconds_within::<_, 0, 86_400_000>", serialize_with = "units::as_seconds")]
+    pub give_up_after: Duration,
     /// A connection silent this many seconds is lost, and made again (0: never).
     #[serde(default, deserialize_with = "units::option_seconds")]
     pub idle_timeout: Option<f64>,
@@ -181,7 +183,7 @@ impl Default for UpstreamSection {
             connect_timeout: None,
             handshake_timeout: None,
             reconnect_max: None,
-            give_up_after: 30.0,
+            give_up_after: Duration::from_secs(30),
             idle_timeout: None,
             crc: false,
             creds_file: None,
@@ -194,10 +196,11 @@ impl Default for UpstreamSection {
 }
 
 /// `[source.synthetic]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct SyntheticSection {
+pub struct Synthetic {
     /// Messages in the day.
+    #[serde(deserialize_with = "units::whole_within::<_, _, 0, MAX_SYNTHETIC_MESSAGES>")]
     pub messages: u64,
     /// Symbols.
     pub symbols: usize,
@@ -205,43 +208,46 @@ pub struct SyntheticSection {
     pub seed: u64,
 }
 
-impl Default for SyntheticSection {
-    fn default() -> SyntheticSection {
+impl Default for Synthetic {
+    fn default() -> Synthetic {
         let day = mdrelay_proto::synth::SynthConfig::default();
-        SyntheticSection { messages: day.messages, symbols: day.symbols, seed: day.seed }
+        Synthetic { messages: day.messages, symbols: day.symbols, seed: day.seed }
     }
 }
 
-/// `[source.live]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+impl Synthetic {
+    /// The generator's settings for this day.
+    pub fn day(&self) -> mdrelay_proto::synth::SynthConfig {
+        let Synthetic { messages, symbols, seed } = *self;
+        mdrelay_proto::synth::SynthConfig { messages, symbols, seed, ..mdrelay_proto::synth::SynthConfig::default() }
+    }
+}
+
+/// `[source.live]`: a live IEX-TP feed on UDP.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct LiveSection {
+pub struct Live {
     /// Address and port to receive on, e.g. "0.0.0.0:10378".
-    pub listen: String,
+    #[serde(deserialize_with = "units::address")]
+    pub listen: SocketAddr,
     /// Multicast group to join, e.g. "239.255.21.4" (none: unicast).
-    pub group: Option<String>,
+    #[serde(default, deserialize_with = "units::option_ipv4")]
+    pub group: Option<Ipv4Addr>,
     /// Interface address to join the group on (0.0.0.0: the kernel's choice).
-    #[serde(default = "any_interface")]
-    pub interface: String,
+    #[serde(default = "any_interface", deserialize_with = "units::ipv4")]
+    pub interface: Ipv4Addr,
     /// Stop after this many seconds without a datagram (0: never).
-    #[serde(default, deserialize_with = "seconds_value")]
-    pub idle_timeout: f64,
+    #[serde(
+        default,
+        deserialize_with = "units::seconds_within::<_, 0, 86_400_000>",
+        serialize_with = "units::as_seconds"
+    )]
+    pub idle_timeout: Duration,
 }
 
 /// The default interface of a group's join or send: 0.0.0.0, the system's choice.
-fn any_interface() -> String {
-    Ipv4Addr::UNSPECIFIED.to_string()
-}
-
-/// A number of seconds with or without units, as a file or flag writes it.
-fn seconds_value<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
-    Ok(units::Seconds::deserialize(deserializer)?.0)
-}
-
-/// A number of bytes with or without units, as the field's integer type.
-fn bytes_value<'de, D: serde::Deserializer<'de>, T: TryFrom<u64>>(deserializer: D) -> Result<T, D::Error> {
-    let units::Bytes(bytes) = units::Bytes::deserialize(deserializer)?;
-    T::try_from(bytes).map_err(|_| serde::de::Error::custom(format!("{bytes} bytes is too large here")))
+fn any_interface() -> Ipv4Addr {
+    Ipv4Addr::UNSPECIFIED
 }
 
 /// How segments are paced.
@@ -258,9 +264,9 @@ pub enum PacingMode {
 }
 
 /// `[pacing]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct PacingSection {
+pub struct Pacing {
     /// original, rate or top-speed.
     pub mode: PacingMode,
     /// Time scale for `original`: 2 is twice as fast, 0.5 half as fast.
@@ -268,16 +274,18 @@ pub struct PacingSection {
     /// Messages per second for `rate`.
     pub rate: f64,
     /// Passes over the source (0: forever).
+    #[serde(deserialize_with = "units::whole_within::<_, _, 0, MAX_LOOPS>")]
     pub loops: u64,
     /// Stop after this many messages (0: no limit).
+    #[serde(deserialize_with = "units::whole_within::<_, _, 0, MAX_MESSAGE_LIMIT>")]
     pub max_messages: u64,
     /// Stop after this many seconds (0: no limit).
-    #[serde(deserialize_with = "seconds_value")]
-    pub duration: f64,
+    #[serde(deserialize_with = "units::seconds_within::<_, 0, YEAR_MS>", serialize_with = "units::as_seconds")]
+    pub duration: Duration,
     /// `original`: a wait longer than this many seconds (a jump in the capture's clock) is not
     /// waited out: the schedule starts again from the next segment.
-    #[serde(deserialize_with = "seconds_value")]
-    pub max_gap: f64,
+    #[serde(deserialize_with = "units::seconds_within::<_, 1, 86_400_000>", serialize_with = "units::as_seconds")]
+    pub max_gap: Duration,
     /// How the hot thread waits: spin, yield, backoff or sleep (default: the profile's).
     pub idle: Option<IdleStrategy>,
     /// Seconds of segments sent per wake-up: a segment due within this goes out early, with
@@ -286,28 +294,41 @@ pub struct PacingSection {
     pub duty_cycle: Option<f64>,
 }
 
-impl Default for PacingSection {
-    fn default() -> PacingSection {
-        PacingSection {
+impl Default for Pacing {
+    fn default() -> Pacing {
+        Pacing {
             mode: PacingMode::default(),
             speed: 1.0,
             rate: 100_000.0,
             loops: 1,
             max_messages: 0,
-            duration: 0.0,
-            max_gap: 60.0,
+            duration: Duration::ZERO,
+            max_gap: Duration::from_secs(60),
             idle: None,
             duty_cycle: None,
         }
     }
 }
 
+impl Pacing {
+    /// How the hot thread waits: the one set, else `profile`'s.
+    pub fn idle(&self, profile: Profile) -> IdleStrategy {
+        self.idle.unwrap_or_else(|| mdrelay_proto::idle::pacing_idle(profile))
+    }
+
+    /// How early segments go out: the duty cycle set, else `profile`'s.
+    pub fn duty_cycle(&self, profile: Profile) -> Duration {
+        let given = self.duty_cycle.and_then(|seconds| Duration::try_from_secs_f64(seconds).ok());
+        given.unwrap_or_else(|| mdrelay_proto::idle::duty_cycle(profile))
+    }
+}
+
 /// `[batching]`.
 #[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(default, deny_unknown_fields)]
-pub struct BatchingSection {
+pub struct Batching {
     /// Coalesce frames into one TCP record / datagram up to this many bytes (0: one frame each).
-    #[serde(deserialize_with = "bytes_value")]
+    #[serde(deserialize_with = "units::bytes_within::<_, _, 0, MAX_COALESCE>")]
     pub coalesce_bytes: usize,
 }
 
@@ -335,71 +356,76 @@ impl SlowPolicy {
     }
 }
 
-/// `[tcp]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+/// `[tcp]`: the TCP server.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct TcpSection {
+pub struct Tcp {
     /// Address to listen on.
-    pub listen: String,
+    #[serde(deserialize_with = "units::address")]
+    pub listen: SocketAddr,
     /// Records in the queue all subscribers read from; a subscriber this far behind is slow.
+    #[serde(deserialize_with = "units::whole_within::<_, _, 16, 4_194_304>")]
     pub queue: usize,
     /// drop, disconnect or block.
     pub slow_subscriber: SlowPolicy,
     /// Wait for this many subscribers before sending.
     pub wait_subscribers: usize,
     /// Connections at once, handshaking or subscribed; more are told to retry later.
+    #[serde(deserialize_with = "units::whole_within::<_, _, 1, 65_535>")]
     pub max_connections: usize,
     /// Seconds a connection has to answer the greeting.
-    #[serde(deserialize_with = "seconds_value")]
-    pub handshake_timeout: f64,
+    #[serde(deserialize_with = "units::seconds_within::<_, 10, 300_000>", serialize_with = "units::as_seconds")]
+    pub handshake_timeout: Duration,
     /// Seconds subscribers get at the end of the stream to take what is queued for them.
-    #[serde(deserialize_with = "seconds_value")]
-    pub drain_timeout: f64,
+    #[serde(deserialize_with = "units::seconds_within::<_, 0, 3_600_000>", serialize_with = "units::as_seconds")]
+    pub drain_timeout: Duration,
     /// Bytes of replay records built and not yet written, over every resuming subscriber.
-    #[serde(deserialize_with = "bytes_value")]
-    pub replay_bytes: u64,
+    #[serde(deserialize_with = "units::bytes_within::<_, _, 65_536, 1_073_741_824>")]
+    pub replay_bytes: usize,
     /// Seconds a resuming subscriber has to take a replay chunk before it is cut off as slow.
-    #[serde(deserialize_with = "seconds_value")]
-    pub replay_timeout: f64,
+    #[serde(deserialize_with = "units::seconds_within::<_, 10, 3_600_000>", serialize_with = "units::as_seconds")]
+    pub replay_timeout: Duration,
 }
 
-impl Default for TcpSection {
-    fn default() -> TcpSection {
-        TcpSection {
-            listen: DEFAULT_TCP_LISTEN.into(),
+impl Default for Tcp {
+    fn default() -> Tcp {
+        Tcp {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9100)),
             queue: 65_536,
             slow_subscriber: SlowPolicy::default(),
             wait_subscribers: 0,
             max_connections: 64,
-            handshake_timeout: 5.0,
-            drain_timeout: 10.0,
+            handshake_timeout: Duration::from_secs(5),
+            drain_timeout: Duration::from_secs(10),
             replay_bytes: 16 << 20,
-            replay_timeout: 10.0,
+            replay_timeout: Duration::from_secs(10),
         }
     }
 }
 
-/// `[udp]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+/// `[udp]`: unicast destinations.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct UdpSection {
+pub struct Udp {
     /// Unicast destinations.
-    pub destinations: Vec<String>,
+    #[serde(deserialize_with = "units::addresses")]
+    pub destinations: Vec<SocketAddr>,
     /// Largest datagram to build when coalescing, for every UDP output (a multicast line's, when
     /// given, wins; given nowhere, 1472); the check writes the limit in force here.
     #[serde(default, deserialize_with = "units::option_bytes")]
     pub max_datagram: Option<usize>,
 }
 
-/// `[multicast]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+/// `[multicast]` and `[multicast_b]`: a group to send every datagram to.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct MulticastSection {
+pub struct Multicast {
     /// Group and port, e.g. "239.255.0.1:9300".
-    pub group: String,
+    #[serde(deserialize_with = "units::address")]
+    pub group: SocketAddr,
     /// Interface address to send from (0.0.0.0: the routing table's choice).
-    #[serde(default = "any_interface")]
-    pub interface: String,
+    #[serde(default = "any_interface", deserialize_with = "units::ipv4")]
+    pub interface: Ipv4Addr,
     /// Multicast TTL (default 1: this subnet; line B's default is line A's).
     pub ttl: Option<u32>,
     /// Deliver to receivers on this host too (default true; line B's default is line A's).
@@ -407,6 +433,18 @@ pub struct MulticastSection {
     /// Largest datagram to build when coalescing.
     #[serde(default, deserialize_with = "units::option_bytes")]
     pub max_datagram: Option<usize>,
+}
+
+impl Multicast {
+    /// The TTL in force: the one set, else 1 (the check writes line A's into line B's).
+    pub fn ttl(&self) -> u32 {
+        self.ttl.unwrap_or(1)
+    }
+
+    /// Whether datagrams loop back to this host's receivers: as set, else yes.
+    pub fn loopback(&self) -> bool {
+        self.loopback.unwrap_or(true)
+    }
 }
 
 /// What the publisher does when the NATS server takes messages slower than they come (its
@@ -457,9 +495,9 @@ pub enum NatsRetention {
 }
 
 /// `[nats]`: publish every datagram to a NATS subject, stored in a JetStream stream.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct NatsSection {
+pub struct Nats {
     /// Server URLs of the cluster (none: `NATS_URL`'s, or nats://127.0.0.1:4222); the client fails
     /// over among them.
     pub servers: Option<Vec<String>>,
@@ -474,17 +512,18 @@ pub struct NatsSection {
     /// limits or interest, for a stream created here.
     pub retention: NatsRetention,
     /// Copies of the stream in a cluster (1 to 5), for a stream created here.
+    #[serde(deserialize_with = "units::whole_within::<_, _, 1, 5>")]
     pub replicas: usize,
     /// Seconds a message is kept (0: no limit), for a stream created here.
-    #[serde(deserialize_with = "seconds_value")]
-    pub max_age: f64,
+    #[serde(deserialize_with = "units::seconds_within::<_, 0, TEN_YEARS_MS>", serialize_with = "units::as_seconds")]
+    pub max_age: Duration,
     /// Bytes the stream keeps at most (0: no limit), for a stream created here.
-    #[serde(deserialize_with = "bytes_value")]
+    #[serde(deserialize_with = "units::bytes_within::<_, _, 0, { i64::MAX as u64 }>")]
     pub max_bytes: u64,
     /// Seconds within which the server drops a message whose id it has seen (the same frame from
     /// a second publisher or a restarted one), for a stream created here.
-    #[serde(deserialize_with = "seconds_value")]
-    pub duplicate_window: f64,
+    #[serde(deserialize_with = "units::seconds_within::<_, 1, YEAR_MS>", serialize_with = "units::as_seconds")]
+    pub duplicate_window: Duration,
     /// A `.creds` file (JWT and nkey seed).
     pub creds_file: Option<PathBuf>,
     /// A file holding an nkey seed.
@@ -496,25 +535,34 @@ pub struct NatsSection {
     /// CA certificates (PEM) to check the servers' TLS certificates with; TLS is required when set.
     pub tls_ca_file: Option<PathBuf>,
     /// Messages published and not yet acknowledged by JetStream, at most.
+    #[serde(deserialize_with = "units::whole_within::<_, _, 1, 1_048_576>")]
     pub max_pending_acks: usize,
     /// Messages queued between the hot thread and the publishing task.
+    #[serde(deserialize_with = "units::whole_within::<_, _, 16, 4_194_304>")]
     pub queue: usize,
     /// Bytes of messages held for the server: queued, or published and not yet acknowledged.
-    #[serde(deserialize_with = "bytes_value")]
+    #[serde(deserialize_with = "units::bytes_within::<_, _, 65_536, 1_099_511_627_776>")]
     pub queue_bytes: u64,
     /// block, drop or fail when that queue is full (in messages or in bytes).
     pub slow_server: SlowServerPolicy,
     /// A file holding the key of the messages' ids (64 hex digits, mode 600); without it each run
     /// makes a key of its own. Relays of one origin that share it store each frame once.
     pub id_key_file: Option<PathBuf>,
-    /// Largest message to build when coalescing, header included.
-    #[serde(deserialize_with = "bytes_value")]
+    /// Largest message to build when coalescing, header included: the datagram header counts its
+    /// frames in one byte, and a server's default `max_payload` is 1 MiB.
+    #[serde(deserialize_with = "units::bytes_within::<_, _, 64, 1_048_576>")]
     pub max_message: usize,
+    /// The credentials of the four settings above, read by the check.
+    #[serde(skip)]
+    pub auth: NatsAuth,
+    /// The key `id_key_file` holds, read by the check.
+    #[serde(skip)]
+    pub id_key: Option<WireKey>,
 }
 
-impl Default for NatsSection {
-    fn default() -> NatsSection {
-        NatsSection {
+impl Default for Nats {
+    fn default() -> Nats {
+        Nats {
             servers: None,
             subject: None,
             stream: None,
@@ -522,9 +570,9 @@ impl Default for NatsSection {
             storage: NatsStorage::default(),
             retention: NatsRetention::default(),
             replicas: 1,
-            max_age: 0.0,
+            max_age: Duration::ZERO,
             max_bytes: 0,
-            duplicate_window: 120.0,
+            duplicate_window: Duration::from_secs(120),
             creds_file: None,
             nkey_file: None,
             user: None,
@@ -536,59 +584,69 @@ impl Default for NatsSection {
             slow_server: SlowServerPolicy::default(),
             id_key_file: None,
             max_message: 64 << 10,
+            auth: NatsAuth::None,
+            id_key: None,
         }
+    }
+}
+
+impl Nats {
+    /// The servers' URLs (the check writes the default in).
+    pub fn servers(&self) -> &[String] {
+        self.servers.as_deref().unwrap_or_default()
+    }
+
+    /// The subject published to (the check writes the default in).
+    pub fn subject(&self) -> &str {
+        self.subject.as_deref().unwrap_or_default()
+    }
+
+    /// The JetStream stream that stores it (the check writes the default in).
+    pub fn stream(&self) -> &str {
+        self.stream.as_deref().unwrap_or_default()
+    }
+
+    /// Fills in the servers, subject and stream left out, checks their form and reads the
+    /// credentials and the id key.
+    fn check(&mut self, stream_number: u32) -> Result<()> {
+        let servers = self.servers.get_or_insert_with(|| vec!["nats://127.0.0.1:4222".into()]);
+        if servers.is_empty() {
+            bail!("nats.servers: give at least one server URL");
+        }
+        for (i, url) in servers.iter().enumerate() {
+            if url.trim().is_empty() || url.contains(char::is_whitespace) {
+                bail!("nats.servers[{i}]: {url:?} is not a server URL (nats://HOST:PORT)");
+            }
+        }
+        let subject = self.subject.get_or_insert_with(|| format!("mdrelay.{stream_number}"));
+        let tokens_ok = !subject.is_empty() && subject.split('.').all(|t| !t.is_empty() && t != "*" && t != ">");
+        if !tokens_ok || subject.contains(char::is_whitespace) {
+            bail!(
+                "nats.subject: {subject:?} is not a subject to publish to (dot-separated tokens, no wildcards or spaces)"
+            );
+        }
+        let stream = self.stream.get_or_insert_with(|| format!("MDRELAY_{stream_number}"));
+        if stream.is_empty() || stream.contains(['.', '*', '>', ' ', '\t', '/', '\\']) {
+            bail!("nats.stream: {stream:?} is not a JetStream stream name (no dots, wildcards, spaces or slashes)");
+        }
+        self.auth = nats_auth(
+            "nats",
+            self.creds_file.clone(),
+            self.nkey_file.clone(),
+            self.user.clone(),
+            self.password_file.clone(),
+        )?;
+        self.id_key = self
+            .id_key_file
+            .as_deref()
+            .map(|path| WireKey::read_file(path).map_err(|e| anyhow::anyhow!("nats.id_key_file: {e}")))
+            .transpose()?;
+        Ok(())
     }
 }
 
 /// How the publisher authenticates to NATS: the client's, from the same four settings.
 pub use mdrelay_client::NatsAuth;
-
-/// The NATS output, checked.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Nats {
-    /// Server URLs.
-    pub servers: Vec<String>,
-    /// Subject.
-    pub subject: String,
-    /// JetStream stream.
-    pub stream: String,
-    /// Create the stream when missing.
-    pub create_stream: bool,
-    /// Storage of a created stream.
-    pub storage: NatsStorage,
-    /// Retention of a created stream.
-    pub retention: NatsRetention,
-    /// Replicas of a created stream.
-    pub replicas: usize,
-    /// Age limit of a created stream (zero: none).
-    pub max_age: Duration,
-    /// Byte limit of a created stream (0: none).
-    pub max_bytes: u64,
-    /// Deduplication window of a created stream.
-    pub duplicate_window: Duration,
-    /// Credentials.
-    pub auth: NatsAuth,
-    /// CA file for TLS.
-    pub tls_ca_file: Option<PathBuf>,
-    /// Unacknowledged messages at most.
-    pub max_pending_acks: usize,
-    /// Queue between the hot thread and the publishing task, in messages.
-    pub queue: usize,
-    /// Bytes of messages held for the server (queued, or awaiting acknowledgement), at most.
-    pub queue_bytes: u64,
-    /// What a full queue does.
-    pub slow_server: SlowServerPolicy,
-    /// The key of the messages' ids, when one is given (else each run makes its own).
-    pub id_key: Option<WireKey>,
-    /// Where that key came from.
-    pub id_key_file: Option<PathBuf>,
-    /// Largest coalesced message.
-    pub max_message: usize,
-}
-
-/// The largest NATS message built: the datagram header counts its frames in one byte, and a
-/// server's default `max_payload` is 1 MiB.
-const MAX_NATS_MESSAGE: u64 = 1 << 20;
 
 /// `nats.queue_bytes` by default: as the ring's default, what a server's pause of a second or
 /// two at a busy feed's rate fills, and far from the 4 GiB that 65,536 messages of 64 KiB hold.
@@ -606,92 +664,45 @@ fn nats_auth(
     NatsAuth::from_settings(creds_file, nkey_file, user, password_file).map_err(|e| anyhow::anyhow!("{section}.{e}"))
 }
 
-/// `[nats]`, checked; the servers, subject and stream it leaves out are filled in.
-fn nats_output(n: &mut NatsSection, stream_number: u32) -> Result<Nats> {
-    let servers = n.servers.get_or_insert_with(|| vec!["nats://127.0.0.1:4222".into()]).clone();
-    if servers.is_empty() {
-        bail!("nats.servers: give at least one server URL");
-    }
-    for (i, url) in servers.iter().enumerate() {
-        if url.trim().is_empty() || url.contains(char::is_whitespace) {
-            bail!("nats.servers[{i}]: {url:?} is not a server URL (nats://HOST:PORT)");
-        }
-    }
-    let subject = n.subject.get_or_insert_with(|| format!("mdrelay.{stream_number}")).clone();
-    let tokens_ok = !subject.is_empty() && subject.split('.').all(|t| !t.is_empty() && t != "*" && t != ">");
-    if !tokens_ok || subject.contains(char::is_whitespace) {
-        bail!(
-            "nats.subject: {subject:?} is not a subject to publish to (dot-separated tokens, no wildcards or spaces)"
-        );
-    }
-    let stream = n.stream.get_or_insert_with(|| format!("MDRELAY_{stream_number}")).clone();
-    if stream.is_empty() || stream.contains(['.', '*', '>', ' ', '\t', '/', '\\']) {
-        bail!("nats.stream: {stream:?} is not a JetStream stream name (no dots, wildcards, spaces or slashes)");
-    }
-    let auth = nats_auth("nats", n.creds_file.clone(), n.nkey_file.clone(), n.user.clone(), n.password_file.clone())?;
-    let max_message = count_within("nats.max_message", n.max_message as u64, 64, MAX_NATS_MESSAGE)? as usize;
-    Ok(Nats {
-        servers,
-        subject,
-        stream,
-        create_stream: n.create_stream,
-        storage: n.storage,
-        retention: n.retention,
-        replicas: count_within("nats.replicas", n.replicas as u64, 1, 5)? as usize,
-        max_age: seconds("nats.max_age", n.max_age, 0.0, 10.0 * YEAR)?,
-        max_bytes: n.max_bytes,
-        duplicate_window: seconds("nats.duplicate_window", n.duplicate_window, 0.001, YEAR)?,
-        auth,
-        tls_ca_file: n.tls_ca_file.clone(),
-        max_pending_acks: count_within("nats.max_pending_acks", n.max_pending_acks as u64, 1, 1 << 20)? as usize,
-        queue: count_within("nats.queue", n.queue as u64, 16, 1 << 22)? as usize,
-        queue_bytes: count_within("nats.queue_bytes", n.queue_bytes, 64 << 10, 1 << 40)?,
-        slow_server: n.slow_server,
-        max_message,
-        id_key: n
-            .id_key_file
-            .as_deref()
-            .map(|path| WireKey::read_file(path).map_err(|e| anyhow::anyhow!("nats.id_key_file: {e}")))
-            .transpose()?,
-        id_key_file: n.id_key_file.clone(),
-    })
-}
-
 /// `[retransmit]`: the ring of the last frames (for TCP resume and retransmission requests) and
 /// the retransmission service for UDP subscribers.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct RetransmitSection {
+pub struct Retransmit {
     /// Bytes the ring may hold, frames and their bookkeeping (0: no ring, so no resume and no
     /// retransmission).
-    #[serde(deserialize_with = "bytes_value")]
-    pub ring_bytes: u64,
+    #[serde(deserialize_with = "units::bytes_within::<_, _, 0, MAX_RING_BYTES>")]
+    pub ring_bytes: usize,
     /// Serve retransmission requests over TCP on this address (none: no service).
-    pub listen: Option<String>,
+    #[serde(default, deserialize_with = "units::option_address")]
+    pub listen: Option<SocketAddr>,
     /// Frames one request is served at most.
+    #[serde(deserialize_with = "units::whole_within::<_, _, 1, 65_535>")]
     pub max_range: u32,
     /// Requests per second per connection (with a burst of as many).
+    #[serde(deserialize_with = "units::whole_within::<_, _, 1, 1_000_000>")]
     pub requests_per_second: u32,
     /// Connections to the service at once.
+    #[serde(deserialize_with = "units::whole_within::<_, _, 1, 65_535>")]
     pub max_connections: usize,
     /// Seconds a connection may ask nothing before it is closed.
-    #[serde(deserialize_with = "seconds_value")]
-    pub idle_timeout: f64,
+    #[serde(deserialize_with = "units::seconds_within::<_, 1_000, 3_600_000>", serialize_with = "units::as_seconds")]
+    pub idle_timeout: Duration,
     /// Seconds the service stays up after the end of the stream, for the tail's gaps.
-    #[serde(deserialize_with = "seconds_value")]
-    pub linger: f64,
+    #[serde(deserialize_with = "units::seconds_within::<_, 0, 3_600_000>", serialize_with = "units::as_seconds")]
+    pub linger: Duration,
 }
 
-impl Default for RetransmitSection {
-    fn default() -> RetransmitSection {
-        RetransmitSection {
+impl Default for Retransmit {
+    fn default() -> Retransmit {
+        Retransmit {
             ring_bytes: DEFAULT_RING_BYTES,
             listen: None,
             max_range: 1024,
             requests_per_second: 10_000,
             max_connections: 64,
-            idle_timeout: 60.0,
-            linger: 2.0,
+            idle_timeout: Duration::from_secs(60),
+            linger: Duration::from_secs(2),
         }
     }
 }
@@ -753,165 +764,44 @@ pub struct Upstream {
     pub crc: bool,
 }
 
-/// A live feed, checked.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Live {
-    /// Receive address.
-    pub listen: SocketAddr,
-    /// Group to join.
-    pub group: Option<Ipv4Addr>,
-    /// Interface for the join.
-    pub interface: Ipv4Addr,
-    /// Seconds of silence that end the stream (0: never).
-    pub idle_timeout: f64,
-}
-
-/// Pacing, checked.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Pacing {
-    /// The mode.
-    pub mode: PacingMode,
-    /// Time scale for `original`.
-    pub speed: f64,
-    /// Messages per second for `rate`.
-    pub rate: f64,
-    /// Passes over the source (0: forever).
-    pub loops: u64,
-    /// Message limit (0: none).
-    pub max_messages: u64,
-    /// Seconds limit (0: none).
-    pub duration: f64,
-    /// `original`: the longest wait, in seconds, before the schedule is re-anchored.
-    pub max_gap: f64,
-    /// How waits wait.
-    pub idle: IdleStrategy,
-    /// Seconds of segments sent per wake-up, at most that early.
-    pub duty_cycle: f64,
-}
-
-/// The TCP server, checked.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Tcp {
-    /// Listen address.
-    pub listen: SocketAddr,
-    /// Records in the shared queue.
-    pub queue: usize,
-    /// Slow subscriber policy.
-    pub slow: SlowPolicy,
-    /// Subscribers to wait for before sending.
-    pub wait_subscribers: usize,
-    /// Connections at once.
-    pub max_connections: usize,
-    /// Time a connection has to answer the greeting.
-    pub handshake_timeout: Duration,
-    /// Time subscribers get at the end to take what is queued for them.
-    pub drain_timeout: Duration,
-    /// Bytes of replay records built and not yet written, over every resuming subscriber.
-    pub replay_bytes: usize,
-    /// Time a resuming subscriber has to take one replay chunk.
-    pub replay_timeout: Duration,
-}
-
-/// UDP destinations, checked.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Udp {
-    /// Unicast destinations.
-    pub destinations: Vec<SocketAddr>,
-    /// Multicast group.
-    pub multicast: Option<Multicast>,
-    /// Line B's multicast group: every datagram goes to both.
-    pub multicast_b: Option<Multicast>,
-    /// Largest coalesced datagram.
-    pub max_datagram: usize,
-}
-
-/// Multicast settings, checked.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Multicast {
-    /// Group and port.
-    pub group: SocketAddr,
-    /// Interface to send from.
-    pub interface: Ipv4Addr,
-    /// TTL.
-    pub ttl: u32,
-    /// Loop back to local receivers.
-    pub loopback: bool,
-}
-
-/// The retransmission ring and service, checked.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Retransmit {
-    /// Bytes the ring may hold (0: no ring).
-    pub ring_bytes: usize,
-    /// Where the service listens, if it runs.
-    pub listen: Option<SocketAddr>,
-    /// Frames per request at most.
-    pub max_range: u32,
-    /// Requests per second per connection.
-    pub requests_per_second: u32,
-    /// Connections at once.
-    pub max_connections: usize,
-    /// Time a connection may ask nothing before it is closed.
-    pub idle_timeout: Duration,
-    /// Time the service stays up after the end of the stream.
-    pub linger: Duration,
-}
-
-/// The publisher's settings, checked.
+/// The publisher's settings, checked: every default that depends on another setting written in,
+/// and what the check read from the key files. It reads as its [`Settings`].
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Wire format.
-    pub format: Format,
-    /// Stream number.
-    pub stream: u32,
-    /// Source.
+    /// The settings, resolved: the one source of what `--check` prints and a reload compares.
+    pub settings: Settings,
+    /// The source, of the kind its settings give.
     pub source: Source,
-    /// Pacing.
-    pub pacing: Pacing,
-    /// Coalescing limit in bytes (0: off).
-    pub coalesce_bytes: usize,
-    /// TCP server, if any.
-    pub tcp: Option<Tcp>,
-    /// UDP, if any destination.
-    pub udp: Option<Udp>,
-    /// NATS, if configured.
-    pub nats: Option<Nats>,
-    /// The ring and the retransmission service.
-    pub retransmit: Retransmit,
-    /// The profile the idle strategy and pinning defaulted from.
-    pub profile: Profile,
-    /// The CPU the hot thread is pinned to, if any.
-    pub hot_core: Option<usize>,
-    /// Threads of the runtime that serves subscribers' sockets.
-    pub io_threads: usize,
     /// The Prometheus endpoint, if any.
     pub metrics: Option<MetricsSettings>,
-    /// Per-frame CRC-32C and encryption.
+    /// Per-frame CRC-32C and encryption, with the key read.
     pub protection: ProtectionSettings,
-    /// The settings this view was derived from, every default filled in: the one source of what
-    /// `--check` prints and a reload compares.
-    pub settings: FileConfig,
 }
 
-/// Default TCP listen address: loopback, so nothing is exposed unless asked for.
-pub const DEFAULT_TCP_LISTEN: &str = "127.0.0.1:9100";
+impl std::ops::Deref for Config {
+    type Target = Settings;
+
+    fn deref(&self) -> &Settings {
+        &self.settings
+    }
+}
 
 // The loader is the one both programs share: bounded to 1 MiB, and on reload a regular file only.
 use mdrelay_telemetry::config_file::toml_error_message;
 pub use mdrelay_telemetry::config_file::{MAX_CONFIG_BYTES, Reading, read_text};
 
 /// Reads a configuration file at start.
-pub fn read_file(path: &Path) -> Result<FileConfig> {
+pub fn read_file(path: &Path) -> Result<Settings> {
     read_config(path, Reading::AtStart)
 }
 
 /// Reads a configuration file: at most [`MAX_CONFIG_BYTES`]; on reload, a regular file only.
-pub fn read_config(path: &Path, reading: Reading) -> Result<FileConfig> {
+pub fn read_config(path: &Path, reading: Reading) -> Result<Settings> {
     parse_text(path, &read_text(path, reading)?)
 }
 
 /// Parses the text of the configuration file `path`; errors name the file, line and key.
-pub fn parse_text(path: &Path, text: &str) -> Result<FileConfig> {
+pub fn parse_text(path: &Path, text: &str) -> Result<Settings> {
     toml::from_str(text).map_err(|e| anyhow::anyhow!("{}: {}", path.display(), toml_error_message(&e)))
 }
 
@@ -920,6 +810,10 @@ pub fn parse_text(path: &Path, text: &str) -> Result<FileConfig> {
 pub fn name_origin(error: anyhow::Error, origins: &BTreeMap<String, String>, file: Option<&Path>) -> anyhow::Error {
     let message = format!("{error:#}");
     if let Some((key, rest)) = message.split_once(": ") {
+        if key.contains(" (") {
+            // Named with its origin already, as it was read.
+            return error;
+        }
         // "udp.destinations[0]" is written in the file as part of "udp.destinations".
         let base = key.split('[').next().unwrap_or(key);
         if let Some(origin) = origins.get(base) {
@@ -930,16 +824,6 @@ pub fn name_origin(error: anyhow::Error, origins: &BTreeMap<String, String>, fil
         Some(path) => error.context(format!("in {}", path.display())),
         None => error,
     }
-}
-
-/// Parses a socket address for the setting `name`.
-pub fn socket_addr(name: &str, text: &str) -> Result<SocketAddr> {
-    text.parse().with_context(|| format!("{name}: {text:?} is not an address:port (e.g. 127.0.0.1:9100)"))
-}
-
-/// Parses an IPv4 interface address for the setting `name`.
-pub fn ipv4(name: &str, text: &str) -> Result<Ipv4Addr> {
-    text.parse().with_context(|| format!("{name}: {text:?} is not an IPv4 address"))
 }
 
 /// `v`, when it is a finite number from `low` to `high`; else an error naming the setting.
@@ -955,14 +839,6 @@ fn seconds(name: &str, v: f64, low: f64, high: f64) -> Result<Duration> {
     Ok(Duration::from_secs_f64(within(name, v, low, high, "seconds")?))
 }
 
-/// `v`, when it is a whole number from `low` to `high`.
-fn count_within<T: Into<u64> + Copy + std::fmt::Display>(name: &str, v: T, low: u64, high: u64) -> Result<T> {
-    if !(low..=high).contains(&v.into()) {
-        bail!("{name}: {v} is out of range: give a whole number from {low} to {high}");
-    }
-    Ok(v)
-}
-
 /// Most passes over the source `pacing.loops` takes (0 runs forever).
 pub const MAX_LOOPS: u64 = 1_000_000_000;
 /// Most messages `pacing.max_messages` takes (0: no limit): days at any rate the relay reaches.
@@ -972,36 +848,46 @@ pub const MAX_MESSAGE_LIMIT: u64 = 1_000_000_000_000;
 /// nanosecond.
 pub const MAX_SYNTHETIC_MESSAGES: u64 = 10_000_000_000;
 
-/// A year: the longest time limit a setting takes (0 still means none where it is allowed).
-const YEAR: f64 = 365.0 * 86_400.0;
+/// A year in milliseconds: the longest time limit a setting takes (0 still means none where it
+/// is allowed).
+const YEAR_MS: u64 = 365 * 86_400_000;
+/// Ten years in milliseconds: the longest a JetStream stream is asked to keep a message.
+const TEN_YEARS_MS: u64 = 10 * YEAR_MS;
 /// Most memory the shared TCP queue may be configured to hold.
 const MAX_QUEUE_MEMORY: u64 = 16 << 30;
 /// Largest coalescing budget: a TCP record's payload limit.
 const MAX_COALESCE: u64 = mdrelay_proto::relay::MAX_RECORD as u64;
 /// The longest duty cycle: segments go out at most this early.
 const MAX_DUTY_CYCLE: f64 = 0.01;
+/// Default bound of the retransmission ring.
+pub const DEFAULT_RING_BYTES: usize = 64 << 20;
+/// Largest ring that may be configured.
+const MAX_RING_BYTES: u64 = 64 << 30;
 
-impl FileConfig {
-    /// Checks every value, fills in the defaults that depend on other settings, and derives the
-    /// runtime view; the settings, so resolved, stay in [`Config::settings`]. Every number is
-    /// checked against bounds at start, so no value can fail (or panic) the relay after it has
-    /// begun.
+impl Settings {
+    /// Checks the rules that span settings, fills in the defaults that depend on other settings
+    /// and reads the key files: the configuration the relay runs with. Every value is within its
+    /// bounds once read, so none can fail (or panic) the relay after it has begun.
     pub fn check(mut self) -> Result<Config> {
-        let hot_core = self.cpu.hot_core.map(|c| mdrelay_telemetry::cpu::check_core("cpu.hot_core", c)).transpose()?;
-        let io_threads = count_within("cpu.io_threads", self.cpu.io_threads as u64, 1, 256)? as usize;
+        if let Some(core) = self.cpu.hot_core {
+            mdrelay_telemetry::cpu::check_core("cpu.hot_core", core)?;
+        }
         let source = self.source.check()?;
-        let pacing = self.pacing.check(self.profile)?;
-        let tcp = self.tcp.as_ref().map(TcpSection::check).transpose()?;
-        let udp = self.udp_outputs()?;
-        let nats = self.nats.as_mut().map(|n| nats_output(n, self.stream)).transpose()?;
-        if tcp.is_none() && udp.is_none() && nats.is_none() {
+        self.pacing.check(self.profile)?;
+        if let Some(tcp) = &self.tcp {
+            tcp.check()?;
+        }
+        self.check_udp()?;
+        if let Some(nats) = &mut self.nats {
+            nats.check(self.stream)?;
+        }
+        if self.tcp.is_none() && !self.has_udp() && self.nats.is_none() {
             bail!(
                 "no transport: configure [tcp], [udp] destinations, [multicast] or [nats] (or pass --tcp, --udp, --multicast)"
             );
         }
-        let coalesce_bytes =
-            count_within("batching.coalesce_bytes", self.batching.coalesce_bytes as u64, 0, MAX_COALESCE)? as usize;
-        if let Some(t) = &tcp {
+        let coalesce_bytes = self.batching.coalesce_bytes;
+        if let Some(t) = &self.tcp {
             // The shared queue holds up to `queue` records of up to `coalesce_bytes` each, or runs
             // of small records of about MAX_RUN_BYTES.
             let item = coalesce_bytes.max(mdrelay_proto::relay::MAX_RUN_BYTES) as u64;
@@ -1014,11 +900,13 @@ impl FileConfig {
                 );
             }
         }
-        let retransmit = self.retransmit.check()?;
+        if self.retransmit.listen.is_some() && self.retransmit.ring_bytes == 0 {
+            bail!("retransmit.listen: the service needs the ring; give retransmit.ring_bytes above 0");
+        }
         let metrics = self.metrics.clone().check(None, None)?;
         // The hold, when left out, is written as the value it takes.
         self.metrics = MetricsSection::from(metrics);
-        let mut listeners = own_listeners(tcp.as_ref(), &retransmit);
+        let mut listeners = own_listeners(self.tcp.as_ref(), &self.retransmit);
         listeners.extend(metrics.map(|m| ("metrics.listen", m.listen)));
         for (i, (setting, addr)) in listeners.iter().enumerate() {
             if let Some((other, taken)) = listeners[..i].iter().find(|(_, taken)| same_port(*addr, *taken)) {
@@ -1035,7 +923,7 @@ impl FileConfig {
                     "protection.key_file: a relay keeps its upstream's session, and encryption needs sessions of its own; encrypt at the origin's subscribers, or protect this relay's output with `crc` only"
                 );
             }
-            if pacing.mode != PacingMode::TopSpeed {
+            if self.pacing.mode != PacingMode::TopSpeed {
                 bail!(
                     "pacing.mode: an upstream's frames go out as they arrive, with the origin's publish times; leave pacing.mode out (or top-speed)"
                 );
@@ -1044,57 +932,53 @@ impl FileConfig {
         if let Source::Upstream(upstream) = &source {
             // A literal address can be checked now; a host name is checked once resolved.
             if let Ok(addr) = upstream.connect.parse::<SocketAddr>() {
-                check_not_self(addr, &own_listeners(tcp.as_ref(), &retransmit))?;
+                check_not_self(addr, &own_listeners(self.tcp.as_ref(), &self.retransmit))?;
             }
         }
-        Ok(Config {
-            format: self.format,
-            stream: self.stream,
-            source,
-            pacing,
-            coalesce_bytes,
-            tcp,
-            udp,
-            nats,
-            retransmit,
-            profile: self.profile,
-            hot_core,
-            io_threads,
-            metrics,
-            protection,
-            settings: self,
-        })
+        Ok(Config { settings: self, source, metrics, protection })
+    }
+
+    /// Whether any UDP output is configured: unicast destinations or a multicast line.
+    pub fn has_udp(&self) -> bool {
+        self.udp.is_some() || self.multicast.is_some()
+    }
+
+    /// The largest datagram any UDP output builds (the check writes it into each).
+    pub fn max_datagram(&self) -> usize {
+        let given = self.udp.as_ref().and_then(|u| u.max_datagram);
+        given.or(self.multicast.as_ref().and_then(|m| m.max_datagram)).unwrap_or(DEFAULT_MAX_DATAGRAM)
     }
 
     /// The UDP outputs, checked: unicast destinations and the two multicast lines. Line B's TTL
     /// and loopback left out are line A's, and the one datagram limit of them all is written to
     /// the unicast output and line A (line B's is left out: it is line A's).
-    fn udp_outputs(&mut self) -> Result<Option<Udp>> {
-        let mut destinations = Vec::new();
-        let mut max_datagram = 1472;
+    fn check_udp(&mut self) -> Result<()> {
+        let mut max_datagram = DEFAULT_MAX_DATAGRAM;
         if let Some(u) = &self.udp {
-            for (i, d) in u.destinations.iter().enumerate() {
-                let name = format!("udp.destinations[{i}]");
-                let addr = socket_addr(&name, d)?;
+            for (i, addr) in u.destinations.iter().enumerate() {
                 if addr.ip().is_multicast() {
-                    bail!("{name}: {addr} is a multicast address; put it in [multicast] group instead");
+                    bail!("udp.destinations[{i}]: {addr} is a multicast address; put it in [multicast] group instead");
                 }
-                destinations.push(addr);
             }
             max_datagram = u.max_datagram.unwrap_or(max_datagram);
         }
-        let multicast = self
-            .multicast
-            .as_mut()
-            .map(|m| multicast_line("multicast", m, (1, true), &mut max_datagram))
-            .transpose()?;
-        let line_a = multicast.map_or((1, true), |a| (a.ttl, a.loopback));
-        let multicast_b = self
-            .multicast_b
-            .as_mut()
-            .map(|b| multicast_line("multicast_b", b, line_a, &mut max_datagram))
-            .transpose()?;
-        match (&multicast, &multicast_b) {
+        let mut line_a = (1, true);
+        for (name, line) in [("multicast", &mut self.multicast), ("multicast_b", &mut self.multicast_b)] {
+            let Some(m) = line else { continue };
+            if !m.group.ip().is_multicast() {
+                bail!("{name}.group: {} is not a multicast address (224.0.0.0/4, e.g. 239.255.0.1)", m.group.ip());
+            }
+            if !matches!(m.group.ip(), IpAddr::V4(_)) {
+                bail!("{name}.group: only IPv4 groups are supported");
+            }
+            max_datagram = m.max_datagram.unwrap_or(max_datagram);
+            let ttl = *m.ttl.get_or_insert(line_a.0);
+            if ttl > 255 {
+                bail!("{name}.ttl: {ttl} is out of range: give a whole number from 0 to 255");
+            }
+            line_a = (ttl, *m.loopback.get_or_insert(line_a.1));
+        }
+        match (&self.multicast, &self.multicast_b) {
             (None, Some(_)) => bail!("multicast_b: line B needs line A: configure [multicast] too"),
             (Some(a), Some(b)) if a.group == b.group => {
                 bail!("multicast_b.group: {} is line A's group too; give line B its own group", b.group)
@@ -1102,8 +986,11 @@ impl FileConfig {
             _ => {}
         }
         // Room for the relay header and the smallest frame.
-        count_within("max_datagram", max_datagram as u64, 64, mdrelay_proto::relay::MAX_DATAGRAM as u64)?;
-        if destinations.is_empty() {
+        let most = mdrelay_proto::relay::MAX_DATAGRAM;
+        if !(64..=most).contains(&max_datagram) {
+            bail!("max_datagram: {max_datagram} is out of range: give a whole number from 64 to {most}");
+        }
+        if self.udp.as_ref().is_some_and(|u| u.destinations.is_empty()) {
             self.udp = None;
         }
         for output in
@@ -1116,14 +1003,13 @@ impl FileConfig {
         if let Some(b) = &mut self.multicast_b {
             b.max_datagram = None;
         }
-        Ok((!destinations.is_empty() || multicast.is_some()).then_some(Udp {
-            destinations,
-            multicast,
-            multicast_b,
-            max_datagram,
-        }))
+        Ok(())
     }
 }
+
+/// The largest datagram built when no UDP output sets one: an Ethernet frame's payload less the
+/// IP and UDP headers.
+const DEFAULT_MAX_DATAGRAM: usize = 1472;
 
 impl SourceSection {
     /// The source given, checked: one kind at most, a synthetic day when none (written in as
@@ -1147,112 +1033,61 @@ impl SourceSection {
             };
         }
         if let Some(live) = &self.live {
-            return live.check().map(Source::Live);
+            live.check()?;
+            return Ok(Source::Live(*live));
         }
-        let syn = self.synthetic.get_or_insert_default();
-        let config = mdrelay_proto::synth::SynthConfig {
-            messages: count_within("source.synthetic.messages", syn.messages, 0, MAX_SYNTHETIC_MESSAGES)?,
-            symbols: syn.symbols,
-            seed: syn.seed,
-            ..mdrelay_proto::synth::SynthConfig::default()
-        };
+        let day = self.synthetic.get_or_insert_default().day();
         // The generator checks its own limits (symbols, the fewest messages a day needs).
-        mdrelay_proto::synth::SyntheticDay::new(config).context("source.synthetic")?;
-        Ok(Source::Synthetic(config))
+        mdrelay_proto::synth::SyntheticDay::new(day).context("source.synthetic")?;
+        Ok(Source::Synthetic(day))
     }
 }
 
-impl LiveSection {
-    /// The live feed, checked.
-    fn check(&self) -> Result<Live> {
-        let listen = socket_addr("source.live.listen", &self.listen)?;
-        let group = self.group.as_deref().map(|g| ipv4("source.live.group", g)).transpose()?;
-        if let Some(g) = group
+impl Live {
+    /// A group that is one, and no group given as the address to listen on.
+    fn check(&self) -> Result<()> {
+        if let Some(g) = self.group
             && !g.is_multicast()
         {
             bail!("source.live.group: {g} is not a multicast address (224.0.0.0/4); for unicast leave group out");
         }
-        if group.is_none() && listen.ip().is_multicast() {
+        if self.group.is_none() && self.listen.ip().is_multicast() {
             bail!(
-                "source.live.listen: {listen} is a multicast address; put the group in source.live.group and listen on 0.0.0.0:PORT"
+                "source.live.listen: {} is a multicast address; put the group in source.live.group and listen on 0.0.0.0:PORT",
+                self.listen
             );
         }
-        let interface = ipv4("source.live.interface", &self.interface)?;
-        let idle_timeout = within("source.live.idle_timeout", self.idle_timeout, 0.0, 86_400.0, "seconds (0: never)")?;
-        Ok(Live { listen, group, interface, idle_timeout })
+        Ok(())
     }
 }
 
-impl PacingSection {
-    /// Pacing, checked; the idle strategy and duty cycle left out are `profile`'s.
-    fn check(&mut self, profile: Profile) -> Result<Pacing> {
-        let idle = *self.idle.get_or_insert(mdrelay_proto::idle::pacing_idle(profile));
-        let duty_cycle = *self.duty_cycle.get_or_insert(mdrelay_proto::idle::duty_cycle(profile).as_secs_f64());
-        Ok(Pacing {
-            mode: self.mode,
-            speed: within("pacing.speed", self.speed, 0.001, 1e6, "(times the capture's pace)")?,
-            rate: within("pacing.rate", self.rate, 1.0, 1e9, "messages per second")?,
-            loops: count_within("pacing.loops", self.loops, 0, MAX_LOOPS)?,
-            max_messages: count_within("pacing.max_messages", self.max_messages, 0, MAX_MESSAGE_LIMIT)?,
-            duration: within("pacing.duration", self.duration, 0.0, YEAR, "seconds (0: no limit)")?,
-            max_gap: within("pacing.max_gap", self.max_gap, 0.001, 86_400.0, "seconds")?,
-            idle,
-            duty_cycle: within("pacing.duty_cycle", duty_cycle, 0.0, MAX_DUTY_CYCLE, "seconds")?,
-        })
+impl Pacing {
+    /// The fractional settings within their bounds; the idle strategy and duty cycle left out
+    /// are written in as `profile`'s.
+    fn check(&mut self, profile: Profile) -> Result<()> {
+        within("pacing.speed", self.speed, 0.001, 1e6, "(times the capture's pace)")?;
+        within("pacing.rate", self.rate, 1.0, 1e9, "messages per second")?;
+        self.idle = Some(self.idle(profile));
+        let duty_cycle = self.duty_cycle.unwrap_or_else(|| mdrelay_proto::idle::duty_cycle(profile).as_secs_f64());
+        self.duty_cycle = Some(within("pacing.duty_cycle", duty_cycle, 0.0, MAX_DUTY_CYCLE, "seconds")?);
+        Ok(())
     }
 }
 
-impl TcpSection {
-    /// The TCP server, checked.
-    fn check(&self) -> Result<Tcp> {
-        let listen = socket_addr("tcp.listen", &self.listen)?;
-        if listen.ip().is_multicast() {
-            bail!("tcp.listen: {listen} is a multicast address; TCP needs a unicast address");
+impl Tcp {
+    /// A unicast address, and no more subscribers awaited than may connect.
+    fn check(&self) -> Result<()> {
+        if self.listen.ip().is_multicast() {
+            bail!("tcp.listen: {} is a multicast address; TCP needs a unicast address", self.listen);
         }
-        let max_connections = count_within("tcp.max_connections", self.max_connections as u64, 1, 65_535)? as usize;
-        let wait_subscribers = self.wait_subscribers;
-        if wait_subscribers > max_connections {
+        if self.wait_subscribers > self.max_connections {
             bail!(
-                "tcp.wait_subscribers: {wait_subscribers} is more than tcp.max_connections ({max_connections}) allows"
+                "tcp.wait_subscribers: {} is more than tcp.max_connections ({}) allows",
+                self.wait_subscribers,
+                self.max_connections
             );
         }
-        Ok(Tcp {
-            listen,
-            queue: count_within("tcp.queue", self.queue as u64, 16, 1 << 22)? as usize,
-            slow: self.slow_subscriber,
-            wait_subscribers,
-            max_connections,
-            handshake_timeout: seconds("tcp.handshake_timeout", self.handshake_timeout, 0.01, 300.0)?,
-            drain_timeout: seconds("tcp.drain_timeout", self.drain_timeout, 0.0, 3_600.0)?,
-            replay_bytes: count_within("tcp.replay_bytes", self.replay_bytes, 64 << 10, 1 << 30)? as usize,
-            replay_timeout: seconds("tcp.replay_timeout", self.replay_timeout, 0.01, 3_600.0)?,
-        })
-    }
-}
-
-impl RetransmitSection {
-    /// The ring and the retransmission service, checked.
-    fn check(&self) -> Result<Retransmit> {
-        let ring_bytes = count_within("retransmit.ring_bytes", self.ring_bytes, 0, MAX_RING_BYTES)?;
-        let listen = self.listen.as_deref().map(|l| socket_addr("retransmit.listen", l)).transpose()?;
-        if listen.is_some() && ring_bytes == 0 {
-            bail!("retransmit.listen: the service needs the ring; give retransmit.ring_bytes above 0");
-        }
-        Ok(Retransmit {
-            ring_bytes: ring_bytes as usize,
-            listen,
-            max_range: count_within("retransmit.max_range", self.max_range, 1, u64::from(u16::MAX))?,
-            requests_per_second: count_within(
-                "retransmit.requests_per_second",
-                self.requests_per_second,
-                1,
-                1_000_000,
-            )?,
-            max_connections: count_within("retransmit.max_connections", self.max_connections as u64, 1, 65_535)?
-                as usize,
-            idle_timeout: seconds("retransmit.idle_timeout", self.idle_timeout, 1.0, 3_600.0)?,
-            linger: seconds("retransmit.linger", self.linger, 0.0, 3_600.0)?,
-        })
+        Ok(())
     }
 }
 
@@ -1333,7 +1168,7 @@ fn nats_upstream_source(u: &mut UpstreamSection) -> Result<NatsUpstream> {
             600.0,
             "seconds",
         )?),
-        give_up_after: seconds("source.upstream.give_up_after", u.give_up_after, 0.0, 86_400.0)?,
+        give_up_after: u.give_up_after,
         crc: u.crc,
         auth: nats_auth(
             "source.upstream",
@@ -1398,36 +1233,10 @@ fn upstream_source(u: &mut UpstreamSection) -> Result<Upstream> {
             300.0,
         )?,
         reconnect_max: seconds("source.upstream.reconnect_max", *u.reconnect_max.get_or_insert(2.0), 0.01, 60.0)?,
-        give_up_after: seconds("source.upstream.give_up_after", u.give_up_after, 0.0, 86_400.0)?,
+        give_up_after: u.give_up_after,
         idle_timeout: (idle > 0.0).then(|| Duration::from_secs_f64(idle)),
         crc: u.crc,
     })
-}
-
-/// Default bound of the retransmission ring.
-pub const DEFAULT_RING_BYTES: u64 = 64 << 20;
-/// Largest ring that may be configured.
-const MAX_RING_BYTES: u64 = 64 << 30;
-
-/// A `[multicast]`-shaped section `name`, checked; its `max_datagram` (if given) becomes the
-/// datagram limit, and its TTL and loopback left out are `defaults`.
-fn multicast_line(
-    name: &str,
-    m: &mut MulticastSection,
-    defaults: (u32, bool),
-    max_datagram: &mut usize,
-) -> Result<Multicast> {
-    let group = socket_addr(&format!("{name}.group"), &m.group)?;
-    if !group.ip().is_multicast() {
-        bail!("{name}.group: {} is not a multicast address (224.0.0.0/4, e.g. 239.255.0.1)", group.ip());
-    }
-    if !matches!(group.ip(), IpAddr::V4(_)) {
-        bail!("{name}.group: only IPv4 groups are supported");
-    }
-    let interface = ipv4(&format!("{name}.interface"), &m.interface)?;
-    *max_datagram = m.max_datagram.unwrap_or(*max_datagram);
-    let ttl = count_within(&format!("{name}.ttl"), *m.ttl.get_or_insert(defaults.0), 0, 255)?;
-    Ok(Multicast { group, interface, ttl, loopback: *m.loopback.get_or_insert(defaults.1) })
 }
 
 impl Config {
@@ -1456,17 +1265,22 @@ mod tests {
     /// A transport for the configurations of the tests.
     const TCP: &str = "[tcp]\nlisten = \"127.0.0.1:0\"\n";
 
+    /// The configuration of the file `text`, read and checked as the program does.
+    fn checked(text: &str) -> Result<Config> {
+        use mdrelay_telemetry::settings::{Layered, field_names};
+        let keys = field_names::<Settings>();
+        Layered::from_text(Path::new("pub.toml"), text, &[])?.extract::<Settings>(keys)?.check()
+    }
+
     /// The error of checking `[source.upstream]` given as `upstream` (TOML lines).
     fn upstream_error(upstream: &str) -> String {
-        let file: FileConfig = toml::from_str(&format!("{TCP}[source.upstream]\n{upstream}\n")).unwrap();
-        format!("{:#}", file.check().unwrap_err())
+        format!("{:#}", checked(&format!("{TCP}[source.upstream]\n{upstream}\n")).unwrap_err())
     }
 
     #[test]
     fn the_nats_queues_bytes_and_id_key_are_checked_and_named() {
         let nats = |keys: &str| -> Result<Nats> {
-            let file: FileConfig = toml::from_str(&format!("[nats]\n{keys}\n")).unwrap();
-            Ok(file.check()?.nats.expect("a NATS output"))
+            Ok(checked(&format!("[nats]\n{keys}\n"))?.settings.nats.expect("a NATS output"))
         };
         let defaults = nats("").unwrap();
         assert_eq!((defaults.queue_bytes, defaults.id_key.is_none()), (NATS_QUEUE_BYTES, true));
@@ -1495,18 +1309,16 @@ mod tests {
     }
 
     /// The `[nats]` section a configuration with the `[nats]` keys `keys` writes out.
-    fn read_back_nats(keys: &str) -> NatsSection {
-        let file: FileConfig = toml::from_str(&format!("[nats]\n{keys}\n")).unwrap();
-        file.check().unwrap().settings.nats.unwrap()
+    fn read_back_nats(keys: &str) -> Nats {
+        checked(&format!("[nats]\n{keys}\n")).unwrap().settings.nats.unwrap()
     }
 
     #[test]
     fn a_nats_upstream_is_checked_and_its_mistakes_are_named() {
-        let file: FileConfig = toml::from_str(&format!(
+        let config = checked(&format!(
             "{TCP}[source.upstream]\nnats = [\"nats://10.0.0.1:4222\"]\nsubject = \"md.1\"\nstream = \"MD\"\n"
-        ))
-        .unwrap();
-        let Source::NatsUpstream(u) = file.check().unwrap().source else { panic!("not a NATS upstream") };
+        ));
+        let Source::NatsUpstream(u) = config.unwrap().source else { panic!("not a NATS upstream") };
         assert_eq!((u.subject.as_str(), u.stream.as_deref(), u.from_start), ("md.1", Some("MD"), false));
         assert_eq!(u.repair_wait, Duration::from_secs(2), "a stream to repair from: frames wait for it");
         let nats = "nats = [\"nats://h:4222\"]\nsubject = \"md.1\"";
@@ -1531,11 +1343,10 @@ mod tests {
         assert!(e.contains("source.upstream.creds_file: give one kind of credentials"), "{e}");
         let e = upstream_error("connect = \"h:9100\"\ntls_ca_file = \"/ca.pem\"");
         assert!(e.contains("source.upstream.tls_ca_file") && e.contains("TCP"), "{e}");
-        let file: FileConfig = toml::from_str(&format!(
+        let config = checked(&format!(
             "{TCP}[source.upstream]\n{nats}\nuser = \"feed\"\npassword_file = \"/p\"\ntls_ca_file = \"/ca.pem\"\n"
-        ))
-        .unwrap();
-        let Source::NatsUpstream(u) = file.check().unwrap().source else { panic!("not a NATS upstream") };
+        ));
+        let Source::NatsUpstream(u) = config.unwrap().source else { panic!("not a NATS upstream") };
         assert_eq!(u.auth, NatsAuth::UserPassword("feed".into(), "/p".into()));
         assert_eq!(u.tls_ca_file.as_deref(), Some(Path::new("/ca.pem")));
     }
@@ -1553,10 +1364,9 @@ mod tests {
             "[tcp]\n[source.upstream]\nconnect = \" 10.0.0.1:9100 \"\n",
             "[tcp]\n[source.upstream]\nnats = [\"nats://h:4222\"]\nsubject = \"md.1\"\nstream = \"MD\"\n",
         ] {
-            let file: FileConfig = toml::from_str(text).unwrap();
-            let resolved = file.check().unwrap_or_else(|e| panic!("{text}: {e:#}")).to_table();
-            let again: FileConfig = toml::from_str(&toml::to_string(&resolved).unwrap()).unwrap();
-            assert_eq!(again.check().unwrap().to_table(), resolved, "{text}");
+            let resolved = checked(text).unwrap_or_else(|e| panic!("{text}: {e:#}")).to_table();
+            let again = checked(&toml::to_string(&resolved).unwrap()).unwrap();
+            assert_eq!(again.to_table(), resolved, "{text}");
         }
     }
 

@@ -111,19 +111,20 @@ impl Outputs {
         // Records go to the fanout in runs: one queue slot and one wake-up check per run instead
         // of per frame-sized record (runs end at every flush, so paced frames are not held).
         let tcp = fanout.map(|f| {
-            let coalescer = Coalescer::new(Envelope::Record, budget(config.coalesce_bytes, Envelope::Record));
+            let coalescer = Coalescer::new(Envelope::Record, budget(config.batching.coalesce_bytes, Envelope::Record));
             (coalescer.with_runs(RUN_RECORDS), f)
         });
         let udp = udp.map(|u| {
             let envelope = Envelope::Datagram { session, protection: protector.protection() };
-            let limit = config.udp.as_ref().map_or(0, |u| u.max_datagram);
-            let budget = if config.coalesce_bytes == 0 { 0 } else { config.coalesce_bytes.min(limit) };
+            let coalesce_bytes = config.batching.coalesce_bytes;
+            let budget = if coalesce_bytes == 0 { 0 } else { coalesce_bytes.min(config.max_datagram()) };
             (Coalescer::new(envelope, budget), u)
         });
         let nats = nats.map(|n| {
             let envelope = Envelope::Datagram { session, protection: protector.protection() };
             let limit = config.nats.as_ref().map_or(0, |n| n.max_message);
-            let budget = if config.coalesce_bytes == 0 { 0 } else { config.coalesce_bytes.min(limit) };
+            let coalesce_bytes = config.batching.coalesce_bytes;
+            let budget = if coalesce_bytes == 0 { 0 } else { coalesce_bytes.min(limit) };
             (Coalescer::new(envelope, budget), n)
         });
         Outputs { tcp, udp, nats, ring, protector, session }
@@ -244,13 +245,13 @@ pub fn run(
     let mut scratch = MessageScratch::new();
     let mut frame = Vec::with_capacity(1 << 20);
     let mut sealed = Vec::with_capacity(1 << 20);
-    let mut pacer = Pacer::new(config.pacing);
+    let mut pacer = Pacer::new(config.pacing, config.profile);
     let mut summary = EngineSummary::default();
     let mut by_type = TypeCounts::new();
     let mut sequence = 1u64;
     let stop = &*controls.stop;
     let started = Instant::now();
-    let deadline = (config.pacing.duration > 0.0).then(|| started + Duration::from_secs_f64(config.pacing.duration));
+    let deadline = (!config.pacing.duration.is_zero()).then(|| started + config.pacing.duration);
     // At top speed the clock is read for the deadline every DEADLINE_EVERY segments (a read per
     // segment cost a few per cent; the run ends at most microseconds late); paced, every segment,
     // since 64 segments may be minutes of a capture.

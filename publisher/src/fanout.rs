@@ -372,14 +372,14 @@ impl Fanout {
             end: OnceLock::new(),
             summaries: Summaries::default(),
             counters: ServerCounters::default(),
-            policy: tcp.slow,
+            policy: tcp.slow_subscriber,
             guard,
             replays: ReplayShare::new(tcp.replay_bytes),
         });
         let fanout = Fanout {
             shared: shared.clone(),
             sender: Some(sender),
-            policy: tcp.slow,
+            policy: tcp.slow_subscriber,
             capacity: tcp.queue,
             room: 0,
             full_since: None,

@@ -258,13 +258,11 @@ pub fn transports(config: &crate::config::Config) -> Vec<&'static str> {
     if config.tcp.is_some() {
         names.push("tcp");
     }
-    if let Some(udp) = &config.udp {
-        if !udp.destinations.is_empty() {
-            names.push("udp");
-        }
-        if udp.multicast.is_some() || udp.multicast_b.is_some() {
-            names.push("multicast");
-        }
+    if config.udp.is_some() {
+        names.push("udp");
+    }
+    if config.multicast.is_some() {
+        names.push("multicast");
     }
     if config.nats.is_some() {
         names.push("nats");

@@ -200,7 +200,7 @@ impl NatsOut {
             ensure_stream(&js, settings).await?;
             true
         } else {
-            tracing::warn!(servers = ?settings.servers, "NATS server not reachable yet; publishing when it is");
+            tracing::warn!(servers = ?settings.servers(), "NATS server not reachable yet; publishing when it is");
             false
         };
         let (tx, rx) = mpsc::channel(settings.queue);
@@ -228,7 +228,7 @@ impl NatsOut {
             // must be there by then (it found a generic "task stopped" before, now and then).
             drop(rx);
         });
-        tracing::info!(servers = ?settings.servers, subject = %settings.subject, stream = %settings.stream, "publishing to NATS");
+        tracing::info!(servers = ?settings.servers(), subject = %settings.subject(), stream = %settings.stream(), "publishing to NATS");
         let out = NatsOut {
             tx: Some(tx),
             end: Some(end_tx),
@@ -410,7 +410,7 @@ async fn connect(
         Ok::<_, anyhow::Error>(options)
     };
     let servers: Vec<async_nats::ServerAddr> = settings
-        .servers
+        .servers()
         .iter()
         .enumerate()
         .map(|(i, url)| {
@@ -438,8 +438,8 @@ async fn connect(
 /// The stream configuration the settings ask for.
 fn wanted_stream(settings: &Nats) -> stream::Config {
     stream::Config {
-        name: settings.stream.clone(),
-        subjects: vec![settings.subject.clone()],
+        name: settings.stream().to_string(),
+        subjects: vec![settings.subject().to_string()],
         storage: match settings.storage {
             NatsStorage::File => stream::StorageType::File,
             NatsStorage::Memory => stream::StorageType::Memory,
@@ -498,16 +498,16 @@ fn cluster_not_ready(e: &jetstream::context::CreateStreamError) -> bool {
 /// setting and both values.
 async fn ensure_stream(js: &jetstream::Context, settings: &Nats) -> Result<()> {
     let wanted = wanted_stream(settings);
-    match js.get_stream(&settings.stream).await {
+    match js.get_stream(&settings.stream()).await {
         Ok(mut existing) => {
-            let info = existing.info().await.with_context(|| format!("nats.stream: reading {}", settings.stream))?;
+            let info = existing.info().await.with_context(|| format!("nats.stream: reading {}", settings.stream()))?;
             let have = &info.config;
-            if !have.subjects.iter().any(|s| subject_matches(s, &settings.subject)) {
+            if !have.subjects.iter().any(|s| subject_matches(s, settings.subject())) {
                 return Err(anyhow!(
                     "nats.subject: stream {} stores {:?}, not {}; give a subject it stores, or another nats.stream",
-                    settings.stream,
+                    settings.stream(),
                     have.subjects,
-                    settings.subject
+                    settings.subject()
                 ))
                 .exit_status(ExitStatus::Config);
             }
@@ -523,23 +523,23 @@ async fn ensure_stream(js: &jetstream::Context, settings: &Nats) -> Result<()> {
             if let Some((setting, theirs, ours)) = mismatch {
                 return Err(anyhow!(
                     "{setting}: stream {} exists with {theirs}, the configuration says {ours}; change the setting or the stream",
-                    settings.stream
+                    settings.stream()
                 ))
                 .exit_status(ExitStatus::Config);
             }
-            tracing::info!(stream = %settings.stream, messages = info.state.messages, "JetStream stream found");
+            tracing::info!(stream = %settings.stream(), messages = info.state.messages, "JetStream stream found");
             Ok(())
         }
         Err(e) => {
             let missing = matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(ref j)
                 if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND);
             if !missing {
-                return Err(anyhow!("nats.stream: cannot look up {}: {e}", settings.stream));
+                return Err(anyhow!("nats.stream: cannot look up {}: {e}", settings.stream()));
             }
             if !settings.create_stream {
                 return Err(anyhow!(
                     "nats.stream: stream {} does not exist and nats.create_stream is false; create it, or let the publisher",
-                    settings.stream
+                    settings.stream()
                 ))
                 .exit_status(ExitStatus::Config);
             }
@@ -551,17 +551,17 @@ async fn ensure_stream(js: &jetstream::Context, settings: &Nats) -> Result<()> {
                 match js.create_stream(wanted.clone()).await {
                     Ok(_) => break,
                     Err(e) if cluster_not_ready(&e) && started.elapsed() < CREATE_STREAM_PATIENCE => {
-                        tracing::warn!(stream = %settings.stream, "JetStream not ready to create the stream ({e}); asking again");
+                        tracing::warn!(stream = %settings.stream(), "JetStream not ready to create the stream ({e}); asking again");
                         tokio::time::sleep(wait).await;
                         wait = (wait * 2).min(std::time::Duration::from_secs(2));
                     }
                     Err(e) => {
-                        return Err(anyhow!("nats.stream: cannot create {}: {e}", settings.stream))
+                        return Err(anyhow!("nats.stream: cannot create {}: {e}", settings.stream()))
                             .exit_status(ExitStatus::Config);
                     }
                 }
             }
-            tracing::info!(stream = %settings.stream, subject = %settings.subject, "JetStream stream created");
+            tracing::info!(stream = %settings.stream(), subject = %settings.subject(), "JetStream stream created");
             Ok(())
         }
     }
@@ -687,7 +687,7 @@ impl Publisher {
                     Looked::Created => {
                         self.counters.stream_recreations.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(
-                            stream = %self.settings.stream,
+                            stream = %self.settings.stream(),
                             "the stream was deleted while the publisher ran, and is created again: the messages it held are gone, and late joiners and repairs find only what is published from now on"
                         );
                     }
@@ -766,7 +766,7 @@ impl Publisher {
                 if mdrelay_proto::warn::allow("nats duplicate unchecked") {
                     tracing::warn!(
                         error = %reason,
-                        stream = %self.settings.stream,
+                        stream = %self.settings.stream(),
                         "a duplicate acknowledgement could not be checked, and is taken for this message's own copy; the publisher's NATS user needs $JS.API.STREAM.MSG.GET.<stream> to tell it from a message that took its id"
                     );
                 }
@@ -780,7 +780,7 @@ impl Publisher {
                 if mdrelay_proto::warn::allow("nats id taken") {
                     tracing::warn!(
                         id,
-                        stream = %self.settings.stream,
+                        stream = %self.settings.stream(),
                         "another message holds its id in the stream, so this one was not stored: someone who may publish on the subject holds nats.id_key_file, or relays sharing it publish different bytes; publishing it again under a new id"
                     );
                 }
@@ -817,7 +817,7 @@ impl Publisher {
         let js = self.js.clone();
         let settings = self.settings.clone();
         async move {
-            let stream = &settings.stream;
+            let stream = &settings.stream();
             let missing = match tokio::time::timeout(LOOKUP, js.get_stream(stream)).await {
                 Ok(Err(e)) => matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(ref j)
                     if j.error_code() == ErrorCode::STREAM_NOT_FOUND),
@@ -830,7 +830,7 @@ impl Publisher {
             if !settings.create_stream {
                 return Looked::Gone(anyhow!(
                     "nats.stream: stream {stream} no longer exists (deleted while the publisher ran), and nats.create_stream is false: nothing stores the subject {}; create the stream again, or let the publisher (nats.create_stream = true)",
-                    settings.subject
+                    settings.subject()
                 ));
             }
             match ensure_stream(&js, &settings).await {
@@ -844,7 +844,7 @@ impl Publisher {
     /// The error a refusal ends the run with: the stream, JetStream's reason, and the stream's
     /// limits and contents as it answers now.
     async fn refusal(&self, reason: &str) -> anyhow::Error {
-        let stream = &self.settings.stream;
+        let stream = &self.settings.stream();
         let limits = async {
             let mut found = self.js.get_stream(stream).await.ok()?;
             let info = found.info().await.ok()?;
@@ -878,7 +878,8 @@ impl Publisher {
         let mut connections = self.connections.clone();
         let sent_on = *connections.borrow_and_update();
         let headers = headers(&self.ids, &flight);
-        let sent = self.js.publish_with_headers(self.settings.subject.clone(), headers, flight.message.clone()).await;
+        let sent =
+            self.js.publish_with_headers(self.settings.subject().to_string(), headers, flight.message.clone()).await;
         async move {
             let outcome = match sent {
                 Ok(ack) => await_ack(ack, connections, sent_on).await,
@@ -895,7 +896,7 @@ impl Publisher {
     fn publish(&self, flight: Flight, delay: Duration) -> BoxFuture<'static, Done> {
         self.counters.pending_acks.fetch_add(1, Ordering::Relaxed);
         let js = self.js.clone();
-        let subject = self.settings.subject.clone();
+        let subject = self.settings.subject().to_string();
         let mut connections = self.connections.clone();
         let headers = headers(&self.ids, &flight);
         async move {
@@ -918,8 +919,8 @@ impl Publisher {
     fn read_back(&self, flight: Flight, sequence: u64) -> BoxFuture<'static, Done> {
         self.counters.pending_acks.fetch_add(1, Ordering::Relaxed);
         let js = self.js.clone();
-        let stream = self.settings.stream.clone();
-        let subject = self.settings.subject.clone();
+        let stream = self.settings.stream().to_string();
+        let subject = self.settings.subject().to_string();
         async move {
             let read = async {
                 let stream = js.get_stream_no_info(&stream).await.map_err(|e| e.to_string())?;

@@ -20,6 +20,7 @@ use crate::config::{Pacing, PacingMode};
 use mdrelay_proto::backoff::duration_ns;
 use mdrelay_proto::clock::{FastWallClock, wall_clock_ns};
 use mdrelay_proto::idle::Idler;
+use mdrelay_proto::idle::Profile;
 use mdrelay_proto::relay::server::{PaceMode, PaceSchedule};
 use std::time::{Duration, Instant};
 
@@ -46,22 +47,22 @@ pub struct Pacer {
 pub fn pace_mode(pacing: &Pacing) -> PaceMode {
     match pacing.mode {
         PacingMode::TopSpeed => PaceMode::TopSpeed,
-        PacingMode::Original => PaceMode::Original { speed: pacing.speed, max_gap_s: pacing.max_gap },
+        PacingMode::Original => PaceMode::Original { speed: pacing.speed, max_gap_s: pacing.max_gap.as_secs_f64() },
         PacingMode::Rate => PaceMode::Rate { per_second: pacing.rate },
     }
 }
 
 impl Pacer {
-    /// A pacer for `pacing`.
-    pub fn new(pacing: Pacing) -> Pacer {
+    /// A pacer for `pacing`, whose idle strategy and duty cycle left out are `profile`'s.
+    pub fn new(pacing: Pacing, profile: Profile) -> Pacer {
         Pacer {
             schedule: PaceSchedule::new(pace_mode(&pacing)),
             epoch: Instant::now(),
-            idler: Idler::new(pacing.idle),
+            idler: Idler::new(pacing.idle(profile)),
             fast_clock: FastWallClock::new(),
             worst_lag: Duration::ZERO,
             worst_lead: Duration::ZERO,
-            duty_cycle: Duration::from_secs_f64(pacing.duty_cycle),
+            duty_cycle: pacing.duty_cycle(profile),
         }
     }
 
@@ -160,10 +161,10 @@ mod tests {
             rate: 1000.0,
             loops: 1,
             max_messages: 0,
-            duration: 0.0,
-            max_gap: 1.0,
-            idle: Default::default(),
-            duty_cycle: 0.0,
+            max_gap: Duration::from_secs(1),
+            idle: Some(Default::default()),
+            duty_cycle: Some(0.0),
+            ..Pacing::default()
         }
     }
 
@@ -177,7 +178,10 @@ mod tests {
     #[test]
     fn a_duty_cycle_sends_what_is_due_within_it_early_stamped_when_it_went_out() {
         // 200 segments at 100,000/s: 2 ms of schedule, 10 µs apart, in duty cycles of 500 µs.
-        let mut p = Pacer::new(Pacing { rate: 100_000.0, duty_cycle: 0.000_5, ..pacing(PacingMode::Rate) });
+        let mut p = Pacer::new(
+            Pacing { rate: 100_000.0, duty_cycle: Some(0.000_5), ..pacing(PacingMode::Rate) },
+            Profile::default(),
+        );
         let window = p.window();
         assert!(window >= Duration::from_micros(500), "{window:?}");
         let start = Instant::now();
@@ -208,7 +212,10 @@ mod tests {
     fn without_a_duty_cycle_each_segment_goes_at_its_time() {
         use mdrelay_proto::idle::IdleStrategy;
         for idle in [IdleStrategy::Spin, IdleStrategy::Backoff] {
-            let mut p = Pacer::new(Pacing { rate: 100_000.0, idle, ..pacing(PacingMode::Rate) });
+            let mut p = Pacer::new(
+                Pacing { rate: 100_000.0, idle: Some(idle), ..pacing(PacingMode::Rate) },
+                Profile::default(),
+            );
             assert_eq!(p.window(), Duration::ZERO);
             let start = Instant::now();
             let first = p.wait(0, 1);
@@ -222,7 +229,7 @@ mod tests {
 
     #[test]
     fn top_speed_stamps_the_current_time_and_is_never_due() {
-        let mut p = Pacer::new(pacing(PacingMode::TopSpeed));
+        let mut p = Pacer::new(pacing(PacingMode::TopSpeed), Profile::default());
         let before = wall_clock_ns();
         let t0 = p.wait(0, 1);
         // A day of capture time later: still not due, stamped now.

@@ -2,7 +2,7 @@
 //! UDP output, runs the hot path, handles SIGHUP (reload: a changed format takes effect at the
 //! next frame) and Ctrl-C (end the stream with its totals), and prints a summary.
 
-use crate::config::{self, FileConfig, PacingMode, Reading, SlowPolicy};
+use crate::config::{self, PacingMode, Reading, Settings, SlowPolicy};
 use crate::engine::{self, Controls, EngineSummary, Outputs};
 use crate::fanout::{ConnectionCounts, Fanout, Shared, SubscriberSummary};
 use crate::retransmit::{RetransmitSummary, Service};
@@ -385,9 +385,8 @@ impl RunArgs {
             }
         }
         let origins = layers.origins().clone();
-        let keys = field_names::<FileConfig>();
-        match layers.refuse_unknown(keys).and_then(|()| layers.extract::<FileConfig>(keys)).and_then(FileConfig::check)
-        {
+        let keys = field_names::<Settings>();
+        match layers.refuse_unknown(keys).and_then(|()| layers.extract::<Settings>(keys)).and_then(Settings::check) {
             Ok(config) => Ok((config, origins)),
             Err(error) => Err(config::name_origin(error, &origins, self.config.as_deref())),
         }
@@ -470,7 +469,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     // worker, which wakes a sibling to share the work; at 10,000 frames/s those wake-ups cost
     // more CPU than the writes (docs/idle.md). More threads help only with many subscribers.
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(config.io_threads)
+        .worker_threads(config.cpu.io_threads)
         .enable_all()
         .thread_name("mdrelay-pub-io")
         .build()?;
@@ -621,17 +620,16 @@ async fn relay(
     };
     let echo_stop = Arc::new(AtomicBool::new(false));
     let mut echo_threads = Vec::new();
-    let udp = match &config.udp {
-        Some(udp) => {
-            let out = UdpOut::open(udp, session)?;
-            if let config::Source::Live(live) = &config.source {
-                crate::source::check_live_not_self(live, &out.targets()).exit_status(ExitStatus::Config)?;
-            }
-            tracing::info!(targets = ?out.targets(), "sending over UDP");
-            echo_threads = out.spawn_echo_readers(&echoes, &echo_stop)?;
-            Some(out)
+    let udp = if config.has_udp() {
+        let out = UdpOut::open(&config, session)?;
+        if let config::Source::Live(live) = &config.source {
+            crate::source::check_live_not_self(live, &out.targets()).exit_status(ExitStatus::Config)?;
         }
-        None => None,
+        tracing::info!(targets = ?out.targets(), "sending over UDP");
+        echo_threads = out.spawn_echo_readers(&echoes, &echo_stop)?;
+        Some(out)
+    } else {
+        None
     };
     tokio::spawn(signals(handlers, args, config.clone(), controls.clone()).instrument(session_span.clone()));
     let (nats_out, nats_task) = match &config.nats {
@@ -727,11 +725,11 @@ async fn relay(
 /// Puts the calling (hot) thread where the configuration says: on its core, with precise
 /// timers when it sleeps.
 fn hot_thread_setup(config: &config::Config) -> Result<()> {
-    let idle = config.pacing.idle;
+    let idle = config.pacing.idle(config.profile);
     if !idle.busy() {
         crate::cpu::precise_timers();
     }
-    match config.hot_core {
+    match config.cpu.hot_core {
         Some(core) => {
             mdrelay_telemetry::cpu::pin_current_thread(core)
                 .with_context(|| format!("cpu.hot_core: cannot pin the hot thread to CPU {core}"))?;

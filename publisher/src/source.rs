@@ -453,7 +453,7 @@ impl LiveSource {
             cursor: 0,
             relay_datagram: false,
             raw: RawCodec::new(Limits::default()),
-            idle_timeout: (live.idle_timeout > 0.0).then(|| Duration::from_secs_f64(live.idle_timeout)),
+            idle_timeout: (!live.idle_timeout.is_zero()).then_some(live.idle_timeout),
             stop,
             upstream_session: None,
             rejected: 0,

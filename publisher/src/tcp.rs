@@ -358,7 +358,7 @@ pub async fn greet(
 /// the fanout that start below the mark are skipped, as the replay covers them.
 fn join(server: &Server, resume: Resume) -> Outgoing {
     let subscribe = || server.shared.feed.upgrade().map(|feed| feed.subscribe());
-    let mut out = Outgoing::new(None, server.tcp.slow);
+    let mut out = Outgoing::new(None, server.tcp.slow_subscriber);
     let (Resume::From(from), Some(ring)) = (resume, &server.ring) else {
         out.records = subscribe();
         return out;
@@ -922,7 +922,7 @@ mod tests {
         Tcp {
             listen: "127.0.0.1:0".parse().unwrap(),
             queue,
-            slow,
+            slow_subscriber: slow,
             wait_subscribers: 0,
             max_connections: 8,
             handshake_timeout: Duration::from_secs(1),

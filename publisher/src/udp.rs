@@ -7,7 +7,7 @@
 //! destination for up to [`BATCH`] of them: at top speed the per-call cost of `send_to` was what
 //! bounded UDP. A kernel without `sendmmsg` gets `send_to`, after one log line.
 
-use crate::config::{Multicast, Udp};
+use crate::config::{Multicast, Settings};
 use crate::stats::Echoes;
 use anyhow::{Context, Result};
 use bytes::Bytes;
@@ -51,17 +51,17 @@ pub struct UdpOut {
 }
 
 impl UdpOut {
-    /// Opens the sending socket.
-    pub fn open(udp: &Udp, session: u64) -> Result<UdpOut> {
-        let mut targets = udp.destinations.clone();
-        let socket = match &udp.multicast {
+    /// Opens the sending sockets of the UDP outputs `settings` configures.
+    pub fn open(settings: &Settings, session: u64) -> Result<UdpOut> {
+        let mut targets = settings.udp.as_ref().map(|u| u.destinations.clone()).unwrap_or_default();
+        let socket = match &settings.multicast {
             Some(m) => {
                 targets.push(m.group);
                 sending_socket(Some((m, "multicast")))?
             }
             None => sending_socket(None)?,
         };
-        let line_b = match &udp.multicast_b {
+        let line_b = match &settings.multicast_b {
             Some(m) => Some((sending_socket(Some((m, "multicast_b")))?, m.group)),
             None => None,
         };
@@ -263,8 +263,8 @@ fn sending_socket(multicast: Option<(&Multicast, &str)>) -> Result<UdpSocket> {
             socket
                 .set_multicast_if_v4(&m.interface)
                 .with_context(|| format!("{name}.interface: cannot send on {}", m.interface))?;
-            socket.set_multicast_ttl_v4(m.ttl).with_context(|| format!("{name}.ttl"))?;
-            socket.set_multicast_loop_v4(m.loopback).with_context(|| format!("{name}.loopback"))?;
+            socket.set_multicast_ttl_v4(m.ttl()).with_context(|| format!("{name}.ttl"))?;
+            socket.set_multicast_loop_v4(m.loopback()).with_context(|| format!("{name}.loopback"))?;
             m.interface
         }
         None => Ipv4Addr::UNSPECIFIED,

@@ -215,6 +215,10 @@ impl Layered {
             alone.set(&key, value.clone(), "");
             if let Err(e) = T::deserialize(toml::Value::Table(alone.table)) {
                 let message = e.message().trim_end();
+                // Alone, a key of a section with a required key (a group, an address) lacks it.
+                if message.starts_with("missing field") {
+                    continue;
+                }
                 match crate::config_file::did_you_mean(message) {
                     Some(near) => bail!("{}: {message}\ndid you mean `{near}`?", self.name(&key)),
                     None => bail!("{}: {message}", self.name(&key)),
