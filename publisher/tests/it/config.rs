@@ -70,6 +70,14 @@ fn bad_settings_fail_at_start_naming_the_setting() {
             &["retransmit.listen", "own port"],
         ),
         ("[tcp]\n[cpu]\nio_threads = 0\n", &["cpu.io_threads", "out of range"]),
+        // Read with its section's other keys, the bad one is named, not a neighbour tried alone.
+        (
+            "[tcp]\n[source.live]\ngroup = \"239.255.21.4\"\nlisten = \"junk\"\n",
+            &["source.live.listen (", "pub.toml, line 4)", "not an address:port"],
+        ),
+        ("[tcp]\nhandshake_timeout = \"1h\"\n", &["tcp.handshake_timeout", "out of range", "0.01 to 300 seconds"]),
+        ("[tcp]\n[pacing]\nduty_cycle = \"nan\"\n", &["pacing.duty_cycle", "out of range"]),
+        ("[nats]\nmax_age = -1\n", &["nats.max_age", "out of range"]),
         ("[tcp]\n[cpu]\nio_threads = 100000\n", &["cpu.io_threads", "out of range"]),
         ("[multicast_b]\ngroup = \"239.255.1.1:9300\"\n", &["multicast_b", "line A"]),
         (
