@@ -46,6 +46,8 @@ pub mod price;
 pub mod relay;
 pub mod resegment;
 pub mod sequence;
+#[cfg(test)]
+mod shared_data;
 pub mod synth;
 pub mod warn;
 

@@ -522,7 +522,7 @@ mod tests {
     /// 1 in the same session) and nothing missing or repeated.
     #[test]
     fn deep10_has_eleven_restarts_and_nothing_else() {
-        let path = mdrelay_harness::iex_data().join("DEEP10.pcap.gz");
+        let path = crate::shared_data::iex_data().join("DEEP10.pcap.gz");
         let mut reader = crate::capture::CaptureReader::open(&path).unwrap();
         let mut t = SequenceTracker::new();
         let mut segments = 0;
@@ -534,7 +534,7 @@ mod tests {
                 segments += 1;
             }
         }
-        assert_eq!(segments, mdrelay_harness::expected("DEEP10.json")["segments"]);
+        assert_eq!(segments, crate::shared_data::expected("DEEP10.json")["segments"]);
         assert_eq!(t.counts(), SequenceCounts { restarts: 11, ..Default::default() });
     }
 

@@ -1,5 +1,6 @@
 //! The harness's integration tests in one test binary, a module per area: one link instead of
 //! one per file, and tests of different areas can run side by side.
 
+mod layers;
 mod module_cycles;
 mod nats_server;

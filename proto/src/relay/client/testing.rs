@@ -85,7 +85,7 @@ pub(crate) fn capture_frames(name: &str, format: Format, limit: usize) -> Vec<Ve
     use crate::capture::CaptureReader;
     use crate::codec::{Codec, Limits, MessageScratch, collect_segment};
     use crate::iextp::Segment;
-    let mut reader = CaptureReader::open(mdrelay_harness::iex_data().join(name)).expect("the shared capture opens");
+    let mut reader = CaptureReader::open(crate::shared_data::iex_data().join(name)).expect("the shared capture opens");
     let mut codec = Codec::new(format, Limits::default());
     let mut scratch = MessageScratch::new();
     let mut frames = Vec::new();
