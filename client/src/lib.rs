@@ -120,7 +120,7 @@ mod udp;
 pub use builder::Builder;
 pub use counters::Counters;
 pub use nats_auth::{NatsAuth, NatsSetting, NatsSettingError};
-pub use settings::{Settings, check_host_port};
+pub use settings::{Settings, check_host_port, read_key_file};
 
 /// A NATS connection's options from the same settings everywhere: the subscriber's, a
 /// publisher's `[nats]` output and its NATS upstream each connect through these.
@@ -141,7 +141,7 @@ pub use mdrelay_proto::message;
 pub use mdrelay_proto::relay::client::{
     Line, LineReport, LinesReport, ProtectionCounts, RecoveryReport, UnrecoverableCauses,
 };
-pub use mdrelay_proto::relay::{Protection, Totals, WireKey};
+pub use mdrelay_proto::relay::{KeyError, Protection, Totals, WireKey};
 pub use mdrelay_proto::{Message, Price, Symbol};
 
 /// The crate's README, what crates.io shows: its examples are compiled with the doc tests (the

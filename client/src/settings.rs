@@ -10,10 +10,10 @@ use crate::nats_auth::nats_config;
 use mdrelay_proto::Symbol;
 use mdrelay_proto::codec::SymbolFilter;
 use mdrelay_proto::idle::{IdleStrategy, Profile};
-use mdrelay_proto::relay::{Protection, WireKey};
+use mdrelay_proto::relay::{KeyError, MAX_KEY_FILE, Protection, WireKey};
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 /// Default cap of the wait between TCP connection attempts (they start at 100 ms and double).
@@ -308,6 +308,26 @@ mod rfc3339 {
     }
 }
 
+/// Reads a key file, as the `key_file` setting and the publisher's `[protection] key_file` name
+/// one: 64 hex digits, readable by its owner only. At most
+/// [`MAX_KEY_FILE`](mdrelay_proto::relay::MAX_KEY_FILE) + 1 bytes are read, whatever the file
+/// is (`/dev/zero` included); a FIFO is read as its writer writes (a start or reload waits for
+/// it, a reload within its bound).
+pub fn read_key_file(path: &Path) -> Result<WireKey, KeyError> {
+    use std::io::Read;
+    let name = path.display().to_string();
+    let read = |source| KeyError::Read { path: name.clone(), source };
+    let file = std::fs::File::open(path).map_err(read)?;
+    let metadata = file.metadata().map_err(read)?;
+    #[cfg(unix)]
+    let mode = Some(std::os::unix::fs::PermissionsExt::mode(&metadata.permissions()));
+    #[cfg(not(unix))]
+    let mode = None;
+    let mut contents = Vec::with_capacity(128);
+    file.take(MAX_KEY_FILE as u64 + 1).read_to_end(&mut contents).map_err(read)?;
+    WireKey::from_key_file(&name, mode, &contents)
+}
+
 /// Where the stream comes from, checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Transport {
@@ -443,9 +463,9 @@ impl Settings {
         let key = match (&self.key, &self.key_file) {
             (Some(_), Some(_)) => return Err(Error::config("key", "both key and key_file were given; give one")),
             (Some(key), None) => Some(key.clone()),
-            (None, Some(path)) => Some(
-                WireKey::read_file(path).map_err(|e| Error::config("key_file", format!("{}: {e}", path.display())))?,
-            ),
+            (None, Some(path)) => {
+                Some(read_key_file(path).map_err(|e| Error::config("key_file", format!("{}: {e}", path.display())))?)
+            }
             (None, None) => None,
         };
         if self.echo_every == Some(0) {
@@ -1022,5 +1042,32 @@ mod tests {
         assert_eq!(setting(interface), Some("interface"));
         let subject = from_toml("tcp = \"h:1\"\nnats_subject = \"md.x\"").unwrap();
         assert_eq!(setting(subject), Some("nats_subject"));
+    }
+}
+
+#[cfg(test)]
+mod key_file_tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_key_file_is_64_hex_digits_its_owner_alone_reads_and_no_more_of_it_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wire.key");
+        std::fs::write(&path, format!("{}\n", "ab".repeat(32))).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = read_key_file(&path).unwrap_err().to_string();
+        assert!(e.contains("chmod 600") && e.contains("wire.key"), "{e}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(read_key_file(&path).unwrap(), WireKey::new([0xab; 32]));
+        std::fs::write(&path, "not a key").unwrap();
+        let e = read_key_file(&path).unwrap_err().to_string();
+        assert!(e.contains("64 hex digits") && e.contains("openssl rand -hex 32"), "{e}");
+        let e = read_key_file(&dir.path().join("missing")).unwrap_err().to_string();
+        assert!(e.contains("missing"), "{e}");
+        // A large file is read no further than a key could be long.
+        std::fs::write(&path, vec![b'a'; 16 << 20]).unwrap();
+        let e = read_key_file(&path).unwrap_err().to_string();
+        assert!(e.contains("over 1024 bytes"), "{e}");
     }
 }

@@ -639,7 +639,7 @@ impl Nats {
         self.id_key = self
             .id_key_file
             .as_deref()
-            .map(|path| WireKey::read_file(path).map_err(|e| anyhow::anyhow!("nats.id_key_file: {e}")))
+            .map(|path| mdrelay_client::read_key_file(path).map_err(|e| anyhow::anyhow!("nats.id_key_file: {e}")))
             .transpose()?;
         Ok(())
     }
@@ -913,7 +913,12 @@ impl Settings {
                 bail!("{setting}: {addr} takes the port of {other} ({taken}); give each server its own port");
             }
         }
-        let protection = self.protection.check().map_err(anyhow::Error::msg)?;
+        let key_file = self.protection.key_file.clone();
+        let key = key_file
+            .as_deref()
+            .map(|path| mdrelay_client::read_key_file(path).map_err(|e| anyhow::anyhow!("protection.key_file: {e}")))
+            .transpose()?;
+        let protection = ProtectionSettings { crc: self.protection.crc, key, key_file };
         if matches!(source, Source::Upstream(_) | Source::NatsUpstream(_)) {
             // Subscribers refuse an encrypted session older than the one they follow (a replay);
             // that needs sessions that grow, which an origin's start time is and an upstream's

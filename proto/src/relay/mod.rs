@@ -71,7 +71,9 @@ pub use coalesce::{Coalescer, Envelope, MAX_RUN_BYTES, Sealed};
 pub use continuity::{Continuity, MAX_SEQUENCE, Verdict, Violation, ViolationKind};
 pub use msg_id::{Duplicate, MessageIds, judge_duplicate};
 pub use order::{InOrder, InOrderCounts, Offered};
-pub use protect::{ProtectError, Protection, ProtectionSection, ProtectionSettings, Protector, WireKey};
+pub use protect::{
+    KeyError, MAX_KEY_FILE, ProtectError, Protection, ProtectionSection, ProtectionSettings, Protector, WireKey,
+};
 pub use recovery::{GapList, RecoveryCounts, RecoveryPolicy};
 pub use ring::FrameRing;
 pub use session::{Admission, Greeted, SessionTracker};

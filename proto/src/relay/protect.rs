@@ -39,7 +39,6 @@ use aes_gcm::{Aes256Gcm, Tag};
 type Nonce = aes_gcm::Nonce<U12>;
 use std::borrow::Cow;
 use std::fmt;
-use std::path::Path;
 
 /// Bytes of the length before the body.
 pub const LEN_PREFIX: usize = 4;
@@ -121,6 +120,9 @@ impl fmt::Debug for WireKey {
     }
 }
 
+/// The most bytes a key file may hold: the key's 64 hex digits and room for white space.
+pub const MAX_KEY_FILE: usize = 1024;
+
 /// Why a key file cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
@@ -177,26 +179,24 @@ impl WireKey {
         Ok(WireKey(key))
     }
 
-    /// Reads a key file: 64 hex digits, readable by its owner only (as ssh insists of private
-    /// keys: a key others can read protects nothing).
-    pub fn read_file(path: &Path) -> Result<WireKey, KeyError> {
-        let name = path.display().to_string();
-        let metadata = std::fs::metadata(path).map_err(|source| KeyError::Read { path: name.clone(), source })?;
-        #[cfg(unix)]
+    /// The key a key file holds, from what the caller read of it: its permission bits (`None`
+    /// where the system has none) and its first bytes (at most [`MAX_KEY_FILE`] + 1 are
+    /// needed to tell a key from something larger). A key file is 64 hex digits, readable by its
+    /// owner only (as ssh insists of private keys: a key others can read protects nothing).
+    /// Reading the file is the caller's: this crate does no I/O.
+    pub fn from_key_file(path: &str, mode: Option<u32>, contents: &[u8]) -> Result<WireKey, KeyError> {
+        let path = path.to_string();
+        if let Some(mode) = mode.map(|mode| mode & 0o777)
+            && mode & 0o077 != 0
         {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = metadata.permissions().mode() & 0o777;
-            if mode & 0o077 != 0 {
-                return Err(KeyError::Exposed { path: name, mode });
-            }
+            return Err(KeyError::Exposed { path, mode });
         }
-        if metadata.len() > 1024 {
-            return Err(KeyError::Malformed { path: name, what: format!("{} bytes is no key", metadata.len()) });
+        if contents.len() > MAX_KEY_FILE {
+            return Err(KeyError::Malformed { path, what: format!("over {MAX_KEY_FILE} bytes is no key") });
         }
-        let text = std::fs::read(path).map_err(|source| KeyError::Read { path: name.clone(), source })?;
-        let text = String::from_utf8(text)
-            .map_err(|_| KeyError::Malformed { path: name.clone(), what: "not text".to_string() })?;
-        WireKey::parse_hex(&text).map_err(|what| KeyError::Malformed { path: name, what })
+        let text = std::str::from_utf8(contents)
+            .map_err(|_| KeyError::Malformed { path: path.clone(), what: "not text".to_string() })?;
+        WireKey::parse_hex(text).map_err(|what| KeyError::Malformed { path, what })
     }
 }
 
@@ -228,17 +228,6 @@ impl From<&ProtectionSettings> for ProtectionSection {
     /// The section that gives these settings (the key by its file, never the key itself).
     fn from(settings: &ProtectionSettings) -> ProtectionSection {
         ProtectionSection { crc: settings.crc, key_file: settings.key_file.clone() }
-    }
-}
-
-impl ProtectionSection {
-    /// Reads the key file, if one is named; the error names `protection.key_file`.
-    pub fn check(&self) -> Result<ProtectionSettings, String> {
-        let key = match &self.key_file {
-            Some(path) => Some(WireKey::read_file(path).map_err(|e| format!("protection.key_file: {e}"))?),
-            None => None,
-        };
-        Ok(ProtectionSettings { crc: self.crc, key, key_file: self.key_file.clone() })
     }
 }
 
@@ -585,19 +574,19 @@ mod tests {
 
     #[test]
     fn key_files_must_be_64_hex_digits_readable_by_their_owner_only() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("wire.key");
-        std::fs::write(&path, format!("{}\n", "ab".repeat(32))).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let e = WireKey::read_file(&path).unwrap_err().to_string();
+        let key = format!("{}\n", "ab".repeat(32));
+        let e = WireKey::from_key_file("wire.key", Some(0o100644), key.as_bytes()).unwrap_err().to_string();
         assert!(e.contains("chmod 600") && e.contains("wire.key"), "{e}");
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        assert_eq!(WireKey::read_file(&path).unwrap(), WireKey::new([0xab; KEY_LEN]));
-        std::fs::write(&path, "not a key").unwrap();
-        let e = WireKey::read_file(&path).unwrap_err().to_string();
+        assert_eq!(
+            WireKey::from_key_file("wire.key", Some(0o100600), key.as_bytes()).unwrap(),
+            WireKey::new([0xab; KEY_LEN])
+        );
+        assert_eq!(WireKey::from_key_file("wire.key", None, key.as_bytes()).unwrap(), WireKey::new([0xab; KEY_LEN]));
+        let e = WireKey::from_key_file("wire.key", Some(0o600), b"not a key").unwrap_err().to_string();
         assert!(e.contains("64 hex digits") && e.contains("openssl rand -hex 32"), "{e}");
-        let e = WireKey::read_file(&dir.path().join("missing")).unwrap_err().to_string();
-        assert!(e.contains("missing"), "{e}");
+        let e = WireKey::from_key_file("wire.key", Some(0o600), &[b'a'; MAX_KEY_FILE + 1]).unwrap_err().to_string();
+        assert!(e.contains("over 1024 bytes"), "{e}");
+        let e = WireKey::from_key_file("wire.key", Some(0o600), &[0xff; 64]).unwrap_err().to_string();
+        assert!(e.contains("not text"), "{e}");
     }
 }
