@@ -311,8 +311,8 @@ mod rfc3339 {
 /// Reads a key file, as the `key_file` setting and the publisher's `[protection] key_file` name
 /// one: 64 hex digits, readable by its owner only. At most
 /// [`MAX_KEY_FILE`](mdrelay_proto::relay::MAX_KEY_FILE) + 1 bytes are read, whatever the file
-/// is (`/dev/zero` included); a FIFO is read as its writer writes (a start or reload waits for
-/// it, a reload within its bound).
+/// is (a FIFO whose writer never stops, a device); a FIFO is read as its writer writes (a start
+/// or reload waits for it, a reload within its bound).
 pub fn read_key_file(path: &Path) -> Result<WireKey, KeyError> {
     use std::io::Read;
     let name = path.display().to_string();
