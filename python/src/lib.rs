@@ -4,6 +4,7 @@
 mod capture;
 mod errors;
 mod messages;
+mod settings;
 mod subscriber;
 mod tables;
 
