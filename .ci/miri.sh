@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Miri over the Cap'n Proto codec, the one part of mdrelay-proto with `unsafe` code of its own
+# Miri over the Cap'n Proto codec, the one part of the core (mdrelay-codec) with `unsafe` code of its own
 # (the arenas the `capnp` layout code reads and writes through, and the packing): its unit tests
 # run in the interpreter, which fails them on undefined behaviour that a test alone cannot see,
 # such as reads out of bounds or through misaligned pointers, uninitialised bytes or aliasing
@@ -23,4 +23,4 @@ for component in miri rust-src; do
     fi
 done
 cargo +nightly miri setup
-cargo +nightly miri test -p mdrelay-proto --lib codec::capnproto
+cargo +nightly miri test -p mdrelay-codec --lib capnproto

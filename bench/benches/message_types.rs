@@ -2,9 +2,9 @@
 //! and frame + decode + aggregate it.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use mdrelay_proto::codec::{BatchHeader, Codec, Format, Limits};
-use mdrelay_proto::message::*;
-use mdrelay_proto::{Aggregator, Price, Symbol};
+use mdrelay_codec::{BatchHeader, Codec, Format, Limits};
+use mdrelay_iex::message::*;
+use mdrelay_iex::{Aggregator, Price, Symbol};
 use std::hint::black_box;
 use std::time::Duration;
 

@@ -10,7 +10,7 @@ use crate::loopback::{self, LoopbackArgs, Plan, Profile, ProfileUse, ProtectionC
 use crate::nats::NatsStorage;
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use mdrelay_proto::codec::Format;
+use mdrelay_codec::Format;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::PathBuf;

@@ -18,7 +18,7 @@
 use crate::latency::{Percentiles, Transport};
 use anyhow::{Context, Result, bail};
 use hdrhistogram::Histogram;
-use mdrelay_proto::idle::{IdleStrategy, Idler};
+use mdrelay_runtime::idle::{IdleStrategy, Idler};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};

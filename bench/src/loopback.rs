@@ -28,12 +28,12 @@ use hdrhistogram::Histogram;
 use hdrhistogram::serialization::Deserializer;
 use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
 use indicatif::{ProgressBar, ProgressStyle};
+use mdrelay_codec::Format;
 use mdrelay_harness::process::{Finished, Process};
-use mdrelay_proto::capture::CaptureReader;
-use mdrelay_proto::codec::Format;
-use mdrelay_proto::iextp::Segment;
-use mdrelay_proto::link;
-use mdrelay_proto::synth::{SynthConfig, SyntheticDay};
+use mdrelay_iex::capture::CaptureReader;
+use mdrelay_iex::iextp::Segment;
+use mdrelay_iex::link;
+use mdrelay_iex::synth::{SynthConfig, SyntheticDay};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -1152,11 +1152,11 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
         // The waits alone, at the relay's frame rate, with the idle strategy the publisher's
         // profile picks: what its CPU is compared with.
         let profile = match args.profile {
-            Profile::Default => mdrelay_proto::idle::Profile::Default,
-            Profile::LowLatency => mdrelay_proto::idle::Profile::LowLatency,
+            Profile::Default => mdrelay_runtime::idle::Profile::Default,
+            Profile::LowLatency => mdrelay_runtime::idle::Profile::LowLatency,
         };
-        let idle = mdrelay_proto::idle::pacing_idle(profile);
-        let duty_cycle = args.duty_cycle.map_or(mdrelay_proto::idle::duty_cycle(profile), Duration::from_secs_f64);
+        let idle = mdrelay_runtime::idle::pacing_idle(profile);
+        let duty_cycle = args.duty_cycle.map_or(mdrelay_runtime::idle::duty_cycle(profile), Duration::from_secs_f64);
         let (frames, units) = schedule;
         let rate = args.rate * frames as f64 / units as f64;
         // At most 3 seconds of waits: enough for the percentiles, short beside the runs.

@@ -6,8 +6,8 @@ use crate::error::Error;
 use crate::nats_auth::NatsAuth;
 use crate::settings::Settings;
 use crate::subscriber::{AsyncSubscriber, Subscriber};
-use mdrelay_proto::idle::{IdleStrategy, Profile};
 use mdrelay_proto::relay::WireKey;
+use mdrelay_runtime::idle::{IdleStrategy, Profile};
 use std::path::PathBuf;
 use std::time::Duration;
 #[cfg(feature = "nats")]

@@ -4,9 +4,9 @@
 //! the largest payload seen.
 
 use crate::event::{Event, Frame, FrameSlot, Notice, Skipped, Stored, known};
-use mdrelay_proto::codec::{BatchHeader, DecodeError, Format};
-use mdrelay_proto::counts::TypeCounts;
-use mdrelay_proto::message::Message;
+use mdrelay_codec::{BatchHeader, DecodeError, Format};
+use mdrelay_iex::counts::TypeCounts;
+use mdrelay_iex::message::Message;
 use mdrelay_proto::relay::client::{Anomaly, FrameInfo, FrameVisitor, Origin};
 use std::net::SocketAddr;
 

@@ -1,7 +1,7 @@
 //! What a subscriber counted so far ([`Counters`]), made on demand from the machines' counts.
 
 use crate::collect::Tally;
-use mdrelay_proto::codec::Format;
+use mdrelay_codec::Format;
 use mdrelay_proto::relay::client::{FrameReader, LinesReport, ProtectionCounts, RecoveryReport};
 use mdrelay_proto::relay::{SequenceCounts, Totals};
 use std::collections::BTreeMap;

@@ -1,8 +1,8 @@
 //! What a subscriber hands its caller: [`Event`]s, the [`Frame`]s among them with their typed
 //! messages, and owned copies of both ([`OwnedEvent`], [`OwnedFrame`]).
 
-use mdrelay_proto::codec::{BatchHeader, DecodeError, Format};
-use mdrelay_proto::message::{Message, UnknownMessage};
+use mdrelay_codec::{BatchHeader, DecodeError, Format};
+use mdrelay_iex::message::{Message, UnknownMessage};
 use mdrelay_proto::relay::Totals;
 use mdrelay_proto::relay::client::Line;
 use std::convert::Infallible;
@@ -648,13 +648,13 @@ impl OwnedFrame {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mdrelay_proto::message::kind;
+    use mdrelay_iex::message::kind;
 
     #[test]
     fn every_known_type_gives_up_its_borrow_and_unknown_ones_keep_their_bytes() {
         // One message of each type the model knows, in its documented layout.
         for &k in &kind::ALL {
-            let mut bytes = vec![0u8; mdrelay_proto::message::layout_len(k).unwrap()];
+            let mut bytes = vec![0u8; mdrelay_iex::message::layout_len(k).unwrap()];
             bytes[0] = k;
             if bytes.len() >= 18 {
                 bytes[10..18].copy_from_slice(b"AA      ");

@@ -133,16 +133,16 @@ pub use error::{Error, ErrorKind};
 pub use event::{End, Event, Frame, Messages, OwnedEvent, OwnedFrame, OwnedMessage, RecoveryEvent, Skipped, Start};
 pub use subscriber::{AsyncSubscriber, EventStream, Subscriber, Waited};
 
-pub use mdrelay_proto::codec::{BatchHeader, DecodeError, Format};
-pub use mdrelay_proto::idle::{IdleStrategy, Profile};
-pub use mdrelay_proto::latency::LatencySummary;
+pub use mdrelay_codec::{BatchHeader, DecodeError, Format};
 /// The IEX message model: one type per message, every field a small `Copy` value.
-pub use mdrelay_proto::message;
+pub use mdrelay_iex::message;
+pub use mdrelay_iex::{Message, Price, Symbol};
+pub use mdrelay_proto::latency::LatencySummary;
 pub use mdrelay_proto::relay::client::{
     Line, LineReport, LinesReport, ProtectionCounts, RecoveryReport, UnrecoverableCauses,
 };
 pub use mdrelay_proto::relay::{KeyError, Protection, Totals, WireKey};
-pub use mdrelay_proto::{Message, Price, Symbol};
+pub use mdrelay_runtime::idle::{IdleStrategy, Profile};
 
 /// The crate's README, what crates.io shows: its examples are compiled with the doc tests (the
 /// NATS one needs the feature).

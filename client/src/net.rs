@@ -46,7 +46,7 @@ impl Clock {
 
     /// The wall clock, ns since the Unix epoch.
     pub fn wall(&self) -> i64 {
-        mdrelay_proto::clock::wall_clock_ns()
+        mdrelay_runtime::clock::wall_clock_ns()
     }
 }
 

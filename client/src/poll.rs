@@ -7,7 +7,7 @@
 //! [`HOUSEKEEPING_ROUNDS`] rounds, so other tasks on it still run. `backoff` polls like `spin`,
 //! then like `yield`, for a few dozen empty reads after data, then waits on readiness.
 
-use mdrelay_proto::idle::{IdleStrategy, Idler, Step};
+use mdrelay_runtime::idle::{IdleStrategy, Idler, Step};
 
 /// Busy rounds between the runtime's turns: a few tens of microseconds of spinning.
 pub(crate) const HOUSEKEEPING_ROUNDS: u32 = 64;

@@ -7,10 +7,10 @@
 use crate::NatsAuth;
 use crate::error::Error;
 use crate::nats_auth::nats_config;
-use mdrelay_proto::Symbol;
-use mdrelay_proto::codec::SymbolFilter;
-use mdrelay_proto::idle::{IdleStrategy, Profile};
+use mdrelay_codec::SymbolFilter;
+use mdrelay_iex::Symbol;
 use mdrelay_proto::relay::{KeyError, MAX_KEY_FILE, Protection, WireKey};
+use mdrelay_runtime::idle::{IdleStrategy, Profile};
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};

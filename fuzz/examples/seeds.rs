@@ -6,12 +6,12 @@
 //! cargo run --release -p mdrelay-fuzz --example seeds
 //! ```
 
-use mdrelay_proto::capture::CaptureReader;
-use mdrelay_proto::capture_writer::{CaptureWriter, Container, WriterOptions};
-use mdrelay_proto::codec::{BatchHeader, Codec, Format, Limits, raw::RawCodec};
-use mdrelay_proto::iextp::Segment;
-use mdrelay_proto::link;
-use mdrelay_proto::message::Message;
+use mdrelay_codec::{BatchHeader, Codec, Format, Limits, raw::RawCodec};
+use mdrelay_iex::capture::CaptureReader;
+use mdrelay_iex::capture_writer::{CaptureWriter, Container, WriterOptions};
+use mdrelay_iex::iextp::Segment;
+use mdrelay_iex::link;
+use mdrelay_iex::message::Message;
 use mdrelay_proto::relay::Protection;
 use mdrelay_proto::relay::{
     DATAGRAM_VERSION, DatagramHeader, DatagramKind, Echo, Hello, PROTOCOL_VERSION, RecordHeader, RecordTag, Resume,

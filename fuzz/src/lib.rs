@@ -8,11 +8,11 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-use mdrelay_proto::capture::CaptureReader;
-use mdrelay_proto::codec::{BatchHeader, Codec, Format, Limits, SymbolFilter, fbs};
-use mdrelay_proto::iextp::{HEADER_LEN, Segment};
-use mdrelay_proto::link;
-use mdrelay_proto::message::{Message, UnknownMessage};
+use mdrelay_codec::{BatchHeader, Codec, Format, Limits, SymbolFilter, fbs};
+use mdrelay_iex::capture::CaptureReader;
+use mdrelay_iex::iextp::{HEADER_LEN, Segment};
+use mdrelay_iex::link;
+use mdrelay_iex::message::{Message, UnknownMessage};
 use mdrelay_proto::relay::{
     DatagramHeader, Echo, FrameRing, GapList, Hello, MAX_RECORD, RecordHeader, RecoveryPolicy, RetransmitRequest,
     Subscribe, Totals, parse_gone,

@@ -1,6 +1,6 @@
 //! The wire formats a test covers.
 
-use mdrelay_proto::codec::Format;
+use mdrelay_codec::Format;
 
 /// Every format, unless `MDRELAY_FORMATS=sbe,raw` narrows the run while someone works on one
 /// format (CI never sets it); panics on a name that is not a format.

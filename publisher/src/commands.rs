@@ -5,11 +5,11 @@ use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use flate2::Compression;
 use flate2::write::GzEncoder;
-use mdrelay_proto::capture::{CaptureError, CaptureReader};
-use mdrelay_proto::capture_writer::{CaptureWriter, Container, WriterOptions};
-use mdrelay_proto::iextp::Segment;
-use mdrelay_proto::inspect::inspect_reader;
-use mdrelay_proto::synth::{SynthConfig, SyntheticDay};
+use mdrelay_iex::capture::{CaptureError, CaptureReader};
+use mdrelay_iex::capture_writer::{CaptureWriter, Container, WriterOptions};
+use mdrelay_iex::iextp::Segment;
+use mdrelay_iex::inspect::inspect_reader;
+use mdrelay_iex::synth::{SynthConfig, SyntheticDay};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -217,7 +217,7 @@ pub fn demo() -> Result<()> {
     let config = SynthConfig::default();
     let started = Instant::now();
     let mut day = SyntheticDay::new(config)?;
-    let mut inspector = mdrelay_proto::inspect::Inspector::new("synthetic-day");
+    let mut inspector = mdrelay_iex::inspect::Inspector::new("synthetic-day");
     while let Some(segment) = day.next_segment() {
         inspector.datagram(segment.bytes, 0);
     }

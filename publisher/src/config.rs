@@ -14,9 +14,9 @@
 //! sent.
 
 use anyhow::{Context, Result, bail};
-use mdrelay_proto::codec::Format;
-use mdrelay_proto::idle::{IdleStrategy, Profile};
+use mdrelay_codec::Format;
 use mdrelay_proto::relay::{ProtectionSection, ProtectionSettings, WireKey};
+use mdrelay_runtime::idle::{IdleStrategy, Profile};
 use mdrelay_telemetry::prometheus::{MetricsSection, MetricsSettings};
 use mdrelay_telemetry::units;
 use serde::{Deserialize, Serialize};
@@ -210,16 +210,16 @@ pub struct Synthetic {
 
 impl Default for Synthetic {
     fn default() -> Synthetic {
-        let day = mdrelay_proto::synth::SynthConfig::default();
+        let day = mdrelay_iex::synth::SynthConfig::default();
         Synthetic { messages: day.messages, symbols: day.symbols, seed: day.seed }
     }
 }
 
 impl Synthetic {
     /// The generator's settings for this day.
-    pub fn day(&self) -> mdrelay_proto::synth::SynthConfig {
+    pub fn day(&self) -> mdrelay_iex::synth::SynthConfig {
         let Synthetic { messages, symbols, seed } = *self;
-        mdrelay_proto::synth::SynthConfig { messages, symbols, seed, ..mdrelay_proto::synth::SynthConfig::default() }
+        mdrelay_iex::synth::SynthConfig { messages, symbols, seed, ..mdrelay_iex::synth::SynthConfig::default() }
     }
 }
 
@@ -313,13 +313,13 @@ impl Default for Pacing {
 impl Pacing {
     /// How the hot thread waits: the one set, else `profile`'s.
     pub fn idle(&self, profile: Profile) -> IdleStrategy {
-        self.idle.unwrap_or_else(|| mdrelay_proto::idle::pacing_idle(profile))
+        self.idle.unwrap_or_else(|| mdrelay_runtime::idle::pacing_idle(profile))
     }
 
     /// How early segments go out: the duty cycle set, else `profile`'s.
     pub fn duty_cycle(&self, profile: Profile) -> Duration {
         let given = self.duty_cycle.and_then(|seconds| Duration::try_from_secs_f64(seconds).ok());
-        given.unwrap_or_else(|| mdrelay_proto::idle::duty_cycle(profile))
+        given.unwrap_or_else(|| mdrelay_runtime::idle::duty_cycle(profile))
     }
 }
 
@@ -713,7 +713,7 @@ pub enum Source {
     /// A capture file.
     Capture(PathBuf),
     /// A synthetic day.
-    Synthetic(mdrelay_proto::synth::SynthConfig),
+    Synthetic(mdrelay_iex::synth::SynthConfig),
     /// A live feed.
     Live(Live),
     /// Another publisher's stream, over TCP.
@@ -1043,7 +1043,7 @@ impl SourceSection {
         }
         let day = self.synthetic.get_or_insert_default().day();
         // The generator checks its own limits (symbols, the fewest messages a day needs).
-        mdrelay_proto::synth::SyntheticDay::new(day).context("source.synthetic")?;
+        mdrelay_iex::synth::SyntheticDay::new(day).context("source.synthetic")?;
         Ok(Source::Synthetic(day))
     }
 }
@@ -1073,7 +1073,7 @@ impl Pacing {
         within("pacing.speed", self.speed, 0.001, 1e6, "(times the capture's pace)")?;
         within("pacing.rate", self.rate, 1.0, 1e9, "messages per second")?;
         self.idle = Some(self.idle(profile));
-        let duty_cycle = self.duty_cycle.unwrap_or_else(|| mdrelay_proto::idle::duty_cycle(profile).as_secs_f64());
+        let duty_cycle = self.duty_cycle.unwrap_or_else(|| mdrelay_runtime::idle::duty_cycle(profile).as_secs_f64());
         self.duty_cycle = Some(within("pacing.duty_cycle", duty_cycle, 0.0, MAX_DUTY_CYCLE, "seconds")?);
         Ok(())
     }

@@ -19,9 +19,9 @@ use crate::stats::Echoes;
 use crate::udp::UdpOut;
 use anyhow::Result;
 use bytes::Bytes;
-use mdrelay_proto::codec::{Codec, Format, Limits, MessageScratch, collect_segment};
-use mdrelay_proto::counts::TypeCounts;
-use mdrelay_proto::iextp::Segment;
+use mdrelay_codec::{Codec, Format, Limits, MessageScratch, collect_segment};
+use mdrelay_iex::counts::TypeCounts;
+use mdrelay_iex::iextp::Segment;
 use mdrelay_proto::relay::{Coalescer, Envelope, Protector, RecordTag, Sealed, Totals, control_record};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -139,7 +139,7 @@ impl Outputs {
             let pushed = coalescer.push(sequence, format, frame, |d| out.send(d.bytes));
             if let Err(too_large) = pushed {
                 summary.udp_oversized_frames += 1;
-                if mdrelay_proto::warn::allow("udp oversized") {
+                if mdrelay_iex::warn::allow("udp oversized") {
                     tracing::warn!(sequence, %too_large, "frame not sent over UDP");
                 }
             }
@@ -338,7 +338,7 @@ pub fn run(
             });
             if let Err(e) = encoded {
                 summary.unencodable_segments += 1;
-                if mdrelay_proto::warn::allow("encode") {
+                if mdrelay_iex::warn::allow("encode") {
                     tracing::warn!(sequence, error = %e, "segment not encodable; skipped");
                 }
                 continue;

@@ -18,7 +18,7 @@
 
 use crate::config::{SlowPolicy, Tcp};
 use bytes::Bytes;
-use mdrelay_proto::codec::Format;
+use mdrelay_codec::Format;
 use mdrelay_proto::relay::Sealed;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};

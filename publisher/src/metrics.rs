@@ -16,7 +16,7 @@ use crate::fanout::Shared;
 use crate::retransmit::Service;
 use crate::source::FeedSummary;
 use crate::upstream::UpstreamSource;
-use mdrelay_proto::codec::Format;
+use mdrelay_codec::Format;
 use mdrelay_telemetry::prometheus::HistogramExport;
 use metrics::{Counter, Gauge, Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 use std::sync::Arc;

@@ -44,7 +44,7 @@ use futures_util::future::{BoxFuture, FutureExt};
 use futures_util::stream::FuturesUnordered;
 use mdrelay_client::NatsSetting;
 use mdrelay_client::nats::{connect_error, connect_options};
-use mdrelay_proto::codec::Format;
+use mdrelay_codec::Format;
 use mdrelay_proto::relay::{DatagramHeader, Duplicate, MessageIds, Protector, Unstored, judge_duplicate};
 use mdrelay_telemetry::exit::{ExitStatus, WithExitStatus};
 use std::future::IntoFuture;
@@ -206,7 +206,7 @@ impl NatsOut {
         let (tx, rx) = mpsc::channel(settings.queue);
         let (end_tx, end_rx) = oneshot::channel();
         let failure: Failure = Arc::default();
-        let ids = settings.id_key.as_ref().map_or_else(MessageIds::random, MessageIds::keyed);
+        let ids = settings.id_key.as_ref().map_or_else(|| MessageIds::new(rand::random()), MessageIds::keyed);
         let task = Publisher {
             settings: settings.clone(),
             js,
@@ -278,7 +278,7 @@ impl NatsOut {
             };
             if !self.full {
                 self.full = true;
-                if self.policy != SlowServerPolicy::Fail && mdrelay_proto::warn::allow("nats queue full") {
+                if self.policy != SlowServerPolicy::Fail && mdrelay_iex::warn::allow("nats queue full") {
                     let fate = match self.policy {
                         SlowServerPolicy::Block => "the stream waits for room",
                         _ => "messages are dropped and counted until there is room",
@@ -673,7 +673,7 @@ impl Publisher {
             let holding = open && !unstored.may_publish();
             if holding != held_back {
                 held_back = holding;
-                if holding && mdrelay_proto::warn::allow("nats unstored") {
+                if holding && mdrelay_iex::warn::allow("nats unstored") {
                     tracing::warn!(
                         frames = unstored.ahead(),
                         "the stream has not stored frames this far back; publishing waits for it, so that subscribers can still repair them"
@@ -763,7 +763,7 @@ impl Publisher {
             Outcome::Unchecked(reason) => {
                 stored(&flight, unstored);
                 counters.duplicates.fetch_add(1, Ordering::Relaxed);
-                if mdrelay_proto::warn::allow("nats duplicate unchecked") {
+                if mdrelay_iex::warn::allow("nats duplicate unchecked") {
                     tracing::warn!(
                         error = %reason,
                         stream = %self.settings.stream(),
@@ -777,7 +777,7 @@ impl Publisher {
                 counters.taken.fetch_add(1, Ordering::Relaxed);
                 let id = self.ids.of(&flight.message, flight.generation).unwrap_or_default();
                 flight.generation += 1;
-                if mdrelay_proto::warn::allow("nats id taken") {
+                if mdrelay_iex::warn::allow("nats id taken") {
                     tracing::warn!(
                         id,
                         stream = %self.settings.stream(),
@@ -795,7 +795,7 @@ impl Publisher {
     /// Publishes a message again after `wait`, counted and logged as a retry.
     fn again(&self, flight: Flight, reason: &str, wait: Duration) -> BoxFuture<'static, Done> {
         self.counters.retries.fetch_add(1, Ordering::Relaxed);
-        if mdrelay_proto::warn::allow("nats retry") {
+        if mdrelay_iex::warn::allow("nats retry") {
             tracing::warn!(error = %reason, "NATS publication not acknowledged; publishing it again");
         }
         self.publish(flight, wait)

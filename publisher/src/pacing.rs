@@ -3,7 +3,7 @@
 //!
 //! Every target time is computed from one anchor (the first segment's wall-clock time and
 //! capture time), never from the previous send, so sleep error does not accumulate into drift.
-//! Waits follow `[pacing] idle` ([`mdrelay_proto::idle`]): the default `backoff` sleeps until
+//! Waits follow `[pacing] idle` ([`mdrelay_runtime::idle`]): the default `backoff` sleeps until
 //! just before the target (by how late sleeps have been waking) and spins the rest, so the hot
 //! thread takes little CPU between segments and still sends on time; `spin` and `yield` take a
 //! core for the lowest jitter; `sleep` wakes when the kernel's timer does.
@@ -18,10 +18,10 @@
 
 use crate::config::{Pacing, PacingMode};
 use mdrelay_proto::backoff::duration_ns;
-use mdrelay_proto::clock::{FastWallClock, wall_clock_ns};
-use mdrelay_proto::idle::Idler;
-use mdrelay_proto::idle::Profile;
 use mdrelay_proto::relay::server::{PaceMode, PaceSchedule};
+use mdrelay_runtime::clock::{FastWallClock, wall_clock_ns};
+use mdrelay_runtime::idle::Idler;
+use mdrelay_runtime::idle::Profile;
 use std::time::{Duration, Instant};
 
 /// Paces segments and stamps their publish time: the schedule
@@ -210,7 +210,7 @@ mod tests {
 
     #[test]
     fn without_a_duty_cycle_each_segment_goes_at_its_time() {
-        use mdrelay_proto::idle::IdleStrategy;
+        use mdrelay_runtime::idle::IdleStrategy;
         for idle in [IdleStrategy::Spin, IdleStrategy::Backoff] {
             let mut p = Pacer::new(
                 Pacing { rate: 100_000.0, idle: Some(idle), ..pacing(PacingMode::Rate) },

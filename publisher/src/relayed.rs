@@ -6,12 +6,12 @@
 
 use crate::item::{Item, Origin};
 use hdrhistogram::Histogram;
-use mdrelay_proto::Message;
-use mdrelay_proto::codec::{BatchHeader, DecodeError, Format};
+use mdrelay_codec::resegment::Resegmenter;
+use mdrelay_codec::{BatchHeader, DecodeError, Format};
+use mdrelay_iex::Message;
 use mdrelay_proto::latency::{LatencySummary, latency_histogram};
 use mdrelay_proto::relay::Totals;
 use mdrelay_proto::relay::client::{Anomaly, FrameInfo, FrameVisitor, Place, PlaceAt};
-use mdrelay_proto::resegment::Resegmenter;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 
@@ -228,7 +228,7 @@ impl FrameVisitor for Relayed {
                 // Handed on empty: the engine counts it as a segment it could not parse, and the
                 // frame's number is a gap downstream.
                 self.unrepresentable_frames += 1;
-                if mdrelay_proto::warn::allow("upstream segment") {
+                if mdrelay_iex::warn::allow("upstream segment") {
                     tracing::warn!(upstream = %self.connect, sequence = frame.sequence, %error, "frame not relayed");
                 }
             }
@@ -246,15 +246,15 @@ impl FrameVisitor for Relayed {
 
     fn anomaly(&mut self, anomaly: &Anomaly<'_>) {
         match anomaly {
-            Anomaly::Gap { missing, before } if mdrelay_proto::warn::allow("upstream gap") => {
+            Anomaly::Gap { missing, before } if mdrelay_iex::warn::allow("upstream gap") => {
                 tracing::warn!(upstream = %self.peer(), missing, before,
                     "frames missing upstream; they stay missing downstream");
             }
-            Anomaly::Undelimited { at, format, what, .. } if mdrelay_proto::warn::allow("upstream delimit") => {
+            Anomaly::Undelimited { at, format, what, .. } if mdrelay_iex::warn::allow("upstream delimit") => {
                 tracing::warn!(upstream = %self.peer(), at = stream_byte(*at), %format, error = %what,
                     "cannot delimit a frame; the rest of the record is skipped");
             }
-            Anomaly::DecodeFailed { at, sequence, error, .. } if mdrelay_proto::warn::allow("upstream decode") => {
+            Anomaly::DecodeFailed { at, sequence, error, .. } if mdrelay_iex::warn::allow("upstream decode") => {
                 tracing::warn!(upstream = %self.peer(), at = stream_byte(*at), sequence, %error,
                     "frame skipped; it is a gap downstream");
             }

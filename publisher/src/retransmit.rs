@@ -25,7 +25,7 @@
 use crate::config::Retransmit;
 use crate::ring::{SharedRing, lock};
 use crate::tcp::{Acceptor, Clock};
-use mdrelay_proto::codec::Format;
+use mdrelay_codec::Format;
 use mdrelay_proto::relay::recovery::{Entered, ServiceSlots};
 use mdrelay_proto::relay::server::{
     ANSWER_BYTES, Answer, ClientEnd, HandshakeConfig, RequestEvent, RequestReader, ServerHandshake, TokenBucket,
@@ -221,7 +221,7 @@ pub async fn serve(listener: TcpListener, service: Service, stop: CancellationTo
                     service.settings.max_connections
                 );
                 let _ = stream.try_write(&control_record(RecordTag::Busy, Format::Raw, 0, reason.as_bytes()));
-                if mdrelay_proto::warn::allow("retransmit busy") {
+                if mdrelay_iex::warn::allow("retransmit busy") {
                     tracing::warn!(%peer, limit = service.settings.max_connections, "retransmission client told BUSY: every place is in use");
                 }
                 continue;
@@ -273,7 +273,7 @@ async fn client(mut stream: TcpStream, service: &Service, place: Place) {
         }
         Ended::RequestTimeout => {
             counters.request_timeouts.fetch_add(1, Ordering::Relaxed);
-            if mdrelay_proto::warn::allow("retransmit request timeout") {
+            if mdrelay_iex::warn::allow("retransmit request timeout") {
                 tracing::warn!(timeout = ?REQUEST_TIMEOUT, "retransmission client left a request unfinished: closed");
             }
             drop(place);
@@ -284,7 +284,7 @@ async fn client(mut stream: TcpStream, service: &Service, place: Place) {
                 "the retransmission service is full (retransmit.max_connections = {}) and this connection had been idle the longest; reconnect to ask again",
                 service.settings.max_connections
             );
-            if mdrelay_proto::warn::allow("retransmit evicted") {
+            if mdrelay_iex::warn::allow("retransmit evicted") {
                 tracing::info!("retransmission client made way for a newcomer (idle the longest)");
             }
             let _ = stream.try_write(&tell(RecordTag::Busy, &why));
@@ -293,7 +293,7 @@ async fn client(mut stream: TcpStream, service: &Service, place: Place) {
         }
         Ended::Refused(why) => {
             counters.refused.fetch_add(1, Ordering::Relaxed);
-            if mdrelay_proto::warn::allow("retransmit connection") {
+            if mdrelay_iex::warn::allow("retransmit connection") {
                 tracing::info!(%why, "retransmission client refused");
             }
             let _ = stream.try_write(&tell(RecordTag::Refuse, &why));
@@ -301,7 +301,7 @@ async fn client(mut stream: TcpStream, service: &Service, place: Place) {
             crate::tcp::close_after_refusal(stream).await;
         }
         Ended::Failed(why) => {
-            if mdrelay_proto::warn::allow("retransmit connection") {
+            if mdrelay_iex::warn::allow("retransmit connection") {
                 tracing::info!(%why, "retransmission connection ended");
             }
         }

@@ -15,7 +15,7 @@ use crate::upstream::{TcpUpstream, UpstreamSource};
 use crate::upstream_nats::NatsUpstream;
 use anyhow::{Context, Result};
 use clap::Args;
-use mdrelay_proto::codec::Format;
+use mdrelay_codec::Format;
 use mdrelay_proto::latency::LatencySummary;
 use mdrelay_proto::relay::FrameRing;
 use mdrelay_telemetry::exit::{ExitStatus, WithExitStatus};
@@ -50,11 +50,11 @@ pub struct RunArgs {
     /// --hot-core) [default: default].
     #[arg(long, value_name = "PROFILE", env = "MDRELAY_PUB_PROFILE", help_heading = "Latency and CPU")]
     #[serde(rename = "profile")]
-    pub profile: Option<mdrelay_proto::idle::Profile>,
+    pub profile: Option<mdrelay_runtime::idle::Profile>,
     /// How the hot thread waits: spin, yield, backoff, sleep [default: the profile's].
     #[arg(long, value_name = "STRATEGY", env = "MDRELAY_PUB_IDLE", help_heading = "Latency and CPU")]
     #[serde(rename = "pacing.idle")]
-    pub idle: Option<mdrelay_proto::idle::IdleStrategy>,
+    pub idle: Option<mdrelay_runtime::idle::IdleStrategy>,
     /// Pin the hot thread to this CPU.
     #[arg(long, value_name = "N", env = "MDRELAY_PUB_HOT_CORE", help_heading = "Latency and CPU")]
     #[serde(rename = "cpu.hot_core")]
@@ -499,8 +499,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
     // Encrypted, a session is the time the run started (ns since the epoch), so a subscriber can
     // refuse datagrams replayed from an older session: each is authentic under its own
     // session's key, but the older one is past.
-    let new_session =
-        || if config.protection.key.is_some() { mdrelay_proto::clock::wall_clock_ns() as u64 } else { rand::random() };
+    let new_session = || {
+        if config.protection.key.is_some() { mdrelay_runtime::clock::wall_clock_ns() as u64 } else { rand::random() }
+    };
     let session: u64 = upstream.as_ref().map_or_else(new_session, UpstreamSource::session);
     // Every line of the run (the hot path's, the connections') names the session through this
     // span, once.
@@ -560,7 +561,7 @@ async fn relay(
         SegmentSource::Upstream(Box::new(upstream))
     });
     // The ring is kept when someone can read it: resuming TCP subscribers, or the service.
-    let mut protector = config.protection.protector(mdrelay_proto::codec::DEFAULT_MAX_FRAME);
+    let mut protector = config.protection.protector(mdrelay_codec::DEFAULT_MAX_FRAME);
     let guard: crate::fanout::Guard = (protector.protection(), protector.key_check(session));
     let keep_ring = config.retransmit.ring_bytes > 0 && (config.tcp.is_some() || config.retransmit.listen.is_some());
     let ring: Option<SharedRing> =
@@ -714,7 +715,7 @@ async fn relay(
         connections: serving.map(|s| s.shared.counters.snapshot()),
         round_trip_ns: echoes.round_trips.summary(),
         echoes_rejected: echoes.rejected.load(Ordering::Relaxed),
-        warnings_suppressed: mdrelay_proto::warn::suppressed(),
+        warnings_suppressed: mdrelay_iex::warn::suppressed(),
         retransmit,
         nats,
         error: failure.as_ref().map(|e| format!("{e:#}")),
@@ -735,7 +736,7 @@ fn hot_thread_setup(config: &config::Config) -> Result<()> {
                 .with_context(|| format!("cpu.hot_core: cannot pin the hot thread to CPU {core}"))?;
             tracing::info!(%idle, profile = %config.profile, core, "hot thread pinned");
         }
-        None if config.profile == mdrelay_proto::idle::Profile::LowLatency => {
+        None if config.profile == mdrelay_runtime::idle::Profile::LowLatency => {
             tracing::warn!(%idle, "profile low-latency without [cpu] hot_core (--hot-core): the hot thread is not pinned");
         }
         None => tracing::info!(%idle, profile = %config.profile, "hot thread"),

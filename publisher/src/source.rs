@@ -9,14 +9,14 @@ use crate::upstream_nats::NatsUpstream;
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use flate2::read::MultiGzDecoder;
-use mdrelay_proto::capture::{CaptureError, CaptureReader};
-use mdrelay_proto::codec::raw::{PREFIX_LEN, RawCodec};
-use mdrelay_proto::codec::{Format, Limits};
-use mdrelay_proto::iextp::{Segment, SegmentHeader};
-use mdrelay_proto::link;
+use mdrelay_codec::raw::{PREFIX_LEN, RawCodec};
+use mdrelay_codec::{Format, Limits};
+use mdrelay_iex::capture::{CaptureError, CaptureReader};
+use mdrelay_iex::iextp::{Segment, SegmentHeader};
+use mdrelay_iex::link;
+use mdrelay_iex::sequence::{SequenceCounts, SequenceEvent, SequenceTracker};
+use mdrelay_iex::synth::SyntheticDay;
 use mdrelay_proto::relay::{DatagramHeader, DatagramKind};
-use mdrelay_proto::sequence::{SequenceCounts, SequenceEvent, SequenceTracker};
-use mdrelay_proto::synth::SyntheticDay;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io::{self, Read};
 use std::net::{SocketAddr, UdpSocket};
@@ -49,7 +49,7 @@ pub enum SegmentSource {
     /// A synthetic day, regenerated for every pass.
     Synthetic {
         /// Its configuration.
-        config: mdrelay_proto::synth::SynthConfig,
+        config: mdrelay_iex::synth::SynthConfig,
         /// The generator.
         day: SyntheticDay,
     },
@@ -396,7 +396,7 @@ fn admit(sequence: &mut SequenceTracker, received: &mut (u64, u64), header: &Seg
             tracing::trace!(%feed, sequence = header.first_sequence, "copy of a segment already relayed; dropped");
         }
         SequenceEvent::Gap { .. } | SequenceEvent::Overlap { .. } => {
-            if mdrelay_proto::warn::allow("live sequence") {
+            if mdrelay_iex::warn::allow("live sequence") {
                 tracing::warn!(%feed, channel = header.channel_id, session = header.session_id,
                     sequence = header.first_sequence, ?event, "the live feed's numbering skipped or repeated messages");
             }
@@ -495,7 +495,7 @@ impl LiveSource {
                     }
                     _ => {
                         self.rejected += 1;
-                        if mdrelay_proto::warn::allow("live frame") {
+                        if mdrelay_iex::warn::allow("live frame") {
                             tracing::warn!(feed = %self.describe, offset = self.cursor, "malformed raw frame in a relay datagram; rest of the datagram skipped");
                         }
                         self.cursor = self.len;
@@ -526,7 +526,7 @@ impl LiveSource {
                     Ok(h) => h,
                     Err(e) => {
                         self.rejected += 1;
-                        if mdrelay_proto::warn::allow("live datagram") {
+                        if mdrelay_iex::warn::allow("live datagram") {
                             tracing::warn!(%peer, %e, "relay datagram rejected");
                         }
                         continue;
@@ -539,7 +539,7 @@ impl LiveSource {
                     }
                     DatagramKind::End | DatagramKind::Echo => {
                         self.rejected += 1;
-                        if mdrelay_proto::warn::allow("live control") {
+                        if mdrelay_iex::warn::allow("live control") {
                             tracing::warn!(%peer, kind = ?header.kind, session = format_args!("{:#x}", header.session),
                                 "control datagram not from the upstream session that sends the data; ignored");
                         }
@@ -547,7 +547,7 @@ impl LiveSource {
                     }
                     DatagramKind::Data if header.format != Format::Raw => {
                         self.rejected += 1;
-                        if mdrelay_proto::warn::allow("live format") {
+                        if mdrelay_iex::warn::allow("live format") {
                             tracing::warn!(%peer, format = %header.format, "a live source relays raw IEX-TP; this upstream sends another format");
                         }
                         continue;
@@ -574,7 +574,7 @@ impl LiveSource {
                 }
                 Err(e) => {
                     self.rejected += 1;
-                    if mdrelay_proto::warn::allow("live datagram") {
+                    if mdrelay_iex::warn::allow("live datagram") {
                         tracing::warn!(%peer, len = n, %e, "datagram is neither IEX-TP nor an mdrelay raw datagram; skipped");
                     }
                 }

@@ -1,9 +1,9 @@
 //! Round trips measured from subscribers' echoes, checked against the frames actually sent.
 
 use hdrhistogram::Histogram;
-use mdrelay_proto::clock::wall_clock_ns;
 use mdrelay_proto::latency::{LatencySummary, latency_histogram};
 use mdrelay_proto::relay::echo::SentLog;
+use mdrelay_runtime::clock::wall_clock_ns;
 use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 

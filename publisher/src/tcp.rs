@@ -129,7 +129,7 @@ impl Acceptor {
                 }
                 Err(error) => {
                     errors.fetch_add(1, Ordering::Relaxed);
-                    if mdrelay_proto::warn::allow(what) {
+                    if mdrelay_iex::warn::allow(what) {
                         tracing::warn!(%error, retry_in = ?self.backoff, "{what}");
                     }
                     tokio::select! {
@@ -177,7 +177,7 @@ fn busy(stream: &TcpStream, peer: SocketAddr, server: &Server) {
     let hello =
         crate::fanout::hello(shared.session, shared.stream, shared.guard, position.format(), position.next_sequence());
     let _ = stream.try_write(&busy_greeting(&hello, &reason));
-    if mdrelay_proto::warn::allow("busy") {
+    if mdrelay_iex::warn::allow("busy") {
         tracing::warn!(%peer, limit = server.tcp.max_connections, "connection refused: at the connection limit");
     }
 }
@@ -202,7 +202,7 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, server: Server) {
         Ok(s) => s,
         Err(reason) => {
             server.shared.counters.handshake_failures.fetch_add(1, Ordering::Relaxed);
-            if mdrelay_proto::warn::allow("handshake") {
+            if mdrelay_iex::warn::allow("handshake") {
                 tracing::warn!(%reason, "subscriber refused");
             }
             let _ = stream.try_write(&refusal_record(server.shared.position.format(), &reason.to_string()));
@@ -650,7 +650,7 @@ impl Incoming {
                 Err(why) => {
                     stats.echo_rejected();
                     server.echoes.rejected.fetch_add(1, Ordering::Relaxed);
-                    if mdrelay_proto::warn::allow("echo") {
+                    if mdrelay_iex::warn::allow("echo") {
                         tracing::warn!(%why, "echo rejected");
                     }
                 }
@@ -865,7 +865,7 @@ fn replay_timed_out(server: &Server, stats: &SubscriberStats) {
     stats.disconnect_slow();
     server.shared.counters.disconnects_slow.fetch_add(1, Ordering::Relaxed);
     server.shared.counters.replay_timeouts.fetch_add(1, Ordering::Relaxed);
-    if mdrelay_proto::warn::allow("replay timeout") {
+    if mdrelay_iex::warn::allow("replay timeout") {
         tracing::warn!(
             replay_timeout = ?server.tcp.replay_timeout,
             "resuming subscriber left a replay chunk untaken (tcp.replay_timeout): disconnected as slow"
@@ -877,7 +877,7 @@ fn replay_timed_out(server: &Server, stats: &SubscriberStats) {
 fn disconnect_slow(server: &Server, stats: &SubscriberStats) {
     stats.disconnect_slow();
     server.shared.counters.disconnects_slow.fetch_add(1, Ordering::Relaxed);
-    if mdrelay_proto::warn::allow("slow subscriber") {
+    if mdrelay_iex::warn::allow("slow subscriber") {
         tracing::warn!(
             queue = server.tcp.queue,
             "subscriber a whole queue behind: disconnected (slow_subscriber = disconnect)"
@@ -895,7 +895,7 @@ fn read_or_violation(
     match incoming.read_some(stream, server, stats) {
         Err(e) if e.kind() == io::ErrorKind::InvalidData => {
             server.shared.counters.protocol_violations.fetch_add(1, Ordering::Relaxed);
-            if mdrelay_proto::warn::allow("protocol violation") {
+            if mdrelay_iex::warn::allow("protocol violation") {
                 tracing::warn!(error = %e, "subscriber disconnected");
             }
             Err(e)
@@ -913,7 +913,7 @@ mod tests {
     use super::*;
     use crate::config::Tcp;
     use crate::fanout::Fanout;
-    use mdrelay_proto::codec::Format;
+    use mdrelay_codec::Format;
     use mdrelay_proto::relay::{Coalescer, Envelope, Sealed};
     use mdrelay_proto::relay::{RecordHeader, RecordTag};
     use std::sync::atomic::{AtomicBool, AtomicU64};

@@ -11,7 +11,7 @@ use crate::config::{Multicast, Settings};
 use crate::stats::Echoes;
 use anyhow::{Context, Result};
 use bytes::Bytes;
-use mdrelay_proto::codec::Format;
+use mdrelay_codec::Format;
 use mdrelay_proto::relay::Protector;
 use mdrelay_proto::relay::echo::EchoGate;
 use mdrelay_proto::relay::{DATAGRAM_VERSION, DatagramHeader, DatagramKind, Echo};
@@ -132,7 +132,7 @@ impl UdpOut {
                     Ok(echo) => echoes.round_trips.record(echo.publish_time),
                     Err(why) => {
                         echoes.rejected.fetch_add(1, Ordering::Relaxed);
-                        if mdrelay_proto::warn::allow("udp echo") {
+                        if mdrelay_iex::warn::allow("udp echo") {
                             tracing::warn!(%peer, %why, "datagram on the sending socket rejected");
                         }
                     }
@@ -183,7 +183,7 @@ impl UdpOut {
                     Err(error) => {
                         at += 1;
                         *send_errors += 1;
-                        if mdrelay_proto::warn::allow("udp send") {
+                        if mdrelay_iex::warn::allow("udp send") {
                             tracing::warn!(%target, %error, "UDP send failed");
                         }
                     }
@@ -192,7 +192,7 @@ impl UdpOut {
             for datagram in &pending[at..] {
                 if let Err(error) = socket.send_to(datagram, target) {
                     *send_errors += 1;
-                    if mdrelay_proto::warn::allow("udp send") {
+                    if mdrelay_iex::warn::allow("udp send") {
                         tracing::warn!(%target, %error, "UDP send failed");
                     }
                 }

@@ -4,7 +4,7 @@
 //! The relay is a subscriber of its upstream, speaking the relay protocol as `mdrelay-sub` does:
 //! greeting, answer, then `FORMAT`, `DATA` and `END` records. It follows the upstream's format,
 //! switches included, decodes every frame and rebuilds the IEX-TP segment it carried
-//! ([`Resegmenter`](mdrelay_proto::resegment::Resegmenter): a raw frame's segment is kept byte
+//! ([`Resegmenter`](mdrelay_codec::resegment::Resegmenter): a raw frame's segment is kept byte
 //! for byte), which the engine then publishes in this relay's own format and transports.
 //!
 //! Each frame keeps the origin's publish time and sequence number
@@ -45,12 +45,12 @@ pub use crate::relayed::UpstreamSummary;
 use crate::upstream_nats::NatsUpstream;
 use hdrhistogram::Histogram;
 use mdrelay_proto::backoff::duration_ns;
-use mdrelay_proto::clock::wall_clock_ns;
 use mdrelay_proto::latency::LatencySummary;
 use mdrelay_proto::relay::Totals;
 use mdrelay_proto::relay::client::{
     ClientAction, ClientEvent, Disposition, Finish, ResumeAsked, StreamClient, StreamClientConfig,
 };
+use mdrelay_runtime::clock::wall_clock_ns;
 use mdrelay_telemetry::exit::{ExitStatus, WithExitStatus};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -389,7 +389,7 @@ impl TcpUpstream {
                     "the upstream could not resume there (its ring no longer holds those frames): they stay a gap downstream");
             }
             ClientEvent::OutOfPlace { tag, at } => {
-                if mdrelay_proto::warn::allow("upstream record") {
+                if mdrelay_iex::warn::allow("upstream record") {
                     tracing::warn!(upstream = %peer, at, tag = ?tag, "record out of place on the stream; skipped");
                 }
             }
@@ -404,7 +404,7 @@ impl TcpUpstream {
             ClientEvent::End(end) => {
                 if end.believed {
                     self.end_sequence = Some(end.next_sequence);
-                } else if mdrelay_proto::warn::allow("upstream end") {
+                } else if mdrelay_iex::warn::allow("upstream end") {
                     let expected = self.client.reader().ordered_next().unwrap_or(1);
                     tracing::warn!(upstream = %peer, next_sequence = end.next_sequence, expected,
                         "END names a next frame that does not fit the stream; ignored");

@@ -280,7 +280,7 @@ impl NatsUpstream {
                     Offered::Now => *frames += u64::from(hand_on(relayed, &frame)),
                     Offered::Hold => gate.hold(frame.sequence(), frame.to_owned_frame(), now),
                     Offered::Late => {
-                        if mdrelay_proto::warn::allow("upstream late") {
+                        if mdrelay_iex::warn::allow("upstream late") {
                             tracing::warn!(upstream = %relayed.connect, sequence = frame.sequence(),
                                 "frame repaired after its place downstream had passed; dropped");
                         }
@@ -334,7 +334,7 @@ impl NatsUpstream {
                 Some(old) => tracing::info!(upstream = %self.name, from = %old, %to, "upstream format switch"),
                 None => tracing::info!(upstream = %self.name, format = %to, "upstream format"),
             },
-            Event::Gap { first, count } if mdrelay_proto::warn::allow("upstream gap") => {
+            Event::Gap { first, count } if mdrelay_iex::warn::allow("upstream gap") => {
                 let wait = self.settings.repair_wait;
                 tracing::warn!(upstream = %self.name, first, count, ?wait,
                     "frames missing upstream; the frames after them wait for a repair this long at most");
@@ -359,7 +359,7 @@ impl NatsUpstream {
                 self.pop_due();
                 self.finish("end", None);
             }
-            Event::Skipped(skipped) if mdrelay_proto::warn::allow("upstream skipped") => {
+            Event::Skipped(skipped) if mdrelay_iex::warn::allow("upstream skipped") => {
                 tracing::warn!(upstream = %self.name, ?skipped, "received and not taken");
             }
             _ => {}
@@ -382,7 +382,7 @@ impl NatsUpstream {
 }
 
 /// Where a frame from the subject is, for the frame visitor (a datagram has no stream bytes).
-fn frame_info(sequence: u64, format: mdrelay_proto::codec::Format, receive_time: i64) -> FrameInfo {
+fn frame_info(sequence: u64, format: mdrelay_codec::Format, receive_time: i64) -> FrameInfo {
     FrameInfo { sequence, format, origin: Origin::Stream, index: 0, receive_time, at: PlaceAt(Place::Datagram(0), 0) }
 }
 

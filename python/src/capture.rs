@@ -3,10 +3,10 @@
 
 use crate::errors;
 use crate::tables::{Prices, Tables};
-use mdrelay_proto::Message;
-use mdrelay_proto::capture::CaptureReader;
-use mdrelay_proto::iextp::Segment;
-use mdrelay_proto::link::udp_datagram;
+use mdrelay_iex::Message;
+use mdrelay_iex::capture::CaptureReader;
+use mdrelay_iex::iextp::Segment;
+use mdrelay_iex::link::udp_datagram;
 use pyo3::exceptions::PyStopIteration;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -33,7 +33,7 @@ struct State {
 
 impl State {
     /// Reads packets until `max_messages` rows are waiting or the capture ends.
-    fn fill(&mut self, max_messages: usize) -> Result<(), mdrelay_proto::capture::CaptureError> {
+    fn fill(&mut self, max_messages: usize) -> Result<(), mdrelay_iex::capture::CaptureError> {
         let State { reader, tables, packets, segments, messages, other_packets, bad_messages, .. } = self;
         while tables.rows() < max_messages {
             let Some(packet) = reader.next_packet()? else {
@@ -165,7 +165,7 @@ pub fn schema<'py>(py: Python<'py>, message_type: &str, prices: &str) -> PyResul
     pyo3_arrow::PySchema::new(std::sync::Arc::new(schema)).into_pyarrow(py)
 }
 
-fn capture_error(py: Python<'_>, e: &mdrelay_proto::capture::CaptureError) -> PyErr {
+fn capture_error(py: Python<'_>, e: &mdrelay_iex::capture::CaptureError) -> PyErr {
     errors::raise(py, py.get_type::<errors::CaptureError>(), "capture", e.to_string())
 }
 

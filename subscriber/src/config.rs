@@ -8,8 +8,8 @@
 
 use clap::{Parser, ValueEnum};
 use mdrelay_client::Settings;
-use mdrelay_proto::Symbol;
-use mdrelay_proto::idle::{IdleStrategy, Profile};
+use mdrelay_iex::Symbol;
+use mdrelay_runtime::idle::{IdleStrategy, Profile};
 use mdrelay_telemetry::config_file::Reading;
 use mdrelay_telemetry::prometheus::{MetricsSection, MetricsSettings};
 use mdrelay_telemetry::settings::{EarlierName, Layered, field_names};

@@ -14,7 +14,7 @@
 use crate::record::RecordCounts;
 use crate::stats::Stats;
 use mdrelay_client::Counters;
-use mdrelay_proto::codec::Format;
+use mdrelay_codec::Format;
 use mdrelay_telemetry::prometheus::HistogramExport;
 use metrics::{
     Counter, Gauge, Histogram as Summary, Unit, counter, describe_counter, describe_gauge, describe_histogram,

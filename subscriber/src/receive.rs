@@ -15,7 +15,7 @@ use crate::stats::{FromStartReport, Report, RunInfo, Stats};
 use mdrelay_client::{
     AsyncSubscriber, Builder, Counters, Error, ErrorKind, Event, Frame, RecoveryEvent, Skipped, Start,
 };
-use mdrelay_proto::warn;
+use mdrelay_iex::warn;
 use std::net::SocketAddr;
 use std::time::Instant;
 

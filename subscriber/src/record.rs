@@ -5,7 +5,7 @@
 //! The frames written are the frames the subscriber takes and decodes: a duplicate, the other
 //! A/B line's copy or a frame that does not decode is not written, so the recording inspects to
 //! the aggregates of the run's report. Each is written as the IEX-TP segment it carried
-//! (`mdrelay_proto::resegment`), stamped with its receive time, in an Ethernet / IPv4 / UDP
+//! (`mdrelay_codec::resegment`), stamped with its receive time, in an Ethernet / IPv4 / UDP
 //! frame from the publisher's address to the multicast group the subscriber joined (or
 //! [`RECORD_GROUP`]).
 //!
@@ -29,10 +29,10 @@ use crate::config::RecordSettings;
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use mdrelay_client::Settings;
-use mdrelay_proto::capture_writer::{CaptureWriter, Container, WriterOptions};
-use mdrelay_proto::codec::{BatchHeader, Format};
-use mdrelay_proto::message::Message;
-use mdrelay_proto::resegment::Resegmenter;
+use mdrelay_codec::resegment::Resegmenter;
+use mdrelay_codec::{BatchHeader, Format};
+use mdrelay_iex::capture_writer::{CaptureWriter, Container, WriterOptions};
+use mdrelay_iex::message::Message;
 use mdrelay_telemetry::config_file::kind_name;
 use serde::Serialize;
 use std::cell::RefCell;
@@ -602,7 +602,7 @@ impl Recorder {
             Ok(segment) => segment,
             Err(error) => {
                 self.unrecordable += 1;
-                if mdrelay_proto::warn::allow("record") {
+                if mdrelay_iex::warn::allow("record") {
                     tracing::warn!(file = %self.path.display(), sequence = header.first_sequence, %error,
                         "frame not recorded");
                 }
@@ -636,7 +636,7 @@ impl Recorder {
             Err(TrySendError::Full(mut chunk)) => {
                 self.dropped += chunk.entries.len() as u64;
                 self.progress.dropped.store(self.dropped, Relaxed);
-                if mdrelay_proto::warn::allow("record queue") {
+                if mdrelay_iex::warn::allow("record queue") {
                     tracing::warn!(file = %self.path.display(), segments = chunk.entries.len(),
                         "the recording's writer is behind by a whole queue; segments not recorded");
                 }

@@ -4,12 +4,12 @@
 
 use hdrhistogram::Histogram;
 use mdrelay_client::{Counters, LinesReport, ProtectionCounts, RecoveryReport};
-use mdrelay_proto::aggregate::{Aggregator, SymbolAggregate};
-use mdrelay_proto::codec::SymbolFilter;
-use mdrelay_proto::counts::TypeCounts;
+use mdrelay_codec::SymbolFilter;
+use mdrelay_iex::aggregate::{Aggregator, SymbolAggregate};
+use mdrelay_iex::counts::TypeCounts;
+use mdrelay_iex::message::Message;
+use mdrelay_iex::price::Symbol;
 use mdrelay_proto::latency::{LatencySummary, latency_histogram};
-use mdrelay_proto::message::Message;
-use mdrelay_proto::price::Symbol;
 use mdrelay_proto::relay::Totals;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -238,7 +238,7 @@ impl Stats {
             negative_latencies: self.negative_latencies,
             beyond_window: c.too_late,
             raw_skipped_messages: c.raw_skipped_messages,
-            warnings_suppressed: mdrelay_proto::warn::suppressed(),
+            warnings_suppressed: mdrelay_iex::warn::suppressed(),
             record: None,
         }
     }
@@ -565,7 +565,7 @@ impl fmt::Display for Report {
         let mut types = String::new();
         for (k, n) in &self.message_types {
             // A type byte is the peer's: a control byte is shown escaped, not sent to the terminal.
-            let _ = write!(types, "{}:{n}  ", mdrelay_proto::peer_text::escape(k));
+            let _ = write!(types, "{}:{n}  ", mdrelay_iex::peer_text::escape(k));
         }
         writeln!(f, "  by type   {}", types.trim_end())?;
         writeln!(
@@ -573,7 +573,7 @@ impl fmt::Display for Report {
             "  total trade volume {}   symbols with trades or quotes {}",
             self.total_trade_volume, self.symbols_with_trades_or_quotes
         )?;
-        mdrelay_proto::aggregate::write_symbol_table(f, &self.symbols)?;
+        mdrelay_iex::aggregate::write_symbol_table(f, &self.symbols)?;
         Ok(())
     }
 }
@@ -581,9 +581,9 @@ impl fmt::Display for Report {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mdrelay_proto::codec::Format;
-    use mdrelay_proto::message::{Trade, TradingStatus};
-    use mdrelay_proto::price::Price;
+    use mdrelay_codec::Format;
+    use mdrelay_iex::message::{Trade, TradingStatus};
+    use mdrelay_iex::price::Price;
 
     fn trade(symbol: &str, size: u32) -> Message<'static> {
         Message::TradeReport(Trade {

@@ -2,7 +2,7 @@
 //! `[cpu] hot_core`, the subscriber's `core`): the CPUs this process may use, a core checked
 //! against them, pinning the calling thread, and CPU lists as an operator writes them (`0-3,6`).
 //!
-//! Here rather than in `mdrelay-proto`: the affinity mask is a system call's answer, and proto
+//! Here rather than in the core: the affinity mask is a system call's answer, and the core
 //! does no I/O.
 
 use anyhow::{Result, bail};

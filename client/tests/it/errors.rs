@@ -6,8 +6,8 @@
 
 use crate::common::*;
 use mdrelay_client::{Builder, ErrorKind, Protection};
+use mdrelay_codec::Format;
 use mdrelay_harness::{STEP, accept_within, expected, serial};
-use mdrelay_proto::codec::Format;
 use mdrelay_proto::relay::Hello;
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, UdpSocket};

@@ -6,9 +6,9 @@
 //! memory and escaped wherever it is shown.
 
 use mdrelay_client::{Builder, Error, Waited};
+use mdrelay_codec::Format;
 use mdrelay_harness::alloc::count_allocations;
 use mdrelay_harness::{STEP, accept_within, shared};
-use mdrelay_proto::codec::Format;
 use mdrelay_proto::relay::{Hello, MAX_REASON, RecordHeader, RecordTag, Subscribe, control_record};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};

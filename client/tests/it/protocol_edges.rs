@@ -8,10 +8,10 @@
 
 use mdrelay_client::{Builder, Event};
 use mdrelay_client::{RecoveryEvent, Waited};
+use mdrelay_codec::{Codec, Format, Limits, MessageScratch, collect_segment};
 use mdrelay_harness::{STEP, accept_within, iex_data};
-use mdrelay_proto::capture::CaptureReader;
-use mdrelay_proto::codec::{Codec, Format, Limits, MessageScratch, collect_segment};
-use mdrelay_proto::iextp::Segment;
+use mdrelay_iex::capture::CaptureReader;
+use mdrelay_iex::iextp::Segment;
 use mdrelay_proto::relay::{
     Coalescer, Envelope, Hello, MAX_REASON, Protection, RecordHeader, RecordTag, Resume, Subscribe, Totals,
     control_record,
@@ -30,7 +30,7 @@ fn frames(format: Format, n: usize) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     while out.len() < n {
         let packet = reader.next_packet().unwrap().expect("DEEP10 has enough segments");
-        let Ok(datagram) = mdrelay_proto::link::udp_datagram(packet.link_type, packet.data) else { continue };
+        let Ok(datagram) = mdrelay_iex::link::udp_datagram(packet.link_type, packet.data) else { continue };
         let Ok(segment) = Segment::parse(datagram.payload) else { continue };
         if segment.blocks().count() == 0 {
             continue;

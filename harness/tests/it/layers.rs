@@ -63,3 +63,36 @@ fn a_crates_source_names_only_the_workspace_crates_it_depends_on() {
     }
     assert!(wrong.is_empty(), "sources reaching past their dependencies:\n{}", wrong.join("\n"));
 }
+
+/// The relay protocol's core does no I/O: its `clippy.toml` bans reading files, sockets, clocks,
+/// sleeping and OS randomness, and CI's clippy pass (`-D warnings`) holds its code to that. This
+/// keeps the ban from being thinned or allowed away in the crate's code: the one allowance is on
+/// the test-only module that finds the shared captures.
+#[test]
+fn the_relay_core_is_banned_from_io_by_its_clippy_configuration() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let config: toml::Table =
+        toml::from_str(&std::fs::read_to_string(root.join("proto/clippy.toml")).unwrap()).unwrap();
+    let banned = |key: &str| -> BTreeSet<String> {
+        config[key].as_array().unwrap().iter().map(|e| e["path"].as_str().unwrap().to_string()).collect()
+    };
+    let (methods, types) = (banned("disallowed-methods"), banned("disallowed-types"));
+    for method in ["std::time::Instant::now", "std::time::SystemTime::now", "std::thread::sleep", "rand::random"] {
+        assert!(methods.contains(method), "proto/clippy.toml no longer bans {method}: {methods:?}");
+    }
+    for ty in ["std::fs::File", "std::net::TcpStream", "std::net::TcpListener", "std::net::UdpSocket"] {
+        assert!(types.contains(ty), "proto/clippy.toml no longer bans {ty}: {types:?}");
+    }
+    let mut files = Vec::new();
+    sources(&root.join("proto/src"), &mut files);
+    let mut allowed = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            if line.contains("clippy::disallowed_") && !line.contains("`expected` serves mdrelay-iex") {
+                allowed.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(allowed.is_empty(), "the I/O ban is allowed away in the core's code:\n{}", allowed.join("\n"));
+}

@@ -15,8 +15,8 @@
 
 use super::protect::Protection;
 use super::wire::{DATAGRAM_VERSION, DatagramHeader, DatagramKind, MAX_DATAGRAM, MAX_RECORD, RecordHeader, RecordTag};
-use crate::codec::Format;
 use bytes::{Bytes, BytesMut};
+use mdrelay_codec::Format;
 
 /// The relay framing frames are grouped into.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -173,8 +173,8 @@ fn follows(after: &RecordHeader, end: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::Format;
     use crate::relay::control_record;
+    use mdrelay_codec::Format;
 
     fn data(sequence: u64, frames: u16) -> RecordHeader {
         let bytes =

@@ -30,10 +30,10 @@
 //! Nothing here trusts the length: it is checked against the frame limit before anything is
 //! copied, and a short or over-long protected frame is an error naming the offset.
 
-use crate::codec::Format;
 use aes_gcm::aead::consts::U12;
 use aes_gcm::aead::{AeadInPlace, KeyInit};
 use aes_gcm::{Aes256Gcm, Tag};
+use mdrelay_codec::Format;
 
 /// A GCM nonce: 96 bits.
 type Nonce = aes_gcm::Nonce<U12>;

@@ -11,7 +11,7 @@
 //! at the tail) and the spare, which is why the publisher's stated margin is 24 MiB.
 
 use super::wire::{RecordHeader, RecordTag};
-use crate::codec::Format;
+use mdrelay_codec::Format;
 use std::collections::VecDeque;
 
 /// Bytes of one chunk frames are copied into.

@@ -3,7 +3,7 @@
 //! error wherever it is cut, whatever the caller checked before.
 
 use super::protect::{KEY_CHECK_LEN, Protection};
-use crate::codec::Format;
+use mdrelay_codec::Format;
 use std::collections::BTreeMap;
 
 /// Version of this protocol. Version 2 added TCP resume and the retransmission service; a
@@ -15,7 +15,7 @@ pub const MIN_PROTOCOL_VERSION: u16 = 1;
 /// Version of the datagram header: unchanged since protocol version 1, so UDP receivers of
 /// either version read the datagrams of both.
 pub const DATAGRAM_VERSION: u8 = 1;
-/// Version of the schemas in proto/schema (all formats move together).
+/// Version of the schemas in codec/schema (all formats move together).
 pub const SCHEMA_VERSION: u16 = 1;
 /// First bytes of a publisher's greeting.
 pub const HELLO_MAGIC: [u8; 8] = *b"MDRELAY\0";
@@ -30,7 +30,7 @@ pub const MAX_DATAGRAM: usize = 65_507;
 /// Longest reason a `REFUSE` or `BUSY` record carries, in bytes. A sender cuts a longer one (at
 /// the last whole UTF-8 character, [`control_record`] does it); a receiver reads at most this
 /// many bytes of a record that declares more, and takes them as the reason, escaped before it
-/// is printed ([`crate::peer_text`]).
+/// is printed ([`mdrelay_iex::peer_text`]).
 pub const MAX_REASON: usize = 256;
 
 /// Why relay bytes could not be read.
@@ -475,7 +475,7 @@ impl RecordHeader {
 /// [`MAX_REASON`] bytes.
 pub fn control_record(tag: RecordTag, format: Format, sequence: u64, payload: &[u8]) -> Vec<u8> {
     let payload = match tag {
-        RecordTag::Refuse | RecordTag::Busy => crate::peer_text::cut_at_char(payload, MAX_REASON),
+        RecordTag::Refuse | RecordTag::Busy => mdrelay_iex::peer_text::cut_at_char(payload, MAX_REASON),
         _ => payload,
     };
     let length = u32::try_from(payload.len()).expect("control payloads are small");

@@ -3,12 +3,13 @@
 //! over UDP with 5 % of them lost and asked for again), received through the machines, and
 //! aggregated by this test's own code: the figures equal the independent reference outputs.
 
+use mdrelay_codec::{Codec, Format, Limits, MessageScratch, collect_segment};
 use mdrelay_harness::{expected, formats, iex_data};
-use mdrelay_proto::capture::CaptureReader;
-use mdrelay_proto::codec::{Codec, Format, Limits, MessageScratch, collect_segment};
-use mdrelay_proto::iextp::Segment;
-use mdrelay_proto::inspect::InspectReport;
-use mdrelay_proto::message::Message;
+use mdrelay_iex::capture::CaptureReader;
+use mdrelay_iex::iextp::Segment;
+use mdrelay_iex::inspect::InspectReport;
+use mdrelay_iex::message::Message;
+use mdrelay_iex::{Aggregator, link};
 use mdrelay_proto::relay::client::{
     ClientAction, ClientEvent, DatagramConfig, DatagramReceiver, Finish, FrameInfo, FrameVisitor, Origin,
     RecoveryAction, RecoveryConfig, StreamClient, StreamClientConfig,
@@ -17,7 +18,6 @@ use mdrelay_proto::relay::{
     DATAGRAM_VERSION, DatagramHeader, DatagramKind, Hello, Protection, RecordHeader, RecordTag, Resume,
     RetransmitRequest, Subscribe, Totals,
 };
-use mdrelay_proto::{Aggregator, link};
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg32;
 use std::collections::BTreeMap;
@@ -66,7 +66,7 @@ impl FrameVisitor for Aggregate {
         &mut self,
         _: &FrameInfo,
         _: &[u8],
-        decoded: Result<&mdrelay_proto::codec::BatchHeader, &mdrelay_proto::codec::DecodeError>,
+        decoded: Result<&mdrelay_codec::BatchHeader, &mdrelay_codec::DecodeError>,
     ) {
         decoded.expect("every frame decodes");
         self.frames += 1;

@@ -3,8 +3,8 @@
 //! however the bytes were split. Half the inputs start like the protocol (a real greeting, real
 //! record headers with lying fields), so the cases reach past the first check.
 
+use mdrelay_codec::Format;
 use mdrelay_harness::alloc::count_allocations;
-use mdrelay_proto::codec::Format;
 use mdrelay_proto::relay::client::{
     ConnectionConfig, DatagramConfig, DatagramReceiver, FrameReader, Line, Origin, Payload, Place, ReaderConfig,
     RecoveryConfig, StreamClient, StreamClientConfig, StreamConnection,

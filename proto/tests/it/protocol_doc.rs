@@ -9,9 +9,9 @@
 use aes_gcm::aead::consts::U12;
 use aes_gcm::aead::{AeadInPlace, KeyInit};
 use aes_gcm::{Aes256Gcm, Tag};
+use mdrelay_codec::{self as codec, BatchHeader, Codec, Format, Limits};
 use mdrelay_harness::{iex_data, reference_output};
-use mdrelay_proto::codec::{self, BatchHeader, Codec, Format, Limits};
-use mdrelay_proto::message::{Message, Trade};
+use mdrelay_iex::message::{Message, Trade};
 use mdrelay_proto::relay::protect::{CRC_LEN, KEY_CHECK_LEN, TAG_LEN};
 use mdrelay_proto::relay::window::WINDOW;
 use mdrelay_proto::relay::{

@@ -2,7 +2,7 @@
 //! never exceeds its bound and answers exactly from a model of what it holds; the subscriber's
 //! gap list accounts for every missing frame exactly once.
 
-use mdrelay_proto::codec::Format;
+use mdrelay_codec::Format;
 use mdrelay_proto::relay::ring::ENTRY_OVERHEAD;
 use mdrelay_proto::relay::{FrameRing, GapList, RecordHeader, RecoveryPolicy};
 use proptest::prelude::*;

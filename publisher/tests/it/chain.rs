@@ -20,6 +20,7 @@
 //! the leaf takes with its 16 MiB receive buffer; the leaf also recovers from the last relay's
 //! retransmission service, so a datagram lost on a loaded host costs latency, not exactness.
 
+use mdrelay_codec::{Codec, Format, Limits, MessageScratch, collect_segment};
 use mdrelay_harness::netns::{Host, Hosts, Line};
 use mdrelay_harness::process::field;
 use mdrelay_harness::{
@@ -27,7 +28,6 @@ use mdrelay_harness::{
     deep10_tcp_config, expected, free_tcp_port, iex_data, json_file, loopback_group_subscriber, mangling_proxy,
     publisher_bin, scrape, serial, shared, subscriber_bin,
 };
-use mdrelay_proto::codec::{Codec, Format, Limits, MessageScratch, collect_segment};
 use mdrelay_proto::relay::{Hello, RecordHeader, RecordTag, Subscribe, control_record};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
@@ -709,10 +709,10 @@ fn an_upstream_that_refuses_is_silent_or_is_not_a_publisher_fails_the_relay_nami
 
 /// The first IEX-TP segment of DEEP10 that carries messages.
 fn first_deep10_segment() -> Vec<u8> {
-    let mut reader = mdrelay_proto::capture::CaptureReader::open(Path::new(&deep10())).unwrap();
+    let mut reader = mdrelay_iex::capture::CaptureReader::open(Path::new(&deep10())).unwrap();
     while let Some(packet) = reader.next_packet().unwrap() {
-        if let Ok(datagram) = mdrelay_proto::link::udp_datagram(packet.link_type, packet.data)
-            && let Ok(segment) = mdrelay_proto::iextp::Segment::parse(datagram.payload)
+        if let Ok(datagram) = mdrelay_iex::link::udp_datagram(packet.link_type, packet.data)
+            && let Ok(segment) = mdrelay_iex::iextp::Segment::parse(datagram.payload)
             && segment.blocks().count() > 0
         {
             return datagram.payload.to_vec();
@@ -745,7 +745,7 @@ fn hostile_upstream_bytes_cost_their_frames_and_a_restarted_upstream_ends_the_re
     let mut sbe = Codec::new(Format::Sbe, Limits::default());
     let mut frame = Vec::new();
     let messages = MessageScratch::new().with(|list| {
-        let parsed = mdrelay_proto::iextp::Segment::parse(&segment).unwrap();
+        let parsed = mdrelay_iex::iextp::Segment::parse(&segment).unwrap();
         collect_segment(&parsed, list);
         sbe.encode_segment(1_000, &parsed, &segment, list, &mut frame).unwrap();
         list.len()

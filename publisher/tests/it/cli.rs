@@ -187,7 +187,7 @@ fn a_port_in_use_exits_1() {
 #[test]
 fn an_upstream_that_refuses_the_relay_exits_3_and_one_never_reached_exits_4() {
     let _shared = mdrelay_harness::shared();
-    use mdrelay_proto::codec::Format;
+    use mdrelay_codec::Format;
     use mdrelay_proto::relay::{Hello, RecordTag, control_record};
     use std::io::{Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

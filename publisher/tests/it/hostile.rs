@@ -3,8 +3,8 @@
 //! checks that a healthy subscriber beside the bad one stays exact, against the reference
 //! outputs in ../shared or the publisher's own totals.
 
+use mdrelay_codec::Format;
 use mdrelay_harness::{Process, Signal, expected, iex_data, json_file, publisher_bin, serial, subscriber_bin};
-use mdrelay_proto::codec::Format;
 use mdrelay_proto::relay::{
     DATAGRAM_VERSION, DatagramHeader, DatagramKind, Echo, Hello, RecordHeader, RecordTag, Subscribe, Totals,
 };
@@ -407,7 +407,7 @@ fn forged_and_replayed_echoes_are_rejected() {
         b.extend_from_slice(&echo.to_bytes());
         b
     };
-    let mut codec = mdrelay_proto::codec::Codec::new(Format::Sbe, Default::default());
+    let mut codec = mdrelay_codec::Codec::new(Format::Sbe, Default::default());
     loop {
         let (header, payload) = match read_record(&mut client) {
             Ok(record) => record,

@@ -18,9 +18,9 @@ use mdrelay_harness::{
     Process, STEP, Scrape, assert_aggregates, expected, free_tcp_port, free_udp_port, iex_data, json_file,
     publisher_bin, reference_output, scrape, serial, subscriber_bin,
 };
-use mdrelay_proto::capture::CaptureReader;
-use mdrelay_proto::capture_writer::{CaptureWriter, WriterOptions};
-use mdrelay_proto::iextp::{HEADER_LEN, Segment, SegmentHeader};
+use mdrelay_iex::capture::CaptureReader;
+use mdrelay_iex::capture_writer::{CaptureWriter, WriterOptions};
+use mdrelay_iex::iextp::{HEADER_LEN, Segment, SegmentHeader};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::net::{SocketAddr, SocketAddrV4, UdpSocket};
@@ -49,7 +49,7 @@ fn deep10_segments() -> Vec<Datagram> {
     let mut reader = CaptureReader::open(iex_data().join("DEEP10.pcap.gz")).unwrap();
     let mut segments = Vec::new();
     while let Ok(Some(packet)) = reader.next_packet() {
-        let Ok(datagram) = mdrelay_proto::link::udp_datagram(packet.link_type, packet.data) else { continue };
+        let Ok(datagram) = mdrelay_iex::link::udp_datagram(packet.link_type, packet.data) else { continue };
         let Ok(segment) = Segment::parse(datagram.payload) else { continue };
         segments.push(Datagram {
             time_ns: packet.timestamp_ns,

@@ -429,7 +429,7 @@ fn a_scraper_that_connects_and_goes_silent_holds_up_neither_the_relay_nor_other_
     // Dozens of frames fall in each of the default profile's 1 ms duty cycles at this rate:
     // some went out early, none more than the duty cycle.
     let lead = s.get("mdrelay_pub_pacing_lead_seconds", "").unwrap();
-    let duty_cycle = mdrelay_proto::idle::duty_cycle(mdrelay_proto::idle::Profile::Default).as_secs_f64();
+    let duty_cycle = mdrelay_runtime::idle::duty_cycle(mdrelay_runtime::idle::Profile::Default).as_secs_f64();
     assert!(lead > 0.0 && lead <= duty_cycle, "lead {lead} s against a duty cycle of {duty_cycle} s");
     let published = publisher.finish(RUN);
     published.assert_success();

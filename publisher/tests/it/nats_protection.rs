@@ -4,10 +4,10 @@
 //! another key) are refused and counted while the real stream stays exact; a SIGHUP format
 //! switch mid-stream is followed through NATS.
 
+use mdrelay_codec::Format;
 use mdrelay_harness::{
     NatsServer, Process, STEP, Signal, assert_aggregates, expected, iex_data, json_file, publisher_bin, subscriber_bin,
 };
-use mdrelay_proto::codec::Format;
 use mdrelay_proto::relay::{DATAGRAM_VERSION, DatagramHeader, DatagramKind, Protector, WireKey};
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;

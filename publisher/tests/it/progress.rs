@@ -2,7 +2,7 @@
 //! absent when stderr is piped (scripts, logs and the other tests see exactly what they saw
 //! before the bars).
 
-use mdrelay_proto::inspect::inspect_file;
+use mdrelay_iex::inspect::inspect_file;
 use std::fs::File;
 use std::io::Read;
 use std::path::Path;

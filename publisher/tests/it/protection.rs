@@ -3,10 +3,10 @@
 //! replayed and unprotected datagrams refused and counted while the real stream stays exact;
 //! other keys and other settings refused at the handshake, by name.
 
+use mdrelay_codec::Format;
 use mdrelay_harness::{
     Process, STEP, assert_aggregates, expected, iex_data, json_file, publisher_bin, serial, subscriber_bin,
 };
-use mdrelay_proto::codec::Format;
 use mdrelay_proto::relay::{DATAGRAM_VERSION, DatagramHeader, DatagramKind, Hello, Protector, RecordHeader, WireKey};
 use serde_json::Value;
 use std::io::{Read, Write};

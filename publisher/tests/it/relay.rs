@@ -16,11 +16,11 @@
 //! UDP checks are exact accounting (frames received + frames lost = frames sent), and the
 //! reference figures are required whenever nothing was lost.
 
+use mdrelay_codec::Format;
 use mdrelay_harness::{
     Finished, Process, STEP, Signal, assert_aggregates, cutting_proxy, deep10_tcp_config, expected, formats,
     free_udp_port, iex_data, json_file, publisher_bin, serial, subscriber_bin,
 };
-use mdrelay_proto::codec::Format;
 use mdrelay_proto::relay::{Hello, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, RecordHeader, RecordTag, Subscribe};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
@@ -393,10 +393,10 @@ fn a_live_feed_relayed_from_multicast_raw_to_tcp_sbe() {
 
 /// The first IEX-TP segment of DEEP10 that carries messages, as the exchange sends it.
 fn first_deep10_segment() -> Vec<u8> {
-    let mut reader = mdrelay_proto::capture::CaptureReader::open(Path::new(&deep10())).unwrap();
+    let mut reader = mdrelay_iex::capture::CaptureReader::open(Path::new(&deep10())).unwrap();
     while let Some(packet) = reader.next_packet().unwrap() {
-        if let Ok(datagram) = mdrelay_proto::link::udp_datagram(packet.link_type, packet.data) {
-            let segment = mdrelay_proto::iextp::Segment::parse(datagram.payload);
+        if let Ok(datagram) = mdrelay_iex::link::udp_datagram(packet.link_type, packet.data) {
+            let segment = mdrelay_iex::iextp::Segment::parse(datagram.payload);
             if segment.is_ok_and(|s| s.blocks().count() > 0) {
                 return datagram.payload.to_vec();
             }

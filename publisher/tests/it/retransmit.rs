@@ -12,11 +12,11 @@
 //! publisher's END totals, or the independent reference output of DEEP10), never the service's
 //! own say.
 
+use mdrelay_codec::{Codec, Format, Limits};
 use mdrelay_harness::process::field;
 use mdrelay_harness::{
     Process, STEP, assert_aggregates, expected, iex_data, json_file, publisher_bin, scrape, shared, subscriber_bin,
 };
-use mdrelay_proto::codec::{Codec, Format, Limits};
 use mdrelay_proto::relay::{
     DatagramHeader, DatagramKind, Hello, Purpose, RecordHeader, RecordTag, Resume, RetransmitRequest, Subscribe,
     Totals, parse_gone,

@@ -9,11 +9,11 @@
 use crate::common;
 
 use common::*;
+use mdrelay_codec::{Codec, Format, Limits};
 use mdrelay_harness::{
     Finished, NatsServer, Process, STEP, accept_within, assert_aggregates, expected, iex_data, json_file,
     publisher_bin, subscriber_bin,
 };
-use mdrelay_proto::codec::{Codec, Format, Limits};
 use mdrelay_proto::relay::{Hello, RecordTag, Subscribe, Totals, control_record};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -2,14 +2,14 @@
 //! lost at the tail, swapped, duplicated beyond the window, carrying more frames than declared,
 //! with a wild sequence number or session, of other programs, formats and versions, truncated
 //! and bit-flipped. A real `mdrelay-sub` process receives; the test sends crafted datagrams.
-//! Expected figures are computed here from the synthetic feed with proto's aggregator and
+//! Expected figures are computed here from the synthetic feed with mdrelay-iex's aggregator and
 //! message parser, independently of the subscriber.
 
+use mdrelay_codec::{BatchHeader, Codec, Format, Limits, collect_segment};
 use mdrelay_harness::{Process, process::field, serial, subscriber_bin};
-use mdrelay_proto::codec::{BatchHeader, Codec, Format, Limits, collect_segment};
-use mdrelay_proto::iextp::Segment;
+use mdrelay_iex::iextp::Segment;
+use mdrelay_iex::synth::{SynthConfig, SyntheticDay};
 use mdrelay_proto::relay::{DATAGRAM_VERSION, DatagramHeader, DatagramKind, Totals};
-use mdrelay_proto::synth::{SynthConfig, SyntheticDay};
 use serde_json::Value;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
@@ -27,7 +27,7 @@ fn segments(messages: u64) -> Vec<Vec<u8>> {
     out
 }
 
-/// Messages in a segment, as proto's parser counts them.
+/// Messages in a segment, as mdrelay-iex's parser counts them.
 fn messages_in(segment: &[u8]) -> u64 {
     let mut list = Vec::new();
     collect_segment(&Segment::parse(segment).unwrap(), &mut list);
@@ -39,7 +39,7 @@ fn frame(codec: &mut Codec, segment: &[u8]) -> Vec<u8> {
     let parsed = Segment::parse(segment).unwrap();
     let mut list = Vec::new();
     collect_segment(&parsed, &mut list);
-    let now = mdrelay_proto::clock::wall_clock_ns();
+    let now = mdrelay_runtime::clock::wall_clock_ns();
     let mut out = Vec::new();
     codec
         .encode(&BatchHeader { publish_time: now, ..BatchHeader::from_segment(&parsed.header) }, &list, &mut out)

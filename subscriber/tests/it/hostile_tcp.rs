@@ -6,11 +6,11 @@
 //! `mdrelay-sub` process receives.
 
 use crate::common::subscriber;
+use mdrelay_codec::{BatchHeader, Codec, Format, Limits};
 use mdrelay_harness::{STEP, Signal, accept_within, serial, shared};
-use mdrelay_proto::codec::{BatchHeader, Codec, Format, Limits};
-use mdrelay_proto::message::{Message, Trade, UnknownMessage};
+use mdrelay_iex::message::{Message, Trade, UnknownMessage};
+use mdrelay_iex::{Price, Symbol};
 use mdrelay_proto::relay::{Hello, MAX_REASON, RecordHeader, RecordTag, Subscribe, Totals, control_record};
-use mdrelay_proto::{Price, Symbol};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::thread::JoinHandle;
@@ -156,7 +156,7 @@ fn symbols_and_message_types_made_of_terminal_escapes_are_shown_escaped_in_the_r
     });
     let unknown = Message::Unknown(UnknownMessage { kind: 0x1b, bytes: &[0x1b, b'[', b'H'] });
     let mut frame = Vec::new();
-    let header = BatchHeader { publish_time: mdrelay_proto::clock::wall_clock_ns(), ..BatchHeader::default() };
+    let header = BatchHeader { publish_time: mdrelay_runtime::clock::wall_clock_ns(), ..BatchHeader::default() };
     Codec::new(Format::Sbe, Limits::default()).encode(&header, &[trade, unknown], &mut frame).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();

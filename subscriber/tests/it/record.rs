@@ -12,11 +12,11 @@
 //! it is, and every wait is bounded.
 
 use flate2::read::MultiGzDecoder;
+use mdrelay_codec::Format;
 use mdrelay_harness::{
     Finished, Process, STEP, Signal, deep10_tcp_config, expected, formats, free_tcp_port, iex_data, json_file,
     publisher_bin, reference_output, scrape, serial, subscriber_bin,
 };
-use mdrelay_proto::codec::Format;
 use serde_json::{Map, Value, json};
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener};

@@ -3,7 +3,7 @@
 //! service that serves some frames, answers GONE for others and BUSY once, two lines that lose
 //! different frames, and TCP publishers that cut the connection, replay from their ring or speak
 //! protocol version 1. Expected aggregates are computed here from the frames that should arrive,
-//! with proto's aggregator, independently of the subscriber.
+//! with mdrelay-iex's aggregator, independently of the subscriber.
 //!
 //! As in udp.rs, the sender never has more than a quarter of the subscriber's receive buffer in
 //! flight, so loopback loses nothing the test did not withhold.
@@ -11,8 +11,8 @@
 use crate::common;
 
 use common::*;
+use mdrelay_codec::{Codec, Format, Limits};
 use mdrelay_harness::{Process, STEP, accept_within, process::field};
-use mdrelay_proto::codec::{Codec, Format, Limits};
 use mdrelay_proto::relay::{
     DatagramHeader, DatagramKind, Echo, Hello, Purpose, RecordHeader, RecordTag, Resume, RetransmitRequest, Subscribe,
     control_record, gone_payload,

@@ -5,8 +5,8 @@
 use crate::common;
 
 use common::*;
+use mdrelay_codec::{Codec, Format, Limits};
 use mdrelay_harness::{STEP, accept_within, free_tcp_port};
-use mdrelay_proto::codec::{Codec, Format, Limits};
 use mdrelay_proto::relay::{
     Echo, Hello, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, RecordHeader, RecordTag, Subscribe, control_record,
 };

@@ -1,5 +1,5 @@
 //! `mdrelay-sub` over UDP unicast on 127.0.0.1 and multicast (239.255.x.x on the interface
-//! 127.0.0.1), against datagrams built here with proto's relay and codec modules: loss,
+//! 127.0.0.1), against datagrams built here with proto's relay module and mdrelay-codec: loss,
 //! duplicates, reordering, publisher restarts, foreign traffic, echoes, stops.
 //!
 //! The tests count gaps, duplicates and reorderings exactly, so the network must lose nothing
@@ -11,8 +11,8 @@
 use crate::common;
 
 use common::*;
+use mdrelay_codec::{Codec, Format, Limits};
 use mdrelay_harness::{Process, STEP, Signal, process::field};
-use mdrelay_proto::codec::{Codec, Format, Limits};
 use mdrelay_proto::relay::{DatagramHeader, DatagramKind, Echo, Totals};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::collections::HashSet;

@@ -25,13 +25,13 @@
 
 use super::buffer::RecordBuf;
 use crate::backoff::duration_ns;
-use crate::codec::{DEFAULT_MAX_FRAME, Format};
 use crate::relay::continuity::{Continuity, Verdict, Violation};
 use crate::relay::protect::{ProtectError, Protection, Protector, WireKey};
 use crate::relay::wire::{
     Echo, HELLO_MAGIC, HandshakeError, Hello, MAX_REASON, MAX_RECORD, Purpose, RecordHeader, RecordTag, RelayError,
     Resume, RetransmitRequest, Subscribe, Totals, parse_gone,
 };
+use mdrelay_codec::{DEFAULT_MAX_FRAME, Format};
 use std::collections::VecDeque;
 use std::fmt;
 use std::net::SocketAddr;
@@ -1151,7 +1151,7 @@ fn ends_with_reason(header: &RecordHeader, recovery: bool) -> bool {
 /// A `REFUSE` or `BUSY` reason as it is kept and printed: the bytes read of it (at most
 /// [`MAX_REASON`]) escaped, and how long it was when the record declared more.
 fn reason_text(read: &[u8], declared: u32) -> String {
-    let text = crate::peer_text::from_bytes(read);
+    let text = mdrelay_iex::peer_text::from_bytes(read);
     if read.len() < declared as usize { format!("{text} [the first {} of {declared} bytes]", read.len()) } else { text }
 }
 

@@ -2,11 +2,11 @@
 //! record kind, records cut at every offset, resume, deadlines and violations.
 
 use super::*;
-use crate::peer_text::from_bytes;
 use crate::relay::client::testing::{feed, peer, random_cuts, record};
 use crate::relay::continuity::ViolationKind;
 use crate::relay::protect::KEY_LEN;
 use crate::relay::wire::{RetransmitRequest, gone_payload};
+use mdrelay_iex::peer_text::from_bytes;
 
 const S: i64 = 1_000_000_000;
 const SESSION: u64 = 0x5e55_1011;

@@ -72,13 +72,13 @@ use super::connection::{CloseReason, ConnectionConfig, ConnectionEvent, Disposit
 use super::frames::{FrameReader, FrameVisitor, Origin, Payload, Place, ReaderConfig, ReaderMode};
 use super::lines::{Line, Lines};
 use crate::backoff::{Backoff, duration_ns};
-use crate::codec::Format;
 use crate::relay::protect::Protection;
 use crate::relay::session::Admission;
 use crate::relay::window::WINDOW;
 use crate::relay::wire::{
     DATAGRAM_VERSION, DatagramHeader, DatagramKind, Echo, RecordTag, RelayError, RetransmitRequest, Totals,
 };
+use mdrelay_codec::Format;
 use std::collections::VecDeque;
 use std::fmt;
 use std::net::SocketAddr;

@@ -26,12 +26,12 @@
 use super::book::RecoveryBook;
 use super::lines::{Line, Lines};
 use super::unseal::{ProtectionCounts, Unsealer};
-use crate::codec::{BatchHeader, Codec, DecodeError, Format, Limits, SymbolFilter};
-use crate::message::Message;
 use crate::relay::protect::{LEN_PREFIX, ProtectError, WireKey};
 use crate::relay::session::SessionTracker;
 use crate::relay::window::Observed;
 use crate::relay::wire::Echo;
+use mdrelay_codec::{BatchHeader, Codec, DecodeError, Format, Limits, SymbolFilter};
+use mdrelay_iex::message::Message;
 use std::collections::{BTreeSet, VecDeque};
 use std::fmt;
 

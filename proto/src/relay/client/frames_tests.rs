@@ -2,12 +2,12 @@
 //! frame declared is walked, accounted for and decoded once, and everything refused is counted.
 
 use super::*;
-use crate::codec::Format;
-use crate::price::Symbol;
 use crate::relay::client::book::{self, RecoveryBook};
 use crate::relay::client::testing::{Notes, capture_frames};
 use crate::relay::protect::{KEY_LEN, Protection, Protector};
 use crate::relay::window::SequenceCounts;
+use mdrelay_codec::Format;
+use mdrelay_iex::price::Symbol;
 use std::time::Duration;
 
 const SESSION: u64 = 77;
@@ -40,7 +40,7 @@ fn every_format_walks_exactly_the_declared_frames_and_decodes_each_once() {
     for format in Format::ALL {
         let frames = capture_frames("DEEP10.pcap.gz", format, 40);
         let mut expected = Notes::default();
-        let mut plain = crate::codec::Codec::new(format, crate::codec::Limits::default());
+        let mut plain = mdrelay_codec::Codec::new(format, mdrelay_codec::Limits::default());
         for f in &frames {
             plain.decode(f, |m| expected.kinds.push(m.kind())).unwrap();
         }
@@ -145,7 +145,7 @@ fn the_symbol_filter_applies_before_decode_unless_every_message_is_wanted() {
     let mut all = Notes::default();
     reader().payload(payload(&bytes, Format::Capnp, 1, 300, Origin::Stream), &mut all);
     // A symbol of the capture's first frames, whichever it is.
-    let mut codec = crate::codec::Codec::new(Format::Capnp, crate::codec::Limits::default());
+    let mut codec = mdrelay_codec::Codec::new(Format::Capnp, mdrelay_codec::Limits::default());
     let mut symbol: Option<Symbol> = None;
     for f in frames.iter().rev() {
         codec.decode(f, |m| symbol = m.symbol().or(symbol)).unwrap();

@@ -32,11 +32,11 @@ use super::connection::{
 use super::frames::{FrameReader, FrameVisitor, Origin, Payload, Place, ReaderConfig, ReaderMode};
 use super::quiet::Quiet;
 use crate::backoff::{Backoff, duration_ns};
-use crate::codec::{Format, SymbolFilter};
 use crate::relay::continuity::Violation;
 use crate::relay::protect::{ProtectError, Protection, WireKey};
 use crate::relay::session::Greeted;
 use crate::relay::wire::{Hello, RecordTag, RelayError, Totals};
+use mdrelay_codec::{Format, SymbolFilter};
 use std::collections::VecDeque;
 use std::fmt;
 use std::net::SocketAddr;

@@ -3,10 +3,10 @@
 //! refusals, and a relay's give-up, violations and CRC failures.
 
 use super::*;
-use crate::codec::Format;
 use crate::relay::client::testing::{Notes, capture_frames, peer, random_cuts, record};
 use crate::relay::protect::Protector;
 use crate::relay::wire::{Resume, Subscribe, Totals};
+use mdrelay_codec::Format;
 
 const MS: i64 = 1_000_000;
 const S: i64 = 1_000 * MS;

@@ -2,8 +2,8 @@
 //! feeding a connection its bytes cut where a test says.
 
 use super::connection::{ConnectionEvent, StreamConnection};
-use crate::codec::Format;
 use crate::relay::wire::{RecordHeader, RecordTag};
+use mdrelay_codec::Format;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg32;
 use std::net::SocketAddr;
@@ -82,16 +82,16 @@ pub(crate) fn feed(conn: &mut StreamConnection, bytes: &[u8], cuts: &[usize], no
 /// frames of `format`, each with a publish time of its index + 1 (0 is what a frame without one
 /// would read).
 pub(crate) fn capture_frames(name: &str, format: Format, limit: usize) -> Vec<Vec<u8>> {
-    use crate::capture::CaptureReader;
-    use crate::codec::{Codec, Limits, MessageScratch, collect_segment};
-    use crate::iextp::Segment;
+    use mdrelay_codec::{Codec, Limits, MessageScratch, collect_segment};
+    use mdrelay_iex::capture::CaptureReader;
+    use mdrelay_iex::iextp::Segment;
     let mut reader = CaptureReader::open(crate::shared_data::iex_data().join(name)).expect("the shared capture opens");
     let mut codec = Codec::new(format, Limits::default());
     let mut scratch = MessageScratch::new();
     let mut frames = Vec::new();
     while frames.len() < limit {
         let Some(packet) = reader.next_packet().expect("the shared capture reads") else { break };
-        let Ok(datagram) = crate::link::udp_datagram(packet.link_type, packet.data) else { continue };
+        let Ok(datagram) = mdrelay_iex::link::udp_datagram(packet.link_type, packet.data) else { continue };
         let Ok(segment) = Segment::parse(datagram.payload) else { continue };
         let mut frame = Vec::new();
         let publish_time = frames.len() as i64 + 1;
@@ -124,7 +124,7 @@ pub(crate) struct Notes {
     /// Ask for every message whatever the filter.
     pub every: bool,
     /// Messages aggregated, as a subscriber does.
-    pub aggregator: crate::Aggregator,
+    pub aggregator: mdrelay_iex::Aggregator,
 }
 
 impl super::frames::FrameVisitor for Notes {
@@ -132,7 +132,7 @@ impl super::frames::FrameVisitor for Notes {
         self.every
     }
 
-    fn message(&mut self, _: &super::frames::FrameInfo, message: &crate::Message<'_>) {
+    fn message(&mut self, _: &super::frames::FrameInfo, message: &mdrelay_iex::Message<'_>) {
         self.kinds.push(message.kind());
         self.aggregator.apply(message);
     }
@@ -145,7 +145,7 @@ impl super::frames::FrameVisitor for Notes {
         &mut self,
         frame: &super::frames::FrameInfo,
         _: &[u8],
-        decoded: Result<&crate::codec::BatchHeader, &crate::codec::DecodeError>,
+        decoded: Result<&mdrelay_codec::BatchHeader, &mdrelay_codec::DecodeError>,
     ) {
         match decoded {
             Ok(header) => self.frames.push((frame.sequence, frame.origin, header.publish_time)),

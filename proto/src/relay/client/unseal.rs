@@ -4,9 +4,9 @@
 //! before its session and sequence are believed: a sender without the key cannot move the
 //! stream's accounting.
 
-use crate::codec::{DEFAULT_MAX_FRAME, Format};
 use crate::relay::protect::{KEY_CHECK_LEN, ProtectError, Protection, Protector, WireKey};
 use crate::relay::wire::{DatagramHeader, DatagramKind};
+use mdrelay_codec::{DEFAULT_MAX_FRAME, Format};
 use serde::Serialize;
 
 /// What protection refused, by reason.

@@ -2,8 +2,8 @@
 //! anything else refused, without a panic whatever the bytes.
 
 use super::echoes::*;
-use crate::codec::Format;
 use crate::relay::wire::{Echo, RecordHeader, RecordTag, control_record};
+use mdrelay_codec::Format;
 use proptest::prelude::*;
 
 fn echo(sequence: u64) -> Echo {

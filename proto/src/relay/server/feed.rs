@@ -13,7 +13,7 @@
 
 use super::super::ring::FrameRing;
 use super::super::wire::{RecordHeader, RecordTag, control_record};
-use crate::codec::Format;
+use mdrelay_codec::Format;
 use std::ops::Range;
 
 /// Where a subscriber asking to resume joins.

@@ -3,9 +3,9 @@
 //! its boundaries, and any bytes without a panic.
 
 use super::feed::*;
-use crate::codec::Format;
 use crate::relay::ring::FrameRing;
 use crate::relay::wire::{RecordHeader, RecordTag, control_record};
+use mdrelay_codec::Format;
 use proptest::prelude::*;
 
 /// A ring holding frames `1..=formats.len()` of 10 bytes, frame `i` in `formats[i - 1]`, all

@@ -10,9 +10,9 @@
 //! answer (a request that follows at once) is read here.
 
 use crate::backoff::duration_ns;
-use crate::codec::Format;
 use crate::relay::protect::Protection;
 use crate::relay::wire::{HandshakeError, Hello, Purpose, RecordTag, Subscribe, control_record};
+use mdrelay_codec::Format;
 use std::fmt;
 use std::time::Duration;
 

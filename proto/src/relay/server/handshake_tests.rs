@@ -3,9 +3,9 @@
 
 use super::handshake::*;
 use super::testing::bytes_and_cuts;
-use crate::codec::Format;
 use crate::relay::protect::Protection;
 use crate::relay::wire::{HandshakeError, Hello, Purpose, RecordHeader, RecordTag, Resume, Subscribe};
+use mdrelay_codec::Format;
 use proptest::prelude::*;
 use std::time::Duration;
 

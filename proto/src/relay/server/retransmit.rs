@@ -10,7 +10,7 @@
 use super::super::ring::FrameRing;
 use super::super::wire::{RecordHeader, RecordTag, RetransmitRequest, control_record, gone_payload};
 use crate::backoff::duration_ns;
-use crate::codec::Format;
+use mdrelay_codec::Format;
 use std::fmt;
 use std::time::Duration;
 

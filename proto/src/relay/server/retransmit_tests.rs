@@ -4,9 +4,9 @@
 
 use super::retransmit::*;
 use super::testing::bytes_and_cuts;
-use crate::codec::Format;
 use crate::relay::ring::{ENTRY_OVERHEAD, FrameRing};
 use crate::relay::wire::{RecordHeader, RecordTag, RetransmitRequest, control_record, parse_gone};
+use mdrelay_codec::Format;
 use proptest::prelude::*;
 use std::time::Duration;
 

@@ -1,19 +1,19 @@
 //! What the subscriber's tests share beyond the harness: a synthetic feed and what it should
-//! aggregate to (computed here with proto's Aggregator, independently of the subscriber), and the
+//! aggregate to (computed here with mdrelay-iex's Aggregator, independently of the subscriber), and the
 //! frames, records and datagrams a fake publisher sends, built with proto's relay module.
 #![allow(dead_code)]
 
+use mdrelay_codec::{BatchHeader, Codec, Format, collect_segment};
 use mdrelay_harness::{Process, subscriber_bin};
-use mdrelay_proto::aggregate::Aggregator;
-use mdrelay_proto::codec::{BatchHeader, Codec, Format, collect_segment};
-use mdrelay_proto::iextp::Segment;
-use mdrelay_proto::message::Message;
-use mdrelay_proto::price::Symbol;
+use mdrelay_iex::aggregate::Aggregator;
+use mdrelay_iex::iextp::Segment;
+use mdrelay_iex::message::Message;
+use mdrelay_iex::price::Symbol;
+use mdrelay_iex::synth::{SynthConfig, SyntheticDay};
 use mdrelay_proto::relay::Protection;
 use mdrelay_proto::relay::{
     Coalescer, DATAGRAM_VERSION, DatagramHeader, DatagramKind, Envelope, RecordTag, Totals, control_record,
 };
-use mdrelay_proto::synth::{SynthConfig, SyntheticDay};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -131,7 +131,7 @@ pub fn totals(segments: &[&[u8]]) -> Totals {
 }
 
 /// The report fields the subscriber must compute from these segments, figured independently
-/// with proto's Aggregator: aggregates (of `filter`'s symbols only, if given), counts by type.
+/// with mdrelay-iex's Aggregator: aggregates (of `filter`'s symbols only, if given), counts by type.
 pub fn expected_report(segments: &[&[u8]], filter: Option<&[&str]>) -> Value {
     let filter: Option<Vec<Symbol>> = filter.map(|f| f.iter().map(|s| Symbol::new(s).unwrap()).collect());
     let mut agg = Aggregator::new();
