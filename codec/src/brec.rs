@@ -64,7 +64,8 @@
 
 use super::filter::SymbolFilter;
 use super::format::Format;
-use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, batch_count};
+use super::frame::{BatchHeader, DecodeError, EncodeError, Limits};
+use crate::FormatCodec;
 use ::brec::{CrcU32, PACKET_SIG, PacketHeader, ReadBlockFromSlice, SignatureU32, StaticPayloadSignature, WriteTo};
 use mdrelay_iex::for_each_message_type;
 use mdrelay_iex::message::{Message, PriceLevelUpdate, QuoteUpdate, Side, Trade, UnknownMessage, kind, layout_len};
@@ -381,101 +382,6 @@ impl BrecCodec {
         BrecCodec { limits, records: Vec::new(), payload_sig: bytes_payload_sig() }
     }
 
-    /// Appends one frame (one brec packet) for `header` and `messages` to `out`. Unknown messages
-    /// must be what the model makes of an IEX block (1 to 65535 bytes starting with their type
-    /// byte, which is no known type), and the payload and packet must stay within
-    /// [`MAX_PAYLOAD_LEN`] and [`MAX_PACKET_LEN`]; otherwise the batch is refused and `out` left
-    /// as it was.
-    pub fn encode(
-        &mut self,
-        header: &BatchHeader,
-        messages: &[Message<'_>],
-        out: &mut Vec<u8>,
-    ) -> Result<(), EncodeError> {
-        batch_count(messages)?;
-        let start = out.len();
-        // The packet header's lengths and CRC are known once the body is written: a placeholder
-        // now, filled in at the end.
-        out.resize(start + PACKET_HEADER_LEN, 0);
-        let batch = BatchBlock {
-            protocol_id: header.protocol_id,
-            channel_id: header.channel_id,
-            session_id: header.session_id,
-            first_sequence: header.first_sequence,
-            send_time: header.send_time,
-            publish_time: header.publish_time,
-            // At most MAX_BATCH (u16::MAX), checked above.
-            message_count: messages.len() as u16,
-        };
-        let _ = batch.write_all(out);
-        self.records.clear();
-        let mut blocks = 0;
-        for (index, message) in messages.iter().enumerate() {
-            if blocks < MAX_MESSAGE_BLOCKS && write_block(message, out) {
-                blocks += 1;
-                continue;
-            }
-            if let Message::Unknown(m) = message
-                && let Some(what) = unknown_problem(m)
-            {
-                out.truncate(start);
-                return Err(unrepresentable(index, what));
-            }
-            let len = message.iex_len();
-            if self.records.len() + RECORD_HEADER_LEN + len > MAX_PAYLOAD_LEN {
-                out.truncate(start);
-                return Err(unrepresentable(index, "the payload would exceed brec's 16 MiB payload limit"));
-            }
-            // Both fit a u16: the index is below MAX_BATCH, the length at most MAX_UNKNOWN_LEN
-            // or a known layout's.
-            self.records.extend_from_slice(&(index as u16).to_le_bytes());
-            self.records.extend_from_slice(&(len as u16).to_le_bytes());
-            message.write_iex(&mut self.records);
-        }
-        let blocks_len = out.len() - start - PACKET_HEADER_LEN;
-        let has_payload = !self.records.is_empty();
-        if has_payload {
-            let mut hasher = ::brec::crc32fast::Hasher::new();
-            hasher.update(&self.records);
-            // brec's payload header (`PayloadHeader::as_vec`, without its Vec): signature length
-            // and signature, CRC length and CRC, body length.
-            out.push(4);
-            out.extend_from_slice(&self.payload_sig);
-            out.push(4);
-            out.extend_from_slice(&hasher.finalize().to_le_bytes());
-            out.extend_from_slice(&(self.records.len() as u32).to_le_bytes());
-            out.extend_from_slice(&self.records);
-        }
-        let size = out.len() - start - PACKET_HEADER_LEN;
-        if size > MAX_PACKET_LEN {
-            out.truncate(start);
-            return Err(unrepresentable(
-                messages.len().saturating_sub(1),
-                "the packet would exceed brec's 16 MiB limit",
-            ));
-        }
-        let mut packet =
-            PacketHeader { size: size as u64, blocks_len: blocks_len as u64, payload: has_payload, crc: 0 };
-        packet.crc = u32::from_le_bytes(packet.crc());
-        let _ = packet.write_all(&mut &mut out[start..start + PACKET_HEADER_LEN]);
-        Ok(())
-    }
-
-    /// The length of the brec packet at the start of `buf`, from its header: `None` while fewer
-    /// than its 29 bytes (or fewer than the packet's) have come, an error as soon as the bytes
-    /// present are not a packet signature, or the header fails its CRC, or the packet is longer
-    /// than `max_frame` or [`MAX_PACKET_LEN`]. Nothing is allocated.
-    pub fn frame_len(&self, buf: &[u8]) -> Result<Option<usize>, DecodeError> {
-        let seen = buf.len().min(PACKET_SIG.len());
-        if buf[..seen] != PACKET_SIG[..seen] {
-            return Err(error(0, "not a brec packet: the packet signature does not match"));
-        }
-        let Some(head) = buf.first_chunk::<PACKET_HEADER_LEN>() else { return Ok(None) };
-        let packet = self.packet_header(head)?;
-        let len = PACKET_HEADER_LEN + packet.size as usize;
-        Ok((buf.len() >= len).then_some(len))
-    }
-
     /// Reads and checks brec's packet header, and the packet's length against the limits.
     #[inline]
     fn packet_header(&self, head: &[u8; PACKET_HEADER_LEN]) -> Result<PacketHeader, DecodeError> {
@@ -494,26 +400,6 @@ impl BrecCodec {
             return Err(error(8, format!("packet of {} body bytes exceeds the {max}-byte frame limit", packet.size)));
         }
         Ok(packet)
-    }
-
-    /// Decodes one frame (exactly the bytes [`BrecCodec::frame_len`] delimited), handing each
-    /// message to `visit` in batch order, and returns the batch header.
-    pub fn decode<F: FnMut(&Message<'_>)>(&mut self, frame: &[u8], mut visit: F) -> Result<BatchHeader, DecodeError> {
-        self.walk::<false, _, _>(frame, None, &mut visit, &mut |_| {})
-    }
-
-    /// Decodes one frame like [`BrecCodec::decode`], handing `visit` only the messages whose
-    /// symbol `filter` holds and `skip` the type byte of every other: a block's symbol is read
-    /// from its zero-copy form before any message is built, a record's from its bytes before it
-    /// is parsed. Messages without a symbol are skipped.
-    pub fn decode_filtered<F: FnMut(&Message<'_>), S: FnMut(u8)>(
-        &mut self,
-        frame: &[u8],
-        filter: &SymbolFilter,
-        mut visit: F,
-        mut skip: S,
-    ) -> Result<BatchHeader, DecodeError> {
-        self.walk::<true, _, _>(frame, Some(filter), &mut visit, &mut skip)
     }
 
     /// The one decoder behind `decode` (`FILTER` false) and `decode_filtered`.
@@ -681,6 +567,124 @@ impl BrecCodec {
             return Err(error(at + 6, "payload fails its CRC"));
         }
         Ok(body)
+    }
+}
+
+impl FormatCodec for BrecCodec {
+    fn format(&self) -> Format {
+        Format::Brec
+    }
+
+    /// Appends one frame (one brec packet) for `header` and `messages` to `out`. Unknown messages
+    /// must be what the model makes of an IEX block (1 to 65535 bytes starting with their type
+    /// byte, which is no known type), and the payload and packet must stay within
+    /// [`MAX_PAYLOAD_LEN`] and [`MAX_PACKET_LEN`]; otherwise the batch is refused and `out` left
+    /// as it was.
+    fn encode_batch(
+        &mut self,
+        header: &BatchHeader,
+        messages: &[Message<'_>],
+        count: u16,
+        out: &mut Vec<u8>,
+    ) -> Result<(), EncodeError> {
+        let start = out.len();
+        // The packet header's lengths and CRC are known once the body is written: a placeholder
+        // now, filled in at the end.
+        out.resize(start + PACKET_HEADER_LEN, 0);
+        let batch = BatchBlock {
+            protocol_id: header.protocol_id,
+            channel_id: header.channel_id,
+            session_id: header.session_id,
+            first_sequence: header.first_sequence,
+            send_time: header.send_time,
+            publish_time: header.publish_time,
+            // At most MAX_BATCH (u16::MAX): `count`, checked by `FormatCodec::encode`.
+            message_count: count,
+        };
+        let _ = batch.write_all(out);
+        self.records.clear();
+        let mut blocks = 0;
+        for (index, message) in messages.iter().enumerate() {
+            if blocks < MAX_MESSAGE_BLOCKS && write_block(message, out) {
+                blocks += 1;
+                continue;
+            }
+            if let Message::Unknown(m) = message
+                && let Some(what) = unknown_problem(m)
+            {
+                return Err(unrepresentable(index, what));
+            }
+            let len = message.iex_len();
+            if self.records.len() + RECORD_HEADER_LEN + len > MAX_PAYLOAD_LEN {
+                return Err(unrepresentable(index, "the payload would exceed brec's 16 MiB payload limit"));
+            }
+            // Both fit a u16: the index is below MAX_BATCH, the length at most MAX_UNKNOWN_LEN
+            // or a known layout's.
+            self.records.extend_from_slice(&(index as u16).to_le_bytes());
+            self.records.extend_from_slice(&(len as u16).to_le_bytes());
+            message.write_iex(&mut self.records);
+        }
+        let blocks_len = out.len() - start - PACKET_HEADER_LEN;
+        let has_payload = !self.records.is_empty();
+        if has_payload {
+            let mut hasher = ::brec::crc32fast::Hasher::new();
+            hasher.update(&self.records);
+            // brec's payload header (`PayloadHeader::as_vec`, without its Vec): signature length
+            // and signature, CRC length and CRC, body length.
+            out.push(4);
+            out.extend_from_slice(&self.payload_sig);
+            out.push(4);
+            out.extend_from_slice(&hasher.finalize().to_le_bytes());
+            out.extend_from_slice(&(self.records.len() as u32).to_le_bytes());
+            out.extend_from_slice(&self.records);
+        }
+        let size = out.len() - start - PACKET_HEADER_LEN;
+        if size > MAX_PACKET_LEN {
+            return Err(unrepresentable(
+                messages.len().saturating_sub(1),
+                "the packet would exceed brec's 16 MiB limit",
+            ));
+        }
+        let mut packet =
+            PacketHeader { size: size as u64, blocks_len: blocks_len as u64, payload: has_payload, crc: 0 };
+        packet.crc = u32::from_le_bytes(packet.crc());
+        let _ = packet.write_all(&mut &mut out[start..start + PACKET_HEADER_LEN]);
+        Ok(())
+    }
+
+    /// The length of the brec packet at the start of `buf`, from its header: `None` while fewer
+    /// than its 29 bytes (or fewer than the packet's) have come, an error as soon as the bytes
+    /// present are not a packet signature, or the header fails its CRC, or the packet is longer
+    /// than `max_frame` or [`MAX_PACKET_LEN`]. Nothing is allocated.
+    fn frame_len(&self, buf: &[u8]) -> Result<Option<usize>, DecodeError> {
+        let seen = buf.len().min(PACKET_SIG.len());
+        if buf[..seen] != PACKET_SIG[..seen] {
+            return Err(error(0, "not a brec packet: the packet signature does not match"));
+        }
+        let Some(head) = buf.first_chunk::<PACKET_HEADER_LEN>() else { return Ok(None) };
+        let packet = self.packet_header(head)?;
+        let len = PACKET_HEADER_LEN + packet.size as usize;
+        Ok((buf.len() >= len).then_some(len))
+    }
+
+    /// Decodes one frame (exactly the bytes [`BrecCodec::frame_len`] delimited), handing each
+    /// message to `visit` in batch order, and returns the batch header.
+    fn decode<F: FnMut(&Message<'_>)>(&mut self, frame: &[u8], mut visit: F) -> Result<BatchHeader, DecodeError> {
+        self.walk::<false, _, _>(frame, None, &mut visit, &mut |_| {})
+    }
+
+    /// Decodes one frame like [`BrecCodec::decode`], handing `visit` only the messages whose
+    /// symbol `filter` holds and `skip` the type byte of every other: a block's symbol is read
+    /// from its zero-copy form before any message is built, a record's from its bytes before it
+    /// is parsed. Messages without a symbol are skipped.
+    fn decode_filtered<F: FnMut(&Message<'_>), S: FnMut(u8)>(
+        &mut self,
+        frame: &[u8],
+        filter: &SymbolFilter,
+        mut visit: F,
+        mut skip: S,
+    ) -> Result<BatchHeader, DecodeError> {
+        self.walk::<true, _, _>(frame, Some(filter), &mut visit, &mut skip)
     }
 }
 

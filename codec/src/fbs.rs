@@ -48,7 +48,8 @@
 
 use super::filter::SymbolFilter;
 use super::format::Format;
-use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, MAX_BATCH, batch_count};
+use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, MAX_BATCH};
+use crate::FormatCodec;
 use flatbuffers::{FlatBufferBuilder, InvalidFlatbuffer, Push, Vector, VerifierOptions, WIPOffset};
 use mdrelay_iex::message::{Message, UnknownMessage, kind, layout_len};
 use structs::*;
@@ -248,21 +249,6 @@ impl FlatBuffersCodec {
         FlatBuffersCodec { library_verifier: true, ..FlatBuffersCodec::new(limits) }
     }
 
-    /// Appends one frame for `header` and `messages` to `out`; on error `out` is left as it was.
-    pub fn encode(
-        &mut self,
-        header: &BatchHeader,
-        messages: &[Message<'_>],
-        out: &mut Vec<u8>,
-    ) -> Result<(), EncodeError> {
-        batch_count(messages)?;
-        if let Some(counts) = direct::Counts::of(messages) {
-            direct::encode(header, messages, &counts, out);
-            return Ok(());
-        }
-        self.encode_with_builder(header, messages, out)
-    }
-
     /// [`FlatBuffersCodec::encode`] through the flatbuffers builder: any batch, and the only way
     /// for those with a type that goes into `Batch.other`.
     fn encode_with_builder(
@@ -328,67 +314,6 @@ impl FlatBuffersCodec {
         fbb.finish_size_prefixed(batch, None);
         out.extend_from_slice(fbb.finished_data());
         Ok(())
-    }
-
-    /// Length of the first frame in `buf`, from its size prefix.
-    #[inline]
-    pub fn frame_len(&self, buf: &[u8]) -> Result<Option<usize>, DecodeError> {
-        let Some(prefix) = buf.first_chunk::<PREFIX_LEN>() else {
-            return Ok(None);
-        };
-        let len = PREFIX_LEN + u32::from_le_bytes(*prefix) as usize;
-        if len > self.limits.max_frame {
-            return Err(DecodeError::new(
-                Format::FlatBuffers,
-                0,
-                format!("size prefix: frame of {len} bytes exceeds the {}-byte limit", self.limits.max_frame),
-            ));
-        }
-        Ok((buf.len() >= len).then_some(len))
-    }
-
-    /// Decodes one frame (exactly the bytes [`FlatBuffersCodec::frame_len`] delimited). On an
-    /// error in a message, the messages before it have already been visited; entries left over
-    /// in a vector are found after every message was visited.
-    #[inline]
-    pub fn decode<F: FnMut(&Message<'_>)>(&mut self, frame: &[u8], mut visit: F) -> Result<BatchHeader, DecodeError> {
-        self.walk(frame, |next, kind, at| next.visit(kind, at, &mut visit))
-    }
-
-    /// Decodes one frame like [`FlatBuffersCodec::decode`], visiting only the messages of
-    /// `filter`'s symbols. Trades, price levels and quotes (nearly every message of a feed) are
-    /// structs read in place: another symbol's is skipped on its 8 symbol bytes, without the rest
-    /// of it being read; the rarer types of `Other` are read, then filtered.
-    #[inline]
-    pub fn decode_filtered<F: FnMut(&Message<'_>), S: FnMut(u8)>(
-        &mut self,
-        frame: &[u8],
-        filter: &SymbolFilter,
-        mut visit: F,
-        mut skip: S,
-    ) -> Result<BatchHeader, DecodeError> {
-        self.walk(frame, |next, kind, at| {
-            let symbol = if kind == kind::TRADE_REPORT || kind == kind::TRADE_BREAK {
-                next.trades.peek().map(|e| wire::Trade(*e).symbol().0)
-            } else if kind == kind::PRICE_LEVEL_BUY || kind == kind::PRICE_LEVEL_SELL {
-                next.price_levels.peek().map(|e| wire::PriceLevel(*e).symbol().0)
-            } else if kind == kind::QUOTE_UPDATE {
-                next.quote_updates.peek().map(|e| wire::QuoteUpdate(*e).symbol().0)
-            } else {
-                None
-            };
-            match symbol {
-                Some(symbol) if !filter.matches(symbol) => {
-                    next.skip_struct(kind, at)?;
-                    skip(kind);
-                    Ok(())
-                }
-                Some(_) => next.visit(kind, at, &mut visit),
-                None => next.visit(kind, at, &mut |m: &Message<'_>| {
-                    if filter.matches_message(m) { visit(m) } else { skip(m.kind()) }
-                }),
-            }
-        })
     }
 
     /// Reads and checks the frame's root and batch, then hands the cursors, each `kinds` entry
@@ -460,6 +385,88 @@ impl FlatBuffersCodec {
             message_count: kinds.len() as u32,
             send_time: head.send_time(),
             publish_time: head.publish_time(),
+        })
+    }
+}
+
+impl FormatCodec for FlatBuffersCodec {
+    fn format(&self) -> Format {
+        Format::FlatBuffers
+    }
+
+    /// Appends one frame for `header` and `messages` to `out`; on error `out` is left as it was.
+    fn encode_batch(
+        &mut self,
+        header: &BatchHeader,
+        messages: &[Message<'_>],
+        _count: u16,
+        out: &mut Vec<u8>,
+    ) -> Result<(), EncodeError> {
+        if let Some(counts) = direct::Counts::of(messages) {
+            direct::encode(header, messages, &counts, out);
+            return Ok(());
+        }
+        self.encode_with_builder(header, messages, out)
+    }
+
+    /// Length of the first frame in `buf`, from its size prefix.
+    #[inline]
+    fn frame_len(&self, buf: &[u8]) -> Result<Option<usize>, DecodeError> {
+        let Some(prefix) = buf.first_chunk::<PREFIX_LEN>() else {
+            return Ok(None);
+        };
+        let len = PREFIX_LEN + u32::from_le_bytes(*prefix) as usize;
+        if len > self.limits.max_frame {
+            return Err(DecodeError::new(
+                Format::FlatBuffers,
+                0,
+                format!("size prefix: frame of {len} bytes exceeds the {}-byte limit", self.limits.max_frame),
+            ));
+        }
+        Ok((buf.len() >= len).then_some(len))
+    }
+
+    /// Decodes one frame (exactly the bytes [`FlatBuffersCodec::frame_len`] delimited). On an
+    /// error in a message, the messages before it have already been visited; entries left over
+    /// in a vector are found after every message was visited.
+    #[inline]
+    fn decode<F: FnMut(&Message<'_>)>(&mut self, frame: &[u8], mut visit: F) -> Result<BatchHeader, DecodeError> {
+        self.walk(frame, |next, kind, at| next.visit(kind, at, &mut visit))
+    }
+
+    /// Decodes one frame like [`FlatBuffersCodec::decode`], visiting only the messages of
+    /// `filter`'s symbols. Trades, price levels and quotes (nearly every message of a feed) are
+    /// structs read in place: another symbol's is skipped on its 8 symbol bytes, without the rest
+    /// of it being read; the rarer types of `Other` are read, then filtered.
+    #[inline]
+    fn decode_filtered<F: FnMut(&Message<'_>), S: FnMut(u8)>(
+        &mut self,
+        frame: &[u8],
+        filter: &SymbolFilter,
+        mut visit: F,
+        mut skip: S,
+    ) -> Result<BatchHeader, DecodeError> {
+        self.walk(frame, |next, kind, at| {
+            let symbol = if kind == kind::TRADE_REPORT || kind == kind::TRADE_BREAK {
+                next.trades.peek().map(|e| wire::Trade(*e).symbol().0)
+            } else if kind == kind::PRICE_LEVEL_BUY || kind == kind::PRICE_LEVEL_SELL {
+                next.price_levels.peek().map(|e| wire::PriceLevel(*e).symbol().0)
+            } else if kind == kind::QUOTE_UPDATE {
+                next.quote_updates.peek().map(|e| wire::QuoteUpdate(*e).symbol().0)
+            } else {
+                None
+            };
+            match symbol {
+                Some(symbol) if !filter.matches(symbol) => {
+                    next.skip_struct(kind, at)?;
+                    skip(kind);
+                    Ok(())
+                }
+                Some(_) => next.visit(kind, at, &mut visit),
+                None => next.visit(kind, at, &mut |m: &Message<'_>| {
+                    if filter.matches_message(m) { visit(m) } else { skip(m.kind()) }
+                }),
+            }
         })
     }
 }

@@ -23,7 +23,8 @@
 //! range, `type` one of the names above. Errors carry the byte offset serde_json stopped at.
 
 use super::format::Format;
-use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, MAX_BATCH, batch_count, unknown_problem};
+use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, MAX_BATCH, unknown_problem};
+use crate::FormatCodec;
 use mdrelay_iex::for_each_message_type;
 use mdrelay_iex::message::{
     AuctionInformation, Message, OfficialPrice, OperationalHaltStatus, PriceLevelUpdate, QuoteUpdate,
@@ -75,18 +76,23 @@ impl JsonCodec {
     pub fn new(limits: Limits) -> Self {
         JsonCodec { limits, parsed: Vec::new(), bytes: Vec::new() }
     }
+}
+
+impl FormatCodec for JsonCodec {
+    fn format(&self) -> Format {
+        Format::Json
+    }
 
     /// Appends one frame (the object and its `\n`) to `out`. Unknown messages must be what the
     /// model makes of an IEX block: 1 to 65535 bytes starting with their type byte, which is no
     /// known type; otherwise the batch is refused and `out` left as it was.
-    pub fn encode(
+    fn encode_batch(
         &mut self,
         header: &BatchHeader,
         messages: &[Message<'_>],
+        _count: u16,
         out: &mut Vec<u8>,
     ) -> Result<(), EncodeError> {
-        batch_count(messages)?;
-        let start = out.len();
         let mut w = Writer(out);
         w.raw(b"{\"protocol_id\":");
         w.int(header.protocol_id);
@@ -106,7 +112,6 @@ impl JsonCodec {
                 w.raw(b",");
             }
             if let Err(what) = write_message(&mut w, message) {
-                out.truncate(start);
                 return Err(EncodeError::Unrepresentable { format: Format::Json, index, what: what.into() });
             }
         }
@@ -117,7 +122,7 @@ impl JsonCodec {
     /// The length of the first frame at the start of `buf` (up to and including its `\n`);
     /// `None` while no `\n` has come and the limit is not reached; an error once `max_frame`
     /// bytes have come without one. Only the bytes given are read; nothing is allocated.
-    pub fn frame_len(&self, buf: &[u8]) -> Result<Option<usize>, DecodeError> {
+    fn frame_len(&self, buf: &[u8]) -> Result<Option<usize>, DecodeError> {
         let max = self.limits.max_frame;
         let window = &buf[..buf.len().min(max)];
         match memchr::memchr(b'\n', window) {
@@ -132,7 +137,7 @@ impl JsonCodec {
     /// Decodes one frame (exactly the bytes [`JsonCodec::frame_len`] delimited), then hands each
     /// message to `visit` in order and returns the batch header. The whole frame is checked
     /// before the first message is visited, so a bad frame visits nothing.
-    pub fn decode<F: FnMut(&Message<'_>)>(&mut self, frame: &[u8], mut visit: F) -> Result<BatchHeader, DecodeError> {
+    fn decode<F: FnMut(&Message<'_>)>(&mut self, frame: &[u8], mut visit: F) -> Result<BatchHeader, DecodeError> {
         let max = self.limits.max_frame;
         if frame.len() > max {
             return Err(error(0, format!("frame of {} bytes exceeds the {max}-byte limit", frame.len())));

@@ -73,6 +73,57 @@ pub(crate) mod fixtures {
 use frame::batch_count;
 use mdrelay_iex::message::Message;
 
+/// One wire format's codec: what each of the eight formats implements, and all that the rest of
+/// mdrelay asks of one. The checks every format makes before encoding (the batch fits a frame's
+/// count) and the rule that a failed encode leaves `out` as it was are here, once.
+pub trait FormatCodec {
+    /// The format this codec reads and writes.
+    fn format(&self) -> Format;
+
+    /// Appends one complete frame for `header` and `messages` (`count` of them, at most
+    /// [`MAX_BATCH`]) to `out`; [`FormatCodec::encode`] calls it and undoes a partial frame.
+    fn encode_batch(
+        &mut self,
+        header: &BatchHeader,
+        messages: &[Message<'_>],
+        count: u16,
+        out: &mut Vec<u8>,
+    ) -> Result<(), EncodeError>;
+
+    /// The length of the first complete frame at the start of `buf`, `None` if more bytes are
+    /// needed to know or to hold it; an error for a frame that is malformed or longer than the
+    /// limit, found before anything is allocated.
+    fn frame_len(&self, buf: &[u8]) -> Result<Option<usize>, DecodeError>;
+
+    /// Decodes one complete frame (exactly the bytes [`FormatCodec::frame_len`] delimited),
+    /// handing each message to `visit` in order, and returns the batch header.
+    fn decode<F: FnMut(&Message<'_>)>(&mut self, frame: &[u8], visit: F) -> Result<BatchHeader, DecodeError>;
+
+    /// Decodes one frame like [`FormatCodec::decode`], but hands `visit` only the messages whose
+    /// symbol `filter` holds; every other message is passed to `skip` as its IEX type byte. This
+    /// default decodes every message and filters after; a format whose layout lets it read the
+    /// type and symbol first skips the rest of the others' bytes (SBE, FlatBuffers, Cap'n Proto,
+    /// raw, brec). Messages without a symbol are skipped.
+    fn decode_filtered<F: FnMut(&Message<'_>), S: FnMut(u8)>(
+        &mut self,
+        frame: &[u8],
+        filter: &SymbolFilter,
+        mut visit: F,
+        mut skip: S,
+    ) -> Result<BatchHeader, DecodeError> {
+        self.decode(frame, |m| if filter.matches_message(m) { visit(m) } else { skip(m.kind()) })
+    }
+
+    /// Appends one complete frame for `header` and `messages` to `out`; on an error, `out` is as
+    /// it was.
+    #[inline]
+    fn encode(&mut self, header: &BatchHeader, messages: &[Message<'_>], out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        let count = batch_count(messages)?;
+        let start = out.len();
+        self.encode_batch(header, messages, count, out).inspect_err(|_| out.truncate(start))
+    }
+}
+
 /// One codec of each format, chosen at run time; all buffers inside are reused across frames.
 pub enum Codec {
     /// See [`raw`].
@@ -92,6 +143,22 @@ pub enum Codec {
     Brec(Box<brec::BrecCodec>),
 }
 
+/// `$body` for the codec inside a [`Codec`], bound to `$c`: the one list of its variants that
+/// every method dispatches through.
+macro_rules! with_codec {
+    ($codec:expr, $c:ident => $body:expr) => {
+        match $codec {
+            Codec::Raw($c) => $body,
+            Codec::Sbe($c) => $body,
+            Codec::FlatBuffers($c) => $body,
+            Codec::Capnp($c) => $body,
+            Codec::Json($c) => $body,
+            Codec::Protobuf($c) => $body,
+            Codec::Brec($c) => $body,
+        }
+    };
+}
+
 impl Codec {
     /// A codec for `format` with the given decoding limits.
     pub fn new(format: Format, limits: Limits) -> Codec {
@@ -109,18 +176,11 @@ impl Codec {
 
     /// The codec's format.
     pub fn format(&self) -> Format {
-        match self {
-            Codec::Raw(_) => Format::Raw,
-            Codec::Sbe(_) => Format::Sbe,
-            Codec::FlatBuffers(_) => Format::FlatBuffers,
-            Codec::Capnp(c) => c.format(),
-            Codec::Json(_) => Format::Json,
-            Codec::Protobuf(_) => Format::Protobuf,
-            Codec::Brec(_) => Format::Brec,
-        }
+        with_codec!(self, c => c.format())
     }
 
-    /// Appends one complete frame for `header` and `messages` to `out`.
+    /// Appends one complete frame for `header` and `messages` to `out` (see
+    /// [`FormatCodec::encode`]).
     #[inline]
     pub fn encode(
         &mut self,
@@ -128,16 +188,7 @@ impl Codec {
         messages: &[Message<'_>],
         out: &mut Vec<u8>,
     ) -> Result<(), EncodeError> {
-        batch_count(messages)?;
-        match self {
-            Codec::Raw(c) => c.encode(header, messages, out),
-            Codec::Sbe(c) => c.encode(header, messages, out),
-            Codec::FlatBuffers(c) => c.encode(header, messages, out),
-            Codec::Capnp(c) => c.encode(header, messages, out),
-            Codec::Json(c) => c.encode(header, messages, out),
-            Codec::Protobuf(c) => c.encode(header, messages, out),
-            Codec::Brec(c) => c.encode(header, messages, out),
-        }
+        with_codec!(self, c => c.encode(header, messages, out))
     }
 
     /// Appends one frame for an IEX-TP segment: `raw` relays the segment's `bytes` as they came
@@ -163,59 +214,31 @@ impl Codec {
         }
     }
 
-    /// The length of the first complete frame at the start of `buf`, `None` if more bytes are
-    /// needed to know or to hold it.
+    /// The length of the first complete frame at the start of `buf` (see
+    /// [`FormatCodec::frame_len`]).
     #[inline]
     pub fn frame_len(&self, buf: &[u8]) -> Result<Option<usize>, DecodeError> {
-        match self {
-            Codec::Raw(c) => c.frame_len(buf),
-            Codec::Sbe(c) => c.frame_len(buf),
-            Codec::FlatBuffers(c) => c.frame_len(buf),
-            Codec::Capnp(c) => c.frame_len(buf),
-            Codec::Json(c) => c.frame_len(buf),
-            Codec::Protobuf(c) => c.frame_len(buf),
-            Codec::Brec(c) => c.frame_len(buf),
-        }
+        with_codec!(self, c => c.frame_len(buf))
     }
 
-    /// Decodes one complete frame (exactly the bytes [`Codec::frame_len`] delimited), handing
-    /// each message to `visit` in order, and returns the batch header.
+    /// Decodes one complete frame, handing each message to `visit` in order (see
+    /// [`FormatCodec::decode`]).
     #[inline]
     pub fn decode<F: FnMut(&Message<'_>)>(&mut self, frame: &[u8], visit: F) -> Result<BatchHeader, DecodeError> {
-        match self {
-            Codec::Raw(c) => c.decode(frame, visit),
-            Codec::Sbe(c) => c.decode(frame, visit),
-            Codec::FlatBuffers(c) => c.decode(frame, visit),
-            Codec::Capnp(c) => c.decode(frame, visit),
-            Codec::Json(c) => c.decode(frame, visit),
-            Codec::Protobuf(c) => c.decode(frame, visit),
-            Codec::Brec(c) => c.decode(frame, visit),
-        }
+        with_codec!(self, c => c.decode(frame, visit))
     }
 
-    /// Decodes one frame like [`Codec::decode`], but hands `visit` only the messages whose symbol
-    /// `filter` holds; every other message is passed to `skip` as its IEX type byte, read
-    /// without decoding the rest of it where the format allows (SBE, FlatBuffers, Cap'n Proto,
-    /// raw: the type and symbol are read first; brec: its blocks' symbols; Protobuf and JSON
-    /// parse the whole frame first). Messages without a symbol are skipped.
+    /// Decodes one frame, visiting only the messages of `filter`'s symbols (see
+    /// [`FormatCodec::decode_filtered`]).
     #[inline]
     pub fn decode_filtered<F: FnMut(&Message<'_>), S: FnMut(u8)>(
         &mut self,
         frame: &[u8],
         filter: &SymbolFilter,
-        mut visit: F,
-        mut skip: S,
+        visit: F,
+        skip: S,
     ) -> Result<BatchHeader, DecodeError> {
-        match self {
-            Codec::Raw(c) => c.decode_filtered(frame, filter, visit, skip),
-            Codec::Sbe(c) => c.decode_filtered(frame, filter, visit, skip),
-            Codec::FlatBuffers(c) => c.decode_filtered(frame, filter, visit, skip),
-            Codec::Capnp(c) => c.decode_filtered(frame, filter, visit, skip),
-            Codec::Brec(c) => c.decode_filtered(frame, filter, visit, skip),
-            Codec::Json(_) | Codec::Protobuf(_) => {
-                self.decode(frame, |m| if filter.matches_message(m) { visit(m) } else { skip(m.kind()) })
-            }
-        }
+        with_codec!(self, c => c.decode_filtered(frame, filter, visit, skip))
     }
 }
 

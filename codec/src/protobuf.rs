@@ -29,7 +29,8 @@
 //! buffer is taken from a pool the codec refills from the previous frame's unknown messages).
 
 use super::format::Format;
-use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, MAX_BATCH, batch_count, unknown_problem};
+use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, MAX_BATCH, unknown_problem};
+use crate::FormatCodec;
 use mdrelay_iex::for_each_message_type;
 use mdrelay_iex::message::{
     AuctionInformation, Message, OfficialPrice, OperationalHaltStatus, PriceLevelUpdate, QuoteUpdate,
@@ -76,17 +77,23 @@ impl ProtobufCodec {
     pub fn new(limits: Limits) -> Self {
         ProtobufCodec { limits, ..ProtobufCodec::default() }
     }
+}
+
+impl FormatCodec for ProtobufCodec {
+    fn format(&self) -> Format {
+        Format::Protobuf
+    }
 
     /// Appends one frame (the varint length, then the Batch) to `out`. Unknown messages must be
     /// what the model makes of an IEX block: 1 to 65535 bytes starting with their type byte, which
     /// is no known type; otherwise the batch is refused and `out` left as it was.
-    pub fn encode(
+    fn encode_batch(
         &mut self,
         header: &BatchHeader,
         messages: &[Message<'_>],
+        _count: u16,
         out: &mut Vec<u8>,
     ) -> Result<(), EncodeError> {
-        batch_count(messages)?;
         let batch = &mut self.encoding;
         // Keep the previous frame's unknown-message buffers before their messages are dropped.
         for m in &mut batch.messages {
@@ -131,7 +138,7 @@ impl ProtobufCodec {
     /// announces); `None` while bytes are missing. An error for a prefix that is not a varint of
     /// at most 10 bytes, or that announces more than `max_frame` bytes in all, which is known
     /// from the prefix's first bytes, before anything is read or allocated for the frame.
-    pub fn frame_len(&self, buf: &[u8]) -> Result<Option<usize>, DecodeError> {
+    fn frame_len(&self, buf: &[u8]) -> Result<Option<usize>, DecodeError> {
         let max = self.limits.max_frame as u64;
         let mut value = 0u64;
         for (i, &byte) in buf.iter().take(MAX_VARINT_LEN).enumerate() {
@@ -163,7 +170,7 @@ impl ProtobufCodec {
     /// Decodes one frame (exactly the bytes [`ProtobufCodec::frame_len`] delimited), then hands
     /// each message to `visit` in order and returns the batch header. The whole frame is decoded
     /// and checked before the first message is visited, so a bad frame visits nothing.
-    pub fn decode<F: FnMut(&Message<'_>)>(&mut self, frame: &[u8], mut visit: F) -> Result<BatchHeader, DecodeError> {
+    fn decode<F: FnMut(&Message<'_>)>(&mut self, frame: &[u8], mut visit: F) -> Result<BatchHeader, DecodeError> {
         let max = self.limits.max_frame;
         if frame.len() > max {
             return Err(error(0, format!("frame of {} bytes exceeds the {max}-byte limit", frame.len())));

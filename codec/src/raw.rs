@@ -6,6 +6,7 @@
 use super::filter::SymbolFilter;
 use super::format::Format;
 use super::frame::{BatchHeader, DecodeError, EncodeError, Limits};
+use crate::FormatCodec;
 use mdrelay_iex::iextp::{self, Segment, SegmentHeader};
 use mdrelay_iex::message::{Message, kind, layout_len};
 
@@ -40,21 +41,49 @@ impl RawCodec {
         out.extend_from_slice(segment);
     }
 
+    /// Reads the frame's segment and hands each message block to `each`, which says whether it
+    /// was a message; the others are counted as skipped.
+    #[inline(always)]
+    fn walk(&mut self, frame: &[u8], mut each: impl FnMut(&[u8]) -> bool) -> Result<BatchHeader, DecodeError> {
+        if frame.len() < PREFIX_LEN {
+            return Err(DecodeError::new(Format::Raw, 0, "frame shorter than the 8-byte publish time"));
+        }
+        let publish_time = i64::from_le_bytes(frame[..PREFIX_LEN].try_into().expect("8 bytes"));
+        let segment = Segment::parse(&frame[PREFIX_LEN..])
+            .map_err(|e| DecodeError::new(Format::Raw, PREFIX_LEN, e.to_string()))?;
+        let mut header = BatchHeader::from_segment(&segment.header);
+        header.publish_time = publish_time;
+        let mut visited = 0u32;
+        for block in segment.blocks() {
+            match block.map(&mut each) {
+                Ok(true) => visited += 1,
+                _ => self.skipped += 1,
+            }
+        }
+        header.message_count = visited;
+        Ok(header)
+    }
+}
+
+impl FormatCodec for RawCodec {
+    fn format(&self) -> Format {
+        Format::Raw
+    }
+
     /// Appends a frame holding a segment built from `messages`.
-    pub fn encode(
+    fn encode_batch(
         &mut self,
         header: &BatchHeader,
         messages: &[Message<'_>],
+        count: u16,
         out: &mut Vec<u8>,
     ) -> Result<(), EncodeError> {
-        let start = out.len();
         out.extend_from_slice(&header.publish_time.to_le_bytes());
         let segment_start = out.len();
         out.resize(segment_start + iextp::HEADER_LEN, 0);
         for (index, message) in messages.iter().enumerate() {
             let len = message.iex_len();
             let Ok(len16) = u16::try_from(len) else {
-                out.truncate(start);
                 return Err(EncodeError::Unrepresentable {
                     format: Format::Raw,
                     index,
@@ -66,7 +95,6 @@ impl RawCodec {
         }
         let payload = out.len() - segment_start - iextp::HEADER_LEN;
         let Ok(payload_length) = u16::try_from(payload) else {
-            out.truncate(start);
             return Err(EncodeError::Unrepresentable {
                 format: Format::Raw,
                 index: messages.len().saturating_sub(1),
@@ -79,7 +107,7 @@ impl RawCodec {
             channel_id: header.channel_id,
             session_id: header.session_id,
             payload_length,
-            message_count: messages.len() as u16,
+            message_count: count,
             stream_offset: 0,
             first_sequence: header.first_sequence,
             send_time: header.send_time,
@@ -89,7 +117,7 @@ impl RawCodec {
     }
 
     /// Length of the first frame in `buf`, from the segment header's payload length.
-    pub fn frame_len(&self, buf: &[u8]) -> Result<Option<usize>, DecodeError> {
+    fn frame_len(&self, buf: &[u8]) -> Result<Option<usize>, DecodeError> {
         if buf.len() < PREFIX_LEN + iextp::HEADER_LEN {
             return Ok(None);
         }
@@ -115,7 +143,7 @@ impl RawCodec {
 
     /// Decodes one frame. Messages shorter than their layout are skipped and counted (see
     /// [`RawCodec::skipped_messages`]); unknown types are visited as [`Message::Unknown`].
-    pub fn decode<F: FnMut(&Message<'_>)>(&mut self, frame: &[u8], mut visit: F) -> Result<BatchHeader, DecodeError> {
+    fn decode<F: FnMut(&Message<'_>)>(&mut self, frame: &[u8], mut visit: F) -> Result<BatchHeader, DecodeError> {
         self.walk(frame, |block| match Message::parse(block) {
             Ok(message) => {
                 visit(&message);
@@ -128,7 +156,7 @@ impl RawCodec {
     /// Decodes one frame like [`RawCodec::decode`], visiting only the messages of `filter`'s
     /// symbols. Every IEX message with a symbol has it at byte 10, after its type, flag and
     /// timestamp, so another symbol's message is skipped on those bytes and its length.
-    pub fn decode_filtered<F: FnMut(&Message<'_>), S: FnMut(u8)>(
+    fn decode_filtered<F: FnMut(&Message<'_>), S: FnMut(u8)>(
         &mut self,
         frame: &[u8],
         filter: &SymbolFilter,
@@ -161,28 +189,5 @@ impl RawCodec {
                 },
             }
         })
-    }
-
-    /// Reads the frame's segment and hands each message block to `each`, which says whether it
-    /// was a message; the others are counted as skipped.
-    #[inline(always)]
-    fn walk(&mut self, frame: &[u8], mut each: impl FnMut(&[u8]) -> bool) -> Result<BatchHeader, DecodeError> {
-        if frame.len() < PREFIX_LEN {
-            return Err(DecodeError::new(Format::Raw, 0, "frame shorter than the 8-byte publish time"));
-        }
-        let publish_time = i64::from_le_bytes(frame[..PREFIX_LEN].try_into().expect("8 bytes"));
-        let segment = Segment::parse(&frame[PREFIX_LEN..])
-            .map_err(|e| DecodeError::new(Format::Raw, PREFIX_LEN, e.to_string()))?;
-        let mut header = BatchHeader::from_segment(&segment.header);
-        header.publish_time = publish_time;
-        let mut visited = 0u32;
-        for block in segment.blocks() {
-            match block.map(&mut each) {
-                Ok(true) => visited += 1,
-                _ => self.skipped += 1,
-            }
-        }
-        header.message_count = visited;
-        Ok(header)
     }
 }

@@ -16,7 +16,8 @@
 
 use super::filter::SymbolFilter;
 use super::format::Format;
-use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, batch_count};
+use super::frame::{BatchHeader, DecodeError, EncodeError, Limits};
+use crate::FormatCodec;
 use mdrelay_iex::for_each_message_type;
 use mdrelay_iex::message::{
     AuctionInformation, IexField, Message, OfficialPrice, OperationalHaltStatus, PriceLevelUpdate, QuoteUpdate,
@@ -391,17 +392,71 @@ impl SbeCodec {
         SbeCodec { limits }
     }
 
+    /// Reads the frame's Batch, then hands each message's bytes (from its header on), its
+    /// checked header and its offset to `each`, which returns the message's length.
+    #[inline(always)]
+    fn walk(
+        &mut self,
+        frame: &[u8],
+        mut each: impl FnMut(&[u8], Header, usize) -> Result<usize, DecodeError>,
+    ) -> Result<BatchHeader, DecodeError> {
+        if frame.len() > self.limits.max_frame {
+            return Err(over_limit(0, frame.len(), self.limits.max_frame, "its length"));
+        }
+        let Some(header) = header_at(frame, 0)? else {
+            return Err(past_end(0, "the Batch message header", HEADER_LEN, frame.len()));
+        };
+        if header.template_id != batch_codec::SBE_TEMPLATE_ID {
+            return Err(not_a_batch(header.template_id));
+        }
+        let batch = decoder!(batch_codec::BatchDecoder, "Batch", frame, header, 0);
+        let count = batch.message_count();
+        let batch_header = BatchHeader {
+            protocol_id: batch.protocol_id(),
+            channel_id: batch.channel_id(),
+            session_id: batch.session_id(),
+            first_sequence: batch.first_sequence(),
+            message_count: u32::from(count),
+            send_time: batch.send_time(),
+            publish_time: batch.publish_time(),
+        };
+        let mut rest = frame.get(header.fixed_len()..).unwrap_or_default();
+        for index in 0..count {
+            let at = frame.len() - rest.len();
+            let Some(bytes) = rest.first_chunk::<HEADER_LEN>() else {
+                let what = format!("message {index} of Batch.messageCount {count}: its header");
+                return Err(past_end(at, &what, HEADER_LEN, rest.len()));
+            };
+            let header = read_header(bytes, at)?;
+            let len = each(rest, header, at)?;
+            rest = rest.get(len..).ok_or_else(|| past_end(at, "message", len, rest.len()))?;
+        }
+        if !rest.is_empty() {
+            let at = frame.len() - rest.len();
+            return Err(error(
+                at,
+                format!("{} bytes after the last of Batch.messageCount {count} messages", rest.len()),
+            ));
+        }
+        Ok(batch_header)
+    }
+}
+
+impl FormatCodec for SbeCodec {
+    fn format(&self) -> Format {
+        Format::Sbe
+    }
+
     /// Appends one frame: the batch, then each message through its template's generated encoder.
     /// On error `out` is left as it was.
     #[inline]
-    pub fn encode(
+    fn encode_batch(
         &mut self,
         header: &BatchHeader,
         messages: &[Message<'_>],
+        count: u16,
         out: &mut Vec<u8>,
     ) -> Result<(), EncodeError> {
-        let count = batch_count(messages)?;
-        let start = out.len();
         let mut batch = encoder!(batch_codec::BatchEncoder, out);
         batch
             .first_sequence(header.first_sequence)
@@ -413,7 +468,6 @@ impl SbeCodec {
             .message_count(count);
         for (index, message) in messages.iter().enumerate() {
             if let Err(what) = encode_message(message, out) {
-                out.truncate(start);
                 return Err(EncodeError::Unrepresentable { format: Format::Sbe, index, what: what.into() });
             }
         }
@@ -427,7 +481,7 @@ impl SbeCodec {
     /// too long for `limits.max_frame` is refused from its first 44 bytes when the count says so,
     /// else as soon as the walk passes the limit. `Ok(None)` while `buf` ends before the frame.
     #[inline]
-    pub fn frame_len(&self, buf: &[u8]) -> Result<Option<usize>, DecodeError> {
+    fn frame_len(&self, buf: &[u8]) -> Result<Option<usize>, DecodeError> {
         let max = self.limits.max_frame;
         let Some(header) = header_at(buf, 0)? else { return Ok(None) };
         if header.template_id != batch_codec::SBE_TEMPLATE_ID {
@@ -484,7 +538,7 @@ impl SbeCodec {
     /// Decodes one frame, handing each message to `visit` as it is read: a frame that goes bad
     /// part way has had its messages up to there visited when the error comes back.
     #[inline]
-    pub fn decode<F: FnMut(&Message<'_>)>(&mut self, frame: &[u8], mut visit: F) -> Result<BatchHeader, DecodeError> {
+    fn decode<F: FnMut(&Message<'_>)>(&mut self, frame: &[u8], mut visit: F) -> Result<BatchHeader, DecodeError> {
         self.walk(frame, |rest, header, at| decode_message(rest, header, at, &mut visit))
     }
 
@@ -494,7 +548,7 @@ impl SbeCodec {
     /// skipped after reading its header and those 8 bytes; its block is checked against its
     /// template's length, as decoding would, and its templateId is its IEX type byte.
     #[inline]
-    pub fn decode_filtered<F: FnMut(&Message<'_>), S: FnMut(u8)>(
+    fn decode_filtered<F: FnMut(&Message<'_>), S: FnMut(u8)>(
         &mut self,
         frame: &[u8],
         filter: &SymbolFilter,
@@ -521,55 +575,6 @@ impl SbeCodec {
                 if filter.matches_message(m) { visit(m) } else { skip(m.kind()) }
             })
         })
-    }
-
-    /// Reads the frame's Batch, then hands each message's bytes (from its header on), its
-    /// checked header and its offset to `each`, which returns the message's length.
-    #[inline(always)]
-    fn walk(
-        &mut self,
-        frame: &[u8],
-        mut each: impl FnMut(&[u8], Header, usize) -> Result<usize, DecodeError>,
-    ) -> Result<BatchHeader, DecodeError> {
-        if frame.len() > self.limits.max_frame {
-            return Err(over_limit(0, frame.len(), self.limits.max_frame, "its length"));
-        }
-        let Some(header) = header_at(frame, 0)? else {
-            return Err(past_end(0, "the Batch message header", HEADER_LEN, frame.len()));
-        };
-        if header.template_id != batch_codec::SBE_TEMPLATE_ID {
-            return Err(not_a_batch(header.template_id));
-        }
-        let batch = decoder!(batch_codec::BatchDecoder, "Batch", frame, header, 0);
-        let count = batch.message_count();
-        let batch_header = BatchHeader {
-            protocol_id: batch.protocol_id(),
-            channel_id: batch.channel_id(),
-            session_id: batch.session_id(),
-            first_sequence: batch.first_sequence(),
-            message_count: u32::from(count),
-            send_time: batch.send_time(),
-            publish_time: batch.publish_time(),
-        };
-        let mut rest = frame.get(header.fixed_len()..).unwrap_or_default();
-        for index in 0..count {
-            let at = frame.len() - rest.len();
-            let Some(bytes) = rest.first_chunk::<HEADER_LEN>() else {
-                let what = format!("message {index} of Batch.messageCount {count}: its header");
-                return Err(past_end(at, &what, HEADER_LEN, rest.len()));
-            };
-            let header = read_header(bytes, at)?;
-            let len = each(rest, header, at)?;
-            rest = rest.get(len..).ok_or_else(|| past_end(at, "message", len, rest.len()))?;
-        }
-        if !rest.is_empty() {
-            let at = frame.len() - rest.len();
-            return Err(error(
-                at,
-                format!("{} bytes after the last of Batch.messageCount {count} messages", rest.len()),
-            ));
-        }
-        Ok(batch_header)
     }
 }
 

@@ -9,6 +9,7 @@ use crate::upstream_nats::NatsUpstream;
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use flate2::read::MultiGzDecoder;
+use mdrelay_codec::FormatCodec;
 use mdrelay_codec::raw::{PREFIX_LEN, RawCodec};
 use mdrelay_codec::{Format, Limits};
 use mdrelay_iex::capture::{CaptureError, CaptureReader};

@@ -47,7 +47,8 @@ mod packing;
 
 use super::filter::SymbolFilter;
 use super::format::Format;
-use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, MAX_BATCH, batch_count};
+use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, MAX_BATCH};
+use crate::FormatCodec;
 use arena::{FlatArena, SegmentReader};
 use capnp::Word;
 use capnp::message::ReaderOptions;
@@ -178,38 +179,6 @@ impl CapnpCodec {
         }
     }
 
-    /// [`Format::Capnp`] or [`Format::CapnpPacked`].
-    pub fn format(&self) -> Format {
-        if self.packed { Format::CapnpPacked } else { Format::Capnp }
-    }
-
-    /// Appends one frame holding `header` and `messages` to `out`; on error `out` is unchanged.
-    pub fn encode(
-        &mut self,
-        header: &BatchHeader,
-        messages: &[Message<'_>],
-        out: &mut Vec<u8>,
-    ) -> Result<(), EncodeError> {
-        batch_count(messages)?;
-        let capacity = self.segment_words(messages)?;
-        if self.build.len() < 1 + capacity {
-            self.build.resize(1 + capacity, word_of(0));
-        }
-        let (table, segment) = self.build.split_at_mut(1);
-        let mut arena = FlatArena::new(&mut segment[..capacity]);
-        build_batch(&mut arena, header, messages);
-        let used = arena.used();
-        // One segment: the count minus one (0), then its size in words.
-        table[0] = word_of((used as u64) << 32);
-        let frame = Word::words_to_bytes(&self.build[..1 + used]);
-        if self.packed {
-            pack(frame, out, self.ssse3);
-        } else {
-            out.extend_from_slice(frame);
-        }
-        Ok(())
-    }
-
     /// The segment's size in words for `messages`, exactly what building it allocates; checks
     /// what the schema cannot carry before anything is written.
     fn segment_words(&self, messages: &[Message<'_>]) -> Result<usize, EncodeError> {
@@ -245,14 +214,6 @@ impl CapnpCodec {
             });
         }
         Ok(words)
-    }
-
-    /// Length of the first frame in `buf`, from its segment table; `None` while more bytes are
-    /// needed. The table is checked against the frame limit before anything else. A packed frame
-    /// ends where its tags say; it is unpacked as they are walked, for `decode` (see
-    /// `Delimited`), or only walked when that buffer is already borrowed.
-    pub fn frame_len(&self, buf: &[u8]) -> Result<Option<usize>, DecodeError> {
-        if self.packed { self.packed_frame_len(buf) } else { self.unpacked_frame_len(buf) }
     }
 
     fn unpacked_frame_len(&self, buf: &[u8]) -> Result<Option<usize>, DecodeError> {
@@ -311,41 +272,6 @@ impl CapnpCodec {
         }
     }
 
-    /// Decodes one frame (exactly the bytes [`CapnpCodec::frame_len`] delimited), handing each
-    /// message to `visit` in order. A message that does not decode (a union tag this schema does
-    /// not have, a broken pointer) ends the frame with an error: the messages before it have been
-    /// visited.
-    pub fn decode<F: FnMut(&Message<'_>)>(&mut self, frame: &[u8], mut visit: F) -> Result<BatchHeader, DecodeError> {
-        self.walk(frame, |m| read_message(m).map(|message| visit(&message)))
-    }
-
-    /// Decodes one frame like [`CapnpCodec::decode`], visiting only the messages of `filter`'s
-    /// symbols. Every message has its symbol at the same place of its data section, before the
-    /// union: another symbol's message is skipped on that word and its union tag, which gives
-    /// its type byte, without its group or pointers being read.
-    pub fn decode_filtered<F: FnMut(&Message<'_>), S: FnMut(u8)>(
-        &mut self,
-        frame: &[u8],
-        filter: &SymbolFilter,
-        mut visit: F,
-        mut skip: S,
-    ) -> Result<BatchHeader, DecodeError> {
-        self.walk(frame, |m| {
-            let data = capnp::raw::get_struct_data_section(m);
-            if let (Some(symbol), Some(tag)) = (data.get(8..16), data.get(18..20)) {
-                let kind = KIND_OF_TAG.get(usize::from(u16::from_le_bytes([tag[0], tag[1]]))).copied().flatten();
-                if let (Some(kind), Ok(symbol)) = (kind, <[u8; 8]>::try_from(symbol))
-                    && !filter.matches(symbol)
-                {
-                    skip(kind);
-                    return Ok(());
-                }
-            }
-            read_message(m)
-                .map(|message| if filter.matches_message(&message) { visit(&message) } else { skip(message.kind()) })
-        })
-    }
-
     /// Delimits the unpacked words of `frame` (unpacking or aligning it as needed) and hands
     /// each list element to `each`, which reads it.
     fn walk(
@@ -380,6 +306,83 @@ impl CapnpCodec {
             };
             read_batch(bytes, visit).map_err(|e| e.into_error(Format::Capnp, |offset| offset))
         }
+    }
+}
+
+impl FormatCodec for CapnpCodec {
+    /// [`Format::Capnp`] or [`Format::CapnpPacked`].
+    fn format(&self) -> Format {
+        if self.packed { Format::CapnpPacked } else { Format::Capnp }
+    }
+
+    /// Appends one frame holding `header` and `messages` to `out`; on error `out` is unchanged.
+    fn encode_batch(
+        &mut self,
+        header: &BatchHeader,
+        messages: &[Message<'_>],
+        _count: u16,
+        out: &mut Vec<u8>,
+    ) -> Result<(), EncodeError> {
+        let capacity = self.segment_words(messages)?;
+        if self.build.len() < 1 + capacity {
+            self.build.resize(1 + capacity, word_of(0));
+        }
+        let (table, segment) = self.build.split_at_mut(1);
+        let mut arena = FlatArena::new(&mut segment[..capacity]);
+        build_batch(&mut arena, header, messages);
+        let used = arena.used();
+        // One segment: the count minus one (0), then its size in words.
+        table[0] = word_of((used as u64) << 32);
+        let frame = Word::words_to_bytes(&self.build[..1 + used]);
+        if self.packed {
+            pack(frame, out, self.ssse3);
+        } else {
+            out.extend_from_slice(frame);
+        }
+        Ok(())
+    }
+
+    /// Length of the first frame in `buf`, from its segment table; `None` while more bytes are
+    /// needed. The table is checked against the frame limit before anything else. A packed frame
+    /// ends where its tags say; it is unpacked as they are walked, for `decode` (see
+    /// `Delimited`), or only walked when that buffer is already borrowed.
+    fn frame_len(&self, buf: &[u8]) -> Result<Option<usize>, DecodeError> {
+        if self.packed { self.packed_frame_len(buf) } else { self.unpacked_frame_len(buf) }
+    }
+
+    /// Decodes one frame (exactly the bytes [`CapnpCodec::frame_len`] delimited), handing each
+    /// message to `visit` in order. A message that does not decode (a union tag this schema does
+    /// not have, a broken pointer) ends the frame with an error: the messages before it have been
+    /// visited.
+    fn decode<F: FnMut(&Message<'_>)>(&mut self, frame: &[u8], mut visit: F) -> Result<BatchHeader, DecodeError> {
+        self.walk(frame, |m| read_message(m).map(|message| visit(&message)))
+    }
+
+    /// Decodes one frame like [`CapnpCodec::decode`], visiting only the messages of `filter`'s
+    /// symbols. Every message has its symbol at the same place of its data section, before the
+    /// union: another symbol's message is skipped on that word and its union tag, which gives
+    /// its type byte, without its group or pointers being read.
+    fn decode_filtered<F: FnMut(&Message<'_>), S: FnMut(u8)>(
+        &mut self,
+        frame: &[u8],
+        filter: &SymbolFilter,
+        mut visit: F,
+        mut skip: S,
+    ) -> Result<BatchHeader, DecodeError> {
+        self.walk(frame, |m| {
+            let data = capnp::raw::get_struct_data_section(m);
+            if let (Some(symbol), Some(tag)) = (data.get(8..16), data.get(18..20)) {
+                let kind = KIND_OF_TAG.get(usize::from(u16::from_le_bytes([tag[0], tag[1]]))).copied().flatten();
+                if let (Some(kind), Ok(symbol)) = (kind, <[u8; 8]>::try_from(symbol))
+                    && !filter.matches(symbol)
+                {
+                    skip(kind);
+                    return Ok(());
+                }
+            }
+            read_message(m)
+                .map(|message| if filter.matches_message(&message) { visit(&message) } else { skip(message.kind()) })
+        })
     }
 }
 

@@ -4,6 +4,7 @@
 //! what steady-state encode and decode allocate.
 
 use mdrelay_codec::DecodeError;
+use mdrelay_codec::FormatCodec;
 use mdrelay_codec::json::JsonCodec;
 use mdrelay_codec::{BatchHeader, Limits, MAX_BATCH, MessageScratch, collect_segment};
 use mdrelay_harness::alloc::count_allocations;
