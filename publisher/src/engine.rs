@@ -434,7 +434,7 @@ pub fn run(
     summary.upstream = source.upstream_summary();
     summary.pacing_reanchors = pacer.reanchors();
     // A relay's END carries its upstream's totals, or says its stream was cut short
-    // (`UpstreamSource::end_totals`), so no leaf takes a truncated session for a whole one.
+    // (`Upstream::end_totals`), so no leaf takes a truncated session for a whole one.
     let mut end_totals = source.upstream().map_or_else(|| summary.totals.clone(), |u| u.end_totals(&summary.totals));
     end_totals.truncated |= failure.is_some();
     summary.totals.truncated = end_totals.truncated;

@@ -15,7 +15,7 @@
 use crate::fanout::Shared;
 use crate::retransmit::Service;
 use crate::source::FeedSummary;
-use crate::upstream::UpstreamSource;
+use crate::upstream::Upstream;
 use mdrelay_codec::Format;
 use mdrelay_telemetry::prometheus::HistogramExport;
 use metrics::{Counter, Gauge, Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
@@ -151,7 +151,7 @@ impl UpstreamMetrics {
     }
 
     /// Copies the upstream's counts, and the latencies recorded since the last copy.
-    pub fn publish(&mut self, upstream: &UpstreamSource) {
+    pub fn publish(&mut self, upstream: &dyn Upstream) {
         let counts = upstream.counts();
         self.frames.absolute(counts.frames);
         self.gaps.absolute(counts.gaps);

@@ -476,7 +476,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let hold = config.metrics.map(|m| m.hold).unwrap_or_default();
     // A relay takes its upstream's session as its own, so a leaf sees one session through the
     // whole chain: the upstream is reached (or the run fails, naming it) before anything else.
-    let upstream = match &config.source {
+    let upstream: Option<UpstreamSource> = match &config.source {
         config::Source::Upstream(u) => {
             let own = config::own_listeners(config.tcp.as_ref(), &config.retransmit);
             // A literal address was checked with the configuration; a host name naming this
@@ -489,11 +489,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
                     config::check_not_self(addr, &own).exit_status(ExitStatus::Config)?;
                 }
             }
-            Some(UpstreamSource::Tcp(Box::new(TcpUpstream::connect(u.clone(), own, Arc::default())?)))
+            Some(Box::new(TcpUpstream::connect(u.clone(), own, Arc::default())?))
         }
-        config::Source::NatsUpstream(u) => {
-            Some(UpstreamSource::Nats(Box::new(NatsUpstream::connect(u.clone(), Arc::default())?)))
-        }
+        config::Source::NatsUpstream(u) => Some(Box::new(NatsUpstream::connect(u.clone(), Arc::default())?)),
         _ => None,
     };
     // Encrypted, a session is the time the run started (ns since the epoch), so a subscriber can
@@ -502,7 +500,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let new_session = || {
         if config.protection.key.is_some() { mdrelay_runtime::clock::wall_clock_ns() as u64 } else { rand::random() }
     };
-    let session: u64 = upstream.as_ref().map_or_else(new_session, UpstreamSource::session);
+    let session: u64 = upstream.as_ref().map_or_else(new_session, |u| u.session());
     // Every line of the run (the hot path's, the connections') names the session through this
     // span, once.
     let span = tracing::info_span!("session", id = %format_args!("{session:#x}"));
@@ -558,7 +556,7 @@ async fn relay(
         Controls { format: Arc::new(AtomicU8::new(config.format.id())), stop: Arc::new(AtomicBool::new(false)) };
     let prepared = upstream.map(|mut upstream| {
         upstream.set_stop(controls.stop.clone());
-        SegmentSource::Upstream(Box::new(upstream))
+        SegmentSource::Upstream(upstream)
     });
     // The ring is kept when someone can read it: resuming TCP subscribers, or the service.
     let mut protector = config.protection.protector(mdrelay_codec::DEFAULT_MAX_FRAME);

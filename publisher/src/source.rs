@@ -4,7 +4,7 @@
 use crate::config::{Live, Source};
 use crate::item::Item;
 use crate::progress::Counted;
-use crate::upstream::{TcpUpstream, UpstreamSource, UpstreamSummary};
+use crate::upstream::{TcpUpstream, Upstream, UpstreamSource, UpstreamSummary};
 use crate::upstream_nats::NatsUpstream;
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
@@ -58,7 +58,7 @@ pub enum SegmentSource {
     Live(LiveSource),
     /// Another publisher's stream. Boxed: its buffers and codecs make it far larger than the
     /// other sources.
-    Upstream(Box<UpstreamSource>),
+    Upstream(UpstreamSource),
 }
 
 impl SegmentSource {
@@ -80,12 +80,12 @@ impl SegmentSource {
             }
             Source::Synthetic(config) => SegmentSource::Synthetic { config: *config, day: SyntheticDay::new(*config)? },
             Source::Live(live) => SegmentSource::Live(LiveSource::bind(live, stop)?),
-            Source::Upstream(upstream) => SegmentSource::Upstream(Box::new(UpstreamSource::Tcp(Box::new(
-                TcpUpstream::connect(upstream.clone(), Vec::new(), stop)?,
-            )))),
-            Source::NatsUpstream(upstream) => SegmentSource::Upstream(Box::new(UpstreamSource::Nats(Box::new(
-                NatsUpstream::connect(upstream.clone(), stop)?,
-            )))),
+            Source::Upstream(upstream) => {
+                SegmentSource::Upstream(Box::new(TcpUpstream::connect(upstream.clone(), Vec::new(), stop)?))
+            }
+            Source::NatsUpstream(upstream) => {
+                SegmentSource::Upstream(Box::new(NatsUpstream::connect(upstream.clone(), stop)?))
+            }
         })
     }
 
@@ -175,13 +175,13 @@ impl SegmentSource {
 
     /// What an upstream source received, for the run's summary.
     pub fn upstream_summary(&self) -> Option<UpstreamSummary> {
-        self.upstream().map(UpstreamSource::summary)
+        self.upstream().map(|u| u.summary())
     }
 
     /// The upstream publisher, when the source is one.
-    pub fn upstream(&self) -> Option<&UpstreamSource> {
+    pub fn upstream(&self) -> Option<&dyn Upstream> {
         match self {
-            SegmentSource::Upstream(upstream) => Some(upstream),
+            SegmentSource::Upstream(upstream) => Some(upstream.as_ref()),
             _ => None,
         }
     }

@@ -36,12 +36,14 @@
 //! upstream's own END, the relay's END carries the upstream's totals
 //! ([`TcpUpstream::end_totals`]).
 //!
-//! [`UpstreamSource`] is either this TCP upstream or a NATS subject ([`crate::upstream_nats`]).
+//! [`Upstream`] is what the engine sees of either this TCP upstream or a NATS subject
+//! ([`crate::upstream_nats`]).
 
-use crate::config::{Upstream, check_not_self};
+use crate::config::{Upstream as TcpSettings, check_not_self};
 use crate::item::Item;
 use crate::relayed::Relayed;
 pub use crate::relayed::UpstreamSummary;
+#[cfg(doc)]
 use crate::upstream_nats::NatsUpstream;
 use hdrhistogram::Histogram;
 use mdrelay_proto::backoff::duration_ns;
@@ -68,7 +70,7 @@ const KEEPALIVE_RETRIES: u32 = 5;
 
 /// Another publisher's TCP stream as a source of segments.
 pub struct TcpUpstream {
-    settings: Upstream,
+    settings: TcpSettings,
     /// Addresses of this publisher's own servers, by setting: never an upstream.
     own: Vec<(&'static str, SocketAddr)>,
     stop: Arc<AtomicBool>,
@@ -95,7 +97,7 @@ impl TcpUpstream {
     /// session is known before this publisher's outputs are built; `own` are this publisher's
     /// servers, which must not be the upstream; `stop` ends the attempts.
     pub fn connect(
-        settings: Upstream,
+        settings: TcpSettings,
         own: Vec<(&'static str, SocketAddr)>,
         stop: Arc<AtomicBool>,
     ) -> anyhow::Result<TcpUpstream> {
@@ -137,103 +139,6 @@ impl TcpUpstream {
         }
         source.starting = false;
         Ok(source)
-    }
-
-    /// Makes `stop` the flag that ends waits for the upstream (the run's, once it has one).
-    pub fn set_stop(&mut self, stop: Arc<AtomicBool>) {
-        self.stop = stop;
-    }
-
-    /// The upstream's session, which this relay's outputs take as theirs.
-    pub fn session(&self) -> u64 {
-        self.client.session().unwrap_or_default()
-    }
-
-    /// A short description for logs.
-    pub fn describe(&self) -> String {
-        format!("upstream publisher {} (session {:#x})", self.settings.connect, self.session())
-    }
-
-    /// The sequence number the upstream's END gave its next frame, if it sent one that fits.
-    pub fn end_sequence(&self) -> Option<u64> {
-        self.end_sequence
-    }
-
-    /// What this relay's END says was sent, given `own`, the totals of what it published
-    /// ([`crate::relayed::end_totals`]).
-    pub fn end_totals(&self, own: &Totals) -> Totals {
-        crate::relayed::end_totals(self.ended && self.stop_reason == "end", self.totals.as_ref(), own)
-    }
-
-    /// The counts so far (without the latency figures, which are in [`TcpUpstream::latency`]).
-    pub fn counts(&self) -> UpstreamSummary {
-        let client = self.client.counts();
-        let reader = self.client.reader();
-        let frames = reader.counts();
-        let relayed = &self.relayed;
-        UpstreamSummary {
-            connect: self.settings.connect.clone(),
-            session: self.session(),
-            frames: frames.frames_decoded,
-            messages: relayed.messages,
-            first_sequence: relayed.first_sequence,
-            last_sequence: relayed.last_sequence,
-            gaps: frames.ordered.gaps,
-            duplicates: frames.ordered.duplicates,
-            decode_errors: frames.decode_errors,
-            undelimited_records: frames.undelimited_payloads,
-            unrepresentable_frames: relayed.unrepresentable_frames,
-            invalid_records: client.connection.out_of_place + client.connection.unreadable_totals,
-            protocol_violations: client.connection.violations,
-            crc_failures: frames.frame_check_failures,
-            format_switches: reader.format_switches(),
-            formats_seen: reader.formats_seen().clone(),
-            reconnects: client.reconnects,
-            resumes: client.resumes,
-            bytes: client.connection.bytes,
-            latency_ns: LatencySummary::default(),
-            negative_latencies: relayed.negative_latencies,
-            totals: self.totals.clone(),
-            stop_reason: self.stop_reason,
-            error: self.error.clone(),
-            refused: self.refused,
-        }
-    }
-
-    /// This hop's latencies so far, ns.
-    pub fn latency(&self) -> &Histogram<u64> {
-        &self.relayed.latency
-    }
-
-    /// What was received so far; a stream the relay stopped taking before it ended (a message or
-    /// time limit) counts as stopped.
-    pub fn summary(&self) -> UpstreamSummary {
-        let stop_reason = if self.ended { self.stop_reason } else { "stopped" };
-        UpstreamSummary { latency_ns: LatencySummary::of(&self.relayed.latency), stop_reason, ..self.counts() }
-    }
-
-    /// The next frame's segment, with the origin's stamp and number; `None` at the upstream's END,
-    /// at a stop, or when the upstream is lost for good (the summary's `error` says why).
-    pub fn next_item(&mut self) -> Option<Item<'_>> {
-        self.relayed.release();
-        let ready = loop {
-            if self.stop.load(Ordering::Relaxed) {
-                if !self.ended {
-                    self.finish("stopped", None);
-                }
-                return None;
-            }
-            // Frames read before an END (or a loss for good) are handed on first.
-            if let Some(ready) = self.relayed.take() {
-                break ready;
-            }
-            if self.ended {
-                return None;
-            }
-            self.step();
-        };
-        let bytes = &self.relayed.bytes[ready.start..ready.end];
-        Some(Item { time_ns: ready.time_ns, bytes, origin: Some(ready.origin) })
     }
 
     /// The machine's clock: ns since this source was made.
@@ -466,93 +371,146 @@ impl TcpUpstream {
     }
 }
 
+impl Upstream for TcpUpstream {
+    /// Makes `stop` the flag that ends waits for the upstream (the run's, once it has one).
+    fn set_stop(&mut self, stop: Arc<AtomicBool>) {
+        self.stop = stop;
+    }
+
+    /// The upstream's session, which this relay's outputs take as theirs.
+    fn session(&self) -> u64 {
+        self.client.session().unwrap_or_default()
+    }
+
+    /// A short description for logs.
+    fn describe(&self) -> String {
+        format!("upstream publisher {} (session {:#x})", self.settings.connect, self.session())
+    }
+
+    /// The sequence number the upstream's END gave its next frame, if it sent one that fits.
+    fn end_sequence(&self) -> Option<u64> {
+        self.end_sequence
+    }
+
+    /// What this relay's END says was sent, given `own`, the totals of what it published
+    /// ([`crate::relayed::end_totals`]).
+    fn end_totals(&self, own: &Totals) -> Totals {
+        crate::relayed::end_totals(self.ended && self.stop_reason == "end", self.totals.as_ref(), own)
+    }
+
+    /// The counts so far (without the latency figures, which are in [`TcpUpstream::latency`]).
+    fn counts(&self) -> UpstreamSummary {
+        let client = self.client.counts();
+        let reader = self.client.reader();
+        let frames = reader.counts();
+        let relayed = &self.relayed;
+        UpstreamSummary {
+            connect: self.settings.connect.clone(),
+            session: self.session(),
+            frames: frames.frames_decoded,
+            messages: relayed.messages,
+            first_sequence: relayed.first_sequence,
+            last_sequence: relayed.last_sequence,
+            gaps: frames.ordered.gaps,
+            duplicates: frames.ordered.duplicates,
+            decode_errors: frames.decode_errors,
+            undelimited_records: frames.undelimited_payloads,
+            unrepresentable_frames: relayed.unrepresentable_frames,
+            invalid_records: client.connection.out_of_place + client.connection.unreadable_totals,
+            protocol_violations: client.connection.violations,
+            crc_failures: frames.frame_check_failures,
+            format_switches: reader.format_switches(),
+            formats_seen: reader.formats_seen().clone(),
+            reconnects: client.reconnects,
+            resumes: client.resumes,
+            bytes: client.connection.bytes,
+            latency_ns: LatencySummary::default(),
+            negative_latencies: relayed.negative_latencies,
+            totals: self.totals.clone(),
+            stop_reason: self.stop_reason,
+            error: self.error.clone(),
+            refused: self.refused,
+        }
+    }
+
+    /// This hop's latencies so far, ns.
+    fn latency(&self) -> &Histogram<u64> {
+        &self.relayed.latency
+    }
+
+    /// What was received so far; a stream the relay stopped taking before it ended (a message or
+    /// time limit) counts as stopped.
+    fn summary(&self) -> UpstreamSummary {
+        let stop_reason = if self.ended { self.stop_reason } else { "stopped" };
+        UpstreamSummary { latency_ns: LatencySummary::of(&self.relayed.latency), stop_reason, ..self.counts() }
+    }
+
+    /// The next frame's segment, with the origin's stamp and number; `None` at the upstream's END,
+    /// at a stop, or when the upstream is lost for good (the summary's `error` says why).
+    fn next_item(&mut self) -> Option<Item<'_>> {
+        self.relayed.release();
+        let ready = loop {
+            if self.stop.load(Ordering::Relaxed) {
+                if !self.ended {
+                    self.finish("stopped", None);
+                }
+                return None;
+            }
+            // Frames read before an END (or a loss for good) are handed on first.
+            if let Some(ready) = self.relayed.take() {
+                break ready;
+            }
+            if self.ended {
+                return None;
+            }
+            self.step();
+        };
+        let bytes = &self.relayed.bytes[ready.start..ready.end];
+        Some(Item { time_ns: ready.time_ns, bytes, origin: Some(ready.origin) })
+    }
+}
+
 /// A wait of ns as `Debug` shows a duration (`100ms`), as the relay has always logged it.
 fn shown(ns: i64) -> Duration {
     Duration::from_nanos(ns.max(0).unsigned_abs())
 }
 
-/// A relay's upstream, whichever way its stream arrives: another publisher's TCP server, or the
-/// NATS subject another publisher's `[nats]` output feeds. Both hand on the origin's frames
-/// with its numbers and stamps, and end the same ways.
-pub enum UpstreamSource {
-    /// Over TCP, from the upstream's ring when a connection is made again.
-    Tcp(Box<TcpUpstream>),
-    /// From a NATS subject, gaps repaired from its JetStream stream where the client can.
-    Nats(Box<NatsUpstream>),
-}
-
-impl UpstreamSource {
+/// A relay's upstream, whichever way its stream arrives: another publisher's TCP server
+/// ([`TcpUpstream`]), or the NATS subject another publisher's `[nats]` output feeds
+/// ([`NatsUpstream`]). Both hand on the origin's frames with its numbers and stamps, and end the
+/// same ways; the engine, the summary and the metrics see only this.
+pub trait Upstream: Send {
     /// Makes `stop` the flag that ends waits for the upstream (the run's, once it has one).
-    pub fn set_stop(&mut self, stop: Arc<AtomicBool>) {
-        match self {
-            UpstreamSource::Tcp(u) => u.set_stop(stop),
-            UpstreamSource::Nats(u) => u.set_stop(stop),
-        }
-    }
+    fn set_stop(&mut self, stop: Arc<AtomicBool>);
 
     /// The upstream's session, which this relay's outputs take as theirs.
-    pub fn session(&self) -> u64 {
-        match self {
-            UpstreamSource::Tcp(u) => u.session(),
-            UpstreamSource::Nats(u) => u.session(),
-        }
-    }
+    fn session(&self) -> u64;
 
     /// A short description for logs.
-    pub fn describe(&self) -> String {
-        match self {
-            UpstreamSource::Tcp(u) => u.describe(),
-            UpstreamSource::Nats(u) => u.describe(),
-        }
-    }
+    fn describe(&self) -> String;
 
     /// The sequence number the upstream's END gave its next frame, if it sent one that fits.
-    pub fn end_sequence(&self) -> Option<u64> {
-        match self {
-            UpstreamSource::Tcp(u) => u.end_sequence(),
-            UpstreamSource::Nats(u) => u.end_sequence(),
-        }
-    }
+    fn end_sequence(&self) -> Option<u64>;
 
     /// What this relay's END says was sent, given `own`, the totals of what it published: the
-    /// upstream's totals after its END, else its own marked truncated ([`TcpUpstream::end_totals`]).
-    pub fn end_totals(&self, own: &Totals) -> Totals {
-        match self {
-            UpstreamSource::Tcp(u) => u.end_totals(own),
-            UpstreamSource::Nats(u) => u.end_totals(own),
-        }
-    }
+    /// upstream's totals after its END, else its own marked truncated
+    /// ([`crate::relayed::end_totals`]).
+    fn end_totals(&self, own: &Totals) -> Totals;
 
-    /// The counts so far (without the latency figures, which are in [`UpstreamSource::latency`]).
-    pub fn counts(&self) -> UpstreamSummary {
-        match self {
-            UpstreamSource::Tcp(u) => u.counts(),
-            UpstreamSource::Nats(u) => u.counts(),
-        }
-    }
+    /// The counts so far (without the latency figures, which are in [`Upstream::latency`]).
+    fn counts(&self) -> UpstreamSummary;
 
     /// This hop's latencies so far, ns.
-    pub fn latency(&self) -> &Histogram<u64> {
-        match self {
-            UpstreamSource::Tcp(u) => u.latency(),
-            UpstreamSource::Nats(u) => u.latency(),
-        }
-    }
+    fn latency(&self) -> &Histogram<u64>;
 
-    /// What was received so far, for the run's summary.
-    pub fn summary(&self) -> UpstreamSummary {
-        match self {
-            UpstreamSource::Tcp(u) => u.summary(),
-            UpstreamSource::Nats(u) => u.summary(),
-        }
-    }
+    /// What was received so far, for the run's summary; a stream the relay stopped taking before
+    /// it ended (a message or time limit) counts as stopped.
+    fn summary(&self) -> UpstreamSummary;
 
     /// The next frame's segment, with the origin's stamp and number; `None` at the upstream's
     /// END, at a stop, or when the upstream is lost for good (the summary's `error` says why).
-    pub fn next_item(&mut self) -> Option<Item<'_>> {
-        match self {
-            UpstreamSource::Tcp(u) => u.next_item(),
-            UpstreamSource::Nats(u) => u.next_item(),
-        }
-    }
+    fn next_item(&mut self) -> Option<Item<'_>>;
 }
+
+/// The relay's upstream, of either kind.
+pub type UpstreamSource = Box<dyn Upstream>;

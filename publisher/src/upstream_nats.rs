@@ -28,6 +28,7 @@
 use crate::config::NatsUpstream as Settings;
 use crate::item::Item;
 use crate::relayed::{Relayed, UpstreamSummary};
+use crate::upstream::Upstream;
 use hdrhistogram::Histogram;
 use mdrelay_client::{Builder, ErrorKind, Event, Frame, OwnedFrame, RecoveryEvent, Subscriber, Waited};
 use mdrelay_proto::backoff::duration_ns;
@@ -162,100 +163,6 @@ impl NatsUpstream {
         Ok(source)
     }
 
-    /// Makes `stop` the flag that ends waits for the upstream (the run's, once it has one).
-    pub fn set_stop(&mut self, stop: Arc<AtomicBool>) {
-        self.stop = stop;
-    }
-
-    /// The upstream's session, which this relay's outputs take as theirs.
-    pub fn session(&self) -> u64 {
-        self.session.unwrap_or_default()
-    }
-
-    /// A short description for logs.
-    pub fn describe(&self) -> String {
-        format!("upstream publisher {} (session {:#x})", self.name, self.session())
-    }
-
-    /// The sequence number the upstream's END gave its next frame.
-    pub fn end_sequence(&self) -> Option<u64> {
-        self.end_sequence
-    }
-
-    /// What this relay's END says was sent, given `own`, the totals of what it published
-    /// ([`crate::relayed::end_totals`]).
-    pub fn end_totals(&self, own: &Totals) -> Totals {
-        crate::relayed::end_totals(self.ended && self.stop_reason == "end", self.totals.as_ref(), own)
-    }
-
-    /// The counts so far (without the latency figures).
-    pub fn counts(&self) -> UpstreamSummary {
-        let c = self.subscriber.counters();
-        let gate = self.gate.counts();
-        let relayed = &self.relayed;
-        UpstreamSummary {
-            connect: self.name.clone(),
-            session: self.session(),
-            frames: self.frames,
-            messages: relayed.messages,
-            first_sequence: relayed.first_sequence,
-            last_sequence: relayed.last_sequence,
-            gaps: gate.skipped,
-            duplicates: c.duplicates + gate.late,
-            decode_errors: c.decode_errors,
-            undelimited_records: c.undelimited_payloads,
-            unrepresentable_frames: relayed.unrepresentable_frames,
-            invalid_records: c.invalid_packets,
-            protocol_violations: 0,
-            crc_failures: c.protection.crc_failures,
-            format_switches: c.format_switches,
-            formats_seen: c.formats_seen.iter().copied().collect(),
-            reconnects: 0,
-            resumes: 0,
-            bytes: c.bytes,
-            latency_ns: LatencySummary::default(),
-            negative_latencies: relayed.negative_latencies,
-            totals: self.totals.clone(),
-            stop_reason: self.stop_reason,
-            error: self.error.clone(),
-            refused: false,
-        }
-    }
-
-    /// This hop's latencies so far, ns.
-    pub fn latency(&self) -> &Histogram<u64> {
-        &self.relayed.latency
-    }
-
-    /// What was received so far; a stream the relay stopped taking before it ended counts as
-    /// stopped.
-    pub fn summary(&self) -> UpstreamSummary {
-        let stop_reason = if self.ended { self.stop_reason } else { "stopped" };
-        UpstreamSummary { latency_ns: LatencySummary::of(&self.relayed.latency), stop_reason, ..self.counts() }
-    }
-
-    /// The next frame's segment, with the origin's stamp and number; `None` at the upstream's
-    /// END, at a stop, or when the upstream is lost for good (the summary's `error` says why).
-    pub fn next_item(&mut self) -> Option<Item<'_>> {
-        self.relayed.release();
-        loop {
-            if self.stop.load(Ordering::Relaxed) {
-                if !self.ended {
-                    self.finish("stopped", None);
-                }
-                return None;
-            }
-            if self.relayed.has_ready() {
-                break;
-            }
-            if self.ended {
-                return None;
-            }
-            self.step();
-        }
-        self.relayed.next_item()
-    }
-
     /// The gate's clock: ns since this source was made.
     fn now(&self) -> i64 {
         duration_ns(self.epoch.elapsed())
@@ -378,6 +285,102 @@ impl NatsUpstream {
         self.ended = true;
         self.stop_reason = reason;
         self.error = error;
+    }
+}
+
+impl Upstream for NatsUpstream {
+    /// Makes `stop` the flag that ends waits for the upstream (the run's, once it has one).
+    fn set_stop(&mut self, stop: Arc<AtomicBool>) {
+        self.stop = stop;
+    }
+
+    /// The upstream's session, which this relay's outputs take as theirs.
+    fn session(&self) -> u64 {
+        self.session.unwrap_or_default()
+    }
+
+    /// A short description for logs.
+    fn describe(&self) -> String {
+        format!("upstream publisher {} (session {:#x})", self.name, self.session())
+    }
+
+    /// The sequence number the upstream's END gave its next frame.
+    fn end_sequence(&self) -> Option<u64> {
+        self.end_sequence
+    }
+
+    /// What this relay's END says was sent, given `own`, the totals of what it published
+    /// ([`crate::relayed::end_totals`]).
+    fn end_totals(&self, own: &Totals) -> Totals {
+        crate::relayed::end_totals(self.ended && self.stop_reason == "end", self.totals.as_ref(), own)
+    }
+
+    /// The counts so far (without the latency figures).
+    fn counts(&self) -> UpstreamSummary {
+        let c = self.subscriber.counters();
+        let gate = self.gate.counts();
+        let relayed = &self.relayed;
+        UpstreamSummary {
+            connect: self.name.clone(),
+            session: self.session(),
+            frames: self.frames,
+            messages: relayed.messages,
+            first_sequence: relayed.first_sequence,
+            last_sequence: relayed.last_sequence,
+            gaps: gate.skipped,
+            duplicates: c.duplicates + gate.late,
+            decode_errors: c.decode_errors,
+            undelimited_records: c.undelimited_payloads,
+            unrepresentable_frames: relayed.unrepresentable_frames,
+            invalid_records: c.invalid_packets,
+            protocol_violations: 0,
+            crc_failures: c.protection.crc_failures,
+            format_switches: c.format_switches,
+            formats_seen: c.formats_seen.iter().copied().collect(),
+            reconnects: 0,
+            resumes: 0,
+            bytes: c.bytes,
+            latency_ns: LatencySummary::default(),
+            negative_latencies: relayed.negative_latencies,
+            totals: self.totals.clone(),
+            stop_reason: self.stop_reason,
+            error: self.error.clone(),
+            refused: false,
+        }
+    }
+
+    /// This hop's latencies so far, ns.
+    fn latency(&self) -> &Histogram<u64> {
+        &self.relayed.latency
+    }
+
+    /// What was received so far; a stream the relay stopped taking before it ended counts as
+    /// stopped.
+    fn summary(&self) -> UpstreamSummary {
+        let stop_reason = if self.ended { self.stop_reason } else { "stopped" };
+        UpstreamSummary { latency_ns: LatencySummary::of(&self.relayed.latency), stop_reason, ..self.counts() }
+    }
+
+    /// The next frame's segment, with the origin's stamp and number; `None` at the upstream's
+    /// END, at a stop, or when the upstream is lost for good (the summary's `error` says why).
+    fn next_item(&mut self) -> Option<Item<'_>> {
+        self.relayed.release();
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                if !self.ended {
+                    self.finish("stopped", None);
+                }
+                return None;
+            }
+            if self.relayed.has_ready() {
+                break;
+            }
+            if self.ended {
+                return None;
+            }
+            self.step();
+        }
+        self.relayed.next_item()
     }
 }
 
