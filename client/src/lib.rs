@@ -131,7 +131,7 @@ pub mod nats {
 }
 pub use error::{Error, ErrorKind};
 pub use event::{End, Event, Frame, Messages, OwnedEvent, OwnedFrame, OwnedMessage, RecoveryEvent, Skipped, Start};
-pub use subscriber::{AsyncSubscriber, EventStream, Subscriber, Waited};
+pub use subscriber::{AsyncSubscriber, EventStream, Subscriber, Waited, WakeHandle};
 
 pub use mdrelay_codec::{BatchHeader, DecodeError, Format};
 /// The IEX message model: one type per message, every field a small `Copy` value.

@@ -16,6 +16,7 @@ use futures_core::Stream;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -164,7 +165,7 @@ impl AsyncSubscriber {
 pub enum Waited<'a> {
     /// An event came.
     Event(Event<Frame<'a>>),
-    /// Nothing came within the time; the stream goes on.
+    /// Nothing came within the time, or a [`WakeHandle`] ended the wait; the stream goes on.
     TimedOut,
     /// The stream is over.
     Finished,
@@ -177,6 +178,21 @@ pub enum Waited<'a> {
 pub struct Subscriber {
     runtime: tokio::runtime::Runtime,
     inner: AsyncSubscriber,
+    wake: Arc<tokio::sync::Notify>,
+}
+
+/// Ends a [`Subscriber`]'s wait in [`Subscriber::next_event_timeout`] from another thread (a
+/// signal handler's, a controller's), so a program that stops need not wait in short slices to
+/// look at a flag. Made by [`Subscriber::wake_handle`]; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct WakeHandle(Arc<tokio::sync::Notify>);
+
+impl WakeHandle {
+    /// Ends the subscriber's current wait at once, as if its time had run out
+    /// ([`Waited::TimedOut`]); with no wait in progress, the next one ends at once instead.
+    pub fn wake(&self) {
+        self.0.notify_one();
+    }
 }
 
 impl Subscriber {
@@ -187,7 +203,7 @@ impl Subscriber {
             .build()
             .map_err(|source| Error::Io { context: "cannot start the runtime".into(), source })?;
         let inner = runtime.block_on(AsyncSubscriber::start(settings))?;
-        Ok(Subscriber { runtime, inner })
+        Ok(Subscriber { runtime, inner, wake: Arc::default() })
     }
 
     /// The next event, waiting for it as long as it takes; `Ok(None)` once the stream is over.
@@ -198,25 +214,35 @@ impl Subscriber {
         if self.inner.has_ready() {
             return Ok(self.inner.take_ready());
         }
-        let Subscriber { runtime, inner } = self;
+        let Subscriber { runtime, inner, .. } = self;
         runtime.block_on(inner.next_event())
     }
 
-    /// The next event, waiting at most `timeout`, so the caller can look at a stop flag (or
-    /// signals) between waits. Nothing is lost when the time runs out.
+    /// The next event, waiting at most `timeout`, or until a [`WakeHandle`] ends the wait, so
+    /// the caller can look at a stop flag (or signals) between waits. Nothing is lost when the
+    /// wait ends without an event.
     pub fn next_event_timeout(&mut self, timeout: Duration) -> Result<Waited<'_>, Error> {
         if self.inner.has_ready() {
             return Ok(self.inner.take_ready().map_or(Waited::Finished, Waited::Event));
         }
-        let Subscriber { runtime, inner } = self;
+        let Subscriber { runtime, inner, wake } = self;
         runtime.block_on(async {
-            match tokio::time::timeout(timeout, inner.next_event()).await {
-                Err(_) => Ok(Waited::TimedOut),
-                Ok(Ok(Some(event))) => Ok(Waited::Event(event)),
-                Ok(Ok(None)) => Ok(Waited::Finished),
-                Ok(Err(error)) => Err(error),
+            // `next_event` is cancel-safe: a wait ended by the time or a wake loses nothing.
+            tokio::select! {
+                waited = tokio::time::timeout(timeout, inner.next_event()) => match waited {
+                    Err(_) => Ok(Waited::TimedOut),
+                    Ok(Ok(Some(event))) => Ok(Waited::Event(event)),
+                    Ok(Ok(None)) => Ok(Waited::Finished),
+                    Ok(Err(error)) => Err(error),
+                },
+                () = wake.notified() => Ok(Waited::TimedOut),
             }
         })
+    }
+
+    /// A handle that ends this subscriber's waits from another thread (see [`WakeHandle`]).
+    pub fn wake_handle(&self) -> WakeHandle {
+        WakeHandle(self.wake.clone())
     }
 
     /// What was counted so far.

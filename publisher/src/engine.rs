@@ -16,6 +16,7 @@ use crate::progress::ReplayProgress;
 use crate::ring::{SharedRing, lock};
 use crate::source::{FeedSummary, SegmentSource, SourceSkips};
 use crate::stats::Echoes;
+use crate::stop::Stop;
 use crate::udp::UdpOut;
 use anyhow::Result;
 use bytes::Bytes;
@@ -32,8 +33,8 @@ use std::time::{Duration, Instant};
 pub struct Controls {
     /// Format to switch to at the next frame (a [`Format::id`]).
     pub format: Arc<AtomicU8>,
-    /// Set to end the stream (with its totals) at the next frame.
-    pub stop: Arc<AtomicBool>,
+    /// Set to end the stream (with its totals) at the next frame; it ends the source's waits too.
+    pub stop: Arc<Stop>,
 }
 
 /// What one run sent.
@@ -238,7 +239,7 @@ pub fn run(
     tracing::info!(source = %source.describe(), format = %config.format, "publishing");
     let mut format = Format::from_id(controls.format.load(Ordering::Relaxed)).unwrap_or(config.format);
     if let Some(tcp) = &config.tcp {
-        wait_for_subscribers(&mut outputs, tcp.wait_subscribers, &controls.stop);
+        wait_for_subscribers(&mut outputs, tcp.wait_subscribers, controls.stop.flag());
     }
     let limits = Limits::default();
     let mut codec = Codec::new(format, limits);
@@ -249,7 +250,7 @@ pub fn run(
     let mut summary = EngineSummary::default();
     let mut by_type = TypeCounts::new();
     let mut sequence = 1u64;
-    let stop = &*controls.stop;
+    let stop = controls.stop.flag();
     let started = Instant::now();
     let deadline = (!config.pacing.duration.is_zero()).then(|| started + config.pacing.duration);
     // At top speed the clock is read for the deadline every DEADLINE_EVERY segments (a read per

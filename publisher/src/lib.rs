@@ -41,6 +41,7 @@ pub mod ring;
 pub mod run;
 pub mod source;
 pub mod stats;
+pub mod stop;
 pub mod tcp;
 pub mod udp;
 pub mod upstream;

@@ -9,6 +9,7 @@ use crate::retransmit::{RetransmitSummary, Service};
 use crate::ring::SharedRing;
 use crate::source::SegmentSource;
 use crate::stats::Echoes;
+use crate::stop::Stop;
 use crate::tcp::Server;
 use crate::udp::UdpOut;
 use crate::upstream::{TcpUpstream, UpstreamSource};
@@ -476,6 +477,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let hold = config.metrics.map(|m| m.hold).unwrap_or_default();
     // A relay takes its upstream's session as its own, so a leaf sees one session through the
     // whole chain: the upstream is reached (or the run fails, naming it) before anything else.
+    // The run's stop, made first: it ends the waits for the upstream too.
+    let stop = Arc::new(Stop::new().context("cannot make the run's stop signal")?);
     let upstream: Option<UpstreamSource> = match &config.source {
         config::Source::Upstream(u) => {
             let own = config::own_listeners(config.tcp.as_ref(), &config.retransmit);
@@ -489,9 +492,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
                     config::check_not_self(addr, &own).exit_status(ExitStatus::Config)?;
                 }
             }
-            Some(Box::new(TcpUpstream::connect(u.clone(), own, Arc::default())?))
+            Some(Box::new(TcpUpstream::connect(u.clone(), own, stop.clone())?))
         }
-        config::Source::NatsUpstream(u) => Some(Box::new(NatsUpstream::connect(u.clone(), Arc::default())?)),
+        config::Source::NatsUpstream(u) => Some(Box::new(NatsUpstream::connect(u.clone(), stop.clone())?)),
         _ => None,
     };
     // Encrypted, a session is the time the run started (ns since the epoch), so a subscriber can
@@ -505,7 +508,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
     // span, once.
     let span = tracing::info_span!("session", id = %format_args!("{session:#x}"));
     // Once the stream has begun, every way out writes the summary: a failure is returned after it.
-    let mut summary = runtime.block_on(relay(args.clone(), config, build_info, session, upstream).instrument(span))?;
+    let mut summary =
+        runtime.block_on(relay(args.clone(), config, build_info, session, upstream, stop).instrument(span))?;
     print_summary(&summary);
     if let Some(path) = &args.json {
         let json = serde_json::to_string_pretty(&summary)?;
@@ -545,6 +549,7 @@ async fn relay(
     build_info: Option<metrics::Gauge>,
     session: u64,
     upstream: Option<UpstreamSource>,
+    stop: Arc<Stop>,
 ) -> Result<RunSummary> {
     // Installed before anything starts, so a signal is never missed; tests and scripts wait for
     // this line before signalling.
@@ -552,12 +557,8 @@ async fn relay(
     tracing::info!("signal handlers installed");
     let session_span = tracing::Span::current();
     let echoes = Arc::new(Echoes::default());
-    let controls =
-        Controls { format: Arc::new(AtomicU8::new(config.format.id())), stop: Arc::new(AtomicBool::new(false)) };
-    let prepared = upstream.map(|mut upstream| {
-        upstream.set_stop(controls.stop.clone());
-        SegmentSource::Upstream(upstream)
-    });
+    let controls = Controls { format: Arc::new(AtomicU8::new(config.format.id())), stop };
+    let prepared = upstream.map(SegmentSource::Upstream);
     // The ring is kept when someone can read it: resuming TCP subscribers, or the service.
     let mut protector = config.protection.protector(mdrelay_codec::DEFAULT_MAX_FRAME);
     let guard: crate::fanout::Guard = (protector.protection(), protector.key_check(session));
@@ -800,7 +801,7 @@ async fn signals(signals: Signals, args: RunArgs, running: config::Config, contr
 }
 
 fn stop(controls: &Controls) {
-    if controls.stop.swap(true, Ordering::Relaxed) {
+    if controls.stop.set() {
         eprintln!("mdrelay-pub: stopping now");
         std::process::exit(ExitStatus::Interrupted.code().into());
     }

@@ -4,6 +4,7 @@
 use crate::config::{Live, Source};
 use crate::item::Item;
 use crate::progress::Counted;
+use crate::stop::{Stop, wait_readable};
 use crate::upstream::{TcpUpstream, Upstream, UpstreamSource, UpstreamSummary};
 use crate::upstream_nats::NatsUpstream;
 use anyhow::{Context, Result, bail};
@@ -21,10 +22,11 @@ use mdrelay_proto::relay::{DatagramHeader, DatagramKind};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io::{self, Read};
 use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 /// A source of segments.
 pub enum SegmentSource {
@@ -63,7 +65,7 @@ pub enum SegmentSource {
 
 impl SegmentSource {
     /// Opens the configured source; `stop` ends a wait for a FIFO's writer or a live datagram.
-    pub fn open(source: &Source, stop: Arc<AtomicBool>) -> Result<SegmentSource> {
+    pub fn open(source: &Source, stop: Arc<Stop>) -> Result<SegmentSource> {
         Ok(match source {
             Source::Capture(path) => {
                 let read = Arc::new(AtomicU64::new(0));
@@ -318,7 +320,7 @@ impl std::fmt::Display for FeedSummary {
 /// Opens a capture. A FIFO (`mkfifo`, a pipe from another program) is opened without blocking
 /// and waited on with `stop` checked, since opening it blocks until a writer appears, and a
 /// publisher waiting there could neither say so nor be stopped.
-fn open_capture(path: &Path, stop: &AtomicBool, read: &Arc<AtomicU64>) -> Result<(CaptureReader, bool)> {
+fn open_capture(path: &Path, stop: &Stop, read: &Arc<AtomicU64>) -> Result<(CaptureReader, bool)> {
     use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
     let is_fifo = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo());
     if !is_fifo {
@@ -327,25 +329,22 @@ fn open_capture(path: &Path, stop: &AtomicBool, read: &Arc<AtomicU64>) -> Result
         return Ok((CaptureReader::new(name, Counted::new(file, read.clone()))?, false));
     }
     use nix::fcntl::{FcntlArg, OFlag, fcntl};
-    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    use std::os::fd::AsFd;
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(OFlag::O_NONBLOCK.bits())
         .open(path)
         .with_context(|| format!("{}: cannot open the FIFO", path.display()))?;
     tracing::info!(file = %path.display(), "the capture is a FIFO: waiting for a writer");
+    // Linux reports neither readable nor hung up until a writer has opened the FIFO; the stop
+    // ends the wait at once.
     loop {
-        if stop.load(Ordering::Relaxed) {
+        if stop.is_set() {
             bail!("{}: stopped while waiting for a writer on the FIFO", path.display());
         }
-        let mut fds = [PollFd::new(file.as_fd(), PollFlags::POLLIN)];
-        // Linux reports neither readable nor hung up until a writer has opened the FIFO.
-        match poll(&mut fds, PollTimeout::from(100u16)) {
-            Ok(0) => continue,
-            Ok(_) => break,
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(e).with_context(|| format!("{}: waiting on the FIFO", path.display())),
+        let ready = wait_readable(&[file.as_fd(), stop.fd()], None)
+            .with_context(|| format!("{}: waiting on the FIFO", path.display()))?;
+        if ready.contains(&0) {
+            break;
         }
     }
     // Blocking reads from here on, as from any file.
@@ -372,7 +371,7 @@ pub struct LiveSource {
     relay_datagram: bool,
     raw: RawCodec,
     idle_timeout: Option<Duration>,
-    stop: Arc<AtomicBool>,
+    stop: Arc<Stop>,
     /// The upstream publisher's session, from its first raw data datagram: its control datagrams
     /// (END) are accepted only from that session, so a stray or spoofed END cannot end the stream.
     upstream_session: Option<u64>,
@@ -412,7 +411,7 @@ fn admit(sequence: &mut SequenceTracker, received: &mut (u64, u64), header: &Seg
 
 impl LiveSource {
     /// Binds (and joins the group, if any); `stop` ends a wait for the next datagram.
-    pub fn bind(live: &Live, stop: Arc<AtomicBool>) -> Result<LiveSource> {
+    pub fn bind(live: &Live, stop: Arc<Stop>) -> Result<LiveSource> {
         let socket =
             Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).context("creating the live feed socket")?;
         socket.set_reuse_address(true)?;
@@ -469,7 +468,8 @@ impl LiveSource {
     }
 
     fn next_item(&mut self) -> Result<Option<Item<'_>>> {
-        let mut idle = Duration::ZERO;
+        // Since when no datagram came, once a wait began.
+        let mut idle_since: Option<Instant> = None;
         loop {
             if self.relay_datagram && self.cursor < self.len {
                 let rest = &self.buf[self.cursor..self.len];
@@ -504,22 +504,37 @@ impl LiveSource {
                     }
                 }
             }
-            if self.stop.load(Ordering::Relaxed) {
+            if self.stop.is_set() {
                 return Ok(None);
+            }
+            // Wait for a datagram, the stop, or the end of the idle time, whichever comes first.
+            let since = *idle_since.get_or_insert_with(Instant::now);
+            let left = match self.idle_timeout {
+                Some(t) if since.elapsed() >= t => {
+                    tracing::info!(feed = %self.describe, "live feed idle; ending the stream");
+                    return Ok(None);
+                }
+                Some(t) => Some(t - since.elapsed()),
+                None => None,
+            };
+            let ready = wait_readable(&[self.socket.as_fd(), self.stop.fd()], left)
+                .with_context(|| format!("waiting on {}", self.describe))?;
+            if !ready.contains(&0) {
+                continue;
             }
             let (n, peer) = match self.socket.recv_from(&mut self.buf) {
                 Ok(r) => r,
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-                    idle += Duration::from_millis(100);
-                    if self.idle_timeout.is_some_and(|t| idle >= t) {
-                        tracing::info!(feed = %self.describe, "live feed idle; ending the stream");
-                        return Ok(None);
-                    }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted
+                    ) =>
+                {
                     continue;
                 }
                 Err(e) => return Err(e).with_context(|| format!("receiving on {}", self.describe)),
             };
-            idle = Duration::ZERO;
+            idle_since = None;
             self.len = n;
             let datagram = &self.buf[..n];
             if DatagramHeader::is_relay_datagram(datagram) {

@@ -25,8 +25,9 @@
 //! protocol violation (a record that does not fit, a frame that fails its CRC) after a wait that
 //! grows while violations follow without a frame taken, giving up after `give_up_after`, as for
 //! an upstream out of reach. The hot thread only moves bytes and time between a blocking socket
-//! and the machine (100 ms reads, so it looks at the stop flag), rebuilds each frame's segment,
-//! and logs what the machine reports.
+//! and the machine (each wait, for bytes, a connection or the next attempt, ends at once when
+//! the run stops: it waits on the stop's descriptor beside the socket), rebuilds each frame's
+//! segment, and logs what the machine reports.
 //!
 //! The relay ends with an error naming the upstream when it cannot go on: no connection within
 //! `give_up_after`, or an upstream that restarted (a new session, whose numbering the relay's
@@ -43,6 +44,7 @@ use crate::config::{Upstream as TcpSettings, check_not_self};
 use crate::item::Item;
 use crate::relayed::Relayed;
 pub use crate::relayed::UpstreamSummary;
+use crate::stop::{Stop, wait_readable};
 #[cfg(doc)]
 use crate::upstream_nats::NatsUpstream;
 use hdrhistogram::Histogram;
@@ -56,12 +58,10 @@ use mdrelay_runtime::clock::wall_clock_ns;
 use mdrelay_telemetry::exit::{ExitStatus, WithExitStatus};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::fd::AsFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// How often a blocking read or a wait gives up waiting to look at the stop flag.
-const POLL: Duration = Duration::from_millis(100);
 /// TCP keepalive: an upstream host that vanished without closing (power, cable) is noticed
 /// within about `KEEPALIVE_IDLE + KEEPALIVE_RETRIES × KEEPALIVE_INTERVAL` of silence.
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(5);
@@ -73,7 +73,7 @@ pub struct TcpUpstream {
     settings: TcpSettings,
     /// Addresses of this publisher's own servers, by setting: never an upstream.
     own: Vec<(&'static str, SocketAddr)>,
-    stop: Arc<AtomicBool>,
+    stop: Arc<Stop>,
     /// Every decision about the stream.
     client: StreamClient,
     socket: Option<TcpStream>,
@@ -99,7 +99,7 @@ impl TcpUpstream {
     pub fn connect(
         settings: TcpSettings,
         own: Vec<(&'static str, SocketAddr)>,
-        stop: Arc<AtomicBool>,
+        stop: Arc<Stop>,
     ) -> anyhow::Result<TcpUpstream> {
         let client = StreamClient::new(StreamClientConfig::relay(
             settings.connect.clone(),
@@ -132,7 +132,7 @@ impl TcpUpstream {
                     source.error.take().unwrap_or_else(|| format!("upstream {}: no stream", source.settings.connect));
                 return Err(anyhow::anyhow!(why)).exit_status(status);
             }
-            if source.stop.load(Ordering::Relaxed) {
+            if source.stop.is_set() {
                 anyhow::bail!("stopped before the upstream {} was reached", source.settings.connect);
             }
             source.step();
@@ -168,7 +168,7 @@ impl TcpUpstream {
             ClientAction::Wait(until) => {
                 let left = until.saturating_sub(self.now());
                 if left > 0 {
-                    std::thread::sleep(POLL.min(Duration::from_nanos(left.unsigned_abs())));
+                    self.stop.wait(Duration::from_nanos(left.unsigned_abs()));
                 }
             }
             ClientAction::Run => self.read(),
@@ -194,25 +194,38 @@ impl TcpUpstream {
         }
     }
 
-    /// Reads what the socket has (waiting at most [`POLL`]), then tells the machine the time.
+    /// Waits for the socket to have bytes, the machine's next deadline or the stop, whichever
+    /// comes first; reads what the socket has, then tells the machine the time.
     fn read(&mut self) {
-        let TcpUpstream { socket: Some(socket), client, epoch, .. } = self else { return };
-        let room = client.read_buf();
-        if room.is_empty() {
+        let TcpUpstream { socket: Some(socket), client, epoch, stop, .. } = self else { return };
+        if client.read_buf().is_empty() {
             // The connection is over: its events say how.
             return;
         }
-        let read = socket.read(room);
         let now = duration_ns(epoch.elapsed());
-        match read {
-            Ok(n) => client.received(n, now, wall_clock_ns()),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
-                ) => {}
-            Err(e) => client.read_failed(&e, now),
+        let left =
+            client.deadline().map(|deadline| Duration::from_nanos(deadline.saturating_sub(now).max(0).unsigned_abs()));
+        let readable = match wait_readable(&[socket.as_fd(), stop.fd()], left) {
+            Ok(ready) => ready.contains(&0),
+            Err(e) => {
+                client.read_failed(&e, now);
+                return;
+            }
+        };
+        if readable {
+            let read = socket.read(client.read_buf());
+            let now = duration_ns(epoch.elapsed());
+            match read {
+                Ok(n) => client.received(n, now, wall_clock_ns()),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => client.read_failed(&e, now),
+            }
         }
+        let now = duration_ns(epoch.elapsed());
         if client.deadline().is_some_and(|deadline| now >= deadline) {
             client.on_timeout(now);
         }
@@ -238,8 +251,9 @@ impl TcpUpstream {
         let mut last = String::new();
         let mut connected = None;
         for addr in &addrs {
-            match TcpStream::connect_timeout(addr, self.settings.connect_timeout) {
-                Ok(stream) => {
+            match connect_unless_stopped(addr, self.settings.connect_timeout, &self.stop) {
+                Ok(None) => return,
+                Ok(Some(stream)) => {
                     connected = Some((stream, *addr));
                     break;
                 }
@@ -258,9 +272,8 @@ impl TcpUpstream {
             .with_interval(KEEPALIVE_INTERVAL)
             .with_retries(KEEPALIVE_RETRIES);
         let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
-        let timeouts = stream
-            .set_read_timeout(Some(POLL))
-            .and_then(|()| stream.set_write_timeout(Some(self.settings.handshake_timeout)));
+        // Reads wait on the socket's readiness beside the stop (`read`), so they need no timeout.
+        let timeouts = stream.set_write_timeout(Some(self.settings.handshake_timeout));
         if let Err(e) = timeouts {
             return self.client.connect_failed(&format!("upstream {peer}: {e}"), self.now());
         }
@@ -372,11 +385,6 @@ impl TcpUpstream {
 }
 
 impl Upstream for TcpUpstream {
-    /// Makes `stop` the flag that ends waits for the upstream (the run's, once it has one).
-    fn set_stop(&mut self, stop: Arc<AtomicBool>) {
-        self.stop = stop;
-    }
-
     /// The upstream's session, which this relay's outputs take as theirs.
     fn session(&self) -> u64 {
         self.client.session().unwrap_or_default()
@@ -450,7 +458,7 @@ impl Upstream for TcpUpstream {
     fn next_item(&mut self) -> Option<Item<'_>> {
         self.relayed.release();
         let ready = loop {
-            if self.stop.load(Ordering::Relaxed) {
+            if self.stop.is_set() {
                 if !self.ended {
                     self.finish("stopped", None);
                 }
@@ -470,6 +478,46 @@ impl Upstream for TcpUpstream {
     }
 }
 
+/// Connects to `addr` within `timeout`, unless the stop comes first (`Ok(None)`: the caller
+/// looks at the stop next). A timeout is `TimedOut`, as `TcpStream::connect_timeout` gives it.
+fn connect_unless_stopped(addr: &SocketAddr, timeout: Duration, stop: &Stop) -> io::Result<Option<TcpStream>> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(*addr), Type::STREAM, None)?;
+    socket.set_nonblocking(true)?;
+    match socket.connect(&(*addr).into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(nix::libc::EINPROGRESS) => {
+            let deadline = Instant::now() + timeout;
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(io::Error::from(io::ErrorKind::TimedOut));
+                }
+                let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+                let mut fds =
+                    [PollFd::new(socket.as_fd(), PollFlags::POLLOUT), PollFd::new(stop.fd(), PollFlags::POLLIN)];
+                match poll(&mut fds, PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)) {
+                    Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                if stop.is_set() {
+                    return Ok(None);
+                }
+                if fds[0].revents().is_some_and(|r| !r.is_empty()) {
+                    break;
+                }
+            }
+            if let Some(e) = socket.take_error()? {
+                return Err(e);
+            }
+        }
+        Err(e) => return Err(e),
+    }
+    socket.set_nonblocking(false)?;
+    Ok(Some(socket.into()))
+}
+
 /// A wait of ns as `Debug` shows a duration (`100ms`), as the relay has always logged it.
 fn shown(ns: i64) -> Duration {
     Duration::from_nanos(ns.max(0).unsigned_abs())
@@ -480,9 +528,6 @@ fn shown(ns: i64) -> Duration {
 /// ([`NatsUpstream`]). Both hand on the origin's frames with its numbers and stamps, and end the
 /// same ways; the engine, the summary and the metrics see only this.
 pub trait Upstream: Send {
-    /// Makes `stop` the flag that ends waits for the upstream (the run's, once it has one).
-    fn set_stop(&mut self, stop: Arc<AtomicBool>);
-
     /// The upstream's session, which this relay's outputs take as theirs.
     fn session(&self) -> u64;
 

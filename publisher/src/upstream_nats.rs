@@ -28,6 +28,7 @@
 use crate::config::NatsUpstream as Settings;
 use crate::item::Item;
 use crate::relayed::{Relayed, UpstreamSummary};
+use crate::stop::Stop;
 use crate::upstream::Upstream;
 use hdrhistogram::Histogram;
 use mdrelay_client::{Builder, ErrorKind, Event, Frame, OwnedFrame, RecoveryEvent, Subscriber, Waited};
@@ -38,11 +39,12 @@ use mdrelay_proto::relay::client::{FrameInfo, Origin, Place, PlaceAt};
 use mdrelay_proto::relay::{InOrder, Offered};
 use mdrelay_telemetry::exit::{ExitStatus, WithExitStatus};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// How long a wait for the subject lasts before the stop flag is looked at.
-const POLL: Duration = Duration::from_millis(100);
+/// The longest one wait for the subject lasts once the stream has begun: the run's stop wakes it
+/// (a wake handle registered with the stop), the subscriber gives up on a silent subject itself,
+/// and the gate's deadline shortens it; this bound only keeps it finite.
+const LONGEST_WAIT: Duration = Duration::from_secs(3600);
 /// Frames held for gaps at most at once; past it the first gap is given up (DEEP10 at its peak
 /// sends about 30,000 frames a second: several seconds of them).
 const MAX_HELD: usize = 1 << 17;
@@ -57,7 +59,7 @@ pub struct NatsUpstream {
     settings: Settings,
     /// "nats SUBJECT on URLS", for logs and the summary.
     name: String,
-    stop: Arc<AtomicBool>,
+    stop: Arc<Stop>,
     subscriber: Subscriber,
     relayed: Relayed,
     /// Frames after a gap, waiting for it to be repaired.
@@ -78,7 +80,7 @@ impl NatsUpstream {
     /// Subscribes to the subject (trying to reach a server for `give_up_after`) and waits for
     /// its first datagram, so the upstream's session is known before this publisher's outputs
     /// are built; `stop` ends the waits.
-    pub fn connect(settings: Settings, stop: Arc<AtomicBool>) -> anyhow::Result<NatsUpstream> {
+    pub fn connect(settings: Settings, stop: Arc<Stop>) -> anyhow::Result<NatsUpstream> {
         let name = format!("nats {} on {}", settings.subject, settings.servers.join(","));
         let started = Instant::now();
         let mut builder = Builder::nats(settings.servers.join(","), settings.subject.clone())
@@ -116,11 +118,13 @@ impl NatsUpstream {
                     return Err(anyhow::anyhow!("{setting}: upstream {name}: {e}")).exit_status(status);
                 }
             }
-            if stop.load(Ordering::Relaxed) {
+            if stop.wait(RETRY) {
                 anyhow::bail!("stopped before the upstream {name} was reached");
             }
-            std::thread::sleep(RETRY);
         };
+        // The stop ends the subscriber's waits at once.
+        let wake = subscriber.wake_handle();
+        stop.on_set(move || wake.wake());
         tracing::info!(upstream = %name, stream = ?settings.stream, from_start = settings.from_start,
             "subscribed; waiting for the upstream's first frame");
         let repair_wait = duration_ns(settings.repair_wait);
@@ -145,7 +149,7 @@ impl NatsUpstream {
                 let why = source.error.take().unwrap_or_else(|| format!("upstream {}: no stream", source.name));
                 return Err(anyhow::anyhow!(why)).exit_status(ExitStatus::UpstreamLost);
             }
-            if source.stop.load(Ordering::Relaxed) {
+            if source.stop.is_set() {
                 anyhow::bail!("stopped before the upstream {} sent a frame", source.name);
             }
             if started.elapsed() > source.settings.give_up_after {
@@ -156,7 +160,7 @@ impl NatsUpstream {
                 ))
                 .exit_status(ExitStatus::UpstreamLost);
             }
-            source.step();
+            source.step(source.settings.give_up_after.saturating_sub(started.elapsed()));
         }
         tracing::info!(upstream = %source.name, session = format_args!("{:#x}", source.session()),
             "upstream greeted: this relay carries its session and sequence numbers");
@@ -169,15 +173,15 @@ impl NatsUpstream {
     }
 
     /// One turn: the frames whose turn came handed on; else one event from the subscriber (or a
-    /// wait for one, up to [`POLL`] or the gate's deadline).
-    fn step(&mut self) {
+    /// wait for one, up to `longest` or the gate's deadline, ended at once by the stop).
+    fn step(&mut self, longest: Duration) {
         if self.pop_due() {
             return;
         }
         let now = self.now();
         let wait = match self.gate.deadline() {
-            Some(deadline) => POLL.min(Duration::from_nanos(deadline.saturating_sub(now).max(0).unsigned_abs())),
-            None => POLL,
+            Some(deadline) => longest.min(Duration::from_nanos(deadline.saturating_sub(now).max(0).unsigned_abs())),
+            None => longest,
         };
         let NatsUpstream { subscriber, relayed, gate, frames, .. } = self;
         let waited = subscriber.next_event_timeout(wait);
@@ -289,11 +293,6 @@ impl NatsUpstream {
 }
 
 impl Upstream for NatsUpstream {
-    /// Makes `stop` the flag that ends waits for the upstream (the run's, once it has one).
-    fn set_stop(&mut self, stop: Arc<AtomicBool>) {
-        self.stop = stop;
-    }
-
     /// The upstream's session, which this relay's outputs take as theirs.
     fn session(&self) -> u64 {
         self.session.unwrap_or_default()
@@ -366,7 +365,7 @@ impl Upstream for NatsUpstream {
     fn next_item(&mut self) -> Option<Item<'_>> {
         self.relayed.release();
         loop {
-            if self.stop.load(Ordering::Relaxed) {
+            if self.stop.is_set() {
                 if !self.ended {
                     self.finish("stopped", None);
                 }
@@ -378,7 +377,7 @@ impl Upstream for NatsUpstream {
             if self.ended {
                 return None;
             }
-            self.step();
+            self.step(LONGEST_WAIT);
         }
         self.relayed.next_item()
     }

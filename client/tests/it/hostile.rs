@@ -1,4 +1,5 @@
-//! Against peers that greet correctly and then misbehave, made here with std::net on loopback:
+//! A caller that must stop at once (a wake ends its wait); and peers that greet correctly and then
+//! misbehave, made here with std::net on loopback:
 //! one that sends records producing nothing, without end (a `FORMAT` record of the format in
 //! use, over and over), which must not hold up the caller's deadline, nor must a rogue that
 //! floods a NATS subject (a real `nats-server`) with datagrams producing nothing; and ones that refuse with
@@ -230,4 +231,32 @@ fn datagrams_that_produce_nothing_flooding_a_nats_subject_do_not_hold_up_the_cal
          came ({timed_out} timeouts)"
     );
     assert!(received > FLOODED_BYTES, "the waits timed out during the flood: {received} bytes received");
+}
+
+/// A program that stops need not wait out a long timeout: a wake from another thread ends a
+/// wait on a silent stream at once, and one made while no wait is in progress ends the next.
+#[test]
+fn a_wake_handle_ends_a_long_wait_on_a_silent_stream() {
+    // A UDP subscriber on a port nobody sends to: its waits end only by their time or a wake.
+    let mut subscriber = Builder::udp("127.0.0.1:0").build().unwrap();
+    let long = Duration::from_secs(120);
+    let waker = subscriber.wake_handle();
+    let woke = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        waker.wake();
+    });
+    let started = Instant::now();
+    assert!(matches!(subscriber.next_event_timeout(long).unwrap(), Waited::TimedOut));
+    let took = started.elapsed();
+    woke.join().unwrap();
+    assert!(took < long / 4, "the wake did not end the wait: it took {took:?}");
+
+    // Woken with no wait in progress: the next wait ends at once, and the one after waits again.
+    subscriber.wake_handle().wake();
+    let started = Instant::now();
+    assert!(matches!(subscriber.next_event_timeout(long).unwrap(), Waited::TimedOut));
+    assert!(started.elapsed() < long / 4, "a wake made before the wait was lost");
+    let started = Instant::now();
+    assert!(matches!(subscriber.next_event_timeout(Duration::from_millis(300)).unwrap(), Waited::TimedOut));
+    assert!(started.elapsed() >= Duration::from_millis(300), "one wake ended two waits");
 }
