@@ -18,7 +18,8 @@ if [ "$phase" = all ] || [ "$phase" = --lint ]; then
     # needs the lock regenerated with `cd python && cargo update -w`), or a user's `pip install`
     # would rewrite it and leave the clone dirty.
     (cd python && cargo fmt -- --check)
-    # Subscriber's keywords in the type stub are the client library's Settings fields.
+    # Subscriber's keywords in the type stub are the client library's Settings fields, and its
+    # message classes are the model's table.
     python3 python/generate_stub.py --check
     (cd python && CARGO_TARGET_DIR="$root/python/target" cargo clippy --locked --release --all-targets -- -D warnings)
 fi
@@ -31,10 +32,11 @@ if [ "$phase" != --test ]; then
     if [ ! -x "$venv/bin/python" ]; then
         python3 -m venv "$venv"
     fi
-    # From PyPI: the build backend, the test runner, and the Arrow readers and DataFrame libraries the
-    # tests hand batches to (to_pandas() and to_polars() need pandas and polars).
+    # From PyPI: the build backend, the test runner, the Arrow readers and DataFrame libraries the
+    # tests hand batches to (to_pandas() and to_polars() need pandas and polars), and mypy, whose
+    # stubtest checks the type stub against the compiled module (tests/test_stub.py).
     "$venv/bin/python" -m pip install -q --upgrade pip
-    "$venv/bin/python" -m pip install -q maturin pytest pyarrow polars pandas
+    "$venv/bin/python" -m pip install -q maturin pytest pyarrow polars pandas mypy
 
     # The path the README gives for other machines: one release build into a wheel, then pip
     # installs the wheel (the same single build `maturin develop --release` would make).

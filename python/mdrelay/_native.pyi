@@ -1,7 +1,7 @@
 """Type stubs of the native module (re-exported by ``mdrelay``)."""
 
 from os import PathLike
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Literal, Optional, Sequence, Tuple, Union, overload
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Literal, Optional, Sequence, Tuple, Union, final, overload
 
 import pyarrow
 
@@ -15,6 +15,17 @@ nearest double) or `int64` in 1/10,000 dollars (as IEX sends them)."""
 
 #: The message type names batches carry.
 MESSAGE_TYPES: List[str]
+
+# The module's names, as it lists them (the message classes' are added where they are generated).
+# The type aliases (Prices, Message, StreamEvent) are not among them: they exist for type
+# checkers only.
+__all__ = [
+    "Error", "WrongKeyError", "ProtectionMismatchError", "VersionError", "RefusedError", "NotAPublisherError",
+    "UnreachableError", "AddrInUseError", "BindError", "ConfigError", "EndedError", "TransportIoError",
+    "CaptureError", "IdleTimeoutError", "UnknownMessage", "Gap", "GivenUp", "Recovered", "FormatChanged",
+    "Restarted", "Connected", "Notice", "End", "Subscriber", "BatchIterator", "CaptureBatches", "read_capture",
+    "schema", "MESSAGE_TYPES",
+]
 
 class Error(Exception):
     """Base class of every error this package raises."""
@@ -65,73 +76,36 @@ class CaptureError(Error):
 class IdleTimeoutError(Error):
     """Nothing arrived within the subscriber's idle_timeout."""
 
-class SystemEvent:
-    """S: a system event (start and end of messages, system hours, regular hours)."""
-
-    timestamp: int
-    event: str
-    def __init__(self, *, timestamp: int, event: str) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
-
-class SecurityDirectory:
-    """D: a security directory entry."""
+# Generated from the model's table (for_each_message_type! in iex/src/message.rs) and
+# for_each_python_class! and python_field! in python/src/messages.rs by
+# python/generate_stub.py: do not edit.
+@final
+class Trade:
+    """T: a trade report."""
 
     timestamp: int
     symbol: str
-    flags: int
-    round_lot_size: int
-    adjusted_poc_price: int
-    luld_tier: int
-    def __init__(self, *, timestamp: int, symbol: str, flags: int, round_lot_size: int, adjusted_poc_price: int, luld_tier: int) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
+    sale_condition: int
+    size: int
+    price: int
+    trade_id: int
+    def __new__(cls, *, timestamp: int, symbol: str, sale_condition: int, size: int, price: int, trade_id: int) -> Trade: ...
+    def __eq__(self, other: object, /) -> bool: ...
 
-class TradingStatus:
-    """H: a trading status change."""
-
-    timestamp: int
-    symbol: str
-    status: str
-    reason: str
-    def __init__(self, *, timestamp: int, symbol: str, status: str, reason: str) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
-
-class RetailLiquidityIndicator:
-    """I: a retail liquidity indicator."""
+@final
+class TradeBreak:
+    """B: a trade break (a trade reported earlier is void)."""
 
     timestamp: int
     symbol: str
-    indicator: str
-    def __init__(self, *, timestamp: int, symbol: str, indicator: str) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
+    sale_condition: int
+    size: int
+    price: int
+    trade_id: int
+    def __new__(cls, *, timestamp: int, symbol: str, sale_condition: int, size: int, price: int, trade_id: int) -> TradeBreak: ...
+    def __eq__(self, other: object, /) -> bool: ...
 
-class OperationalHaltStatus:
-    """O: an operational halt status."""
-
-    timestamp: int
-    symbol: str
-    status: str
-    def __init__(self, *, timestamp: int, symbol: str, status: str) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
-
-class ShortSalePriceTestStatus:
-    """P: a short-sale price test status."""
-
-    timestamp: int
-    symbol: str
-    in_effect: bool
-    detail: str
-    def __init__(self, *, timestamp: int, symbol: str, in_effect: bool, detail: str) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
-
-class SecurityEvent:
-    """E: a security event (opening or closing process complete)."""
-
-    timestamp: int
-    symbol: str
-    event: str
-    def __init__(self, *, timestamp: int, symbol: str, event: str) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
-
+@final
 class PriceLevelUpdate:
     """8 / 5: a price level update on the buy or sell side of the book."""
 
@@ -141,9 +115,10 @@ class PriceLevelUpdate:
     event_flags: int
     size: int
     price: int
-    def __init__(self, *, timestamp: int, symbol: str, side: str, event_flags: int, size: int, price: int) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __new__(cls, *, timestamp: int, symbol: str, side: str, event_flags: int, size: int, price: int) -> PriceLevelUpdate: ...
+    def __eq__(self, other: object, /) -> bool: ...
 
+@final
 class QuoteUpdate:
     """Q: a top-of-book quote update."""
 
@@ -154,33 +129,84 @@ class QuoteUpdate:
     bid_price: int
     ask_price: int
     ask_size: int
-    def __init__(self, *, timestamp: int, symbol: str, flags: int, bid_size: int, bid_price: int, ask_price: int, ask_size: int) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __new__(cls, *, timestamp: int, symbol: str, flags: int, bid_size: int, bid_price: int, ask_price: int, ask_size: int) -> QuoteUpdate: ...
+    def __eq__(self, other: object, /) -> bool: ...
 
-class Trade:
-    """T: a trade report."""
+@final
+class SystemEvent:
+    """S: a system event (start and end of messages, system hours, regular hours)."""
+
+    timestamp: int
+    event: str
+    def __new__(cls, *, timestamp: int, event: str) -> SystemEvent: ...
+    def __eq__(self, other: object, /) -> bool: ...
+
+@final
+class SecurityDirectory:
+    """D: a security directory entry."""
 
     timestamp: int
     symbol: str
-    sale_condition: int
-    size: int
-    price: int
-    trade_id: int
-    def __init__(self, *, timestamp: int, symbol: str, sale_condition: int, size: int, price: int, trade_id: int) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
+    flags: int
+    round_lot_size: int
+    adjusted_poc_price: int
+    luld_tier: int
+    def __new__(cls, *, timestamp: int, symbol: str, flags: int, round_lot_size: int, adjusted_poc_price: int, luld_tier: int) -> SecurityDirectory: ...
+    def __eq__(self, other: object, /) -> bool: ...
 
-class TradeBreak:
-    """B: a trade break (a trade reported earlier is void)."""
+@final
+class TradingStatus:
+    """H: a trading status change."""
 
     timestamp: int
     symbol: str
-    sale_condition: int
-    size: int
-    price: int
-    trade_id: int
-    def __init__(self, *, timestamp: int, symbol: str, sale_condition: int, size: int, price: int, trade_id: int) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
+    status: str
+    reason: str
+    def __new__(cls, *, timestamp: int, symbol: str, status: str, reason: str) -> TradingStatus: ...
+    def __eq__(self, other: object, /) -> bool: ...
 
+@final
+class RetailLiquidityIndicator:
+    """I: a retail liquidity indicator."""
+
+    timestamp: int
+    symbol: str
+    indicator: str
+    def __new__(cls, *, timestamp: int, symbol: str, indicator: str) -> RetailLiquidityIndicator: ...
+    def __eq__(self, other: object, /) -> bool: ...
+
+@final
+class OperationalHaltStatus:
+    """O: an operational halt status."""
+
+    timestamp: int
+    symbol: str
+    status: str
+    def __new__(cls, *, timestamp: int, symbol: str, status: str) -> OperationalHaltStatus: ...
+    def __eq__(self, other: object, /) -> bool: ...
+
+@final
+class ShortSalePriceTestStatus:
+    """P: a short-sale price test status."""
+
+    timestamp: int
+    symbol: str
+    in_effect: bool
+    detail: str
+    def __new__(cls, *, timestamp: int, symbol: str, in_effect: bool, detail: str) -> ShortSalePriceTestStatus: ...
+    def __eq__(self, other: object, /) -> bool: ...
+
+@final
+class SecurityEvent:
+    """E: a security event (opening or closing process complete)."""
+
+    timestamp: int
+    symbol: str
+    event: str
+    def __new__(cls, *, timestamp: int, symbol: str, event: str) -> SecurityEvent: ...
+    def __eq__(self, other: object, /) -> bool: ...
+
+@final
 class OfficialPrice:
     """X: an official opening or closing price."""
 
@@ -188,9 +214,10 @@ class OfficialPrice:
     symbol: str
     price_type: str
     price: int
-    def __init__(self, *, timestamp: int, symbol: str, price_type: str, price: int) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __new__(cls, *, timestamp: int, symbol: str, price_type: str, price: int) -> OfficialPrice: ...
+    def __eq__(self, other: object, /) -> bool: ...
 
+@final
 class AuctionInformation:
     """A: auction information."""
 
@@ -208,72 +235,95 @@ class AuctionInformation:
     collar_reference_price: int
     lower_auction_collar: int
     upper_auction_collar: int
-    def __init__(self, *, timestamp: int, symbol: str, auction_type: str, paired_shares: int, reference_price: int, indicative_clearing_price: int, imbalance_shares: int, imbalance_side: str, extension_number: int, scheduled_auction_time: int, auction_book_clearing_price: int, collar_reference_price: int, lower_auction_collar: int, upper_auction_collar: int) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __new__(cls, *, timestamp: int, symbol: str, auction_type: str, paired_shares: int, reference_price: int, indicative_clearing_price: int, imbalance_shares: int, imbalance_side: str, extension_number: int, scheduled_auction_time: int, auction_book_clearing_price: int, collar_reference_price: int, lower_auction_collar: int, upper_auction_collar: int) -> AuctionInformation: ...
+    def __eq__(self, other: object, /) -> bool: ...
 
+Message = Union[
+    Trade, TradeBreak, PriceLevelUpdate, QuoteUpdate, SystemEvent, SecurityDirectory,
+    TradingStatus, RetailLiquidityIndicator, OperationalHaltStatus, ShortSalePriceTestStatus,
+    SecurityEvent, OfficialPrice, AuctionInformation, UnknownMessage,
+]
+"""Any IEX message."""
+
+__all__ += [
+    "Trade", "TradeBreak", "PriceLevelUpdate", "QuoteUpdate", "SystemEvent",
+    "SecurityDirectory", "TradingStatus", "RetailLiquidityIndicator", "OperationalHaltStatus",
+    "ShortSalePriceTestStatus", "SecurityEvent", "OfficialPrice", "AuctionInformation",
+]
+# End of the generated message classes.
+
+@final
 class UnknownMessage:
     """A message of a type this package does not model: its type byte and length."""
 
     kind: int
     length: int
-    def __init__(self, *, kind: int, length: int) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __new__(cls, *, kind: int, length: int) -> UnknownMessage: ...
+    def __eq__(self, other: object, /) -> bool: ...
 
+@final
 class Gap:
     """Frames found missing: `count` frames from `first` have not arrived (yet)."""
 
     first: int
     count: int
-    def __init__(self, *, first: int, count: int) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __new__(cls, *, first: int, count: int) -> Gap: ...
+    def __eq__(self, other: object, /) -> bool: ...
 
+@final
 class GivenUp:
     """Missing frames were given up: they will not come."""
 
     frames: int
-    def __init__(self, *, frames: int) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __new__(cls, *, frames: int) -> GivenUp: ...
+    def __eq__(self, other: object, /) -> bool: ...
 
+@final
 class Recovered:
     """The messages that follow are a frame retransmitted by the recovery service."""
 
     sequence: int
     messages: int
-    def __init__(self, *, sequence: int, messages: int) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __new__(cls, *, sequence: int, messages: int) -> Recovered: ...
+    def __eq__(self, other: object, /) -> bool: ...
 
+@final
 class FormatChanged:
     """The stream's wire format changed (`from_format` is None for the first one)."""
 
     from_format: Optional[str]
     to_format: str
-    def __init__(self, *, from_format: Optional[str], to_format: str) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __new__(cls, *, from_format: Optional[str], to_format: str) -> FormatChanged: ...
+    def __eq__(self, other: object, /) -> bool: ...
 
+@final
 class Restarted:
     """The publisher restarted: a new session, sequence numbers start over."""
 
     old_session: int
     new_session: int
-    def __init__(self, *, old_session: int, new_session: int) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __new__(cls, *, old_session: int, new_session: int) -> Restarted: ...
+    def __eq__(self, other: object, /) -> bool: ...
 
+@final
 class Connected:
     """TCP: a connection to the publisher was made."""
 
     peer: str
     reconnect: bool
-    def __init__(self, *, peer: str, reconnect: bool) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __new__(cls, *, peer: str, reconnect: bool) -> Connected: ...
+    def __eq__(self, other: object, /) -> bool: ...
 
+@final
 class Notice:
     """Something else that happened to the stream; `kind` names it, `detail` says the rest."""
 
     kind: str
     detail: str
-    def __init__(self, *, kind: str, detail: str) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __new__(cls, *, kind: str, detail: str) -> Notice: ...
+    def __eq__(self, other: object, /) -> bool: ...
 
+@final
 class End:
     """The end of the stream: nothing follows."""
 
@@ -281,18 +331,13 @@ class End:
     next_sequence: int
     publisher_frames: Optional[int]
     publisher_messages: Optional[int]
-    def __init__(self, *, complete: bool, next_sequence: int, publisher_frames: Optional[int], publisher_messages: Optional[int]) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __new__(cls, *, complete: bool, next_sequence: int, publisher_frames: Optional[int], publisher_messages: Optional[int]) -> End: ...
+    def __eq__(self, other: object, /) -> bool: ...
 
-Message = Union[
-    SystemEvent, SecurityDirectory, TradingStatus, RetailLiquidityIndicator, OperationalHaltStatus,
-    ShortSalePriceTestStatus, SecurityEvent, PriceLevelUpdate, QuoteUpdate, Trade, TradeBreak,
-    OfficialPrice, AuctionInformation, UnknownMessage,
-]
-"""Any IEX message."""
 StreamEvent = Union[Gap, GivenUp, Recovered, FormatChanged, Restarted, Connected, Notice, End]
 """Anything that happened to the stream."""
 
+@final
 class BatchIterator(Iterator[Tuple[str, pyarrow.RecordBatch]]):
     """The iterator `Subscriber.batches()` returns: `(message_type, pyarrow.RecordBatch)` pairs."""
 
@@ -317,6 +362,7 @@ class BatchIterator(Iterator[Tuple[str, pyarrow.RecordBatch]]):
     @overload
     def to_polars(self, message_type: None = None, *, seconds: Optional[float] = None) -> Dict[str, "polars.DataFrame"]: ...
 
+@final
 class CaptureBatches(Iterator[Tuple[str, pyarrow.RecordBatch]]):
     """The iterator `read_capture` returns: `(message_type, pyarrow.RecordBatch)` pairs."""
 
@@ -340,11 +386,12 @@ class CaptureBatches(Iterator[Tuple[str, pyarrow.RecordBatch]]):
     def stats(self) -> Dict[str, Any]:
         """What was read so far: packets, segments, messages, other packets, bad messages."""
 
+@final
 class Subscriber(Iterator[Union[Message, StreamEvent]]):
     """A subscription to an mdrelay publisher's stream; iterate for events, or `batches()`."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         *,
         # Generated from mdrelay_client::Settings by python/generate_stub.py: do not edit.
         # TCP: the publisher's host:port (the name is resolved at each connection attempt). A lost
@@ -463,7 +510,7 @@ class Subscriber(Iterator[Union[Message, StreamEvent]]):
         frame_bytes: bool = False,
         # End of the generated keywords.
         idle_timeout: Optional[float] = None,
-    ) -> None: ...
+    ) -> Subscriber: ...
     def __iter__(self) -> "Subscriber": ...
     def __next__(self) -> Union[Message, StreamEvent]: ...
     def next_event(self, timeout: Optional[float] = None) -> Optional[Union[Message, StreamEvent]]:

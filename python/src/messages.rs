@@ -1,8 +1,15 @@
-//! The typed Python classes: one per IEX message type and one per stream event, each frozen,
-//! with `__repr__`, `__eq__` and a keyword-only constructor.
+//! The typed Python classes: one per message class of the IEX model and one per stream event,
+//! each frozen, with `__repr__`, `__eq__` and a keyword-only constructor.
+//!
+//! The message classes come from the model's table, `mdrelay_iex::for_each_message_type!`:
+//! [`for_each_python_class!`] names a class for each [`Message`] variant, [`python_field!`] says
+//! how each field is given to Python, and the table gives the rest (the attributes, their types
+//! and order, the conversion). A field added to the table becomes an attribute of its class, a
+//! column of its Arrow table (`tables`) and a line of the type stub (`generate_stub.py` reads
+//! the same macros) with no other change.
 
 use mdrelay_client::Message;
-use mdrelay_client::message::Side;
+use mdrelay_client::message::{self, Side};
 use pyo3::prelude::*;
 
 /// A field as Python's `repr` writes it.
@@ -51,6 +58,12 @@ impl<T: ReprField> ReprField for Option<T> {
     }
 }
 
+/// A record's `repr`: its constructor call, from `name=repr` pairs.
+fn record_repr(class: &str, fields: &[(&str, &dyn ReprField)]) -> String {
+    let fields: Vec<String> = fields.iter().map(|(name, value)| format!("{name}={}", value.repr())).collect();
+    format!("{class}({})", fields.join(", "))
+}
+
 /// Defines a frozen Python class with the fields given, readable as attributes, compared by
 /// value, and written by `repr` as its constructor call.
 macro_rules! py_record {
@@ -73,216 +86,298 @@ macro_rules! py_record {
             }
 
             fn __repr__(&self) -> String {
-                let fields: Vec<String> =
-                    vec![$(format!(concat!(stringify!($field), "={}"), ReprField::repr(&self.$field))),*];
-                format!(concat!(stringify!($name), "({})"), fields.join(", "))
+                record_repr(stringify!($name), &[$((stringify!($field), &self.$field)),*])
             }
         }
     };
 }
 
-py_record!(
-    /// S: a system event (start and end of messages, system hours, regular hours).
-    SystemEvent {
-        /// ns since the Unix epoch.
-        timestamp: i64,
-        /// O, S, R, M, E or C.
-        event: String,
+/// How a field of the model is given to Python: the attribute's type and its value. The
+/// presentations are the types of [`field`]; `tables` gives each its Arrow column.
+pub trait Presentation {
+    /// The field's type in the model.
+    type Model: Copy;
+    /// The attribute's type, as Python reads it.
+    type Attribute: ReprField;
+    /// The attribute's value.
+    fn attribute(value: Self::Model) -> Self::Attribute;
+}
+
+/// The presentations of the model's fields ([`python_field!`] gives each field its own).
+pub mod field {
+    use super::{Presentation, code, side_text, symbol_text};
+    use mdrelay_client::message::Side;
+    use mdrelay_client::{Price as IexPrice, Symbol};
+    use std::marker::PhantomData;
+
+    /// The time of the message: ns since the Unix epoch, an `int`.
+    pub struct Timestamp;
+    /// A number as IEX sends it (a size, an id, a byte of flags), an `int`.
+    pub struct Integer<T>(PhantomData<T>);
+    /// A price, an `int` in 1/10,000 dollars, as IEX sends it.
+    pub struct Price;
+    /// A one-byte code (O, S, R...), a one-character `str`.
+    pub struct Code;
+    /// A byte that says yes (not 0) or no (0), a `bool`.
+    pub struct Flag;
+    /// A symbol without its padding, a `str`.
+    pub struct Ticker;
+    /// Bytes of text (a reason code), a `str`.
+    pub struct Text<const N: usize>;
+    /// The side a price level update's type byte says, "buy" or "sell".
+    pub struct SideName;
+
+    impl Presentation for Timestamp {
+        type Model = i64;
+        type Attribute = i64;
+        fn attribute(value: i64) -> i64 {
+            value
+        }
     }
-);
-py_record!(
-    /// D: a security directory entry.
-    SecurityDirectory {
-        /// ns since the Unix epoch.
-        timestamp: i64,
-        /// The ticker.
-        symbol: String,
-        /// 0x80 test security, 0x40 when-issued, 0x20 ETP.
-        flags: u8,
-        /// Shares in a round lot.
-        round_lot_size: u32,
-        /// Adjusted previous official close, in 1/10,000 dollars.
-        adjusted_poc_price: i64,
-        /// LULD tier.
-        luld_tier: u8,
+
+    impl<T: Copy + super::ReprField> Presentation for Integer<T> {
+        type Model = T;
+        type Attribute = T;
+        fn attribute(value: T) -> T {
+            value
+        }
     }
-);
-py_record!(
-    /// H: a trading status change.
-    TradingStatus {
-        /// ns since the Unix epoch.
-        timestamp: i64,
-        /// The ticker.
-        symbol: String,
-        /// H halted, O order acceptance period, P paused, T trading.
-        status: String,
-        /// Four-character reason code.
-        reason: String,
+
+    impl Presentation for Price {
+        type Model = IexPrice;
+        type Attribute = i64;
+        fn attribute(value: IexPrice) -> i64 {
+            value.0
+        }
     }
-);
-py_record!(
-    /// I: a retail liquidity indicator.
-    RetailLiquidityIndicator {
-        /// ns since the Unix epoch.
-        timestamp: i64,
-        /// The ticker.
-        symbol: String,
-        /// ' ' none, A buy interest, B sell interest, C both.
-        indicator: String,
+
+    impl Presentation for Code {
+        type Model = u8;
+        type Attribute = String;
+        fn attribute(value: u8) -> String {
+            code(value)
+        }
     }
-);
-py_record!(
-    /// O: an operational halt status.
-    OperationalHaltStatus {
-        /// ns since the Unix epoch.
-        timestamp: i64,
-        /// The ticker.
-        symbol: String,
-        /// O halted, N not halted.
-        status: String,
+
+    impl Presentation for Flag {
+        type Model = u8;
+        type Attribute = bool;
+        fn attribute(value: u8) -> bool {
+            value != 0
+        }
     }
-);
-py_record!(
-    /// P: a short-sale price test status.
-    ShortSalePriceTestStatus {
-        /// ns since the Unix epoch.
-        timestamp: i64,
-        /// The ticker.
-        symbol: String,
-        /// The test is in effect.
-        in_effect: bool,
-        /// ' ', A activated, C continued, D deactivated, N not available.
-        detail: String,
+
+    impl Presentation for Ticker {
+        type Model = Symbol;
+        type Attribute = String;
+        fn attribute(value: Symbol) -> String {
+            symbol_text(value.trimmed())
+        }
     }
-);
-py_record!(
-    /// E: a security event (opening or closing process complete).
-    SecurityEvent {
-        /// ns since the Unix epoch.
-        timestamp: i64,
-        /// The ticker.
-        symbol: String,
-        /// O opening process complete, C closing process complete.
-        event: String,
+
+    impl<const N: usize> Presentation for Text<N> {
+        type Model = [u8; N];
+        type Attribute = String;
+        fn attribute(value: [u8; N]) -> String {
+            symbol_text(&value)
+        }
     }
-);
-py_record!(
-    /// 8 / 5: a price level update on the buy or sell side of the book.
-    PriceLevelUpdate {
-        /// ns since the Unix epoch.
-        timestamp: i64,
-        /// The ticker.
-        symbol: String,
-        /// "buy" (type 8) or "sell" (type 5).
-        side: String,
-        /// 1: event processing complete; 0: the book is in transition.
-        event_flags: u8,
-        /// Shares at the level (0: the level was removed).
-        size: u32,
-        /// In 1/10,000 dollars.
-        price: i64,
+
+    impl Presentation for SideName {
+        type Model = Side;
+        type Attribute = String;
+        fn attribute(value: Side) -> String {
+            side_text(value).to_string()
+        }
     }
-);
-py_record!(
-    /// Q: a top-of-book quote update.
-    QuoteUpdate {
-        /// ns since the Unix epoch.
-        timestamp: i64,
-        /// The ticker.
-        symbol: String,
-        /// 0x80 symbol not active, 0x40 pre/post-market session.
-        flags: u8,
-        /// Shares bid.
-        bid_size: u32,
-        /// In 1/10,000 dollars.
-        bid_price: i64,
-        /// In 1/10,000 dollars.
-        ask_price: i64,
-        /// Shares offered.
-        ask_size: u32,
-    }
-);
-py_record!(
-    /// T: a trade report.
-    Trade {
-        /// ns since the Unix epoch.
-        timestamp: i64,
-        /// The ticker.
-        symbol: String,
-        /// Sale condition flags: 0x80 ISO, 0x40 extended hours, 0x20 odd lot, 0x10 trade-through
-        /// exempt, 0x08 single-price cross.
-        sale_condition: u8,
-        /// Shares traded.
-        size: u32,
-        /// In 1/10,000 dollars.
-        price: i64,
-        /// IEX's trade id.
-        trade_id: i64,
-    }
-);
-py_record!(
-    /// B: a trade break (a trade reported earlier is void).
-    TradeBreak {
-        /// ns since the Unix epoch.
-        timestamp: i64,
-        /// The ticker.
-        symbol: String,
-        /// Sale condition flags of the trade broken.
-        sale_condition: u8,
-        /// Shares of the trade broken.
-        size: u32,
-        /// In 1/10,000 dollars.
-        price: i64,
-        /// The id of the trade broken.
-        trade_id: i64,
-    }
-);
-py_record!(
-    /// X: an official opening or closing price.
-    OfficialPrice {
-        /// ns since the Unix epoch.
-        timestamp: i64,
-        /// The ticker.
-        symbol: String,
-        /// Q opening, M closing.
-        price_type: String,
-        /// In 1/10,000 dollars.
-        price: i64,
-    }
-);
-py_record!(
-    /// A: auction information.
-    AuctionInformation {
-        /// ns since the Unix epoch.
-        timestamp: i64,
-        /// The ticker.
-        symbol: String,
-        /// O opening, C closing, I IPO, H halt, V volatility.
-        auction_type: String,
-        /// Shares paired.
-        paired_shares: u32,
-        /// In 1/10,000 dollars.
-        reference_price: i64,
-        /// In 1/10,000 dollars.
-        indicative_clearing_price: i64,
-        /// Shares of imbalance.
-        imbalance_shares: u32,
-        /// B, S or N.
-        imbalance_side: String,
-        /// Extension number.
-        extension_number: u8,
-        /// Seconds since the Unix epoch.
-        scheduled_auction_time: u32,
-        /// In 1/10,000 dollars.
-        auction_book_clearing_price: i64,
-        /// In 1/10,000 dollars.
-        collar_reference_price: i64,
-        /// In 1/10,000 dollars.
-        lower_auction_collar: i64,
-        /// In 1/10,000 dollars.
-        upper_auction_collar: i64,
-    }
-);
+}
+
+/// The presentation of each field of the model's table, from its name and its type there:
+/// `python_field!(marker name: type)` is the [`field`] type, `python_field!(doc name: type)` the
+/// attribute's doc. The type decides, but for a byte, which is a number unless named here as a
+/// one-character code or a flag. The fields a type byte decides (typed `fixed`: the table gives
+/// their values, not their type) are named here too. A field of a type not here does not
+/// compile until it is added (and to `generate_stub.py`'s `PRESENTATIONS`).
+macro_rules! python_field {
+    ($what:ident timestamp: i64) => { $crate::messages::presentation!($what Timestamp) };
+    ($what:ident side: fixed) => { $crate::messages::presentation!($what SideName) };
+    ($what:ident in_effect: u8) => { $crate::messages::presentation!($what Flag) };
+    ($what:ident event: u8) => { $crate::messages::presentation!($what Code) };
+    ($what:ident status: u8) => { $crate::messages::presentation!($what Code) };
+    ($what:ident indicator: u8) => { $crate::messages::presentation!($what Code) };
+    ($what:ident detail: u8) => { $crate::messages::presentation!($what Code) };
+    ($what:ident price_type: u8) => { $crate::messages::presentation!($what Code) };
+    ($what:ident auction_type: u8) => { $crate::messages::presentation!($what Code) };
+    ($what:ident imbalance_side: u8) => { $crate::messages::presentation!($what Code) };
+    ($what:ident $name:ident: u8) => { $crate::messages::presentation!($what Integer<u8>) };
+    ($what:ident $name:ident: u32) => { $crate::messages::presentation!($what Integer<u32>) };
+    ($what:ident $name:ident: i64) => { $crate::messages::presentation!($what Integer<i64>) };
+    ($what:ident $name:ident: Price) => { $crate::messages::presentation!($what Price) };
+    ($what:ident $name:ident: Symbol) => { $crate::messages::presentation!($what Ticker) };
+    ($what:ident $name:ident: [u8; $len:tt]) => { $crate::messages::presentation!($what Text<$len>) };
+}
+pub(crate) use python_field;
+
+/// A presentation's [`field`] type (`marker`), or the doc of its attributes (`doc`).
+macro_rules! presentation {
+    (marker $name:ident $(<$param:tt>)?) => { $crate::messages::field::$name $(<$param>)? };
+    (doc Timestamp) => { "ns since the Unix epoch." };
+    (doc Integer<$param:tt>) => { "An integer, as IEX sends it." };
+    (doc Price) => { "In 1/10,000 dollars." };
+    (doc Code) => { "IEX's one-byte code, as a one-character string." };
+    (doc Flag) => { "True when IEX's byte is not 0." };
+    (doc Ticker) => { "The ticker." };
+    (doc Text<$len:tt>) => { "IEX's bytes, as text." };
+    (doc SideName) => { "\"buy\" (type 8) or \"sell\" (type 5)." };
+}
+pub(crate) use presentation;
+
+/// Python's order of a class's attributes: `timestamp` and `symbol` first, then the fields the
+/// type byte decides, then the others in the order of the IEX layout (which puts the type's own
+/// byte before the timestamp). Takes `then! (args) Struct [] [] [fixed fields] [] fields`, each
+/// field `name: type,`, and hands `then!` the args, the struct and the fields in that order.
+macro_rules! python_order {
+    ($then:ident! $args:tt $model:ident $time:tt $symbol:tt $fixed:tt $rest:tt timestamp: $type:tt, $($more:tt)*) => {
+        $crate::messages::python_order! { $then! $args $model [timestamp: $type,] $symbol $fixed $rest $($more)* }
+    };
+    ($then:ident! $args:tt $model:ident $time:tt $symbol:tt $fixed:tt $rest:tt symbol: $type:tt, $($more:tt)*) => {
+        $crate::messages::python_order! { $then! $args $model $time [symbol: $type,] $fixed $rest $($more)* }
+    };
+    ($then:ident! $args:tt $model:ident $time:tt $symbol:tt $fixed:tt [$($rest:tt)*] $field:ident: $type:tt, $($more:tt)*) => {
+        $crate::messages::python_order! { $then! $args $model $time $symbol $fixed [$($rest)* $field: $type,] $($more)* }
+    };
+    ($then:ident! $args:tt $model:ident [$($time:tt)*] [$($symbol:tt)*] [$($fixed:tt)*] [$($rest:tt)*]) => {
+        $then! { $args $model { $($time)* $($symbol)* $($fixed)* $($rest)* } }
+    };
+}
+pub(crate) use python_order;
+
+/// Makes `model_fields!`, the model's table by [`Message`] variant: `model_fields!(Variant =>
+/// then!(args))` is `then! { (args) Struct { field: type, ... } }`, with the variant's struct
+/// and its fields in Python's order ([`python_order!`]), those the type byte decides typed
+/// `fixed`. Of a variant's two entries (the two sides of a price level, which have the same
+/// fields), the first is taken.
+macro_rules! index_model_by_variant {
+    ($($wire:ident $name:literal = $kind:ident => $variant:ident($model:ident { $($fixed:ident: $fixed_value:path),* } {
+        $($field:ident: $field_type:tt),* $(,)?
+    })),* $(,)?) => {
+        macro_rules! model_fields {
+            $(($variant => $then:ident! $args:tt) => {
+                $crate::messages::python_order! {
+                    $then! $args $model [] [] [$($fixed: fixed,)*] [] $($field: $field_type,)*
+                }
+            };)*
+        }
+        // Beside its definition, for `tables` to import it by path.
+        pub(crate) use model_fields;
+    };
+}
+mdrelay_iex::for_each_message_type!(index_model_by_variant);
+
+/// The Python side of the model: a class for each [`Message`] variant, in the order of
+/// `MESSAGE_TYPES`. Each entry is the class's doc, `Variant => ClassName`, and its Arrow table:
+/// the table's name and the columns it places elsewhere than the class does (`moved after
+/// column`; the trade, price level and quote tables have always had their flag byte after the
+/// values). Hands `$callback` the entries; the classes' attributes and the tables' columns come
+/// from the model's table ([`model_fields!`]), and `generate_stub.py` reads this list for the
+/// type stub.
+macro_rules! for_each_python_class {
+    ($callback:ident) => {
+        $callback! {
+            /// T: a trade report.
+            TradeReport => Trade, table trade { sale_condition after price },
+            /// B: a trade break (a trade reported earlier is void).
+            TradeBreak => TradeBreak, table trade_break { sale_condition after price },
+            /// 8 / 5: a price level update on the buy or sell side of the book.
+            PriceLevelUpdate => PriceLevelUpdate, table price_level_update { event_flags after price },
+            /// Q: a top-of-book quote update.
+            QuoteUpdate => QuoteUpdate, table quote_update { flags after ask_size },
+            /// S: a system event (start and end of messages, system hours, regular hours).
+            SystemEvent => SystemEvent, table system_event {},
+            /// D: a security directory entry.
+            SecurityDirectory => SecurityDirectory, table security_directory {},
+            /// H: a trading status change.
+            TradingStatus => TradingStatus, table trading_status {},
+            /// I: a retail liquidity indicator.
+            RetailLiquidityIndicator => RetailLiquidityIndicator, table retail_liquidity_indicator {},
+            /// O: an operational halt status.
+            OperationalHaltStatus => OperationalHaltStatus, table operational_halt_status {},
+            /// P: a short-sale price test status.
+            ShortSalePriceTestStatus => ShortSalePriceTestStatus, table short_sale_price_test_status {},
+            /// E: a security event (opening or closing process complete).
+            SecurityEvent => SecurityEvent, table security_event {},
+            /// X: an official opening or closing price.
+            OfficialPrice => OfficialPrice, table official_price {},
+            /// A: auction information.
+            AuctionInformation => AuctionInformation, table auction_information {},
+        }
+    };
+}
+pub(crate) use for_each_python_class;
+
+/// Defines a message class from its entry in [`for_each_python_class!`] and its fields from
+/// [`model_fields!`]: frozen, its attributes readable, compared by value, written by `repr` as
+/// its constructor call, and made from a message of the model.
+macro_rules! message_class {
+    (($(#[$doc:meta])* $class:ident) $model:ident { $($field:ident: $type:tt,)* }) => {
+        $(#[$doc])*
+        #[pyclass(module = "mdrelay", frozen, eq, get_all, skip_from_py_object)]
+        #[derive(Debug, PartialEq)]
+        pub struct $class {
+            $(
+                #[doc = python_field!(doc $field: $type)]
+                pub $field: <python_field!(marker $field: $type) as Presentation>::Attribute,
+            )*
+        }
+
+        #[pymethods]
+        impl $class {
+            #[new]
+            #[pyo3(signature = (*, $($field),*))]
+            // One keyword argument per field, as the class's attributes are.
+            #[allow(clippy::too_many_arguments)]
+            fn new($($field: <python_field!(marker $field: $type) as Presentation>::Attribute),*) -> Self {
+                Self { $($field),* }
+            }
+
+            fn __repr__(&self) -> String {
+                record_repr(stringify!($class), &[$((stringify!($field), &self.$field)),*])
+            }
+        }
+
+        impl $class {
+            /// The class's object of a message of the model.
+            fn from_model(message: &message::$model) -> Self {
+                Self { $($field: <python_field!(marker $field: $type) as Presentation>::attribute(message.$field)),* }
+            }
+        }
+    };
+}
+
+/// The message classes, the Python object of a message, and their registration.
+macro_rules! message_classes {
+    ($($(#[$doc:meta])* $variant:ident => $class:ident, table $table:ident { $($moves:tt)* },)*) => {
+        $(model_fields!($variant => message_class!($(#[$doc])* $class));)*
+
+        /// The Python object of one message.
+        pub fn message_object(py: Python<'_>, message: &Message<'_>) -> PyResult<Py<PyAny>> {
+            Ok(match message {
+                $(Message::$variant(m) => $class::from_model(m).into_pyobject(py)?.into_any().unbind(),)*
+                Message::Unknown(u) => {
+                    UnknownMessage { kind: u.kind, length: u.bytes.len() as u64 }.into_pyobject(py)?.into_any().unbind()
+                }
+            })
+        }
+
+        /// Adds the message classes to the module.
+        fn register_message_classes(module: &Bound<'_, PyModule>) -> PyResult<()> {
+            $(module.add_class::<$class>()?;)*
+            Ok(())
+        }
+    };
+}
+for_each_python_class!(message_classes);
+
 py_record!(
     /// A message of a type this package does not model: its type byte and length.
     UnknownMessage {
@@ -381,139 +476,6 @@ pub fn code(byte: u8) -> String {
     char::from(byte).to_string()
 }
 
-/// The Python object of one message.
-pub fn message_object(py: Python<'_>, m: &Message<'_>) -> PyResult<Py<PyAny>> {
-    let sym = |s: &mdrelay_client::Symbol| symbol_text(s.trimmed());
-    Ok(match *m {
-        Message::SystemEvent(x) => {
-            SystemEvent { timestamp: x.timestamp, event: code(x.event) }.into_pyobject(py)?.into_any().unbind()
-        }
-        Message::SecurityDirectory(x) => SecurityDirectory {
-            timestamp: x.timestamp,
-            symbol: sym(&x.symbol),
-            flags: x.flags,
-            round_lot_size: x.round_lot_size,
-            adjusted_poc_price: x.adjusted_poc_price.0,
-            luld_tier: x.luld_tier,
-        }
-        .into_pyobject(py)?
-        .into_any()
-        .unbind(),
-        Message::TradingStatus(x) => TradingStatus {
-            timestamp: x.timestamp,
-            symbol: sym(&x.symbol),
-            status: code(x.status),
-            reason: symbol_text(&x.reason),
-        }
-        .into_pyobject(py)?
-        .into_any()
-        .unbind(),
-        Message::RetailLiquidityIndicator(x) => {
-            RetailLiquidityIndicator { timestamp: x.timestamp, symbol: sym(&x.symbol), indicator: code(x.indicator) }
-                .into_pyobject(py)?
-                .into_any()
-                .unbind()
-        }
-        Message::OperationalHaltStatus(x) => {
-            OperationalHaltStatus { timestamp: x.timestamp, symbol: sym(&x.symbol), status: code(x.status) }
-                .into_pyobject(py)?
-                .into_any()
-                .unbind()
-        }
-        Message::ShortSalePriceTestStatus(x) => ShortSalePriceTestStatus {
-            timestamp: x.timestamp,
-            symbol: sym(&x.symbol),
-            in_effect: x.in_effect != 0,
-            detail: code(x.detail),
-        }
-        .into_pyobject(py)?
-        .into_any()
-        .unbind(),
-        Message::SecurityEvent(x) => {
-            SecurityEvent { timestamp: x.timestamp, symbol: sym(&x.symbol), event: code(x.event) }
-                .into_pyobject(py)?
-                .into_any()
-                .unbind()
-        }
-        Message::PriceLevelUpdate(x) => PriceLevelUpdate {
-            timestamp: x.timestamp,
-            symbol: sym(&x.symbol),
-            side: side_text(x.side).to_string(),
-            event_flags: x.event_flags,
-            size: x.size,
-            price: x.price.0,
-        }
-        .into_pyobject(py)?
-        .into_any()
-        .unbind(),
-        Message::QuoteUpdate(x) => QuoteUpdate {
-            timestamp: x.timestamp,
-            symbol: sym(&x.symbol),
-            flags: x.flags,
-            bid_size: x.bid_size,
-            bid_price: x.bid_price.0,
-            ask_price: x.ask_price.0,
-            ask_size: x.ask_size,
-        }
-        .into_pyobject(py)?
-        .into_any()
-        .unbind(),
-        Message::TradeReport(x) => Trade {
-            timestamp: x.timestamp,
-            symbol: sym(&x.symbol),
-            sale_condition: x.sale_condition,
-            size: x.size,
-            price: x.price.0,
-            trade_id: x.trade_id,
-        }
-        .into_pyobject(py)?
-        .into_any()
-        .unbind(),
-        Message::TradeBreak(x) => TradeBreak {
-            timestamp: x.timestamp,
-            symbol: sym(&x.symbol),
-            sale_condition: x.sale_condition,
-            size: x.size,
-            price: x.price.0,
-            trade_id: x.trade_id,
-        }
-        .into_pyobject(py)?
-        .into_any()
-        .unbind(),
-        Message::OfficialPrice(x) => OfficialPrice {
-            timestamp: x.timestamp,
-            symbol: sym(&x.symbol),
-            price_type: code(x.price_type),
-            price: x.price.0,
-        }
-        .into_pyobject(py)?
-        .into_any()
-        .unbind(),
-        Message::AuctionInformation(x) => AuctionInformation {
-            timestamp: x.timestamp,
-            symbol: sym(&x.symbol),
-            auction_type: code(x.auction_type),
-            paired_shares: x.paired_shares,
-            reference_price: x.reference_price.0,
-            indicative_clearing_price: x.indicative_clearing_price.0,
-            imbalance_shares: x.imbalance_shares,
-            imbalance_side: code(x.imbalance_side),
-            extension_number: x.extension_number,
-            scheduled_auction_time: x.scheduled_auction_time,
-            auction_book_clearing_price: x.auction_book_clearing_price.0,
-            collar_reference_price: x.collar_reference_price.0,
-            lower_auction_collar: x.lower_auction_collar.0,
-            upper_auction_collar: x.upper_auction_collar.0,
-        }
-        .into_pyobject(py)?
-        .into_any()
-        .unbind(),
-        Message::Unknown(u) => {
-            UnknownMessage { kind: u.kind, length: u.bytes.len() as u64 }.into_pyobject(py)?.into_any().unbind()
-        }
-    })
-}
-
 /// "buy" or "sell".
 pub fn side_text(side: Side) -> &'static str {
     match side {
@@ -524,19 +486,7 @@ pub fn side_text(side: Side) -> &'static str {
 
 /// Adds the classes to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<SystemEvent>()?;
-    m.add_class::<SecurityDirectory>()?;
-    m.add_class::<TradingStatus>()?;
-    m.add_class::<RetailLiquidityIndicator>()?;
-    m.add_class::<OperationalHaltStatus>()?;
-    m.add_class::<ShortSalePriceTestStatus>()?;
-    m.add_class::<SecurityEvent>()?;
-    m.add_class::<PriceLevelUpdate>()?;
-    m.add_class::<QuoteUpdate>()?;
-    m.add_class::<Trade>()?;
-    m.add_class::<TradeBreak>()?;
-    m.add_class::<OfficialPrice>()?;
-    m.add_class::<AuctionInformation>()?;
+    register_message_classes(m)?;
     m.add_class::<UnknownMessage>()?;
     m.add_class::<Gap>()?;
     m.add_class::<GivenUp>()?;

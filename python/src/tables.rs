@@ -1,9 +1,11 @@
-//! Arrow columns built message by message, one table per message type, finished into record
-//! batches whose buffers Python takes without a copy. Prices are kept as IEX sends them
+//! Arrow columns built message by message, one table per message class (`messages`), finished
+//! into record batches whose buffers Python takes without a copy. A table's columns are its
+//! class's attributes, from the model's table (`mdrelay_iex::for_each_message_type!`), each of
+//! the Arrow type of its presentation (`messages::field`). Prices are kept as IEX sends them
 //! (integers in 1/10,000 dollars) and given the Arrow type the caller chose ([`Prices`]) when a
 //! batch is finished.
 
-use crate::messages::side_text;
+use crate::messages::{self, Presentation, field, for_each_python_class, model_fields, python_field, side_text};
 use arrow_array::builder::{BooleanBuilder, StringBuilder};
 use arrow_array::types::{Int64Type, UInt8Type, UInt32Type};
 use arrow_array::{
@@ -11,7 +13,8 @@ use arrow_array::{
     TimestampNanosecondArray,
 };
 use arrow_schema::{DataType, Field, Schema, TimeUnit};
-use mdrelay_client::{Message, Symbol};
+use mdrelay_client::message::{self, Side};
+use mdrelay_client::{Message, Price, Symbol};
 use std::sync::Arc;
 
 /// The Arrow type of price columns.
@@ -106,12 +109,20 @@ impl<T: ArrowPrimitiveType> Column for PrimitiveCol<T> {
     }
 }
 
-/// Trade ids.
-type I64Col = PrimitiveCol<Int64Type>;
-/// Sizes.
-type U32Col = PrimitiveCol<UInt32Type>;
-/// Flag bytes.
-type U8Col = PrimitiveCol<UInt8Type>;
+/// The integers of the model, each with its Arrow type.
+trait ArrowInteger: Copy {
+    /// The Arrow type of its columns.
+    type Arrow: ArrowPrimitiveType<Native = Self>;
+}
+impl ArrowInteger for u8 {
+    type Arrow = UInt8Type;
+}
+impl ArrowInteger for u32 {
+    type Arrow = UInt32Type;
+}
+impl ArrowInteger for i64 {
+    type Arrow = Int64Type;
+}
 
 /// Prices, pushed in 1/10,000 dollars and finished as the caller chose.
 #[derive(Default)]
@@ -204,264 +215,230 @@ enum Text<'a> {
     Str(&'static str),
 }
 
-fn sym(s: &Symbol) -> Text<'_> {
-    Text::Bytes(s.trimmed())
+/// The Arrow column of each presentation of a model field.
+trait ArrowField: Presentation {
+    /// The column its values go to.
+    type Column: Column;
+    /// Adds a value to the column.
+    fn push(column: &mut Self::Column, value: Self::Model);
 }
 
-/// Defines a table: its columns and how a message of its type fills a row.
-macro_rules! table {
-    ($name:ident, $label:literal, $mty:ty, |$m:ident| { $($col:ident : $cty:ty = $expr:expr),* $(,)? }) => {
-        #[derive(Default)]
-        struct $name {
-            rows: usize,
-            $($col: $cty),*
+impl ArrowField for field::Timestamp {
+    type Column = TimeCol;
+    fn push(column: &mut TimeCol, value: i64) {
+        column.push(value);
+    }
+}
+
+impl<T: ArrowInteger + messages::ReprField> ArrowField for field::Integer<T> {
+    type Column = PrimitiveCol<T::Arrow>;
+    fn push(column: &mut Self::Column, value: T) {
+        column.push(value);
+    }
+}
+
+impl ArrowField for field::Price {
+    type Column = PriceCol;
+    fn push(column: &mut PriceCol, value: Price) {
+        column.push(value.0);
+    }
+}
+
+impl ArrowField for field::Code {
+    type Column = TextCol;
+    fn push(column: &mut TextCol, value: u8) {
+        column.push(Text::Code(value));
+    }
+}
+
+impl ArrowField for field::Flag {
+    type Column = BoolCol;
+    fn push(column: &mut BoolCol, value: u8) {
+        column.push(value != 0);
+    }
+}
+
+impl ArrowField for field::Ticker {
+    type Column = TextCol;
+    fn push(column: &mut TextCol, value: Symbol) {
+        column.push(Text::Bytes(value.trimmed()));
+    }
+}
+
+impl<const N: usize> ArrowField for field::Text<N> {
+    type Column = TextCol;
+    fn push(column: &mut TextCol, value: [u8; N]) {
+        column.push(Text::Bytes(&value));
+    }
+}
+
+impl ArrowField for field::SideName {
+    type Column = TextCol;
+    fn push(column: &mut TextCol, value: Side) {
+        column.push(Text::Str(side_text(value)));
+    }
+}
+
+/// The schema field of a column.
+fn column_field<P: ArrowField>(name: &str, prices: Prices) -> Field {
+    Field::new(name, P::Column::data_type(prices), P::Column::nullable(prices))
+}
+
+/// A message class's Arrow table: its columns, and how a message of the class fills a row.
+trait ArrowTable {
+    /// The model's struct of the class's messages.
+    type Model;
+    /// The columns being built, in the class's order.
+    type Columns;
+    /// Empty columns.
+    fn columns() -> Self::Columns;
+    /// Adds a message's row.
+    fn push(columns: &mut Self::Columns, message: &Self::Model);
+    /// The schema's fields, in the table's order.
+    fn fields(prices: Prices) -> Vec<Field>;
+    /// The arrays of what was pushed, in the table's order; the columns are empty again.
+    fn finish(columns: &mut Self::Columns, prices: Prices) -> Vec<ArrayRef>;
+}
+
+/// The table's order of a class's columns: the class's, with each `(moved, after)` column put
+/// right after the other.
+fn arrange<T>(mut columns: Vec<(&'static str, T)>, moves: &[(&str, &str)]) -> Vec<T> {
+    for &(moved, after) in moves {
+        if let Some(from) = columns.iter().position(|(name, _)| *name == moved) {
+            let column = columns.remove(from);
+            let to = columns.iter().position(|(name, _)| *name == after).map_or(columns.len(), |at| at + 1);
+            columns.insert(to, column);
+        }
+    }
+    columns.into_iter().map(|(_, column)| column).collect()
+}
+
+/// The table of a message class, from its entry in `for_each_python_class!` and its fields from
+/// `model_fields!`: one column per attribute, of its presentation's Arrow type.
+macro_rules! arrow_table {
+    (($class:ident { $($moved:ident after $after:ident),* }) $model:ident { $($field:ident: $type:tt,)* }) => {
+        impl ArrowTable for messages::$class {
+            type Model = message::$model;
+            type Columns = ($(<python_field!(marker $field: $type) as ArrowField>::Column,)*);
+
+            fn columns() -> Self::Columns {
+                ($(<<python_field!(marker $field: $type) as ArrowField>::Column as Default>::default(),)*)
+            }
+
+            fn push(columns: &mut Self::Columns, message: &Self::Model) {
+                let ($($field,)*) = columns;
+                $(<python_field!(marker $field: $type) as ArrowField>::push($field, message.$field);)*
+            }
+
+            fn fields(prices: Prices) -> Vec<Field> {
+                let fields = vec![$(
+                    (stringify!($field), column_field::<python_field!(marker $field: $type)>(stringify!($field), prices)),
+                )*];
+                arrange(fields, &[$((stringify!($moved), stringify!($after))),*])
+            }
+
+            fn finish(columns: &mut Self::Columns, prices: Prices) -> Vec<ArrayRef> {
+                let ($($field,)*) = columns;
+                let arrays = vec![$((stringify!($field), $field.finish(prices)),)*];
+                arrange(arrays, &[$((stringify!($moved), stringify!($after))),*])
+            }
         }
 
-        impl $name {
-            const LABEL: &'static str = $label;
-
-            fn push(&mut self, $m: &$mty) {
-                $(self.$col.push($expr);)*
-                self.rows += 1;
-            }
-
-            /// The schema of its batches.
-            fn schema(prices: Prices) -> Schema {
-                Schema::new(vec![$(Field::new(stringify!($col), <$cty>::data_type(prices), <$cty>::nullable(prices))),*])
-            }
-
-            fn finish(&mut self, prices: Prices) -> Option<RecordBatch> {
-                if self.rows == 0 {
-                    return None;
-                }
-                self.rows = 0;
-                let columns: Vec<ArrayRef> = vec![$(self.$col.finish(prices)),*];
-                // Every column has one value per row, of the schema's type.
-                RecordBatch::try_new(Arc::new(Self::schema(prices)), columns).ok()
-            }
-        }
+        // The columns moved are the class's (the names would not compile otherwise).
+        $(const _: fn(&message::$model) = |m| {
+            let _ = (m.$moved, m.$after);
+        };)*
     };
 }
 
-use mdrelay_client::message as m;
-
-table!(Trades, "trade", m::Trade, |x| {
-    timestamp: TimeCol = x.timestamp,
-    symbol: TextCol = sym(&x.symbol),
-    size: U32Col = x.size,
-    price: PriceCol = x.price.0,
-    sale_condition: U8Col = x.sale_condition,
-    trade_id: I64Col = x.trade_id,
-});
-table!(TradeBreaks, "trade_break", m::Trade, |x| {
-    timestamp: TimeCol = x.timestamp,
-    symbol: TextCol = sym(&x.symbol),
-    size: U32Col = x.size,
-    price: PriceCol = x.price.0,
-    sale_condition: U8Col = x.sale_condition,
-    trade_id: I64Col = x.trade_id,
-});
-table!(PriceLevels, "price_level_update", m::PriceLevelUpdate, |x| {
-    timestamp: TimeCol = x.timestamp,
-    symbol: TextCol = sym(&x.symbol),
-    side: TextCol = Text::Str(side_text(x.side)),
-    size: U32Col = x.size,
-    price: PriceCol = x.price.0,
-    event_flags: U8Col = x.event_flags,
-});
-table!(Quotes, "quote_update", m::QuoteUpdate, |x| {
-    timestamp: TimeCol = x.timestamp,
-    symbol: TextCol = sym(&x.symbol),
-    bid_size: U32Col = x.bid_size,
-    bid_price: PriceCol = x.bid_price.0,
-    ask_price: PriceCol = x.ask_price.0,
-    ask_size: U32Col = x.ask_size,
-    flags: U8Col = x.flags,
-});
-table!(SystemEvents, "system_event", m::SystemEvent, |x| {
-    timestamp: TimeCol = x.timestamp,
-    event: TextCol = Text::Code(x.event),
-});
-table!(Directory, "security_directory", m::SecurityDirectory, |x| {
-    timestamp: TimeCol = x.timestamp,
-    symbol: TextCol = sym(&x.symbol),
-    flags: U8Col = x.flags,
-    round_lot_size: U32Col = x.round_lot_size,
-    adjusted_poc_price: PriceCol = x.adjusted_poc_price.0,
-    luld_tier: U8Col = x.luld_tier,
-});
-table!(TradingStatuses, "trading_status", m::TradingStatus, |x| {
-    timestamp: TimeCol = x.timestamp,
-    symbol: TextCol = sym(&x.symbol),
-    status: TextCol = Text::Code(x.status),
-    reason: TextCol = Text::Bytes(&x.reason),
-});
-table!(RetailLiquidity, "retail_liquidity_indicator", m::RetailLiquidityIndicator, |x| {
-    timestamp: TimeCol = x.timestamp,
-    symbol: TextCol = sym(&x.symbol),
-    indicator: TextCol = Text::Code(x.indicator),
-});
-table!(OperationalHalts, "operational_halt_status", m::OperationalHaltStatus, |x| {
-    timestamp: TimeCol = x.timestamp,
-    symbol: TextCol = sym(&x.symbol),
-    status: TextCol = Text::Code(x.status),
-});
-table!(ShortSaleTests, "short_sale_price_test_status", m::ShortSalePriceTestStatus, |x| {
-    timestamp: TimeCol = x.timestamp,
-    symbol: TextCol = sym(&x.symbol),
-    in_effect: BoolCol = x.in_effect != 0,
-    detail: TextCol = Text::Code(x.detail),
-});
-table!(SecurityEvents, "security_event", m::SecurityEvent, |x| {
-    timestamp: TimeCol = x.timestamp,
-    symbol: TextCol = sym(&x.symbol),
-    event: TextCol = Text::Code(x.event),
-});
-table!(OfficialPrices, "official_price", m::OfficialPrice, |x| {
-    timestamp: TimeCol = x.timestamp,
-    symbol: TextCol = sym(&x.symbol),
-    price_type: TextCol = Text::Code(x.price_type),
-    price: PriceCol = x.price.0,
-});
-table!(Auctions, "auction_information", m::AuctionInformation, |x| {
-    timestamp: TimeCol = x.timestamp,
-    symbol: TextCol = sym(&x.symbol),
-    auction_type: TextCol = Text::Code(x.auction_type),
-    paired_shares: U32Col = x.paired_shares,
-    reference_price: PriceCol = x.reference_price.0,
-    indicative_clearing_price: PriceCol = x.indicative_clearing_price.0,
-    imbalance_shares: U32Col = x.imbalance_shares,
-    imbalance_side: TextCol = Text::Code(x.imbalance_side),
-    extension_number: U8Col = x.extension_number,
-    scheduled_auction_time: U32Col = x.scheduled_auction_time,
-    auction_book_clearing_price: PriceCol = x.auction_book_clearing_price.0,
-    collar_reference_price: PriceCol = x.collar_reference_price.0,
-    lower_auction_collar: PriceCol = x.lower_auction_collar.0,
-    upper_auction_collar: PriceCol = x.upper_auction_collar.0,
-});
-
-/// One table per message type, filled until [`Tables::finish`].
-#[derive(Default)]
-pub struct Tables {
+/// A table being filled.
+struct Table<C: ArrowTable> {
     rows: usize,
-    /// Messages of types the model does not know: counted, not tabled.
-    pub unknown: u64,
-    trades: Trades,
-    trade_breaks: TradeBreaks,
-    price_levels: PriceLevels,
-    quotes: Quotes,
-    system_events: SystemEvents,
-    directory: Directory,
-    trading_statuses: TradingStatuses,
-    retail_liquidity: RetailLiquidity,
-    operational_halts: OperationalHalts,
-    short_sale_tests: ShortSaleTests,
-    security_events: SecurityEvents,
-    official_prices: OfficialPrices,
-    auctions: Auctions,
+    columns: C::Columns,
 }
 
-impl Tables {
-    /// Rows waiting in every table.
-    pub fn rows(&self) -> usize {
-        self.rows
+impl<C: ArrowTable> Default for Table<C> {
+    fn default() -> Self {
+        Table { rows: 0, columns: C::columns() }
     }
+}
 
-    /// The schema of a message type's batches (None for a name not in [`LABELS`]).
-    pub fn schema(label: &str, prices: Prices) -> Option<Schema> {
-        macro_rules! find {
-            ($($ty:ident),*) => {$(
-                if label == $ty::LABEL {
-                    return Some($ty::schema(prices));
-                }
-            )*};
-        }
-        find!(
-            Trades,
-            TradeBreaks,
-            PriceLevels,
-            Quotes,
-            SystemEvents,
-            Directory,
-            TradingStatuses,
-            RetailLiquidity,
-            OperationalHalts,
-            ShortSaleTests,
-            SecurityEvents,
-            OfficialPrices,
-            Auctions
-        );
-        None
-    }
-
-    /// Adds a message to its type's table.
-    pub fn push(&mut self, message: &Message<'_>) {
-        match message {
-            Message::TradeReport(x) => self.trades.push(x),
-            Message::TradeBreak(x) => self.trade_breaks.push(x),
-            Message::PriceLevelUpdate(x) => self.price_levels.push(x),
-            Message::QuoteUpdate(x) => self.quotes.push(x),
-            Message::SystemEvent(x) => self.system_events.push(x),
-            Message::SecurityDirectory(x) => self.directory.push(x),
-            Message::TradingStatus(x) => self.trading_statuses.push(x),
-            Message::RetailLiquidityIndicator(x) => self.retail_liquidity.push(x),
-            Message::OperationalHaltStatus(x) => self.operational_halts.push(x),
-            Message::ShortSalePriceTestStatus(x) => self.short_sale_tests.push(x),
-            Message::SecurityEvent(x) => self.security_events.push(x),
-            Message::OfficialPrice(x) => self.official_prices.push(x),
-            Message::AuctionInformation(x) => self.auctions.push(x),
-            Message::Unknown(_) => {
-                self.unknown += 1;
-                return;
-            }
-        }
+impl<C: ArrowTable> Table<C> {
+    fn push(&mut self, message: &C::Model) {
+        C::push(&mut self.columns, message);
         self.rows += 1;
     }
 
-    /// The record batch of every table with rows, named by message type, with prices of the
-    /// type `prices` chooses; the tables are empty again.
-    pub fn finish(&mut self, prices: Prices) -> Vec<(&'static str, RecordBatch)> {
-        self.rows = 0;
-        let mut out = Vec::new();
-        macro_rules! take {
-            ($($t:ident : $ty:ident),*) => {$(
-                if let Some(batch) = self.$t.finish(prices) {
-                    out.push(($ty::LABEL, batch));
-                }
-            )*};
+    /// The schema of its batches.
+    fn schema(prices: Prices) -> Schema {
+        Schema::new(C::fields(prices))
+    }
+
+    fn finish(&mut self, prices: Prices) -> Option<RecordBatch> {
+        if self.rows == 0 {
+            return None;
         }
-        take!(
-            trades: Trades,
-            trade_breaks: TradeBreaks,
-            price_levels: PriceLevels,
-            quotes: Quotes,
-            system_events: SystemEvents,
-            directory: Directory,
-            trading_statuses: TradingStatuses,
-            retail_liquidity: RetailLiquidity,
-            operational_halts: OperationalHalts,
-            short_sale_tests: ShortSaleTests,
-            security_events: SecurityEvents,
-            official_prices: OfficialPrices,
-            auctions: Auctions
-        );
-        out
+        self.rows = 0;
+        let columns = C::finish(&mut self.columns, prices);
+        // Every column has one value per row, of the schema's type.
+        RecordBatch::try_new(Arc::new(Self::schema(prices)), columns).ok()
     }
 }
 
-/// The message type names `Tables::finish` gives, in its order.
-pub const LABELS: [&str; 13] = [
-    Trades::LABEL,
-    TradeBreaks::LABEL,
-    PriceLevels::LABEL,
-    Quotes::LABEL,
-    SystemEvents::LABEL,
-    Directory::LABEL,
-    TradingStatuses::LABEL,
-    RetailLiquidity::LABEL,
-    OperationalHalts::LABEL,
-    ShortSaleTests::LABEL,
-    SecurityEvents::LABEL,
-    OfficialPrices::LABEL,
-    Auctions::LABEL,
-];
+/// The tables of every message class, named as `for_each_python_class!` names them.
+macro_rules! arrow_tables {
+    ($($(#[$doc:meta])* $variant:ident => $class:ident, table $table:ident { $($moves:tt)* },)*) => {
+        $(model_fields!($variant => arrow_table!($class { $($moves)* }));)*
+
+        /// One table per message class, filled until [`Tables::finish`].
+        #[derive(Default)]
+        pub struct Tables {
+            rows: usize,
+            /// Messages of types the model does not know: counted, not tabled.
+            pub unknown: u64,
+            $($table: Table<messages::$class>,)*
+        }
+
+        impl Tables {
+            /// Rows waiting in every table.
+            pub fn rows(&self) -> usize {
+                self.rows
+            }
+
+            /// The schema of a message type's batches (None for a name not in [`LABELS`]).
+            pub fn schema(label: &str, prices: Prices) -> Option<Schema> {
+                $(if label == stringify!($table) {
+                    return Some(Table::<messages::$class>::schema(prices));
+                })*
+                None
+            }
+
+            /// Adds a message to its class's table.
+            pub fn push(&mut self, message: &Message<'_>) {
+                match message {
+                    $(Message::$variant(m) => self.$table.push(m),)*
+                    Message::Unknown(_) => {
+                        self.unknown += 1;
+                        return;
+                    }
+                }
+                self.rows += 1;
+            }
+
+            /// The record batch of every table with rows, named by message type, with prices of
+            /// the type `prices` chooses; the tables are empty again.
+            pub fn finish(&mut self, prices: Prices) -> Vec<(&'static str, RecordBatch)> {
+                self.rows = 0;
+                let mut out = Vec::new();
+                $(if let Some(batch) = self.$table.finish(prices) {
+                    out.push((stringify!($table), batch));
+                })*
+                out
+            }
+        }
+
+        /// The message type names [`Tables::finish`] gives, in its order.
+        pub const LABELS: &[&str] = &[$(stringify!($table)),*];
+    };
+}
+for_each_python_class!(arrow_tables);
