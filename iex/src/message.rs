@@ -111,7 +111,8 @@ impl IexField for Price {
 ///
 /// A struct expression built from an entry names every field, so an entry that disagrees with its
 /// struct does not compile. Its users: the model here, SBE, Protobuf, JSON, Cap'n Proto,
-/// FlatBuffers and brec (each through its schema's names for the same fields); a type added here
+/// FlatBuffers and brec (each through its schema's names for the same fields), and the Python
+/// package (its message classes, their Arrow columns and their type stub); a type added here
 /// needs its schemas (`codec/schema/`) to carry it, and each codec then fails to compile until
 /// they do.
 ///

@@ -7,6 +7,7 @@
 
 use crate::config::{Config, PacingMode};
 use crate::fanout::Fanout;
+use crate::item::Item;
 use crate::metrics::{
     EngineMetrics, FeedMetrics, FormatCount, LIVE_METRICS_EVERY, PUBLISH_EVERY, PacingDrift, UpstreamMetrics,
 };
@@ -214,6 +215,207 @@ const RUN_RECORDS: usize = 64;
 /// Segments between two reads of the clock for `pacing.duration`.
 const DEADLINE_EVERY: u32 = 64;
 
+/// What one segment came to.
+enum Stepped {
+    /// Its frame went out.
+    Sent,
+    /// It was skipped (not a segment, or not encodable) and counted.
+    Skipped,
+    /// The stream ends here: a stop, the time limit, or a failed output (`Some`).
+    Ends(Option<anyhow::Error>),
+}
+
+/// The publishing loop's state, stepped once per segment of the source: a duty cycle of
+/// [`Publishing::segment`] (the stop, the time limit and a format switch looked at, the segment
+/// decoded, paced and encoded) and [`Publishing::frame`] (sealed, counted and handed to the
+/// outputs), with the metrics published between them every [`PUBLISH_EVERY`] frames or when the
+/// pacer has time to spare.
+struct Publishing<'a> {
+    config: &'a Config,
+    controls: &'a Controls,
+    echoes: &'a Echoes,
+    outputs: Outputs,
+    metrics: EngineMetrics,
+    progress: Option<ReplayProgress>,
+    limits: Limits,
+    format: Format,
+    codec: Codec,
+    scratch: MessageScratch,
+    /// The frame encoded, and sealed when protection is on: buffers reused for every frame.
+    frame: Vec<u8>,
+    sealed: Vec<u8>,
+    pacer: Pacer,
+    summary: EngineSummary,
+    by_type: TypeCounts,
+    by_format: [FormatCount; Format::ALL.len()],
+    sequence: u64,
+    /// `pacing.duration`'s end, read every `deadline_every` segments.
+    deadline: Option<Instant>,
+    deadline_every: u32,
+    until_clock: u32,
+    until_metrics: u64,
+    /// A live feed: every frame flushed as it is sent, the metrics following the clock.
+    live: bool,
+    next_live_metrics: Instant,
+    upstream_metrics: Option<UpstreamMetrics>,
+    feed_metrics: Option<FeedMetrics>,
+    /// Paced: each frame's datagrams go out as it is stamped.
+    paced: bool,
+}
+
+impl Publishing<'_> {
+    /// One segment of the source: stop, deadline and format switch looked at, then decoded,
+    /// paced and encoded; its frame goes on to [`Publishing::frame`].
+    #[inline]
+    fn segment(&mut self, item: Item<'_>) -> Stepped {
+        let stop = self.controls.stop.flag();
+        if stop.load(Ordering::Relaxed) {
+            return Stepped::Ends(None);
+        }
+        if let Some(deadline) = self.deadline {
+            if self.until_clock == 0 {
+                self.until_clock = self.deadline_every;
+                if Instant::now() >= deadline {
+                    return Stepped::Ends(None);
+                }
+            }
+            self.until_clock -= 1;
+        }
+        let wanted = Format::from_id(self.controls.format.load(Ordering::Relaxed)).unwrap_or(self.format);
+        if wanted != self.format {
+            self.outputs.flush(self.sequence, self.format, stop);
+            tracing::info!(from = %self.format, to = %wanted, sequence = self.sequence, "format switch");
+            self.format = wanted;
+            self.codec = Codec::new(wanted, self.limits);
+            self.summary.format_switches += 1;
+        }
+        let Ok(segment) = Segment::parse(item.bytes) else {
+            self.summary.skipped_segments += 1;
+            return Stepped::Skipped;
+        };
+        // A relayed frame keeps the origin's number: a gap upstream stays a gap here.
+        if let Some(origin) = item.origin {
+            self.sequence = origin.sequence;
+        }
+        if self.pacer.due(item.time_ns).is_some() {
+            // Nothing waits in a coalescing buffer while the pacer sleeps; the metrics are
+            // brought up to date in the same idle moment.
+            self.outputs.flush(self.sequence, self.format, stop);
+            self.publish_metrics();
+        }
+        self.frame.clear();
+        let mut publish_time = 0;
+        let messages_before = self.summary.totals.messages;
+        let Publishing { scratch, summary, pacer, by_type, codec, frame, .. } = self;
+        let encoded = scratch.with(|list| {
+            summary.undecodable_messages += collect_segment(&segment, list) as u64;
+            // A relayed frame keeps the origin's stamp, and is not paced: it is live.
+            publish_time = match item.origin {
+                Some(origin) => origin.publish_time,
+                None => pacer.wait(item.time_ns, list.len() as u64),
+            };
+            for m in list.iter() {
+                by_type.add(m.kind());
+            }
+            summary.totals.messages += list.len() as u64;
+            codec.encode_segment(publish_time, &segment, item.bytes, list, frame)
+        });
+        if let Err(e) = encoded {
+            self.summary.unencodable_segments += 1;
+            if mdrelay_iex::warn::allow("encode") {
+                tracing::warn!(sequence = self.sequence, error = %e, "segment not encodable; skipped");
+            }
+            return Stepped::Skipped;
+        }
+        self.frame(publish_time, self.summary.totals.messages - messages_before)
+    }
+
+    /// The frame just encoded (`messages` of them, stamped `publish_time`): sealed once, counted,
+    /// and handed to the ring, every subscriber and every line, which all get these bytes.
+    #[inline]
+    fn frame(&mut self, publish_time: i64, messages: u64) -> Stepped {
+        let stop = self.controls.stop.flag();
+        self.echoes.sent.record(self.sequence, publish_time);
+        self.summary.totals.frames += 1;
+        let sealed = self.outputs.protector.protection().any();
+        if sealed {
+            self.sealed.clear();
+            self.outputs.protector.seal(
+                self.outputs.session,
+                self.sequence,
+                self.format,
+                &self.frame,
+                &mut self.sealed,
+            );
+        }
+        let wire_len = if sealed { self.sealed.len() } else { self.frame.len() } as u64;
+        self.summary.frame_bytes += wire_len;
+        let count = &mut self.by_format[usize::from(self.format.id())];
+        count.frames += 1;
+        count.messages += messages;
+        count.bytes += wire_len;
+        self.until_metrics -= 1;
+        if self.until_metrics == 0 {
+            self.publish_metrics();
+        }
+        let wire = if sealed { &self.sealed } else { &self.frame };
+        self.outputs.frame(self.sequence, self.format, wire, stop, &mut self.summary);
+        self.sequence += 1;
+        if self.paced {
+            // A frame goes out as it is stamped: held for one batch of datagrams per duty
+            // cycle, the cycle's first frames would wait for its last (measured over UDP at
+            // 20,000 msg/s in 1 ms cycles: p50 85 µs batched, 25 µs sent as stamped).
+            self.outputs.send_datagrams();
+        }
+        if let Some(failed) = self.outputs.nats.as_mut().and_then(|(_, out)| out.failure()) {
+            return Stepped::Ends(Some(failed));
+        }
+        if self.live {
+            self.outputs.flush(self.sequence, self.format, stop);
+        }
+        Stepped::Sent
+    }
+
+    /// The engine's metrics and the replay's progress brought up to date.
+    fn publish_metrics(&mut self) {
+        self.until_metrics = PUBLISH_EVERY;
+        let drift = PacingDrift { lag: self.pacer.take_lag(), lead: self.pacer.take_lead() };
+        let summary = &self.summary;
+        self.metrics.publish(
+            &self.by_format,
+            self.format,
+            summary.format_switches,
+            summary.udp_oversized_frames,
+            drift,
+        );
+        if let Some(progress) = &self.progress {
+            progress.update(summary.totals.messages, summary.passes);
+        }
+    }
+
+    /// A live feed's metrics, on the clock (its frames may be few).
+    fn live_metrics(&mut self, source: &SegmentSource) {
+        let now = Instant::now();
+        if now < self.next_live_metrics {
+            return;
+        }
+        self.next_live_metrics = now + LIVE_METRICS_EVERY;
+        self.publish_metrics();
+        if let (Some(m), Some(upstream)) = (&mut self.upstream_metrics, source.upstream()) {
+            m.publish(upstream);
+        }
+        if let (Some(m), Some(feed)) = (&self.feed_metrics, source.feed_summary()) {
+            m.publish(&feed);
+        }
+    }
+
+    /// Whether `pacing.max_messages` were sent.
+    fn sent_enough(&self) -> bool {
+        let max = self.config.pacing.max_messages;
+        max > 0 && self.summary.totals.messages >= max
+    }
+}
+
 /// Runs the stream to its end: every pass of the source, then the totals. The source is
 /// `prepared` when the caller opened it already (an upstream, whose session the outputs took),
 /// else opened here. A failure once the stream has begun ends it early, with its END and its
@@ -237,43 +439,48 @@ pub fn run(
     // A capture replay shows its progress on a terminal (and nothing anywhere else).
     let progress = source.progress().and_then(|(read, size)| ReplayProgress::new(size, read));
     tracing::info!(source = %source.describe(), format = %config.format, "publishing");
-    let mut format = Format::from_id(controls.format.load(Ordering::Relaxed)).unwrap_or(config.format);
+    let format = Format::from_id(controls.format.load(Ordering::Relaxed)).unwrap_or(config.format);
     if let Some(tcp) = &config.tcp {
         wait_for_subscribers(&mut outputs, tcp.wait_subscribers, controls.stop.flag());
     }
     let limits = Limits::default();
-    let mut codec = Codec::new(format, limits);
-    let mut scratch = MessageScratch::new();
-    let mut frame = Vec::with_capacity(1 << 20);
-    let mut sealed = Vec::with_capacity(1 << 20);
-    let mut pacer = Pacer::new(config.pacing, config.profile);
-    let mut summary = EngineSummary::default();
-    let mut by_type = TypeCounts::new();
-    let mut sequence = 1u64;
-    let stop = controls.stop.flag();
     let started = Instant::now();
-    let deadline = (!config.pacing.duration.is_zero()).then(|| started + config.pacing.duration);
-    // At top speed the clock is read for the deadline every DEADLINE_EVERY segments (a read per
-    // segment cost a few per cent; the run ends at most microseconds late); paced, every segment,
-    // since 64 segments may be minutes of a capture.
-    let deadline_every = if config.pacing.mode == PacingMode::TopSpeed { DEADLINE_EVERY } else { 1 };
-    let mut until_clock = 0u32;
-    let mut by_format = [FormatCount::default(); Format::ALL.len()];
-    let mut until_metrics = PUBLISH_EVERY;
-    let mut upstream_metrics = source.upstream().map(|_| UpstreamMetrics::new());
-    let feed_metrics = source.feed_summary().map(|_| FeedMetrics::new());
-    let mut next_live_metrics = Instant::now();
-    let publish_metrics = |by_format: &[FormatCount], format, summary: &EngineSummary, pacer: &mut Pacer| {
-        let drift = PacingDrift { lag: pacer.take_lag(), lead: pacer.take_lead() };
-        metrics.publish(by_format, format, summary.format_switches, summary.udp_oversized_frames, drift);
+    let mut run = Publishing {
+        config,
+        controls,
+        echoes,
+        outputs,
+        metrics,
+        progress,
+        limits,
+        format,
+        codec: Codec::new(format, limits),
+        scratch: MessageScratch::new(),
+        frame: Vec::with_capacity(1 << 20),
+        sealed: Vec::with_capacity(1 << 20),
+        pacer: Pacer::new(config.pacing, config.profile),
+        summary: EngineSummary::default(),
+        by_type: TypeCounts::new(),
+        by_format: [FormatCount::default(); Format::ALL.len()],
+        sequence: 1,
+        deadline: (!config.pacing.duration.is_zero()).then(|| started + config.pacing.duration),
+        // At top speed the clock is read for the deadline every DEADLINE_EVERY segments (a read
+        // per segment cost a few per cent; the run ends at most microseconds late); paced, every
+        // segment, since 64 segments may be minutes of a capture.
+        deadline_every: if config.pacing.mode == PacingMode::TopSpeed { DEADLINE_EVERY } else { 1 },
+        until_clock: 0,
+        until_metrics: PUBLISH_EVERY,
+        // A live feed's next segment comes when it comes: nothing may wait for it in a
+        // coalescing buffer, a run or a send batch, so every frame is flushed as it is sent.
+        live: source.is_live(),
+        next_live_metrics: Instant::now(),
+        upstream_metrics: source.upstream().map(|_| UpstreamMetrics::new()),
+        feed_metrics: source.feed_summary().map(|_| FeedMetrics::new()),
+        paced: config.pacing.mode != PacingMode::TopSpeed,
     };
-    // A live feed's next segment comes when it comes: nothing may wait for it in a coalescing
-    // buffer, a run or a send batch, so every frame is flushed as it is sent.
-    let live = source.is_live();
-    let paced = config.pacing.mode != PacingMode::TopSpeed;
     let mut failure: Option<anyhow::Error> = None;
     'stream: loop {
-        summary.passes += 1;
+        run.summary.passes += 1;
         loop {
             let item = match source.next_item() {
                 Ok(Some(item)) => item,
@@ -283,123 +490,22 @@ pub fn run(
                     break 'stream;
                 }
             };
-            if stop.load(Ordering::Relaxed) {
-                break 'stream;
-            }
-            if let Some(deadline) = deadline {
-                if until_clock == 0 {
-                    until_clock = deadline_every;
-                    if Instant::now() >= deadline {
-                        break 'stream;
-                    }
-                }
-                until_clock -= 1;
-            }
-            let wanted = Format::from_id(controls.format.load(Ordering::Relaxed)).unwrap_or(format);
-            if wanted != format {
-                outputs.flush(sequence, format, stop);
-                tracing::info!(from = %format, to = %wanted, sequence, "format switch");
-                format = wanted;
-                codec = Codec::new(format, limits);
-                summary.format_switches += 1;
-            }
-            let Ok(segment) = Segment::parse(item.bytes) else {
-                summary.skipped_segments += 1;
-                continue;
-            };
-            // A relayed frame keeps the origin's number: a gap upstream stays a gap here.
-            if let Some(origin) = item.origin {
-                sequence = origin.sequence;
-            }
-            if pacer.due(item.time_ns).is_some() {
-                // Nothing waits in a coalescing buffer while the pacer sleeps; the metrics are
-                // brought up to date in the same idle moment.
-                outputs.flush(sequence, format, stop);
-                publish_metrics(&by_format, format, &summary, &mut pacer);
-                until_metrics = PUBLISH_EVERY;
-                if let Some(progress) = &progress {
-                    progress.update(summary.totals.messages, summary.passes);
+            match run.segment(item) {
+                Stepped::Sent => {}
+                Stepped::Skipped => continue,
+                Stepped::Ends(failed) => {
+                    failure = failed;
+                    break 'stream;
                 }
             }
-            frame.clear();
-            let mut publish_time = 0;
-            let messages_before = summary.totals.messages;
-            let encoded = scratch.with(|list| {
-                summary.undecodable_messages += collect_segment(&segment, list) as u64;
-                // A relayed frame keeps the origin's stamp, and is not paced: it is live.
-                publish_time = match item.origin {
-                    Some(origin) => origin.publish_time,
-                    None => pacer.wait(item.time_ns, list.len() as u64),
-                };
-                for m in list.iter() {
-                    by_type.add(m.kind());
-                }
-                summary.totals.messages += list.len() as u64;
-                codec.encode_segment(publish_time, &segment, item.bytes, list, &mut frame)
-            });
-            if let Err(e) = encoded {
-                summary.unencodable_segments += 1;
-                if mdrelay_iex::warn::allow("encode") {
-                    tracing::warn!(sequence, error = %e, "segment not encodable; skipped");
-                }
-                continue;
+            if run.live {
+                run.live_metrics(&source);
             }
-            echoes.sent.record(sequence, publish_time);
-            summary.totals.frames += 1;
-            // Sealed once here; the ring, every subscriber and every line get these bytes, and
-            // the byte counts are of them.
-            let wire = if outputs.protector.protection().any() {
-                sealed.clear();
-                outputs.protector.seal(outputs.session, sequence, format, &frame, &mut sealed);
-                &sealed
-            } else {
-                &frame
-            };
-            summary.frame_bytes += wire.len() as u64;
-            let count = &mut by_format[usize::from(format.id())];
-            count.frames += 1;
-            count.messages += summary.totals.messages - messages_before;
-            count.bytes += wire.len() as u64;
-            until_metrics -= 1;
-            if until_metrics == 0 {
-                until_metrics = PUBLISH_EVERY;
-                publish_metrics(&by_format, format, &summary, &mut pacer);
-                if let Some(progress) = &progress {
-                    progress.update(summary.totals.messages, summary.passes);
-                }
-            }
-            outputs.frame(sequence, format, wire, stop, &mut summary);
-            sequence += 1;
-            if paced {
-                // A frame goes out as it is stamped: held for one batch of datagrams per duty
-                // cycle, the cycle's first frames would wait for its last (measured over UDP at
-                // 20,000 msg/s in 1 ms cycles: p50 85 µs batched, 25 µs sent as stamped).
-                outputs.send_datagrams();
-            }
-            if let Some(failed) = outputs.nats.as_mut().and_then(|(_, out)| out.failure()) {
-                failure = Some(failed);
-                break 'stream;
-            }
-            if live {
-                outputs.flush(sequence, format, stop);
-                // A live feed's frames may be few: the metrics follow the clock, not a count.
-                let now = Instant::now();
-                if now >= next_live_metrics {
-                    next_live_metrics = now + LIVE_METRICS_EVERY;
-                    publish_metrics(&by_format, format, &summary, &mut pacer);
-                    if let (Some(m), Some(upstream)) = (&mut upstream_metrics, source.upstream()) {
-                        m.publish(upstream);
-                    }
-                    if let (Some(m), Some(feed)) = (&feed_metrics, source.feed_summary()) {
-                        m.publish(&feed);
-                    }
-                }
-            }
-            if config.pacing.max_messages > 0 && summary.totals.messages >= config.pacing.max_messages {
+            if run.sent_enough() {
                 break 'stream;
             }
         }
-        if config.pacing.loops != 0 && summary.passes >= config.pacing.loops {
+        if config.pacing.loops != 0 && run.summary.passes >= config.pacing.loops {
             break;
         }
         match source.rewind() {
@@ -410,68 +516,81 @@ pub fn run(
                 break;
             }
         }
-        pacer.rewind();
+        run.pacer.rewind();
     }
-    // The upstream's END says where its stream ended: frames it sent that never came here are
-    // missing at the tail downstream too.
-    if let Some(end) = source.end_sequence() {
-        sequence = sequence.max(end);
-    }
-    outputs.flush(sequence, format, stop);
-    publish_metrics(&by_format, format, &summary, &mut pacer);
-    if let (Some(m), Some(upstream)) = (&mut upstream_metrics, source.upstream()) {
-        m.publish(upstream);
-    }
-    summary.feed = source.feed_summary();
-    if let (Some(m), Some(feed)) = (&feed_metrics, &summary.feed) {
-        m.publish(feed);
-    }
-    if let Some(progress) = &progress {
-        progress.finish();
-    }
-    summary.seconds = started.elapsed().as_secs_f64();
-    summary.totals.by_type = by_type.by_byte();
-    summary.source_skipped = source.skipped();
-    summary.upstream = source.upstream_summary();
-    summary.pacing_reanchors = pacer.reanchors();
-    // A relay's END carries its upstream's totals, or says its stream was cut short
-    // (`Upstream::end_totals`), so no leaf takes a truncated session for a whole one.
-    let mut end_totals = source.upstream().map_or_else(|| summary.totals.clone(), |u| u.end_totals(&summary.totals));
-    end_totals.truncated |= failure.is_some();
-    summary.totals.truncated = end_totals.truncated;
-    let mut totals = Vec::new();
-    end_totals.write(&mut totals);
-    if let Some((_, fanout)) = &mut outputs.tcp {
-        fanout.end(Bytes::from(control_record(RecordTag::End, format, sequence, &totals)), stop);
-    }
-    if let Some((_, udp)) = &mut outputs.udp {
-        udp.end(format, sequence, &totals, &mut outputs.protector);
-        summary.udp_send_errors = udp.send_errors;
-    }
-    if let Some((_, nats)) = &mut outputs.nats {
-        nats.end(format, sequence, &totals, &mut outputs.protector);
-        if let Some(failed) = nats.failure() {
-            failure.get_or_insert(failed);
+    Ok(run.finish(&source, failure, started))
+}
+
+impl Publishing<'_> {
+    /// The stream's end: the last frames flushed, the metrics and the summary brought up to date,
+    /// and the END with its totals sent on every output.
+    fn finish(mut self, source: &SegmentSource, mut failure: Option<anyhow::Error>, started: Instant) -> Ended {
+        let stop = self.controls.stop.flag();
+        // The upstream's END says where its stream ended: frames it sent that never came here
+        // are missing at the tail downstream too.
+        if let Some(end) = source.end_sequence() {
+            self.sequence = self.sequence.max(end);
         }
+        let (sequence, format) = (self.sequence, self.format);
+        self.outputs.flush(sequence, format, stop);
+        self.publish_metrics();
+        if let (Some(m), Some(upstream)) = (&mut self.upstream_metrics, source.upstream()) {
+            m.publish(upstream);
+        }
+        let mut summary = std::mem::take(&mut self.summary);
+        summary.feed = source.feed_summary();
+        if let (Some(m), Some(feed)) = (&self.feed_metrics, &summary.feed) {
+            m.publish(feed);
+        }
+        if let Some(progress) = &self.progress {
+            progress.finish();
+        }
+        summary.seconds = started.elapsed().as_secs_f64();
+        summary.totals.by_type = self.by_type.by_byte();
+        summary.source_skipped = source.skipped();
+        summary.upstream = source.upstream_summary();
+        summary.pacing_reanchors = self.pacer.reanchors();
+        // A relay's END carries its upstream's totals, or says its stream was cut short
+        // (`Upstream::end_totals`), so no leaf takes a truncated session for a whole one.
+        let mut end_totals =
+            source.upstream().map_or_else(|| summary.totals.clone(), |u| u.end_totals(&summary.totals));
+        end_totals.truncated |= failure.is_some();
+        summary.totals.truncated = end_totals.truncated;
+        let mut totals = Vec::new();
+        end_totals.write(&mut totals);
+        let outputs = &mut self.outputs;
+        if let Some((_, fanout)) = &mut outputs.tcp {
+            fanout.end(Bytes::from(control_record(RecordTag::End, format, sequence, &totals)), stop);
+        }
+        if let Some((_, udp)) = &mut outputs.udp {
+            udp.end(format, sequence, &totals, &mut outputs.protector);
+            summary.udp_send_errors = udp.send_errors;
+        }
+        if let Some((_, nats)) = &mut outputs.nats {
+            nats.end(format, sequence, &totals, &mut outputs.protector);
+            if let Some(failed) = nats.failure() {
+                failure.get_or_insert(failed);
+            }
+        }
+        match &failure {
+            None => tracing::info!(
+                frames = summary.totals.frames,
+                messages = summary.totals.messages,
+                seconds = summary.seconds,
+                "end of stream"
+            ),
+            Some(failure) => tracing::error!(
+                frames = summary.totals.frames,
+                messages = summary.totals.messages,
+                seconds = summary.seconds,
+                error = %format!("{failure:#}"),
+                "the stream ends early: its END says it was cut short"
+            ),
+        }
+        // The first line of the run's printed summary: whether the input itself lost anything.
+        if let Some(feed) = &summary.feed {
+            println!("{}: {feed}", source.describe());
+        }
+        Ended { summary, failure }
     }
-    match &failure {
-        None => tracing::info!(
-            frames = summary.totals.frames,
-            messages = summary.totals.messages,
-            seconds = summary.seconds,
-            "end of stream"
-        ),
-        Some(failure) => tracing::error!(
-            frames = summary.totals.frames,
-            messages = summary.totals.messages,
-            seconds = summary.seconds,
-            error = %format!("{failure:#}"),
-            "the stream ends early: its END says it was cut short"
-        ),
-    }
-    // The first line of the run's printed summary: whether the input itself lost anything.
-    if let Some(feed) = &summary.feed {
-        println!("{}: {feed}", source.describe());
-    }
-    Ok(Ended { summary, failure })
 }
