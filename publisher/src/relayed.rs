@@ -89,7 +89,7 @@ pub(crate) struct Ready {
 /// takes it. The reader visits all the frames of the records read at once; the engine takes one
 /// per call, so the segments wait here (at most what one read buffer held), in order. A NATS
 /// upstream ([`crate::upstream_nats`]) hands its frames here the same way.
-pub(crate) struct Relayed {
+pub struct Relayed {
     /// The upstream, as configured, for logs.
     pub(crate) connect: String,
     /// The upstream's address on the current connection, for logs.

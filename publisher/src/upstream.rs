@@ -441,16 +441,12 @@ impl Upstream for TcpUpstream {
         }
     }
 
-    /// This hop's latencies so far, ns.
-    fn latency(&self) -> &Histogram<u64> {
-        &self.relayed.latency
+    fn relayed(&self) -> &Relayed {
+        &self.relayed
     }
 
-    /// What was received so far; a stream the relay stopped taking before it ended (a message or
-    /// time limit) counts as stopped.
-    fn summary(&self) -> UpstreamSummary {
-        let stop_reason = if self.ended { self.stop_reason } else { "stopped" };
-        UpstreamSummary { latency_ns: LatencySummary::of(&self.relayed.latency), stop_reason, ..self.counts() }
+    fn ended(&self) -> Option<&'static str> {
+        self.ended.then_some(self.stop_reason)
     }
 
     /// The next frame's segment, with the origin's stamp and number; `None` at the upstream's END,
@@ -545,12 +541,23 @@ pub trait Upstream: Send {
     /// The counts so far (without the latency figures, which are in [`Upstream::latency`]).
     fn counts(&self) -> UpstreamSummary;
 
+    /// The frames handed on so far, with this hop's latencies.
+    fn relayed(&self) -> &Relayed;
+
+    /// How the stream ended (the summary's `stop_reason`), once it has.
+    fn ended(&self) -> Option<&'static str>;
+
     /// This hop's latencies so far, ns.
-    fn latency(&self) -> &Histogram<u64>;
+    fn latency(&self) -> &Histogram<u64> {
+        &self.relayed().latency
+    }
 
     /// What was received so far, for the run's summary; a stream the relay stopped taking before
     /// it ended (a message or time limit) counts as stopped.
-    fn summary(&self) -> UpstreamSummary;
+    fn summary(&self) -> UpstreamSummary {
+        let stop_reason = self.ended().unwrap_or("stopped");
+        UpstreamSummary { latency_ns: LatencySummary::of(&self.relayed().latency), stop_reason, ..self.counts() }
+    }
 
     /// The next frame's segment, with the origin's stamp and number; `None` at the upstream's
     /// END, at a stop, or when the upstream is lost for good (the summary's `error` says why).

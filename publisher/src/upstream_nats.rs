@@ -30,7 +30,6 @@ use crate::item::Item;
 use crate::relayed::{Relayed, UpstreamSummary};
 use crate::stop::Stop;
 use crate::upstream::Upstream;
-use hdrhistogram::Histogram;
 use mdrelay_client::{Builder, ErrorKind, Event, Frame, OwnedFrame, RecoveryEvent, Subscriber, Waited};
 use mdrelay_proto::backoff::duration_ns;
 use mdrelay_proto::latency::LatencySummary;
@@ -348,16 +347,12 @@ impl Upstream for NatsUpstream {
         }
     }
 
-    /// This hop's latencies so far, ns.
-    fn latency(&self) -> &Histogram<u64> {
-        &self.relayed.latency
+    fn relayed(&self) -> &Relayed {
+        &self.relayed
     }
 
-    /// What was received so far; a stream the relay stopped taking before it ended counts as
-    /// stopped.
-    fn summary(&self) -> UpstreamSummary {
-        let stop_reason = if self.ended { self.stop_reason } else { "stopped" };
-        UpstreamSummary { latency_ns: LatencySummary::of(&self.relayed.latency), stop_reason, ..self.counts() }
+    fn ended(&self) -> Option<&'static str> {
+        self.ended.then_some(self.stop_reason)
     }
 
     /// The next frame's segment, with the origin's stamp and number; `None` at the upstream's
