@@ -385,28 +385,22 @@ impl TcpUpstream {
 }
 
 impl Upstream for TcpUpstream {
-    /// The upstream's session, which this relay's outputs take as theirs.
     fn session(&self) -> u64 {
         self.client.session().unwrap_or_default()
     }
 
-    /// A short description for logs.
     fn describe(&self) -> String {
         format!("upstream publisher {} (session {:#x})", self.settings.connect, self.session())
     }
 
-    /// The sequence number the upstream's END gave its next frame, if it sent one that fits.
     fn end_sequence(&self) -> Option<u64> {
         self.end_sequence
     }
 
-    /// What this relay's END says was sent, given `own`, the totals of what it published
-    /// ([`crate::relayed::end_totals`]).
-    fn end_totals(&self, own: &Totals) -> Totals {
-        crate::relayed::end_totals(self.ended && self.stop_reason == "end", self.totals.as_ref(), own)
+    fn upstream_totals(&self) -> Option<&Totals> {
+        self.totals.as_ref()
     }
 
-    /// The counts so far (without the latency figures, which are in [`TcpUpstream::latency`]).
     fn counts(&self) -> UpstreamSummary {
         let client = self.client.counts();
         let reader = self.client.reader();
@@ -449,8 +443,6 @@ impl Upstream for TcpUpstream {
         self.ended.then_some(self.stop_reason)
     }
 
-    /// The next frame's segment, with the origin's stamp and number; `None` at the upstream's END,
-    /// at a stop, or when the upstream is lost for good (the summary's `error` says why).
     fn next_item(&mut self) -> Option<Item<'_>> {
         self.relayed.release();
         let ready = loop {
@@ -533,10 +525,15 @@ pub trait Upstream: Send {
     /// The sequence number the upstream's END gave its next frame, if it sent one that fits.
     fn end_sequence(&self) -> Option<u64>;
 
+    /// The upstream's totals, from its END.
+    fn upstream_totals(&self) -> Option<&Totals>;
+
     /// What this relay's END says was sent, given `own`, the totals of what it published: the
     /// upstream's totals after its END, else its own marked truncated
     /// ([`crate::relayed::end_totals`]).
-    fn end_totals(&self, own: &Totals) -> Totals;
+    fn end_totals(&self, own: &Totals) -> Totals {
+        crate::relayed::end_totals(self.ended() == Some("end"), self.upstream_totals(), own)
+    }
 
     /// The counts so far (without the latency figures, which are in [`Upstream::latency`]).
     fn counts(&self) -> UpstreamSummary;

@@ -292,28 +292,22 @@ impl NatsUpstream {
 }
 
 impl Upstream for NatsUpstream {
-    /// The upstream's session, which this relay's outputs take as theirs.
     fn session(&self) -> u64 {
         self.session.unwrap_or_default()
     }
 
-    /// A short description for logs.
     fn describe(&self) -> String {
         format!("upstream publisher {} (session {:#x})", self.name, self.session())
     }
 
-    /// The sequence number the upstream's END gave its next frame.
     fn end_sequence(&self) -> Option<u64> {
         self.end_sequence
     }
 
-    /// What this relay's END says was sent, given `own`, the totals of what it published
-    /// ([`crate::relayed::end_totals`]).
-    fn end_totals(&self, own: &Totals) -> Totals {
-        crate::relayed::end_totals(self.ended && self.stop_reason == "end", self.totals.as_ref(), own)
+    fn upstream_totals(&self) -> Option<&Totals> {
+        self.totals.as_ref()
     }
 
-    /// The counts so far (without the latency figures).
     fn counts(&self) -> UpstreamSummary {
         let c = self.subscriber.counters();
         let gate = self.gate.counts();
@@ -355,8 +349,6 @@ impl Upstream for NatsUpstream {
         self.ended.then_some(self.stop_reason)
     }
 
-    /// The next frame's segment, with the origin's stamp and number; `None` at the upstream's
-    /// END, at a stop, or when the upstream is lost for good (the summary's `error` says why).
     fn next_item(&mut self) -> Option<Item<'_>> {
         self.relayed.release();
         loop {
