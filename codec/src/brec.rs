@@ -65,7 +65,7 @@
 use super::filter::SymbolFilter;
 use super::format::Format;
 use super::frame::{BatchHeader, DecodeError, EncodeError, Limits};
-use crate::FormatCodec;
+use crate::format_codec::FormatCodec;
 use ::brec::{CrcU32, PACKET_SIG, PacketHeader, ReadBlockFromSlice, SignatureU32, StaticPayloadSignature, WriteTo};
 use mdrelay_iex::for_each_message_type;
 use mdrelay_iex::message::{Message, PriceLevelUpdate, QuoteUpdate, Side, Trade, UnknownMessage, kind, layout_len};

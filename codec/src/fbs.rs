@@ -49,7 +49,7 @@
 use super::filter::SymbolFilter;
 use super::format::Format;
 use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, MAX_BATCH};
-use crate::FormatCodec;
+use crate::format_codec::FormatCodec;
 use flatbuffers::{FlatBufferBuilder, InvalidFlatbuffer, Push, Vector, VerifierOptions, WIPOffset};
 use mdrelay_iex::message::{Message, UnknownMessage, kind, layout_len};
 use structs::*;

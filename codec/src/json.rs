@@ -24,7 +24,7 @@
 
 use super::format::Format;
 use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, MAX_BATCH, unknown_problem};
-use crate::FormatCodec;
+use crate::format_codec::FormatCodec;
 use mdrelay_iex::for_each_message_type;
 use mdrelay_iex::message::{
     AuctionInformation, Message, OfficialPrice, OperationalHaltStatus, PriceLevelUpdate, QuoteUpdate,

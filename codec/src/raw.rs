@@ -6,7 +6,7 @@
 use super::filter::SymbolFilter;
 use super::format::Format;
 use super::frame::{BatchHeader, DecodeError, EncodeError, Limits};
-use crate::FormatCodec;
+use crate::format_codec::FormatCodec;
 use mdrelay_iex::iextp::{self, Segment, SegmentHeader};
 use mdrelay_iex::message::{Message, kind, layout_len};
 

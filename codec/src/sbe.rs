@@ -17,7 +17,7 @@
 use super::filter::SymbolFilter;
 use super::format::Format;
 use super::frame::{BatchHeader, DecodeError, EncodeError, Limits};
-use crate::FormatCodec;
+use crate::format_codec::FormatCodec;
 use mdrelay_iex::for_each_message_type;
 use mdrelay_iex::message::{
     AuctionInformation, IexField, Message, OfficialPrice, OperationalHaltStatus, PriceLevelUpdate, QuoteUpdate,

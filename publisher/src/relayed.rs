@@ -3,6 +3,7 @@
 //! origin's stamp and number, until the engine takes it; and what the relay counted of its
 //! upstream ([`UpstreamSummary`]). The TCP upstream ([`crate::upstream`]) feeds it from proto's
 //! frame reader, the NATS upstream ([`crate::upstream_nats`]) from the client's decoded frames.
+//! Both are an [`Upstream`], the one face the engine, the summary and the metrics see.
 
 use crate::item::{Item, Origin};
 use hdrhistogram::Histogram;
@@ -269,3 +270,56 @@ impl FrameVisitor for Relayed {
 pub(crate) fn peer_name(peer: Option<SocketAddr>) -> String {
     peer.map_or_else(|| "not connected".to_string(), |p| p.to_string())
 }
+
+/// A relay's upstream, whichever way its stream arrives: another publisher's TCP server
+/// ([`crate::upstream::TcpUpstream`]), or the NATS subject another publisher's `[nats]` output
+/// feeds ([`crate::upstream_nats::NatsUpstream`]). Both hand on the origin's frames with its numbers and stamps, and end the
+/// same ways; the engine, the summary and the metrics see only this.
+pub trait Upstream: Send {
+    /// The upstream's session, which this relay's outputs take as theirs.
+    fn session(&self) -> u64;
+
+    /// A short description for logs.
+    fn describe(&self) -> String;
+
+    /// The sequence number the upstream's END gave its next frame, if it sent one that fits.
+    fn end_sequence(&self) -> Option<u64>;
+
+    /// The upstream's totals, from its END.
+    fn upstream_totals(&self) -> Option<&Totals>;
+
+    /// What this relay's END says was sent, given `own`, the totals of what it published: the
+    /// upstream's totals after its END, else its own marked truncated
+    /// ([`crate::relayed::end_totals`]).
+    fn end_totals(&self, own: &Totals) -> Totals {
+        crate::relayed::end_totals(self.ended() == Some("end"), self.upstream_totals(), own)
+    }
+
+    /// The counts so far (without the latency figures, which are in [`Upstream::latency`]).
+    fn counts(&self) -> UpstreamSummary;
+
+    /// The frames handed on so far, with this hop's latencies.
+    fn relayed(&self) -> &Relayed;
+
+    /// How the stream ended (the summary's `stop_reason`), once it has.
+    fn ended(&self) -> Option<&'static str>;
+
+    /// This hop's latencies so far, ns.
+    fn latency(&self) -> &Histogram<u64> {
+        &self.relayed().latency
+    }
+
+    /// What was received so far, for the run's summary; a stream the relay stopped taking before
+    /// it ended (a message or time limit) counts as stopped.
+    fn summary(&self) -> UpstreamSummary {
+        let stop_reason = self.ended().unwrap_or("stopped");
+        UpstreamSummary { latency_ns: LatencySummary::of(&self.relayed().latency), stop_reason, ..self.counts() }
+    }
+
+    /// The next frame's segment, with the origin's stamp and number; `None` at the upstream's
+    /// END, at a stop, or when the upstream is lost for good (the summary's `error` says why).
+    fn next_item(&mut self) -> Option<Item<'_>>;
+}
+
+/// The relay's upstream, of either kind.
+pub type UpstreamSource = Box<dyn Upstream>;

@@ -27,9 +27,8 @@
 
 use crate::config::NatsUpstream as Settings;
 use crate::item::Item;
-use crate::relayed::{Relayed, UpstreamSummary};
+use crate::relayed::{Relayed, Upstream, UpstreamSummary};
 use crate::stop::Stop;
-use crate::upstream::Upstream;
 use mdrelay_client::{Builder, ErrorKind, Event, Frame, OwnedFrame, RecoveryEvent, Subscriber, Waited};
 use mdrelay_proto::backoff::duration_ns;
 use mdrelay_proto::latency::LatencySummary;

@@ -48,7 +48,7 @@ mod packing;
 use super::filter::SymbolFilter;
 use super::format::Format;
 use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, MAX_BATCH};
-use crate::FormatCodec;
+use crate::format_codec::FormatCodec;
 use arena::{FlatArena, SegmentReader};
 use capnp::Word;
 use capnp::message::ReaderOptions;
