@@ -75,14 +75,22 @@ pub fn shared() -> Shared {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
     use std::process::{Command, Stdio};
     use std::time::{Duration, Instant};
 
-    /// `flock` from util-linux holding the lock file for half a second, as another process
-    /// would; returned once it holds it (a try to lock the file then fails).
-    fn other_process(mode: &str) -> std::process::Child {
+    /// `flock` from util-linux holding the lock file, as another process would, until the file
+    /// `release` appears, and then writing the file `done` before it lets go (so a hold that
+    /// sees no `done` came too early, whatever the machine's load); returned once it holds the
+    /// lock (a try to lock the file then fails).
+    fn other_process(mode: &str, dir: &Path) -> std::process::Child {
+        let script = format!(
+            "while [ ! -e '{release}' ]; do sleep 0.01; done; touch '{done}'",
+            release = dir.join("release").display(),
+            done = dir.join("done").display()
+        );
         let child = Command::new("flock")
-            .args([mode, lock_path().to_str().unwrap(), "-c", "sleep 0.5"])
+            .args([mode, lock_path().to_str().unwrap(), "-c", &script])
             .stdout(Stdio::null())
             .spawn()
             .expect("running flock(1)");
@@ -98,16 +106,24 @@ mod tests {
     fn a_serial_test_waits_for_another_process_holding_the_lock_and_shared_ones_do_not_wait_for_each_other() {
         let _alone = serial();
         drop(_alone);
-        let mut holder = other_process("--exclusive");
-        let started = Instant::now();
+        let writer_dir = tempfile::tempdir().unwrap();
+        let mut holder = other_process("--exclusive", writer_dir.path());
+        let release = writer_dir.path().join("release");
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            std::fs::write(release, b"").unwrap();
+        });
         let _serial = serial();
-        assert!(holder.try_wait().unwrap().is_some(), "the serial hold came before the other process let go");
-        assert!(started.elapsed() > Duration::from_millis(50), "it waited");
+        assert!(writer_dir.path().join("done").exists(), "the serial hold came before the other process let go");
+        releaser.join().unwrap();
         drop(_serial);
-        let mut reader = other_process("--shared");
+        holder.wait().unwrap();
+
+        let reader_dir = tempfile::tempdir().unwrap();
+        let mut reader = other_process("--shared", reader_dir.path());
         let _shared = shared();
         assert!(reader.try_wait().unwrap().is_none(), "a shared hold beside another process's");
+        std::fs::write(reader_dir.path().join("release"), b"").unwrap();
         reader.wait().unwrap();
-        holder.wait().unwrap();
     }
 }
