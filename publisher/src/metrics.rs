@@ -400,9 +400,8 @@ pub fn sample_once(sources: &Sources) {
         counter!("mdrelay_pub_nats_messages_total", "outcome" => "dropped").absolute(n.dropped);
         counter!("mdrelay_pub_nats_reconnects_total").absolute(n.reconnects);
         counter!("mdrelay_pub_nats_stream_recreations_total").absolute(n.stream_recreations);
-        gauge!("mdrelay_pub_nats_acks_pending")
-            .set(nats.pending_acks.load(std::sync::atomic::Ordering::Relaxed) as f64);
-        gauge!("mdrelay_pub_nats_queue_bytes").set(nats.held_bytes.load(std::sync::atomic::Ordering::Relaxed) as f64);
+        gauge!("mdrelay_pub_nats_acks_pending").set(n.pending_acks as f64);
+        gauge!("mdrelay_pub_nats_queue_bytes").set(n.held_bytes as f64);
     }
 }
 

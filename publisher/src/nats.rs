@@ -135,6 +135,13 @@ pub struct NatsSummary {
     pub disconnects: u64,
     /// Times the stream was found deleted and created again.
     pub stream_recreations: u64,
+    /// Messages published and not yet acknowledged, now (a gauge: the metrics', not the
+    /// summary's).
+    #[serde(skip)]
+    pub pending_acks: u64,
+    /// Bytes of messages held for the server, now (a gauge, as `pending_acks`).
+    #[serde(skip)]
+    pub held_bytes: u64,
 }
 
 impl NatsCounters {
@@ -151,6 +158,8 @@ impl NatsCounters {
             reconnects: get(&self.reconnects),
             disconnects: get(&self.disconnects),
             stream_recreations: get(&self.stream_recreations),
+            pending_acks: get(&self.pending_acks),
+            held_bytes: get(&self.held_bytes),
         }
     }
 }
