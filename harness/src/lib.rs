@@ -47,7 +47,7 @@ pub use net::{
 };
 pub use netns::{Host, Hosts, Line};
 pub use process::{Failure, Finished, Process, STEP, Signal};
-pub use report::{assert_aggregates, assert_matches_reference, json_file};
+pub use report::{assert_aggregates, assert_books_match, assert_matches_reference, json_file};
 pub use scrape::{Scrape, alert_queries, dashboard_queries, get, scrape};
 pub use serial::{serial, shared};
 pub use service::NotifySocket;

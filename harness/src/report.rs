@@ -35,3 +35,20 @@ pub fn assert_matches_reference(ours: &Value, reference: &Value) {
         }
     }
 }
+
+/// Asserts the `symbols` of books written in the reference reader's schema (`iexbook.py`) equal
+/// the reference's: the same symbols with the same state. A difference names the first symbol
+/// that differs and both sides of it, not the whole document.
+pub fn assert_books_match(ours: &Value, reference: &Value, context: &str) {
+    let (ours_symbols, theirs) = (&ours["symbols"], &reference["symbols"]);
+    let (Some(ours_map), Some(theirs_map)) = (ours_symbols.as_object(), theirs.as_object()) else {
+        panic!("{context}: both documents must have a `symbols` object");
+    };
+    assert!(!theirs_map.is_empty(), "{context}: the reference has no symbols");
+    for (symbol, state) in theirs_map {
+        assert_eq!(ours_map.get(symbol), Some(state), "{context}: symbol {symbol} differs from the reference");
+    }
+    let extra: Vec<_> = ours_map.keys().filter(|s| !theirs_map.contains_key(*s)).take(5).collect();
+    assert!(extra.is_empty(), "{context}: symbols the reference does not have: {extra:?}");
+    assert_eq!(ours_symbols, theirs, "{context}: symbols");
+}

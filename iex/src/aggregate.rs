@@ -12,7 +12,7 @@
 
 use crate::message::{Message, Side};
 use crate::price::{Price, Symbol};
-use rustc_hash::FxHashMap;
+use crate::symbol_table::SymbolTable;
 use serde::Serialize;
 
 /// The figures for one symbol.
@@ -148,28 +148,10 @@ impl Running {
     }
 }
 
-/// Entries in the direct-mapped symbol cache in front of the hash map.
-const CACHE: usize = 256;
-/// A cache entry's slot when it holds nothing.
-const NO_SLOT: u32 = u32::MAX;
-
 /// Aggregates for every symbol seen.
-///
-/// Symbols map to slots in a dense table. A small direct-mapped cache sits in front of the hash
-/// map: the symbols that trade and quote at any moment are few (20 in a day of DEEP), and one
-/// multiply and compare finds them, where a hash map probe costs several times that on every
-/// message.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Aggregator {
-    slots: FxHashMap<Symbol, u32>,
-    entries: Vec<(Symbol, Running)>,
-    cache: Box<[(u64, u32); CACHE]>,
-}
-
-impl Default for Aggregator {
-    fn default() -> Self {
-        Aggregator { slots: FxHashMap::default(), entries: Vec::new(), cache: Box::new([(0, NO_SLOT); CACHE]) }
-    }
+    symbols: SymbolTable<Running>,
 }
 
 impl Aggregator {
@@ -180,24 +162,7 @@ impl Aggregator {
 
     #[inline(always)]
     fn running(&mut self, symbol: Symbol) -> &mut Running {
-        let key = u64::from_le_bytes(symbol.0);
-        // Fibonacci hashing: the top bits of the product spread similar tickers apart.
-        let line = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - CACHE.trailing_zeros())) as usize;
-        let (cached, slot) = self.cache[line];
-        let slot = if cached == key && slot != NO_SLOT { slot } else { self.slot_slow(symbol, line) };
-        &mut self.entries[slot as usize].1
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn slot_slow(&mut self, symbol: Symbol, line: usize) -> u32 {
-        let next = self.entries.len() as u32;
-        let slot = *self.slots.entry(symbol).or_insert(next);
-        if slot == next {
-            self.entries.push((symbol, Running::EMPTY));
-        }
-        self.cache[line] = (u64::from_le_bytes(symbol.0), slot);
-        slot
+        self.symbols.entry(symbol, || Running::EMPTY)
     }
 
     /// Applies one message; messages that carry no trade or quote are ignored.
@@ -233,25 +198,25 @@ impl Aggregator {
 
     /// The figures for one symbol, if it was seen.
     pub fn get(&self, symbol: &Symbol) -> Option<SymbolAggregate> {
-        self.slots.get(symbol).map(|&slot| self.entries[slot as usize].1.to_aggregate())
+        self.symbols.get(symbol).map(|r| r.to_aggregate())
     }
 
     /// Traded volume over every symbol.
     pub fn total_trade_volume(&self) -> u64 {
-        self.entries.iter().map(|(_, r)| r.trade_volume).sum()
+        self.symbols.iter().map(|(_, r)| r.trade_volume).sum()
     }
 
     /// The symbols with a trade or a quote, sorted by symbol.
     pub fn active(&self) -> Vec<(Symbol, SymbolAggregate)> {
         let mut out: Vec<_> =
-            self.entries.iter().map(|(s, r)| (*s, r.to_aggregate())).filter(|(_, a)| a.is_active()).collect();
+            self.symbols.iter().map(|(s, r)| (*s, r.to_aggregate())).filter(|(_, a)| a.is_active()).collect();
         out.sort_unstable_by_key(|(s, _)| *s);
         out
     }
 
     /// Folds another aggregator into this one.
     pub fn merge(&mut self, other: &Aggregator) {
-        for (symbol, theirs) in &other.entries {
+        for (symbol, theirs) in other.symbols.iter() {
             let ours = self.running(*symbol);
             ours.trade_volume += theirs.trade_volume;
             ours.trades += theirs.trades;

@@ -9,6 +9,7 @@
 //! - [`message`]: the message model every wire format converts to and from;
 //! - [`price`]: fixed-point prices and space-padded symbols;
 //! - [`aggregate`]: per-symbol volume and high/low prices;
+//! - [`book`]: per-symbol state (price levels, status, last trade, top of book);
 //! - [`sequence`]: IEX-TP numbering per (protocol, channel, session): gaps, duplicates, late
 //!   segments and restarts;
 //! - [`inspect`]: a whole capture into counts and aggregates;
@@ -25,6 +26,7 @@
 #![warn(missing_docs)]
 
 pub mod aggregate;
+pub mod book;
 pub mod capture;
 pub mod capture_writer;
 pub mod counts;
@@ -37,9 +39,11 @@ pub mod price;
 pub mod sequence;
 #[cfg(test)]
 mod shared_data;
+mod symbol_table;
 pub mod synth;
 pub mod warn;
 
 pub use aggregate::{Aggregator, SymbolAggregate};
+pub use book::{Books, Level, SymbolBook};
 pub use message::Message;
 pub use price::{Price, Symbol};

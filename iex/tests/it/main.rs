@@ -8,6 +8,7 @@ use mdrelay_harness::alloc::CountingAllocator;
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
 
+mod books;
 mod corrupt_inputs;
 mod shared_captures;
 mod synthetic;

@@ -1,0 +1,54 @@
+//! Book state from the real DEEP capture equals the independent reference reader's
+//! (`iexbook.py`): every symbol's levels, status and last trade, at the end of the capture and
+//! part-way through it.
+
+use mdrelay_harness::{assert_books_match, expected, iex_data};
+use mdrelay_iex::book::Books;
+use mdrelay_iex::capture::CaptureReader;
+use mdrelay_iex::iextp::Segment;
+use mdrelay_iex::link;
+use mdrelay_iex::message::Message;
+
+/// The capture's messages applied in capture order, as the reference applies them: every
+/// message block counts, and with `after`, applying stops after that many.
+fn books_of(capture: &str, after: Option<u64>) -> Books {
+    let mut books = Books::new();
+    let mut reader = CaptureReader::open(iex_data().join(capture)).unwrap();
+    let mut blocks = 0u64;
+    while let Some(packet) = reader.next_packet().unwrap() {
+        let Ok(datagram) = link::udp_datagram(packet.link_type, packet.data) else { continue };
+        let Ok(segment) = Segment::parse(datagram.payload) else { continue };
+        for block in segment.blocks() {
+            if after.is_some_and(|n| blocks >= n) {
+                return books;
+            }
+            let Ok(bytes) = block else { break };
+            blocks += 1;
+            let message = Message::parse(bytes).unwrap();
+            books.apply(&message);
+        }
+    }
+    books
+}
+
+fn check(books: &Books, reference: &str) {
+    let ours = serde_json::to_value(books.to_reference_json("DEEP10.pcap.gz")).unwrap();
+    let reference = expected(reference);
+    assert_books_match(&ours, &reference, reference_name(&reference));
+    assert_eq!(ours["messages_applied"], reference["messages_applied"]);
+    assert_eq!(ours["file"], reference["file"]);
+}
+
+fn reference_name(reference: &serde_json::Value) -> &str {
+    reference["file"].as_str().unwrap_or("the reference")
+}
+
+#[test]
+fn deep10_books_at_the_end_equal_the_reference() {
+    check(&books_of("DEEP10.pcap.gz", None), "DEEP10.book.json");
+}
+
+#[test]
+fn deep10_books_after_200000_messages_equal_the_reference() {
+    check(&books_of("DEEP10.pcap.gz", Some(200_000)), "DEEP10.book-after-200000.json");
+}
