@@ -137,6 +137,45 @@ pub use mdrelay_codec::{BatchHeader, DecodeError, Format};
 /// The IEX message model: one type per message, every field a small `Copy` value.
 pub use mdrelay_iex::message;
 pub use mdrelay_iex::{Message, Price, Symbol};
+/// Per-symbol state kept from the messages: order books, status, last trade, top of book.
+///
+/// A [`Books`] is fed the frames' messages (`books.extend(frame.messages())`) and answers per
+/// symbol ([`Books::get`]: best bid and ask, levels in price order, statuses, last trade) or
+/// over every symbol ([`Books::iter`]):
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let deep10 = mdrelay_harness::iex_data().join("DEEP10.pcap.gz").display().to_string();
+/// # let mut publisher = mdrelay_harness::Process::start(
+/// #     mdrelay_harness::publisher_bin(),
+/// #     ["run", "--capture", &deep10, "--tcp", "127.0.0.1:0", "--wait-subscribers", "1", "--slow-subscriber", "block"],
+/// # );
+/// # let address = publisher.serving_on().to_string();
+/// use mdrelay_client::{Books, Builder, Event, Symbol};
+///
+/// let mut subscriber = Builder::tcp(address).build()?;
+/// let mut books = Books::new();
+/// while let Some(event) = subscriber.next_event()? {
+///     match event {
+///         Event::Frame(frame) => books.extend(frame.messages()),
+///         Event::End(_) => break,
+///         _ => {}
+///     }
+/// }
+/// let aa = books.get(&Symbol::new("AA").expect("a valid symbol")).expect("AA has a book");
+/// let (bid, ask) = (aa.best_bid().unwrap(), aa.best_ask().unwrap());
+/// println!("AA {} x {} at {} / {}", bid.size, ask.size, bid.price, ask.price);
+/// # // The same as the independent reference reader's book at the end of the capture.
+/// # let reference = mdrelay_harness::expected("DEEP10.book.json");
+/// # assert_eq!(reference["symbols"]["AA"]["bids"][0], serde_json::json!([bid.price.0, bid.size]));
+/// # assert_eq!(reference["symbols"]["AA"]["asks"][0], serde_json::json!([ask.price.0, ask.size]));
+/// # assert_eq!(books.len(), reference["symbols"].as_object().unwrap().len());
+/// # publisher.finish(mdrelay_harness::STEP).assert_success();
+/// # Ok(())
+/// # }
+/// ```
+pub use mdrelay_iex::book;
+pub use mdrelay_iex::book::{Books, Level, SymbolBook};
 pub use mdrelay_proto::latency::LatencySummary;
 pub use mdrelay_proto::relay::client::{
     Line, LineReport, LinesReport, ProtectionCounts, RecoveryReport, UnrecoverableCauses,

@@ -174,6 +174,15 @@ impl Books {
     }
 }
 
+/// Applies every message, in order: `books.extend(frame.messages())`.
+impl<'m> Extend<Message<'m>> for Books {
+    fn extend<I: IntoIterator<Item = Message<'m>>>(&mut self, messages: I) {
+        for message in messages {
+            self.apply(&message);
+        }
+    }
+}
+
 /// [`Books`] in the reference reader's JSON schema (see [`Books::to_reference_json`]).
 pub struct ReferenceDocument<'a> {
     file: &'a str,
