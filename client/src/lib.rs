@@ -134,9 +134,6 @@ pub use event::{End, Event, Frame, Messages, OwnedEvent, OwnedFrame, OwnedMessag
 pub use subscriber::{AsyncSubscriber, EventStream, Subscriber, Waited, WakeHandle};
 
 pub use mdrelay_codec::{BatchHeader, DecodeError, Format};
-/// The IEX message model: one type per message, every field a small `Copy` value.
-pub use mdrelay_iex::message;
-pub use mdrelay_iex::{Message, Price, Symbol};
 /// Per-symbol state kept from the messages: order books, status, last trade, top of book.
 ///
 /// A [`Books`] is fed the frames' messages (`books.extend(frame.messages())`) and answers per
@@ -176,6 +173,9 @@ pub use mdrelay_iex::{Message, Price, Symbol};
 /// ```
 pub use mdrelay_iex::book;
 pub use mdrelay_iex::book::{Books, Level, SymbolBook};
+/// The IEX message model: one type per message, every field a small `Copy` value.
+pub use mdrelay_iex::message;
+pub use mdrelay_iex::{Message, Price, Symbol};
 pub use mdrelay_proto::latency::LatencySummary;
 pub use mdrelay_proto::relay::client::{
     Line, LineReport, LinesReport, ProtectionCounts, RecoveryReport, UnrecoverableCauses,

@@ -112,6 +112,10 @@ pub struct Cli {
     /// Write an HdrHistogram interval log of one-way latency (ns), one interval per report period.
     #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_HISTOGRAM_LOG", help_heading = "Report")]
     pub histogram_log: Option<PathBuf>,
+    /// Write the final books and symbol state as JSON to FILE, in the schema of IEX's reference
+    /// reader iexbook.py.
+    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_BOOK", help_heading = "Report")]
+    pub book: Option<PathBuf>,
     /// Stop once this many messages have been received (`--count` in earlier releases).
     #[arg(long, value_name = "N", alias = "count", env = "MDRELAY_SUB_MAX_MESSAGES", help_heading = "Report")]
     pub max_messages: Option<u64>,
@@ -313,6 +317,9 @@ pub struct Application {
     pub json: Option<String>,
     /// An HdrHistogram interval log of one-way latency (ns), one interval per report period.
     pub histogram_log: Option<PathBuf>,
+    /// The final books and symbol state (price levels, status, short-sale test, last trade) as
+    /// JSON to this file, in the schema of IEX's reference reader `iexbook.py`.
+    pub book: Option<PathBuf>,
     /// Stop once this many messages have been received (at least 1).
     pub max_messages: Option<u64>,
     /// Stop after this many seconds, or a duration such as "10m" (at most a day).

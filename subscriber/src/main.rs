@@ -115,6 +115,16 @@ async fn run(config: Config, build_info: Option<metrics::Gauge>) -> ExitStatus {
         },
         _ => None,
     };
+    let mut book_file = match &config.app.book {
+        Some(path) => match File::create(path) {
+            Ok(f) => Some((path.clone(), f)),
+            Err(error) => {
+                eprintln!("mdrelay-sub: configuration error: book: cannot create {}: {error}", path.display());
+                return ExitStatus::Config;
+            }
+        },
+        None => None,
+    };
     let histogram_log = match &config.app.histogram_log {
         Some(path) => match HistogramLog::create(path, SystemTime::now()) {
             Ok(log) => Some(log),
@@ -219,6 +229,20 @@ async fn run(config: Config, build_info: Option<metrics::Gauge>) -> ExitStatus {
             }
         }
         _ => {}
+    }
+    if let (Some((path, file)), Some(books)) = (&mut book_file, pipeline.stats.books()) {
+        // The reference reader names its capture; here the stream's source stands in its place.
+        let mut out = std::io::BufWriter::new(&mut *file);
+        let written = serde_json::to_writer(&mut out, &books.to_reference_json(&report.transport))
+            .map_err(std::io::Error::from)
+            .and_then(|_| writeln!(out))
+            .and_then(|_| out.flush());
+        drop(out);
+        let written = written.and_then(|_| file.sync_all());
+        if let Err(error) = written {
+            eprintln!("mdrelay-sub: error: book: cannot write {}: {error}", path.display());
+            return failed(code);
+        }
     }
     if let Some(m) = &metrics {
         mdrelay_telemetry::prometheus::hold(m.hold).await;

@@ -64,7 +64,13 @@ impl Pipeline {
     pub fn new(config: &Config, histogram_log: Option<HistogramLog>, started: Instant) -> Pipeline {
         let receive = &config.receive;
         Pipeline {
-            stats: Stats::new(config.symbols()),
+            stats: {
+                let mut stats = Stats::new(config.symbols());
+                if config.app.book.is_some() {
+                    stats.keep_books();
+                }
+                stats
+            },
             recorder: None,
             metrics: None,
             histogram_log,

@@ -6,6 +6,7 @@ use hdrhistogram::Histogram;
 use mdrelay_client::{Counters, LinesReport, ProtectionCounts, RecoveryReport};
 use mdrelay_codec::SymbolFilter;
 use mdrelay_iex::aggregate::{Aggregator, SymbolAggregate};
+use mdrelay_iex::book::Books;
 use mdrelay_iex::counts::TypeCounts;
 use mdrelay_iex::message::Message;
 use mdrelay_iex::price::Symbol;
@@ -28,6 +29,8 @@ pub struct Stats {
     pub negative_latencies: u64,
     types: TypeCounts,
     aggregator: Aggregator,
+    /// Per-symbol state, when the run writes it (`book`).
+    books: Option<Books>,
     /// `None` aggregates every symbol.
     filter: Option<SymbolFilter>,
     latency: Histogram<u64>,
@@ -47,6 +50,7 @@ impl Stats {
             negative_latencies: 0,
             types: TypeCounts::new(),
             aggregator: Aggregator::new(),
+            books: None,
             filter,
             latency: latency_histogram(),
             interval_latency: latency_histogram(),
@@ -61,14 +65,22 @@ impl Stats {
         self.messages += 1;
         self.interval_messages += 1;
         self.types.add(message.kind());
-        match &self.filter {
-            None => self.aggregator.apply(message),
-            Some(filter) => {
-                if filter.matches_message(message) {
-                    self.aggregator.apply(message);
-                }
+        if self.filter.as_ref().is_none_or(|filter| filter.matches_message(message)) {
+            self.aggregator.apply(message);
+            if let Some(books) = &mut self.books {
+                books.apply(message);
             }
         }
+    }
+
+    /// Keeps per-symbol state from now on (of the filter's symbols, with a filter).
+    pub fn keep_books(&mut self) {
+        self.books.get_or_insert_with(Books::new);
+    }
+
+    /// The per-symbol state, if it is kept.
+    pub fn books(&self) -> Option<&Books> {
+        self.books.as_ref()
     }
 
     /// Counts a message a filtered decode skipped (another symbol's): its type, not its fields.

@@ -546,6 +546,7 @@ fn every_setting_is_the_same_from_the_file_its_variable_and_its_flag() {
         Sample { key: "report_interval", text: "250ms", toml: "0.25", with: TCP },
         Sample { key: "json", text: "out.json", toml: "\"out.json\"", with: TCP },
         Sample { key: "histogram_log", text: "out.hlog", toml: "\"out.hlog\"", with: TCP },
+        Sample { key: "book", text: "book.json", toml: "\"book.json\"", with: TCP },
         Sample { key: "max_messages", text: "500", toml: "500", with: TCP },
         Sample { key: "duration", text: "10m", toml: "600", with: TCP },
         Sample { key: "record", text: "day.pcap.gz", toml: "\"day.pcap.gz\"", with: TCP },

@@ -6,6 +6,7 @@
 
 mod common;
 
+mod books;
 mod cli;
 mod exit_status;
 mod files;
