@@ -219,6 +219,12 @@ impl Builder {
         self
     }
 
+    /// Sets [`Settings::snapshot`].
+    pub fn snapshot(mut self, snapshot: bool) -> Builder {
+        self.settings.snapshot = snapshot;
+        self
+    }
+
     /// Sets [`Settings::from_start`].
     pub fn from_start(mut self, from_start: bool) -> Builder {
         self.settings.from_start = from_start;

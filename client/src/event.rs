@@ -2,11 +2,15 @@
 //! messages, and owned copies of both ([`OwnedEvent`], [`OwnedFrame`]).
 
 use mdrelay_codec::{BatchHeader, DecodeError, Format};
+use mdrelay_iex::aggregate::SymbolAggregate;
+use mdrelay_iex::book::Books;
 use mdrelay_iex::message::{Message, UnknownMessage};
+use mdrelay_iex::price::Symbol;
 use mdrelay_proto::relay::Totals;
 use mdrelay_proto::relay::client::Line;
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Something that happened to the stream, in order. `F` is the frame: [`Frame`] borrowed from
@@ -65,6 +69,15 @@ pub enum Event<F> {
         reason: String,
         /// The wait before the next attempt.
         retry_in: Duration,
+    },
+    /// TCP: the snapshot asked for ([`Builder::snapshot`](crate::Builder::snapshot)): the state
+    /// as of frame [`Snapshot::as_of`]. The stream's frames follow from the one after it.
+    Snapshot(Snapshot),
+    /// TCP: the snapshot asked for did not come, or could not be read: the stream goes on
+    /// without it, from where the publisher's stream is.
+    SnapshotMissing {
+        /// Why, for logs.
+        reason: String,
     },
     /// UDP: the first datagram set the stream's session.
     SessionStarted {
@@ -128,6 +141,8 @@ impl<F> Event<F> {
             Event::Resumed { asked, offered } => Event::Resumed { asked, offered },
             Event::Reconnecting { reason, retry_in, attempt } => Event::Reconnecting { reason, retry_in, attempt },
             Event::Busy { reason, retry_in } => Event::Busy { reason, retry_in },
+            Event::Snapshot(snapshot) => Event::Snapshot(snapshot),
+            Event::SnapshotMissing { reason } => Event::SnapshotMissing { reason },
             Event::SessionStarted { session, peer } => Event::SessionStarted { session, peer },
             Event::Restarted { old, new } => Event::Restarted { old, new },
             Event::FormatChanged { from, to } => Event::FormatChanged { from, to },
@@ -144,6 +159,54 @@ impl Event<Frame<'_>> {
     /// A copy that owns its data (the frame's messages copied out of the subscriber's buffers).
     pub fn to_owned_event(&self) -> OwnedEvent {
         self.clone().map_frame(|f| f.to_owned_frame())
+    }
+}
+
+/// The state of the stream as of one frame, from the publisher: every symbol's book and status
+/// ([`Books`]), the day's aggregates up to that frame, and the stream's counts. Cheap to clone
+/// (shared).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot(Arc<mdrelay_proto::relay::snapshot::Snapshot>);
+
+impl Snapshot {
+    pub(crate) fn new(inner: Arc<mdrelay_proto::relay::snapshot::Snapshot>) -> Snapshot {
+        Snapshot(inner)
+    }
+
+    /// The last frame the state includes: the stream goes on from the next one.
+    pub fn as_of(&self) -> u64 {
+        self.0.state.as_of
+    }
+
+    /// Every symbol's book and status as of the frame; `messages_applied` counts the stream's
+    /// messages up to it.
+    pub fn books(&self) -> &Books {
+        &self.0.state.books
+    }
+
+    /// The day's aggregates of one symbol up to the frame, if it had any.
+    pub fn aggregate(&self, symbol: &Symbol) -> Option<SymbolAggregate> {
+        self.0.state.aggregates.get(symbol)
+    }
+
+    /// Every symbol's day aggregates up to the frame.
+    pub fn aggregates(&self) -> impl ExactSizeIterator<Item = (Symbol, SymbolAggregate)> + '_ {
+        self.0.state.aggregates.iter()
+    }
+
+    /// The stream's counts up to the frame: frames, messages, messages by type.
+    pub fn totals(&self) -> &Totals {
+        &self.0.totals
+    }
+
+    /// Frames the snapshot itself took on the wire.
+    pub fn frames(&self) -> u32 {
+        self.0.frames
+    }
+
+    /// Messages the snapshot itself took on the wire.
+    pub fn messages(&self) -> u64 {
+        self.0.messages
     }
 }
 

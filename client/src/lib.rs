@@ -130,10 +130,14 @@ pub mod nats {
     pub use crate::nats_auth::{connect_error, connect_options};
 }
 pub use error::{Error, ErrorKind};
-pub use event::{End, Event, Frame, Messages, OwnedEvent, OwnedFrame, OwnedMessage, RecoveryEvent, Skipped, Start};
+pub use event::{
+    End, Event, Frame, Messages, OwnedEvent, OwnedFrame, OwnedMessage, RecoveryEvent, Skipped, Snapshot, Start,
+};
 pub use subscriber::{AsyncSubscriber, EventStream, Subscriber, Waited, WakeHandle};
 
 pub use mdrelay_codec::{BatchHeader, DecodeError, Format};
+/// One symbol's day aggregates: traded volume and count, breaks, high and low prices.
+pub use mdrelay_iex::aggregate::SymbolAggregate;
 /// Per-symbol state kept from the messages: order books, status, last trade, top of book.
 ///
 /// A [`Books`] is fed the frames' messages (`books.extend(frame.messages())`) and answers per

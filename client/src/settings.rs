@@ -175,6 +175,11 @@ pub struct Settings {
     /// ring), over UDP owed (frames before the first received count as missing, and recovery
     /// asks for them), over NATS replayed from `nats_stream`.
     pub from_start: bool,
+    /// TCP: join with a snapshot of the state (every symbol's book and status, the day's
+    /// aggregates and counts) as of a frame, then the stream from the frame after it, with no
+    /// gap and no duplicate ([`Event::Snapshot`](crate::Event::Snapshot)). Asked on the first
+    /// connection only: a reconnection resumes.
+    pub snapshot: bool,
     /// Decode only these symbols' messages (1 to 8 ASCII characters each); the others are
     /// skipped while decoding, as early as the format allows, and only counted by type (see
     /// [`Frame::skipped`](crate::Frame::skipped)).
@@ -374,6 +379,7 @@ pub(crate) struct Checked {
     pub recovery: Option<RecoverySettings>,
     pub resume: bool,
     pub from_start: bool,
+    pub snapshot: bool,
     pub symbols: Option<SymbolFilter>,
     pub protection: Protection,
     pub key: Option<WireKey>,
@@ -451,6 +457,18 @@ impl Settings {
                 }
             }
         }
+        if self.snapshot && !tcp {
+            return Err(Error::config(
+                "snapshot",
+                "only used over TCP (a snapshot is sent on the connection, before the stream)",
+            ));
+        }
+        if self.snapshot && self.from_start {
+            return Err(Error::config(
+                "snapshot",
+                "give snapshot (the state, then the stream from there) or from_start (the whole session), not both",
+            ));
+        }
         let day = Duration::from_secs(86_400);
         let tens_of_ms = Duration::from_millis(10);
         let reconnect_max =
@@ -487,6 +505,7 @@ impl Settings {
             recovery,
             resume: self.resume.unwrap_or(true),
             from_start: self.from_start,
+            snapshot: self.snapshot,
             symbols,
             protection: Protection { crc: self.crc, encrypted: key.is_some() },
             key,
@@ -928,6 +947,7 @@ mod tests {
             recovery_linger: Some(Duration::from_millis(2500)),
             resume: Some(false),
             from_start: true,
+            snapshot: true,
             symbols: Some(vec!["AAPL".into(), "IBM".into()]),
             crc: true,
             key_file: Some("/etc/mdrelay/wire.key".into()),

@@ -11,7 +11,7 @@
 use crate::collect::Collector;
 use crate::counters::Counters;
 use crate::error::Error;
-use crate::event::{End, Event, Skipped, Start};
+use crate::event::{End, Event, Skipped, Snapshot, Start};
 use crate::net::{self, Clock, Connecting, shown};
 use crate::poll::{Idle, Poller};
 use crate::settings::Checked;
@@ -70,6 +70,7 @@ impl TcpDriver {
         config.symbols = settings.symbols.clone();
         config.echo_every = settings.echo_every;
         config.from_start = settings.from_start;
+        config.snapshot = settings.snapshot;
         config.resume = settings.resume;
         config.give_up_after_ns = settings.give_up_after.map(mdrelay_proto::backoff::duration_ns);
         Ok(TcpDriver {
@@ -281,6 +282,12 @@ impl TcpDriver {
                     }))
                 }
                 ClientEvent::End(eos) => self.end = Some((eos.next_sequence, eos.totals.ok())),
+                ClientEvent::Snapshot(snapshot) => out.notice(Event::Snapshot(Snapshot::new(snapshot))),
+                ClientEvent::SnapshotMissing { why } => out.notice(Event::SnapshotMissing {
+                    reason: why.unwrap_or_else(|| {
+                        "the publisher sent no snapshot: it keeps no state (tcp.snapshots = false, or no ring), or is an older build".into()
+                    }),
+                }),
                 ClientEvent::ConnectFailed { why, attempt, retry_in } => out.notice(Event::Reconnecting {
                     reason: why.unwrap_or_else(|| self.last_error.clone()),
                     retry_in: shown(retry_in),

@@ -214,6 +214,30 @@ impl Aggregator {
         out
     }
 
+    /// Every symbol seen with its figures, in the order first seen (symbols with only a trade
+    /// break included, which [`Aggregator::active`] leaves out).
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (Symbol, SymbolAggregate)> + '_ {
+        self.symbols.iter().map(|(s, r)| (*s, r.to_aggregate()))
+    }
+
+    /// Folds one symbol's figures into this aggregator (a snapshot's, before the stream after
+    /// it): volumes and counts add up, highs and lows widen.
+    pub fn add(&mut self, symbol: Symbol, figures: &SymbolAggregate) {
+        let ours = self.running(symbol);
+        ours.trade_volume = ours.trade_volume.saturating_add(figures.trade_volume);
+        ours.trades = ours.trades.saturating_add(figures.trades);
+        ours.broken_trades = ours.broken_trades.saturating_add(figures.broken_trades);
+        for (side, high, low) in [
+            (TRADE, figures.trade_high, figures.trade_low),
+            (BID, figures.bid_high, figures.bid_low),
+            (ASK, figures.ask_high, figures.ask_low),
+        ] {
+            for price in [high, low].into_iter().flatten() {
+                ours.widen(side, price);
+            }
+        }
+    }
+
     /// Folds another aggregator into this one.
     pub fn merge(&mut self, other: &Aggregator) {
         for (symbol, theirs) in other.symbols.iter() {

@@ -167,6 +167,21 @@ impl Books {
         self.applied
     }
 
+    /// Keeps only the symbols `keep` says to (a symbol filter applied to books from elsewhere).
+    pub fn retain(&mut self, mut keep: impl FnMut(&Symbol) -> bool) {
+        let mut kept = Books { applied: self.applied, ..Books::default() };
+        for (symbol, book) in self.iter().filter(|(symbol, _)| keep(symbol)) {
+            *kept.entry(symbol) = book.clone();
+        }
+        *self = kept;
+    }
+
+    /// Sets the count of messages applied: books rebuilt from a snapshot stand for the whole
+    /// stream up to it, not for the messages that carried them.
+    pub fn set_messages_applied(&mut self, messages: u64) {
+        self.applied = messages;
+    }
+
     /// The books as the reference reader `iexbook.py` prints them: `file`, `messages_applied`,
     /// and `symbols` sorted, each in [`BookJson`]'s schema.
     pub fn to_reference_json<'a>(&'a self, file: &'a str) -> ReferenceDocument<'a> {

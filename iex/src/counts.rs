@@ -24,6 +24,12 @@ impl TypeCounts {
         self.0[usize::from(kind)] += 1;
     }
 
+    /// Counts `n` messages of type `kind`.
+    pub fn add_many(&mut self, kind: u8, n: u64) {
+        let count = &mut self.0[usize::from(kind)];
+        *count = count.saturating_add(n);
+    }
+
     /// The types seen, with their counts, in type order.
     pub fn seen(&self) -> impl Iterator<Item = (u8, u64)> + '_ {
         (0..=u8::MAX).zip(self.0.iter().copied()).filter(|(_, n)| *n > 0)

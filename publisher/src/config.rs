@@ -385,6 +385,9 @@ pub struct Tcp {
     /// Seconds a resuming subscriber has to take a replay chunk before it is cut off as slow.
     #[serde(deserialize_with = "units::seconds_within::<_, 10, 3_600_000>", serialize_with = "units::as_seconds")]
     pub replay_timeout: Duration,
+    /// Keep the state of the stream (books, status, day aggregates) for subscribers that join
+    /// with a snapshot; needs the ring (`retransmit.ring_bytes` > 0).
+    pub snapshots: bool,
 }
 
 impl Default for Tcp {
@@ -399,6 +402,7 @@ impl Default for Tcp {
             drain_timeout: Duration::from_secs(10),
             replay_bytes: 16 << 20,
             replay_timeout: Duration::from_secs(10),
+            snapshots: true,
         }
     }
 }

@@ -97,6 +97,8 @@ pub struct Outputs {
     pub protector: Protector,
     /// The publisher's session, in every nonce.
     pub session: u64,
+    /// The state of the frames published to TCP, for snapshots (`tcp.snapshots`).
+    pub state: Option<crate::snapshot::StateKeeper>,
 }
 
 impl Outputs {
@@ -129,7 +131,7 @@ impl Outputs {
             let budget = if coalesce_bytes == 0 { 0 } else { coalesce_bytes.min(limit) };
             (Coalescer::new(envelope, budget), n)
         });
-        Outputs { tcp, udp, nats, ring, protector, session }
+        Outputs { tcp, udp, nats, ring, protector, session, state: None }
     }
 
     fn frame(&mut self, sequence: u64, format: Format, frame: &[u8], stop: &AtomicBool, summary: &mut EngineSummary) {
@@ -153,8 +155,8 @@ impl Outputs {
         }
         if let Some((coalescer, fanout)) = &mut self.tcp {
             // A frame within the record limit always fits: frames are limited far below it.
-            let ring = &self.ring;
-            let _ = coalescer.push(sequence, format, frame, |r| publish(ring, fanout, &r, stop));
+            let (ring, state) = (&self.ring, &mut self.state);
+            let _ = coalescer.push(sequence, format, frame, |r| publish(ring, state, fanout, &r, stop));
         }
     }
 
@@ -175,8 +177,8 @@ impl Outputs {
             coalescer.flush(|d| out.send(d.bytes, stop));
         }
         if let Some((coalescer, fanout)) = &mut self.tcp {
-            let ring = &self.ring;
-            coalescer.flush(|r| publish(ring, fanout, &r, stop));
+            let (ring, state) = (&self.ring, &mut self.state);
+            coalescer.flush(|r| publish(ring, state, fanout, &r, stop));
             fanout.set_position(next_sequence, format);
         }
     }
@@ -185,10 +187,20 @@ impl Outputs {
 /// Hands a record to the fanout. The ring's mark moves first: a subscriber that resumes reads
 /// the mark and joins the fanout under the ring's lock, so it either joins before this record
 /// is sent (and skips it, as the replay up to the mark covers it) or after the mark moved past
-/// it (and the replay covers it): never neither.
-fn publish(ring: &Option<SharedRing>, fanout: &mut Fanout, record: &Sealed, stop: &AtomicBool) {
+/// it (and the replay covers it): never neither. The state for snapshots takes the record's
+/// frames after the mark moved, so it is never ahead of it.
+fn publish(
+    ring: &Option<SharedRing>,
+    state: &mut Option<crate::snapshot::StateKeeper>,
+    fanout: &mut Fanout,
+    record: &Sealed,
+    stop: &AtomicBool,
+) {
     if let Some(ring) = ring {
         lock(ring).set_published(record.next_sequence());
+    }
+    if let Some(state) = state {
+        state.published(record.next_sequence());
     }
     fanout.send(record, stop);
 }
@@ -306,7 +318,7 @@ impl Publishing<'_> {
         self.frame.clear();
         let mut publish_time = 0;
         let messages_before = self.summary.totals.messages;
-        let Publishing { scratch, summary, pacer, by_type, codec, frame, .. } = self;
+        let Publishing { scratch, summary, pacer, by_type, codec, frame, outputs, sequence, .. } = self;
         let encoded = scratch.with(|list| {
             summary.undecodable_messages += collect_segment(&segment, list) as u64;
             // A relayed frame keeps the origin's stamp, and is not paced: it is live.
@@ -318,7 +330,13 @@ impl Publishing<'_> {
                 by_type.add(m.kind());
             }
             summary.totals.messages += list.len() as u64;
-            codec.encode_segment(publish_time, &segment, item.bytes, list, frame)
+            let encoded = codec.encode_segment(publish_time, &segment, item.bytes, list, frame);
+            if encoded.is_ok()
+                && let Some(state) = &mut outputs.state
+            {
+                state.frame(*sequence, list);
+            }
+            encoded
         });
         if let Err(e) = encoded {
             self.summary.unencodable_segments += 1;

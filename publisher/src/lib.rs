@@ -17,6 +17,7 @@
 //! - [`nats`]: datagrams published to a NATS subject stored in a JetStream stream;
 //! - [`retransmit`]: the retransmission service over TCP, answering from the ring of last frames;
 //! - [`ring`]: that ring of last frames, as the hot path and the tasks share it;
+//! - [`snapshot`]: the state of the frames published, for subscribers that join with a snapshot;
 //! - [`stats`]: echoes checked against the frames sent, and round trips;
 //! - [`metrics`]: the Prometheus metrics, copied from the hot path's and the tasks' own counts;
 //! - [`progress`]: progress bars on a terminal (capture replay and the capture tools);
@@ -39,6 +40,7 @@ pub mod relayed;
 pub mod retransmit;
 pub mod ring;
 pub mod run;
+pub mod snapshot;
 pub mod source;
 pub mod stats;
 pub mod stop;

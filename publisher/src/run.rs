@@ -190,6 +190,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_REPLAY_TIMEOUT", help_heading = "TCP")]
     #[serde(rename = "tcp.replay_timeout")]
     pub replay_timeout: Option<f64>,
+    /// TCP: keep the stream's state for subscribers that join with a snapshot [default: true]
+    #[arg(long, value_name = "BOOL", env = "MDRELAY_PUB_SNAPSHOTS", help_heading = "TCP")]
+    #[serde(rename = "tcp.snapshots")]
+    pub snapshots: Option<bool>,
     /// TCP: seconds subscribers get at the end to take what is queued for them.
     #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_DRAIN_TIMEOUT", help_heading = "TCP")]
     #[serde(rename = "tcp.drain_timeout")]
@@ -565,6 +569,11 @@ async fn relay(
     let keep_ring = config.retransmit.ring_bytes > 0 && (config.tcp.is_some() || config.retransmit.listen.is_some());
     let ring: Option<SharedRing> =
         keep_ring.then(|| Arc::new(std::sync::Mutex::new(FrameRing::new(config.retransmit.ring_bytes))));
+    // Snapshots join as a resume from the frame after the state's: they need the ring.
+    let state: Option<crate::snapshot::SharedState> = match (&config.tcp, &ring) {
+        (Some(tcp), Some(_)) if tcp.snapshots => Some(Arc::default()),
+        _ => None,
+    };
     let retransmit = match (config.retransmit.listen, &ring) {
         (Some(listen), Some(ring)) => {
             let listener = tokio::net::TcpListener::bind(listen)
@@ -610,6 +619,8 @@ async fn relay(
                 abort: serving.abort.clone(),
                 tracker: serving.tracker.clone(),
                 ring: ring.clone(),
+                state: state.clone(),
+                protection: config.protection.clone(),
             };
             tokio::spawn(
                 crate::tcp::serve(listener, server, serving.accepting.clone()).instrument(session_span.clone()),
@@ -646,7 +657,8 @@ async fn relay(
         nats: nats_task.as_ref().map(|t| t.counters.clone()),
     });
     let sampler = metrics_sources.clone().map(|sources| tokio::spawn(crate::metrics::sample(sources)));
-    let outputs = Outputs::new(&config, fanout, udp, nats_out, session, ring, protector);
+    let mut outputs = Outputs::new(&config, fanout, udp, nats_out, session, ring, protector);
+    outputs.state = state.map(crate::snapshot::StateKeeper::new);
     // Every listener is bound and every output open: a Type=notify unit is started.
     mdrelay_telemetry::service::ready("relaying");
     mdrelay_telemetry::service::spawn_watchdog();

@@ -29,11 +29,13 @@ use crate::fanout::{ReplayShare, Shared, SubscriberStats};
 use crate::ring::{SharedRing, lock};
 use crate::stats::Echoes;
 use bytes::{Buf, Bytes};
+use mdrelay_codec::{Codec, Limits};
 use mdrelay_proto::relay::echo::EchoGate;
 use mdrelay_proto::relay::server::{
     EchoReader, FeedStep, HandshakeConfig, Join, Refusal, ReplayCursor, ReplayFill, ServerHandshake, SubscriberFeed,
     busy_greeting, plan_join, refusal_record,
 };
+use mdrelay_proto::relay::snapshot::write_snapshot;
 use mdrelay_proto::relay::{Purpose, Resume, Subscribe};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
@@ -70,6 +72,10 @@ pub struct Server {
     pub tracker: TaskTracker,
     /// The last frames, for subscribers that resume.
     pub ring: Option<SharedRing>,
+    /// The state of the frames published, for subscribers that join with a snapshot.
+    pub state: Option<crate::snapshot::SharedState>,
+    /// How frames are sealed: a snapshot's are sealed as the stream's.
+    pub protection: mdrelay_proto::relay::protect::ProtectionSettings,
 }
 
 /// Accepts connections until `stop` is cancelled.
@@ -212,7 +218,10 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, server: Server) {
         }
     };
     let kill = server.abort.child_token();
-    let mut out = join(&server, subscribe.resume);
+    let mut out = match (subscribe.snapshot, subscribe.resume) {
+        (true, Resume::Live) => join_with_snapshot(&server),
+        _ => join(&server, subscribe.resume),
+    };
     match out.replay.map(|r| r.range()) {
         Some((from, to)) => tracing::info!(echo = subscribe.echo, from, to, "subscriber admitted, resuming"),
         None => tracing::info!(echo = subscribe.echo, "subscriber admitted"),
@@ -379,6 +388,59 @@ fn join(server: &Server, resume: Resume) -> Outgoing {
     out.batch.push_back(Bytes::from(format_record));
     out.feed = feed;
     out.replay = ReplayCursor::of(&join);
+    out
+}
+
+/// Joins with a snapshot: a copy of the state, taken under the ring's lock, and the stream from
+/// the frame after it as a resume from there (the ring replays what was published since the
+/// state's frame; the state is never ahead of the ring's mark). Without state or a ring, or
+/// should the ring no longer hold that frame, the subscriber joins live without a snapshot,
+/// which its client reports.
+fn join_with_snapshot(server: &Server) -> Outgoing {
+    let (Some(state), Some(ring)) = (&server.state, &server.ring) else {
+        return join(server, Resume::Live);
+    };
+    let held = lock(ring);
+    // The hot thread never waits for the ring's lock while it holds the state's.
+    let copy = state.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let from = copy.as_of.saturating_add(1);
+    let format = server.shared.position.format();
+    let plan = plan_join(&held, from, format);
+    if plan.gone() > 0 {
+        drop(held);
+        tracing::warn!(
+            as_of = copy.as_of,
+            "the ring no longer holds the frames after the state; joined live without a snapshot"
+        );
+        return join(server, Resume::Live);
+    }
+    let mut out = Outgoing::new(None, server.tcp.slow_subscriber);
+    out.records = server.shared.feed.upgrade().map(|feed| feed.subscribe());
+    drop(held);
+    let Some((feed, format_record)) = SubscriberFeed::resuming(&plan) else {
+        tracing::warn!(as_of = copy.as_of, "the state is ahead of the stream; joined live without a snapshot");
+        return out;
+    };
+    let started = std::time::Instant::now();
+    let mut codec = Codec::new(format, Limits::default());
+    let mut protector = server.protection.protector(mdrelay_codec::DEFAULT_MAX_FRAME);
+    let mut records = Vec::new();
+    let publish_time = mdrelay_runtime::clock::wall_clock_ns();
+    match write_snapshot(&copy, &mut codec, &mut protector, server.shared.session, publish_time, &mut records) {
+        Ok(size) => {
+            tracing::info!(as_of = copy.as_of, symbols = size.symbols, messages = size.messages, frames = size.frames,
+                bytes = size.bytes, took = ?started.elapsed(), "snapshot sent");
+            out.batch.extend(records.into_iter().map(Bytes::from));
+        }
+        Err(error) => {
+            tracing::warn!(as_of = copy.as_of, %error, "snapshot not encodable; joined without one");
+            return join(server, Resume::Live);
+        }
+    }
+    server.shared.counters.replays.fetch_add(1, Ordering::Relaxed);
+    out.batch.push_back(Bytes::from(format_record));
+    out.feed = feed;
+    out.replay = ReplayCursor::of(&plan);
     out
 }
 
@@ -929,6 +991,7 @@ mod tests {
             drain_timeout: Duration::from_secs(1),
             replay_bytes: 1 << 20,
             replay_timeout: Duration::from_secs(1),
+            snapshots: false,
         }
     }
 

@@ -296,6 +296,8 @@ impl TcpUpstream {
                 }
             }
             ClientEvent::Reconnected { attempt } => tracing::info!(upstream = %connect, attempt, "reconnected"),
+            // A relay does not ask its upstream for a snapshot: its state follows what it relays.
+            ClientEvent::Snapshot(_) | ClientEvent::SnapshotMissing { .. } => {}
             ClientEvent::Resumed { from } => {
                 tracing::info!(upstream = %peer, from, "resumed after the last frame received");
             }

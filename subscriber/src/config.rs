@@ -182,6 +182,11 @@ pub struct Cli {
     #[arg(long, env = "MDRELAY_SUB_FROM_START", help_heading = "Recovery")]
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub from_start: bool,
+    /// TCP: join with a snapshot of the state (books, status, the day's aggregates and counts)
+    /// as of a frame, then the stream from the frame after it: the report covers the whole day.
+    #[arg(long, env = "MDRELAY_SUB_SNAPSHOT", help_heading = "TCP")]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub snapshot: bool,
     /// Protection: the publisher adds a CRC-32C to every frame (its `[protection] crc`).
     #[arg(long, env = "MDRELAY_SUB_CRC", help_heading = "Protection")]
     #[serde(skip_serializing_if = "std::ops::Not::not")]

@@ -219,6 +219,19 @@ impl Pipeline {
                 tracing::warn!(missing = count, before = first.saturating_add(count), "frames missing");
             }
             // Counted in the report (recovery, gaps); not worth a warning each.
+            Event::Snapshot(snapshot) => {
+                tracing::info!(
+                    as_of = snapshot.as_of(),
+                    symbols = snapshot.books().len(),
+                    frames = snapshot.frames(),
+                    messages = snapshot.messages(),
+                    "snapshot taken: the stream goes on from the frame after it"
+                );
+                self.stats.snapshot(&snapshot);
+            }
+            Event::SnapshotMissing { reason } => {
+                tracing::warn!("no snapshot: {reason}; counts cover the frames from the first received");
+            }
             Event::GivenUp { frames } => tracing::debug!(frames, "missing frames given up"),
             Event::Recovery(recovery) => recovery_event(recovery),
             Event::Skipped(skipped) => skipped_event(skipped),

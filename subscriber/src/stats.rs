@@ -31,6 +31,8 @@ pub struct Stats {
     aggregator: Aggregator,
     /// Per-symbol state, when the run writes it (`book`).
     books: Option<Books>,
+    /// The frame the snapshot the run started from is as of, if it took one.
+    snapshot_as_of: Option<u64>,
     /// `None` aggregates every symbol.
     filter: Option<SymbolFilter>,
     latency: Histogram<u64>,
@@ -51,6 +53,7 @@ impl Stats {
             types: TypeCounts::new(),
             aggregator: Aggregator::new(),
             books: None,
+            snapshot_as_of: None,
             filter,
             latency: latency_histogram(),
             interval_latency: latency_histogram(),
@@ -71,6 +74,29 @@ impl Stats {
                 books.apply(message);
             }
         }
+    }
+
+    /// Starts from a snapshot: its aggregates, counts and books (when kept) stand for the
+    /// stream up to its frame.
+    pub fn snapshot(&mut self, snapshot: &mdrelay_client::Snapshot) {
+        for (symbol, figures) in snapshot.aggregates() {
+            if self.filter.as_ref().is_none_or(|f| f.matches(symbol.0)) {
+                self.aggregator.add(symbol, &figures);
+            }
+        }
+        let totals = snapshot.totals();
+        self.frames += totals.frames;
+        self.messages += totals.messages;
+        for (&kind, &n) in &totals.by_type {
+            self.types.add_many(kind, n);
+        }
+        if let Some(books) = &mut self.books {
+            *books = snapshot.books().clone();
+            if let Some(filter) = &self.filter {
+                books.retain(|symbol| filter.matches(symbol.0));
+            }
+        }
+        self.snapshot_as_of = Some(snapshot.as_of());
     }
 
     /// Keeps per-symbol state from now on (of the filter's symbols, with a filter).
@@ -206,8 +232,12 @@ impl Stats {
     /// recovery, the lines).
     pub fn report(&self, counters: &Counters, run: RunInfo) -> Report {
         let symbols = self.aggregator.active();
-        let late_join = counters.late_join;
-        let c = counters;
+        // A snapshot stands for every frame up to its own: the stream after it joined nothing
+        // late.
+        let late_join = counters.late_join.filter(|first| self.snapshot_as_of.is_none_or(|n| *first > n + 1));
+        let mut adjusted = counters.clone();
+        adjusted.late_join = late_join;
+        let c = &adjusted;
         let stream_complete = self.stream_complete(c, run.from_start.is_some());
         Report {
             total_trade_volume: symbols.iter().map(|(_, a)| a.trade_volume).sum(),
@@ -226,6 +256,7 @@ impl Stats {
             format_switches: c.format_switches,
             formats_seen: c.formats_seen.iter().map(|f| f.name()).collect(),
             late_join_sequence: late_join,
+            snapshot_as_of: self.snapshot_as_of,
             publisher_totals: c.publisher_totals.clone(),
             totals_match: self.totals_match(c.publisher_totals.as_ref(), late_join),
             stream_complete,
@@ -320,6 +351,9 @@ pub struct Report {
     pub formats_seen: Vec<&'static str>,
     /// The first frame's sequence number when above 1 (the subscriber joined late).
     pub late_join_sequence: Option<u64>,
+    /// The frame the snapshot the run started from was as of (`--snapshot`): its aggregates
+    /// and counts are in the report's, which then cover the whole stream.
+    pub snapshot_as_of: Option<u64>,
     /// The publisher's END totals.
     pub publisher_totals: Option<Totals>,
     /// `null` without an END; else true when the subscriber did not join late, the END does

@@ -75,6 +75,7 @@ fn numbered(tag: RecordTag, sequence: u64) -> String {
         RecordTag::Data => format!("DATA numbered from {sequence}"),
         RecordTag::Format => format!("FORMAT naming {sequence} as the next frame"),
         RecordTag::End => format!("END naming {sequence} as the next frame"),
+        RecordTag::Snapshot => format!("SNAPSHOT as of frame {sequence}"),
         other => format!("{other:?} record"),
     }
 }
@@ -156,6 +157,14 @@ impl Continuity {
             RecordTag::End => match self.expected {
                 Some(expected) if sequence < expected => violation(ViolationKind::Behind),
                 _ => Verdict::Take,
+            },
+            // A snapshot as of frame n comes before the stream, which goes on from frame n + 1.
+            RecordTag::Snapshot => match self.expected {
+                Some(expected) if expected != sequence.saturating_add(1) => violation(ViolationKind::Behind),
+                _ => {
+                    self.expected = Some(sequence.saturating_add(1));
+                    Verdict::Take
+                }
             },
             // Not numbered: nothing to check here (the reader decides whether they belong).
             RecordTag::Refuse | RecordTag::Echo | RecordTag::Busy | RecordTag::Request | RecordTag::Gone => {

@@ -63,6 +63,7 @@ pub mod recovery;
 pub mod ring;
 pub mod server;
 pub mod session;
+pub mod snapshot;
 pub mod unstored;
 pub mod window;
 pub mod wire;

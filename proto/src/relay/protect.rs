@@ -54,6 +54,12 @@ pub const KEY_CHECK_LEN: usize = 4;
 /// The nonce's format byte for an `END`'s totals: no format has this id.
 const END_DOMAIN: u8 = 0xf0;
 
+/// The nonce's format byte for a snapshot's frames: no format has this id either.
+const SNAPSHOT_DOMAIN: u8 = 0xf1;
+
+/// Frames one snapshot may have: their index takes the nonce's last three bytes.
+pub const MAX_SNAPSHOT_FRAMES: u32 = 1 << 24;
+
 /// HKDF's salt: separates the session keys from any other use of the pre-shared key.
 const KDF_SALT: &[u8] = b"mdrelay wire protection v1";
 
@@ -315,6 +321,17 @@ impl Protector {
         n.into()
     }
 
+    /// The nonce of frame `index` of a snapshot as of frame `as_of`: the snapshot's domain byte
+    /// and the index where a stream frame's nonce has its format and three zero bytes, so no
+    /// snapshot frame shares a nonce with a stream frame, an `END` or another snapshot's frame.
+    fn snapshot_nonce(as_of: u64, index: u32) -> Nonce {
+        let mut n = [0u8; 12];
+        n[..8].copy_from_slice(&as_of.to_le_bytes());
+        n[8] = SNAPSHOT_DOMAIN;
+        n[9..].copy_from_slice(&index.to_le_bytes()[..3]);
+        n.into()
+    }
+
     /// The cipher of `session`'s key, derived on the first use of each session.
     fn cipher(&mut self, session: u64) -> Option<&Aes256Gcm> {
         let key = self.key.as_ref()?;
@@ -362,8 +379,31 @@ impl Protector {
         self.open_as(session, next_sequence, END_DOMAIN, sealed, scratch)
     }
 
+    /// Appends frame `index` (below [`MAX_SNAPSHOT_FRAMES`]) of a snapshot as of frame `as_of`,
+    /// protected, to `out`, under a nonce of its own.
+    pub fn seal_snapshot(&mut self, session: u64, as_of: u64, index: u32, frame: &[u8], out: &mut Vec<u8>) {
+        self.seal_nonce(session, Protector::snapshot_nonce(as_of, index), frame, out);
+    }
+
+    /// Opens a snapshot frame sealed by [`Protector::seal_snapshot`].
+    pub fn open_snapshot<'a>(
+        &mut self,
+        session: u64,
+        as_of: u64,
+        index: u32,
+        sealed: &'a [u8],
+        scratch: &'a mut Vec<u8>,
+    ) -> Result<&'a [u8], ProtectError> {
+        self.open_nonce(session, Protector::snapshot_nonce(as_of, index), sealed, scratch)
+    }
+
     #[inline]
     fn seal_as(&mut self, session: u64, sequence: u64, domain: u8, frame: &[u8], out: &mut Vec<u8>) {
+        self.seal_nonce(session, Protector::nonce(sequence, domain), frame, out);
+    }
+
+    #[inline]
+    fn seal_nonce(&mut self, session: u64, nonce: Nonce, frame: &[u8], out: &mut Vec<u8>) {
         if !self.protection.any() {
             out.extend_from_slice(frame);
             return;
@@ -375,7 +415,6 @@ impl Protector {
         let crc = self.protection.crc;
         if let Some(cipher) = self.cipher(session) {
             let body = &mut out[start + LEN_PREFIX..];
-            let nonce = Protector::nonce(sequence, domain);
             // Fails only for a message over the cipher's 64 GiB limit.
             let tag = cipher.encrypt_in_place_detached(&nonce, &[], body).unwrap_or_default();
             out.extend_from_slice(&tag);
@@ -427,6 +466,17 @@ impl Protector {
         sealed: &'a [u8],
         scratch: &'a mut Vec<u8>,
     ) -> Result<&'a [u8], ProtectError> {
+        self.open_nonce(session, Protector::nonce(sequence, domain), sealed, scratch)
+    }
+
+    #[inline]
+    fn open_nonce<'a>(
+        &mut self,
+        session: u64,
+        nonce: Nonce,
+        sealed: &'a [u8],
+        scratch: &'a mut Vec<u8>,
+    ) -> Result<&'a [u8], ProtectError> {
         if !self.protection.any() {
             return Ok(sealed);
         }
@@ -453,7 +503,6 @@ impl Protector {
         let (ciphertext, tag) = body.split_at(body.len() - TAG_LEN);
         scratch.clear();
         scratch.extend_from_slice(ciphertext);
-        let nonce = Protector::nonce(sequence, domain);
         cipher
             .decrypt_in_place_detached(&nonce, &[], scratch, Tag::from_slice(tag))
             .map_err(|_| ProtectError::Authentication)?;

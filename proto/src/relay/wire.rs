@@ -234,6 +234,11 @@ pub struct Subscribe {
     /// The frame protection the subscriber expects (byte 13 of a version-2 answer; zero from a
     /// build without protection): a publisher protecting otherwise refuses it.
     pub protection: Protection,
+    /// A live subscription asks for a snapshot of the state first (flags bit 1, version 2): a
+    /// publisher that keeps state sends `SNAPSHOT` records, then the stream from the frame after
+    /// the snapshot's; one that does not (or an older build, which ignores the bit) serves the
+    /// stream live without them.
+    pub snapshot: bool,
 }
 
 impl Subscribe {
@@ -250,6 +255,7 @@ impl Subscribe {
             purpose: Purpose::Stream,
             resume: Resume::Live,
             protection: Protection::NONE,
+            snapshot: false,
         }
     }
 
@@ -264,6 +270,7 @@ impl Subscribe {
             purpose: Purpose::Stream,
             resume: Resume::Live,
             protection: Protection::NONE,
+            snapshot: false,
             ..self
         }
     }
@@ -278,7 +285,8 @@ impl Subscribe {
         let mut b = vec![0u8; Subscribe::len_of(self.protocol_version)];
         b[..8].copy_from_slice(&SUBSCRIBE_MAGIC);
         b[8..10].copy_from_slice(&self.protocol_version.to_le_bytes());
-        b[10..12].copy_from_slice(&u16::from(self.echo).to_le_bytes());
+        let snapshot = u16::from(self.snapshot && self.protocol_version >= 2) << 1;
+        b[10..12].copy_from_slice(&(u16::from(self.echo) | snapshot).to_le_bytes());
         if self.protocol_version >= 2 {
             b[12] = match self.purpose {
                 Purpose::Stream => 0,
@@ -321,7 +329,8 @@ impl Subscribe {
         if b.len() < len {
             return Err(err(b.len(), format!("answer of {} bytes, version {protocol} has {len}", b.len())).into());
         }
-        let echo = u16_at(b, 10)? & 1 == 1;
+        let flags = u16_at(b, 10)?;
+        let echo = flags & 1 == 1;
         if protocol < 2 {
             return Ok(Subscribe {
                 protocol_version: protocol,
@@ -329,6 +338,7 @@ impl Subscribe {
                 purpose: Purpose::Stream,
                 resume: Resume::Live,
                 protection: Protection::NONE,
+                snapshot: false,
             });
         }
         let purpose = match u8_at(b, 12)? {
@@ -340,7 +350,8 @@ impl Subscribe {
             0 => Resume::Live,
             from => Resume::From(from),
         };
-        Ok(Subscribe { protocol_version: protocol, echo, purpose, resume, protection: protection_at(b, 13)? })
+        let snapshot = flags & 2 == 2;
+        Ok(Subscribe { protocol_version: protocol, echo, purpose, resume, protection: protection_at(b, 13)?, snapshot })
     }
 }
 
@@ -410,6 +421,11 @@ pub enum RecordTag {
     /// Publisher to subscriber, on a recovery connection: frames from the record's sequence on
     /// that are no longer held ([`parse_gone`]); they cannot be recovered.
     Gone = 8,
+    /// Publisher to subscriber, on the stream, before the first `FORMAT` when the answer asked
+    /// for one: frames of a snapshot of the state as of the record's sequence, or with no frames
+    /// (the last of the snapshot's records) the stream's [`Totals`] as of that frame
+    /// ([`super::snapshot`]).
+    Snapshot = 9,
 }
 
 impl RecordTag {
@@ -423,6 +439,7 @@ impl RecordTag {
             6 => RecordTag::Busy,
             7 => RecordTag::Request,
             8 => RecordTag::Gone,
+            9 => RecordTag::Snapshot,
             _ => return None,
         })
     }
@@ -692,6 +709,9 @@ mod tests {
             ..Subscribe::new(false)
         };
         assert_eq!(Subscribe::parse(&resume.to_bytes()).unwrap(), resume);
+        let snapshot = Subscribe { snapshot: true, ..Subscribe::new(true) };
+        assert_eq!(Subscribe::parse(&snapshot.to_bytes()).unwrap(), snapshot);
+        assert!(!Subscribe::parse(&snapshot.negotiated(1).to_bytes()).unwrap().snapshot, "version 1 has no snapshots");
         let request = RetransmitRequest { first: 10, count: 5 };
         let record = request.to_record();
         let header = RecordHeader::parse(&record, 100).unwrap();

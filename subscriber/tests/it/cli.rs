@@ -531,6 +531,7 @@ fn every_setting_is_the_same_from_the_file_its_variable_and_its_flag() {
         Sample { key: "recovery_linger", text: "3", toml: "3", with: UDP_RECOVERY },
         Sample { key: "resume", text: "false", toml: "false", with: TCP },
         Sample { key: "from_start", text: "true", toml: "true", with: TCP },
+        Sample { key: "snapshot", text: "true", toml: "true", with: TCP },
         Sample { key: "symbols", text: "AAPL,IBM", toml: "[\"AAPL\", \"IBM\"]", with: TCP },
         Sample { key: "crc", text: "true", toml: "true", with: TCP },
         Sample { key: "key_file", text: leak(key_file.clone()), toml: quoted(&key_file), with: TCP },

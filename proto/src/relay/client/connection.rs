@@ -151,6 +151,9 @@ pub struct ConnectionConfig {
     pub echo: bool,
     /// Where to start the stream.
     pub resume: ResumePlan,
+    /// Ask for a snapshot of the state before the stream, when the stream starts live (not on
+    /// a resume, nor from the start).
+    pub snapshot: bool,
     /// Time for the greeting to arrive, and then for the answer to be taken, ns.
     pub handshake_timeout_ns: i64,
     /// With it, a connection that receives nothing for this long after its handshake is lost, ns.
@@ -169,6 +172,7 @@ impl ConnectionConfig {
             key,
             echo,
             resume: ResumePlan::default(),
+            snapshot: false,
             handshake_timeout_ns: duration_ns(SUBSCRIBER_HANDSHAKE_TIMEOUT),
             idle_timeout_ns: None,
             read_buffer: STREAM_READ_BUFFER,
@@ -185,6 +189,7 @@ impl ConnectionConfig {
             key: None,
             echo: false,
             resume: ResumePlan { same_session_only: true, ..ResumePlan::default() },
+            snapshot: false,
             handshake_timeout_ns: duration_ns(handshake_timeout),
             idle_timeout_ns: None,
             read_buffer: STREAM_READ_BUFFER,
@@ -200,6 +205,7 @@ impl ConnectionConfig {
             key: None,
             echo: false,
             resume: ResumePlan::default(),
+            snapshot: false,
             handshake_timeout_ns: duration_ns(RECOVERY_HANDSHAKE_TIMEOUT),
             idle_timeout_ns: None,
             read_buffer: RECOVERY_READ_BUFFER,
@@ -395,6 +401,16 @@ pub enum ConnectionEvent<'a> {
     },
     /// A `DATA` record: its frames, 8-aligned for formats that read words in place.
     Data {
+        /// The record's header.
+        header: RecordHeader,
+        /// Its payload.
+        payload: &'a [u8],
+        /// Where the payload starts.
+        payload_at: u64,
+    },
+    /// A `SNAPSHOT` record: frames of a snapshot (8-aligned, as a `DATA` record's), or with no
+    /// frames its closing totals.
+    Snapshot {
         /// The record's header.
         header: RecordHeader,
         /// Its payload.
@@ -887,6 +903,7 @@ impl StreamConnection {
             purpose: role.purpose(),
             resume: wanted,
             protection: self.config.protection,
+            snapshot: self.config.snapshot && *role == Role::Subscriber && wanted == Resume::Live,
             ..Subscribe::new(self.config.echo)
         }
         .negotiated(hello.protocol_version);
@@ -1073,7 +1090,7 @@ impl StreamConnection {
                 self.events.push_back(ConnectionEvent::Resume { asked, offered: header.sequence });
             }
         }
-        if header.tag == RecordTag::Data {
+        if header.tag == RecordTag::Data || (header.tag == RecordTag::Snapshot && !recovery) {
             // Handed out whole at this call or, after the resume check, at the next.
             self.ready = Some((header, total, payload_at));
             return match self.events.pop_front() {
@@ -1138,7 +1155,10 @@ impl StreamConnection {
         } else {
             payload
         };
-        Some(ConnectionEvent::Data { header, payload, payload_at })
+        Some(match header.tag {
+            RecordTag::Snapshot => ConnectionEvent::Snapshot { header, payload, payload_at },
+            _ => ConnectionEvent::Data { header, payload, payload_at },
+        })
     }
 }
 

@@ -1547,6 +1547,7 @@ impl DatagramReceiver {
             }
             ConnectionEvent::Format { .. }
             | ConnectionEvent::Resume { .. }
+            | ConnectionEvent::Snapshot { .. }
             | ConnectionEvent::End { .. }
             | ConnectionEvent::Violation { .. } => {}
         }

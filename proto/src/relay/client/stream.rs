@@ -33,13 +33,15 @@ use super::frames::{FrameReader, FrameVisitor, Origin, Payload, Place, ReaderCon
 use super::quiet::Quiet;
 use crate::backoff::{Backoff, duration_ns};
 use crate::relay::continuity::Violation;
-use crate::relay::protect::{ProtectError, Protection, WireKey};
+use crate::relay::protect::{ProtectError, Protection, Protector, WireKey};
 use crate::relay::session::Greeted;
+use crate::relay::snapshot::{Snapshot, SnapshotReader};
 use crate::relay::wire::{Hello, RecordTag, RelayError, Totals};
 use mdrelay_codec::{Format, SymbolFilter};
 use std::collections::VecDeque;
 use std::fmt;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// First wait before connecting again; it doubles up to the configured cap.
@@ -63,6 +65,9 @@ pub struct StreamClientConfig {
     pub echo_every: Option<u64>,
     /// Ask for the session from its first frame, before anything was received.
     pub from_start: bool,
+    /// Ask for a snapshot of the state before the stream, on a connection that starts live before
+    /// anything was received ([`ClientEvent::Snapshot`]).
+    pub snapshot: bool,
     /// A reconnection to the same session asks for the frames after the highest received (true
     /// for every client by default); without it, a reconnection takes the stream live and the
     /// frames sent while away are lost.
@@ -92,6 +97,7 @@ impl StreamClientConfig {
             symbols: None,
             echo_every: None,
             from_start: false,
+            snapshot: false,
             resume: true,
             reconnect_max_ns: duration_ns(reconnect_max),
             give_up_after_ns: None,
@@ -118,6 +124,7 @@ impl StreamClientConfig {
             symbols: None,
             echo_every: None,
             from_start: false,
+            snapshot: false,
             resume: true,
             reconnect_max_ns: duration_ns(reconnect_max),
             give_up_after_ns: Some(duration_ns(give_up_after)),
@@ -239,6 +246,14 @@ pub enum ClientEvent {
     },
     /// The publisher's `END`.
     End(EndOfStream),
+    /// The snapshot asked for, read whole: the stream goes on from the frame after it.
+    Snapshot(Arc<Snapshot>),
+    /// The snapshot asked for could not be read (the stream goes on without it), or the
+    /// publisher sent none (`why` is `None`: it keeps no state, or is an older build).
+    SnapshotMissing {
+        /// Why it could not be read, and where.
+        why: Option<String>,
+    },
     /// A connection attempt failed; the next one is in `retry_in` ns.
     ConnectFailed {
         /// Why, for a relay (its connection error, or the handshake that failed, which it logs
@@ -334,6 +349,10 @@ pub struct StreamClient {
     /// Records and bytes taken since the program was last given something.
     quiet: Quiet,
     counts: ClientCounts,
+    /// The snapshot being read, when this connection's answer asked for one.
+    snapshot: Option<Box<SnapshotReader>>,
+    /// Whether a snapshot was taken (or given up): later connections do not ask again.
+    snapshot_done: bool,
 }
 
 fn plus(a: ConnectionCounts, b: ConnectionCounts) -> ConnectionCounts {
@@ -367,6 +386,8 @@ impl StreamClient {
         }
         let violation_backoff = backoff.clone();
         StreamClient {
+            snapshot: None,
+            snapshot_done: false,
             reach: relay.then_some(Reach { started: 0, attempt: 0, reconnecting: false }),
             config,
             reader,
@@ -508,6 +529,7 @@ impl StreamClient {
         config.idle_timeout_ns = self.config.idle_timeout_ns;
         config.read_buffer = self.config.read_buffer;
         config.resume = self.plan();
+        config.snapshot = self.config.snapshot && !self.snapshot_done && self.reader.first_frame().is_none();
         self.hello = None;
         self.conn = Some(Box::new(StreamConnection::new(config, now)));
         self.phase = Phase::Connected { established_seen: false, streaming: false };
@@ -721,6 +743,9 @@ impl StreamClient {
                 unreached_since,
                 end,
                 quiet,
+                snapshot,
+                snapshot_done,
+                config,
                 ..
             } = self;
             let (Phase::Connected { established_seen, streaming }, Some(conn)) = (phase, conn.as_deref_mut()) else {
@@ -758,9 +783,18 @@ impl StreamClient {
             // which counts it) or a frame or format for the visitor.
             let events_before = events.len();
             let mut gave = false;
+            if matches!(event, ConnectionEvent::Format { .. } | ConnectionEvent::Data { .. })
+                && let Some(reader) = snapshot.take()
+            {
+                // The stream began without the snapshot asked for (or before its end).
+                *snapshot_done = true;
+                let why = reader.started().then(|| "the stream began before the snapshot's closing record".to_string());
+                events.push_back(ClientEvent::SnapshotMissing { why });
+            }
             match event {
-                ConnectionEvent::Greeted { hello: greeting, resume, .. } => {
+                ConnectionEvent::Greeted { hello: greeting, resume, answer } => {
                     *hello = Some(greeting);
+                    *snapshot = answer.snapshot.then(Box::default);
                     let first = session.is_none();
                     if first {
                         *session = Some(greeting.session);
@@ -785,6 +819,34 @@ impl StreamClient {
                         other => other,
                     };
                     events.push_back(ClientEvent::Greeted { hello: greeting, resume, first });
+                }
+                ConnectionEvent::Snapshot { header, payload, payload_at } => {
+                    gave = true;
+                    match snapshot.as_deref_mut() {
+                        None => events.push_back(ClientEvent::OutOfPlace { tag: RecordTag::Snapshot, at: payload_at }),
+                        Some(reader) => {
+                            let mut protector = Protector::new(
+                                config.protection.crc,
+                                config.key.as_ref(),
+                                mdrelay_codec::Limits::default().max_frame,
+                            );
+                            match reader.record(&header, payload, &mut protector, stream_session, Default::default()) {
+                                Ok(None) => {}
+                                Ok(Some(read)) => {
+                                    *snapshot = None;
+                                    *snapshot_done = true;
+                                    events.push_back(ClientEvent::Snapshot(Arc::new(read)));
+                                }
+                                Err(error) => {
+                                    *snapshot = None;
+                                    *snapshot_done = true;
+                                    let why =
+                                        format!("{error} (record at stream byte {})", payload_at.saturating_sub(16));
+                                    events.push_back(ClientEvent::SnapshotMissing { why: Some(why) });
+                                }
+                            }
+                        }
+                    }
                 }
                 ConnectionEvent::Format { format, first_sequence, .. } => {
                     if !relay {

@@ -46,7 +46,7 @@ fn feed(hs: &mut ServerHandshake, bytes: &[u8], cuts: &[usize]) -> usize {
 }
 
 fn answer(resume: Resume, purpose: Purpose, protection: Protection) -> Vec<u8> {
-    Subscribe { protocol_version: 2, echo: true, purpose, resume, protection }.to_bytes()
+    Subscribe { protocol_version: 2, echo: true, purpose, resume, protection, snapshot: false }.to_bytes()
 }
 
 fn refusal(hs: &ServerHandshake) -> Refusal {
