@@ -1,13 +1,19 @@
-//! `--book`: the final books and symbol state a subscriber writes, from a real publisher
-//! replaying IEX's DEEP sample, equal to the independent reference reader's (`iexbook.py`,
-//! `expected/DEEP10.book.json`), whole or for a symbol filter; and a path it cannot write is
-//! refused before it connects.
+//! `--book` and `--snapshot`: the final books and symbol state a subscriber writes, from a real
+//! publisher replaying IEX's DEEP sample, equal to the independent reference reader's
+//! (`iexbook.py`, `expected/DEEP10.book.json`), whole or for a symbol filter, and for a
+//! subscriber that joins mid-stream with a snapshot, in several formats and protections, whose
+//! report then equals the reference for the whole day (`expected/DEEP10.json`); a publisher
+//! that keeps no state is said so and the joiner is judged from where it joined; a book path
+//! that cannot be written is refused before connecting.
 
 use mdrelay_harness::{
-    Process, STEP, assert_books_match, expected, iex_data, json_file, publisher_bin, shared, subscriber_bin,
+    Process, STEP, assert_aggregates, assert_books_match, expected, iex_data, json_file, publisher_bin, serial, shared,
+    subscriber_bin,
 };
+use serde_json::Value;
 use std::net::TcpListener;
-use std::path::Path;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The longest a relay of DEEP10 may take (a few seconds; far longer only if something hangs).
@@ -78,4 +84,106 @@ fn a_book_path_that_cannot_be_written_is_refused_before_connecting() {
         assert!(done.stderr.contains(&says), "{book}: wanted {says:?}: {done:?}");
     }
     assert!(listener.accept().is_err(), "refused before connecting");
+}
+
+/// A key file of `byte` repeated, readable by its owner only.
+fn key_file(dir: &Path, byte: u8) -> PathBuf {
+    let path = dir.join("wire.key");
+    std::fs::write(&path, format!("{byte:02x}").repeat(32) + "\n").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
+/// What a subscriber that joined mid-stream wrote: its report and its book file.
+struct Joined {
+    report: Value,
+    book: Value,
+    stderr: String,
+}
+
+/// DEEP10 paced at 400,000 messages a second in `format` under `protection` (`crc`, and a key
+/// when `encrypted`), with `publisher_extra` arguments; an early subscriber starts it, and once
+/// it has 5,000 frames a second one joins with `joiner_extra` (`--snapshot`, say). Both must end
+/// well; the joiner's report and book are returned, after checking the early one took the whole
+/// day.
+fn join_mid_stream(
+    format: &str,
+    crc: bool,
+    encrypted: bool,
+    publisher_extra: &[&str],
+    joiner_extra: &[&str],
+) -> Joined {
+    let dir = tempfile::tempdir().unwrap();
+    let deep10 = text(&iex_data().join("DEEP10.pcap.gz"));
+    let mut protection = format!("[protection]\ncrc = {crc}\n");
+    let mut sub_protection: Vec<String> = if crc { vec!["--crc".into()] } else { vec![] };
+    if encrypted {
+        let key = text(&key_file(dir.path(), 0x5a));
+        protection += &format!("key_file = {key:?}\n");
+        sub_protection.extend(["--key-file".into(), key]);
+    }
+    let config = dir.path().join("publisher.toml");
+    std::fs::write(&config, protection).unwrap();
+    let config = text(&config);
+    let args = ["run", "--config", &config, "--capture", &deep10, "--format", format, "--tcp", "127.0.0.1:0"];
+    let pacing = ["--pacing", "rate", "--rate", "400000", "--wait-subscribers", "1", "--slow-subscriber", "block"];
+    let mut publisher = Process::start(publisher_bin(), args.iter().chain(&pacing).chain(publisher_extra));
+    let addr = publisher.serving_on().to_string();
+    let early_json = text(&dir.path().join("early.json"));
+    let early_args = ["--tcp", &addr, "--json", &early_json, "--report-interval", "100ms"];
+    let mut early =
+        Process::start(subscriber_bin(), early_args.iter().map(|s| s.to_string()).chain(sub_protection.clone()));
+    early.wait_for_frames(5_000);
+    let (book, json) = (text(&dir.path().join("book.json")), text(&dir.path().join("joiner.json")));
+    let joiner_args = ["--tcp", &addr, "--book", &book, "--json", &json, "--report-interval", "0"];
+    let joiner = Process::start(
+        subscriber_bin(),
+        joiner_args.iter().chain(joiner_extra).map(|s| s.to_string()).chain(sub_protection),
+    );
+    publisher.finish(RUN).assert_success();
+    early.finish(RUN).assert_success();
+    let joined = joiner.finish(RUN);
+    joined.assert_success();
+    let early_report = json_file(Path::new(&early_json));
+    assert_eq!(early_report["totals_match"], true, "the early subscriber took the whole day: {early_report}");
+    Joined { report: json_file(Path::new(&json)), book: json_file(Path::new(&book)), stderr: joined.stderr }
+}
+
+#[test]
+fn a_late_joiner_with_a_snapshot_has_the_whole_days_books_and_report_in_every_protection() {
+    let _serial = serial();
+    let (books, day) = (expected("DEEP10.book.json"), expected("DEEP10.json"));
+    for (format, crc, encrypted) in [("sbe", true, true), ("capnp-packed", false, false), ("json", true, false)] {
+        let context = format!("{format}, crc {crc}, encrypted {encrypted}");
+        let joined = join_mid_stream(format, crc, encrypted, &[], &["--snapshot"]);
+        let r = &joined.report;
+        let as_of = r["snapshot_as_of"].as_u64().unwrap_or_else(|| panic!("{context}: no snapshot: {r}"));
+        assert!(as_of >= 5_000, "{context}: joined mid-stream, at frame {as_of}");
+        assert_eq!(r["late_join_sequence"], Value::Null, "{context}: the snapshot stands for the frames before");
+        assert_eq!((&r["totals_match"], &r["stream_complete"]), (&true.into(), &true.into()), "{context}: {r}");
+        assert_aggregates(r, &day, &context);
+        for key in ["messages", "message_types"] {
+            assert_eq!(r[key], day[key], "{context}: {key}");
+        }
+        assert_eq!((&r["gaps"], &r["duplicates"]), (&0.into(), &0.into()), "{context}: no gap, no duplicate");
+        assert_books_match(&joined.book, &books, &context);
+        assert_eq!(joined.book["messages_applied"], books["messages_applied"], "{context}");
+    }
+}
+
+#[test]
+fn a_publisher_without_state_says_so_and_the_joiner_is_judged_from_where_it_joined() {
+    let _serial = serial();
+    let joined = join_mid_stream("sbe", false, false, &["--snapshots", "false"], &["--snapshot"]);
+    let r = &joined.report;
+    assert!(joined.stderr.contains("no snapshot: the publisher sent no snapshot"), "{}", joined.stderr);
+    assert_eq!(r["snapshot_as_of"], Value::Null, "{r}");
+    let first = r["late_join_sequence"].as_u64().unwrap_or_else(|| panic!("a late join: {r}"));
+    assert!(first > 5_000, "joined at frame {first}");
+    assert_eq!((&r["totals_match"], &r["stream_complete"]), (&false.into(), &true.into()), "{r}");
+    // The book holds what the stream brought from the join on, not the day's.
+    assert!(
+        joined.book["messages_applied"].as_u64().unwrap()
+            < expected("DEEP10.book.json")["messages_applied"].as_u64().unwrap()
+    );
 }

@@ -652,3 +652,119 @@ fn records_that_give_nothing_owe_the_caller_a_turn_after_each_budget_and_frames_
     let turns = events.iter().filter(|e| matches!(e, ClientEvent::Quiet)).count();
     assert!((2..=3).contains(&turns), "{turns} turns for 3 MiB: {events:?}");
 }
+
+/// A state with books for two symbols, as of frame `as_of`.
+fn small_state(as_of: u64) -> crate::relay::snapshot::MarketState {
+    use mdrelay_iex::message::{Message, PriceLevelUpdate, Side, Trade};
+    use mdrelay_iex::price::{Price, Symbol};
+    let mut state = crate::relay::snapshot::MarketState::new();
+    let level = |symbol: &str, side, price, size| {
+        Message::PriceLevelUpdate(PriceLevelUpdate {
+            side,
+            event_flags: 1,
+            timestamp: 1,
+            symbol: Symbol::new(symbol).unwrap(),
+            size,
+            price: Price(price),
+        })
+    };
+    let trade = Message::TradeReport(Trade {
+        sale_condition: 0,
+        timestamp: 2,
+        symbol: Symbol::new("ZIEXT").unwrap(),
+        size: 100,
+        price: Price(990_000),
+        trade_id: 7,
+    });
+    let messages = [level("ZIEXT", Side::Buy, 990_000, 300), level("ZXIET", Side::Sell, 120_000, 50), trade];
+    state.apply_frame(as_of, &messages);
+    state
+}
+
+/// A publisher's bytes for a subscriber that asked for a snapshot: greeting, the snapshot as of
+/// `as_of` (when given), FORMAT naming `from`, frames `from..to`, END.
+fn publisher_with_snapshot(frames: &[Vec<u8>], format: Format, as_of: Option<u64>, from: u64, to: u64) -> Vec<u8> {
+    let mut b = Hello::new(format, SESSION, 1, from).to_bytes().to_vec();
+    if let Some(as_of) = as_of {
+        let mut records = Vec::new();
+        let mut codec = mdrelay_codec::Codec::new(format, mdrelay_codec::Limits::default());
+        let state = small_state(as_of);
+        crate::relay::snapshot::write_snapshot(&state, &mut codec, &mut Protector::none(), SESSION, 1, &mut records)
+            .unwrap();
+        b.extend(records.concat());
+    }
+    let rest = publisher(frames, format, SESSION, from, to, true);
+    b.extend(&rest[Hello::LEN..]);
+    b
+}
+
+fn snapshot_subscriber() -> StreamClient {
+    let mut config = StreamClientConfig::subscriber(Protection::NONE, None, Duration::from_secs(5));
+    config.snapshot = true;
+    StreamClient::new(config)
+}
+
+#[test]
+fn a_snapshot_comes_whole_before_the_frames_after_it_in_any_split() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::FlatBuffers, 40);
+    let bytes = publisher_with_snapshot(&frames, Format::FlatBuffers, Some(20), 21, 41);
+    for seed in 0..20 {
+        let mut client = snapshot_subscriber();
+        assert_eq!(client.poll_action(0), ClientAction::Connect);
+        client.connected(peer(), 0);
+        let mut notes = Notes::default();
+        let cuts = if seed == 0 { (1..bytes.len()).collect() } else { random_cuts(bytes.len(), seed) };
+        let (events, written) = drive(&mut client, &bytes, &cuts, 0, false, &mut notes);
+        assert!(answer(&written).snapshot, "the answer asks for a snapshot");
+        let snapshots: Vec<_> =
+            events.iter().filter_map(|e| if let ClientEvent::Snapshot(s) = e { Some(s) } else { None }).collect();
+        assert_eq!(snapshots.len(), 1, "seed {seed}: {events:?}");
+        let snapshot = snapshots[0];
+        assert_eq!(snapshot.state.as_of, 20);
+        assert_eq!(snapshot.totals.frames, 1);
+        let ziext = snapshot.state.books.get(&mdrelay_iex::price::Symbol::new("ZIEXT").unwrap()).unwrap();
+        assert_eq!(ziext.best_bid().map(|l| (l.price.0, l.size)), Some((990_000, 300)));
+        assert_eq!(ziext.last_trade.map(|t| t.trade_id), Some(7));
+        assert_eq!(notes.sequences(), (21..=40).collect::<Vec<_>>(), "seed {seed}");
+        assert_eq!(client.reader().tracker().counts().lost, 0);
+        assert!(matches!(events.last(), Some(ClientEvent::Finished(Finish::End))), "{events:?}");
+    }
+}
+
+#[test]
+fn a_stream_without_the_snapshot_asked_for_is_said_so_and_taken() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 10);
+    let bytes = publisher_with_snapshot(&frames, Format::Sbe, None, 1, 11);
+    let mut client = snapshot_subscriber();
+    assert_eq!(client.poll_action(0), ClientAction::Connect);
+    client.connected(peer(), 0);
+    let mut notes = Notes::default();
+    let (events, _) = drive(&mut client, &bytes, &[], 0, false, &mut notes);
+    assert!(events.contains(&ClientEvent::SnapshotMissing { why: None }), "{events:?}");
+    assert_eq!(notes.sequences(), (1..=10).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_snapshot_not_asked_for_is_skipped_and_one_the_stream_goes_behind_is_a_violation() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 10);
+    // Not asked for: skipped by its length, the stream taken.
+    let bytes = publisher_with_snapshot(&frames, Format::Sbe, Some(0), 1, 11);
+    let mut client = subscriber();
+    assert_eq!(client.poll_action(0), ClientAction::Connect);
+    client.connected(peer(), 0);
+    let mut notes = Notes::default();
+    let (events, written) = drive(&mut client, &bytes, &[], 0, false, &mut notes);
+    assert!(!answer(&written).snapshot);
+    assert!(events.iter().any(|e| matches!(e, ClientEvent::OutOfPlace { tag: RecordTag::Snapshot, .. })), "{events:?}");
+    assert!(!events.iter().any(|e| matches!(e, ClientEvent::Snapshot(_))));
+    assert_eq!(notes.sequences(), (1..=10).collect::<Vec<_>>());
+    // A snapshot as of frame 5 followed by a stream from frame 3: frames it already stands for.
+    let bytes = publisher_with_snapshot(&frames, Format::Sbe, Some(5), 3, 11);
+    let mut client = snapshot_subscriber();
+    assert_eq!(client.poll_action(0), ClientAction::Connect);
+    client.connected(peer(), 0);
+    let mut notes = Notes::default();
+    let (events, _) = drive(&mut client, &bytes, &[], 0, false, &mut notes);
+    assert!(events.iter().any(|e| matches!(e, ClientEvent::Violation { .. })), "{events:?}");
+    assert!(notes.sequences().iter().all(|s| *s > 5), "no frame the snapshot stands for: {:?}", notes.sequences());
+}
