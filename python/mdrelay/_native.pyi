@@ -463,6 +463,10 @@ class Subscriber(Iterator[Union[Message, StreamEvent]]):
         # over UDP owed (frames before the first received count as missing, and recovery asks for
         # them), over NATS replayed from nats_stream.
         from_start: bool = False,
+        # TCP: join with a snapshot of the state (every symbol's book and status, the day's aggregates
+        # and counts) as of a frame, then the stream from the frame after it, with no gap and no
+        # duplicate (Event::Snapshot). Asked on the first connection only: a reconnection resumes.
+        snapshot: bool = False,
         # Decode only these symbols' messages (1 to 8 ASCII characters each); the others are skipped
         # while decoding, as early as the format allows, and only counted by type (see
         # Frame::skipped).
