@@ -1,7 +1,9 @@
 //! Book state from the real DEEP capture equals the independent reference reader's
 //! (`iexbook.py`): every symbol's levels, status and last trade, at the end of the capture and
-//! part-way through it.
+//! part-way through it; and once every symbol's book has been as deep as it gets, applying
+//! messages allocates nothing.
 
+use mdrelay_harness::alloc::count_allocations;
 use mdrelay_harness::{assert_books_match, expected, iex_data};
 use mdrelay_iex::book::Books;
 use mdrelay_iex::capture::CaptureReader;
@@ -51,4 +53,44 @@ fn deep10_books_at_the_end_equal_the_reference() {
 #[test]
 fn deep10_books_after_200000_messages_equal_the_reference() {
     check(&books_of("DEEP10.pcap.gz", Some(200_000)), "DEEP10.book-after-200000.json");
+}
+
+#[test]
+fn a_third_pass_over_the_day_allocates_nothing() {
+    let mut payloads = Vec::new();
+    let mut reader = CaptureReader::open(iex_data().join("DEEP10.pcap.gz")).unwrap();
+    while let Some(packet) = reader.next_packet().unwrap() {
+        if let Ok(datagram) = link::udp_datagram(packet.link_type, packet.data) {
+            payloads.push(datagram.payload.to_vec());
+        }
+    }
+    let apply_all = |books: &mut Books| {
+        for payload in &payloads {
+            let Ok(segment) = Segment::parse(payload) else { continue };
+            for block in segment.blocks().flatten() {
+                if let Ok(message) = Message::parse(block) {
+                    books.apply(&message);
+                }
+            }
+        }
+    };
+    let mut books = Books::new();
+    apply_all(&mut books);
+    let levels: usize = books.iter().map(|(_, b)| b.bids().len() + b.asks().len()).sum();
+    assert!(levels > 500, "the day leaves books to keep: {levels} levels");
+    // The day again, from the books it left: they may grow deeper than the first pass made them.
+    apply_all(&mut books);
+    // Once more: every level it sets was set (and its room made) in the passes before.
+    let ((), allocations) = count_allocations(|| apply_all(&mut books));
+    assert_eq!(allocations.count, 0, "{allocations:?}");
+}
+
+#[test]
+fn the_memory_the_docs_state_per_symbol_and_per_level_holds() {
+    // book.rs and docs/operations.md: about 350 bytes a symbol (its entry, its map slot), 16 a
+    // level.
+    let entry = std::mem::size_of::<(mdrelay_iex::Symbol, mdrelay_iex::SymbolBook)>();
+    let slot = std::mem::size_of::<(mdrelay_iex::Symbol, u32)>() + 1;
+    assert!(entry + slot <= 350, "{entry} + {slot} bytes a symbol");
+    assert_eq!(std::mem::size_of::<mdrelay_iex::Level>(), 16);
 }

@@ -601,7 +601,8 @@ fn every_setting_is_the_same_from_the_file_its_variable_and_its_flag() {
         let (leaf, flag) = (sample.key.rsplit('.').next().unwrap(), sample.key.replace(['_', '.'], "-"));
         let variable = format!("MDRELAY_SUB_{}", sample.key.replace('.', "_").to_uppercase());
         let config = file("sub.toml", &format!("# {}\n{} = {}\n", sample.key, sample.key, sample.toml));
-        let switch = sample.text == "true" && ["from_start", "snapshot", "crc", "record_overwrite"].contains(&sample.key);
+        let switch =
+            sample.text == "true" && ["from_start", "snapshot", "crc", "record_overwrite"].contains(&sample.key);
         let flag_args: Vec<String> = match switch {
             true => vec![format!("--{flag}")],
             false => vec![format!("--{flag}"), sample.text.to_string()],
