@@ -155,4 +155,19 @@ impl Counters {
             && self.messages == totals.messages
             && totals.by_type.iter().filter(|(_, n)| **n > 0).eq(self.messages_by_type.iter())
     }
+
+    /// [`Counters::matches`] for a subscriber that joined with a snapshot as of frame `as_of`,
+    /// whose totals up to it were `before`: what was taken after it and the snapshot's counts
+    /// together are everything the `totals` say, and the stream started at the frame after it.
+    pub(crate) fn matches_after_snapshot(&self, totals: &Totals, as_of: u64, before: &Totals) -> bool {
+        let mut by_type = before.by_type.clone();
+        for (kind, n) in &self.messages_by_type {
+            *by_type.entry(*kind).or_default() += n;
+        }
+        self.late_join.is_none_or(|first| first == as_of.saturating_add(1))
+            && !totals.truncated
+            && self.frames + before.frames == totals.frames
+            && self.messages + before.messages == totals.messages
+            && totals.by_type.iter().filter(|(_, n)| **n > 0).eq(by_type.iter().filter(|(_, n)| **n > 0))
+    }
 }

@@ -404,7 +404,8 @@ pub struct End {
     /// Every frame and message the publisher sent arrived: the frames, messages and messages by
     /// type taken equal its totals, nothing was lost, and the publisher's own stream was whole
     /// (a relay that lost its upstream says it was not). False for a subscriber that joined
-    /// late.
+    /// late, unless it joined with a [`Snapshot`], whose counts then stand for the frames up to
+    /// it.
     pub complete: bool,
 }
 

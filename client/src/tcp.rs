@@ -45,6 +45,9 @@ pub(crate) struct TcpDriver {
     /// The last write found the socket full: wait for room too.
     blocked_write: bool,
     end: Option<(u64, Option<Totals>)>,
+    /// The snapshot taken: its frame and the stream's totals up to it, which the end's verdict
+    /// counts with what came after it.
+    snapshot: Option<(u64, Totals)>,
     clock: Clock,
     poller: Poller,
     /// The machine owes the caller a turn: yield to the runtime before going on.
@@ -86,6 +89,7 @@ impl TcpDriver {
             last_error: String::new(),
             blocked_write: false,
             end: None,
+            snapshot: None,
             clock,
             poller: Poller::new(settings.idle),
             turn_due: false,
@@ -282,7 +286,10 @@ impl TcpDriver {
                     }))
                 }
                 ClientEvent::End(eos) => self.end = Some((eos.next_sequence, eos.totals.ok())),
-                ClientEvent::Snapshot(snapshot) => out.notice(Event::Snapshot(Snapshot::new(snapshot))),
+                ClientEvent::Snapshot(snapshot) => {
+                    self.snapshot = Some((snapshot.state.as_of, snapshot.totals.clone()));
+                    out.notice(Event::Snapshot(Snapshot::new(snapshot)))
+                }
                 ClientEvent::SnapshotMissing { why } => out.notice(Event::SnapshotMissing {
                     reason: why.unwrap_or_else(|| {
                         "the publisher sent no snapshot: it keeps no state (tcp.snapshots = false, or no ring), or is an older build".into()
@@ -312,7 +319,10 @@ impl TcpDriver {
                         Finish::End => {
                             let (next_sequence, totals) = self.end.take().unwrap_or((0, None));
                             let counters = self.counters_with(out);
-                            let complete = totals.as_ref().is_some_and(|t| counters.matches(t));
+                            let complete = totals.as_ref().is_some_and(|t| match &self.snapshot {
+                                Some((as_of, before)) => counters.matches_after_snapshot(t, *as_of, before),
+                                None => counters.matches(t),
+                            });
                             out.notice(Event::End(End { totals, next_sequence, complete }));
                         }
                         Finish::Refused(closed) => return Err(refusal(closed, self.peer)),

@@ -57,4 +57,6 @@ __all__ = [
     "Connected",
     "Notice",
     "End",
+    "Snapshot",
+    "Book",
 ]

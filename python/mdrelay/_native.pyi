@@ -334,7 +334,45 @@ class End:
     def __new__(cls, *, complete: bool, next_sequence: int, publisher_frames: Optional[int], publisher_messages: Optional[int]) -> End: ...
     def __eq__(self, other: object, /) -> bool: ...
 
-StreamEvent = Union[Gap, GivenUp, Recovered, FormatChanged, Restarted, Connected, Notice, End]
+@final
+class Snapshot:
+    """TCP: the snapshot asked for (`snapshot=True`) came: the books and the day's counts are as
+    of frame `as_of`, and the messages that follow are the stream's from the frame after it."""
+
+    as_of: int
+    symbols: int
+    messages: int
+    def __new__(cls, *, as_of: int, symbols: int, messages: int) -> Snapshot: ...
+    def __eq__(self, other: object, /) -> bool: ...
+
+@final
+class Book:
+    """One symbol's book and status as the messages received so far leave them (a snapshot's
+    included): price levels as `(price, size)` pairs, best first, prices in 1/10,000 dollars."""
+
+    symbol: str
+    bids: List[Tuple[int, int]]
+    asks: List[Tuple[int, int]]
+    consistent: Optional[bool]
+    trading_status: Optional[str]
+    operational_halt: Optional[str]
+    short_sale_test: Optional[bool]
+    last_trade: Optional[Tuple[int, int]]
+    def __new__(
+        cls,
+        *,
+        symbol: str,
+        bids: List[Tuple[int, int]],
+        asks: List[Tuple[int, int]],
+        consistent: Optional[bool],
+        trading_status: Optional[str],
+        operational_halt: Optional[str],
+        short_sale_test: Optional[bool],
+        last_trade: Optional[Tuple[int, int]],
+    ) -> Book: ...
+    def __eq__(self, other: object, /) -> bool: ...
+
+StreamEvent = Union[Gap, GivenUp, Recovered, FormatChanged, Restarted, Connected, Notice, End, Snapshot]
 """Anything that happened to the stream."""
 
 @final
@@ -524,6 +562,12 @@ class Subscriber(Iterator[Union[Message, StreamEvent]]):
         """Arrow record batches of the stream's messages, per message type."""
     def counters(self) -> Dict[str, Any]:
         """What was counted so far, and the publisher's totals once its end of stream came."""
+    def book(self, symbol: str) -> Optional[Book]:
+        """One symbol's book and status as the messages received so far leave them (a
+        snapshot's included), or None when it has none."""
+    def books(self) -> pyarrow.RecordBatch:
+        """Every symbol's price levels: `symbol`, `side` ("buy" or "sell"), `price` (int64,
+        1/10,000 dollars) and `size`, by symbol, each side best first."""
     @property
     def local_addrs(self) -> List[str]:
         """UDP and multicast: the local addresses the lines receive on."""

@@ -52,6 +52,18 @@ impl ReprField for String {
     }
 }
 
+impl<A: ReprField, B: ReprField> ReprField for (A, B) {
+    fn repr(&self) -> String {
+        format!("({}, {})", self.0.repr(), self.1.repr())
+    }
+}
+
+impl<T: ReprField> ReprField for Vec<T> {
+    fn repr(&self) -> String {
+        format!("[{}]", self.iter().map(ReprField::repr).collect::<Vec<_>>().join(", "))
+    }
+}
+
 impl<T: ReprField> ReprField for Option<T> {
     fn repr(&self) -> String {
         self.as_ref().map_or_else(|| "None".to_string(), ReprField::repr)
@@ -464,6 +476,62 @@ py_record!(
     }
 );
 
+py_record!(
+    /// TCP: the snapshot asked for (`snapshot=True`) came: the books (`Subscriber.book`,
+    /// `Subscriber.books`) and the day's counts are as of frame `as_of`, and the messages that
+    /// follow are the stream's from the frame after it.
+    Snapshot {
+        /// The last frame the snapshot includes.
+        as_of: u64,
+        /// Symbols it gave state for.
+        symbols: u64,
+        /// Messages of the stream up to `as_of`.
+        messages: u64,
+    }
+);
+py_record!(
+    /// One symbol's book and status, as the messages received so far leave them (a snapshot's
+    /// included): price levels as `(price, size)` pairs, best first, prices in 1/10,000
+    /// dollars.
+    Book {
+        /// The symbol.
+        symbol: String,
+        /// Buy levels, highest price first.
+        bids: Vec<(i64, u64)>,
+        /// Sell levels, lowest price first.
+        asks: Vec<(i64, u64)>,
+        /// Whether the last price level update completed an event (None before any).
+        consistent: Option<bool>,
+        /// The last trading status (H halted, O order acceptance, P paused, T trading).
+        trading_status: Option<String>,
+        /// The last operational halt status (O halted, N not).
+        operational_halt: Option<String>,
+        /// Whether the short-sale price test is in effect.
+        short_sale_test: Option<bool>,
+        /// The last trade report, `(price, size)`.
+        last_trade: Option<(i64, u64)>,
+    }
+);
+
+impl Book {
+    /// The Python record of one symbol's state.
+    pub fn of(symbol: mdrelay_client::Symbol, book: &mdrelay_client::SymbolBook) -> Book {
+        let pairs = |levels: &mut dyn Iterator<Item = mdrelay_client::Level>| {
+            levels.map(|l| (l.price.0, u64::from(l.size))).collect::<Vec<_>>()
+        };
+        Book {
+            symbol: symbol.to_text(),
+            bids: pairs(&mut book.bids()),
+            asks: pairs(&mut book.asks()),
+            consistent: book.consistent,
+            trading_status: book.trading_status.map(|m| code(m.status)),
+            operational_halt: book.operational_halt.map(|m| code(m.status)),
+            short_sale_test: book.short_sale_test.map(|m| m.in_effect != 0),
+            last_trade: book.last_trade.map(|t| (t.price.0, u64::from(t.size))),
+        }
+    }
+}
+
 /// A symbol's text: ASCII in practice; bytes from the network that are not UTF-8 are replaced,
 /// never trusted.
 pub fn symbol_text(bytes: &[u8]) -> String {
@@ -496,5 +564,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Connected>()?;
     m.add_class::<Notice>()?;
     m.add_class::<End>()?;
+    m.add_class::<Snapshot>()?;
+    m.add_class::<Book>()?;
     Ok(())
 }

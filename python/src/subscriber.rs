@@ -3,10 +3,12 @@
 //! GIL released, in slices short enough that Ctrl-C is seen promptly.
 
 use crate::errors;
-use crate::messages::{Connected, End, FormatChanged, Gap, GivenUp, Notice, Recovered, Restarted, message_object};
+use crate::messages::{
+    Book, Connected, End, FormatChanged, Gap, GivenUp, Notice, Recovered, Restarted, Snapshot, message_object,
+};
 use crate::settings::{client_settings, seconds};
 use crate::tables::{Prices, Tables};
-use mdrelay_client::{Builder, Event, Frame, OwnedMessage, Waited};
+use mdrelay_client::{Books, Builder, Event, Frame, OwnedMessage, Symbol, Waited};
 use pyo3::exceptions::PyStopIteration;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
@@ -31,6 +33,7 @@ enum Item {
     Connected(String, bool),
     Notice(String, String),
     End { complete: bool, next_sequence: u64, frames: Option<u64>, messages: Option<u64> },
+    Snapshot { as_of: u64, symbols: u64, messages: u64 },
 }
 
 /// What one slice of waiting came to.
@@ -55,6 +58,8 @@ struct State {
     batches_ready: VecDeque<(&'static str, arrow_array::RecordBatch)>,
     /// When the last event came.
     last_activity: Instant,
+    /// Every symbol's book and status, from the messages received (and a snapshot's state).
+    books: Books,
 }
 
 /// The variant name of an event, from its `Debug` text.
@@ -62,10 +67,11 @@ fn variant_name(debug: &str) -> String {
     debug.split(|c: char| !c.is_alphanumeric() && c != '_').next().unwrap_or_default().to_string()
 }
 
-/// Adds the items of one event to `out`.
-fn push_items(event: Event<Frame<'_>>, out: &mut VecDeque<Item>) {
+/// Adds the items of one event to `out`, and its messages to `books`.
+fn push_items(event: Event<Frame<'_>>, out: &mut VecDeque<Item>, books: &mut Books) {
     match event {
         Event::Frame(frame) => {
+            books.extend(frame.messages());
             if frame.recovered() {
                 out.push_back(Item::Recovered { sequence: frame.sequence(), messages: frame.messages().len() as u64 });
             }
@@ -80,6 +86,14 @@ fn push_items(event: Event<Frame<'_>>, out: &mut VecDeque<Item>) {
             out.push_back(Item::FormatChanged(from.map(|f| f.to_string()), to.to_string()));
         }
         Event::Restarted { old, new } => out.push_back(Item::Restarted(old, new)),
+        Event::Snapshot(snapshot) => {
+            *books = snapshot.books().clone();
+            out.push_back(Item::Snapshot {
+                as_of: snapshot.as_of(),
+                symbols: snapshot.books().len() as u64,
+                messages: snapshot.totals().messages,
+            });
+        }
         Event::Connected { peer, reconnect, .. } => out.push_back(Item::Connected(peer.to_string(), reconnect)),
         Event::End(end) => out.push_back(Item::End {
             complete: end.complete,
@@ -97,14 +111,14 @@ fn push_items(event: Event<Frame<'_>>, out: &mut VecDeque<Item>) {
 impl State {
     /// Waits at most `slice` for the next event and keeps what it brings.
     fn wait(&mut self, slice: Duration) -> Result<Outcome, mdrelay_client::Error> {
-        let State { inner, pending, finished, last_activity, .. } = self;
+        let State { inner, pending, finished, last_activity, books, .. } = self;
         if *finished {
             return Ok(Outcome::Finished);
         }
         match inner.next_event_timeout(slice) {
             Ok(Waited::Event(event)) => {
                 *last_activity = Instant::now();
-                push_items(event, pending);
+                push_items(event, pending, books);
                 Ok(Outcome::Ready)
             }
             Ok(Waited::TimedOut) => Ok(Outcome::Slice),
@@ -160,14 +174,19 @@ impl State {
             if now.duration_since(started) >= budget {
                 return Ok(());
             }
-            let State { inner, finished, tables, last_activity, .. } = self;
+            let State { inner, finished, tables, last_activity, books, .. } = self;
             match inner.next_event_timeout(SLICE.min(deadline - now)) {
                 Ok(Waited::Event(event)) => {
                     *last_activity = Instant::now();
-                    if let Event::Frame(frame) = event {
-                        for m in frame.messages() {
-                            tables.push(&m);
+                    match event {
+                        Event::Frame(frame) => {
+                            for m in frame.messages() {
+                                books.apply(&m);
+                                tables.push(&m);
+                            }
                         }
+                        Event::Snapshot(snapshot) => *books = snapshot.books().clone(),
+                        _ => {}
                     }
                 }
                 Ok(Waited::TimedOut) => {}
@@ -215,6 +234,7 @@ fn item_object(py: Python<'_>, item: Item) -> PyResult<Py<PyAny>> {
         Item::End { complete, next_sequence, frames, messages } => {
             obj(py, End { complete, next_sequence, publisher_frames: frames, publisher_messages: messages })
         }
+        Item::Snapshot { as_of, symbols, messages } => obj(py, Snapshot { as_of, symbols, messages }),
     }
 }
 
@@ -240,6 +260,7 @@ impl Subscriber {
                 batch_started: None,
                 batches_ready: VecDeque::new(),
                 last_activity: Instant::now(),
+                books: Books::new(),
             }),
             idle_timeout,
         })
@@ -281,6 +302,25 @@ impl Subscriber {
                 Err(None) => return Err(PyStopIteration::new_err(())),
             }
         }
+    }
+
+    /// One symbol's book and status as the messages received so far leave them (a snapshot's
+    /// included), or None when it has none. The books follow what the subscriber received,
+    /// which may be up to a frame ahead of the events handed out.
+    fn book(&self, py: Python<'_>, symbol: &str) -> PyResult<Option<Book>> {
+        let symbol = Symbol::new(symbol).ok_or_else(|| {
+            errors::config(py, "symbol", format!("{symbol:?} is not a symbol (1 to 8 ASCII characters)"))
+        })?;
+        Ok(self.lock().books.get(&symbol).map(|book| Book::of(symbol, book)))
+    }
+
+    /// Every symbol's price levels as one Arrow record batch (pyarrow.RecordBatch): `symbol`,
+    /// `side` ("buy" or "sell"), `price` (int64, 1/10,000 dollars) and `size`, by symbol, bids
+    /// from the best down, then asks from the best up.
+    fn books(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let batch =
+            crate::tables::books_batch(&self.lock().books).map_err(|e| errors::config(py, "books", e.to_string()))?;
+        PyRecordBatch::new(batch).into_pyarrow(py).map(Bound::unbind)
     }
 
     /// The next event, waiting at most `timeout` seconds (None: as long as it takes); None when

@@ -442,3 +442,33 @@ macro_rules! arrow_tables {
     };
 }
 for_each_python_class!(arrow_tables);
+
+/// Every symbol's price levels as one record batch: `symbol`, `side` ("buy", "sell"), `price`
+/// (int64, as IEX sends it) and `size` (uint32), by symbol, bids best first, then asks best first.
+pub fn books_batch(books: &mdrelay_client::Books) -> Result<arrow_array::RecordBatch, arrow_schema::ArrowError> {
+    use arrow_array::builder::{Int64Builder, StringBuilder, UInt32Builder};
+    use std::sync::Arc;
+    let (mut symbol, mut side) = (StringBuilder::new(), StringBuilder::new());
+    let (mut price, mut size) = (Int64Builder::new(), UInt32Builder::new());
+    for (name, book) in books.sorted() {
+        let name = name.to_text();
+        for (label, levels) in [("buy", book.bids().collect::<Vec<_>>()), ("sell", book.asks().collect())] {
+            for level in levels {
+                symbol.append_value(&name);
+                side.append_value(label);
+                price.append_value(level.price.0);
+                size.append_value(level.size);
+            }
+        }
+    }
+    let schema = arrow_schema::Schema::new(vec![
+        arrow_schema::Field::new("symbol", arrow_schema::DataType::Utf8, false),
+        arrow_schema::Field::new("side", arrow_schema::DataType::Utf8, false),
+        arrow_schema::Field::new("price", arrow_schema::DataType::Int64, false),
+        arrow_schema::Field::new("size", arrow_schema::DataType::UInt32, false),
+    ]);
+    arrow_array::RecordBatch::try_new(
+        Arc::new(schema),
+        vec![Arc::new(symbol.finish()), Arc::new(side.finish()), Arc::new(price.finish()), Arc::new(size.finish())],
+    )
+}

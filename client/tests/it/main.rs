@@ -17,4 +17,5 @@ mod nats;
 #[cfg(feature = "nats")]
 mod nats_repair;
 mod protocol_edges;
+mod snapshot;
 mod transports;

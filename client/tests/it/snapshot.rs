@@ -1,0 +1,80 @@
+//! `Builder::snapshot`: a program that joins a real publisher mid-stream gets the state as of a
+//! frame, then every frame after it; the books it keeps from there equal the independent
+//! reference reader's for the whole day (`iexbook.py`, `expected/DEEP10.book.json`), the day's
+//! traded volume is the reference's, and the end says the stream is complete.
+
+use crate::common::*;
+use mdrelay_client::{Books, Builder, Event, Waited};
+use mdrelay_harness::{assert_books_match, expected, shared};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+#[test]
+fn a_program_that_joins_with_a_snapshot_keeps_the_whole_days_books() {
+    let _shared = shared();
+    let deep10 = capture("DEEP10");
+    let args = ["--capture", &deep10, "--format", "protobuf", "--tcp", "127.0.0.1:0", "--slow-subscriber", "block"];
+    let pacing = ["--wait-subscribers", "1", "--pacing", "rate", "--rate", "400000"];
+    let mut publisher = publisher(&args.iter().chain(&pacing).copied().collect::<Vec<_>>());
+    let address = publisher.serving_on().to_string();
+    // An early subscriber starts the stream and reads it to the end; the program joins once it
+    // has taken 5,000 frames.
+    let frames = Arc::new(AtomicU64::new(0));
+    let early = {
+        let (address, frames) = (address.clone(), frames.clone());
+        thread::spawn(move || {
+            let mut early = Builder::tcp(address).build().unwrap();
+            while let Some(event) = early.next_event().unwrap() {
+                if let Event::Frame(_) = event {
+                    frames.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+    };
+    let started = Instant::now();
+    while frames.load(Ordering::Relaxed) < 5_000 {
+        assert!(started.elapsed() < RUN, "the early subscriber took no 5,000 frames");
+        thread::sleep(Duration::from_millis(5));
+    }
+    let mut late = Builder::tcp(&address).snapshot(true).build().unwrap();
+    let (mut books, mut as_of, mut volume, mut first, mut end) = (None::<Books>, None, 0u64, None, None);
+    while end.is_none() {
+        assert!(started.elapsed() < RUN, "no end of stream");
+        match late.next_event_timeout(Duration::from_secs(1)).unwrap() {
+            Waited::Event(Event::Snapshot(snapshot)) => {
+                assert!(books.is_none(), "one snapshot");
+                as_of = Some(snapshot.as_of());
+                volume = snapshot.aggregates().map(|(_, a)| a.trade_volume).sum();
+                books = Some(snapshot.books().clone());
+            }
+            Waited::Event(Event::Frame(frame)) => {
+                let books = books.as_mut().expect("the snapshot comes before the frames");
+                first.get_or_insert(frame.sequence());
+                for message in frame.messages() {
+                    if let mdrelay_client::Message::TradeReport(t) = message {
+                        volume += u64::from(t.size);
+                    }
+                }
+                books.extend(frame.messages());
+            }
+            Waited::Event(Event::End(e)) => end = Some(e),
+            Waited::Event(Event::SnapshotMissing { reason }) => panic!("no snapshot: {reason}"),
+            Waited::Event(_) | Waited::TimedOut => {}
+            Waited::Finished => break,
+        }
+    }
+    let as_of = as_of.expect("a snapshot");
+    assert!(as_of >= 5_000, "joined mid-stream: the snapshot is as of frame {as_of}");
+    assert_eq!(first, Some(as_of + 1), "the stream goes on from the frame after the snapshot's");
+    assert!(end.expect("an end").complete, "the snapshot and the frames after it are the whole stream");
+    let reference = expected("DEEP10.json");
+    assert_eq!(Some(volume), reference["total_trade_volume"].as_u64());
+    let ours = serde_json::to_value(books.unwrap().to_reference_json("DEEP10.pcap.gz")).unwrap();
+    let reference_books = expected("DEEP10.book.json");
+    assert_books_match(&ours, &reference_books, "a program joining with a snapshot");
+    assert_eq!(ours["messages_applied"], reference_books["messages_applied"]);
+    early.join().unwrap();
+    publisher.finish(mdrelay_harness::STEP).assert_success();
+}
