@@ -187,3 +187,44 @@ fn a_publisher_without_state_says_so_and_the_joiner_is_judged_from_where_it_join
             < expected("DEEP10.book.json")["messages_applied"].as_u64().unwrap()
     );
 }
+
+/// Greets `addr` as a subscriber asking for a snapshot, over a raw socket: the publisher sends the
+/// snapshot and the stream to it, whether it reads or not.
+fn ask_for_a_snapshot(addr: &str) -> std::net::TcpStream {
+    use mdrelay_proto::relay::{Hello, Subscribe};
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(STEP)).unwrap();
+    let mut hello = [0u8; Hello::LEN];
+    s.read_exact(&mut hello).unwrap();
+    s.write_all(&Subscribe { snapshot: true, ..Subscribe::new(false) }.to_bytes()).unwrap();
+    s
+}
+
+#[test]
+fn snapshot_askers_that_never_read_or_leave_at_once_cost_the_healthy_subscriber_nothing() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let deep10 = text(&iex_data().join("DEEP10.pcap.gz"));
+    let args = ["run", "--capture", &deep10, "--format", "sbe", "--tcp", "127.0.0.1:0", "--wait-subscribers", "1"];
+    let policy = ["--slow-subscriber", "disconnect", "--queue", "1024", "--pacing", "rate", "--rate", "300000"];
+    let mut publisher = Process::start(publisher_bin(), args.iter().chain(&policy));
+    let addr = publisher.serving_on().to_string();
+    let json = text(&dir.path().join("healthy.json"));
+    let mut healthy = Process::start(subscriber_bin(), ["--tcp", &addr, "--json", &json, "--report-interval", "100ms"]);
+    healthy.wait_for_frames(2_000);
+    // Twenty that ask and then never read a byte, twenty that ask and leave at once.
+    let stalled: Vec<_> = (0..20).map(|_| ask_for_a_snapshot(&addr)).collect();
+    for _ in 0..20 {
+        drop(ask_for_a_snapshot(&addr));
+    }
+    let published = publisher.finish(RUN);
+    published.assert_success();
+    healthy.finish(RUN).assert_success();
+    let built = published.stderr.matches("snapshot sent").count();
+    assert!(built >= 20, "the stalled ones had their snapshots built and queued: {built}");
+    let report = json_file(Path::new(&json));
+    assert_eq!((&report["totals_match"], &report["gaps"]), (&true.into(), &0.into()), "{report}");
+    assert_aggregates(&report, &expected("DEEP10.json"), "the healthy subscriber");
+    drop(stalled);
+}

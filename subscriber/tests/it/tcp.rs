@@ -432,3 +432,44 @@ fn base64_decode(text: &str) -> Vec<u8> {
     }
     out
 }
+
+#[test]
+fn a_snapshot_that_does_not_open_is_dropped_whole_and_the_stream_is_taken() {
+    let _shared = mdrelay_harness::shared();
+    let segments = synthetic(3_000, 12, 5);
+    let (listener, addr) = listen();
+    let sent = segments.clone();
+    let publisher = thread::spawn(move || {
+        let (segments, mut s) = (sent, accept(&listener));
+        let format = Format::Raw;
+        s.write_all(&Hello::new(format, 0x5eed, 1, 1).to_bytes()).unwrap();
+        let mut answer = vec![0u8; Subscribe::V2_LEN];
+        s.read_exact(&mut answer).unwrap();
+        let subscribe = Subscribe::parse(&answer).unwrap();
+        // A snapshot as of frame 0 whose one frame is noise: no raw frame delimits it.
+        let noise: Vec<u8> = (0..64u32).map(|i| (i * 89 + 7) as u8).collect();
+        let header = RecordHeader { tag: RecordTag::Snapshot, format, frame_count: 1, length: 64, sequence: 0 };
+        s.write_all(&header.to_bytes()).unwrap();
+        s.write_all(&noise).unwrap();
+        s.write_all(&control_record(RecordTag::Format, format, 1, &[])).unwrap();
+        let mut codec = Codec::new(format, Limits::default());
+        let next = send_data(&mut s, &mut codec, &segments, 1);
+        s.write_all(&end_record(&totals(&refs(&segments)), format, next)).unwrap();
+        drain(&mut s);
+        subscribe
+    });
+    let done = subscriber(&["--connect", &addr, "--snapshot", "--json", "-", "--report-interval", "0"]).finish(STEP);
+    let subscribe = publisher.join().unwrap();
+    assert!(subscribe.snapshot, "the answer asked for a snapshot");
+    assert!(done.status.success(), "{done:?}");
+    assert!(
+        done.stderr.contains("no snapshot: a snapshot frame at payload byte 0 cannot be delimited"),
+        "{}",
+        done.stderr
+    );
+    let r = done.json();
+    assert_eq!(r["snapshot_as_of"], serde_json::Value::Null);
+    // The stream from its first frame is whole without the snapshot.
+    assert_eq!((&r["totals_match"], &r["late_join_sequence"]), (&true.into(), &serde_json::Value::Null));
+    assert_fields(&r, &expected_report(&refs(&segments), None));
+}
