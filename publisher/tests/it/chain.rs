@@ -1121,3 +1121,27 @@ fn an_upstream_at_its_connection_limit_is_retried_with_growing_waits_and_no_busy
     assert_eq!(u["reconnects"], 0, "a connection told BUSY is no reconnection: {u}");
     assert!(done.stderr.contains("busy"), "the relay says why it waits: {done:?}");
 }
+
+#[test]
+fn a_relay_keeps_the_state_of_what_it_relays_and_serves_late_joiners_a_snapshot_of_it() {
+    let _shared = shared();
+    let dir = tempfile::tempdir().unwrap();
+    let (origin_json, relay_json) = (path(dir.path(), "origin.json"), path(dir.path(), "relay.json"));
+    let (early_json, late_json, book) =
+        (path(dir.path(), "early.json"), path(dir.path(), "late.json"), path(dir.path(), "book.json"));
+    let (origin, origin_addr) = origin("sbe", "300000", "1", &origin_json);
+    let (relay, relay_addr, _) = tcp_relay(origin_addr, "capnp", &relay_json, &[]);
+    let mut early = tcp_leaf(relay_addr, &early_json, &["--report-interval", "100ms"]);
+    early.wait_for_frames(5_000);
+    let late = tcp_leaf(relay_addr, &late_json, &["--snapshot", "--book", &book]);
+    origin.finish(RUN).assert_success();
+    relay.finish(RUN).assert_success();
+    let reference = expected("DEEP10.json");
+    assert_exact(&report(&early.finish(STEP), &early_json, "the early leaf"), &reference, "the early leaf");
+    let late = report(&late.finish(STEP), &late_json, "the late leaf");
+    let as_of = late["snapshot_as_of"].as_u64().unwrap_or_else(|| panic!("no snapshot from the relay: {late}"));
+    assert!(as_of >= 5_000, "the late leaf joined mid-stream, at frame {as_of}");
+    assert_exact(&late, &reference, "a late leaf with the relay's snapshot");
+    let books = expected("DEEP10.book.json");
+    mdrelay_harness::assert_books_match(&json_file(Path::new(&book)), &books, "the late leaf's books");
+}
