@@ -23,8 +23,8 @@ __all__ = [
     "Error", "WrongKeyError", "ProtectionMismatchError", "VersionError", "RefusedError", "NotAPublisherError",
     "UnreachableError", "AddrInUseError", "BindError", "ConfigError", "EndedError", "TransportIoError",
     "CaptureError", "IdleTimeoutError", "UnknownMessage", "Gap", "GivenUp", "Recovered", "FormatChanged",
-    "Restarted", "Connected", "Notice", "End", "Subscriber", "BatchIterator", "CaptureBatches", "read_capture",
-    "schema", "MESSAGE_TYPES",
+    "Restarted", "Connected", "Notice", "End", "Snapshot", "Book", "Subscriber", "BatchIterator",
+    "CaptureBatches", "read_capture", "schema", "MESSAGE_TYPES",
 ]
 
 class Error(Exception):
