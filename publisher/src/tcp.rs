@@ -219,7 +219,7 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, server: Server) {
     };
     let kill = server.abort.child_token();
     let mut out = match (subscribe.snapshot, subscribe.resume) {
-        (true, Resume::Live) => join_with_snapshot(&server),
+        (true, Resume::Live) => join_with_snapshot(&server).await,
         _ => join(&server, subscribe.resume),
     };
     match out.replay.map(|r| r.range()) {
@@ -366,81 +366,113 @@ pub async fn greet(
 /// still held) up to the ring's mark, the first frame not yet handed to the fanout; records of
 /// the fanout that start below the mark are skipped, as the replay covers them.
 fn join(server: &Server, resume: Resume) -> Outgoing {
-    let subscribe = || server.shared.feed.upgrade().map(|feed| feed.subscribe());
-    let mut out = Outgoing::new(None, server.tcp.slow_subscriber);
     let (Resume::From(from), Some(ring)) = (resume, &server.ring) else {
-        out.records = subscribe();
-        return out;
+        return subscribed(server);
     };
     let held = lock(ring);
-    out.records = subscribe();
-    let join = plan_join(&held, from, server.shared.position.format());
+    let mut out = subscribed(server);
+    let resumed = resuming(server, &held, from);
     drop(held);
-    let Some((feed, format_record)) = SubscriberFeed::resuming(&join) else {
-        if let Join::Ahead { from, mark } = join {
-            // Frames this publisher has not sent: the subscriber's numbers are not ours.
-            tracing::warn!(from, next = mark, "resume from a frame not sent yet; served live instead");
-        }
-        return out;
-    };
-    server.shared.counters.replays.fetch_add(1, Ordering::Relaxed);
-    // The first frame owed is the one asked for: frames the ring no longer holds count as lost.
-    out.batch.push_back(Bytes::from(format_record));
-    out.feed = feed;
-    out.replay = ReplayCursor::of(&join);
+    if let Some(resumed) = resumed {
+        resumed.start(&mut out, server);
+    }
     out
 }
 
-/// Joins with a snapshot: a copy of the state, taken under the ring's lock, and the stream from
+/// A subscriber's place in the fanout from the next record on.
+fn subscribed(server: &Server) -> Outgoing {
+    let mut out = Outgoing::new(None, server.tcp.slow_subscriber);
+    out.records = server.shared.feed.upgrade().map(|feed| feed.subscribe());
+    out
+}
+
+/// A resume from frame `from` planned under the ring's lock (`held`): `None` when the frame was
+/// not sent yet (the subscriber's numbers are not this publisher's), and it is served live.
+fn resuming(server: &Server, held: &mdrelay_proto::relay::FrameRing, from: u64) -> Option<Resumed> {
+    let plan = plan_join(held, from, server.shared.position.format());
+    let Some((feed, format_record)) = SubscriberFeed::resuming(&plan) else {
+        if let Join::Ahead { from, mark } = plan {
+            tracing::warn!(from, next = mark, "resume from a frame not sent yet; served live instead");
+        }
+        return None;
+    };
+    Some(Resumed { feed, format_record, plan })
+}
+
+/// A resume planned: the `FORMAT` record naming the frame asked for, the feed after it, and the
+/// replay owed.
+struct Resumed {
+    feed: SubscriberFeed,
+    format_record: Vec<u8>,
+    plan: Join,
+}
+
+impl Resumed {
+    /// Starts `out` on the resume. The first frame owed is the one asked for: frames the ring
+    /// no longer holds count as lost.
+    fn start(self, out: &mut Outgoing, server: &Server) {
+        server.shared.counters.replays.fetch_add(1, Ordering::Relaxed);
+        out.batch.push_back(Bytes::from(self.format_record));
+        out.feed = self.feed;
+        out.replay = ReplayCursor::of(&self.plan);
+    }
+}
+
+/// Joins with a snapshot: a copy of the state, taken under the ring's lock, then the stream from
 /// the frame after it as a resume from there (the ring replays what was published since the
-/// state's frame; the state is never ahead of the ring's mark). Without state or a ring, or
-/// should the ring no longer hold that frame, the subscriber joins live without a snapshot,
-/// which its client reports.
-fn join_with_snapshot(server: &Server) -> Outgoing {
+/// state's frame; the state is never ahead of the ring's mark). The snapshot is written on a
+/// blocking thread, so other subscribers' writes do not wait for it. Without state or a ring,
+/// should the ring no longer hold the frame after the state, or should the snapshot not encode,
+/// the subscriber joins live without one, which its client reports.
+async fn join_with_snapshot(server: &Server) -> Outgoing {
     let (Some(state), Some(ring)) = (&server.state, &server.ring) else {
         return join(server, Resume::Live);
     };
-    let held = lock(ring);
-    // The hot thread never waits for the ring's lock while it holds the state's.
-    let copy = state.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let from = copy.as_of.saturating_add(1);
-    let format = server.shared.position.format();
-    let plan = plan_join(&held, from, format);
-    if plan.gone() > 0 {
-        drop(held);
-        tracing::warn!(
-            as_of = copy.as_of,
-            "the ring no longer holds the frames after the state; joined live without a snapshot"
-        );
-        return join(server, Resume::Live);
-    }
-    let mut out = Outgoing::new(None, server.tcp.slow_subscriber);
-    out.records = server.shared.feed.upgrade().map(|feed| feed.subscribe());
-    drop(held);
-    let Some((feed, format_record)) = SubscriberFeed::resuming(&plan) else {
-        tracing::warn!(as_of = copy.as_of, "the state is ahead of the stream; joined live without a snapshot");
-        return out;
+    let (mut out, resumed, copy) = {
+        let held = lock(ring);
+        // The hot thread never waits for the ring's lock while it holds the state's.
+        let copy = state.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let out = subscribed(server);
+        match resuming(server, &held, copy.as_of.saturating_add(1)) {
+            Some(resumed) if resumed.plan.gone() == 0 => (out, resumed, copy),
+            _ => {
+                tracing::warn!(
+                    as_of = copy.as_of,
+                    "the ring no longer holds the frames after the state; joined live without a snapshot"
+                );
+                return out;
+            }
+        }
     };
-    let started = std::time::Instant::now();
-    let mut codec = Codec::new(format, Limits::default());
+    let (format, session) = (server.shared.position.format(), server.shared.session);
     let mut protector = server.protection.protector(mdrelay_codec::DEFAULT_MAX_FRAME);
-    let mut records = Vec::new();
-    let publish_time = mdrelay_runtime::clock::wall_clock_ns();
-    match write_snapshot(&copy, &mut codec, &mut protector, server.shared.session, publish_time, &mut records) {
-        Ok(size) => {
-            tracing::info!(as_of = copy.as_of, symbols = size.symbols, messages = size.messages, frames = size.frames,
-                bytes = size.bytes, took = ?started.elapsed(), "snapshot sent");
+    let as_of = copy.as_of;
+    let written = tokio::task::spawn_blocking(move || {
+        let started = std::time::Instant::now();
+        let mut records = Vec::new();
+        let publish_time = mdrelay_runtime::clock::wall_clock_ns();
+        let mut codec = Codec::new(format, Limits::default());
+        write_snapshot(&copy, &mut codec, &mut protector, session, publish_time, &mut records)
+            .map(|size| (records, size, started.elapsed()))
+    })
+    .await;
+    match written {
+        Ok(Ok((records, size, took))) => {
+            tracing::info!(
+                as_of,
+                symbols = size.symbols,
+                messages = size.messages,
+                frames = size.frames,
+                bytes = size.bytes,
+                ?took,
+                "snapshot sent"
+            );
             out.batch.extend(records.into_iter().map(Bytes::from));
+            resumed.start(&mut out, server);
         }
-        Err(error) => {
-            tracing::warn!(as_of = copy.as_of, %error, "snapshot not encodable; joined without one");
-            return join(server, Resume::Live);
-        }
+        Ok(Err(error)) => tracing::warn!(as_of, %error, "snapshot not encodable; joined live without one"),
+        Err(error) => tracing::warn!(as_of, %error, "snapshot not written; joined live without one"),
     }
-    server.shared.counters.replays.fetch_add(1, Ordering::Relaxed);
-    out.batch.push_back(Bytes::from(format_record));
-    out.feed = feed;
-    out.replay = ReplayCursor::of(&plan);
     out
 }
 
