@@ -9,6 +9,8 @@
 //! symbols' messages skipped as early as the format allows), and the wire protection's cost per
 //! frame is measured on the format's own frames: CRC-32C, and AES-256-GCM, each sealed and
 //! opened. Steady-state allocations are counted on a pass of their own, after a warm-up pass.
+//! Last, the client's `Books` are kept over the capture's price level messages, whole passes
+//! timed, per message.
 //!
 //! Output buffers are reserved and reused, so no batch pays for a page fault on a fresh buffer.
 
@@ -22,7 +24,7 @@ use mdrelay_iex::capture::CaptureReader;
 use mdrelay_iex::iextp::Segment;
 use mdrelay_iex::message::{Message, kind};
 use mdrelay_iex::synth::{SynthConfig, SyntheticDay};
-use mdrelay_iex::{Aggregator, Symbol, link};
+use mdrelay_iex::{Aggregator, Books, Symbol, link};
 use mdrelay_proto::relay::{Protector, WireKey};
 use quanta::Clock;
 use serde::Serialize;
@@ -128,6 +130,21 @@ pub struct Report {
     pub clock_overhead_ns: u64,
     /// Per format.
     pub formats: Vec<FormatFigures>,
+    /// The client's `Books` kept over the capture's price level messages.
+    pub books: BookFigures,
+}
+
+/// What keeping books costs: the price level messages of the batches (the messages that change
+/// a book), applied in order to `Books`, whole passes timed, the median pass reported per
+/// message.
+#[derive(Debug, Serialize)]
+pub struct BookFigures {
+    /// Price level messages per pass.
+    pub level_messages: usize,
+    /// Median pass, ns per message, books built from empty (their growth included).
+    pub ns_per_level_message: f64,
+    /// The same over books already as deep as the pass makes them (two passes applied first).
+    pub ns_per_level_message_steady: f64,
 }
 
 fn class_of(k: u8) -> &'static str {
@@ -194,6 +211,34 @@ fn batches<'a>(payloads: &'a [Vec<u8>], only: &[String]) -> Vec<Batch<'a>> {
 
 fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds")
+}
+
+/// Times `runs` passes of the batches' price level messages into `Books` (see [`BookFigures`]).
+fn bench_books(batches: &[Batch<'_>], runs: usize) -> BookFigures {
+    let levels: Vec<Message<'_>> = batches
+        .iter()
+        .flat_map(|b| b.messages.iter().copied())
+        .filter(|m| matches!(m, Message::PriceLevelUpdate(_)))
+        .collect();
+    let pass = |books: &mut Books| {
+        let started = Instant::now();
+        books.extend(levels.iter().copied());
+        started.elapsed()
+    };
+    let per_message = |d: Duration| d.as_nanos() as f64 / levels.len().max(1) as f64;
+    let (mut fresh, mut steady) = (Vec::new(), Vec::new());
+    for _ in 0..runs.max(1) {
+        let mut books = Books::new();
+        fresh.push(pass(&mut books));
+        pass(&mut books);
+        steady.push(pass(&mut books));
+        std::hint::black_box(&books);
+    }
+    BookFigures {
+        level_messages: levels.len(),
+        ns_per_level_message: per_message(median(fresh)),
+        ns_per_level_message_steady: per_message(median(steady)),
+    }
 }
 
 /// The median cost of reading the clock twice, which every per-batch figure includes.
@@ -493,6 +538,7 @@ pub fn run(args: &CodecArgs) -> Result<()> {
         cpu: cpu_model(),
         clock_overhead_ns: clock_overhead(&clock),
         formats: figures,
+        books: bench_books(&batches, args.runs),
     };
     print!("{}", markdown(&report));
     if let Some(path) = &args.json {
@@ -551,6 +597,12 @@ fn markdown(r: &Report) -> String {
     s += &format!(
         "\nPer-batch figures include one clock read pair: {} ns at the median (TSC clock).\n",
         r.clock_overhead_ns
+    );
+    s += &format!(
+        "\nBooks (`mdrelay_client::Books`) kept over the capture's {} price level messages: {:.1} ns a message from empty books, {:.1} ns over books already that deep (median pass).\n",
+        thousands(r.books.level_messages as f64),
+        r.books.ns_per_level_message,
+        r.books.ns_per_level_message_steady
     );
     s
 }

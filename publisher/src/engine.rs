@@ -188,7 +188,8 @@ impl Outputs {
 /// the mark and joins the fanout under the ring's lock, so it either joins before this record
 /// is sent (and skips it, as the replay up to the mark covers it) or after the mark moved past
 /// it (and the replay covers it): never neither. The state for snapshots takes the record's
-/// frames after the mark moved, so it is never ahead of it.
+/// frames after the mark moved, so it is never ahead of it, and after the record is on its way,
+/// so the subscribers' latency does not wait for it.
 fn publish(
     ring: &Option<SharedRing>,
     state: &mut Option<crate::snapshot::StateKeeper>,
@@ -199,10 +200,10 @@ fn publish(
     if let Some(ring) = ring {
         lock(ring).set_published(record.next_sequence());
     }
+    fanout.send(record, stop);
     if let Some(state) = state {
         state.published(record.next_sequence());
     }
-    fanout.send(record, stop);
 }
 
 /// A coalescing budget in envelope bytes (the setting counts frame bytes).

@@ -78,3 +78,29 @@ fn a_program_that_joins_with_a_snapshot_keeps_the_whole_days_books() {
     early.join().unwrap();
     publisher.finish(mdrelay_harness::STEP).assert_success();
 }
+
+#[test]
+fn books_kept_over_the_first_200000_messages_equal_the_reference_there() {
+    let _shared = shared();
+    let deep10 = capture("DEEP10");
+    let args = ["--capture", &deep10, "--format", "sbe", "--tcp", "127.0.0.1:0", "--wait-subscribers", "1"];
+    let mut publisher = publisher(&args.iter().chain(&["--slow-subscriber", "block"]).copied().collect::<Vec<_>>());
+    let mut subscriber = Builder::tcp(publisher.serving_on().to_string()).build().unwrap();
+    let mut books = Books::new();
+    while books.messages_applied() < 200_000 {
+        match subscriber.next_event().unwrap() {
+            Some(Event::Frame(frame)) => {
+                let left = 200_000 - books.messages_applied();
+                books.extend(frame.messages().take(left as usize));
+            }
+            Some(_) => {}
+            None => panic!("the stream ended after {} messages", books.messages_applied()),
+        }
+    }
+    subscriber.close();
+    let ours = serde_json::to_value(books.to_reference_json("DEEP10.pcap.gz")).unwrap();
+    let reference = expected("DEEP10.book-after-200000.json");
+    assert_books_match(&ours, &reference, "the client's books after 200,000 messages");
+    assert_eq!(ours["messages_applied"], reference["messages_applied"]);
+    publisher.finish(RUN).assert_success();
+}
