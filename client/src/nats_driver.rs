@@ -58,6 +58,11 @@
 //! them over. Each decision is the machine's: what counts as behind, how often a catch-up may
 //! be asked, what the stream's messages prove.
 //!
+//! A read in order that brings nothing for two seconds with messages still to come has stalled
+//! (JetStream's ordered consumer can stop delivering under load, with no error): a catch-up
+//! then ends and repairs fill the rest; a replay the subscriber asked for is read again from
+//! after its last message, by a new consumer.
+//!
 //! Every wait is on a stream of messages, a queue or a sleep, so a wait that is dropped loses
 //! nothing.
 //!
@@ -104,11 +109,27 @@ const READ_AHEAD: usize = 64;
 /// read, in case the tail was lost.
 pub(crate) const TAIL_PROBE: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// How long a read of the stream in order may bring nothing before it is taken as stalled.
+///
+/// JetStream's ordered consumer can stop delivering with messages still pending (a pull the
+/// server dropped under load: seen here with the server and the reader short of CPU, for
+/// minutes, with no error and no missed heartbeat). Its own recovery waits for two missed
+/// heartbeats, which a stalled pull does not produce. A stalled catch-up ends (repairs fill
+/// the rest by direct gets); a stalled replay is started again after its last message.
+const REPLAY_STALL: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// A read of the stream in order: a replay from its start or from a time, or a catch-up.
 struct Replay {
     messages: pull::Ordered,
+    /// The stream and subject read, to start the read again after a stall.
+    stream: JetStream,
+    subject: String,
     /// The last stream sequence stored when the replay began: the hand-over point.
     until: u64,
+    /// The stream sequence of the last message read (before the first: the one before it).
+    read_to: u64,
+    /// When a message last came (ns of the driver's clock; at first, when the read began).
+    moved_at: i64,
     /// A catch-up (a read that fails ends it, and repairs fill what is missing), not a replay
     /// the subscriber asked for (a read that fails ends the stream).
     catch_up: bool,
@@ -247,7 +268,7 @@ impl NatsDriver {
             (false, Some(time)) => Some(DeliverPolicy::ByStartTime { start_time: time.into() }),
             _ => None,
         };
-        let replay = match (stream, start) {
+        let mut replay = match (stream, start) {
             // A replay needs the stream now; live, it is looked up when a gap is (the
             // subscriber may start before the publisher creates it).
             (Some(name), Some(policy)) => {
@@ -290,7 +311,8 @@ impl NatsDriver {
         };
         let mut receiver =
             DatagramReceiver::new(config).with_store_recovery().with_give_up_after(settings.give_up_after);
-        if replay.is_some() {
+        if let Some(replay) = &mut replay {
+            replay.moved_at = clock.now();
             receiver.store_read_began();
         }
         let name = match stream {
@@ -388,6 +410,22 @@ impl NatsDriver {
         self.receiver.store_read_ended(self.clock.now());
     }
 
+    /// The read in order brought nothing for [`REPLAY_STALL`]: a catch-up ends (repairs fill
+    /// what it did not read), a replay is read again from after its last message, by a new
+    /// ordered consumer (the live messages are still held meanwhile).
+    fn replay_stalled(&mut self) {
+        let Some(replay) = self.replay.take() else { return };
+        if replay.catch_up {
+            self.receiver.store_read_ended(self.clock.now());
+            return;
+        }
+        let Replay { stream, subject, read_to, .. } = replay;
+        self.catching_up = Some(tokio::spawn(async move {
+            let policy = DeliverPolicy::ByStartSequence { start_sequence: read_to.saturating_add(1) };
+            start_replay(&stream, &subject, policy, false).await.ok().flatten()
+        }));
+    }
+
     /// Hands the ranges the book asks for to the repair task; a range that does not fit its
     /// queue is asked again at its retry.
     fn ask_repairs(&mut self) {
@@ -416,6 +454,14 @@ impl NatsDriver {
         let probing = self.source.is_some() && !holding && self.tail_read.is_none() && self.receiver.wants_tail();
         let quiet = async move {
             if probing { tokio::time::sleep_until(clock.instant(probe_at)).await } else { std::future::pending().await }
+        };
+        // A read in order that brings nothing for REPLAY_STALL has stalled.
+        let stall_at = self.replay.as_ref().map(|r| r.moved_at.saturating_add(REPLAY_STALL.as_nanos() as i64));
+        let stalled = async move {
+            match stall_at {
+                Some(at) => tokio::time::sleep_until(clock.instant(at)).await,
+                None => std::future::pending().await,
+            }
         };
         let NatsDriver { replay, live, repairs, catching_up, tail_read, .. } = self;
         let replayed = async {
@@ -450,6 +496,7 @@ impl NatsDriver {
             Tail(Box<(Option<JetStream>, TailRead)>),
             Slept,
             Quiet,
+            Stalled,
         }
         let woke = tokio::select! {
             replayed = replayed => Woke::Replayed(replayed.map(|r| r.map(Box::new).map_err(|e| e.to_string()))),
@@ -459,6 +506,7 @@ impl NatsDriver {
             tail = tail => Woke::Tail(Box::new(tail)),
             _ = sleep => Woke::Slept,
             _ = quiet => Woke::Quiet,
+            _ = stalled => Woke::Stalled,
         };
         match woke {
             Woke::Replayed(Some(Ok(message))) => {
@@ -466,6 +514,10 @@ impl NatsDriver {
                 // Caught up: the subject's last message when the replay began, or nothing
                 // pending (the live subscription has all that follows).
                 let done = message.info().map_or(true, |i| i.stream_sequence >= until || i.pending == 0);
+                if let (Some(replay), Ok(info)) = (self.replay.as_mut(), message.info()) {
+                    replay.read_to = info.stream_sequence;
+                    replay.moved_at = self.clock.now();
+                }
                 self.take(&message.message.payload, out);
                 if done && self.replay.is_some() {
                     self.replay_over();
@@ -495,7 +547,10 @@ impl NatsDriver {
             Woke::Found(found) => {
                 self.catching_up = None;
                 match found {
-                    Some(replay) => self.replay = Some(*replay),
+                    Some(mut replay) => {
+                        replay.moved_at = self.clock.now();
+                        self.replay = Some(*replay);
+                    }
                     // Nothing stored from there, or the stream cannot be read now: the live
                     // messages go on, and repairs fill what they can.
                     None => self.receiver.store_read_ended(self.clock.now()),
@@ -529,6 +584,7 @@ impl NatsDriver {
             // up at its attempts.
             Woke::Repaired(None) => self.repairs = None,
             Woke::Slept => {}
+            Woke::Stalled => self.replay_stalled(),
             Woke::Quiet => {
                 // The tail is read by a task of its own (a round trip the live subject does not
                 // wait for, nor does it wait behind repairs); the next read is a quiet period
@@ -721,7 +777,19 @@ async fn start_replay(
         .await
         .map_err(|e| not_found(e.to_string()))?;
     let messages = consumer.messages().await.map_err(|e| not_found(e.to_string()))?;
-    Ok(Some(Replay { messages, until: last.sequence, catch_up }))
+    let read_to = match policy {
+        DeliverPolicy::ByStartSequence { start_sequence } => start_sequence.saturating_sub(1),
+        _ => 0,
+    };
+    Ok(Some(Replay {
+        messages,
+        stream: stream.clone(),
+        subject: subject.to_string(),
+        until: last.sequence,
+        read_to,
+        moved_at: 0,
+        catch_up,
+    }))
 }
 
 /// Where a catch-up reads from: the datagram carrying frame `from` of the session (or, when the
