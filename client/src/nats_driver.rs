@@ -308,6 +308,7 @@ impl NatsDriver {
                 attempts: r.attempts,
                 linger: r.linger,
             }),
+            snapshot: false,
         };
         let mut receiver =
             DatagramReceiver::new(config).with_store_recovery().with_give_up_after(settings.give_up_after);

@@ -175,10 +175,12 @@ pub struct Settings {
     /// ring), over UDP owed (frames before the first received count as missing, and recovery
     /// asks for them), over NATS replayed from `nats_stream`.
     pub from_start: bool,
-    /// TCP: join with a snapshot of the state (every symbol's book and status, the day's
-    /// aggregates and counts) as of a frame, then the stream from the frame after it, with no
-    /// gap and no duplicate ([`Event::Snapshot`](crate::Event::Snapshot)). Asked on the first
-    /// connection only: a reconnection resumes.
+    /// Join with a snapshot of the state (every symbol's book and status, the day's aggregates
+    /// and counts) as of a frame, then the stream from the frame after it, with no gap and no
+    /// duplicate ([`Event::Snapshot`](crate::Event::Snapshot)). Over TCP it is asked on the
+    /// first connection only (a reconnection resumes); over UDP and multicast it comes from the
+    /// retransmission service (`recovery_server`), and the frames between it and the first
+    /// datagram are recovered from the ring.
     pub snapshot: bool,
     /// Decode only these symbols' messages (1 to 8 ASCII characters each); the others are
     /// skipped while decoding, as early as the format allows, and only counted by type (see
@@ -457,10 +459,16 @@ impl Settings {
                 }
             }
         }
-        if self.snapshot && !tcp {
+        if self.snapshot && nats {
             return Err(Error::config(
                 "snapshot",
-                "only used over TCP (a snapshot is sent on the connection, before the stream)",
+                "not available over NATS (use TCP, or UDP and multicast with a retransmission service)",
+            ));
+        }
+        if self.snapshot && !tcp && recovery.is_none() {
+            return Err(Error::config(
+                "snapshot",
+                "over UDP and multicast the snapshot comes from the retransmission service: set recovery_server",
             ));
         }
         if self.snapshot && self.from_start {

@@ -102,6 +102,7 @@ impl UdpDriver {
                 attempts: r.attempts,
                 linger: r.linger,
             }),
+            snapshot: settings.snapshot,
         };
         let mut busy_poll_refused = false;
         let mut lines = Vec::new();
@@ -340,6 +341,11 @@ impl UdpDriver {
                     self.notes.ended(next_sequence, totals);
                     continue;
                 }
+                DatagramEvent::Snapshot(snapshot) => {
+                    self.notes.snapshot = Some((snapshot.state.as_of, snapshot.totals.clone()));
+                    Event::Snapshot(crate::event::Snapshot::new(snapshot))
+                }
+                DatagramEvent::SnapshotMissing { why } => Event::SnapshotMissing { reason: why },
                 DatagramEvent::Finished => {
                     self.finish_run(out);
                     let counters = self.counters_with(out);
@@ -420,6 +426,9 @@ impl UdpDriver {
 #[derive(Debug, Default)]
 pub(crate) struct EndNotes {
     end: Option<(u64, Totals)>,
+    /// The snapshot taken: its frame and the stream's totals up to it, which the end's verdict
+    /// counts with what was taken after it.
+    pub snapshot: Option<(u64, Totals)>,
     /// Frames given up so far, to tell when more are.
     given_up: u64,
 }
@@ -436,7 +445,10 @@ impl EndNotes {
             Some((next, totals)) => (next, Some(totals)),
             None => (0, None),
         };
-        let complete = totals.as_ref().is_some_and(|t| counters.matches(t));
+        let complete = totals.as_ref().is_some_and(|t| match &self.snapshot {
+            Some((as_of, before)) => counters.matches_after_snapshot(t, *as_of, before),
+            None => counters.matches(t),
+        });
         Event::End(End { totals, next_sequence, complete })
     }
 

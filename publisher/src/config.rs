@@ -695,6 +695,9 @@ pub struct Retransmit {
     /// Seconds the service stays up after the end of the stream, for the tail's gaps.
     #[serde(deserialize_with = "units::seconds_within::<_, 0, 3_600_000>", serialize_with = "units::as_seconds")]
     pub linger: Duration,
+    /// Keep the state of the stream (books, status, day aggregates) and send it to UDP and
+    /// multicast subscribers that join with a snapshot.
+    pub snapshots: bool,
 }
 
 impl Default for Retransmit {
@@ -707,6 +710,7 @@ impl Default for Retransmit {
             max_connections: 64,
             idle_timeout: Duration::from_secs(60),
             linger: Duration::from_secs(2),
+            snapshots: true,
         }
     }
 }

@@ -97,7 +97,8 @@ pub struct Outputs {
     pub protector: Protector,
     /// The publisher's session, in every nonce.
     pub session: u64,
-    /// The state of the frames published to TCP, for snapshots (`tcp.snapshots`).
+    /// The state of the frames published, for snapshots (`tcp.snapshots`,
+    /// `retransmit.snapshots`).
     pub state: Option<crate::snapshot::StateKeeper>,
 }
 
@@ -157,6 +158,10 @@ impl Outputs {
             // A frame within the record limit always fits: frames are limited far below it.
             let (ring, state) = (&self.ring, &mut self.state);
             let _ = coalescer.push(sequence, format, frame, |r| publish(ring, state, fanout, &r, stop));
+        } else if let Some(state) = &mut self.state {
+            // Without TCP, the state serves the retransmission service's snapshots: the frame
+            // is in the ring already, so the state is never ahead of it.
+            state.published(sequence.saturating_add(1));
         }
     }
 

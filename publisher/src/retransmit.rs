@@ -52,6 +52,11 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 pub const EVICTION_GRACE: Duration = Duration::from_secs(1);
 /// Time an answer may take to write: a client that reads nothing for this long is cut off.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Snapshots built at once, over every connection: each is a copy of the state and its records
+/// (about 2.5 MB for a day of DEEP) and tens of milliseconds of a core; more wait their turn.
+pub const SNAPSHOT_BUILDS: usize = 2;
+/// The reason a publisher that keeps no state gives for not sending a snapshot.
+const NO_STATE: &str = "this publisher keeps no state for snapshots (retransmit.snapshots = false)";
 
 /// Counters over every connection to the service.
 #[derive(Debug, Default)]
@@ -69,6 +74,8 @@ pub struct RetransmitCounters {
     requests_ahead: AtomicU64,
     bytes_sent: AtomicU64,
     accept_errors: AtomicU64,
+    snapshots_sent: AtomicU64,
+    snapshots_refused: AtomicU64,
 }
 
 /// The service's figures, for the run's summary.
@@ -101,6 +108,11 @@ pub struct RetransmitSummary {
     pub requests_ahead: u64,
     /// Bytes of answers written.
     pub bytes_sent: u64,
+    /// Snapshots of the state sent to subscribers joining with one.
+    pub snapshots_sent: u64,
+    /// Snapshot requests not answered with one: no state kept, the rate limit, or the state
+    /// not encodable.
+    pub snapshots_refused: u64,
     /// The ring's bound, bytes.
     pub ring_bytes: usize,
     /// Oldest and next frame of the ring at the end.
@@ -131,6 +143,13 @@ pub struct Service {
     pub counters: Arc<RetransmitCounters>,
     /// Tracks connection tasks, for shutdown.
     pub tracker: TaskTracker,
+    /// The state of the frames sent, for subscribers that join with a snapshot
+    /// (`retransmit.snapshots`).
+    pub state: Option<crate::snapshot::SharedState>,
+    /// How frames are sealed: a snapshot's are sealed as the stream's.
+    pub protection: mdrelay_proto::relay::protect::ProtectionSettings,
+    /// Snapshots built at once ([`SNAPSHOT_BUILDS`]).
+    pub snapshot_builds: Arc<tokio::sync::Semaphore>,
 }
 
 impl Service {
@@ -152,6 +171,8 @@ impl Service {
             frames_gone: load(&c.frames_gone),
             requests_ahead: load(&c.requests_ahead),
             bytes_sent: load(&c.bytes_sent),
+            snapshots_sent: load(&c.snapshots_sent),
+            snapshots_refused: load(&c.snapshots_refused),
             ring_bytes: ring.limit(),
             ring_first: ring.first(),
             ring_next: ring.next(),
@@ -348,12 +369,22 @@ async fn connection(stream: &mut TcpStream, service: &Service, place: &Place) ->
         place.slots().asked(place.slot);
         service.counters.requests.fetch_add(1, Ordering::Relaxed);
         answer.clear();
-        let answered = if limit.admit(clock.now()) {
-            answer_request(service, asked, stream, &mut answer).await
-        } else {
+        let admitted = limit.admit(clock.now());
+        if !admitted {
             service.counters.throttled.fetch_add(1, Ordering::Relaxed);
-            answer.extend(throttled(&asked, rate));
-            write(stream, &answer, service).await
+        }
+        let answered = match asked {
+            Asked::Frames(asked) if admitted => answer_request(service, asked, stream, &mut answer).await,
+            Asked::Frames(asked) => {
+                answer.extend(throttled(&asked, rate));
+                write(stream, &answer, service).await
+            }
+            Asked::Snapshot if admitted => answer_snapshot(service, stream).await,
+            Asked::Snapshot => {
+                service.counters.snapshots_refused.fetch_add(1, Ordering::Relaxed);
+                let why = format!("snapshot not sent: over the rate limit ({rate} requests a second)");
+                write(stream, &refused_snapshot(&why), service).await
+            }
         };
         if let Err(why) = answered {
             return Ended::Failed(why);
@@ -378,11 +409,7 @@ impl From<ClientEnd> for Ended {
 
 /// Reads the next request as `requests` decides (its deadlines, its checks), or the end of the
 /// connection.
-async fn next_request(
-    stream: &mut TcpStream,
-    requests: &mut RequestReader,
-    place: &Place,
-) -> Result<RetransmitRequest, Ended> {
+async fn next_request(stream: &mut TcpStream, requests: &mut RequestReader, place: &Place) -> Result<Asked, Ended> {
     loop {
         let deadline = place.clock.instant(requests.deadline().unwrap_or(i64::MAX));
         let read = tokio::select! {
@@ -400,11 +427,80 @@ async fn next_request(
             Some(Err(e)) => return Err(requests.read_failed(&e).into()),
         };
         match event {
-            Some(RequestEvent::Request(asked)) => return Ok(asked),
+            Some(RequestEvent::Request(asked)) => return Ok(Asked::Frames(asked)),
+            Some(RequestEvent::Snapshot) => return Ok(Asked::Snapshot),
             Some(RequestEvent::Ended(end)) => return Err(end.into()),
             None => {}
         }
     }
+}
+
+/// What a client asked for.
+enum Asked {
+    /// Frames from the ring.
+    Frames(RetransmitRequest),
+    /// A snapshot of the state.
+    Snapshot,
+}
+
+/// The answer to a snapshot request that gets none: a `BUSY` for frame 0 (no request for
+/// frames names it), with the reason.
+fn refused_snapshot(why: &str) -> Vec<u8> {
+    control_record(RecordTag::Busy, Format::Raw, 0, why.as_bytes())
+}
+
+/// Answers a snapshot request with the state as of the last frame it took: `SNAPSHOT` records,
+/// written as the TCP stream's are. The state is never ahead of the ring, so the frames after
+/// it are there to be asked for. The copy is taken under the state's lock, and encoded on a
+/// blocking thread, [`SNAPSHOT_BUILDS`] at a time.
+async fn answer_snapshot(service: &Service, stream: &mut TcpStream) -> Result<(), String> {
+    let counters = &service.counters;
+    let Some(state) = &service.state else {
+        counters.snapshots_refused.fetch_add(1, Ordering::Relaxed);
+        return write(stream, &refused_snapshot(NO_STATE), service).await;
+    };
+    let Ok(_permit) = service.snapshot_builds.acquire().await else { return Err("shutting down".into()) };
+    let copy = state.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let format = {
+        let ring = lock(&service.ring);
+        ring.format_of(copy.as_of).unwrap_or(service.format)
+    };
+    let (session, as_of) = (service.session, copy.as_of);
+    let mut protector = service.protection.protector(mdrelay_codec::DEFAULT_MAX_FRAME);
+    let written = tokio::task::spawn_blocking(move || {
+        let mut records = Vec::new();
+        let publish_time = mdrelay_runtime::clock::wall_clock_ns();
+        let mut codec = mdrelay_codec::Codec::new(format, mdrelay_codec::Limits::default());
+        mdrelay_proto::relay::snapshot::write_snapshot(
+            &copy,
+            &mut codec,
+            &mut protector,
+            session,
+            publish_time,
+            &mut records,
+        )
+        .map(|size| (records, size))
+    })
+    .await;
+    match written {
+        Ok(Ok((records, size))) => {
+            for record in &records {
+                write(stream, record, service).await?;
+            }
+            counters.snapshots_sent.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(as_of, symbols = size.symbols, frames = size.frames, bytes = size.bytes, "snapshot sent");
+            Ok(())
+        }
+        Ok(Err(error)) => refuse_snapshot(service, stream, as_of, format!("snapshot not encodable: {error}")).await,
+        Err(error) => refuse_snapshot(service, stream, as_of, format!("snapshot not written: {error}")).await,
+    }
+}
+
+/// Tells the client why no snapshot comes, and counts it.
+async fn refuse_snapshot(service: &Service, stream: &mut TcpStream, as_of: u64, why: String) -> Result<(), String> {
+    tracing::warn!(as_of, %why, "snapshot refused");
+    service.counters.snapshots_refused.fetch_add(1, Ordering::Relaxed);
+    write(stream, &refused_snapshot(&why), service).await
 }
 
 /// Answers one admitted request, a part at a time: the ring is locked for one part's copy.

@@ -5,7 +5,7 @@
 use crate::config::{self, PacingMode, Reading, Settings, SlowPolicy};
 use crate::engine::{self, Controls, EngineSummary, Outputs};
 use crate::fanout::{ConnectionCounts, Fanout, Shared, SubscriberSummary};
-use crate::retransmit::{RetransmitSummary, Service};
+use crate::retransmit::{RetransmitSummary, SNAPSHOT_BUILDS, Service};
 use crate::ring::SharedRing;
 use crate::source::SegmentSource;
 use crate::stats::Echoes;
@@ -270,6 +270,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_RETRANSMIT_LINGER", help_heading = "Retransmission")]
     #[serde(rename = "retransmit.linger")]
     pub retransmit_linger: Option<f64>,
+    /// Retransmission: keep the stream's state for UDP subscribers that join with a snapshot [default: true]
+    #[arg(long, value_name = "BOOL", env = "MDRELAY_PUB_RETRANSMIT_SNAPSHOTS", help_heading = "Retransmission")]
+    #[serde(rename = "retransmit.snapshots")]
+    pub retransmit_snapshots: Option<bool>,
     /// UDP: largest coalesced datagram.
     #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes::<usize>, env = "MDRELAY_PUB_MAX_DATAGRAM", help_heading = "Batching")]
     #[serde(rename = "udp.max_datagram")]
@@ -569,11 +573,12 @@ async fn relay(
     let keep_ring = config.retransmit.ring_bytes > 0 && (config.tcp.is_some() || config.retransmit.listen.is_some());
     let ring: Option<SharedRing> =
         keep_ring.then(|| Arc::new(std::sync::Mutex::new(FrameRing::new(config.retransmit.ring_bytes))));
-    // Snapshots join as a resume from the frame after the state's: they need the ring.
-    let state: Option<crate::snapshot::SharedState> = match (&config.tcp, &ring) {
-        (Some(tcp), Some(_)) if tcp.snapshots => Some(Arc::default()),
-        _ => None,
-    };
+    // Snapshots join as a resume from the frame after the state's (TCP), or are followed by
+    // recovery from the ring (UDP and multicast): they need the ring.
+    let tcp_snapshots = config.tcp.as_ref().is_some_and(|tcp| tcp.snapshots);
+    let service_snapshots = config.retransmit.listen.is_some() && config.retransmit.snapshots;
+    let state: Option<crate::snapshot::SharedState> =
+        (ring.is_some() && (tcp_snapshots || service_snapshots)).then(Arc::default);
     let retransmit = match (config.retransmit.listen, &ring) {
         (Some(listen), Some(ring)) => {
             let listener = tokio::net::TcpListener::bind(listen)
@@ -589,6 +594,9 @@ async fn relay(
                 guard,
                 counters: Default::default(),
                 tracker: TaskTracker::new(),
+                state: state.clone().filter(|_| service_snapshots),
+                protection: config.protection.clone(),
+                snapshot_builds: Arc::new(tokio::sync::Semaphore::new(SNAPSHOT_BUILDS)),
             };
             let stop = CancellationToken::new();
             tokio::spawn(
@@ -619,7 +627,7 @@ async fn relay(
                 abort: serving.abort.clone(),
                 tracker: serving.tracker.clone(),
                 ring: ring.clone(),
-                state: state.clone(),
+                state: state.clone().filter(|_| tcp_snapshots),
                 protection: config.protection.clone(),
             };
             tokio::spawn(

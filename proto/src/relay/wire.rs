@@ -377,6 +377,23 @@ impl RetransmitRequest {
         control_record(RecordTag::Request, Format::Raw, self.first, &payload)
     }
 
+    /// The whole `REQUEST` record that asks the retransmission service for a snapshot of the
+    /// state instead of frames: no frames, and [`RetransmitRequest::SNAPSHOT`] set in the
+    /// payload's flags (byte 4). A service of an earlier build answers it with nothing.
+    pub fn snapshot_record() -> Vec<u8> {
+        let mut payload = [0u8; RetransmitRequest::PAYLOAD];
+        payload[4] = RetransmitRequest::SNAPSHOT;
+        control_record(RecordTag::Request, Format::Raw, 0, &payload)
+    }
+
+    /// Bit of a `REQUEST`'s flags (payload byte 4): a snapshot, not frames, is asked for.
+    pub const SNAPSHOT: u8 = 1;
+
+    /// Whether a `REQUEST` record's payload asks for a snapshot.
+    pub fn asks_snapshot(payload: &[u8]) -> bool {
+        payload.get(4).is_some_and(|flags| flags & RetransmitRequest::SNAPSHOT != 0)
+    }
+
     /// Reads a request from a `REQUEST` record's header and payload.
     pub fn parse(header: &RecordHeader, payload: &[u8]) -> Result<RetransmitRequest, RelayError> {
         if header.tag != RecordTag::Request {

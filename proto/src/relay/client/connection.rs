@@ -771,6 +771,14 @@ impl StreamConnection {
         }
     }
 
+    /// Queues the `REQUEST` for a snapshot of the state (a recovery connection's, once): it goes
+    /// out first, whatever else waits.
+    pub fn queue_snapshot_request(&mut self) {
+        if self.closed.is_none() && self.state == State::Records {
+            self.out.extend_from_slice(&RetransmitRequest::snapshot_record());
+        }
+    }
+
     /// Whether another request would be taken now.
     pub fn has_room_for_requests(&self) -> bool {
         self.closed.is_none() && self.state == State::Records && self.out.len() < MAX_PENDING_REQUESTS
@@ -1090,7 +1098,7 @@ impl StreamConnection {
                 self.events.push_back(ConnectionEvent::Resume { asked, offered: header.sequence });
             }
         }
-        if header.tag == RecordTag::Data || (header.tag == RecordTag::Snapshot && !recovery) {
+        if header.tag == RecordTag::Data || header.tag == RecordTag::Snapshot {
             // Handed out whole at this call or, after the resume check, at the next.
             self.ready = Some((header, total, payload_at));
             return match self.events.pop_front() {

@@ -73,15 +73,19 @@ use super::frames::{FrameReader, FrameVisitor, Origin, Payload, Place, ReaderCon
 use super::lines::{Line, Lines};
 use crate::backoff::{Backoff, duration_ns};
 use crate::relay::protect::Protection;
+use crate::relay::protect::Protector;
 use crate::relay::session::Admission;
+use crate::relay::snapshot::{Snapshot, SnapshotReader};
 use crate::relay::window::WINDOW;
 use crate::relay::wire::{
-    DATAGRAM_VERSION, DatagramHeader, DatagramKind, Echo, RecordTag, RelayError, RetransmitRequest, Totals,
+    DATAGRAM_VERSION, DatagramHeader, DatagramKind, Echo, RecordHeader, RecordTag, RelayError, RetransmitRequest,
+    Totals,
 };
 use mdrelay_codec::Format;
 use std::collections::VecDeque;
 use std::fmt;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A/B: how long after one line's `END` the other line's is waited for (its last frames are
@@ -101,6 +105,12 @@ pub const RECOVERY_INITIAL_BACKOFF: Duration = Duration::from_millis(50);
 pub const RECOVERY_MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// Bytes of an `ECHO` datagram.
 pub const ECHO_DATAGRAM: usize = DatagramHeader::LEN + Echo::LEN;
+/// How long a receiver joining with a snapshot waits for it, holding the datagrams that come
+/// meanwhile, before it goes on without one.
+pub const SNAPSHOT_WAIT: Duration = Duration::from_secs(5);
+/// Bytes of datagrams held while a snapshot is on its way, at most: past it, datagrams are
+/// dropped, and their frames recovered from the ring as a gap once the snapshot is taken.
+pub const SNAPSHOT_HOLD_BYTES: usize = 64 << 20;
 /// After a read of the store in order, the least time before a catch-up (see the module's
 /// documentation).
 pub const CATCH_UP_INTERVAL: Duration = Duration::from_secs(1);
@@ -137,6 +147,9 @@ pub struct DatagramConfig {
     pub lines: Option<(String, String)>,
     /// Loss recovery from the retransmission service.
     pub recovery: Option<RecoveryConfig>,
+    /// Join with a snapshot of the state from the retransmission service (needs `recovery`):
+    /// see [`DatagramEvent::Snapshot`].
+    pub snapshot: bool,
 }
 
 /// A read of the store in order, for a receiver that fell more than a window behind: see
@@ -266,6 +279,16 @@ pub enum DatagramEvent {
     },
     /// The stream is over (its end, after the waits).
     Finished,
+    /// The snapshot asked for, read whole: the state as of its frame, from the retransmission
+    /// service. The stream is owed from the frame after it: frames lost before the first
+    /// datagram taken are recovered from the ring, and frames the snapshot covers are skipped.
+    Snapshot(Arc<Snapshot>),
+    /// No snapshot: the service did not send one within [`SNAPSHOT_WAIT`], refused, or sent
+    /// one that could not be read (`why`). The stream is taken as without one.
+    SnapshotMissing {
+        /// What went wrong.
+        why: String,
+    },
     /// A datagram or `END` of the stream's session came more than a window ahead of the
     /// frames taken, or a datagram that would take the window past a frame still missing: it
     /// was not taken, and the store is to be read in order from `from`
@@ -495,6 +518,40 @@ pub struct DatagramReceiver {
     /// After a read of the store in order, the highest frame it took: the frames of live
     /// datagrams held meanwhile up to there are expected copies, not duplicates.
     copies_to: Option<u64>,
+    /// Joining with a snapshot: where it stands.
+    joining: Joining,
+    /// How snapshot frames are opened (the stream's protection).
+    snapshot_opener: Option<Box<Protector>>,
+}
+
+/// A receiver's join with a snapshot.
+#[derive(Debug, Default)]
+enum Joining {
+    /// No snapshot asked for, or it came (or was given up): datagrams are taken as they come.
+    #[default]
+    Done,
+    /// Waiting for the snapshot, with the datagrams that came meanwhile.
+    Waiting {
+        /// The request went out on the current recovery connection.
+        asked: bool,
+        /// When to go on without it (set at the first call that tells the time).
+        until: Option<i64>,
+        /// The snapshot's records read so far.
+        reader: Box<SnapshotReader>,
+        held: VecDeque<HeldLive>,
+        held_bytes: usize,
+    },
+    /// Over: the datagrams held are to be taken now (at the next call with a visitor).
+    Releasing(VecDeque<HeldLive>),
+}
+
+/// A datagram that came while the snapshot was on its way.
+#[derive(Debug)]
+struct HeldLive {
+    origin: Origin,
+    bytes: Vec<u8>,
+    peer: SocketAddr,
+    receive_time: i64,
 }
 
 impl DatagramReceiver {
@@ -521,6 +578,19 @@ impl DatagramReceiver {
             }
         }
         let protection = Protection { crc: config.reader.crc, encrypted: config.reader.key.is_some() };
+        let snapshot = config.snapshot && config.recovery.is_some();
+        let joining = if snapshot {
+            Joining::Waiting { asked: false, until: None, reader: Box::default(), held: VecDeque::new(), held_bytes: 0 }
+        } else {
+            Joining::Done
+        };
+        let snapshot_opener = snapshot.then(|| {
+            Box::new(Protector::new(
+                config.reader.crc,
+                config.reader.key.as_ref(),
+                mdrelay_codec::Limits::default().max_frame,
+            ))
+        });
         DatagramReceiver {
             reader,
             held: None,
@@ -555,6 +625,8 @@ impl DatagramReceiver {
             tail_position: None,
             taking_tail: false,
             copies_to: None,
+            joining,
+            snapshot_opener,
         }
     }
 
@@ -779,6 +851,59 @@ impl DatagramReceiver {
             })
     }
 
+    /// While a snapshot is awaited (or its datagrams wait to be taken), a datagram waits too,
+    /// in order; past [`SNAPSHOT_HOLD_BYTES`] it is dropped (its frames are then a gap,
+    /// recovered). True when it was held or dropped.
+    fn hold_for_snapshot(&mut self, origin: Origin, bytes: &[u8], peer: SocketAddr, receive_time: i64) -> bool {
+        let now = self.now;
+        let live = || HeldLive { origin, bytes: bytes.to_vec(), peer, receive_time };
+        match &mut self.joining {
+            Joining::Done => false,
+            Joining::Releasing(held) => {
+                held.push_back(live());
+                true
+            }
+            Joining::Waiting { until, held, held_bytes, .. } => {
+                until.get_or_insert(now.saturating_add(duration_ns(SNAPSHOT_WAIT)));
+                if held_bytes.saturating_add(bytes.len()) <= SNAPSHOT_HOLD_BYTES {
+                    *held_bytes += bytes.len();
+                    held.push_back(live());
+                } else {
+                    self.counts.datagrams += 1;
+                    self.counts.bytes += bytes.len() as u64;
+                }
+                true
+            }
+        }
+    }
+
+    /// The snapshot came, or will not: the datagrams held meanwhile are taken at the next
+    /// [`DatagramReceiver::poll_event`], after its event.
+    fn joined(&mut self, event: DatagramEvent) {
+        if let Joining::Waiting { held, .. } = std::mem::take(&mut self.joining) {
+            self.events.push_back(event);
+            self.joining = Joining::Releasing(held);
+        }
+    }
+
+    /// Takes the datagrams held for the snapshot; false when there were none to take.
+    fn release_held<V: FrameVisitor + ?Sized>(&mut self, visitor: &mut V) -> bool {
+        if !matches!(self.joining, Joining::Releasing(_)) {
+            return false;
+        }
+        let Joining::Releasing(held) = std::mem::take(&mut self.joining) else { return false };
+        let now = self.now;
+        for d in held {
+            self.datagram(d.origin, &d.bytes, d.peer, now, d.receive_time, visitor);
+        }
+        true
+    }
+
+    /// Whether a snapshot is awaited and not yet asked for on the recovery connection.
+    fn snapshot_unasked(&self) -> bool {
+        matches!(self.joining, Joining::Waiting { asked: false, .. })
+    }
+
     /// Asks for a catch-up, the datagram of `len` bytes reaching frame `ahead` not taken.
     fn ask_catch_up(&mut self, session: u64, ahead: u64, len: usize) {
         let next = self.reader.tracker().highest().map_or(1, |high| high.saturating_add(1));
@@ -914,6 +1039,10 @@ impl DatagramReceiver {
             if let Some(event) = self.events.pop_front() {
                 return Some(event);
             }
+            // After the snapshot's event has been taken: its frames come first.
+            if self.release_held(visitor) {
+                continue;
+            }
             if !self.pump_recovery(visitor) {
                 self.check_finished();
                 return self.events.pop_front();
@@ -934,6 +1063,9 @@ impl DatagramReceiver {
     ) {
         self.now = now;
         if self.finished {
+            return;
+        }
+        if self.hold_for_snapshot(origin, bytes, peer, receive_time) {
             return;
         }
         self.counts.datagrams += 1;
@@ -1262,6 +1394,9 @@ impl DatagramReceiver {
         }
         let mut deadline = self.ending;
         let mut at = |t: i64| deadline = Some(deadline.map_or(t, |d| d.min(t)));
+        if let Joining::Waiting { until: Some(until), .. } = &self.joining {
+            at(*until);
+        }
         // Without a store, the time alone says nothing new came (with one, the store says so).
         if self.store.is_none()
             && let (Some(limit), Some(since)) = (self.give_up_after_ns, self.progress_at)
@@ -1295,6 +1430,13 @@ impl DatagramReceiver {
         self.now = now;
         if self.finished {
             return;
+        }
+        if let Joining::Waiting { until: Some(until), .. } = self.joining
+            && now >= until
+        {
+            self.joined(DatagramEvent::SnapshotMissing {
+                why: format!("no snapshot from the retransmission service within {SNAPSHOT_WAIT:?}"),
+            });
         }
         if let Some(link) = &mut self.link {
             match &mut link.state {
@@ -1390,6 +1532,10 @@ impl DatagramReceiver {
     /// What to do for the recovery connection now, if anything.
     pub fn recovery_action(&mut self, now: i64) -> Option<RecoveryAction> {
         self.now = now;
+        let snapshot = self.snapshot_unasked();
+        if let Joining::Waiting { until, .. } = &mut self.joining {
+            until.get_or_insert(now.saturating_add(duration_ns(SNAPSHOT_WAIT)));
+        }
         let link = self.link.as_mut()?;
         if let LinkState::Waiting(until) = link.state {
             if now < until {
@@ -1403,7 +1549,7 @@ impl DatagramReceiver {
         if link.pending.is_none() {
             link.pending = link.queue.pop_front();
         }
-        link.pending.is_some().then(|| {
+        (link.pending.is_some() || snapshot).then(|| {
             link.state = LinkState::Connecting;
             RecoveryAction::Connect
         })
@@ -1486,16 +1632,21 @@ impl DatagramReceiver {
     fn pump_recovery<V: FrameVisitor + ?Sized>(&mut self, visitor: &mut V) -> bool {
         let stream_session = self.reader.tracker().session();
         let now = self.now;
-        let DatagramReceiver { link, reader, events, .. } = self;
+        let DatagramReceiver { link, reader, events, joining, snapshot_opener, .. } = self;
         let Some(link) = link.as_mut() else { return false };
         let receive_time = link.receive_time;
         let LinkState::Connected { conn, serves } = &mut link.state else { return false };
         let peer = conn.config().peer;
         let Some(event) = conn.poll_event() else { return false };
         let mut ended = None;
+        let mut joined = None;
         match event {
             ConnectionEvent::Greeted { hello, .. } => {
                 *serves = Some(hello.session);
+                if let Joining::Waiting { asked: asked @ false, .. } = joining {
+                    conn.queue_snapshot_request();
+                    *asked = true;
+                }
                 if let Some(book) = reader.book_mut() {
                     book.connected();
                 }
@@ -1535,6 +1686,10 @@ impl DatagramReceiver {
                     book.gone(first, count);
                 }
             }
+            // Frame 0 is never asked for: a BUSY for it refuses the snapshot, with the reason.
+            ConnectionEvent::Busy { first: 0, reason } if matches!(joining, Joining::Waiting { asked: true, .. }) => {
+                joined = Some(DatagramEvent::SnapshotMissing { why: format!("{peer}: {reason}") });
+            }
             ConnectionEvent::Busy { first, .. } => {
                 if let Some(book) = reader.book_mut() {
                     book.busy(first, now);
@@ -1545,16 +1700,45 @@ impl DatagramReceiver {
             ConnectionEvent::Closed(closed) => {
                 ended = Some((closed.reason, closed.why, conn.answered()));
             }
+            ConnectionEvent::Snapshot { header, payload, payload_at } => {
+                let session = serves.unwrap_or(0);
+                match (&mut *joining, snapshot_opener.as_deref_mut()) {
+                    (Joining::Waiting { reader: snapshot, .. }, Some(opener)) => {
+                        match snapshot.record(&header, payload, opener, session, mdrelay_codec::Limits::default()) {
+                            Ok(None) => {}
+                            Ok(Some(read)) => {
+                                reader.covered_by_snapshot(session, read.state.as_of);
+                                joined = Some(DatagramEvent::Snapshot(Arc::new(read)));
+                            }
+                            Err(error) => {
+                                let why = format!(
+                                    "{error} (record at byte {} of the connection to {peer})",
+                                    payload_at.saturating_sub(RecordHeader::LEN as u64)
+                                );
+                                joined = Some(DatagramEvent::SnapshotMissing { why });
+                            }
+                        }
+                    }
+                    _ => {
+                        events.push_back(DatagramEvent::RecoveryOutOfPlace { tag: RecordTag::Snapshot, at: payload_at })
+                    }
+                }
+            }
             ConnectionEvent::Format { .. }
             | ConnectionEvent::Resume { .. }
-            | ConnectionEvent::Snapshot { .. }
             | ConnectionEvent::End { .. }
             | ConnectionEvent::Violation { .. } => {}
+        }
+        if let Some(event) = joined {
+            self.joined(event);
         }
         if let Some((reason, why, answered)) = ended {
             let quiet = reason == CloseReason::Quiet;
             match reason.disposition() {
                 Disposition::Refused => {
+                    self.joined(DatagramEvent::SnapshotMissing {
+                        why: format!("the retransmission service refused the connection: {why}"),
+                    });
                     self.events.push_back(DatagramEvent::RecoveryRefused { why });
                     if let Some(book) = self.reader.book_mut() {
                         book.refuse();
@@ -1584,6 +1768,11 @@ impl DatagramReceiver {
         }
         if answered {
             link.backoff.reset();
+        }
+        // A snapshot not read whole is asked again on the next connection.
+        if let Joining::Waiting { asked, reader, .. } = &mut self.joining {
+            *asked = false;
+            **reader = SnapshotReader::new();
         }
         // The next connection waits for the next request: the frames still missing are asked
         // again at their retry, and ones given up meanwhile need no connection.

@@ -338,6 +338,9 @@ struct Core {
     /// Retransmitted payloads come from a store read in order (see
     /// [`FrameReader::set_store_in_order`]).
     store_in_order: bool,
+    /// Frames of a session up to a number that a snapshot covers (see
+    /// [`FrameReader::covered_by_snapshot`]).
+    covered: Option<(u64, u64)>,
     echo_every: Option<u64>,
     echo_countdown: u64,
     echoes: VecDeque<Echo>,
@@ -374,6 +377,7 @@ impl FrameReader {
                 first_frame: None,
                 next: None,
                 store_in_order: false,
+                covered: None,
                 echo_every: config.echo_every.map(|n| n.max(1)),
                 echo_countdown: config.echo_every.map_or(0, |n| n.max(1)),
                 echoes: VecDeque::new(),
@@ -451,6 +455,22 @@ impl FrameReader {
     /// the stream's own next frame, taken and accounted as one (its gap anomalies included).
     pub fn set_store_in_order(&mut self, on: bool) {
         self.core.store_in_order = on;
+    }
+
+    /// A snapshot of `session`'s state as of frame `as_of` was taken: the stream is owed from
+    /// the frame after it (a loss before the first frame received is a gap, recovered), and its
+    /// frames up to `as_of` that still come (datagrams received while the snapshot was on its
+    /// way) are skipped without being counted. Call before any frame is taken.
+    pub fn covered_by_snapshot(&mut self, session: u64, as_of: u64) {
+        let from = as_of.saturating_add(1);
+        self.core.covered = Some((session, as_of));
+        self.core.tracker.expect_from(from);
+        if let Some(lines) = &mut self.core.lines {
+            lines.expect_from(from);
+        }
+        if let Some(book) = &mut self.core.book {
+            book.expect_from(from);
+        }
     }
 
     /// The lowest frame taken in the run's first session, if any.
@@ -716,6 +736,7 @@ impl Core {
             echo_countdown,
             counts,
             store_in_order,
+            covered,
             ..
         } = self;
         let every_message = visitor.every_message();
@@ -743,6 +764,9 @@ impl Core {
             let frame = &rest[..len];
             offset += len;
             index += 1;
+            if covered.is_some_and(|(session, as_of)| session == p.session && sequence <= as_of) {
+                continue;
+            }
             // A frame of a store read in order that is not missing: a copy, or the stream's own.
             let in_order = p.origin == Origin::Recovered
                 && *store_in_order

@@ -39,6 +39,9 @@ pub enum ClientEnd {
 pub enum RequestEvent {
     /// A whole request: answer it, then call [`RequestReader::answered`].
     Request(RetransmitRequest),
+    /// A request for a snapshot of the state ([`RetransmitRequest::snapshot_record`]): answer
+    /// it with `SNAPSHOT` records, then call [`RequestReader::answered`].
+    Snapshot,
     /// The connection is over.
     Ended(ClientEnd),
 }
@@ -120,7 +123,11 @@ impl RequestReader {
                 self.offset += REQUEST_LEN as u64;
                 self.have = 0;
                 self.whole_by = None;
-                RequestEvent::Request(request)
+                if RetransmitRequest::asks_snapshot(&self.buf[RecordHeader::LEN..]) {
+                    RequestEvent::Snapshot
+                } else {
+                    RequestEvent::Request(request)
+                }
             }
             Err(end) => RequestEvent::Ended(end),
         })
