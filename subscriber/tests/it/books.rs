@@ -228,3 +228,87 @@ fn snapshot_askers_that_never_read_or_leave_at_once_cost_the_healthy_subscriber_
     assert_aggregates(&report, &expected("DEEP10.json"), "the healthy subscriber");
     drop(stalled);
 }
+
+/// Where late joiners take the stream from, besides the publisher's TCP port.
+enum JoinOver {
+    /// The TCP port: the snapshot comes on the connection.
+    Tcp,
+    /// The loopback multicast group, with the retransmission service: the snapshot comes from
+    /// the service, the frames after it from the ring.
+    Multicast,
+}
+
+/// Frames of DEEP10 a joiner starts after, as an early subscriber counts them: after the
+/// first frame; after about 100,000 and 200,000 messages (DEEP10 averages 3.2 messages a
+/// frame); and about 4,000 frames (under a second here) before the `END` at frame 121,314.
+const JOIN_POINTS: [u64; 4] = [1, 31_000, 62_000, 117_000];
+
+/// DEEP10 paced at 20,000 messages a second (about 20 s) to TCP and, for `over`, to the loopback
+/// multicast group with the retransmission service; a late joiner with `--snapshot` starts at
+/// each of [`JOIN_POINTS`] (as an early TCP subscriber counts frames). Each joiner's book equals
+/// the reference's at the end and its report the reference for the whole day.
+fn late_joiners_at_four_points(over: JoinOver) {
+    let dir = tempfile::tempdir().unwrap();
+    let deep10 = text(&iex_data().join("DEEP10.pcap.gz"));
+    let (books, day) = (expected("DEEP10.book.json"), expected("DEEP10.json"));
+    // The group's port: a free one, the same for every member and the publisher.
+    let group = format!("239.255.43.9:{}", mdrelay_harness::free_udp_port());
+    let service = format!("127.0.0.1:{}", mdrelay_harness::free_tcp_port());
+    let mut args = vec!["run", "--capture", &deep10, "--format", "sbe", "--tcp", "127.0.0.1:0"];
+    args.extend(["--wait-subscribers", "1", "--pacing", "rate", "--rate", "20000"]);
+    if let JoinOver::Multicast = over {
+        args.extend(["--multicast", &group, "--interface", "127.0.0.1", "--ttl", "0", "--retransmit-listen", &service]);
+    }
+    let mut publisher = Process::start(publisher_bin(), &args);
+    let addr = publisher.serving_on().to_string();
+    let early_json = text(&dir.path().join("early.json"));
+    let mut early =
+        Process::start(subscriber_bin(), ["--tcp", &addr, "--json", &early_json, "--report-interval", "50ms"]);
+    let mut joiners = Vec::new();
+    for point in JOIN_POINTS {
+        let seen = early.wait_for_frames(point);
+        let (book, json) =
+            (text(&dir.path().join(format!("book-{point}.json"))), text(&dir.path().join(format!("{point}.json"))));
+        let mut joiner_args = match over {
+            JoinOver::Tcp => vec!["--tcp".to_string(), addr.clone()],
+            JoinOver::Multicast => {
+                ["--group", &group, "--interface", "127.0.0.1", "--recovery", &service].map(String::from).to_vec()
+            }
+        };
+        joiner_args
+            .extend(["--snapshot", "--book", &book, "--json", &json, "--report-interval", "0"].map(String::from));
+        joiners.push((point, seen, book, json, Process::start(subscriber_bin(), &joiner_args)));
+    }
+    publisher.finish(RUN).assert_success();
+    early.finish(RUN).assert_success();
+    assert_eq!(json_file(Path::new(&early_json))["totals_match"], true, "the early subscriber took the whole day");
+    for (point, seen, book, json, joiner) in joiners {
+        let context = format!("a joiner after frame {seen} (join point {point})");
+        joiner.finish(RUN).assert_success();
+        let r = json_file(Path::new(&json));
+        let as_of = r["snapshot_as_of"].as_u64().unwrap_or_else(|| panic!("{context}: no snapshot: {r}"));
+        assert!(as_of >= seen, "{context}: the snapshot is as of frame {as_of}, before the join");
+        assert_eq!((&r["totals_match"], &r["stream_complete"]), (&true.into(), &true.into()), "{context}: {r}");
+        assert_aggregates(&r, &day, &context);
+        for key in ["messages", "message_types"] {
+            assert_eq!(r[key], day[key], "{context}: {key}");
+        }
+        let book = json_file(Path::new(&book));
+        assert_books_match(&book, &books, &context);
+        assert_eq!(book["messages_applied"], books["messages_applied"], "{context}");
+    }
+}
+
+#[test]
+#[ignore = "long (about 20 s): .ci/run runs it with --ignored"]
+fn late_joiners_over_tcp_after_1_100k_200k_messages_and_before_the_end_have_the_reference_state() {
+    let _serial = serial();
+    late_joiners_at_four_points(JoinOver::Tcp);
+}
+
+#[test]
+#[ignore = "long (about 20 s): .ci/run runs it with --ignored"]
+fn late_joiners_over_multicast_take_the_snapshot_from_the_retransmission_service_at_four_points() {
+    let _serial = serial();
+    late_joiners_at_four_points(JoinOver::Multicast);
+}
