@@ -86,10 +86,11 @@ use async_nats::jetstream::stream::{DirectGetErrorKind, LastRawMessageErrorKind,
 use bytes::Bytes;
 use futures_util::{FutureExt, StreamExt};
 use mdrelay_proto::relay::client::{
-    CatchUp, DatagramConfig, DatagramEvent, DatagramReceiver, Origin, Quiet, ReaderConfig, RecoveryConfig, StoreSearch,
-    StoreStep, Stored,
+    CatchUp, DatagramConfig, DatagramEvent, DatagramReceiver, Origin, Quiet, ReaderConfig, RecoveryConfig,
+    SNAPSHOT_WAIT, StoreSearch, StoreStep, Stored,
 };
-use mdrelay_proto::relay::wire::{DatagramHeader, DatagramKind, RetransmitRequest};
+use mdrelay_proto::relay::snapshot::nats_snapshot_subject;
+use mdrelay_proto::relay::wire::{DatagramHeader, DatagramKind, Hello, RecordHeader, RecordTag, RetransmitRequest};
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -117,6 +118,14 @@ pub(crate) const TAIL_PROBE: std::time::Duration = std::time::Duration::from_mil
 /// heartbeats, which a stalled pull does not produce. A stalled catch-up ends (repairs fill
 /// the rest by direct gets); a stalled replay is started again after its last message.
 const REPLAY_STALL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Bytes of a snapshot's records at most: a snapshot of ten thousand symbols' books is a few
+/// megabytes; an answer past this is no snapshot.
+const MAX_SNAPSHOT_BYTES: usize = 256 << 20;
+
+/// A snapshot asked of the publisher: the session its frames are sealed for and its `SNAPSHOT`
+/// records, or why there is none.
+type SnapshotAnswer = Result<(u64, Vec<Bytes>), String>;
 
 /// A read of the stream in order: a replay from its start or from a time, or a catch-up.
 struct Replay {
@@ -194,6 +203,8 @@ pub(crate) struct NatsDriver {
     source: Option<StoreSource>,
     /// The task finding where a catch-up starts.
     catching_up: Option<tokio::task::JoinHandle<Option<Replay>>>,
+    /// The snapshot asked for, on its way.
+    snapshot: Option<tokio::task::JoinHandle<SnapshotAnswer>>,
     /// The read of the stream's tail under way: the stream (looked up once found) and what
     /// it holds last.
     tail_read: Option<tokio::task::JoinHandle<(Option<JetStream>, TailRead)>>,
@@ -225,6 +236,9 @@ impl Drop for NatsDriver {
             task.abort();
         }
         if let Some(task) = &self.tail_read {
+            task.abort();
+        }
+        if let Some(task) = &self.snapshot {
             task.abort();
         }
     }
@@ -262,6 +276,9 @@ impl NatsDriver {
         // The subscription is only queued to the server: a round trip makes sure the server has
         // it, so a subscriber built before its publisher starts misses nothing.
         client.flush().await.map_err(|e| unreachable(e.to_string()))?;
+        // Asked once the live subscription is in place: the publisher's state as of frame n, and
+        // the live subject from n + 1 on.
+        let snapshot = settings.snapshot.then(|| tokio::spawn(request_snapshot(client.clone(), subject.to_string())));
         let jetstream = async_nats::jetstream::new(client.clone());
         let start = match (settings.from_start, settings.nats.start_at) {
             (true, _) => Some(DeliverPolicy::All),
@@ -308,7 +325,7 @@ impl NatsDriver {
                 attempts: r.attempts,
                 linger: r.linger,
             }),
-            snapshot: false,
+            snapshot: settings.snapshot,
         };
         let mut receiver =
             DatagramReceiver::new(config).with_store_recovery().with_give_up_after(settings.give_up_after);
@@ -327,6 +344,7 @@ impl NatsDriver {
             held: VecDeque::new(),
             source,
             catching_up: None,
+            snapshot,
             tail_read: None,
             tail_stream: None,
             tail_asked_at: 0,
@@ -427,6 +445,25 @@ impl NatsDriver {
         }));
     }
 
+    /// The publisher's answer to the snapshot request, into the machine.
+    fn snapshot_answered(&mut self, answer: SnapshotAnswer) {
+        match answer {
+            Ok((session, records)) => {
+                let source = format!("the snapshot answer on {}", self.name);
+                for record in &records {
+                    // Checked whole by the task that read them.
+                    if let Ok(header) = RecordHeader::parse(record, record.len()) {
+                        self.receiver.snapshot_record(&header, &record[RecordHeader::LEN..], session, &source);
+                    }
+                }
+                if self.receiver.awaiting_snapshot() {
+                    self.receiver.snapshot_unavailable(format!("{source} ended before the snapshot's closing record"));
+                }
+            }
+            Err(why) => self.receiver.snapshot_unavailable(why),
+        }
+    }
+
     /// Hands the ranges the book asks for to the repair task; a range that does not fit its
     /// queue is asked again at its retry.
     fn ask_repairs(&mut self) {
@@ -464,7 +501,13 @@ impl NatsDriver {
                 None => std::future::pending().await,
             }
         };
-        let NatsDriver { replay, live, repairs, catching_up, tail_read, .. } = self;
+        let NatsDriver { replay, live, repairs, catching_up, tail_read, snapshot, .. } = self;
+        let answered = async {
+            match snapshot {
+                Some(task) => task.await.unwrap_or_else(|e| Err(e.to_string())),
+                None => std::future::pending().await,
+            }
+        };
         let replayed = async {
             match replay {
                 Some(replay) => replay.messages.next().await,
@@ -498,6 +541,7 @@ impl NatsDriver {
             Slept,
             Quiet,
             Stalled,
+            Answered(SnapshotAnswer),
         }
         let woke = tokio::select! {
             replayed = replayed => Woke::Replayed(replayed.map(|r| r.map(Box::new).map_err(|e| e.to_string()))),
@@ -508,6 +552,7 @@ impl NatsDriver {
             _ = sleep => Woke::Slept,
             _ = quiet => Woke::Quiet,
             _ = stalled => Woke::Stalled,
+            answer = answered => Woke::Answered(answer),
         };
         match woke {
             Woke::Replayed(Some(Ok(message))) => {
@@ -586,6 +631,10 @@ impl NatsDriver {
             Woke::Repaired(None) => self.repairs = None,
             Woke::Slept => {}
             Woke::Stalled => self.replay_stalled(),
+            Woke::Answered(answer) => {
+                self.snapshot = None;
+                self.snapshot_answered(answer);
+            }
             Woke::Quiet => {
                 // The tail is read by a task of its own (a round trip the live subject does not
                 // wait for, nor does it wait behind repairs); the next read is a quiet period
@@ -644,6 +693,11 @@ impl NatsDriver {
                     let counters = self.counters_with(out);
                     self.notes.finished(&counters)
                 }
+                DatagramEvent::Snapshot(snapshot) => {
+                    self.notes.snapshot = Some((snapshot.state.as_of, snapshot.totals.clone()));
+                    Event::Snapshot(crate::event::Snapshot::new(snapshot))
+                }
+                DatagramEvent::SnapshotMissing { why } => Event::SnapshotMissing { reason: why },
                 DatagramEvent::Behind { from, ahead, .. } => Event::Recovery(RecoveryEvent::CatchingUp { from, ahead }),
                 DatagramEvent::CaughtUp { frames } => Event::Recovery(RecoveryEvent::CaughtUp { frames }),
                 DatagramEvent::EndAhead { next_sequence, .. } => {
@@ -819,6 +873,67 @@ async fn find_catch_up(source: StoreSource, catch_up: CatchUp) -> Option<Replay>
     };
     let policy = DeliverPolicy::ByStartSequence { start_sequence: start };
     start_replay(&stream, &subject, policy, true).await.ok().flatten()
+}
+
+/// Asks the publisher of `subject` for a snapshot ([`nats_snapshot_subject`]) and reads its
+/// answer: its greeting, then `SNAPSHOT` records up to the closing one, each checked, within
+/// [`SNAPSHOT_WAIT`] in all and [`MAX_SNAPSHOT_BYTES`].
+async fn request_snapshot(client: async_nats::Client, subject: String) -> SnapshotAnswer {
+    let asked_on = nats_snapshot_subject(&subject);
+    let inbox = client.new_inbox();
+    let mut answers = client.subscribe(inbox.clone()).await.map_err(|e| format!("subscribing to {inbox}: {e}"))?;
+    client
+        .publish_with_reply(asked_on.clone(), inbox, Bytes::new())
+        .await
+        .map_err(|e| format!("asking on {asked_on}: {e}"))?;
+    let _ = client.flush().await;
+    let deadline = tokio::time::Instant::now() + SNAPSHOT_WAIT;
+    let silent = || {
+        format!(
+            "no publisher answered on {asked_on} within {SNAPSHOT_WAIT:?} (one without nats.snapshots, or of an earlier build, does not)"
+        )
+    };
+    let mut next = async || match tokio::time::timeout_at(deadline, answers.next()).await {
+        Ok(Some(message)) if message.status.is_some_and(|s| s == async_nats::StatusCode::NO_RESPONDERS) => {
+            Err(format!("no publisher answers snapshot requests on {asked_on}"))
+        }
+        Ok(Some(message)) => Ok(message.payload),
+        Ok(None) => Err(format!("the answer on {asked_on} ended")),
+        Err(_) => Err(silent()),
+    };
+    let hello = next().await?;
+    let hello =
+        Hello::parse(&hello).map_err(|e| format!("the answer on {asked_on} is no publisher's greeting: {e}"))?;
+    let (mut records, mut bytes) = (Vec::new(), 0usize);
+    loop {
+        let record = next().await?;
+        let header = RecordHeader::parse(&record, MAX_SNAPSHOT_BYTES)
+            .map_err(|e| format!("a record of the answer on {asked_on}: {e}"))?;
+        if record.len() != RecordHeader::LEN + header.length as usize {
+            return Err(format!(
+                "a record of the answer on {asked_on} says {} bytes and holds {}",
+                header.length,
+                record.len() - RecordHeader::LEN
+            ));
+        }
+        match header.tag {
+            RecordTag::Busy => {
+                let reason = String::from_utf8_lossy(&record[RecordHeader::LEN..]);
+                return Err(format!("{asked_on}: {reason}"));
+            }
+            RecordTag::Snapshot => {}
+            tag => return Err(format!("a {tag:?} record in the answer on {asked_on}")),
+        }
+        bytes += record.len();
+        if bytes > MAX_SNAPSHOT_BYTES {
+            return Err(format!("the answer on {asked_on} is over {MAX_SNAPSHOT_BYTES} bytes"));
+        }
+        let last = header.frame_count == 0;
+        records.push(record);
+        if last {
+            return Ok((hello.session, records));
+        }
+    }
 }
 
 /// Starts the task that reads missing frames from the stream.

@@ -459,13 +459,7 @@ impl Settings {
                 }
             }
         }
-        if self.snapshot && nats {
-            return Err(Error::config(
-                "snapshot",
-                "not available over NATS (use TCP, or UDP and multicast with a retransmission service)",
-            ));
-        }
-        if self.snapshot && !tcp && recovery.is_none() {
+        if self.snapshot && !tcp && !nats && recovery.is_none() {
             return Err(Error::config(
                 "snapshot",
                 "over UDP and multicast the snapshot comes from the retransmission service: set recovery_server",

@@ -556,6 +556,9 @@ pub struct Nats {
     /// frames in one byte, and a server's default `max_payload` is 1 MiB.
     #[serde(deserialize_with = "units::bytes_within::<_, _, 64, 1_048_576>")]
     pub max_message: usize,
+    /// Keep the state of the stream (books, status, day aggregates) and answer subscribers that
+    /// ask for a snapshot on `_MDRELAY.SNAPSHOT.<subject>`.
+    pub snapshots: bool,
     /// The credentials of the four settings above, read by the check.
     #[serde(skip)]
     pub auth: NatsAuth,
@@ -588,6 +591,7 @@ impl Default for Nats {
             slow_server: SlowServerPolicy::default(),
             id_key_file: None,
             max_message: 64 << 10,
+            snapshots: true,
             auth: NatsAuth::None,
             id_key: None,
         }

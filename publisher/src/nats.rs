@@ -111,6 +111,11 @@ pub struct NatsCounters {
     /// Bytes of messages held for the server: queued, or published and not yet acknowledged
     /// (at most `nats.queue_bytes`, but for one larger message alone).
     pub held_bytes: AtomicU64,
+    /// Snapshots sent to subscribers that asked for one (`nats.snapshots`).
+    pub snapshots_sent: AtomicU64,
+    /// Snapshot requests refused: too many at once, no reply subject, or the state not
+    /// encodable.
+    pub snapshots_refused: AtomicU64,
 }
 
 /// The NATS output's counts at the end of a run.
@@ -135,6 +140,10 @@ pub struct NatsSummary {
     pub disconnects: u64,
     /// Times the stream was found deleted and created again.
     pub stream_recreations: u64,
+    /// Snapshots sent to subscribers that asked for one.
+    pub snapshots_sent: u64,
+    /// Snapshot requests refused.
+    pub snapshots_refused: u64,
     /// Messages published and not yet acknowledged, now (a gauge: the metrics', not the
     /// summary's).
     #[serde(skip)]
@@ -158,6 +167,8 @@ impl NatsCounters {
             reconnects: get(&self.reconnects),
             disconnects: get(&self.disconnects),
             stream_recreations: get(&self.stream_recreations),
+            snapshots_sent: get(&self.snapshots_sent),
+            snapshots_refused: get(&self.snapshots_refused),
             pending_acks: get(&self.pending_acks),
             held_bytes: get(&self.held_bytes),
         }
@@ -200,10 +211,19 @@ impl NatsOut {
     /// Connects to the servers, checks (or creates) the stream, and starts the publishing task.
     /// A server not up yet is waited for in the background; refused credentials and a stream
     /// that does not fit are configuration errors (exit 2), named by setting.
-    pub async fn start(settings: &Nats, session: u64) -> Result<(NatsOut, NatsTask)> {
+    /// With `snapshots`, it answers snapshot requests too ([`crate::snapshot::answer_nats`]).
+    pub async fn start(
+        settings: &Nats,
+        session: u64,
+        snapshots: Option<crate::snapshot::NatsSnapshots>,
+    ) -> Result<(NatsOut, NatsTask)> {
         let counters = Arc::new(NatsCounters::default());
         let (connections_tx, connections) = tokio::sync::watch::channel(0u64);
         let client = connect(settings, &counters, Arc::new(connections_tx)).await?;
+        if let Some(snapshots) = snapshots {
+            let subject = settings.subject().to_string();
+            tokio::spawn(crate::snapshot::answer_nats(client.clone(), subject, snapshots, counters.clone()));
+        }
         let js = jetstream::new(client.clone());
         let checked = if client.connection_state() == async_nats::connection::State::Connected {
             ensure_stream(&js, settings).await?;

@@ -577,8 +577,10 @@ async fn relay(
     // recovery from the ring (UDP and multicast): they need the ring.
     let tcp_snapshots = config.tcp.as_ref().is_some_and(|tcp| tcp.snapshots);
     let service_snapshots = config.retransmit.listen.is_some() && config.retransmit.snapshots;
+    // Over NATS, a snapshot is followed by the live subject (and repairs from the stream).
+    let nats_snapshots = config.nats.as_ref().is_some_and(|nats| nats.snapshots);
     let state: Option<crate::snapshot::SharedState> =
-        (ring.is_some() && (tcp_snapshots || service_snapshots)).then(Arc::default);
+        ((ring.is_some() && (tcp_snapshots || service_snapshots)) || nats_snapshots).then(Arc::default);
     let retransmit = match (config.retransmit.listen, &ring) {
         (Some(listen), Some(ring)) => {
             let listener = tokio::net::TcpListener::bind(listen)
@@ -653,7 +655,15 @@ async fn relay(
     tokio::spawn(signals(handlers, args, config.clone(), controls.clone()).instrument(session_span.clone()));
     let (nats_out, nats_task) = match &config.nats {
         Some(nats) => {
-            let (out, task) = crate::nats::NatsOut::start(nats, session).await?;
+            let snapshots = state.clone().filter(|_| nats.snapshots).map(|state| crate::snapshot::NatsSnapshots {
+                state,
+                protection: config.protection.clone(),
+                format: controls.format.clone(),
+                session,
+                stream: config.stream,
+                guard,
+            });
+            let (out, task) = crate::nats::NatsOut::start(nats, session, snapshots).await?;
             (Some(out), Some(task))
         }
         None => (None, None),

@@ -166,6 +166,13 @@ fn snapshot_messages<'a>(state: &'a MarketState, arena: &'a mut Vec<[u8; AGGREGA
     out
 }
 
+/// The NATS subject a publisher of `subject` answers snapshot requests on. Under a prefix of
+/// its own, so a JetStream stream that stores the stream's subjects (`md.>`, say) does not
+/// store the requests too.
+pub fn nats_snapshot_subject(subject: &str) -> String {
+    format!("_MDRELAY.SNAPSHOT.{subject}")
+}
+
 /// How large a written snapshot came out.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SnapshotSize {
@@ -189,10 +196,25 @@ pub fn write_snapshot(
     publish_time: i64,
     records: &mut Vec<Vec<u8>>,
 ) -> Result<SnapshotSize, EncodeError> {
+    write_snapshot_within(state, codec, protector, session, publish_time, RECORD_BYTES, records)
+}
+
+/// [`write_snapshot`] with payloads of at most `record_bytes` each (a transport's message
+/// limit: NATS's `max_payload`); a frame larger than that alone cannot be sent, and is an
+/// error.
+pub fn write_snapshot_within(
+    state: &MarketState,
+    codec: &mut Codec,
+    protector: &mut Protector,
+    session: u64,
+    publish_time: i64,
+    record_bytes: usize,
+    records: &mut Vec<Vec<u8>>,
+) -> Result<SnapshotSize, EncodeError> {
     let mut arena = Vec::new();
     let messages = snapshot_messages(state, &mut arena);
     let format = codec.format();
-    let (mut frame, mut payload) = (Vec::new(), Vec::new());
+    let (mut frame, mut payload, mut sealed) = (Vec::new(), Vec::new(), Vec::new());
     let mut size = SnapshotSize {
         symbols: state.books.len().max(state.aggregates.iter().len()),
         messages: messages.len(),
@@ -224,13 +246,23 @@ pub fn write_snapshot(
         let header = BatchHeader { publish_time, ..BatchHeader::default() };
         frame.clear();
         codec.encode(&header, chunk, &mut frame)?;
-        protector.seal_snapshot(session, state.as_of, size.frames, &frame, &mut payload);
-        size.frames += 1;
-        in_record += 1;
-        if payload.len() >= RECORD_BYTES || in_record == u16::MAX {
+        sealed.clear();
+        protector.seal_snapshot(session, state.as_of, size.frames, &frame, &mut sealed);
+        if sealed.len() > record_bytes {
+            return Err(EncodeError::Unrepresentable {
+                format,
+                index: size.messages,
+                what: format!("a snapshot frame of {} bytes, over the record limit of {record_bytes}", sealed.len())
+                    .into(),
+            });
+        }
+        if in_record > 0 && (payload.len() + sealed.len() > record_bytes || in_record == u16::MAX) {
             close(&mut payload, in_record, &mut size);
             in_record = 0;
         }
+        payload.extend_from_slice(&sealed);
+        size.frames += 1;
+        in_record += 1;
     }
     if in_record > 0 {
         close(&mut payload, in_record, &mut size);

@@ -7,8 +7,8 @@
 //! that cannot be written is refused before connecting.
 
 use mdrelay_harness::{
-    Process, STEP, assert_aggregates, assert_books_match, expected, iex_data, json_file, publisher_bin, serial, shared,
-    subscriber_bin,
+    NatsServer, Process, STEP, assert_aggregates, assert_books_match, expected, iex_data, json_file, publisher_bin,
+    serial, shared, subscriber_bin,
 };
 use serde_json::Value;
 use std::net::TcpListener;
@@ -236,6 +236,11 @@ enum JoinOver {
     /// The loopback multicast group, with the retransmission service: the snapshot comes from
     /// the service, the frames after it from the ring.
     Multicast,
+    /// A NATS subject stored in a JetStream stream: the snapshot is asked of the publisher on
+    /// its snapshot subject, and the live subject follows.
+    Nats,
+    /// A relay's TCP port: the relay keeps the state of what its upstream sent.
+    Relay,
 }
 
 /// Frames of DEEP10 a joiner starts after, as an early subscriber counts them: after the
@@ -244,9 +249,10 @@ enum JoinOver {
 const JOIN_POINTS: [u64; 4] = [1, 31_000, 62_000, 117_000];
 
 /// DEEP10 paced at 20,000 messages a second (about 20 s) to TCP and, for `over`, to the loopback
-/// multicast group with the retransmission service; a late joiner with `--snapshot` starts at
-/// each of [`JOIN_POINTS`] (as an early TCP subscriber counts frames). Each joiner's book equals
-/// the reference's at the end and its report the reference for the whole day.
+/// multicast group with the retransmission service, to a NATS server, or through a relay; a
+/// late joiner with `--snapshot` starts at each of [`JOIN_POINTS`] (as an early TCP subscriber
+/// counts frames). Each joiner's book equals the reference's at the end and its report the
+/// reference for the whole day.
 fn late_joiners_at_four_points(over: JoinOver) {
     let dir = tempfile::tempdir().unwrap();
     let deep10 = text(&iex_data().join("DEEP10.pcap.gz"));
@@ -254,25 +260,49 @@ fn late_joiners_at_four_points(over: JoinOver) {
     // The group's port: a free one, the same for every member and the publisher.
     let group = format!("239.255.43.9:{}", mdrelay_harness::free_udp_port());
     let service = format!("127.0.0.1:{}", mdrelay_harness::free_tcp_port());
+    let nats = matches!(over, JoinOver::Nats).then(NatsServer::start);
+    let nats_url = nats.as_ref().map(NatsServer::url).unwrap_or_default();
+    let nats_config = text(&dir.path().join("nats.toml"));
+    // Through a relay, the origin starts once the relay and the early subscriber are in.
+    let wanted = if matches!(over, JoinOver::Relay) { "2" } else { "1" };
     let mut args = vec!["run", "--capture", &deep10, "--format", "sbe", "--tcp", "127.0.0.1:0"];
-    args.extend(["--wait-subscribers", "1", "--pacing", "rate", "--rate", "20000"]);
-    if let JoinOver::Multicast = over {
-        args.extend(["--multicast", &group, "--interface", "127.0.0.1", "--ttl", "0", "--retransmit-listen", &service]);
+    args.extend(["--wait-subscribers", wanted, "--pacing", "rate", "--rate", "20000"]);
+    match over {
+        JoinOver::Multicast => {
+            args.extend(["--multicast", &group, "--interface", "127.0.0.1", "--ttl", "0"]);
+            args.extend(["--retransmit-listen", &service]);
+        }
+        JoinOver::Nats => {
+            let file = format!("[nats]\nservers = [{nats_url:?}]\nsubject = \"md.late\"\nstream = \"LATE\"\n");
+            std::fs::write(&nats_config, file).unwrap();
+            args.extend(["--config", &nats_config]);
+        }
+        JoinOver::Tcp | JoinOver::Relay => {}
     }
     let mut publisher = Process::start(publisher_bin(), &args);
-    let addr = publisher.serving_on().to_string();
+    let origin = publisher.serving_on().to_string();
+    let mut relay = matches!(over, JoinOver::Relay).then(|| {
+        Process::start(publisher_bin(), ["run", "--upstream", &origin, "--format", "json", "--tcp", "127.0.0.1:0"])
+    });
+    let addr = match &mut relay {
+        Some(relay) => relay.serving_on().to_string(),
+        None => origin.clone(),
+    };
     let early_json = text(&dir.path().join("early.json"));
     let mut early =
-        Process::start(subscriber_bin(), ["--tcp", &addr, "--json", &early_json, "--report-interval", "50ms"]);
+        Process::start(subscriber_bin(), ["--tcp", &origin, "--json", &early_json, "--report-interval", "50ms"]);
     let mut joiners = Vec::new();
     for point in JOIN_POINTS {
         let seen = early.wait_for_frames(point);
-        let (book, json) =
-            (text(&dir.path().join(format!("book-{point}.json"))), text(&dir.path().join(format!("{point}.json"))));
-        let mut joiner_args = match over {
-            JoinOver::Tcp => vec!["--tcp".to_string(), addr.clone()],
+        let book = text(&dir.path().join(format!("book-{point}.json")));
+        let json = text(&dir.path().join(format!("{point}.json")));
+        let mut joiner_args: Vec<String> = match over {
+            JoinOver::Tcp | JoinOver::Relay => vec!["--tcp".into(), addr.clone()],
             JoinOver::Multicast => {
                 ["--group", &group, "--interface", "127.0.0.1", "--recovery", &service].map(String::from).to_vec()
+            }
+            JoinOver::Nats => {
+                ["--nats", &nats_url, "--nats-subject", "md.late", "--nats-stream", "LATE"].map(String::from).to_vec()
             }
         };
         joiner_args
@@ -280,6 +310,9 @@ fn late_joiners_at_four_points(over: JoinOver) {
         joiners.push((point, seen, book, json, Process::start(subscriber_bin(), &joiner_args)));
     }
     publisher.finish(RUN).assert_success();
+    if let Some(relay) = relay {
+        relay.finish(RUN).assert_success();
+    }
     early.finish(RUN).assert_success();
     assert_eq!(json_file(Path::new(&early_json))["totals_match"], true, "the early subscriber took the whole day");
     for (point, seen, book, json, joiner) in joiners {
@@ -311,4 +344,18 @@ fn late_joiners_over_tcp_after_1_100k_200k_messages_and_before_the_end_have_the_
 fn late_joiners_over_multicast_take_the_snapshot_from_the_retransmission_service_at_four_points() {
     let _serial = serial();
     late_joiners_at_four_points(JoinOver::Multicast);
+}
+
+#[test]
+#[ignore = "long (about 20 s): .ci/run runs it with --ignored"]
+fn late_joiners_over_nats_ask_the_publisher_for_the_snapshot_at_four_points() {
+    let _serial = serial();
+    late_joiners_at_four_points(JoinOver::Nats);
+}
+
+#[test]
+#[ignore = "long (about 20 s): .ci/run runs it with --ignored"]
+fn late_joiners_of_a_relay_take_the_relays_state_at_four_points() {
+    let _serial = serial();
+    late_joiners_at_four_points(JoinOver::Relay);
 }

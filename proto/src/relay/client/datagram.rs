@@ -147,8 +147,9 @@ pub struct DatagramConfig {
     pub lines: Option<(String, String)>,
     /// Loss recovery from the retransmission service.
     pub recovery: Option<RecoveryConfig>,
-    /// Join with a snapshot of the state from the retransmission service (needs `recovery`):
-    /// see [`DatagramEvent::Snapshot`].
+    /// Join with a snapshot of the state: from the retransmission service (with `recovery`),
+    /// or handed over by the driver ([`DatagramReceiver::snapshot_record`]); see
+    /// [`DatagramEvent::Snapshot`].
     pub snapshot: bool,
 }
 
@@ -545,6 +546,31 @@ enum Joining {
     Releasing(VecDeque<HeldLive>),
 }
 
+/// Takes one `SNAPSHOT` record of the snapshot awaited, of the publisher's `session`: the
+/// event that ends the wait (the snapshot read whole, or why it cannot be), or none (more
+/// records to come, or no snapshot awaited). `at` says where the record was, for errors.
+fn snapshot_record(
+    joining: &mut Joining,
+    opener: &mut Option<Box<Protector>>,
+    reader: &mut FrameReader,
+    header: &RecordHeader,
+    payload: &[u8],
+    session: u64,
+    at: impl FnOnce() -> String,
+) -> Option<DatagramEvent> {
+    let (Joining::Waiting { reader: snapshot, .. }, Some(opener)) = (joining, opener.as_deref_mut()) else {
+        return None;
+    };
+    match snapshot.record(header, payload, opener, session, mdrelay_codec::Limits::default()) {
+        Ok(None) => None,
+        Ok(Some(read)) => {
+            reader.covered_by_snapshot(session, read.state.as_of);
+            Some(DatagramEvent::Snapshot(Arc::new(read)))
+        }
+        Err(error) => Some(DatagramEvent::SnapshotMissing { why: format!("{error} ({})", at()) }),
+    }
+}
+
 /// A datagram that came while the snapshot was on its way.
 #[derive(Debug)]
 struct HeldLive {
@@ -578,7 +604,7 @@ impl DatagramReceiver {
             }
         }
         let protection = Protection { crc: config.reader.crc, encrypted: config.reader.key.is_some() };
-        let snapshot = config.snapshot && config.recovery.is_some();
+        let snapshot = config.snapshot;
         let joining = if snapshot {
             Joining::Waiting { asked: false, until: None, reader: Box::default(), held: VecDeque::new(), held_bytes: 0 }
         } else {
@@ -897,6 +923,27 @@ impl DatagramReceiver {
             self.datagram(d.origin, &d.bytes, d.peer, now, d.receive_time, visitor);
         }
         true
+    }
+
+    /// Whether a snapshot is awaited (see [`DatagramConfig::snapshot`]).
+    pub fn awaiting_snapshot(&self) -> bool {
+        matches!(self.joining, Joining::Waiting { .. })
+    }
+
+    /// One `SNAPSHOT` record of the snapshot the driver asked for, where the transport has no
+    /// recovery connection to ask on (NATS: a request the publisher answers), from the
+    /// publisher of `session`; `source` names where it came from, for errors.
+    pub fn snapshot_record(&mut self, header: &RecordHeader, payload: &[u8], session: u64, source: &str) {
+        let DatagramReceiver { joining, snapshot_opener, reader, .. } = self;
+        let at = || format!("record of {} bytes from {source}", payload.len());
+        if let Some(event) = snapshot_record(joining, snapshot_opener, reader, header, payload, session, at) {
+            self.joined(event);
+        }
+    }
+
+    /// The snapshot the driver asked for will not come (`why`): the stream is taken without it.
+    pub fn snapshot_unavailable(&mut self, why: String) {
+        self.joined(DatagramEvent::SnapshotMissing { why });
     }
 
     /// Whether a snapshot is awaited and not yet asked for on the recovery connection.
@@ -1434,9 +1481,7 @@ impl DatagramReceiver {
         if let Joining::Waiting { until: Some(until), .. } = self.joining
             && now >= until
         {
-            self.joined(DatagramEvent::SnapshotMissing {
-                why: format!("no snapshot from the retransmission service within {SNAPSHOT_WAIT:?}"),
-            });
+            self.joined(DatagramEvent::SnapshotMissing { why: format!("no snapshot within {SNAPSHOT_WAIT:?}") });
         }
         if let Some(link) = &mut self.link {
             match &mut link.state {
@@ -1702,24 +1747,14 @@ impl DatagramReceiver {
             }
             ConnectionEvent::Snapshot { header, payload, payload_at } => {
                 let session = serves.unwrap_or(0);
-                match (&mut *joining, snapshot_opener.as_deref_mut()) {
-                    (Joining::Waiting { reader: snapshot, .. }, Some(opener)) => {
-                        match snapshot.record(&header, payload, opener, session, mdrelay_codec::Limits::default()) {
-                            Ok(None) => {}
-                            Ok(Some(read)) => {
-                                reader.covered_by_snapshot(session, read.state.as_of);
-                                joined = Some(DatagramEvent::Snapshot(Arc::new(read)));
-                            }
-                            Err(error) => {
-                                let why = format!(
-                                    "{error} (record at byte {} of the connection to {peer})",
-                                    payload_at.saturating_sub(RecordHeader::LEN as u64)
-                                );
-                                joined = Some(DatagramEvent::SnapshotMissing { why });
-                            }
-                        }
-                    }
-                    _ => {
+                let at = || {
+                    let record = payload_at.saturating_sub(RecordHeader::LEN as u64);
+                    format!("record at byte {record} of the connection to {peer}")
+                };
+                match snapshot_record(joining, snapshot_opener, reader, &header, payload, session, at) {
+                    Some(event) => joined = Some(event),
+                    None if matches!(joining, Joining::Waiting { .. }) => {}
+                    None => {
                         events.push_back(DatagramEvent::RecoveryOutOfPlace { tag: RecordTag::Snapshot, at: payload_at })
                     }
                 }

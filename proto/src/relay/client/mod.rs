@@ -40,7 +40,7 @@ pub use connection::{
 };
 pub use datagram::{
     CATCH_UP_INTERVAL, CatchUp, DatagramConfig, DatagramCounts, DatagramEvent, DatagramReceiver, RecoveryAction,
-    RecoveryConfig,
+    RecoveryConfig, SNAPSHOT_HOLD_BYTES, SNAPSHOT_WAIT,
 };
 pub use frames::{
     Anomaly, FormatChange, FrameCheckFailure, FrameCounts, FrameInfo, FrameReader, FrameVisitor, Origin, Payload,
