@@ -180,7 +180,7 @@ pub struct Settings {
     /// duplicate ([`Event::Snapshot`](crate::Event::Snapshot)). Over TCP it is asked on the
     /// first connection only (a reconnection resumes); over UDP and multicast it comes from the
     /// retransmission service (`recovery_server`), and the frames between it and the first
-    /// datagram are recovered from the ring.
+    /// datagram are recovered from the ring; over NATS it is asked of the publisher by request.
     pub snapshot: bool,
     /// Decode only these symbols' messages (1 to 8 ASCII characters each); the others are
     /// skipped while decoding, as early as the format allows, and only counted by type (see

@@ -45,7 +45,7 @@ use futures_util::stream::FuturesUnordered;
 use mdrelay_client::NatsSetting;
 use mdrelay_client::nats::{connect_error, connect_options};
 use mdrelay_codec::Format;
-use mdrelay_proto::relay::{DatagramHeader, Duplicate, MessageIds, Protector, Unstored, judge_duplicate};
+use mdrelay_proto::relay::{DatagramHeader, Duplicate, MessageIds, Protector, RecordHeader, Unstored, judge_duplicate};
 use mdrelay_telemetry::exit::{ExitStatus, WithExitStatus};
 use std::future::IntoFuture;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -211,7 +211,7 @@ impl NatsOut {
     /// Connects to the servers, checks (or creates) the stream, and starts the publishing task.
     /// A server not up yet is waited for in the background; refused credentials and a stream
     /// that does not fit are configuration errors (exit 2), named by setting.
-    /// With `snapshots`, it answers snapshot requests too ([`crate::snapshot::answer_nats`]).
+    /// With `snapshots`, it answers snapshot requests too ([`answer_snapshots`]).
     pub async fn start(
         settings: &Nats,
         session: u64,
@@ -222,7 +222,7 @@ impl NatsOut {
         let client = connect(settings, &counters, Arc::new(connections_tx)).await?;
         if let Some(snapshots) = snapshots {
             let subject = settings.subject().to_string();
-            tokio::spawn(crate::snapshot::answer_nats(client.clone(), subject, snapshots, counters.clone()));
+            tokio::spawn(answer_snapshots(client.clone(), subject, snapshots, counters.clone()));
         }
         let js = jetstream::new(client.clone());
         let checked = if client.connection_state() == async_nats::connection::State::Connected {
@@ -1134,4 +1134,120 @@ mod tests {
         let junk = Flight { message: Bytes::from_static(b"garbage"), at: 0, generation: 0, held: true };
         assert!(headers(&ids, &junk).get("Nats-Msg-Id").is_none(), "no datagram, no id");
     }
+}
+
+/// Answers snapshot requests on [`nats_snapshot_subject`] of `subject` until the connection
+/// ends: to the request's reply subject, the publisher's greeting, then the `SNAPSHOT`
+/// records, each at most the server's `max_payload`. A snapshot is built by one of
+/// [`crate::snapshot::SNAPSHOT_BUILDS`] at a time; a request that finds none free is told
+/// `BUSY` (a record for frame 0 with the reason), as is one over the state's limits.
+///
+/// Request/reply rather than the latest snapshot kept in JetStream: a snapshot is as of the
+/// moment it is asked for, so the live subject takes over from the frame after it with nothing
+/// to bridge, and nothing is built or stored while nobody joins.
+///
+/// [`nats_snapshot_subject`]: mdrelay_proto::relay::snapshot::nats_snapshot_subject
+async fn answer_snapshots(
+    client: async_nats::Client,
+    subject: String,
+    nats: crate::snapshot::NatsSnapshots,
+    counts: Arc<NatsCounters>,
+) {
+    use futures_util::StreamExt;
+    use std::sync::atomic::Ordering;
+    let asked_on = mdrelay_proto::relay::snapshot::nats_snapshot_subject(&subject);
+    let mut requests = match client.subscribe(asked_on.clone()).await {
+        Ok(requests) => requests,
+        Err(error) => {
+            tracing::warn!(subject = %asked_on, %error, "cannot answer snapshot requests over NATS");
+            return;
+        }
+    };
+    tracing::info!(subject = %asked_on, "answering snapshot requests over NATS");
+    let builds = Arc::new(tokio::sync::Semaphore::new(crate::snapshot::SNAPSHOT_BUILDS));
+    while let Some(request) = requests.next().await {
+        let Some(reply) = request.reply else {
+            counts.snapshots_refused.fetch_add(1, Ordering::Relaxed);
+            continue;
+        };
+        let format =
+            mdrelay_codec::Format::from_id(nats.format.load(Ordering::Relaxed)).unwrap_or(mdrelay_codec::Format::Raw);
+        let Ok(permit) = builds.clone().try_acquire_owned() else {
+            counts.snapshots_refused.fetch_add(1, Ordering::Relaxed);
+            let busy = format!("snapshot not sent: {} are being built", crate::snapshot::SNAPSHOT_BUILDS);
+            let answer = [hello(&nats, format, 0), snapshot_refusal(&busy)];
+            tokio::spawn(send(client.clone(), reply, answer.into()));
+            continue;
+        };
+        let (client, nats, counts) = (client.clone(), nats.clone(), counts.clone());
+        tokio::spawn(async move {
+            let _permit = permit;
+            let copy = nats.state.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let as_of = copy.as_of;
+            let record_bytes = client.server_info().max_payload.saturating_sub(RecordHeader::LEN).max(1 << 10);
+            let mut protector = nats.protection.protector(mdrelay_codec::DEFAULT_MAX_FRAME);
+            let session = nats.session;
+            let written = tokio::task::spawn_blocking(move || {
+                let mut records = Vec::new();
+                let mut codec = mdrelay_codec::Codec::new(format, mdrelay_codec::Limits::default());
+                let now = mdrelay_runtime::clock::wall_clock_ns();
+                mdrelay_proto::relay::snapshot::write_snapshot_within(
+                    &copy,
+                    &mut codec,
+                    &mut protector,
+                    session,
+                    now,
+                    record_bytes,
+                    &mut records,
+                )
+                .map(|size| (records, size))
+            })
+            .await;
+            let mut answer = vec![hello(&nats, format, as_of.saturating_add(1))];
+            match written {
+                Ok(Ok((records, size))) => {
+                    answer.extend(records.into_iter().map(bytes::Bytes::from));
+                    counts.snapshots_sent.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(
+                        as_of,
+                        symbols = size.symbols,
+                        frames = size.frames,
+                        bytes = size.bytes,
+                        "snapshot sent over NATS"
+                    );
+                }
+                Ok(Err(error)) => {
+                    counts.snapshots_refused.fetch_add(1, Ordering::Relaxed);
+                    answer.push(snapshot_refusal(&format!("snapshot not encodable: {error}")));
+                }
+                Err(error) => {
+                    counts.snapshots_refused.fetch_add(1, Ordering::Relaxed);
+                    answer.push(snapshot_refusal(&format!("snapshot not written: {error}")));
+                }
+            }
+            send(client, reply, answer).await;
+        });
+    }
+}
+
+/// The publisher's greeting, first of every answer: the requester learns the session the
+/// snapshot's frames are sealed for, and the publisher's protection.
+fn hello(nats: &crate::snapshot::NatsSnapshots, format: mdrelay_codec::Format, next: u64) -> bytes::Bytes {
+    bytes::Bytes::copy_from_slice(&crate::fanout::hello(nats.session, nats.stream, nats.guard, format, next).to_bytes())
+}
+
+/// [`crate::snapshot::refusal_record`] as a message.
+fn snapshot_refusal(why: &str) -> bytes::Bytes {
+    bytes::Bytes::from(crate::snapshot::refusal_record(why))
+}
+
+/// Publishes an answer's messages to the requester's reply subject, in order.
+async fn send(client: async_nats::Client, reply: async_nats::Subject, answer: Vec<bytes::Bytes>) {
+    for message in answer {
+        if let Err(error) = client.publish(reply.clone(), message).await {
+            tracing::warn!(%error, "snapshot answer not sent");
+            return;
+        }
+    }
+    let _ = client.flush().await;
 }

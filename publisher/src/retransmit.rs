@@ -52,9 +52,6 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 pub const EVICTION_GRACE: Duration = Duration::from_secs(1);
 /// Time an answer may take to write: a client that reads nothing for this long is cut off.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Snapshots built at once, over every connection: each is a copy of the state and its records
-/// (about 2.5 MB for a day of DEEP) and tens of milliseconds of a core; more wait their turn.
-pub const SNAPSHOT_BUILDS: usize = 2;
 /// The reason a publisher that keeps no state gives for not sending a snapshot.
 const NO_STATE: &str = "this publisher keeps no state for snapshots (retransmit.snapshots = false)";
 
@@ -148,7 +145,7 @@ pub struct Service {
     pub state: Option<crate::snapshot::SharedState>,
     /// How frames are sealed: a snapshot's are sealed as the stream's.
     pub protection: mdrelay_proto::relay::protect::ProtectionSettings,
-    /// Snapshots built at once ([`SNAPSHOT_BUILDS`]).
+    /// Snapshots built at once ([`crate::snapshot::SNAPSHOT_BUILDS`]).
     pub snapshot_builds: Arc<tokio::sync::Semaphore>,
 }
 
@@ -383,7 +380,7 @@ async fn connection(stream: &mut TcpStream, service: &Service, place: &Place) ->
             Asked::Snapshot => {
                 service.counters.snapshots_refused.fetch_add(1, Ordering::Relaxed);
                 let why = format!("snapshot not sent: over the rate limit ({rate} requests a second)");
-                write(stream, &refused_snapshot(&why), service).await
+                write(stream, &crate::snapshot::refusal_record(&why), service).await
             }
         };
         if let Err(why) = answered {
@@ -443,21 +440,15 @@ enum Asked {
     Snapshot,
 }
 
-/// The answer to a snapshot request that gets none: a `BUSY` for frame 0 (no request for
-/// frames names it), with the reason.
-fn refused_snapshot(why: &str) -> Vec<u8> {
-    control_record(RecordTag::Busy, Format::Raw, 0, why.as_bytes())
-}
-
 /// Answers a snapshot request with the state as of the last frame it took: `SNAPSHOT` records,
 /// written as the TCP stream's are. The state is never ahead of the ring, so the frames after
 /// it are there to be asked for. The copy is taken under the state's lock, and encoded on a
-/// blocking thread, [`SNAPSHOT_BUILDS`] at a time.
+/// blocking thread, [`crate::snapshot::SNAPSHOT_BUILDS`] at a time.
 async fn answer_snapshot(service: &Service, stream: &mut TcpStream) -> Result<(), String> {
     let counters = &service.counters;
     let Some(state) = &service.state else {
         counters.snapshots_refused.fetch_add(1, Ordering::Relaxed);
-        return write(stream, &refused_snapshot(NO_STATE), service).await;
+        return write(stream, &crate::snapshot::refusal_record(NO_STATE), service).await;
     };
     let Ok(_permit) = service.snapshot_builds.acquire().await else { return Err("shutting down".into()) };
     let copy = state.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -500,7 +491,7 @@ async fn answer_snapshot(service: &Service, stream: &mut TcpStream) -> Result<()
 async fn refuse_snapshot(service: &Service, stream: &mut TcpStream, as_of: u64, why: String) -> Result<(), String> {
     tracing::warn!(as_of, %why, "snapshot refused");
     service.counters.snapshots_refused.fetch_add(1, Ordering::Relaxed);
-    write(stream, &refused_snapshot(&why), service).await
+    write(stream, &crate::snapshot::refusal_record(&why), service).await
 }
 
 /// Answers one admitted request, a part at a time: the ring is locked for one part's copy.

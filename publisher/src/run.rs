@@ -5,7 +5,8 @@
 use crate::config::{self, PacingMode, Reading, Settings, SlowPolicy};
 use crate::engine::{self, Controls, EngineSummary, Outputs};
 use crate::fanout::{ConnectionCounts, Fanout, Shared, SubscriberSummary};
-use crate::retransmit::{RetransmitSummary, SNAPSHOT_BUILDS, Service};
+use crate::retransmit::{RetransmitSummary, Service};
+use crate::snapshot::SNAPSHOT_BUILDS;
 use crate::ring::SharedRing;
 use crate::source::SegmentSource;
 use crate::stats::Echoes;

@@ -336,7 +336,7 @@ class End:
 
 @final
 class Snapshot:
-    """TCP: the snapshot asked for (`snapshot=True`) came: the books and the day's counts are as
+    """The snapshot asked for (`snapshot=True`) came: the books and the day's counts are as
     of frame `as_of`, and the messages that follow are the stream's from the frame after it."""
 
     as_of: int
@@ -501,9 +501,12 @@ class Subscriber(Iterator[Union[Message, StreamEvent]]):
         # over UDP owed (frames before the first received count as missing, and recovery asks for
         # them), over NATS replayed from nats_stream.
         from_start: bool = False,
-        # TCP: join with a snapshot of the state (every symbol's book and status, the day's aggregates
-        # and counts) as of a frame, then the stream from the frame after it, with no gap and no
-        # duplicate (Event::Snapshot). Asked on the first connection only: a reconnection resumes.
+        # Join with a snapshot of the state (every symbol's book and status, the day's aggregates and
+        # counts) as of a frame, then the stream from the frame after it, with no gap and no duplicate
+        # (Event::Snapshot). Over TCP it is asked on the first connection only (a reconnection
+        # resumes); over UDP and multicast it comes from the retransmission service (recovery_server),
+        # and the frames between it and the first datagram are recovered from the ring; over NATS it
+        # is asked of the publisher by request.
         snapshot: bool = False,
         # Decode only these symbols' messages (1 to 8 ASCII characters each); the others are skipped
         # while decoding, as early as the format allows, and only counted by type (see

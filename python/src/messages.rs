@@ -477,7 +477,7 @@ py_record!(
 );
 
 py_record!(
-    /// TCP: the snapshot asked for (`snapshot=True`) came: the books (`Subscriber.book`,
+    /// The snapshot asked for (`snapshot=True`) came: the books (`Subscriber.book`,
     /// `Subscriber.books`) and the day's counts are as of frame `as_of`, and the messages that
     /// follow are the stream's from the frame after it.
     Snapshot {

@@ -77,7 +77,7 @@ def test_a_late_joiner_with_a_snapshot_has_the_days_books(publishers) -> None:
     assert pub.finish() == 0
 
 
-def test_snapshot_is_for_tcp_and_not_beside_from_start() -> None:
+def test_snapshot_needs_a_recovery_service_over_udp_and_is_not_beside_from_start() -> None:
     for settings in ({"udp": "127.0.0.1:0"}, {"tcp": "127.0.0.1:1", "from_start": True}):
         try:
             mdrelay.Subscriber(snapshot=True, **settings)

@@ -360,6 +360,7 @@ fn every_setting_is_the_same_from_the_file_its_variable_and_its_flag() {
         ("retransmit-max-connections", "retransmit.max_connections", "4", "4", RETRANSMIT),
         ("retransmit-idle-timeout", "retransmit.idle_timeout", "30", "30", RETRANSMIT),
         ("retransmit-linger", "retransmit.linger", "3", "3", RETRANSMIT),
+        ("retransmit-snapshots", "retransmit.snapshots", "false", "false", RETRANSMIT),
         ("metrics-listen", "metrics.listen", "127.0.0.1:9901", "\"127.0.0.1:9901\"", TCP),
         ("metrics-hold", "metrics.hold", "30s", "30", &["--tcp", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:9901"]),
     ];
