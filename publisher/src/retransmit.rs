@@ -450,7 +450,9 @@ async fn answer_snapshot(service: &Service, stream: &mut TcpStream) -> Result<()
         counters.snapshots_refused.fetch_add(1, Ordering::Relaxed);
         return write(stream, &crate::snapshot::refusal_record(NO_STATE), service).await;
     };
-    let Ok(_permit) = service.snapshot_builds.acquire().await else { return Err("shutting down".into()) };
+    // Held while the snapshot is built, not while it is written: a client that does not read
+    // holds its own records (until the write timeout cuts it off), not the others' turns.
+    let Ok(permit) = service.snapshot_builds.acquire().await else { return Err("shutting down".into()) };
     let copy = state.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let format = {
         let ring = lock(&service.ring);
@@ -473,6 +475,7 @@ async fn answer_snapshot(service: &Service, stream: &mut TcpStream) -> Result<()
         .map(|size| (records, size))
     })
     .await;
+    drop(permit);
     match written {
         Ok(Ok((records, size))) => {
             for record in &records {

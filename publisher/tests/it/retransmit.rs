@@ -1028,3 +1028,110 @@ fn a_flood_after_the_greeting_answer_is_refused_with_where_and_a_half_closed_cli
     let r = &json_file(Path::new(&json))["retransmit"];
     assert_eq!((n(r, "refused"), n(r, "requests"), n(r, "frames_sent")), (1, 5, 3), "{r}");
 }
+
+/// Reads the answers to `asked` snapshot requests: (snapshots read whole and checked, refusals
+/// with their reasons).
+fn snapshot_answers(
+    s: &mut TcpStream,
+    asked: usize,
+    session: u64,
+) -> (Vec<mdrelay_proto::relay::snapshot::Snapshot>, Vec<String>) {
+    use mdrelay_proto::relay::snapshot::SnapshotReader;
+    let (mut snapshots, mut refused) = (Vec::new(), Vec::new());
+    let mut reader = SnapshotReader::new();
+    let mut opener = mdrelay_proto::relay::Protector::new(false, None, 1 << 20);
+    while snapshots.len() + refused.len() < asked {
+        let (header, payload) = record(s).expect("an answer to every snapshot request");
+        match header.tag {
+            RecordTag::Busy => {
+                assert_eq!(header.sequence, 0, "a refused snapshot is a BUSY for frame 0");
+                refused.push(String::from_utf8_lossy(&payload).into_owned());
+            }
+            RecordTag::Snapshot => {
+                if let Some(snapshot) =
+                    reader.record(&header, &payload, &mut opener, session, Limits::default()).unwrap()
+                {
+                    snapshots.push(snapshot);
+                }
+            }
+            tag => panic!("a {tag:?} record among snapshot answers"),
+        }
+    }
+    (snapshots, refused)
+}
+
+#[test]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
+fn snapshot_requests_over_the_rate_are_refused_and_counted_and_a_client_that_does_not_read_is_cut_off() {
+    let _shared = shared();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("pub.json").display().to_string();
+    let (socket, target) = receiver();
+    // 10,000 symbols: a snapshot of a few megabytes, more than a socket holds.
+    let (publisher, service) = publisher_with_service(&[
+        "run",
+        "--synthetic",
+        "--synthetic-messages",
+        "300000",
+        "--synthetic-symbols",
+        "10000",
+        "--format",
+        "sbe",
+        "--udp",
+        &target,
+        "--retransmit-rate",
+        "4",
+        "--retransmit-linger",
+        "12",
+        "--json",
+        &json,
+    ]);
+    let (_, totals, next) = receive_all(&socket);
+    // A client that asks for three snapshots and never reads: its writes wait, then it is cut.
+    let (mut stalled, _) = greeted(service, &recovery_answer());
+    socket2::SockRef::from(&stalled).set_recv_buffer_size(4096).unwrap();
+    for _ in 0..3 {
+        stalled.write_all(&RetransmitRequest::snapshot_record()).unwrap();
+    }
+    // Meanwhile another asks twelve at once: the rate (4 a second, with a burst of as many)
+    // admits about four, the rest are refused with the reason.
+    let (mut flood, hello) = greeted(service, &recovery_answer());
+    let asked = 12;
+    for _ in 0..asked {
+        flood.write_all(&RetransmitRequest::snapshot_record()).unwrap();
+    }
+    flood.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let (snapshots, refused) = snapshot_answers(&mut flood, asked, hello.session);
+    assert!(
+        (4..=6).contains(&snapshots.len()),
+        "{} snapshots, {} refused: {refused:?}",
+        snapshots.len(),
+        refused.len()
+    );
+    assert!(refused.iter().all(|r| r.contains("rate limit")), "{refused:?}");
+    // Each snapshot is of the whole stream, which ended: as of its last frame, with its totals.
+    for snapshot in &snapshots {
+        assert_eq!(snapshot.state.as_of, next - 1);
+        assert_eq!(snapshot.totals, totals);
+        assert!(snapshot.frames > 1, "a snapshot of many frames: {}", snapshot.frames);
+    }
+    // Within the write timeout (5 s) and a little, the stalled client's connection is gone.
+    std::thread::sleep(Duration::from_secs(7));
+    stalled.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut sink = vec![0u8; 1 << 20];
+    loop {
+        match stalled.read(&mut sink) {
+            Ok(0) => break,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("the stalled client's connection is still open: {e}"),
+        }
+    }
+    drop((flood, stalled));
+    publisher.signal(mdrelay_harness::Signal::SIGINT);
+    publisher.finish(RUN).assert_success();
+    let summary = json_file(Path::new(&json));
+    let r = &summary["retransmit"];
+    assert!(n(r, "snapshots_sent") >= snapshots.len() as u64, "{r}");
+    assert_eq!(n(r, "snapshots_refused"), refused.len() as u64, "{r}");
+}
