@@ -1058,84 +1058,6 @@ async fn await_ack(ack: jetstream::context::PublishAckFuture, mut connections: C
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use mdrelay_proto::relay::DATAGRAM_VERSION;
-
-    #[test]
-    fn subjects_match_as_nats_matches_them() {
-        assert!(subject_matches("mdrelay.1", "mdrelay.1"));
-        assert!(subject_matches("mdrelay.*", "mdrelay.1"));
-        assert!(subject_matches("mdrelay.>", "mdrelay.1.a"));
-        assert!(subject_matches(">", "a"));
-        assert!(!subject_matches("mdrelay.*", "mdrelay.1.a"));
-        assert!(!subject_matches("mdrelay.1", "mdrelay.2"));
-        assert!(!subject_matches("mdrelay.1.a", "mdrelay.1"));
-        assert!(!subject_matches("mdrelay.>", "mdrelay"));
-    }
-
-    /// JetStream's error answer to a publication, as the server sends it.
-    fn answer(code: u64, description: &str) -> PublishError {
-        let json = format!(r#"{{"code":503,"err_code":{code},"description":"{description}"}}"#);
-        let error: jetstream::Error = serde_json::from_str(&json).unwrap();
-        PublishError::with_source(PublishErrorKind::Other, error)
-    }
-
-    #[test]
-    fn a_full_stream_or_a_sealed_one_refuses_for_good_and_a_cluster_not_ready_is_tried_again() {
-        // `discard new` at max_msgs, a message over max_msg_size, a sealed stream: the same again.
-        for (code, what) in [
-            (10077, "maximum messages exceeded"),
-            (10054, "message size exceeds maximum allowed"),
-            (10109, "invalid operation on sealed stream"),
-        ] {
-            match outcome_of(&answer(code, what)) {
-                Outcome::Refused(reason) => {
-                    assert!(reason.contains(what) && reason.contains(&code.to_string()), "{reason}")
-                }
-                other => panic!("{code}: {other:?}"),
-            }
-        }
-        // A cluster electing a leader, an id still being stored, a server too busy: another try.
-        for code in [10008, 10009, 10158, 10167] {
-            assert!(matches!(outcome_of(&answer(code, "not now")), Outcome::Again(_, RETRY_WAIT)), "{code}");
-        }
-        assert!(matches!(outcome_of(&PublishError::new(PublishErrorKind::TimedOut)), Outcome::Again(..)));
-        assert!(matches!(outcome_of(&PublishError::new(PublishErrorKind::BrokenPipe)), Outcome::Again(..)));
-        // An answer that is not JetStream's: another try, as before.
-        assert!(matches!(outcome_of(&PublishError::new(PublishErrorKind::Other)), Outcome::Again(..)));
-        assert!(matches!(outcome_of(&PublishError::new(PublishErrorKind::StreamNotFound)), Outcome::Unanswered(_)));
-        assert!(matches!(
-            outcome_of(&PublishError::new(PublishErrorKind::MaxPayloadExceeded)),
-            Outcome::Refused(reason) if reason.contains("nats.max_message")
-        ));
-    }
-
-    #[test]
-    fn a_message_carries_its_keyed_id_in_its_generation() {
-        let header = DatagramHeader {
-            version: DATAGRAM_VERSION,
-            format: Format::Sbe,
-            kind: mdrelay_proto::relay::DatagramKind::Data,
-            frame_count: 3,
-            protection: Default::default(),
-            session: 0xab,
-            sequence: 42,
-        };
-        let ids = MessageIds::new([9; 32]);
-        let flight =
-            |generation| Flight { message: Bytes::copy_from_slice(&header.to_bytes()), at: 0, generation, held: true };
-        for generation in [0, 1] {
-            let sent = headers(&ids, &flight(generation));
-            let id = sent.get("Nats-Msg-Id").map(|v| v.to_string());
-            assert_eq!(id, Some(ids.id(&header, generation)));
-        }
-        let junk = Flight { message: Bytes::from_static(b"garbage"), at: 0, generation: 0, held: true };
-        assert!(headers(&ids, &junk).get("Nats-Msg-Id").is_none(), "no datagram, no id");
-    }
-}
-
 /// Answers snapshot requests on [`nats_snapshot_subject`] of `subject` until the connection
 /// ends: to the request's reply subject, the publisher's greeting, then the `SNAPSHOT`
 /// records, each at most the server's `max_payload`. A snapshot is built by one of
@@ -1250,4 +1172,82 @@ async fn send(client: async_nats::Client, reply: async_nats::Subject, answer: Ve
         }
     }
     let _ = client.flush().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mdrelay_proto::relay::DATAGRAM_VERSION;
+
+    #[test]
+    fn subjects_match_as_nats_matches_them() {
+        assert!(subject_matches("mdrelay.1", "mdrelay.1"));
+        assert!(subject_matches("mdrelay.*", "mdrelay.1"));
+        assert!(subject_matches("mdrelay.>", "mdrelay.1.a"));
+        assert!(subject_matches(">", "a"));
+        assert!(!subject_matches("mdrelay.*", "mdrelay.1.a"));
+        assert!(!subject_matches("mdrelay.1", "mdrelay.2"));
+        assert!(!subject_matches("mdrelay.1.a", "mdrelay.1"));
+        assert!(!subject_matches("mdrelay.>", "mdrelay"));
+    }
+
+    /// JetStream's error answer to a publication, as the server sends it.
+    fn answer(code: u64, description: &str) -> PublishError {
+        let json = format!(r#"{{"code":503,"err_code":{code},"description":"{description}"}}"#);
+        let error: jetstream::Error = serde_json::from_str(&json).unwrap();
+        PublishError::with_source(PublishErrorKind::Other, error)
+    }
+
+    #[test]
+    fn a_full_stream_or_a_sealed_one_refuses_for_good_and_a_cluster_not_ready_is_tried_again() {
+        // `discard new` at max_msgs, a message over max_msg_size, a sealed stream: the same again.
+        for (code, what) in [
+            (10077, "maximum messages exceeded"),
+            (10054, "message size exceeds maximum allowed"),
+            (10109, "invalid operation on sealed stream"),
+        ] {
+            match outcome_of(&answer(code, what)) {
+                Outcome::Refused(reason) => {
+                    assert!(reason.contains(what) && reason.contains(&code.to_string()), "{reason}")
+                }
+                other => panic!("{code}: {other:?}"),
+            }
+        }
+        // A cluster electing a leader, an id still being stored, a server too busy: another try.
+        for code in [10008, 10009, 10158, 10167] {
+            assert!(matches!(outcome_of(&answer(code, "not now")), Outcome::Again(_, RETRY_WAIT)), "{code}");
+        }
+        assert!(matches!(outcome_of(&PublishError::new(PublishErrorKind::TimedOut)), Outcome::Again(..)));
+        assert!(matches!(outcome_of(&PublishError::new(PublishErrorKind::BrokenPipe)), Outcome::Again(..)));
+        // An answer that is not JetStream's: another try, as before.
+        assert!(matches!(outcome_of(&PublishError::new(PublishErrorKind::Other)), Outcome::Again(..)));
+        assert!(matches!(outcome_of(&PublishError::new(PublishErrorKind::StreamNotFound)), Outcome::Unanswered(_)));
+        assert!(matches!(
+            outcome_of(&PublishError::new(PublishErrorKind::MaxPayloadExceeded)),
+            Outcome::Refused(reason) if reason.contains("nats.max_message")
+        ));
+    }
+
+    #[test]
+    fn a_message_carries_its_keyed_id_in_its_generation() {
+        let header = DatagramHeader {
+            version: DATAGRAM_VERSION,
+            format: Format::Sbe,
+            kind: mdrelay_proto::relay::DatagramKind::Data,
+            frame_count: 3,
+            protection: Default::default(),
+            session: 0xab,
+            sequence: 42,
+        };
+        let ids = MessageIds::new([9; 32]);
+        let flight =
+            |generation| Flight { message: Bytes::copy_from_slice(&header.to_bytes()), at: 0, generation, held: true };
+        for generation in [0, 1] {
+            let sent = headers(&ids, &flight(generation));
+            let id = sent.get("Nats-Msg-Id").map(|v| v.to_string());
+            assert_eq!(id, Some(ids.id(&header, generation)));
+        }
+        let junk = Flight { message: Bytes::from_static(b"garbage"), at: 0, generation: 0, held: true };
+        assert!(headers(&ids, &junk).get("Nats-Msg-Id").is_none(), "no datagram, no id");
+    }
 }

@@ -104,3 +104,81 @@ fn books_kept_over_the_first_200000_messages_equal_the_reference_there() {
     assert_eq!(ours["messages_applied"], reference["messages_applied"]);
     publisher.finish(RUN).assert_success();
 }
+
+/// Fires `count` snapshot requests at once on the publisher's snapshot subject of `subject`,
+/// and reads the first record after the greeting of each answer: how many were snapshots and
+/// how many refusals (with their reasons).
+fn flood_of_nats_requests(url: &str, subject: &str, count: usize) -> (usize, Vec<String>) {
+    use futures_util::StreamExt;
+    use mdrelay_proto::relay::{RecordHeader, RecordTag};
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let client = async_nats::connect(url).await.unwrap();
+        let asked_on = mdrelay_proto::relay::snapshot::nats_snapshot_subject(subject);
+        let mut inboxes = Vec::new();
+        for _ in 0..count {
+            let inbox = client.new_inbox();
+            let answers = client.subscribe(inbox.clone()).await.unwrap();
+            client.publish_with_reply(asked_on.clone(), inbox, bytes::Bytes::new()).await.unwrap();
+            inboxes.push(answers);
+        }
+        client.flush().await.unwrap();
+        let (mut snapshots, mut refused) = (0, Vec::new());
+        for mut answers in inboxes {
+            let mut next = async || tokio::time::timeout(RUN, answers.next()).await.unwrap().unwrap().payload;
+            let _greeting = next().await;
+            let record = next().await;
+            let header = RecordHeader::parse(&record, record.len()).unwrap();
+            match header.tag {
+                RecordTag::Snapshot => snapshots += 1,
+                RecordTag::Busy => refused.push(String::from_utf8_lossy(&record[RecordHeader::LEN..]).into_owned()),
+                tag => panic!("a {tag:?} record answering a snapshot request"),
+            }
+        }
+        (snapshots, refused)
+    })
+}
+
+#[test]
+#[ignore = "long (about 5 s): .ci/run runs it with --ignored"]
+fn a_flood_of_snapshot_requests_over_nats_is_refused_past_two_builds_and_a_joiner_after_it_gets_its_snapshot() {
+    let _serial = mdrelay_harness::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let server = mdrelay_harness::NatsServer::start();
+    let url = server.url();
+    let config = dir.path().join("nats.toml");
+    std::fs::write(&config, format!("[nats]\nservers = [{url:?}]\nsubject = \"md.flood\"\nstream = \"FLOOD\"\n"))
+        .unwrap();
+    let (config, deep10) = (config.display().to_string(), capture("DEEP10"));
+    let json = dir.path().join("pub.json").display().to_string();
+    let args = ["--config", &config, "--capture", &deep10, "--format", "sbe", "--json", &json];
+    let mut publisher =
+        publisher(&args.iter().chain(&["--pacing", "rate", "--rate", "100000"]).copied().collect::<Vec<_>>());
+    publisher.wait_for("answering snapshot requests over NATS");
+    thread::sleep(Duration::from_millis(500));
+    let asked = 60;
+    let (snapshots, refused) = flood_of_nats_requests(&url, "md.flood", asked);
+    assert!(snapshots >= 2, "{snapshots} snapshots, refused: {refused:?}");
+    assert!(!refused.is_empty() && refused.iter().all(|r| r.contains("being built")), "{refused:?}");
+    // After the flood, a joiner is answered and takes the rest of the day from its snapshot.
+    let mut late = Builder::nats(url, "md.flood").nats_stream("FLOOD").snapshot(true).build().unwrap();
+    let started = Instant::now();
+    let (mut as_of, mut end) = (None, None);
+    while end.is_none() {
+        assert!(started.elapsed() < RUN, "no end of stream");
+        match late.next_event_timeout(Duration::from_secs(1)).unwrap() {
+            Waited::Event(Event::Snapshot(snapshot)) => as_of = Some(snapshot.as_of()),
+            Waited::Event(Event::SnapshotMissing { reason }) => panic!("no snapshot: {reason}"),
+            Waited::Event(Event::End(e)) => end = Some(e),
+            Waited::Event(_) | Waited::TimedOut => {}
+            Waited::Finished => break,
+        }
+    }
+    assert!(as_of.is_some_and(|n| n > 1), "{as_of:?}");
+    assert!(end.expect("an end").complete, "the snapshot and the frames after it are the whole stream");
+    publisher.finish(RUN).assert_success();
+    let summary = mdrelay_harness::json_file(std::path::Path::new(&json));
+    let n = &summary["nats"];
+    assert_eq!(n["snapshots_refused"], refused.len() as u64, "{n}");
+    assert_eq!(n["snapshots_sent"], snapshots as u64 + 1, "{n}");
+}

@@ -359,3 +359,36 @@ fn late_joiners_of_a_relay_take_the_relays_state_at_four_points() {
     let _serial = serial();
     late_joiners_at_four_points(JoinOver::Relay);
 }
+
+#[test]
+#[ignore = "long (about 5 s): .ci/run runs it with --ignored"]
+fn a_multicast_joiner_of_a_service_without_state_is_told_why_and_judged_from_where_it_joined() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let deep10 = text(&iex_data().join("DEEP10.pcap.gz"));
+    let group = format!("239.255.43.10:{}", mdrelay_harness::free_udp_port());
+    let service = format!("127.0.0.1:{}", mdrelay_harness::free_tcp_port());
+    let mut args = vec!["run", "--capture", &deep10, "--format", "sbe", "--tcp", "127.0.0.1:0"];
+    args.extend(["--wait-subscribers", "1", "--pacing", "rate", "--rate", "200000"]);
+    args.extend(["--multicast", &group, "--interface", "127.0.0.1", "--ttl", "0"]);
+    args.extend(["--retransmit-listen", &service, "--retransmit-snapshots", "false"]);
+    let mut publisher = Process::start(publisher_bin(), &args);
+    let origin = publisher.serving_on().to_string();
+    let mut early = Process::start(subscriber_bin(), ["--tcp", &origin, "--report-interval", "50ms"]);
+    early.wait_for_frames(10_000);
+    let json = text(&dir.path().join("joiner.json"));
+    let joiner_args = ["--group", &group, "--interface", "127.0.0.1", "--recovery", &service, "--snapshot"];
+    let joiner =
+        Process::start(subscriber_bin(), joiner_args.iter().chain(&["--json", &json, "--report-interval", "0"]));
+    publisher.finish(RUN).assert_success();
+    early.finish(RUN).assert_success();
+    let joined = joiner.finish(RUN);
+    joined.assert_success();
+    let says = "no snapshot: 127.0.0.1";
+    assert!(joined.stderr.contains(says) && joined.stderr.contains("keeps no state"), "{}", joined.stderr);
+    let r = json_file(Path::new(&json));
+    assert_eq!(r["snapshot_as_of"], Value::Null, "{r}");
+    let first = r["late_join_sequence"].as_u64().unwrap_or_else(|| panic!("a late join: {r}"));
+    assert!(first > 10_000, "joined at frame {first}");
+    assert_eq!((&r["totals_match"], &r["stream_complete"]), (&false.into(), &true.into()), "{r}");
+}
