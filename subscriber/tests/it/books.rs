@@ -392,3 +392,98 @@ fn a_multicast_joiner_of_a_service_without_state_is_told_why_and_judged_from_whe
     assert!(first > 10_000, "joined at frame {first}");
     assert_eq!((&r["totals_match"], &r["stream_complete"]), (&false.into(), &true.into()), "{r}");
 }
+
+/// The frames of DEEP10 (one per IEX-TP segment, in capture order, from 1) at which the feed
+/// restarts: its message sequence goes back, read here from the capture itself.
+fn feed_restarts() -> Vec<u64> {
+    let mut reader = mdrelay_iex::capture::CaptureReader::open(iex_data().join("DEEP10.pcap.gz")).unwrap();
+    let (mut frame, mut restarts, mut last) = (0u64, Vec::new(), None);
+    while let Ok(Some(packet)) = reader.next_packet() {
+        let Ok(udp) = mdrelay_iex::link::udp_datagram(packet.link_type, packet.data) else { continue };
+        let Ok(segment) = mdrelay_iex::iextp::Segment::parse(udp.payload) else { continue };
+        frame += 1;
+        // Heartbeats repeat the next sequence; a restart takes it back.
+        let sequence = segment.header.first_sequence;
+        if last.is_some_and(|last| sequence < last) {
+            restarts.push(frame);
+        }
+        last = Some(sequence);
+    }
+    restarts
+}
+
+/// DEEP10 over TCP and multicast with the retransmission service, paced; `act` is called with
+/// the publisher and its configuration file once the early subscriber has `at` frames, then a
+/// TCP and a multicast joiner with `--snapshot` start at once. Both joiners' books equal the
+/// reference's and their reports the whole day's; returns their snapshots' frames.
+fn joiners_right_after(at: u64, act: impl FnOnce(&Process, &Path)) -> [u64; 2] {
+    let dir = tempfile::tempdir().unwrap();
+    let deep10 = text(&iex_data().join("DEEP10.pcap.gz"));
+    let (books, day) = (expected("DEEP10.book.json"), expected("DEEP10.json"));
+    let group = format!("239.255.43.11:{}", mdrelay_harness::free_udp_port());
+    let service = format!("127.0.0.1:{}", mdrelay_harness::free_tcp_port());
+    let config = dir.path().join("publisher.toml");
+    std::fs::write(&config, "format = \"sbe\"\n").unwrap();
+    let config_arg = text(&config);
+    let mut args = vec!["run", "--config", &config_arg, "--capture", &deep10, "--tcp", "127.0.0.1:0"];
+    args.extend(["--wait-subscribers", "1", "--pacing", "rate", "--rate", "40000"]);
+    args.extend(["--multicast", &group, "--interface", "127.0.0.1", "--ttl", "0", "--retransmit-listen", &service]);
+    let mut publisher = Process::start(publisher_bin(), &args);
+    let addr = publisher.serving_on().to_string();
+    let mut early = Process::start(subscriber_bin(), ["--tcp", &addr, "--report-interval", "20ms"]);
+    early.wait_for_frames(at);
+    act(&publisher, &config);
+    let joiners: Vec<_> =
+        [vec!["--tcp", &addr], vec!["--group", &group, "--interface", "127.0.0.1", "--recovery", &service]]
+            .into_iter()
+            .enumerate()
+            .map(|(i, over)| {
+                let (book, json) =
+                    (text(&dir.path().join(format!("book{i}.json"))), text(&dir.path().join(format!("{i}.json"))));
+                let args = over.into_iter().map(String::from).chain(
+                    ["--snapshot", "--book", &book, "--json", &json, "--report-interval", "0"].map(String::from),
+                );
+                (book, json, Process::start(subscriber_bin(), args.collect::<Vec<_>>()))
+            })
+            .collect();
+    publisher.finish(RUN).assert_success();
+    early.finish(RUN).assert_success();
+    let mut as_of = [0; 2];
+    for (i, (book, json, joiner)) in joiners.into_iter().enumerate() {
+        let context = format!("{} joiner after frame {at}", ["the TCP", "the multicast"][i]);
+        joiner.finish(RUN).assert_success();
+        let r = json_file(Path::new(&json));
+        as_of[i] = r["snapshot_as_of"].as_u64().unwrap_or_else(|| panic!("{context}: no snapshot: {r}"));
+        assert_eq!((&r["totals_match"], &r["stream_complete"]), (&true.into(), &true.into()), "{context}: {r}");
+        assert_aggregates(&r, &day, &context);
+        assert_eq!(r["message_types"], day["message_types"], "{context}");
+        let book = json_file(Path::new(&book));
+        assert_books_match(&book, &books, &context);
+        assert_eq!(book["messages_applied"], books["messages_applied"], "{context}");
+    }
+    as_of
+}
+
+#[test]
+#[ignore = "long (about 10 s): .ci/run runs it with --ignored"]
+fn snapshots_taken_across_a_sighup_format_switch_are_exact() {
+    let _serial = serial();
+    joiners_right_after(30_000, |publisher, config| {
+        std::fs::write(config, "format = \"json\"\n").unwrap();
+        publisher.signal(mdrelay_harness::Signal::SIGHUP);
+    });
+}
+
+#[test]
+#[ignore = "long (about 20 s): .ci/run runs it with --ignored"]
+fn snapshots_taken_right_after_a_feed_restart_are_exact() {
+    let _serial = serial();
+    let restarts = feed_restarts();
+    assert_eq!(restarts.len(), 11, "DEEP10's README counts 11 restarts: {restarts:?}");
+    // The restart nearest the middle of the day: joiners start as the early subscriber passes it.
+    let restart = restarts[restarts.len() / 2];
+    let as_of = joiners_right_after(restart, |_, _| {});
+    for n in as_of {
+        assert!(n >= restart, "as of frame {n}, after the restart at frame {restart}");
+    }
+}
