@@ -132,6 +132,24 @@ pub struct Report {
     pub formats: Vec<FormatFigures>,
     /// The client's `Books` kept over the capture's price level messages.
     pub books: BookFigures,
+    /// A snapshot of the capture's state at its end, served and applied over loopback TCP.
+    pub snapshot: SnapshotFigures,
+}
+
+/// What a late joiner's snapshot takes: the state at the end of the capture (every batch a
+/// frame), copied, written as SBE `SNAPSHOT` records and sent over a loopback TCP connection by
+/// one thread, as a publisher does for a joining subscriber; read and applied by another, as the
+/// client does; timed from the connection to the last record applied.
+#[derive(Debug, Serialize)]
+pub struct SnapshotFigures {
+    /// Symbols in the state.
+    pub symbols: usize,
+    /// Bytes of the snapshot's records.
+    pub bytes: usize,
+    /// Median of the runs, milliseconds.
+    pub ms_median: f64,
+    /// Slowest run, milliseconds.
+    pub ms_max: f64,
 }
 
 /// What keeping books costs: the price level messages of the batches (the messages that change
@@ -239,6 +257,58 @@ fn bench_books(batches: &[Batch<'_>], runs: usize) -> BookFigures {
         ns_per_level_message: per_message(median(fresh)),
         ns_per_level_message_steady: per_message(median(steady)),
     }
+}
+
+/// Times `runs` snapshots of the state at the end of `batches`, served and applied over
+/// loopback TCP (see [`SnapshotFigures`]).
+fn bench_snapshot(batches: &[Batch<'_>], runs: usize) -> Result<SnapshotFigures> {
+    use mdrelay_proto::relay::RecordHeader;
+    use mdrelay_proto::relay::snapshot::{MarketState, SnapshotReader, write_snapshot};
+    use std::io::{Read, Write};
+    let mut state = MarketState::new();
+    for (i, batch) in batches.iter().enumerate() {
+        state.apply_frame(i as u64 + 1, &batch.messages);
+    }
+    let (mut times, mut bytes, mut symbols) = (Vec::new(), 0, 0);
+    for _ in 0..runs.max(1) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        let served = std::thread::scope(|scope| -> Result<usize> {
+            let server = scope.spawn(|| -> Result<usize> {
+                let (mut stream, _) = listener.accept()?;
+                let copy = state.clone();
+                let mut records = Vec::new();
+                let mut codec = Codec::new(Format::Sbe, Limits::default());
+                let mut protector = Protector::new(false, None, Limits::default().max_frame);
+                write_snapshot(&copy, &mut codec, &mut protector, 1, 0, &mut records)?;
+                for record in &records {
+                    stream.write_all(record)?;
+                }
+                Ok(records.iter().map(Vec::len).sum())
+            });
+            let started = Instant::now();
+            let mut stream = std::net::TcpStream::connect(addr)?;
+            let mut reader = SnapshotReader::new();
+            let mut opener = Protector::new(false, None, Limits::default().max_frame);
+            let (mut header, mut payload) = ([0u8; RecordHeader::LEN], Vec::new());
+            let snapshot = loop {
+                stream.read_exact(&mut header)?;
+                let parsed = RecordHeader::parse(&header, 64 << 20)?;
+                payload.resize(parsed.length as usize, 0);
+                stream.read_exact(&mut payload)?;
+                if let Some(snapshot) = reader.record(&parsed, &payload, &mut opener, 1, Limits::default())? {
+                    break snapshot;
+                }
+            };
+            times.push(started.elapsed());
+            symbols = snapshot.state.books.len();
+            server.join().map_err(|_| anyhow::anyhow!("the serving thread panicked"))?
+        })?;
+        bytes = served;
+    }
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let max = times.iter().copied().max().unwrap_or_default();
+    Ok(SnapshotFigures { symbols, bytes, ms_median: ms(median(times)), ms_max: ms(max) })
 }
 
 /// The median cost of reading the clock twice, which every per-batch figure includes.
@@ -539,6 +609,7 @@ pub fn run(args: &CodecArgs) -> Result<()> {
         clock_overhead_ns: clock_overhead(&clock),
         formats: figures,
         books: bench_books(&batches, args.runs),
+        snapshot: bench_snapshot(&batches, args.runs)?,
     };
     print!("{}", markdown(&report));
     if let Some(path) = &args.json {
@@ -603,6 +674,13 @@ fn markdown(r: &Report) -> String {
         thousands(r.books.level_messages as f64),
         r.books.ns_per_level_message,
         r.books.ns_per_level_message_steady
+    );
+    s += &format!(
+        "\nA snapshot of the state at the capture's end ({} symbols, {} bytes of SBE records), served and applied over loopback TCP: {:.1} ms at the median, {:.1} ms at most.\n",
+        thousands(r.snapshot.symbols as f64),
+        thousands(r.snapshot.bytes as f64),
+        r.snapshot.ms_median,
+        r.snapshot.ms_max
     );
     s
 }
