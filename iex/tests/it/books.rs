@@ -94,3 +94,30 @@ fn the_memory_the_docs_state_per_symbol_and_per_level_holds() {
     assert!(entry + slot <= 350, "{entry} + {slot} bytes a symbol");
     assert_eq!(std::mem::size_of::<mdrelay_iex::Level>(), 16);
 }
+
+#[test]
+fn the_state_of_a_synthetic_day_of_10000_symbols_stays_within_the_stated_bound() {
+    use mdrelay_iex::synth::{SynthConfig, SyntheticDay};
+    use mdrelay_iex::{Aggregator, Symbol, SymbolAggregate, SymbolBook};
+    let config = SynthConfig { messages: 1_000_000, symbols: 10_000, ..SynthConfig::default() };
+    let mut day = SyntheticDay::new(config).unwrap();
+    let (mut books, mut aggregates) = (Books::new(), Aggregator::new());
+    while let Some(segment) = day.next_segment() {
+        for block in Segment::parse(segment.bytes).unwrap().blocks() {
+            let message = Message::parse(block.unwrap()).unwrap();
+            books.apply(&message);
+            aggregates.apply(&message);
+        }
+    }
+    assert_eq!(books.len(), 10_000, "every symbol has state");
+    let levels: usize = books.iter().map(|(_, b)| b.bids().len() + b.asks().len()).sum();
+    // A symbol's book entry and map slot, its aggregates' entry and slot; a level 16 bytes, twice
+    // over for what a growing vector may hold unused.
+    let slot = std::mem::size_of::<(Symbol, u32)>() + 1;
+    let per_symbol =
+        std::mem::size_of::<(Symbol, SymbolBook)>() + std::mem::size_of::<(Symbol, SymbolAggregate)>() + 2 * slot;
+    let held = books.len() * per_symbol + levels * 2 * std::mem::size_of::<mdrelay_iex::Level>();
+    // docs/operations.md: the synthetic day at 10,000 symbols keeps under 12 MiB of state (8.0 MB
+    // counted here: 120,381 levels).
+    assert!(held < 12 << 20, "{} symbols, {levels} levels: {held} bytes", books.len());
+}
