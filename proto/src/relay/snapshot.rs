@@ -479,8 +479,13 @@ mod tests {
 
     /// A state from a synthetic day's first `segments` segments.
     fn state_of(segments: usize) -> MarketState {
+        state_of_day(40, segments)
+    }
+
+    /// The state of a synthetic day of `symbols` symbols after `segments` segments.
+    fn state_of_day(symbols: usize, segments: usize) -> MarketState {
         let mut state = MarketState::new();
-        let config = SynthConfig { messages: 50_000, symbols: 40, seed: 7, ..SynthConfig::default() };
+        let config = SynthConfig { messages: 50_000, symbols, seed: 7, ..SynthConfig::default() };
         let mut day = SyntheticDay::new(config).unwrap();
         for sequence in 1..=segments as u64 {
             let Some(segment) = day.next_segment() else { break };
@@ -531,6 +536,34 @@ mod tests {
                 assert_eq!(ours, theirs, "{context}");
             }
         }
+    }
+
+    #[test]
+    fn records_cut_to_a_transports_limit_hold_the_same_snapshot_and_a_frame_over_it_is_an_error() {
+        // 2,000 symbols: a snapshot of several frames.
+        let state = state_of_day(2_000, 6_000);
+        let mut protector = Protector::new(true, None, 16 << 20);
+        let mut codec = Codec::new(Format::Json, Limits::default());
+        let mut whole = Vec::new();
+        write_snapshot(&state, &mut codec, &mut protector, 7, 1, &mut whole).unwrap();
+        // The smallest power of two that holds the largest frame: several frames to a record
+        // no more.
+        let mut write = |limit: usize, records: &mut Vec<Vec<u8>>| {
+            write_snapshot_within(&state, &mut codec, &mut protector, 7, 1, limit, records)
+        };
+        let limit = (6..24).map(|b| 1usize << b).find(|&l| write(l, &mut Vec::new()).is_ok()).unwrap();
+        let mut cut = Vec::new();
+        write(limit, &mut cut).unwrap();
+        let error = write(limit / 2, &mut Vec::new()).unwrap_err();
+        assert!(error.to_string().contains(&format!("over the record limit of {}", limit / 2)), "{error}");
+        assert!(cut.len() > whole.len(), "{} records against {} (limit {limit})", cut.len(), whole.len());
+        assert!(cut.iter().all(|r| r.len() <= RecordHeader::LEN + limit), "every record within the limit");
+        let mut reader = SnapshotReader::new();
+        let read = cut.iter().find_map(|record| {
+            let header = RecordHeader::parse(record, usize::MAX).unwrap();
+            reader.record(&header, &record[RecordHeader::LEN..], &mut protector, 7, Limits::default()).unwrap()
+        });
+        assert_eq!(read.expect("the closing record").totals, state.totals());
     }
 
     #[test]

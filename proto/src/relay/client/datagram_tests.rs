@@ -829,3 +829,99 @@ fn a_gap_the_window_would_pass_is_caught_up_from_the_store_filling_it_and_skippi
     let recovered = notes.frames.iter().filter(|(_, o, _)| *o == Origin::Recovered).count();
     assert_eq!(recovered, 100, "only the gap's frames are marked recovered; the rest are the stream's");
 }
+
+/// `SNAPSHOT` records of the state of `frames` up to frame `as_of`, unsealed, as the
+/// retransmission service sends them.
+fn snapshot_records(as_of: u64, frames: &[Vec<u8>]) -> Vec<u8> {
+    use crate::relay::snapshot::{MarketState, write_snapshot};
+    let mut state = MarketState::new();
+    let mut codec = mdrelay_codec::Codec::new(Format::Sbe, mdrelay_codec::Limits::default());
+    for (i, frame) in frames.iter().take(as_of as usize).enumerate() {
+        codec
+            .decode(frame, |m| {
+                state.messages += 1;
+                state.types.add(m.kind());
+                state.books.apply(m);
+                state.aggregates.apply(m);
+            })
+            .unwrap();
+        state.frames += 1;
+        state.as_of = i as u64 + 1;
+    }
+    let mut records = Vec::new();
+    let mut protector = Protector::new(false, None, 1 << 20);
+    write_snapshot(&state, &mut codec, &mut protector, SESSION, 0, &mut records).unwrap();
+    records.concat()
+}
+
+#[test]
+fn a_joiner_with_a_snapshot_holds_the_datagrams_skips_what_it_covers_and_recovers_the_gap_after_it() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 12);
+    let mut notes = Notes::default();
+    let config = DatagramConfig { recovery: recovery(2_000), snapshot: true, ..DatagramConfig::default() };
+    let mut r = DatagramReceiver::new(config);
+    // Frames 4 and 9, 10 come while the snapshot is on its way: held, nothing taken yet.
+    for seq in [4u64, 9, 10] {
+        r.datagram(
+            Origin::Stream,
+            &data(SESSION, seq, &[&frames[seq as usize - 1]], Format::Sbe),
+            peer(),
+            0,
+            0,
+            &mut notes,
+        );
+    }
+    assert!(events(&mut r, &mut notes).is_empty());
+    assert!(notes.frames.is_empty(), "held while the snapshot is awaited");
+    assert_eq!(r.deadline(), Some(SNAPSHOT_WAIT.as_nanos() as i64), "the wait is bounded");
+    // The snapshot is asked on a connection of its own, first thing after the greeting.
+    assert_eq!(r.recovery_action(MS), Some(RecoveryAction::Connect));
+    r.recovery_connected(peer(), MS);
+    let mut ev = Vec::new();
+    let written = serve(&mut r, &service_greeting(), 2 * MS, false, &mut notes, &mut ev);
+    assert_eq!(&written[Subscribe::V2_LEN..], RetransmitRequest::snapshot_record().as_slice());
+    // The state as of frame 6: frame 4 is covered (skipped, not counted), 9 and 10 are taken,
+    // and 7 and 8 are a gap, asked of the service.
+    let mut ev = Vec::new();
+    serve(&mut r, &snapshot_records(6, &frames), 3 * MS, false, &mut notes, &mut ev);
+    let Some(DatagramEvent::Snapshot(snapshot)) = ev.first() else { panic!("the snapshot first: {ev:?}") };
+    assert_eq!(snapshot.state.as_of, 6);
+    let taken: Vec<u64> = notes.frames.iter().map(|f| f.0).collect();
+    assert_eq!(taken, [9, 10], "after the snapshot: the frames past it, none it covers");
+    assert_eq!(r.reader().missing(), 2, "frames 7 and 8");
+    r.on_timeout(10 * MS);
+    let mut ev = Vec::new();
+    let written = serve(&mut r, &[], 10 * MS, false, &mut notes, &mut ev);
+    let header = crate::relay::wire::RecordHeader::parse(&written, 8).unwrap();
+    assert_eq!(RetransmitRequest::parse(&header, &written[16..]).unwrap(), RetransmitRequest { first: 7, count: 2 });
+    assert_eq!(r.reader().tracker().counts().too_late, 0, "nothing covered was counted");
+}
+
+#[test]
+fn a_service_that_refuses_the_snapshot_or_never_sends_one_leaves_the_stream_taken_as_it_came() {
+    let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 3);
+    for refuse in [true, false] {
+        let mut notes = Notes::default();
+        let config = DatagramConfig { recovery: recovery(2_000), snapshot: true, ..DatagramConfig::default() };
+        let mut r = DatagramReceiver::new(config);
+        r.datagram(Origin::Stream, &data(SESSION, 2, &[&frames[1]], Format::Sbe), peer(), 0, 0, &mut notes);
+        assert_eq!(r.recovery_action(0), Some(RecoveryAction::Connect));
+        r.recovery_connected(peer(), 0);
+        let mut ev = Vec::new();
+        serve(&mut r, &service_greeting(), MS, false, &mut notes, &mut ev);
+        if refuse {
+            let busy = record(RecordTag::Busy, Format::Raw, 0, 0, b"this publisher keeps no state");
+            serve(&mut r, &busy, 2 * MS, false, &mut notes, &mut ev);
+        } else {
+            r.on_timeout(SNAPSHOT_WAIT.as_nanos() as i64);
+            ev.extend(events(&mut r, &mut notes));
+        }
+        let why = ev.iter().find_map(|e| match e {
+            DatagramEvent::SnapshotMissing { why } => Some(why.clone()),
+            _ => None,
+        });
+        let why = why.unwrap_or_else(|| panic!("refused {refuse}: {ev:?}"));
+        assert!(why.contains(if refuse { "keeps no state" } else { "no snapshot within" }), "{why}");
+        assert_eq!(notes.frames.iter().map(|f| f.0).collect::<Vec<_>>(), [2], "the held datagram taken");
+    }
+}
