@@ -412,27 +412,29 @@ fn feed_restarts() -> Vec<u64> {
     restarts
 }
 
-/// DEEP10 over TCP and multicast with the retransmission service, paced; `act` is called with
-/// the publisher and its configuration file once the early subscriber has `at` frames, then a
+/// DEEP10 over TCP and multicast with the retransmission service, paced, under AES-GCM; `act` is
+/// called with the publisher and its configuration file once the early subscriber has `at` frames, then a
 /// TCP and a multicast joiner with `--snapshot` start at once. Both joiners' books equal the
 /// reference's and their reports the whole day's; returns their snapshots' frames.
-fn joiners_right_after(at: u64, act: impl FnOnce(&Process, &Path)) -> [u64; 2] {
+fn joiners_right_after(at: u64, act: impl FnOnce(&mut Process, &Path)) -> [u64; 2] {
     let dir = tempfile::tempdir().unwrap();
     let deep10 = text(&iex_data().join("DEEP10.pcap.gz"));
     let (books, day) = (expected("DEEP10.book.json"), expected("DEEP10.json"));
     let group = format!("239.255.43.11:{}", mdrelay_harness::free_udp_port());
     let service = format!("127.0.0.1:{}", mdrelay_harness::free_tcp_port());
+    // Under AES-GCM: the snapshot's frames are sealed as the stream's.
+    let key = text(&key_file(dir.path(), 0x3c));
     let config = dir.path().join("publisher.toml");
-    std::fs::write(&config, "format = \"sbe\"\n").unwrap();
+    std::fs::write(&config, format!("format = \"sbe\"\n[protection]\nkey_file = {key:?}\n")).unwrap();
     let config_arg = text(&config);
     let mut args = vec!["run", "--config", &config_arg, "--capture", &deep10, "--tcp", "127.0.0.1:0"];
     args.extend(["--wait-subscribers", "1", "--pacing", "rate", "--rate", "40000"]);
     args.extend(["--multicast", &group, "--interface", "127.0.0.1", "--ttl", "0", "--retransmit-listen", &service]);
     let mut publisher = Process::start(publisher_bin(), &args);
     let addr = publisher.serving_on().to_string();
-    let mut early = Process::start(subscriber_bin(), ["--tcp", &addr, "--report-interval", "20ms"]);
+    let mut early = Process::start(subscriber_bin(), ["--tcp", &addr, "--key-file", &key, "--report-interval", "20ms"]);
     early.wait_for_frames(at);
-    act(&publisher, &config);
+    act(&mut publisher, &config);
     let joiners: Vec<_> =
         [vec!["--tcp", &addr], vec!["--group", &group, "--interface", "127.0.0.1", "--recovery", &service]]
             .into_iter()
@@ -441,7 +443,8 @@ fn joiners_right_after(at: u64, act: impl FnOnce(&Process, &Path)) -> [u64; 2] {
                 let (book, json) =
                     (text(&dir.path().join(format!("book{i}.json"))), text(&dir.path().join(format!("{i}.json"))));
                 let args = over.into_iter().map(String::from).chain(
-                    ["--snapshot", "--book", &book, "--json", &json, "--report-interval", "0"].map(String::from),
+                    ["--key-file", &key, "--snapshot", "--book", &book, "--json", &json, "--report-interval", "0"]
+                        .map(String::from),
                 );
                 (book, json, Process::start(subscriber_bin(), args.collect::<Vec<_>>()))
             })
@@ -469,8 +472,10 @@ fn joiners_right_after(at: u64, act: impl FnOnce(&Process, &Path)) -> [u64; 2] {
 fn snapshots_taken_across_a_sighup_format_switch_are_exact() {
     let _serial = serial();
     joiners_right_after(30_000, |publisher, config| {
-        std::fs::write(config, "format = \"json\"\n").unwrap();
+        let switched = std::fs::read_to_string(config).unwrap().replace("\"sbe\"", "\"json\"");
+        std::fs::write(config, switched).unwrap();
         publisher.signal(mdrelay_harness::Signal::SIGHUP);
+        publisher.wait_for("SIGHUP: format changes at the next frame");
     });
 }
 
