@@ -60,6 +60,20 @@ fn recovery_answer() -> Subscribe {
     Subscribe { purpose: Purpose::Recovery, ..Subscribe::new(false) }
 }
 
+/// Reads what `stalled` still holds: it must end in a close or a reset, within 2 s a read.
+fn assert_closed(stalled: &mut TcpStream) {
+    stalled.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut sink = vec![0u8; 1 << 20];
+    loop {
+        match stalled.read(&mut sink) {
+            Ok(0) => break,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("the stalled client's connection is still open: {e}"),
+        }
+    }
+}
+
 /// Reads one record; `None` when the peer closed.
 fn record(s: &mut TcpStream) -> Option<(RecordHeader, Vec<u8>)> {
     let mut header = [0u8; RecordHeader::LEN];
@@ -607,16 +621,7 @@ fn a_client_that_stops_reading_is_cut_off_and_others_are_served_meanwhile() {
     // would unstall it. The read bound ends well before the linger (12 s), so a close that only
     // came with the end of the service fails.
     std::thread::sleep(Duration::from_secs(7));
-    stalled.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-    let mut sink = vec![0u8; 1 << 20];
-    loop {
-        match stalled.read(&mut sink) {
-            Ok(0) => break,
-            Ok(_) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
-            Err(e) => panic!("the stalled client's connection is still open: {e}"),
-        }
-    }
+    assert_closed(&mut stalled);
     drop((healthy, stalled));
     publisher.signal(mdrelay_harness::Signal::SIGINT);
     publisher.finish(RUN).assert_success();
@@ -1117,16 +1122,7 @@ fn snapshot_requests_over_the_rate_are_refused_and_counted_and_a_client_that_doe
     }
     // Within the write timeout (5 s) and a little, the stalled client's connection is gone.
     std::thread::sleep(Duration::from_secs(7));
-    stalled.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-    let mut sink = vec![0u8; 1 << 20];
-    loop {
-        match stalled.read(&mut sink) {
-            Ok(0) => break,
-            Ok(_) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
-            Err(e) => panic!("the stalled client's connection is still open: {e}"),
-        }
-    }
+    assert_closed(&mut stalled);
     drop((flood, stalled));
     publisher.signal(mdrelay_harness::Signal::SIGINT);
     publisher.finish(RUN).assert_success();
