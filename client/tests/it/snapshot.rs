@@ -105,6 +105,7 @@ fn books_kept_over_the_first_200000_messages_equal_the_reference_there() {
     publisher.finish(RUN).assert_success();
 }
 
+#[cfg(feature = "nats")]
 /// Fires `count` snapshot requests at once on the publisher's snapshot subject of `subject`,
 /// and reads the first record after the greeting of each answer: how many were snapshots and
 /// how many refusals (with their reasons).
@@ -139,6 +140,7 @@ fn flood_of_nats_requests(url: &str, subject: &str, count: usize) -> (usize, Vec
     })
 }
 
+#[cfg(feature = "nats")]
 #[test]
 #[ignore = "long (about 5 s): .ci/run runs it with --ignored"]
 fn a_flood_of_snapshot_requests_over_nats_is_refused_past_two_builds_and_a_joiner_after_it_gets_its_snapshot() {
