@@ -211,7 +211,7 @@ impl NatsOut {
     /// Connects to the servers, checks (or creates) the stream, and starts the publishing task.
     /// A server not up yet is waited for in the background; refused credentials and a stream
     /// that does not fit are configuration errors (exit 2), named by setting.
-    /// With `snapshots`, it answers snapshot requests too ([`answer_snapshots`]).
+    /// With `snapshots`, it answers snapshot requests too (`answer_snapshots`).
     pub async fn start(
         settings: &Nats,
         session: u64,
