@@ -1107,27 +1107,10 @@ async fn answer_snapshots(
             let copy = nats.state.lock().unwrap_or_else(|e| e.into_inner()).clone();
             let as_of = copy.as_of;
             let record_bytes = client.server_info().max_payload.saturating_sub(RecordHeader::LEN).max(1 << 10);
-            let mut protector = nats.protection.protector(mdrelay_codec::DEFAULT_MAX_FRAME);
-            let session = nats.session;
-            let written = tokio::task::spawn_blocking(move || {
-                let mut records = Vec::new();
-                let mut codec = mdrelay_codec::Codec::new(format, mdrelay_codec::Limits::default());
-                let now = mdrelay_runtime::clock::wall_clock_ns();
-                mdrelay_proto::relay::snapshot::write_snapshot_within(
-                    &copy,
-                    &mut codec,
-                    &mut protector,
-                    session,
-                    now,
-                    record_bytes,
-                    &mut records,
-                )
-                .map(|size| (records, size))
-            })
-            .await;
+            let built = crate::snapshot::build(copy, format, &nats.protection, nats.session, record_bytes).await;
             let mut answer = vec![hello(&nats, format, as_of.saturating_add(1))];
-            match written {
-                Ok(Ok((records, size))) => {
+            match built {
+                Ok((records, size)) => {
                     answer.extend(records.into_iter().map(bytes::Bytes::from));
                     counts.snapshots_sent.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(
@@ -1138,13 +1121,9 @@ async fn answer_snapshots(
                         "snapshot sent over NATS"
                     );
                 }
-                Ok(Err(error)) => {
+                Err(why) => {
                     counts.snapshots_refused.fetch_add(1, Ordering::Relaxed);
-                    answer.push(snapshot_refusal(&format!("snapshot not encodable: {error}")));
-                }
-                Err(error) => {
-                    counts.snapshots_refused.fetch_add(1, Ordering::Relaxed);
-                    answer.push(snapshot_refusal(&format!("snapshot not written: {error}")));
+                    answer.push(snapshot_refusal(&why));
                 }
             }
             send(client, reply, answer).await;

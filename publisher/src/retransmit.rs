@@ -31,6 +31,7 @@ use mdrelay_proto::relay::server::{
     ANSWER_BYTES, Answer, ClientEnd, HandshakeConfig, RequestEvent, RequestReader, ServerHandshake, TokenBucket,
     throttled,
 };
+use mdrelay_proto::relay::snapshot::RECORD_BYTES;
 use mdrelay_proto::relay::{Purpose, RecordHeader, RecordTag, RetransmitRequest, control_record};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -458,26 +459,11 @@ async fn answer_snapshot(service: &Service, stream: &mut TcpStream) -> Result<()
         let ring = lock(&service.ring);
         ring.format_of(copy.as_of).unwrap_or(service.format)
     };
-    let (session, as_of) = (service.session, copy.as_of);
-    let mut protector = service.protection.protector(mdrelay_codec::DEFAULT_MAX_FRAME);
-    let written = tokio::task::spawn_blocking(move || {
-        let mut records = Vec::new();
-        let publish_time = mdrelay_runtime::clock::wall_clock_ns();
-        let mut codec = mdrelay_codec::Codec::new(format, mdrelay_codec::Limits::default());
-        mdrelay_proto::relay::snapshot::write_snapshot(
-            &copy,
-            &mut codec,
-            &mut protector,
-            session,
-            publish_time,
-            &mut records,
-        )
-        .map(|size| (records, size))
-    })
-    .await;
+    let as_of = copy.as_of;
+    let built = crate::snapshot::build(copy, format, &service.protection, service.session, RECORD_BYTES).await;
     drop(permit);
-    match written {
-        Ok(Ok((records, size))) => {
+    match built {
+        Ok((records, size)) => {
             for record in &records {
                 write(stream, record, service).await?;
             }
@@ -485,8 +471,7 @@ async fn answer_snapshot(service: &Service, stream: &mut TcpStream) -> Result<()
             tracing::info!(as_of, symbols = size.symbols, frames = size.frames, bytes = size.bytes, "snapshot sent");
             Ok(())
         }
-        Ok(Err(error)) => refuse_snapshot(service, stream, as_of, format!("snapshot not encodable: {error}")).await,
-        Err(error) => refuse_snapshot(service, stream, as_of, format!("snapshot not written: {error}")).await,
+        Err(why) => refuse_snapshot(service, stream, as_of, why).await,
     }
 }
 

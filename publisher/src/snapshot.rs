@@ -100,6 +100,41 @@ pub struct NatsSnapshots {
     pub guard: crate::fanout::Guard,
 }
 
+/// Builds the `SNAPSHOT` records of `copy` in `format`, sealed under `protection` for
+/// `session`, each payload at most `record_bytes`, on a blocking thread (tens of milliseconds
+/// of a core for a day of DEEP, which the connection's task must not spend): the records and
+/// their size, or why there are none. Every way a snapshot goes out builds it here.
+pub async fn build(
+    copy: MarketState,
+    format: mdrelay_codec::Format,
+    protection: &mdrelay_proto::relay::protect::ProtectionSettings,
+    session: u64,
+    record_bytes: usize,
+) -> Result<(Vec<Vec<u8>>, mdrelay_proto::relay::snapshot::SnapshotSize), String> {
+    let mut protector = protection.protector(mdrelay_codec::DEFAULT_MAX_FRAME);
+    let built = tokio::task::spawn_blocking(move || {
+        let mut records = Vec::new();
+        let mut codec = mdrelay_codec::Codec::new(format, mdrelay_codec::Limits::default());
+        let now = mdrelay_runtime::clock::wall_clock_ns();
+        mdrelay_proto::relay::snapshot::write_snapshot_within(
+            &copy,
+            &mut codec,
+            &mut protector,
+            session,
+            now,
+            record_bytes,
+            &mut records,
+        )
+        .map(|size| (records, size))
+    })
+    .await;
+    match built {
+        Ok(Ok(built)) => Ok(built),
+        Ok(Err(error)) => Err(format!("snapshot not encodable: {error}")),
+        Err(error) => Err(format!("snapshot not written: {error}")),
+    }
+}
+
 /// Snapshots built at once, by the retransmission service or the NATS answerer: each is a copy
 /// of the state and its records (about 2.5 MB for a day of DEEP) and milliseconds of a core;
 /// more wait their turn, or are refused.

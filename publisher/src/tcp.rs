@@ -29,13 +29,12 @@ use crate::fanout::{ReplayShare, Shared, SubscriberStats};
 use crate::ring::{SharedRing, lock};
 use crate::stats::Echoes;
 use bytes::{Buf, Bytes};
-use mdrelay_codec::{Codec, Limits};
 use mdrelay_proto::relay::echo::EchoGate;
 use mdrelay_proto::relay::server::{
     EchoReader, FeedStep, HandshakeConfig, Join, Refusal, ReplayCursor, ReplayFill, ServerHandshake, SubscriberFeed,
     busy_greeting, plan_join, refusal_record,
 };
-use mdrelay_proto::relay::snapshot::write_snapshot;
+use mdrelay_proto::relay::snapshot::RECORD_BYTES;
 use mdrelay_proto::relay::{Purpose, Resume, Subscribe};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
@@ -444,34 +443,23 @@ async fn join_with_snapshot(server: &Server) -> Outgoing {
             }
         }
     };
-    let (format, session) = (server.shared.position.format(), server.shared.session);
-    let mut protector = server.protection.protector(mdrelay_codec::DEFAULT_MAX_FRAME);
-    let as_of = copy.as_of;
-    let written = tokio::task::spawn_blocking(move || {
-        let started = std::time::Instant::now();
-        let mut records = Vec::new();
-        let publish_time = mdrelay_runtime::clock::wall_clock_ns();
-        let mut codec = Codec::new(format, Limits::default());
-        write_snapshot(&copy, &mut codec, &mut protector, session, publish_time, &mut records)
-            .map(|size| (records, size, started.elapsed()))
-    })
-    .await;
-    match written {
-        Ok(Ok((records, size, took))) => {
+    let (format, session, as_of) = (server.shared.position.format(), server.shared.session, copy.as_of);
+    let started = std::time::Instant::now();
+    match crate::snapshot::build(copy, format, &server.protection, session, RECORD_BYTES).await {
+        Ok((records, size)) => {
             tracing::info!(
                 as_of,
                 symbols = size.symbols,
                 messages = size.messages,
                 frames = size.frames,
                 bytes = size.bytes,
-                ?took,
+                took = ?started.elapsed(),
                 "snapshot sent"
             );
             out.batch.extend(records.into_iter().map(Bytes::from));
             resumed.start(&mut out, server);
         }
-        Ok(Err(error)) => tracing::warn!(as_of, %error, "snapshot not encodable; joined live without one"),
-        Err(error) => tracing::warn!(as_of, %error, "snapshot not written; joined live without one"),
+        Err(why) => tracing::warn!(as_of, %why, "joined live without a snapshot"),
     }
     out
 }
