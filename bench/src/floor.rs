@@ -55,6 +55,9 @@ pub struct FloorSpec {
 pub struct FloorResult {
     /// One-way time (half the round trip), ns.
     pub one_way: Histogram<u64>,
+    /// The p50 one-way time of each of [`PARTS`] equal parts of the pings, in order, ns: apart
+    /// from noise they agree, so their spread tells how much the machine disturbed the floor.
+    pub part_p50_ns: Vec<u64>,
     /// Pings sent.
     pub sent: u64,
     /// Echoes received.
@@ -113,10 +116,34 @@ fn pace(spec: FloorSpec, start: Instant, mut send: impl FnMut(&[u8]) -> std::io:
     Ok(start.elapsed().as_secs_f64())
 }
 
-/// Records the echo of ping `index` received at `now`.
-fn record(h: &mut Histogram<u64>, spec: FloorSpec, start: Instant, index: u64, now: Instant) {
-    let round_trip = now.saturating_duration_since(due(start, spec.rate, index));
-    h.saturating_record((round_trip.as_nanos() as u64 / 2).max(1));
+/// The floor's pings in this many consecutive parts, each with a histogram of its own.
+pub const PARTS: usize = 5;
+
+/// One-way times, over all the pings and per part of them.
+struct OneWay {
+    all: Histogram<u64>,
+    parts: Vec<Histogram<u64>>,
+}
+
+impl OneWay {
+    fn new() -> OneWay {
+        OneWay { all: histogram(), parts: (0..PARTS).map(|_| histogram()).collect() }
+    }
+
+    /// Records the echo of ping `index` received at `now`.
+    fn record(&mut self, spec: FloorSpec, start: Instant, index: u64, now: Instant) {
+        let round_trip = now.saturating_duration_since(due(start, spec.rate, index));
+        let ns = (round_trip.as_nanos() as u64 / 2).max(1);
+        self.all.saturating_record(ns);
+        let part = (index.saturating_mul(PARTS as u64) / spec.count.max(1)).min(PARTS as u64 - 1);
+        self.parts[part as usize].saturating_record(ns);
+    }
+
+    /// The whole histogram, and each part's p50 (parts without an echo left out).
+    fn finish(self) -> (Histogram<u64>, Vec<u64>) {
+        let parts = self.parts.iter().filter(|h| !h.is_empty()).map(|h| h.value_at_quantile(0.5)).collect();
+        (self.all, parts)
+    }
 }
 
 fn tcp(spec: FloorSpec) -> Result<FloorResult> {
@@ -142,8 +169,8 @@ fn tcp(spec: FloorSpec) -> Result<FloorResult> {
     let sent_all = Arc::new(AtomicBool::new(false));
     let receiver = {
         let sent_all = Arc::clone(&sent_all);
-        thread::spawn(move || -> Result<(Histogram<u64>, u64)> {
-            let mut h = histogram();
+        thread::spawn(move || -> Result<(OneWay, u64)> {
+            let mut h = OneWay::new();
             let mut buf = vec![0u8; 64 << 10];
             let mut pending: Vec<u8> = Vec::with_capacity(64 << 10);
             let mut received = 0u64;
@@ -157,7 +184,7 @@ fn tcp(spec: FloorSpec) -> Result<FloorResult> {
                         let whole = pending.len() / spec.bytes * spec.bytes;
                         for ping in pending[..whole].chunks_exact(spec.bytes) {
                             let index = u64::from_le_bytes(ping[..8].try_into().expect("8 bytes"));
-                            record(&mut h, spec, start, index, now);
+                            h.record(spec, start, index, now);
                             received += 1;
                         }
                         pending.drain(..whole);
@@ -179,10 +206,11 @@ fn tcp(spec: FloorSpec) -> Result<FloorResult> {
     let send_seconds = pace(spec, start, |ping| writer.write_all(ping))?;
     sent_all.store(true, Ordering::Relaxed);
     let (one_way, received) = receiver.join().expect("the floor's receiver panicked")?;
+    let (one_way, part_p50_ns) = one_way.finish();
     // Closing our side ends the echo thread's loop.
     let _ = stream.shutdown(std::net::Shutdown::Both);
     let _ = echo.join();
-    Ok(FloorResult { one_way, sent: spec.count, received, send_seconds })
+    Ok(FloorResult { one_way, part_p50_ns, sent: spec.count, received, send_seconds })
 }
 
 /// A UDP socket on loopback with the relay's options: `receive` joined to the group for
@@ -241,8 +269,8 @@ fn udp(spec: FloorSpec) -> Result<FloorResult> {
     let sent_all = Arc::new(AtomicBool::new(false));
     let receiver = {
         let sent_all = Arc::clone(&sent_all);
-        thread::spawn(move || -> Result<(Histogram<u64>, u64)> {
-            let mut h = histogram();
+        thread::spawn(move || -> Result<(OneWay, u64)> {
+            let mut h = OneWay::new();
             let mut buf = vec![0u8; 65536];
             let mut received = 0u64;
             let mut done_at: Option<Instant> = None;
@@ -251,7 +279,7 @@ fn udp(spec: FloorSpec) -> Result<FloorResult> {
                     Ok((n, _)) if n >= 8 => {
                         let now = Instant::now();
                         let index = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
-                        record(&mut h, spec, start, index, now);
+                        h.record(spec, start, index, now);
                         received += 1;
                     }
                     Ok(_) => {}
@@ -275,8 +303,9 @@ fn udp(spec: FloorSpec) -> Result<FloorResult> {
     let echoed = echo.join().expect("the floor's echo panicked");
     let send_seconds = sent?;
     let (one_way, received) = joined?;
+    let (one_way, part_p50_ns) = one_way.finish();
     echoed.context("echoing")?;
-    Ok(FloorResult { one_way, sent: spec.count, received, send_seconds })
+    Ok(FloorResult { one_way, part_p50_ns, sent: spec.count, received, send_seconds })
 }
 
 /// The pacing floor: a thread that does nothing but wait for each frame's due time, as the

@@ -177,6 +177,10 @@ pub struct FloorRow {
     pub echoes: u64,
     /// One-way time, ns.
     pub one_way_ns: Percentiles,
+    /// The p50 one-way time of each fifth of the pings, in order, ns.
+    pub part_p50_ns: Vec<u64>,
+    /// The largest of `part_p50_ns` over the smallest: 1 when the machine was steady.
+    pub spread: f64,
     /// (percentile %, ns) along the percentile axis.
     pub curve: Vec<(f64, u64)>,
 }
@@ -284,6 +288,9 @@ pub struct Machine {
     pub cpus: usize,
     /// Kernel release.
     pub kernel: String,
+    /// The load average (1, 5 and 15 minutes) when the run started: work beside the benchmark
+    /// shows here before it shows as a slower relay.
+    pub load_average: [f64; 3],
 }
 
 /// Everything a run measured.
@@ -789,11 +796,26 @@ fn run_floor(args: &LoopbackArgs, transport: Transport, (frames, units): (u64, u
         pings: result.sent,
         echoes: result.received,
         one_way_ns: Percentiles::of(&result.one_way),
+        spread: spread(&result.part_p50_ns),
+        part_p50_ns: result.part_p50_ns,
         curve: curve(&result.one_way),
     })
 }
 
-/// The host's CPU model, CPU count and kernel release.
+/// A load average as `uptime` writes it.
+fn loads([one, five, fifteen]: [f64; 3]) -> String {
+    format!("{one:.2} {five:.2} {fifteen:.2}")
+}
+
+/// The largest over the smallest of `values` (1 for fewer than two).
+fn spread(values: &[u64]) -> f64 {
+    match (values.iter().min(), values.iter().max()) {
+        (Some(&min), Some(&max)) if min > 0 => max as f64 / min as f64,
+        _ => 1.0,
+    }
+}
+
+/// The host's CPU model, CPU count, kernel release and load.
 pub(crate) fn machine() -> Machine {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let cpu = cpuinfo
@@ -804,8 +826,21 @@ pub(crate) fn machine() -> Machine {
         cpu,
         cpus: std::thread::available_parallelism().map_or(0, usize::from),
         kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string(),
+        load_average: load_average(),
     }
 }
+
+/// The load average over 1, 5 and 15 minutes (zeros where /proc does not say).
+pub(crate) fn load_average() -> [f64; 3] {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let mut fields = text.split_whitespace().map(|f| f.parse().unwrap_or(0.0));
+    [(); 3].map(|()| fields.next().unwrap_or(0.0))
+}
+
+/// How far apart the p50s of the floor's parts are (the largest over the smallest) beyond which
+/// the table warns that the machine disturbed the floor: on a quiet machine they agree within
+/// about 10 %.
+pub const FLOOR_SPREAD_WARN: f64 = 1.25;
 
 /// A progress bar over the steps, or a plain line per step when stderr is not a terminal.
 struct Progress(ProgressBar);
@@ -905,6 +940,17 @@ fn latency_table(report: &Report, out: &mut String) {
             us(f.p9999),
             us(f.max)
         );
+        let mut disturbed = None;
+        if floor_row.spread > FLOOR_SPREAD_WARN {
+            let parts: Vec<String> = floor_row.part_p50_ns.iter().map(|&ns| us(ns)).collect();
+            disturbed = Some(format!(
+                "\n**The floor was disturbed**: the p50 of its five parts, in order, was {} µs ({:.2}× apart, \
+                 against about 1.1× on a quiet machine). Something else ran beside it; ratios to it are \
+                 uncertain by as much.",
+                parts.join(", "),
+                floor_row.spread
+            ));
+        }
         for r in report.rows.iter().filter(|r| r.transport == t) {
             let l = &r.latency_ns;
             let mut format = if r.coalesce_bytes > 0 {
@@ -939,6 +985,9 @@ fn latency_table(report: &Report, out: &mut String) {
                 r.subscriber.cpu_seconds,
                 mib(r.subscriber.peak_rss_kib)
             );
+        }
+        if let Some(disturbed) = disturbed {
+            let _ = writeln!(out, "{disturbed}");
         }
     }
     let _ = writeln!(
@@ -1268,13 +1317,15 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
     let mut table = String::new();
     let _ = writeln!(
         table,
-        "mdrelay-bench loopback: {}, {}, profile {}; {} ({} CPUs), Linux {}",
+        "mdrelay-bench loopback: {}, {}, profile {}; {} ({} CPUs), Linux {}; load average {} at the start, {} at the end",
         report.source,
         pace,
         profile.label(),
         report.machine.cpu,
         report.machine.cpus,
-        report.machine.kernel
+        report.machine.kernel,
+        loads(report.machine.load_average),
+        loads(load_average()),
     );
     if args.top_speed {
         throughput_table(&report, &mut table);

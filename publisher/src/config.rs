@@ -388,6 +388,10 @@ pub struct Tcp {
     /// Keep the state of the stream (books, status, day aggregates) for subscribers that join
     /// with a snapshot; needs the ring (`retransmit.ring_bytes` > 0).
     pub snapshots: bool,
+    /// Paced streams: the hot thread writes each record straight into the socket of a
+    /// subscriber that is current and has room, instead of waking its task (top speed leaves
+    /// every write to the tasks).
+    pub hot_writes: bool,
 }
 
 impl Default for Tcp {
@@ -403,6 +407,7 @@ impl Default for Tcp {
             replay_bytes: 16 << 20,
             replay_timeout: Duration::from_secs(10),
             snapshots: true,
+            hot_writes: true,
         }
     }
 }

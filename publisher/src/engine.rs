@@ -3,7 +3,8 @@
 //! It runs outside the async runtime on purpose: pacing spins for the last stretch of each wait
 //! (an async timer's millisecond granularity is far coarser than gaps between packets), and
 //! capture reading and gunzip are blocking work. The runtime keeps the subscribers' sockets; the
-//! hot path owns the subscriber list (see [`crate::fanout`]) and never shares a lock with them.
+//! hot path owns the subscriber list (see [`crate::fanout`]) and never waits on a lock of theirs:
+//! paced, it writes into the sockets of current subscribers when it can try-lock them.
 
 use crate::config::{Config, PacingMode};
 use crate::fanout::Fanout;
@@ -117,7 +118,11 @@ impl Outputs {
         // of per frame-sized record (runs end at every flush, so paced frames are not held).
         let tcp = fanout.map(|f| {
             let coalescer = Coalescer::new(Envelope::Record, budget(config.batching.coalesce_bytes, Envelope::Record));
-            (coalescer.with_runs(RUN_RECORDS), f)
+            // Written by the hot thread, a run leaves as soon as it is made: short runs keep a
+            // cycle's first frames from waiting for its last (a run each frame cost twice the
+            // CPU at 100,000 msg/s for no lower p50; docs/benchmarks.md).
+            let run = if f.hot_writes() { HOT_RUN_RECORDS } else { RUN_RECORDS };
+            (coalescer.with_runs(run), f)
         });
         let udp = udp.map(|u| {
             let envelope = Envelope::Datagram { session, protection: protector.protection() };
@@ -229,6 +234,9 @@ fn wait_for_subscribers(outputs: &mut Outputs, wanted: usize, stop: &AtomicBool)
 
 /// Records handed to the TCP fanout at once, at most (and about `MAX_RUN_BYTES`, 1 KiB, of them).
 const RUN_RECORDS: usize = 64;
+
+/// Records in a run when the hot thread writes them into subscribers' sockets (`tcp.hot_writes`).
+const HOT_RUN_RECORDS: usize = 4;
 
 /// Segments between two reads of the clock for `pacing.duration`.
 const DEADLINE_EVERY: u32 = 64;

@@ -3,7 +3,8 @@
 //! The hot path appends each sealed record, encoded once, to a ring of `tcp.queue` records (a
 //! tokio broadcast channel); each subscriber's task reads the ring at its own pace and writes to
 //! its socket. The hot path never waits for a task and shares no lock with one across a wait:
-//! the ring's own short critical sections are the only synchronisation. Memory is the ring's,
+//! the ring's own short critical sections, and the try-lock of a socket it writes into (below),
+//! are the only synchronisation. Memory is the ring's,
 //! whatever the number of subscribers: 2,000 subscribers that stopped reading hold no more than
 //! one does.
 //!
@@ -15,12 +16,20 @@
 //!
 //! A subscriber joins the ring when its handshake completes, from the next record on; until then
 //! it takes nothing from the stream and holds nothing back.
+//!
+//! Paced (`tcp.hot_writes`), the hot path also writes each record straight into the socket of a
+//! subscriber that is current and has room ([`HotSocket`], decided by
+//! [`mdrelay_proto::relay::server::Handover`]): the record then reaches the subscriber without
+//! waiting for its task to wake. The task still takes every record from the ring (and skips
+//! those written), so the queue, the policies and the accounts are as without.
 
 use crate::config::{SlowPolicy, Tcp};
 use bytes::Bytes;
 use mdrelay_codec::Format;
 use mdrelay_proto::relay::Sealed;
+use mdrelay_proto::relay::server::{Handover, HandoverTaken, Wrote};
 use std::collections::VecDeque;
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -228,6 +237,8 @@ pub struct ServerCounters {
     /// Resuming subscribers cut off for leaving a replay chunk untaken `tcp.replay_timeout`
     /// (counted in `disconnects_slow` too).
     pub replay_timeouts: AtomicU64,
+    /// Records the hot thread wrote straight into subscribers' sockets (`tcp.hot_writes`).
+    pub hot_writes: AtomicU64,
 }
 
 /// [`ServerCounters`] read at one moment, for reports.
@@ -254,6 +265,9 @@ pub struct ConnectionCounts {
     /// Resuming subscribers cut off for leaving a replay chunk untaken `tcp.replay_timeout`
     /// (counted in `disconnects_slow` too).
     pub replay_timeouts: u64,
+    /// Records the hot thread wrote straight into subscribers' sockets (`tcp.hot_writes`); the
+    /// subscribers' tasks wrote the rest.
+    pub hot_writes: u64,
 }
 
 impl ServerCounters {
@@ -271,6 +285,7 @@ impl ServerCounters {
             subscribers: n(&self.subscribers),
             replays: n(&self.replays),
             replay_timeouts: n(&self.replay_timeouts),
+            hot_writes: n(&self.hot_writes),
         }
     }
 }
@@ -298,6 +313,129 @@ pub struct Shared {
     pub guard: Guard,
     /// What resuming subscribers share: the replay budget and the turn.
     pub replays: ReplayShare,
+    /// The hot path writes paced records into current subscribers' sockets (`tcp.hot_writes`,
+    /// off at top speed).
+    pub hot_writes: bool,
+    /// The sockets of subscribers the hot path may write to, and a count of changes to the
+    /// list, so the hot path copies it only when it changed.
+    hot_sockets: Mutex<Vec<Arc<HotSocket>>>,
+    hot_sockets_changed: AtomicU64,
+}
+
+impl Shared {
+    /// Lets the hot path write to a subscriber's socket (a duplicate of `stream`'s descriptor)
+    /// while its task says so; the guard takes it away, and closes the duplicate, when dropped.
+    pub fn hot_socket(self: &Arc<Shared>, stream: std::net::TcpStream) -> HotSocketGuard {
+        let socket = Arc::new(HotSocket {
+            open: AtomicBool::new(false),
+            state: Mutex::new(HotState { handover: Handover::default(), socket: Some(stream) }),
+        });
+        lock(&self.hot_sockets).push(socket.clone());
+        self.hot_sockets_changed.fetch_add(1, Ordering::Release);
+        HotSocketGuard { shared: self.clone(), socket }
+    }
+}
+
+/// One subscriber's socket as its task and the hot path share it.
+#[derive(Debug)]
+pub struct HotSocket {
+    /// The handover is open, as of the last change: read without the lock, so the hot path
+    /// passes over the sockets of subscribers that are behind (or stalled) at the cost of a load.
+    open: AtomicBool,
+    state: Mutex<HotState>,
+}
+
+/// Who writes the socket next, and the socket (none once the task is done with it).
+#[derive(Debug)]
+struct HotState {
+    handover: Handover,
+    socket: Option<std::net::TcpStream>,
+}
+
+impl HotSocket {
+    /// Runs `change` on the handover under the lock, and notes whether it is open after it.
+    fn change<T>(&self, change: impl FnOnce(&mut Handover) -> T) -> T {
+        let mut state = lock(&self.state);
+        let result = change(&mut state.handover);
+        self.open.store(state.handover.is_open(), Ordering::Relaxed);
+        result
+    }
+
+    /// The hot path's write of `sealed`, if the subscriber is owed it next and its task is not
+    /// holding the socket: whether anything was written.
+    fn write(&self, sealed: &Sealed) -> bool {
+        if !self.open.load(Ordering::Relaxed) {
+            return false;
+        }
+        // Held by the task: it is writing, and the record is its own.
+        let Ok(mut state) = self.state.try_lock() else { return false };
+        let first = sealed.first_sequence;
+        if !state.handover.offer(sealed.format, first) {
+            return false;
+        }
+        let wrote = match state.socket.as_ref().map(|mut s| s.write(&sealed.bytes)) {
+            Some(Ok(n)) if n == sealed.bytes.len() => Wrote::Whole,
+            Some(Ok(n)) if n > 0 => Wrote::Part(n),
+            // Would block, or failed: the task finds out which at its own write.
+            _ => Wrote::Nothing,
+        };
+        state.handover.wrote(first, sealed.next_sequence(), wrote);
+        self.open.store(state.handover.is_open(), Ordering::Relaxed);
+        wrote != Wrote::Nothing
+    }
+}
+
+/// A subscriber's [`HotSocket`], for its task: unregistered and its duplicate descriptor closed
+/// when dropped, before the task closes (or resets) the connection.
+#[derive(Debug)]
+pub struct HotSocketGuard {
+    shared: Arc<Shared>,
+    socket: Arc<HotSocket>,
+}
+
+impl HotSocketGuard {
+    /// The task took the DATA record of frames `first..next`: what it is to write of it.
+    pub fn taken(&self, first: u64, next: u64) -> HandoverTaken {
+        self.socket.change(|h| h.taken(first, next))
+    }
+
+    /// Frames before this one were written whole by the hot path.
+    pub fn written_until(&self) -> u64 {
+        lock(&self.socket.state).handover.written_until()
+    }
+
+    /// The task has written everything it took: the hot path may write from frame `next` of
+    /// `format` on.
+    pub fn open(&self, format: Format, next: u64) {
+        self.socket.change(|h| h.open(format, next));
+    }
+
+    /// The task writes something of its own (END, a control record).
+    pub fn close(&self) {
+        self.socket.change(Handover::close);
+    }
+}
+
+impl Drop for HotSocketGuard {
+    fn drop(&mut self) {
+        {
+            let mut state = lock(&self.socket.state);
+            state.handover.close();
+            self.socket.open.store(false, Ordering::Relaxed);
+            state.socket = None;
+        }
+        lock(&self.shared.hot_sockets).retain(|s| !Arc::ptr_eq(s, &self.socket));
+        self.shared.hot_sockets_changed.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// At most this many subscribers' sockets are written by the hot path per record; the others'
+/// tasks write theirs. Each write is a system call on the thread that paces the stream: a few
+/// keep the records on time, hundreds would make them late.
+pub const HOT_WRITERS: usize = 16;
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// What resuming subscribers share. Replays are copies out of the frame ring, made per
@@ -357,12 +495,24 @@ pub struct Fanout {
     room: usize,
     /// Under `block`: when the ring was first found full, and when that was last logged.
     full_since: Option<(Instant, Instant)>,
+    /// The hot path's copy of the sockets it may write to, as of `hot_sockets_seen` changes.
+    hot_sockets: Vec<Arc<HotSocket>>,
+    hot_sockets_seen: u64,
 }
 
 impl Fanout {
     /// The fanout of the configured server for `session` and `stream`, starting in `format`,
     /// and the state its connection tasks share.
-    pub fn new(tcp: &Tcp, session: u64, stream: u32, format: Format, guard: Guard) -> (Fanout, Arc<Shared>) {
+    /// Records are written into subscribers' sockets by the hot path when `paced` and
+    /// `tcp.hot_writes` say so.
+    pub fn new(
+        tcp: &Tcp,
+        session: u64,
+        stream: u32,
+        format: Format,
+        guard: Guard,
+        paced: bool,
+    ) -> (Fanout, Arc<Shared>) {
         let (sender, _) = broadcast::channel(tcp.queue);
         let shared = Arc::new(Shared {
             session,
@@ -375,6 +525,9 @@ impl Fanout {
             policy: tcp.slow_subscriber,
             guard,
             replays: ReplayShare::new(tcp.replay_bytes),
+            hot_writes: paced && tcp.hot_writes,
+            hot_sockets: Mutex::default(),
+            hot_sockets_changed: AtomicU64::new(0),
         });
         let fanout = Fanout {
             shared: shared.clone(),
@@ -383,8 +536,15 @@ impl Fanout {
             capacity: tcp.queue,
             room: 0,
             full_since: None,
+            hot_sockets: Vec::new(),
+            hot_sockets_seen: 0,
         };
         (fanout, shared)
+    }
+
+    /// Whether the hot path writes records into current subscribers' sockets.
+    pub fn hot_writes(&self) -> bool {
+        self.shared.hot_writes
     }
 
     /// Subscribers that completed the handshake and take records now.
@@ -401,11 +561,35 @@ impl Fanout {
     /// while some subscriber has not read the record it would overwrite.
     pub fn send(&mut self, sealed: &Sealed, stop: &AtomicBool) {
         self.wait_for_room(stop);
+        if self.shared.hot_writes {
+            self.write_to_current(sealed);
+        }
         if let Some(sender) = &self.sender {
             // No subscriber: nobody to send to, which is no error.
             let _ = sender.send(sealed.bytes.clone());
         }
         self.set_position(sealed.next_sequence(), sealed.format);
+    }
+
+    /// Writes `sealed` into the sockets of subscribers that are owed it next and whose tasks
+    /// are idle, as far as each socket takes it without blocking; each task writes whatever is
+    /// left. Written before the record is queued, so it leaves before the tasks wake for it.
+    fn write_to_current(&mut self, sealed: &Sealed) {
+        let changed = self.shared.hot_sockets_changed.load(Ordering::Acquire);
+        if changed != self.hot_sockets_seen {
+            self.hot_sockets_seen = changed;
+            self.hot_sockets.clone_from(&lock(&self.shared.hot_sockets));
+        }
+        let mut written = 0;
+        for socket in &self.hot_sockets {
+            if written == HOT_WRITERS as u64 {
+                break;
+            }
+            written += u64::from(socket.write(sealed));
+        }
+        if written > 0 {
+            self.shared.counters.hot_writes.fetch_add(written, Ordering::Relaxed);
+        }
     }
 
     fn wait_for_room(&mut self, stop: &AtomicBool) {

@@ -195,6 +195,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "BOOL", env = "MDRELAY_PUB_SNAPSHOTS", help_heading = "TCP")]
     #[serde(rename = "tcp.snapshots")]
     pub snapshots: Option<bool>,
+    /// TCP: paced streams are written into current subscribers' sockets by the hot thread [default: true]
+    #[arg(long, value_name = "BOOL", env = "MDRELAY_PUB_HOT_WRITES", help_heading = "TCP")]
+    #[serde(rename = "tcp.hot_writes")]
+    pub hot_writes: Option<bool>,
     /// TCP: seconds subscribers get at the end to take what is queued for them.
     #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_DRAIN_TIMEOUT", help_heading = "TCP")]
     #[serde(rename = "tcp.drain_timeout")]
@@ -615,7 +619,14 @@ async fn relay(
                 .await
                 .with_context(|| format!("tcp.listen: cannot listen on {}", tcp.listen))?;
             tracing::info!(listen = %listener.local_addr()?, "serving subscribers over TCP");
-            let (fanout, shared) = Fanout::new(tcp, session, config.stream, config.format, guard);
+            let (fanout, shared) = Fanout::new(
+                tcp,
+                session,
+                config.stream,
+                config.format,
+                guard,
+                config.pacing.mode != PacingMode::TopSpeed,
+            );
             let serving = Serving {
                 shared: shared.clone(),
                 accepting: CancellationToken::new(),

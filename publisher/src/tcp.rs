@@ -25,20 +25,21 @@
 //! - Accept errors (out of file descriptors, say) back off from 1 ms to 1 s.
 
 use crate::config::{SlowPolicy, Tcp};
-use crate::fanout::{ReplayShare, Shared, SubscriberStats};
+use crate::fanout::{HotSocketGuard, ReplayShare, Shared, SubscriberStats};
 use crate::ring::{SharedRing, lock};
 use crate::stats::Echoes;
 use bytes::{Buf, Bytes};
 use mdrelay_proto::relay::echo::EchoGate;
 use mdrelay_proto::relay::server::{
-    EchoReader, FeedStep, HandshakeConfig, Join, Refusal, ReplayCursor, ReplayFill, ServerHandshake, SubscriberFeed,
-    busy_greeting, plan_join, refusal_record,
+    EchoReader, FeedStep, HandoverTaken, HandshakeConfig, Join, Refusal, ReplayCursor, ReplayFill, ServerHandshake,
+    SubscriberFeed, busy_greeting, plan_join, refusal_record,
 };
 use mdrelay_proto::relay::snapshot::RECORD_BYTES;
 use mdrelay_proto::relay::{Purpose, Resume, Subscribe};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -226,8 +227,16 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, server: Server) {
         None => tracing::info!(echo = subscribe.echo, "subscriber admitted"),
     }
     let _admitted = Admitted::enter(&server.shared, &stats);
+    if server.shared.hot_writes {
+        // A duplicate descriptor of the same socket: none (too many open files) only means
+        // this subscriber's task writes every record itself.
+        out.hot = stream.as_fd().try_clone_to_owned().ok().map(|fd| server.shared.hot_socket(fd.into()));
+    }
     let mut incoming = Incoming { echoes: EchoReader::new(), gate: EchoGate::default() };
-    match subscriber(&stream, &mut out, &mut incoming, &server, &stats, &kill).await {
+    let ended = subscriber(&stream, &mut out, &mut incoming, &server, &stats, &kill).await;
+    // The hot path's duplicate is closed before the connection is closed or reset.
+    out.hot = None;
+    match ended {
         Ok(Ended::Stream) => {}
         Ok(Ended::Killed) => {
             // Cut off at the end of the drain time: what it was never given is dropped for it.
@@ -528,6 +537,9 @@ struct Outgoing {
     replay: Option<ReplayCursor>,
     /// When the replay chunk in `batch` must have been taken whole, while it has not.
     replay_deadline: Option<Instant>,
+    /// The socket as the hot path may write to it while this subscriber is current
+    /// (`tcp.hot_writes`).
+    hot: Option<HotSocketGuard>,
 }
 
 /// What came from the shared queue.
@@ -550,6 +562,7 @@ impl Outgoing {
             feed: SubscriberFeed::live(),
             replay: None,
             replay_deadline: None,
+            hot: None,
         }
     }
 
@@ -557,7 +570,12 @@ impl Outgoing {
     /// records of one format from the fanout): a FORMAT record first when it is the first record
     /// or the first of a new format; frames skipped before it (the subscriber fell a whole queue
     /// behind) are counted as dropped for it.
-    fn take(&mut self, record: Bytes, stats: &SubscriberStats) {
+    /// A DATA record the hot path wrote whole is only accounted; one it wrote in part is
+    /// written from where it stopped.
+    fn take(&mut self, mut record: Bytes, stats: &SubscriberStats) {
+        if let Some(hot) = &self.hot {
+            self.feed.delivered_until(hot.written_until());
+        }
         match self.feed.take(&record, self.replay.is_some()) {
             FeedStep::Skip => return,
             FeedStep::Data { format_record, dropped, first } => {
@@ -565,18 +583,42 @@ impl Outgoing {
                 if dropped > 0 {
                     stats.dropped(dropped);
                 }
-                if let Some(announce) = format_record {
-                    self.batch.push_back(Bytes::from(announce));
+                let next = self.feed.next().unwrap_or(first);
+                match self.hot.as_ref().map(|hot| hot.taken(first, next)) {
+                    Some(HandoverTaken::Written) => return,
+                    Some(HandoverTaken::From(written)) => record.advance(written.min(record.len())),
+                    Some(HandoverTaken::Own) | None => {
+                        if let Some(announce) = format_record {
+                            self.batch.push_back(Bytes::from(announce));
+                        }
+                    }
                 }
             }
             FeedStep::End { dropped } => {
                 if dropped > 0 {
                     stats.dropped(dropped);
                 }
+                if let Some(hot) = &self.hot {
+                    hot.close();
+                }
             }
-            FeedStep::Other => {}
+            FeedStep::Other => {
+                if let Some(hot) = &self.hot {
+                    hot.close();
+                }
+            }
         }
         self.batch.push_back(record);
+    }
+
+    /// Everything taken is written, nothing is replayed: the hot path may write the next record
+    /// this subscriber is owed.
+    fn open_to_hot_writes(&self) {
+        if let (Some(hot), Some(format), Some(next), false) =
+            (&self.hot, self.feed.format(), self.feed.next(), self.feed.ended() || self.replaying())
+        {
+            hot.open(format, next);
+        }
     }
 
     /// Whether frames are still owed from the ring.
@@ -763,6 +805,7 @@ async fn subscriber(
                 }
                 continue;
             }
+            out.open_to_hot_writes();
             tokio::select! {
                 biased;
                 _ = kill.cancelled() => return Ok(Ended::Killed),
@@ -1011,6 +1054,7 @@ mod tests {
             drain_timeout: Duration::from_secs(1),
             replay_bytes: 1 << 20,
             replay_timeout: Duration::from_secs(1),
+            hot_writes: false,
             snapshots: false,
         }
     }
@@ -1049,7 +1093,8 @@ mod tests {
     #[test]
     fn drop_skips_a_subscriber_a_queue_behind_and_counts_what_it_missed() {
         let stop = AtomicBool::new(false);
-        let (mut fanout, shared) = Fanout::new(&tcp(16, SlowPolicy::Drop), 1, 1, Format::Sbe, Default::default());
+        let (mut fanout, shared) =
+            Fanout::new(&tcp(16, SlowPolicy::Drop), 1, 1, Format::Sbe, Default::default(), false);
         let stats = SubscriberStats::new("test".into(), Default::default());
         let mut out = outgoing(&fanout, &shared, SlowPolicy::Drop);
         for r in records(40) {
@@ -1073,7 +1118,8 @@ mod tests {
     #[test]
     fn runs_of_records_are_written_whole_and_counted_by_their_last_record() {
         let stop = AtomicBool::new(false);
-        let (mut fanout, shared) = Fanout::new(&tcp(16, SlowPolicy::Drop), 1, 1, Format::Sbe, Default::default());
+        let (mut fanout, shared) =
+            Fanout::new(&tcp(16, SlowPolicy::Drop), 1, 1, Format::Sbe, Default::default(), false);
         let stats = SubscriberStats::new("test".into(), Default::default());
         let mut out = outgoing(&fanout, &shared, SlowPolicy::Drop);
         let mut c = Coalescer::new(Envelope::Record, 0).with_runs(8);
@@ -1107,7 +1153,8 @@ mod tests {
     #[test]
     fn disconnect_cuts_off_a_subscriber_a_queue_behind() {
         let stop = AtomicBool::new(false);
-        let (mut fanout, shared) = Fanout::new(&tcp(16, SlowPolicy::Disconnect), 1, 1, Format::Sbe, Default::default());
+        let (mut fanout, shared) =
+            Fanout::new(&tcp(16, SlowPolicy::Disconnect), 1, 1, Format::Sbe, Default::default(), false);
         let stats = SubscriberStats::new("test".into(), Default::default());
         let mut out = outgoing(&fanout, &shared, SlowPolicy::Disconnect);
         let all = records(40);
@@ -1126,7 +1173,7 @@ mod tests {
     #[test]
     fn block_waits_for_the_slowest_subscriber_and_stops_waiting_on_stop() {
         let stop = Arc::new(AtomicBool::new(false));
-        let (fanout, shared) = Fanout::new(&tcp(16, SlowPolicy::Block), 1, 1, Format::Sbe, Default::default());
+        let (fanout, shared) = Fanout::new(&tcp(16, SlowPolicy::Block), 1, 1, Format::Sbe, Default::default(), false);
         let stats = SubscriberStats::new("test".into(), Default::default());
         let mut out = outgoing(&fanout, &shared, SlowPolicy::Block);
         let sent = Arc::new(AtomicU64::new(0));
@@ -1253,6 +1300,6 @@ mod tests {
 
     /// The state a fanout's subscribers share, for reading a subscriber's summary.
     fn out_shared() -> Arc<Shared> {
-        Fanout::new(&tcp(16, SlowPolicy::Drop), 1, 1, Format::Sbe, Default::default()).1
+        Fanout::new(&tcp(16, SlowPolicy::Drop), 1, 1, Format::Sbe, Default::default(), false).1
     }
 }

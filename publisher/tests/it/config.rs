@@ -342,6 +342,7 @@ fn every_setting_is_the_same_from_the_file_its_variable_and_its_flag() {
         ("replay-timeout", "tcp.replay_timeout", "4", "4", TCP),
         ("drain-timeout", "tcp.drain_timeout", "250ms", "0.25", TCP),
         ("snapshots", "tcp.snapshots", "false", "false", TCP),
+        ("hot-writes", "tcp.hot_writes", "false", "false", TCP),
         ("max-gap", "pacing.max_gap", "2", "2", TCP),
         ("duty-cycle", "pacing.duty_cycle", "1ms", "0.001", TCP),
         ("udp", "udp.destinations", "127.0.0.1:9300", "[\"127.0.0.1:9300\"]", &[]),

@@ -193,6 +193,43 @@ fn block_survives_a_stopped_subscriber_while_another_joins_and_the_stall_ends() 
     assert_eq!(late["frames"], sent_after_join, "C got every frame from its first on");
 }
 
+/// A paced stream is written into a current subscriber's socket by the hot thread. A subscriber
+/// stopped mid-stream leaves the hot thread a full socket (a record written in part, or not at
+/// all), which its task must finish byte for byte and then keep in order; when it reads again,
+/// the socket goes back to the hot thread. Any byte lost or doubled at either hand-over would be
+/// a broken record, which the subscriber answers with a reconnection.
+#[test]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
+fn a_subscriber_stopped_while_the_hot_thread_writes_its_socket_gets_every_byte_in_order() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let pub_json = path(dir.path(), "pub.json");
+    let deep10 = deep10();
+    let (publisher, addr) = publisher(&words(&format!(
+        "--capture {deep10} --pacing rate --rate 100000 --coalesce-bytes 16384 --slow-subscriber block --queue 256 --wait-subscribers 1 \
+         --json {pub_json}"
+    )));
+    let sub_json = path(dir.path(), "sub.json");
+    // A small receive buffer, so that the sockets fill within the stops.
+    let mut stopped = subscriber(addr, &sub_json, &["--report-interval", "0.1", "--receive-buffer", "64KiB"]);
+    stopped.wait_for_frames(1000);
+    for _ in 0..3 {
+        stopped.signal(Signal::SIGSTOP);
+        std::thread::sleep(Duration::from_millis(700));
+        stopped.signal(Signal::SIGCONT);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    publisher.finish(LIMIT).assert_success();
+    stopped.finish(LIMIT).assert_success();
+    let report = json_file(Path::new(&sub_json));
+    assert_exact_deep10(&report, "a subscriber stopped three times while the hot thread wrote to it");
+    assert_eq!(report["reconnects"], 0, "no record was broken at a hand-over: {report}");
+    let publ = json_file(Path::new(&pub_json));
+    let hot = publ["connections"]["hot_writes"].as_u64().unwrap();
+    assert!(hot > 0, "the hot thread wrote records itself: {}", publ["connections"]);
+    assert_eq!(subscribers(&publ)[0]["dropped_frames"], 0);
+}
+
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn two_interrupts_stop_a_publisher_blocked_on_a_stopped_subscriber() {

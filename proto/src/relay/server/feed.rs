@@ -117,6 +117,20 @@ impl SubscriberFeed {
         self.next
     }
 
+    /// The format of the last DATA record taken.
+    pub fn format(&self) -> Option<Format> {
+        self.format
+    }
+
+    /// The frames before `next` reached the subscriber another way (the publisher's hot thread
+    /// wrote them, [`super::handover`]): records of them taken later are not counted as frames
+    /// dropped before the next one.
+    pub fn delivered_until(&mut self, next: u64) {
+        if let Some(own) = &mut self.next {
+            *own = (*own).max(next);
+        }
+    }
+
     /// Whether END was taken.
     pub fn ended(&self) -> bool {
         self.ended

@@ -9,6 +9,8 @@
 //!   replay starts and ends ([`plan_join`]), the replay's chunks out of the ring
 //!   ([`ReplayCursor`]), FORMAT records before the first record and at each switch, and the
 //!   hand-over to the live records without a gap or a duplicate;
+//! - [`handover`]: who writes a subscriber's socket ([`Handover`]): the hot thread, while the
+//!   subscriber is current, or the subscriber's task;
 //! - [`echoes`]: what a subscriber sends back, `ECHO` records only ([`EchoReader`]);
 //! - [`retransmit`]: the retransmission service's side of a client ([`RequestReader`]: requests
 //!   out of bytes, idle and partial-request deadlines), its rate ([`TokenBucket`]) and each
@@ -17,6 +19,7 @@
 
 pub mod echoes;
 pub mod feed;
+pub mod handover;
 pub mod handshake;
 pub mod pacing;
 pub mod retransmit;
@@ -25,6 +28,8 @@ pub mod retransmit;
 mod echoes_tests;
 #[cfg(test)]
 mod feed_tests;
+#[cfg(test)]
+mod handover_tests;
 #[cfg(test)]
 mod handshake_tests;
 #[cfg(test)]
@@ -36,6 +41,7 @@ mod testing;
 
 pub use echoes::{ECHO_RECORD, EchoReader};
 pub use feed::{FeedStep, Join, ReplayCursor, ReplayFill, SubscriberFeed, last_record, plan_join};
+pub use handover::{Handover, Taken as HandoverTaken, Wrote};
 pub use handshake::{HandshakeConfig, Refusal, ServerHandshake, busy_greeting, protection_mismatch, refusal_record};
 pub use pacing::{PaceMode, PaceSchedule, Paced};
 pub use retransmit::{
