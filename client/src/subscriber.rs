@@ -218,6 +218,17 @@ impl Subscriber {
         runtime.block_on(inner.next_event())
     }
 
+    /// The next event if one is ready now (received and not yet handed out), without waiting,
+    /// entering the runtime or reading the clock; `None` when getting one would mean waiting.
+    /// A loop that drains the ready events this way and waits only when there are none reads
+    /// the clock once per read from the socket instead of once per frame.
+    pub fn try_next_event(&mut self) -> Option<Waited<'_>> {
+        if self.inner.has_ready() {
+            return Some(self.inner.take_ready().map_or(Waited::Finished, Waited::Event));
+        }
+        None
+    }
+
     /// The next event, waiting at most `timeout`, or until a [`WakeHandle`] ends the wait, so
     /// the caller can look at a stop flag (or signals) between waits. Nothing is lost when the
     /// wait ends without an event.

@@ -366,6 +366,11 @@ pub struct Tcp {
     /// Records in the queue all subscribers read from; a subscriber this far behind is slow.
     #[serde(deserialize_with = "units::whole_within::<_, _, 16, 4_194_304>")]
     pub queue: usize,
+    /// Under `block`: bytes of records the slowest subscriber has not read, at most (a record
+    /// larger than this still goes, alone); the publisher's memory for the queue stays within
+    /// it whatever the records' sizes.
+    #[serde(deserialize_with = "units::bytes_within::<_, _, 65_536, 17_179_869_184>")]
+    pub queue_bytes: usize,
     /// drop, disconnect or block.
     pub slow_subscriber: SlowPolicy,
     /// Wait for this many subscribers before sending.
@@ -399,6 +404,7 @@ impl Default for Tcp {
         Tcp {
             listen: SocketAddr::from(([127, 0, 0, 1], 9100)),
             queue: 65_536,
+            queue_bytes: 16 << 20,
             slow_subscriber: SlowPolicy::default(),
             wait_subscribers: 0,
             max_connections: 64,

@@ -490,9 +490,20 @@ pub struct Fanout {
     sender: Option<broadcast::Sender<Bytes>>,
     policy: SlowPolicy,
     capacity: usize,
+    /// Under `block`: bytes the slowest subscriber may leave unread (`tcp.queue_bytes`).
+    capacity_bytes: usize,
     /// Under `block`: records that can be sent before the ring must be looked at again, since
     /// each send adds at most one unread record.
     room: usize,
+    /// Under `block`: bytes that can be sent before the ring must be looked at again.
+    room_bytes: usize,
+    /// Bytes sent through each of the last records sent, by record number modulo its length
+    /// (longer than the ring, so the oldest unread record's entry is never overwritten): the
+    /// unread bytes are the difference of two entries.
+    sent_through: Vec<u64>,
+    /// Records sent, and their bytes.
+    sent: u64,
+    sent_bytes: u64,
     /// Under `block`: when the ring was first found full, and when that was last logged.
     full_since: Option<(Instant, Instant)>,
     /// The hot path's copy of the sockets it may write to, as of `hot_sockets_seen` changes.
@@ -534,7 +545,16 @@ impl Fanout {
             sender: Some(sender),
             policy: tcp.slow_subscriber,
             capacity: tcp.queue,
+            capacity_bytes: tcp.queue_bytes,
             room: 0,
+            room_bytes: 0,
+            sent_through: if tcp.slow_subscriber == SlowPolicy::Block {
+                vec![0; 2 * tcp.queue.next_power_of_two()]
+            } else {
+                Vec::new()
+            },
+            sent: 0,
+            sent_bytes: 0,
             full_since: None,
             hot_sockets: Vec::new(),
             hot_sockets_seen: 0,
@@ -560,15 +580,36 @@ impl Fanout {
     /// Appends a sealed record for every subscriber. Under `block`, first waits (until `stop`)
     /// while some subscriber has not read the record it would overwrite.
     pub fn send(&mut self, sealed: &Sealed, stop: &AtomicBool) {
-        self.wait_for_room(stop);
+        self.wait_for_room(sealed.bytes.len(), stop);
         if self.shared.hot_writes {
             self.write_to_current(sealed);
         }
         if let Some(sender) = &self.sender {
             // No subscriber: nobody to send to, which is no error.
             let _ = sender.send(sealed.bytes.clone());
+            self.count_sent(sealed.bytes.len());
         }
         self.set_position(sealed.next_sequence(), sealed.format);
+    }
+
+    /// Notes a record of `len` bytes sent, for the unread bytes under `block`.
+    fn count_sent(&mut self, len: usize) {
+        if self.sent_through.is_empty() {
+            return;
+        }
+        self.sent += 1;
+        self.sent_bytes += len as u64;
+        let at = (self.sent % self.sent_through.len() as u64) as usize;
+        self.sent_through[at] = self.sent_bytes;
+    }
+
+    /// Bytes of the last `unread` records sent.
+    fn unread_bytes(&self, unread: usize) -> u64 {
+        let before = self.sent.saturating_sub(unread as u64);
+        if before == 0 || self.sent_through.is_empty() {
+            return self.sent_bytes;
+        }
+        self.sent_bytes - self.sent_through[(before % self.sent_through.len() as u64) as usize]
     }
 
     /// Writes `sealed` into the sockets of subscribers that are owed it next and whose tasks
@@ -592,21 +633,27 @@ impl Fanout {
         }
     }
 
-    fn wait_for_room(&mut self, stop: &AtomicBool) {
+    /// Under `block`, waits until the slowest subscriber has room for a record of `len` bytes:
+    /// fewer than `tcp.queue` records and, with it, at most `tcp.queue_bytes` bytes unread (a
+    /// record larger than that goes once nothing is unread).
+    fn wait_for_room(&mut self, len: usize, stop: &AtomicBool) {
         if self.policy != SlowPolicy::Block {
             return;
         }
         let Some(sender) = &self.sender else { return };
-        if self.room > 0 {
+        if self.room > 0 && self.room_bytes >= len {
             self.room -= 1;
+            self.room_bytes -= len;
             return;
         }
         let mut waited = 0u32;
         loop {
             let unread = sender.len();
-            if unread < self.capacity || sender.receiver_count() == 0 {
-                self.room = self.capacity - unread.min(self.capacity);
-                self.room = self.room.saturating_sub(1);
+            let unread_bytes = usize::try_from(self.unread_bytes(unread)).unwrap_or(usize::MAX);
+            let fits = unread == 0 || unread_bytes.saturating_add(len) <= self.capacity_bytes;
+            if (unread < self.capacity && fits) || sender.receiver_count() == 0 {
+                self.room = self.capacity.saturating_sub(unread).saturating_sub(1);
+                self.room_bytes = self.capacity_bytes.saturating_sub(unread_bytes.saturating_add(len));
                 self.full_since = None;
                 return;
             }
@@ -623,6 +670,7 @@ impl Fanout {
                 tracing::warn!(
                     waiting_s = now.duration_since(*since).as_secs(),
                     queue = self.capacity,
+                    queue_bytes = self.capacity_bytes,
                     "waiting for a subscriber a whole queue behind (slow_subscriber = block): every subscriber waits with it"
                 );
             }
@@ -641,7 +689,7 @@ impl Fanout {
     /// closes the ring: each task writes what it has left, and END last.
     pub fn end(&mut self, end: Bytes, stop: &AtomicBool) {
         let _ = self.shared.end.set(end.clone());
-        self.wait_for_room(stop);
+        self.wait_for_room(end.len(), stop);
         if let Some(sender) = self.sender.take() {
             let _ = sender.send(end);
         }

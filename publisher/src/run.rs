@@ -167,6 +167,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", env = "MDRELAY_PUB_QUEUE", help_heading = "TCP")]
     #[serde(rename = "tcp.queue")]
     pub queue: Option<usize>,
+    /// TCP: under `block`, bytes of records the slowest subscriber has not read, at most.
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes::<u64>, env = "MDRELAY_PUB_QUEUE_BYTES", help_heading = "TCP")]
+    #[serde(rename = "tcp.queue_bytes")]
+    pub queue_bytes: Option<u64>,
     /// TCP: what to do with a subscriber whose queue is full.
     #[arg(long, value_name = "POLICY", value_enum, env = "MDRELAY_PUB_SLOW_SUBSCRIBER", help_heading = "TCP")]
     #[serde(rename = "tcp.slow_subscriber")]

@@ -1047,6 +1047,7 @@ mod tests {
         Tcp {
             listen: "127.0.0.1:0".parse().unwrap(),
             queue,
+            queue_bytes: 1 << 20,
             slow_subscriber: slow,
             wait_subscribers: 0,
             max_connections: 8,
@@ -1209,6 +1210,39 @@ mod tests {
             sent.fetch_add(1, Ordering::Relaxed);
         }
         assert_eq!(sent.load(Ordering::Relaxed), 100);
+    }
+
+    #[test]
+    fn block_bounds_what_a_subscriber_leaves_unread_in_bytes_too() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut settings = tcp(4096, SlowPolicy::Block);
+        settings.queue_bytes = 64 << 10;
+        let (fanout, shared) = Fanout::new(&settings, 1, 1, Format::Sbe, Default::default(), false);
+        // A subscriber that joined and reads nothing.
+        let _out = outgoing(&fanout, &shared, SlowPolicy::Block);
+        let mut c = Coalescer::new(Envelope::Record, 0);
+        let mut big = Vec::new();
+        for seq in 1..=50 {
+            c.push(seq, Format::Sbe, &[7u8; 10 << 10], |s| big.push(s)).unwrap();
+        }
+        let sent = Arc::new(AtomicU64::new(0));
+        let hot = {
+            let (stop, sent) = (stop.clone(), sent.clone());
+            let mut fanout = fanout;
+            std::thread::spawn(move || {
+                for r in &big {
+                    fanout.send(r, &stop);
+                    sent.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        // Six records of 10 KiB and their headers fit 64 KiB; the queue's 4,096 entries would
+        // have taken all fifty.
+        assert_eq!(sent.load(Ordering::Relaxed), 6, "the hot path waits once 64 KiB are unread");
+        stop.store(true, Ordering::Relaxed);
+        hot.join().unwrap();
+        assert_eq!(sent.load(Ordering::Relaxed), 50);
     }
 
     /// A replay of `frames` frames of `len` bytes each, frames 1 on, up to the ring's mark.

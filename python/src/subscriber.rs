@@ -165,6 +165,8 @@ impl State {
             }
         }
         loop {
+            // The clock is read once per wait, not per frame: the events already received are
+            // taken first, without waiting (a read from the socket brings hundreds of frames).
             let now = Instant::now();
             if self.tables.rows() >= max_messages || self.finished || now >= deadline {
                 self.batches_ready.extend(self.tables.finish(prices));
@@ -175,19 +177,28 @@ impl State {
                 return Ok(());
             }
             let State { inner, finished, tables, last_activity, books, .. } = self;
+            let mut took = false;
+            while tables.rows() < max_messages {
+                match inner.try_next_event() {
+                    Some(Waited::Event(event)) => {
+                        took = true;
+                        take_rows(event, tables, books);
+                    }
+                    Some(Waited::Finished) => *finished = true,
+                    Some(Waited::TimedOut) | None => break,
+                }
+                if *finished {
+                    break;
+                }
+            }
+            if took {
+                *last_activity = now;
+                continue;
+            }
             match inner.next_event_timeout(SLICE.min(deadline - now)) {
                 Ok(Waited::Event(event)) => {
                     *last_activity = Instant::now();
-                    match event {
-                        Event::Frame(frame) => {
-                            for m in frame.messages() {
-                                books.apply(&m);
-                                tables.push(&m);
-                            }
-                        }
-                        Event::Snapshot(snapshot) => *books = snapshot.books().clone(),
-                        _ => {}
-                    }
+                    take_rows(event, tables, books);
                 }
                 Ok(Waited::TimedOut) => {}
                 Ok(Waited::Finished) => *finished = true,
@@ -198,6 +209,20 @@ impl State {
                 }
             }
         }
+    }
+}
+
+/// Adds a frame's messages to the tables (and the books), or a snapshot's state to the books.
+fn take_rows(event: Event<Frame<'_>>, tables: &mut Tables, books: &mut Books) {
+    match event {
+        Event::Frame(frame) => {
+            for m in frame.messages() {
+                books.apply(&m);
+                tables.push(&m);
+            }
+        }
+        Event::Snapshot(snapshot) => *books = snapshot.books().clone(),
+        _ => {}
     }
 }
 

@@ -334,6 +334,7 @@ fn every_setting_is_the_same_from_the_file_its_variable_and_its_flag() {
         ("max-datagram", "udp.max_datagram", "1200", "1200", &["--udp", "127.0.0.1:9300"]),
         ("tcp", "tcp.listen", "127.0.0.1:9200", "\"127.0.0.1:9200\"", &[]),
         ("queue", "tcp.queue", "4096", "4096", TCP),
+        ("queue-bytes", "tcp.queue_bytes", "4MiB", "4194304", TCP),
         ("slow-subscriber", "tcp.slow_subscriber", "disconnect", "\"disconnect\"", TCP),
         ("wait-subscribers", "tcp.wait_subscribers", "2", "2", TCP),
         ("max-connections", "tcp.max_connections", "8", "8", TCP),
