@@ -234,8 +234,11 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, server: Server) {
     }
     let mut incoming = Incoming { echoes: EchoReader::new(), gate: EchoGate::default() };
     let ended = subscriber(&stream, &mut out, &mut incoming, &server, &stats, &kill).await;
-    // The hot path's duplicate is closed before the connection is closed or reset.
-    out.hot = None;
+    // The hot path's duplicate is closed before the connection is closed or reset; what it
+    // wrote counts as sent, for the frames a cut-off subscriber is said to have lost.
+    if let Some(hot) = out.hot.take() {
+        out.feed.delivered_until(hot.written_until());
+    }
     match ended {
         Ok(Ended::Stream) => {}
         Ok(Ended::Killed) => {
