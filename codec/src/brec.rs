@@ -62,10 +62,9 @@
 //! does). The packet header, the payload (its CRC over the whole body) and the frame's length are
 //! checked before the first message.
 
-use super::filter::SymbolFilter;
 use super::format::Format;
 use super::frame::{BatchHeader, DecodeError, EncodeError, Limits};
-use crate::format_codec::FormatCodec;
+use crate::format_codec::{Batch, FilteredSink, FormatCodec};
 use ::brec::{CrcU32, PACKET_SIG, PacketHeader, ReadBlockFromSlice, SignatureU32, StaticPayloadSignature, WriteTo};
 use mdrelay_iex::for_each_message_type;
 use mdrelay_iex::message::{Message, PriceLevelUpdate, QuoteUpdate, Side, Trade, UnknownMessage, kind, layout_len};
@@ -404,12 +403,10 @@ impl BrecCodec {
 
     /// The one decoder behind `decode` (`FILTER` false) and `decode_filtered`.
     #[inline(always)]
-    fn walk<const FILTER: bool, F: FnMut(&Message<'_>), S: FnMut(u8)>(
+    fn walk<const FILTER: bool, K: FilteredSink>(
         &self,
         frame: &[u8],
-        filter: Option<&SymbolFilter>,
-        visit: &mut F,
-        skip: &mut S,
+        sink: &mut K,
     ) -> Result<BatchHeader, DecodeError> {
         let Some(head) = frame.first_chunk::<PACKET_HEADER_LEN>() else {
             return Err(error(frame.len(), format!("frame of {} bytes, shorter than a packet header", frame.len())));
@@ -451,7 +448,7 @@ impl BrecCodec {
                 {
                     return Err(error(n.at, format!("payload record index {} after index {index}", n.index)));
                 }
-                visit_record::<FILTER, _, _>(record, filter, visit, skip);
+                visit_record::<FILTER, _>(record, sink);
                 continue;
             }
             let Some(rest) = blocks.get(at..).filter(|r| r.len() >= 4) else {
@@ -472,11 +469,11 @@ impl BrecCodec {
                 ($referred:ident, $len:ident, $kind:expr, $variant:ident, $of:ident, $name:literal) => {{
                     let b = read_block!($referred, rest, at, base, $name);
                     at += $len;
-                    if FILTER && !filter.is_some_and(|f| f.matches(*b.symbol)) {
-                        skip($kind);
+                    if FILTER && !sink.wants(*b.symbol) {
+                        sink.skip($kind);
                         continue;
                     }
-                    visit(&Message::$variant($of(&b)));
+                    sink.visit(&Message::$variant($of(&b)));
                 }};
             }
             if sig == TradeReportBlockReferred::sig() {
@@ -571,22 +568,13 @@ impl BrecCodec {
 }
 
 impl FormatCodec for BrecCodec {
-    fn format(&self) -> Format {
-        Format::Brec
-    }
-
     /// Appends one frame (one brec packet) for `header` and `messages` to `out`. Unknown messages
     /// must be what the model makes of an IEX block (1 to 65535 bytes starting with their type
     /// byte, which is no known type), and the payload and packet must stay within
     /// [`MAX_PAYLOAD_LEN`] and [`MAX_PACKET_LEN`]; otherwise the batch is refused and `out` left
     /// as it was.
-    fn encode_batch(
-        &mut self,
-        header: &BatchHeader,
-        messages: &[Message<'_>],
-        count: u16,
-        out: &mut Vec<u8>,
-    ) -> Result<(), EncodeError> {
+    fn encode_batch(&mut self, batch: Batch<'_>, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        let Batch { header, messages, count } = batch;
         let start = out.len();
         // The packet header's lengths and CRC are known once the body is written: a placeholder
         // now, filled in at the end.
@@ -652,6 +640,10 @@ impl FormatCodec for BrecCodec {
         Ok(())
     }
 
+    fn format(&self) -> Format {
+        Format::Brec
+    }
+
     /// The length of the brec packet at the start of `buf`, from its header: `None` while fewer
     /// than its 29 bytes (or fewer than the packet's) have come, an error as soon as the bytes
     /// present are not a packet signature, or the header fails its CRC, or the packet is longer
@@ -669,51 +661,59 @@ impl FormatCodec for BrecCodec {
 
     /// Decodes one frame (exactly the bytes [`BrecCodec::frame_len`] delimited), handing each
     /// message to `visit` in batch order, and returns the batch header.
-    fn decode<F: FnMut(&Message<'_>)>(&mut self, frame: &[u8], mut visit: F) -> Result<BatchHeader, DecodeError> {
-        self.walk::<false, _, _>(frame, None, &mut visit, &mut |_| {})
+    fn decode<F: FnMut(&Message<'_>)>(&mut self, frame: &[u8], visit: F) -> Result<BatchHeader, DecodeError> {
+        self.walk::<false, _>(frame, &mut Everything(visit))
     }
 
-    /// Decodes one frame like [`BrecCodec::decode`], handing `visit` only the messages whose
-    /// symbol `filter` holds and `skip` the type byte of every other: a block's symbol is read
+    /// Decodes one frame like [`BrecCodec::decode`], handing `sink` the messages of the
+    /// symbols it wants and the type byte of every other: a block's symbol is read
     /// from its zero-copy form before any message is built, a record's from its bytes before it
     /// is parsed. Messages without a symbol are skipped.
-    fn decode_filtered<F: FnMut(&Message<'_>), S: FnMut(u8)>(
-        &mut self,
-        frame: &[u8],
-        filter: &SymbolFilter,
-        mut visit: F,
-        mut skip: S,
-    ) -> Result<BatchHeader, DecodeError> {
-        self.walk::<true, _, _>(frame, Some(filter), &mut visit, &mut skip)
+    fn decode_to(&mut self, frame: &[u8], sink: &mut impl FilteredSink) -> Result<BatchHeader, DecodeError> {
+        self.walk::<true, _>(frame, sink)
     }
 }
 
-/// Hands a record's message to `visit`, or (filtering) its type byte to `skip` when its symbol,
+/// The sink of an unfiltered decode: every message to the closure (the walk does not ask it
+/// `wants`, nor calls `skip`, with `FILTER` false).
+struct Everything<V>(V);
+
+impl<V: FnMut(&Message<'_>)> FilteredSink for Everything<V> {
+    #[inline]
+    fn wants(&self, _: [u8; 8]) -> bool {
+        true
+    }
+
+    #[inline]
+    fn visit(&mut self, message: &Message<'_>) {
+        (self.0)(message)
+    }
+
+    #[inline]
+    fn skip(&mut self, _: u8) {}
+}
+
+/// Hands a record's message to the sink, or (filtering) its type byte when its symbol,
 /// read before the message is parsed, is not the filter's or it has none.
 #[inline]
-fn visit_record<const FILTER: bool, F: FnMut(&Message<'_>), S: FnMut(u8)>(
-    record: Record<'_>,
-    filter: Option<&SymbolFilter>,
-    visit: &mut F,
-    skip: &mut S,
-) {
+fn visit_record<const FILTER: bool, K: FilteredSink>(record: Record<'_>, sink: &mut K) {
     let kind = record.bytes[0];
     if FILTER {
         let symbol = match layout_len(kind) {
             Some(_) if kind != kind::SYSTEM_EVENT => record.bytes.get(SYMBOL_AT..SYMBOL_AT + 8),
             _ => None,
         };
-        let wanted = symbol.and_then(|s| s.first_chunk::<8>()).is_some_and(|s| filter.is_some_and(|f| f.matches(*s)));
+        let wanted = symbol.and_then(|s| s.first_chunk::<8>()).is_some_and(|s| sink.wants(*s));
         if !wanted {
-            skip(kind);
+            sink.skip(kind);
             return;
         }
     }
     // A known type's record is exactly its layout (checked when read), so it parses; anything
     // else is the unknown message it was written as.
     match Message::parse(record.bytes) {
-        Ok(message) => visit(&message),
-        Err(_) => visit(&Message::Unknown(UnknownMessage { kind, bytes: record.bytes })),
+        Ok(message) => sink.visit(&message),
+        Err(_) => sink.visit(&Message::Unknown(UnknownMessage { kind, bytes: record.bytes })),
     }
 }
 
@@ -731,7 +731,8 @@ fn unknown_block(at: usize, sig: &[u8; 4]) -> DecodeError {
 mod tests {
     use super::wire::{Block, Packet, Payload};
     use super::*;
-    use crate::fixtures::{header, trade};
+    use crate::filter::SymbolFilter;
+    use crate::fixtures::{debug, header, trade};
     use ::brec::{ReadPacketFrom, WriteMutTo};
     use mdrelay_iex::message::{OperationalHaltStatus, SystemEvent, TradingStatus};
 
@@ -789,19 +790,11 @@ mod tests {
     }
 
     fn encode(messages: &[Message<'_>]) -> Vec<u8> {
-        let mut out = Vec::new();
-        BrecCodec::new(Limits::default()).encode(&header(), messages, &mut out).unwrap();
-        out
+        crate::fixtures::encoded(BrecCodec::new(Limits::default()), &header(), messages)
     }
 
     fn decode_all(frame: &[u8]) -> Result<(BatchHeader, Vec<String>), DecodeError> {
-        let mut seen = Vec::new();
-        let header = BrecCodec::new(Limits::default()).decode(frame, |m| seen.push(format!("{m:?}")))?;
-        Ok((header, seen))
-    }
-
-    fn debug(messages: &[Message<'_>]) -> Vec<String> {
-        messages.iter().map(|m| format!("{m:?}")).collect()
+        crate::fixtures::decoded(&mut BrecCodec::new(Limits::default()), frame)
     }
 
     /// A frame from its parts, with brec's packet header and payload header over them.

@@ -24,7 +24,7 @@
 
 use super::format::Format;
 use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, MAX_BATCH, unknown_problem};
-use crate::format_codec::FormatCodec;
+use crate::format_codec::{Batch, FormatCodec};
 use mdrelay_iex::for_each_message_type;
 use mdrelay_iex::message::{
     AuctionInformation, Message, OfficialPrice, OperationalHaltStatus, PriceLevelUpdate, QuoteUpdate,
@@ -79,20 +79,11 @@ impl JsonCodec {
 }
 
 impl FormatCodec for JsonCodec {
-    fn format(&self) -> Format {
-        Format::Json
-    }
-
     /// Appends one frame (the object and its `\n`) to `out`. Unknown messages must be what the
     /// model makes of an IEX block: 1 to 65535 bytes starting with their type byte, which is no
     /// known type; otherwise the batch is refused and `out` left as it was.
-    fn encode_batch(
-        &mut self,
-        header: &BatchHeader,
-        messages: &[Message<'_>],
-        _count: u16,
-        out: &mut Vec<u8>,
-    ) -> Result<(), EncodeError> {
+    fn encode_batch(&mut self, batch: Batch<'_>, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        let Batch { header, messages, .. } = batch;
         let mut w = Writer(out);
         w.raw(b"{\"protocol_id\":");
         w.int(header.protocol_id);
@@ -117,6 +108,10 @@ impl FormatCodec for JsonCodec {
         }
         w.raw(b"]}\n");
         Ok(())
+    }
+
+    fn format(&self) -> Format {
+        Format::Json
     }
 
     /// The length of the first frame at the start of `buf` (up to and including its `\n`);

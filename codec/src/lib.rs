@@ -36,13 +36,14 @@ pub mod sbe;
 // the dispatch below; re-exported here, where the crate's users find them.
 pub use filter::SymbolFilter;
 pub use format::{Format, UnknownFormat};
-pub use format_codec::FormatCodec;
+pub use format_codec::{Batch, Filtered, FilteredSink, FormatCodec};
 pub use frame::{BatchHeader, DEFAULT_MAX_FRAME, DecodeError, EncodeError, Limits, MAX_BATCH};
 
-/// A trade and a batch header for the codecs' unit tests.
+/// A trade, a batch header, and one encode and decode for the codecs' unit tests.
 #[cfg(test)]
 pub(crate) mod fixtures {
-    use super::frame::BatchHeader;
+    use super::format_codec::FormatCodec;
+    use super::frame::{BatchHeader, DecodeError};
     use mdrelay_iex::message::{Message, Trade};
     use mdrelay_iex::price::{Price, Symbol};
 
@@ -69,6 +70,25 @@ pub(crate) mod fixtures {
             send_time: 4,
             publish_time: 5,
         }
+    }
+
+    /// `messages` encoded by `codec` as one frame under `header`.
+    pub fn encoded(mut codec: impl FormatCodec, header: &BatchHeader, messages: &[Message<'_>]) -> Vec<u8> {
+        let mut out = Vec::new();
+        codec.encode(header, messages, &mut out).unwrap();
+        out
+    }
+
+    /// Each message's `Debug` text, as [`decoded`] gives it.
+    pub fn debug(messages: &[Message<'_>]) -> Vec<String> {
+        messages.iter().map(|m| format!("{m:?}")).collect()
+    }
+
+    /// `frame` decoded by `codec`: its header, and each message as its `Debug` text.
+    pub fn decoded(codec: &mut impl FormatCodec, frame: &[u8]) -> Result<(BatchHeader, Vec<String>), DecodeError> {
+        let mut seen = Vec::new();
+        let header = codec.decode(frame, |m| seen.push(format!("{m:?}")))?;
+        Ok((header, seen))
     }
 }
 

@@ -30,7 +30,7 @@
 
 use super::format::Format;
 use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, MAX_BATCH, unknown_problem};
-use crate::format_codec::FormatCodec;
+use crate::format_codec::{Batch, FormatCodec};
 use mdrelay_iex::for_each_message_type;
 use mdrelay_iex::message::{
     AuctionInformation, Message, OfficialPrice, OperationalHaltStatus, PriceLevelUpdate, QuoteUpdate,
@@ -80,20 +80,11 @@ impl ProtobufCodec {
 }
 
 impl FormatCodec for ProtobufCodec {
-    fn format(&self) -> Format {
-        Format::Protobuf
-    }
-
     /// Appends one frame (the varint length, then the Batch) to `out`. Unknown messages must be
     /// what the model makes of an IEX block: 1 to 65535 bytes starting with their type byte, which
     /// is no known type; otherwise the batch is refused and `out` left as it was.
-    fn encode_batch(
-        &mut self,
-        header: &BatchHeader,
-        messages: &[Message<'_>],
-        _count: u16,
-        out: &mut Vec<u8>,
-    ) -> Result<(), EncodeError> {
+    fn encode_batch(&mut self, batch: Batch<'_>, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        let Batch { header, messages, .. } = batch;
         let batch = &mut self.encoding;
         // Keep the previous frame's unknown-message buffers before their messages are dropped.
         for m in &mut batch.messages {
@@ -132,6 +123,10 @@ impl FormatCodec for ProtobufCodec {
             index: 0,
             what: e.to_string().into(),
         })
+    }
+
+    fn format(&self) -> Format {
+        Format::Protobuf
     }
 
     /// The length of the first frame at the start of `buf` (its varint prefix and the Batch it

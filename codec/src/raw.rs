@@ -3,10 +3,9 @@
 //! Frame: `publish_time` (i64, little-endian, ns since the epoch), then the segment (40-byte
 //! header and its payload). The segment header's payload length delimits the frame on a stream.
 
-use super::filter::SymbolFilter;
 use super::format::Format;
 use super::frame::{BatchHeader, DecodeError, EncodeError, Limits};
-use crate::format_codec::FormatCodec;
+use crate::format_codec::{Batch, FilteredSink, FormatCodec};
 use mdrelay_iex::iextp::{self, Segment, SegmentHeader};
 use mdrelay_iex::message::{Message, kind, layout_len};
 
@@ -66,18 +65,9 @@ impl RawCodec {
 }
 
 impl FormatCodec for RawCodec {
-    fn format(&self) -> Format {
-        Format::Raw
-    }
-
     /// Appends a frame holding a segment built from `messages`.
-    fn encode_batch(
-        &mut self,
-        header: &BatchHeader,
-        messages: &[Message<'_>],
-        count: u16,
-        out: &mut Vec<u8>,
-    ) -> Result<(), EncodeError> {
+    fn encode_batch(&mut self, batch: Batch<'_>, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        let Batch { header, messages, count } = batch;
         out.extend_from_slice(&header.publish_time.to_le_bytes());
         let segment_start = out.len();
         out.resize(segment_start + iextp::HEADER_LEN, 0);
@@ -114,6 +104,10 @@ impl FormatCodec for RawCodec {
         };
         out[segment_start..segment_start + iextp::HEADER_LEN].copy_from_slice(&segment_header.to_bytes());
         Ok(())
+    }
+
+    fn format(&self) -> Format {
+        Format::Raw
     }
 
     /// Length of the first frame in `buf`, from the segment header's payload length.
@@ -153,40 +147,24 @@ impl FormatCodec for RawCodec {
         })
     }
 
-    /// Decodes one frame like [`RawCodec::decode`], visiting only the messages of `filter`'s
-    /// symbols. Every IEX message with a symbol has it at byte 10, after its type, flag and
+    /// Decodes one frame like [`RawCodec::decode`], handing `sink` only the messages of
+    /// the symbols it wants. Every IEX message with a symbol has it at byte 10, after its type, flag and
     /// timestamp, so another symbol's message is skipped on those bytes and its length.
-    fn decode_filtered<F: FnMut(&Message<'_>), S: FnMut(u8)>(
-        &mut self,
-        frame: &[u8],
-        filter: &SymbolFilter,
-        mut visit: F,
-        mut skip: S,
-    ) -> Result<BatchHeader, DecodeError> {
+    fn decode_to(&mut self, frame: &[u8], sink: &mut impl FilteredSink) -> Result<BatchHeader, DecodeError> {
         self.walk(frame, |block| {
             let Some(&kind) = block.first() else { return false };
             let symbol = block.get(SYMBOL_AT..).and_then(<[u8]>::first_chunk::<8>);
             match (layout_len(kind), symbol) {
                 // A known type with a symbol, whole, of another symbol: counted, not decoded.
                 (Some(len), Some(symbol)) if kind != kind::SYSTEM_EVENT && block.len() >= len => {
-                    if filter.matches(*symbol) {
-                        Message::parse(block).map(|m| visit(&m)).is_ok()
+                    if sink.wants(*symbol) {
+                        Message::parse(block).map(|m| sink.visit(&m)).is_ok()
                     } else {
-                        skip(kind);
+                        sink.skip(kind);
                         true
                     }
                 }
-                _ => match Message::parse(block) {
-                    Ok(m) if filter.matches_message(&m) => {
-                        visit(&m);
-                        true
-                    }
-                    Ok(m) => {
-                        skip(m.kind());
-                        true
-                    }
-                    Err(_) => false,
-                },
+                _ => Message::parse(block).map(|m| sink.offer(&m)).is_ok(),
             }
         })
     }

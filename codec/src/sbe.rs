@@ -14,10 +14,9 @@
 //! hands the decoder exactly the template's bytes as a fixed-size array, which makes every field
 //! read a load at a constant offset with no bounds check left.
 
-use super::filter::SymbolFilter;
 use super::format::Format;
 use super::frame::{BatchHeader, DecodeError, EncodeError, Limits};
-use crate::format_codec::FormatCodec;
+use crate::format_codec::{Batch, FilteredSink, FormatCodec};
 use mdrelay_iex::for_each_message_type;
 use mdrelay_iex::message::{
     AuctionInformation, IexField, Message, OfficialPrice, OperationalHaltStatus, PriceLevelUpdate, QuoteUpdate,
@@ -443,20 +442,11 @@ impl SbeCodec {
 }
 
 impl FormatCodec for SbeCodec {
-    fn format(&self) -> Format {
-        Format::Sbe
-    }
-
     /// Appends one frame: the batch, then each message through its template's generated encoder.
     /// On error `out` is left as it was.
     #[inline]
-    fn encode_batch(
-        &mut self,
-        header: &BatchHeader,
-        messages: &[Message<'_>],
-        count: u16,
-        out: &mut Vec<u8>,
-    ) -> Result<(), EncodeError> {
+    fn encode_batch(&mut self, batch: Batch<'_>, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        let Batch { header, messages, count } = batch;
         let mut batch = encoder!(batch_codec::BatchEncoder, out);
         batch
             .first_sequence(header.first_sequence)
@@ -472,6 +462,10 @@ impl FormatCodec for SbeCodec {
             }
         }
         Ok(())
+    }
+
+    fn format(&self) -> Format {
+        Format::Sbe
     }
 
     /// Length of the first frame in `buf`, found by walking the message headers: the `Batch`
@@ -542,19 +536,13 @@ impl FormatCodec for SbeCodec {
         self.walk(frame, |rest, header, at| decode_message(rest, header, at, &mut visit))
     }
 
-    /// Decodes one frame like [`SbeCodec::decode`], visiting only the messages of `filter`'s
-    /// symbols. A fixed-size message's symbol sits at the same place in every template (block
+    /// Decodes one frame like [`SbeCodec::decode`], handing `sink` only the messages of
+    /// the symbols it wants. A fixed-size message's symbol sits at the same place in every template (block
     /// offset 9: the IEX layout after its flag byte and timestamp), so another symbol's message is
     /// skipped after reading its header and those 8 bytes; its block is checked against its
     /// template's length, as decoding would, and its templateId is its IEX type byte.
     #[inline]
-    fn decode_filtered<F: FnMut(&Message<'_>), S: FnMut(u8)>(
-        &mut self,
-        frame: &[u8],
-        filter: &SymbolFilter,
-        mut visit: F,
-        mut skip: S,
-    ) -> Result<BatchHeader, DecodeError> {
+    fn decode_to(&mut self, frame: &[u8], sink: &mut impl FilteredSink) -> Result<BatchHeader, DecodeError> {
         self.walk(frame, |rest, header, at| {
             let template_id = header.template_id;
             let block_length = FIXED_BLOCK_LENGTHS.get(usize::from(template_id)).copied().unwrap_or(0);
@@ -566,14 +554,12 @@ impl FormatCodec for SbeCodec {
                     return Err(past_end(at, template_name(template_id), header.fixed_len(), rest.len()));
                 }
                 let symbol = rest.get(HEADER_LEN + SYMBOL_AT..).and_then(<[u8]>::first_chunk::<8>);
-                if symbol.is_some_and(|s| !filter.matches(*s)) {
-                    skip(template_id as u8);
+                if symbol.is_some_and(|s| !sink.wants(*s)) {
+                    sink.skip(template_id as u8);
                     return Ok(header.fixed_len());
                 }
             }
-            decode_message(rest, header, at, &mut |m: &Message<'_>| {
-                if filter.matches_message(m) { visit(m) } else { skip(m.kind()) }
-            })
+            decode_message(rest, header, at, &mut |m: &Message<'_>| sink.offer(m))
         })
     }
 }
@@ -632,15 +618,11 @@ mod tests {
     use crate::fixtures::{header, trade};
 
     fn encode(messages: &[Message<'_>]) -> Vec<u8> {
-        let mut out = Vec::new();
-        SbeCodec::new(Limits::default()).encode(&header(), messages, &mut out).unwrap();
-        out
+        crate::fixtures::encoded(SbeCodec::new(Limits::default()), &header(), messages)
     }
 
     fn decode(frame: &[u8]) -> Result<(BatchHeader, Vec<String>), DecodeError> {
-        let mut seen = Vec::new();
-        let header = SbeCodec::new(Limits::default()).decode(frame, |m| seen.push(format!("{m:?}")))?;
-        Ok((header, seen))
+        crate::fixtures::decoded(&mut SbeCodec::new(Limits::default()), frame)
     }
 
     fn frame_len(frame: &[u8]) -> Result<Option<usize>, DecodeError> {

@@ -45,10 +45,9 @@ mod framing;
 #[allow(unsafe_code)]
 mod packing;
 
-use super::filter::SymbolFilter;
 use super::format::Format;
 use super::frame::{BatchHeader, DecodeError, EncodeError, Limits, MAX_BATCH};
-use crate::format_codec::FormatCodec;
+use crate::format_codec::{Batch, FilteredSink, FormatCodec};
 use arena::{FlatArena, SegmentReader};
 use capnp::Word;
 use capnp::message::ReaderOptions;
@@ -310,19 +309,9 @@ impl CapnpCodec {
 }
 
 impl FormatCodec for CapnpCodec {
-    /// [`Format::Capnp`] or [`Format::CapnpPacked`].
-    fn format(&self) -> Format {
-        if self.packed { Format::CapnpPacked } else { Format::Capnp }
-    }
-
     /// Appends one frame holding `header` and `messages` to `out`; on error `out` is unchanged.
-    fn encode_batch(
-        &mut self,
-        header: &BatchHeader,
-        messages: &[Message<'_>],
-        _count: u16,
-        out: &mut Vec<u8>,
-    ) -> Result<(), EncodeError> {
+    fn encode_batch(&mut self, batch: Batch<'_>, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        let Batch { header, messages, .. } = batch;
         let capacity = self.segment_words(messages)?;
         if self.build.len() < 1 + capacity {
             self.build.resize(1 + capacity, word_of(0));
@@ -342,6 +331,11 @@ impl FormatCodec for CapnpCodec {
         Ok(())
     }
 
+    /// [`Format::Capnp`] or [`Format::CapnpPacked`].
+    fn format(&self) -> Format {
+        if self.packed { Format::CapnpPacked } else { Format::Capnp }
+    }
+
     /// Length of the first frame in `buf`, from its segment table; `None` while more bytes are
     /// needed. The table is checked against the frame limit before anything else. A packed frame
     /// ends where its tags say; it is unpacked as they are walked, for `decode` (see
@@ -358,30 +352,23 @@ impl FormatCodec for CapnpCodec {
         self.walk(frame, |m| read_message(m).map(|message| visit(&message)))
     }
 
-    /// Decodes one frame like [`CapnpCodec::decode`], visiting only the messages of `filter`'s
-    /// symbols. Every message has its symbol at the same place of its data section, before the
+    /// Decodes one frame like [`CapnpCodec::decode`], handing `sink` only the messages of
+    /// the symbols it wants. Every message has its symbol at the same place of its data section, before the
     /// union: another symbol's message is skipped on that word and its union tag, which gives
     /// its type byte, without its group or pointers being read.
-    fn decode_filtered<F: FnMut(&Message<'_>), S: FnMut(u8)>(
-        &mut self,
-        frame: &[u8],
-        filter: &SymbolFilter,
-        mut visit: F,
-        mut skip: S,
-    ) -> Result<BatchHeader, DecodeError> {
+    fn decode_to(&mut self, frame: &[u8], sink: &mut impl FilteredSink) -> Result<BatchHeader, DecodeError> {
         self.walk(frame, |m| {
             let data = capnp::raw::get_struct_data_section(m);
             if let (Some(symbol), Some(tag)) = (data.get(8..16), data.get(18..20)) {
                 let kind = KIND_OF_TAG.get(usize::from(u16::from_le_bytes([tag[0], tag[1]]))).copied().flatten();
                 if let (Some(kind), Ok(symbol)) = (kind, <[u8; 8]>::try_from(symbol))
-                    && !filter.matches(symbol)
+                    && !sink.wants(symbol)
                 {
-                    skip(kind);
+                    sink.skip(kind);
                     return Ok(());
                 }
             }
-            read_message(m)
-                .map(|message| if filter.matches_message(&message) { visit(&message) } else { skip(message.kind()) })
+            read_message(m).map(|message| sink.offer(&message))
         })
     }
 }
@@ -729,6 +716,7 @@ fn read_common<'a>(m: wire::Reader<'a>) -> Option<Message<'a>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::debug;
     use rand::{Rng, SeedableRng};
     use rand_pcg::Pcg64;
 
@@ -829,19 +817,11 @@ mod tests {
     }
 
     fn encode(packed: bool, messages: &[Message<'_>]) -> Vec<u8> {
-        let mut out = Vec::new();
-        CapnpCodec::new(Limits::default(), packed).encode(&header(), messages, &mut out).unwrap();
-        out
+        crate::fixtures::encoded(CapnpCodec::new(Limits::default(), packed), &header(), messages)
     }
 
     fn decode(codec: &mut CapnpCodec, frame: &[u8]) -> Result<(BatchHeader, Vec<String>), DecodeError> {
-        let mut seen = Vec::new();
-        let header = codec.decode(frame, |m| seen.push(format!("{m:?}")))?;
-        Ok((header, seen))
-    }
-
-    fn debug(messages: &[Message<'_>]) -> Vec<String> {
-        messages.iter().map(|m| format!("{m:?}")).collect()
+        crate::fixtures::decoded(codec, frame)
     }
 
     /// A one-segment unpacked frame of `words` (the segment) behind its table.

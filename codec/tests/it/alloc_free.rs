@@ -12,23 +12,10 @@ fn formats() -> Vec<mdrelay_codec::Format> {
 
 use mdrelay_codec::{BatchHeader, Codec, Limits, MessageScratch, collect_segment};
 use mdrelay_harness::alloc::count_allocations;
-use mdrelay_harness::iex_data;
-use mdrelay_iex::capture::CaptureReader;
+use mdrelay_iex::Aggregator;
 use mdrelay_iex::iextp::Segment;
-use mdrelay_iex::{Aggregator, link};
 
 // Counts only the thread inside `count_allocations` (the test harness has threads of its own).
-fn udp_payloads() -> Vec<Vec<u8>> {
-    let mut reader = CaptureReader::open(iex_data().join("DEEP10.pcap.gz")).unwrap();
-    let mut out = Vec::new();
-    while let Some(packet) = reader.next_packet().unwrap() {
-        if let Ok(datagram) = link::udp_datagram(packet.link_type, packet.data) {
-            out.push(datagram.payload.to_vec());
-        }
-    }
-    out
-}
-
 struct Pipeline {
     codec: Codec,
     scratch: MessageScratch,
@@ -72,7 +59,7 @@ fn the_counter_sees_allocations() {
 
 #[test]
 fn no_allocation_in_steady_state_for_any_format() {
-    let payloads = udp_payloads();
+    let payloads = crate::udp_payloads();
     let mut failures = Vec::new();
     for format in formats() {
         let mut pipeline = Pipeline {

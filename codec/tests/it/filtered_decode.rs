@@ -3,13 +3,11 @@
 //! the real captures it gives the reference's figures for the filtered symbols and counts every
 //! message of every type.
 
-use mdrelay_codec::{BatchHeader, Codec, Limits, MessageScratch, SymbolFilter, collect_segment};
+use mdrelay_codec::{Codec, Limits, SymbolFilter};
 use mdrelay_harness::{expected, formats, iex_data};
-use mdrelay_iex::capture::CaptureReader;
-use mdrelay_iex::iextp::Segment;
 use mdrelay_iex::inspect::InspectReport;
 use mdrelay_iex::message::Message;
-use mdrelay_iex::{Aggregator, Symbol, link};
+use mdrelay_iex::{Aggregator, Symbol};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
@@ -72,34 +70,20 @@ fn the_real_captures_filtered_to_a_few_symbols_give_the_references_figures_for_t
         let filter = SymbolFilter::new(names.iter().map(|n| Symbol::new(n).unwrap()));
         for format in formats() {
             let context = format!("{capture} through {format} filtered to {names:?}");
-            let mut reader = CaptureReader::open(iex_data().join(capture)).unwrap();
-            let mut codec = Codec::new(format, Limits::default());
-            let mut scratch = MessageScratch::new();
-            let mut frame = Vec::new();
             let aggregator = std::cell::RefCell::new(Aggregator::new());
             let types = std::cell::RefCell::new(BTreeMap::<String, u64>::new());
             let count = |k: u8| *types.borrow_mut().entry(char::from(k).to_string()).or_insert(0) += 1;
-            while let Some(packet) = reader.next_packet().unwrap() {
-                let Ok(datagram) = link::udp_datagram(packet.link_type, packet.data) else { continue };
-                let Ok(segment) = Segment::parse(datagram.payload) else { continue };
-                frame.clear();
-                scratch.with(|list| {
-                    collect_segment(&segment, list);
-                    let header = BatchHeader { publish_time: 1, ..BatchHeader::from_segment(&segment.header) };
-                    codec.encode(&header, list, &mut frame).unwrap();
-                });
-                codec
-                    .decode_filtered(
-                        &frame,
-                        &filter,
-                        |m| {
-                            count(m.kind());
-                            aggregator.borrow_mut().apply(m);
-                        },
-                        count,
-                    )
-                    .unwrap_or_else(|e| panic!("{context}: {e}"));
-            }
+            crate::each_frame(
+                &iex_data().join(capture),
+                &mut Codec::new(format, Limits::default()),
+                |codec, _, frame| {
+                    let visit = |m: &Message<'_>| {
+                        count(m.kind());
+                        aggregator.borrow_mut().apply(m);
+                    };
+                    codec.decode_filtered(frame, &filter, visit, count).unwrap_or_else(|e| panic!("{context}: {e}"));
+                },
+            );
             let report = InspectReport { symbols: aggregator.borrow().active(), ..InspectReport::default() };
             let report = serde_json::to_value(&report).unwrap();
             let active = report["symbols"].as_object().expect("the report lists its symbols");

@@ -2,12 +2,9 @@
 //! decoded and aggregated to exactly the reference figures, framing on split and merged reads,
 //! and corrupt frames that give errors, never panics.
 
-use mdrelay_codec::{BatchHeader, Codec, Format, Limits, MessageScratch, collect_segment};
+use mdrelay_codec::{BatchHeader, Codec, Format, Limits};
 use mdrelay_harness::{assert_aggregates, expected, formats, iex_data};
-use mdrelay_iex::capture::CaptureReader;
-use mdrelay_iex::iextp::Segment;
 use mdrelay_iex::inspect::InspectReport;
-use mdrelay_iex::link;
 use mdrelay_iex::message::*;
 use mdrelay_iex::{Aggregator, Price, Symbol};
 use proptest::prelude::*;
@@ -164,30 +161,18 @@ fn framers_handle_split_and_merged_reads_and_refuse_oversized_frames() {
 
 /// Each capture's segments through one format, decoded and aggregated as a subscriber does;
 /// with the decoded messages counted by type, as `inspect` names the types.
-fn through_format(path: &std::path::Path, format: Format) -> (Aggregator, BTreeMap<String, u64>) {
-    let mut reader = CaptureReader::open(path).unwrap();
-    let mut codec = Codec::new(format, Limits::default());
-    let mut scratch = MessageScratch::new();
-    let mut frame = Vec::new();
+pub(crate) fn through_format(path: &std::path::Path, format: Format) -> (Aggregator, BTreeMap<String, u64>) {
     let mut aggregator = Aggregator::new();
     let mut types = BTreeMap::new();
-    while let Some(packet) = reader.next_packet().unwrap() {
-        let Ok(datagram) = link::udp_datagram(packet.link_type, packet.data) else { continue };
-        let Ok(segment) = Segment::parse(datagram.payload) else { continue };
-        frame.clear();
-        scratch.with(|list| {
-            collect_segment(&segment, list);
-            let header = BatchHeader { publish_time: 1, ..BatchHeader::from_segment(&segment.header) };
-            codec.encode(&header, list, &mut frame).unwrap();
-        });
-        let len = codec.frame_len(&frame).unwrap().unwrap();
+    crate::each_frame(path, &mut Codec::new(format, Limits::default()), |codec, segment, frame| {
+        let len = codec.frame_len(frame).unwrap().unwrap();
         assert_eq!(len, frame.len());
-        let header = codec.decode(&frame, |m| {
+        let header = codec.decode(frame, |m| {
             *types.entry(char::from(m.kind()).to_string()).or_insert(0u64) += 1;
             aggregator.apply(m);
         });
-        assert_eq!(header.unwrap().session_id, segment.header.session_id);
-    }
+        assert_eq!(header.unwrap().session_id, segment.session_id);
+    });
     (aggregator, types)
 }
 

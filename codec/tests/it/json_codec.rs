@@ -9,14 +9,11 @@ use mdrelay_codec::json::JsonCodec;
 use mdrelay_codec::{BatchHeader, Limits, MAX_BATCH, MessageScratch, collect_segment};
 use mdrelay_harness::alloc::count_allocations;
 use mdrelay_harness::{assert_aggregates, expected, iex_data};
-use mdrelay_iex::capture::CaptureReader;
 use mdrelay_iex::iextp::Segment;
 use mdrelay_iex::inspect::InspectReport;
-use mdrelay_iex::link;
 use mdrelay_iex::message::*;
 use mdrelay_iex::{Aggregator, Price, Symbol};
 use proptest::prelude::*;
-use std::collections::BTreeMap;
 
 // Counts only the thread inside `count_allocations` (the test harness has threads of its own).
 // The message strategies every format's tests share.
@@ -315,37 +312,12 @@ fn escaped_keys_and_strings_are_read() {
 
 /// Each capture's segments through JSON, decoded and aggregated as a subscriber does; with the
 /// messages counted by type, and the encoded bytes and timings.
-fn through_json(path: &std::path::Path) -> (Aggregator, BTreeMap<String, u64>) {
-    let mut reader = CaptureReader::open(path).unwrap();
-    let mut codec = codec();
-    let mut scratch = MessageScratch::new();
-    let mut frame = Vec::new();
-    let mut aggregator = Aggregator::new();
-    let mut types = BTreeMap::new();
-    while let Some(packet) = reader.next_packet().unwrap() {
-        let Ok(datagram) = link::udp_datagram(packet.link_type, packet.data) else { continue };
-        let Ok(segment) = Segment::parse(datagram.payload) else { continue };
-        frame.clear();
-        scratch.with(|list| {
-            collect_segment(&segment, list);
-            let header = BatchHeader { publish_time: 1, ..BatchHeader::from_segment(&segment.header) };
-            codec.encode(&header, list, &mut frame).unwrap();
-        });
-        assert_eq!(codec.frame_len(&frame).unwrap(), Some(frame.len()));
-        let header = codec.decode(&frame, |m| {
-            *types.entry(char::from(m.kind()).to_string()).or_insert(0u64) += 1;
-            aggregator.apply(m);
-        });
-        assert_eq!(header.unwrap().session_id, segment.header.session_id);
-    }
-    (aggregator, types)
-}
-
 #[test]
 fn the_real_captures_through_json_give_the_reference_figures() {
     for (capture, reference) in [("DEEP10.pcap.gz", "DEEP10.json"), ("TOPS16.pcap.gz", "TOPS16.json")] {
         let reference = expected(reference);
-        let (aggregator, types) = through_json(&iex_data().join(capture));
+        let (aggregator, types) =
+            crate::formats::through_format(&iex_data().join(capture), mdrelay_codec::Format::Json);
         let report = InspectReport {
             total_trade_volume: aggregator.total_trade_volume(),
             symbols: aggregator.active(),
@@ -356,17 +328,6 @@ fn the_real_captures_through_json_give_the_reference_figures() {
         assert_eq!(serde_json::json!(types), reference["message_types"], "{capture}");
         assert_eq!(types.values().sum::<u64>(), reference["messages"].as_u64().unwrap(), "{capture}");
     }
-}
-
-fn udp_payloads() -> Vec<Vec<u8>> {
-    let mut reader = CaptureReader::open(iex_data().join("DEEP10.pcap.gz")).unwrap();
-    let mut out = Vec::new();
-    while let Some(packet) = reader.next_packet().unwrap() {
-        if let Ok(datagram) = link::udp_datagram(packet.link_type, packet.data) {
-            out.push(datagram.payload.to_vec());
-        }
-    }
-    out
 }
 
 /// Encodes every segment into `frames` (cleared first); returns the messages encoded.
@@ -409,7 +370,7 @@ fn decode_all(codec: &mut JsonCodec, frames: &[u8], aggregator: &mut Aggregator)
 /// with `--release`).
 #[test]
 fn steady_state_allocations_and_cost_per_message() {
-    let payloads = udp_payloads();
+    let payloads = crate::udp_payloads();
     let mut codec = codec();
     let mut scratch = MessageScratch::new();
     let mut frames = Vec::new();
