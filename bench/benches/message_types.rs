@@ -12,6 +12,8 @@ use std::time::Duration;
 fn samples() -> Vec<(&'static str, Message<'static>)> {
     let symbol = Symbol::new("ZIEXT").unwrap();
     let timestamp = 1_717_421_400_000_000_000;
+    // A trade and its break share the layout, so one trade serves both samples.
+    let trade = Trade { sale_condition: 0, timestamp, symbol, size: 100, price: Price(99_0500), trade_id: 42 };
     vec![
         ("system_event", Message::SystemEvent(SystemEvent { event: b'R', timestamp })),
         (
@@ -75,28 +77,8 @@ fn samples() -> Vec<(&'static str, Message<'static>)> {
                 ask_size: 200,
             }),
         ),
-        (
-            "trade_report",
-            Message::TradeReport(Trade {
-                sale_condition: 0,
-                timestamp,
-                symbol,
-                size: 100,
-                price: Price(99_0500),
-                trade_id: 42,
-            }),
-        ),
-        (
-            "trade_break",
-            Message::TradeBreak(Trade {
-                sale_condition: 0,
-                timestamp,
-                symbol,
-                size: 100,
-                price: Price(99_0500),
-                trade_id: 42,
-            }),
-        ),
+        ("trade_report", Message::TradeReport(trade)),
+        ("trade_break", Message::TradeBreak(trade)),
         (
             "official_price",
             Message::OfficialPrice(OfficialPrice { price_type: b'Q', timestamp, symbol, price: Price(99_0500) }),

@@ -278,15 +278,7 @@ pub fn run(args: &ClientArgs) -> Result<()> {
         comparisons,
     };
     let table = table(&report, args);
-    print!("{table}");
-    let table_path = args.plots.join("client.md");
-    std::fs::write(&table_path, &table).with_context(|| format!("writing {}", table_path.display()))?;
-    let json_path = args.json.clone().unwrap_or_else(|| args.plots.join("client.json"));
-    std::fs::write(&json_path, serde_json::to_string_pretty(&report)?)
-        .with_context(|| format!("writing {}", json_path.display()))?;
-    eprintln!("table: {}", table_path.display());
-    eprintln!("json: {}", json_path.display());
-    Ok(())
+    loopback::write_table_and_json(&table, &report, &args.plots, args.json.as_deref(), "client")
 }
 
 fn table(report: &Report, args: &ClientArgs) -> String {

@@ -146,6 +146,34 @@ impl OneWay {
     }
 }
 
+/// Takes echoes on a thread of its own until all `spec.count` are in, the connection ends, or
+/// [`LINGER`] has passed since `sent_all`; returns the one-way times and the echoes received.
+/// `receive` waits for one read and records what it brought: `Some(echoes)`, or `None` at the
+/// end of the stream.
+fn receive_echoes(
+    spec: FloorSpec,
+    sent_all: &Arc<AtomicBool>,
+    mut receive: impl FnMut(&mut OneWay) -> Result<Option<u64>> + Send + 'static,
+) -> thread::JoinHandle<Result<(OneWay, u64)>> {
+    let sent_all = Arc::clone(sent_all);
+    thread::spawn(move || {
+        let mut h = OneWay::new();
+        let mut received = 0u64;
+        let mut done_at: Option<Instant> = None;
+        while received < spec.count {
+            let Some(echoes) = receive(&mut h)? else { break };
+            received += echoes;
+            if sent_all.load(Ordering::Relaxed) {
+                let at = *done_at.get_or_insert_with(Instant::now);
+                if at.elapsed() > LINGER {
+                    break;
+                }
+            }
+        }
+        Ok((h, received))
+    })
+}
+
 fn tcp(spec: FloorSpec) -> Result<FloorResult> {
     let listener = TcpListener::bind("127.0.0.1:0").context("binding the floor's TCP listener")?;
     let addr = listener.local_addr()?;
@@ -167,41 +195,26 @@ fn tcp(spec: FloorSpec) -> Result<FloorResult> {
     reader.set_read_timeout(Some(Duration::from_millis(100)))?;
     let start = Instant::now() + Duration::from_millis(10);
     let sent_all = Arc::new(AtomicBool::new(false));
-    let receiver = {
-        let sent_all = Arc::clone(&sent_all);
-        thread::spawn(move || -> Result<(OneWay, u64)> {
-            let mut h = OneWay::new();
-            let mut buf = vec![0u8; 64 << 10];
-            let mut pending: Vec<u8> = Vec::with_capacity(64 << 10);
-            let mut received = 0u64;
-            let mut done_at: Option<Instant> = None;
-            while received < spec.count {
-                match reader.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => {
-                        let now = Instant::now();
-                        pending.extend_from_slice(&buf[..n]);
-                        let whole = pending.len() / spec.bytes * spec.bytes;
-                        for ping in pending[..whole].chunks_exact(spec.bytes) {
-                            let index = u64::from_le_bytes(ping[..8].try_into().expect("8 bytes"));
-                            h.record(spec, start, index, now);
-                            received += 1;
-                        }
-                        pending.drain(..whole);
-                    }
-                    Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
-                    Err(e) => return Err(e).context("reading echoes"),
-                }
-                if sent_all.load(Ordering::Relaxed) {
-                    let at = *done_at.get_or_insert_with(Instant::now);
-                    if at.elapsed() > LINGER {
-                        break;
-                    }
-                }
+    let mut buf = vec![0u8; 64 << 10];
+    let mut pending: Vec<u8> = Vec::with_capacity(64 << 10);
+    let receiver = receive_echoes(spec, &sent_all, move |h| match reader.read(&mut buf) {
+        Ok(0) => Ok(None),
+        Ok(n) => {
+            let now = Instant::now();
+            pending.extend_from_slice(&buf[..n]);
+            let whole = pending.len() / spec.bytes * spec.bytes;
+            let mut received = 0;
+            for ping in pending[..whole].chunks_exact(spec.bytes) {
+                let index = u64::from_le_bytes(ping[..8].try_into().expect("8 bytes"));
+                h.record(spec, start, index, now);
+                received += 1;
             }
-            Ok((h, received))
-        })
-    };
+            pending.drain(..whole);
+            Ok(Some(received))
+        }
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => Ok(Some(0)),
+        Err(e) => Err(e).context("reading echoes"),
+    });
     let mut writer = &stream;
     let send_seconds = pace(spec, start, |ping| writer.write_all(ping))?;
     sent_all.store(true, Ordering::Relaxed);
@@ -267,35 +280,18 @@ fn udp(spec: FloorSpec) -> Result<FloorResult> {
     reader.set_read_timeout(Some(Duration::from_millis(100)))?;
     let start = Instant::now() + Duration::from_millis(10);
     let sent_all = Arc::new(AtomicBool::new(false));
-    let receiver = {
-        let sent_all = Arc::clone(&sent_all);
-        thread::spawn(move || -> Result<(OneWay, u64)> {
-            let mut h = OneWay::new();
-            let mut buf = vec![0u8; 65536];
-            let mut received = 0u64;
-            let mut done_at: Option<Instant> = None;
-            while received < spec.count {
-                match reader.recv_from(&mut buf) {
-                    Ok((n, _)) if n >= 8 => {
-                        let now = Instant::now();
-                        let index = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
-                        h.record(spec, start, index, now);
-                        received += 1;
-                    }
-                    Ok(_) => {}
-                    Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
-                    Err(e) => return Err(e).context("receiving echoes"),
-                }
-                if sent_all.load(Ordering::Relaxed) {
-                    let at = *done_at.get_or_insert_with(Instant::now);
-                    if at.elapsed() > LINGER {
-                        break;
-                    }
-                }
-            }
-            Ok((h, received))
-        })
-    };
+    let mut buf = vec![0u8; 65536];
+    let receiver = receive_echoes(spec, &sent_all, move |h| match reader.recv_from(&mut buf) {
+        Ok((n, _)) if n >= 8 => {
+            let now = Instant::now();
+            let index = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
+            h.record(spec, start, index, now);
+            Ok(Some(1))
+        }
+        Ok(_) => Ok(Some(0)),
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => Ok(Some(0)),
+        Err(e) => Err(e).context("receiving echoes"),
+    });
     let sent = pace(spec, start, |ping| client.send_to(ping, to_server).map(drop));
     sent_all.store(true, Ordering::Relaxed);
     let joined = receiver.join().expect("the floor's receiver panicked");

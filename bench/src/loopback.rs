@@ -1350,17 +1350,30 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
     if !short.is_empty() {
         let _ = writeln!(table, "\nRate not reached: {}.", short.join("; "));
     }
-    print!("{table}");
-    let table_path = args.plots.join("loopback.md");
-    std::fs::write(&table_path, &table).with_context(|| format!("writing {}", table_path.display()))?;
-    let json_path = args.json.clone().unwrap_or_else(|| args.plots.join("loopback.json"));
-    std::fs::write(&json_path, serde_json::to_string_pretty(&report)?)
-        .with_context(|| format!("writing {}", json_path.display()))?;
-    eprintln!("table: {}", table_path.display());
-    eprintln!("json: {}", json_path.display());
+    write_table_and_json(&table, &report, &args.plots, args.json.as_deref(), "loopback")?;
     for p in &report.plots {
         eprintln!("plot: {}", p.display());
     }
+    Ok(())
+}
+
+/// Prints `table`, writes it to `NAME.md` in `plots` and `report` as JSON to `json` (by default
+/// `NAME.json` in `plots`), and says on stderr where both went.
+pub fn write_table_and_json(
+    table: &str,
+    report: &impl Serialize,
+    plots: &Path,
+    json: Option<&Path>,
+    name: &str,
+) -> Result<()> {
+    print!("{table}");
+    let table_path = plots.join(format!("{name}.md"));
+    std::fs::write(&table_path, table).with_context(|| format!("writing {}", table_path.display()))?;
+    let json_path = json.map_or_else(|| plots.join(format!("{name}.json")), Path::to_path_buf);
+    std::fs::write(&json_path, serde_json::to_string_pretty(report)?)
+        .with_context(|| format!("writing {}", json_path.display()))?;
+    eprintln!("table: {}", table_path.display());
+    eprintln!("json: {}", json_path.display());
     Ok(())
 }
 

@@ -59,24 +59,13 @@ pub fn latency(path: &Path, title: &str, curves: &[Curve]) -> Result<()> {
         .y_label_formatter(&|y| format!("{y:.0}"))
         .draw()
         .map_err(|e| anyhow!("{e}"))?;
-    for (i, curve) in curves.iter().enumerate() {
+    let lines = curves.iter().enumerate().map(|(i, curve)| {
         // The floor in black, the formats in the palette's colours.
         let color = if i == 0 { BLACK.to_rgba() } else { Palette99::pick(i - 1).to_rgba() };
-        let points: Vec<(f64, f64)> =
-            curve.points.iter().filter(|p| p.1 > 0.0).map(|&(p, us)| (percentile_x(p), us)).collect();
-        chart
-            .draw_series(LineSeries::new(points, color.stroke_width(2)))
-            .map_err(|e| anyhow!("{e}"))?
-            .label(curve.name.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| anyhow!("{e}"))?;
+        let points = curve.points.iter().filter(|p| p.1 > 0.0).map(|&(p, us)| (percentile_x(p), us)).collect();
+        (points, curve.name.clone(), color)
+    });
+    draw_lines(&mut chart, lines, SeriesLabelPosition::UpperLeft)?;
     root.present().map_err(|e| anyhow!("{e}"))?;
     Ok(())
 }
@@ -166,17 +155,34 @@ fn over_time_panel(
         .y_desc(y_desc)
         .draw()
         .map_err(|e| anyhow!("{e}"))?;
-    for (i, curve) in curves.iter().enumerate() {
-        let color = Palette99::pick(first_colour + i).to_rgba();
+    let lines = curves
+        .iter()
+        .enumerate()
+        .map(|(i, curve)| (curve.points.clone(), curve.name.clone(), Palette99::pick(first_colour + i).to_rgba()));
+    draw_lines(&mut chart, lines, SeriesLabelPosition::LowerRight)
+}
+
+/// Draws each `(points, name, colour)` of `lines` as a line on `chart`, with a legend of their
+/// names at `position`.
+fn draw_lines<'a, X, Y>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
+    lines: impl Iterator<Item = (Vec<(f64, f64)>, String, RGBAColor)>,
+    position: SeriesLabelPosition,
+) -> Result<()>
+where
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
+    for (points, name, color) in lines {
         chart
-            .draw_series(LineSeries::new(curve.points.clone(), color.stroke_width(2)))
+            .draw_series(LineSeries::new(points, color.stroke_width(2)))
             .map_err(|e| anyhow!("{e}"))?
-            .label(curve.name.clone())
+            .label(name)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
+        .position(position)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()

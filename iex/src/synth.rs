@@ -207,6 +207,20 @@ impl SyntheticDay {
         self.burst.push(Message::SystemEvent(SystemEvent { event, timestamp: time }));
     }
 
+    /// Pushes book `index`'s official price of `price_type` (its mid) and the security event
+    /// `event` that follows it, both at the burst's time.
+    fn official_price(&mut self, index: usize, price_type: u8, event: u8) {
+        let b = &self.books[index];
+        let (timestamp, symbol) = (self.burst_time, b.symbol);
+        self.burst.push(Message::OfficialPrice(OfficialPrice {
+            price_type,
+            timestamp,
+            symbol,
+            price: Price::from_cents(b.mid),
+        }));
+        self.burst.push(Message::SecurityEvent(SecurityEvent { event, timestamp, symbol }));
+    }
+
     /// Refills `burst` with the next messages of the schedule; false when the day is over.
     fn next_burst(&mut self) -> bool {
         let day = self.config.day;
@@ -285,19 +299,8 @@ impl SyntheticDay {
                     // Opening prints: official opening price and opening process complete.
                     let j = i - self.books.len() - 2;
                     self.burst_time = eastern(day, 9, 30) + (j as i64 + 1) * 1_000_000;
-                    let b = &self.books[j];
-                    let open = OfficialPrice {
-                        price_type: b'Q',
-                        timestamp: self.burst_time,
-                        symbol: b.symbol,
-                        price: Price::from_cents(b.mid),
-                    };
-                    self.burst.push(Message::OfficialPrice(open));
-                    self.burst.push(Message::SecurityEvent(SecurityEvent {
-                        event: b'O',
-                        timestamp: self.burst_time,
-                        symbol: b.symbol,
-                    }));
+                    // Opening price ('Q') and opening process complete ('O').
+                    self.official_price(j, b'Q', b'O');
                     if j + 1 == self.books.len() {
                         self.phase = Phase::Trading;
                         self.now = self.burst_time;
@@ -322,20 +325,9 @@ impl SyntheticDay {
                     self.now = self.burst_time;
                     self.system(b'M', self.burst_time);
                 } else {
-                    let b = &self.books[self.cursor - 1];
                     self.burst_time = self.now + self.cursor as i64 * 1_000_000;
-                    let close = OfficialPrice {
-                        price_type: b'M',
-                        timestamp: self.burst_time,
-                        symbol: b.symbol,
-                        price: Price::from_cents(b.mid),
-                    };
-                    self.burst.push(Message::OfficialPrice(close));
-                    self.burst.push(Message::SecurityEvent(SecurityEvent {
-                        event: b'C',
-                        timestamp: self.burst_time,
-                        symbol: b.symbol,
-                    }));
+                    // Closing price ('M') and closing process complete ('C').
+                    self.official_price(self.cursor - 1, b'M', b'C');
                     if self.cursor == self.books.len() {
                         self.phase = Phase::EndOfDay;
                         self.cursor = 0;

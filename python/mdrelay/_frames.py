@@ -88,19 +88,21 @@ def _polars_frame(table: Any) -> Any:
     return pl.from_arrow(table)
 
 
-def to_pandas(batches: Any, message_type: Optional[str] = None, seconds: Optional[float] = None) -> Any:
-    """``to_pandas()`` of ``batches`` (a BatchIterator or CaptureBatches)."""
-    _require("pandas", "to_pandas()")
+def _frames(batches: Any, message_type: Optional[str], seconds: Optional[float], library: str, frame: Any) -> Any:
+    """The tables of ``batches`` as DataFrames of ``library``, each made by ``frame``: one of
+    ``message_type``'s rows, or (with no type) a dict of one per message type."""
+    _require(library, f"to_{library}()")
     got = _tables(batches, message_type, seconds)
     if message_type is not None:
-        return _pandas_frame(got)
-    return {label: _pandas_frame(table) for label, table in got.items()}
+        return frame(got)
+    return {label: frame(table) for label, table in got.items()}
+
+
+def to_pandas(batches: Any, message_type: Optional[str] = None, seconds: Optional[float] = None) -> Any:
+    """``to_pandas()`` of ``batches`` (a BatchIterator or CaptureBatches)."""
+    return _frames(batches, message_type, seconds, "pandas", _pandas_frame)
 
 
 def to_polars(batches: Any, message_type: Optional[str] = None, seconds: Optional[float] = None) -> Any:
     """``to_polars()`` of ``batches`` (a BatchIterator or CaptureBatches)."""
-    _require("polars", "to_polars()")
-    got = _tables(batches, message_type, seconds)
-    if message_type is not None:
-        return _polars_frame(got)
-    return {label: _polars_frame(table) for label, table in got.items()}
+    return _frames(batches, message_type, seconds, "polars", _polars_frame)

@@ -128,11 +128,7 @@ impl CaptureBatches {
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.lock();
         let d = PyDict::new(py);
-        d.set_item("packets", s.packets)?;
-        d.set_item("segments", s.segments)?;
-        d.set_item("messages", s.messages)?;
-        d.set_item("other_packets", s.other_packets)?;
-        d.set_item("bad_messages", s.bad_messages)?;
+        set_fields!(d, s, packets, segments, messages, other_packets, bad_messages);
         d.set_item("truncated_at", s.reader.truncated_at())?;
         Ok(d)
     }

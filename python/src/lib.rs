@@ -1,6 +1,14 @@
 //! The `mdrelay` Python package's native module: `mdrelay-client` as typed Python events and
 //! Apache Arrow record batches.
 
+/// Sets `$dict[name] = $from.name` for each field `name` given, in that order: the fields of a
+/// Rust value as a Python dict's items under the fields' own names.
+macro_rules! set_fields {
+    ($dict:expr, $from:expr, $($field:ident),+ $(,)?) => {
+        $($dict.set_item(stringify!($field), $from.$field)?;)+
+    };
+}
+
 mod capture;
 mod errors;
 mod messages;

@@ -240,6 +240,27 @@ impl Subscriber {
         // matters more than losing the stream: go on with it.
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+
+    /// The next item, waiting for it at most `slice` with the GIL released: None when the slice
+    /// ran out, StopIteration once the stream is over, the client's error when it failed.
+    fn wait_item(&self, py: Python<'_>, slice: Duration) -> PyResult<Option<Item>> {
+        let outcome = py.detach(|| {
+            let mut state = self.lock();
+            if let Some(item) = state.pending.pop_front() {
+                return Ok(Some(item));
+            }
+            match state.wait(slice) {
+                Ok(Outcome::Ready) => Ok(state.pending.pop_front()),
+                Ok(Outcome::Slice) => Ok(None),
+                Ok(Outcome::Finished) => Err(None),
+                Err(e) => Err(Some(e)),
+            }
+        });
+        outcome.map_err(|error| match error {
+            Some(error) => errors::from_client(py, &error),
+            None => PyStopIteration::new_err(()),
+        })
+    }
 }
 
 /// The Python object of an item.
@@ -305,27 +326,11 @@ impl Subscriber {
                 drop(state);
                 return item_object(py, item);
             }
-            let outcome = py.detach(|| {
-                let mut state = self.lock();
-                if let Some(item) = state.pending.pop_front() {
-                    return Ok(Some(item));
-                }
-                match state.wait(SLICE) {
-                    Ok(Outcome::Ready) => Ok(state.pending.pop_front()),
-                    Ok(Outcome::Slice) => Ok(None),
-                    Ok(Outcome::Finished) => Err(None),
-                    Err(e) => Err(Some(e)),
-                }
-            });
-            match outcome {
-                Ok(Some(item)) => return item_object(py, item),
-                Ok(None) => {
-                    py.check_signals()?;
-                    self.check_idle(py)?;
-                }
-                Err(Some(error)) => return Err(errors::from_client(py, &error)),
-                Err(None) => return Err(PyStopIteration::new_err(())),
+            if let Some(item) = self.wait_item(py, SLICE)? {
+                return item_object(py, item);
             }
+            py.check_signals()?;
+            self.check_idle(py)?;
         }
     }
 
@@ -355,28 +360,12 @@ impl Subscriber {
         let limit = seconds(py, timeout, "timeout")?.map(|t| Instant::now() + t);
         loop {
             let slice = limit.map_or(SLICE, |l| SLICE.min(l.saturating_duration_since(Instant::now())));
-            let outcome = py.detach(|| {
-                let mut state = self.lock();
-                if let Some(item) = state.pending.pop_front() {
-                    return Ok(Some(item));
-                }
-                match state.wait(slice) {
-                    Ok(Outcome::Ready) => Ok(state.pending.pop_front()),
-                    Ok(Outcome::Slice) => Ok(None),
-                    Ok(Outcome::Finished) => Err(None),
-                    Err(e) => Err(Some(e)),
-                }
-            });
-            match outcome {
-                Ok(Some(item)) => return item_object(py, item).map(Some),
-                Ok(None) => {
-                    py.check_signals()?;
-                    if limit.is_some_and(|l| Instant::now() >= l) {
-                        return Ok(None);
-                    }
-                }
-                Err(Some(error)) => return Err(errors::from_client(py, &error)),
-                Err(None) => return Err(PyStopIteration::new_err(())),
+            if let Some(item) = self.wait_item(py, slice)? {
+                return item_object(py, item).map(Some);
+            }
+            py.check_signals()?;
+            if limit.is_some_and(|l| Instant::now() >= l) {
+                return Ok(None);
             }
         }
     }
@@ -406,31 +395,12 @@ impl Subscriber {
     fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let c = self.lock().inner.counters();
         let d = PyDict::new(py);
-        d.set_item("frames", c.frames)?;
-        d.set_item("frames_recovered", c.frames_recovered)?;
-        d.set_item("decode_errors", c.decode_errors)?;
-        d.set_item("messages", c.messages)?;
-        d.set_item("messages_skipped", c.messages_skipped)?;
+        set_fields!(d, c, frames, frames_recovered, decode_errors, messages, messages_skipped);
         d.set_item("messages_by_type", by_type(py, &c.messages_by_type)?)?;
-        d.set_item("bytes", c.bytes)?;
-        d.set_item("lost", c.lost)?;
-        d.set_item("duplicates", c.duplicates)?;
-        d.set_item("reordered", c.reordered)?;
-        d.set_item("too_late", c.too_late)?;
-        d.set_item("session", c.session)?;
-        d.set_item("highest_sequence", c.highest_sequence)?;
-        d.set_item("first_frame", c.first_frame)?;
-        d.set_item("late_join", c.late_join)?;
-        d.set_item("publisher_restarts", c.publisher_restarts)?;
-        d.set_item("unconfirmed_datagrams", c.unconfirmed_datagrams)?;
-        d.set_item("invalid_packets", c.invalid_packets)?;
+        set_fields!(d, c, bytes, lost, duplicates, reordered, too_late, session, highest_sequence, first_frame);
+        set_fields!(d, c, late_join, publisher_restarts, unconfirmed_datagrams, invalid_packets);
         d.set_item("format", c.format.map(|f| f.to_string()))?;
-        d.set_item("format_switches", c.format_switches)?;
-        d.set_item("connections", c.connections)?;
-        d.set_item("reconnects", c.reconnects)?;
-        d.set_item("resumes", c.resumes)?;
-        d.set_item("datagrams", c.datagrams)?;
-        d.set_item("arbitrated", c.arbitrated)?;
+        set_fields!(d, c, format_switches, connections, reconnects, resumes, datagrams, arbitrated);
         d.set_item("recovery", json_value(py, c.recovery.as_ref())?)?;
         d.set_item("protection", json_value(py, Some(&c.protection))?)?;
         let totals = match &c.publisher_totals {

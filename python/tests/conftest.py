@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from decimal import Decimal
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional
+from typing import Callable, Dict, Iterable, List, Optional
 
 import pytest
 
@@ -143,6 +143,14 @@ TYPE_OF_CLASS = {
     "AuctionInformation": "A",
 }
 
+# The IEX type character of each message type label (Arrow batches and DataFrames).
+TYPE_OF_LABEL = {
+    "trade": "T", "trade_break": "B", "quote_update": "Q", "system_event": "S",
+    "security_directory": "D", "trading_status": "H", "retail_liquidity_indicator": "I",
+    "operational_halt_status": "O", "short_sale_price_test_status": "P",
+    "security_event": "E", "official_price": "X", "auction_information": "A",
+}
+
 
 def ticks(price: object) -> int:
     """A price as the reference gives it, in 1/10,000 dollars, from any of the Arrow price types:
@@ -219,6 +227,17 @@ class Aggregates:
             if e.ask_size > 0:
                 self.side(e.symbol, "ask", e.ask_price, e.ask_price)
 
+    def count_types(self, frames: dict, buys: Callable, rows: Callable = len) -> None:
+        """Counts the rows of `frames` (tables by message type label) by IEX type character, a
+        price level update's by side: `rows(frame)` of a frame, `buys(frame)` of them on the buy side."""
+        for label, frame in frames.items():
+            if label == "price_level_update":
+                bought = buys(frame)
+                self.types["8"] += bought
+                self.types["5"] += rows(frame) - bought
+            else:
+                self.types[TYPE_OF_LABEL[label]] += rows(frame)
+
     def batches(self, pairs: Iterable) -> None:
         """Adds `(message_type, pyarrow.RecordBatch)` pairs, computing with pyarrow's kernels."""
         import pyarrow as pa
@@ -228,20 +247,10 @@ class Aggregates:
         for label, batch in pairs:
             assert isinstance(batch, pa.RecordBatch), type(batch)
             by_label.setdefault(label, []).append(batch)
-        char = {
-            "trade": "T", "trade_break": "B", "quote_update": "Q", "system_event": "S",
-            "security_directory": "D", "trading_status": "H", "retail_liquidity_indicator": "I",
-            "operational_halt_status": "O", "short_sale_price_test_status": "P",
-            "security_event": "E", "official_price": "X", "auction_information": "A",
-        }
         tables = {k: pa.Table.from_batches(v) for k, v in by_label.items()}
-        for label, table in tables.items():
-            if label == "price_level_update":
-                buys = int(pc.sum(pc.equal(table["side"], "buy")).as_py() or 0)
-                self.types["8"] += buys
-                self.types["5"] += table.num_rows - buys
-            else:
-                self.types[char[label]] += table.num_rows
+        self.count_types(
+            tables, lambda t: int(pc.sum(pc.equal(t["side"], "buy")).as_py() or 0), lambda t: t.num_rows
+        )
         if "trade" in tables:
             g = tables["trade"].group_by("symbol").aggregate(
                 [("size", "sum"), ("size", "count"), ("price", "max"), ("price", "min")]

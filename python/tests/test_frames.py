@@ -46,19 +46,7 @@ def polars_aggregates(frames: dict) -> Aggregates:
     import polars as pl
 
     agg = Aggregates()
-    char = {
-        "trade": "T", "trade_break": "B", "quote_update": "Q", "system_event": "S",
-        "security_directory": "D", "trading_status": "H", "retail_liquidity_indicator": "I",
-        "operational_halt_status": "O", "short_sale_price_test_status": "P",
-        "security_event": "E", "official_price": "X", "auction_information": "A",
-    }
-    for label, df in frames.items():
-        if label == "price_level_update":
-            buys = df.filter(pl.col("side") == "buy").height
-            agg.types["8"] += buys
-            agg.types["5"] += df.height - buys
-        else:
-            agg.types[char[label]] += df.height
+    agg.count_types(frames, lambda df: df.filter(pl.col("side") == "buy").height, lambda df: df.height)
     if "trade" in frames:
         g = frames["trade"].group_by("symbol").agg(
             pl.col("size").sum().alias("volume"), pl.len().alias("count"),
@@ -89,19 +77,7 @@ def polars_aggregates(frames: dict) -> Aggregates:
 def pandas_aggregates(frames: dict) -> Aggregates:
     """The reference's figures, computed with pandas on DataFrames by message type."""
     agg = Aggregates()
-    char = {
-        "trade": "T", "trade_break": "B", "quote_update": "Q", "system_event": "S",
-        "security_directory": "D", "trading_status": "H", "retail_liquidity_indicator": "I",
-        "operational_halt_status": "O", "short_sale_price_test_status": "P",
-        "security_event": "E", "official_price": "X", "auction_information": "A",
-    }
-    for label, df in frames.items():
-        if label == "price_level_update":
-            buys = int((df["side"] == "buy").sum())
-            agg.types["8"] += buys
-            agg.types["5"] += len(df) - buys
-        else:
-            agg.types[char[label]] += len(df)
+    agg.count_types(frames, lambda df: int((df["side"] == "buy").sum()))
     if "trade" in frames:
         g = frames["trade"].groupby("symbol", observed=True).agg(
             volume=("size", "sum"), count=("size", "count"), high=("price", "max"), low=("price", "min")

@@ -53,11 +53,18 @@ impl IdleStrategy {
     }
 }
 
-impl fmt::Display for IdleStrategy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
+/// `Display` of each type given as its `name()`: the name in configuration files and flags.
+macro_rules! display_as_name {
+    ($($named:ty),+) => {
+        $(impl fmt::Display for $named {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        })+
+    };
 }
+
+display_as_name!(IdleStrategy, Profile);
 
 impl FromStr for IdleStrategy {
     type Err = String;
@@ -108,12 +115,6 @@ pub fn duty_cycle(profile: Profile) -> Duration {
     match profile {
         Profile::Default => Duration::from_millis(1),
         Profile::LowLatency => Duration::ZERO,
-    }
-}
-
-impl fmt::Display for Profile {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 

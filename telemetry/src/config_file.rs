@@ -70,23 +70,18 @@ pub fn read_text(path: &Path, reading: Reading) -> Result<String> {
 
 /// What a file that is not a regular file is, for a message refusing it: "a FIFO", "a socket".
 pub fn kind_name(kind: FileType) -> &'static str {
-    if kind.is_file() {
-        "a regular file"
-    } else if kind.is_dir() {
-        "a directory"
-    } else if kind.is_symlink() {
-        "a symbolic link"
-    } else if kind.is_fifo() {
-        "a FIFO"
-    } else if kind.is_socket() {
-        "a socket"
-    } else if kind.is_char_device() {
-        "a character device"
-    } else if kind.is_block_device() {
-        "a block device"
-    } else {
-        "not a file"
-    }
+    /// Whether a file type is of one kind.
+    type IsKind = fn(&FileType) -> bool;
+    const KINDS: [(IsKind, &str); 7] = [
+        (FileType::is_file, "a regular file"),
+        (FileType::is_dir, "a directory"),
+        (FileType::is_symlink, "a symbolic link"),
+        (FileType::is_fifo, "a FIFO"),
+        (FileType::is_socket, "a socket"),
+        (FileType::is_char_device, "a character device"),
+        (FileType::is_block_device, "a block device"),
+    ];
+    KINDS.iter().find(|(is, _)| is(&kind)).map_or("not a file", |&(_, name)| name)
 }
 
 /// toml's message for a file that does not parse; for an unknown key, with the known key
@@ -189,12 +184,18 @@ mod tests {
         assert!(e.starts_with(&format!("cannot read {}: ", dir.path().join("missing").display())), "{e}");
     }
 
+    /// A FIFO named `name` in `dir`, made with mkfifo.
+    fn make_fifo(dir: &Path, name: &str) -> std::path::PathBuf {
+        let fifo = dir.join(name);
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        assert!(made.success());
+        fifo
+    }
+
     #[test]
     fn a_reload_refuses_a_fifo_without_waiting_for_a_writer() {
         let dir = tempfile::tempdir().unwrap();
-        let fifo = dir.path().join("pub.toml");
-        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
-        assert!(made.success());
+        let fifo = make_fifo(dir.path(), "pub.toml");
         assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
         let reading = fifo.clone();
         let (done, result) = std::sync::mpsc::channel();
@@ -211,9 +212,7 @@ mod tests {
     #[test]
     fn a_pipe_at_start_is_read_within_the_bound() {
         let dir = tempfile::tempdir().unwrap();
-        let fifo = dir.path().join("sub.toml");
-        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
-        assert!(made.success());
+        let fifo = make_fifo(dir.path(), "sub.toml");
         let writing = fifo.clone();
         let writer = std::thread::spawn(move || std::fs::write(writing, "connect = \"h:1\"\n"));
         assert_eq!(read_text(&fifo, Reading::AtStart).unwrap(), "connect = \"h:1\"\n");

@@ -1,6 +1,7 @@
 //! `mdrelay-bench loopback` as users run it: its arguments, and short runs that write the table,
 //! the JSON and the plots. No timing is asserted: the host decides those.
 
+use crate::outputs::{Outputs, assert_each_fails_naming, assert_help_lists, read_json};
 use mdrelay_harness::Process;
 use std::path::Path;
 use std::time::Duration;
@@ -13,79 +14,66 @@ fn bench(args: &[&str]) -> mdrelay_harness::Finished {
     Process::start(BENCH, args).finish(Duration::from_secs(240))
 }
 
+/// Runs `mdrelay-bench loopback ARGS` (words apart at spaces) with `--json` and `--plots` in a
+/// fresh directory, alone on the host, and checks that it succeeded. Returns the host's lock (held
+/// while the test reads the outputs), the outputs and the run.
+fn loopback_run(args: &str) -> (mdrelay_harness::serial::Serial, Outputs, mdrelay_harness::Finished) {
+    let serial = mdrelay_harness::serial();
+    let out = Outputs::new("loopback.json");
+    let args: Vec<&str> = ["loopback"].into_iter().chain(args.split_whitespace()).collect();
+    let done = bench(&out.args(&args));
+    done.assert_success();
+    (serial, out, done)
+}
+
 #[test]
 fn help_lists_the_flags_and_bad_values_fail_with_a_message() {
     let help = bench(&["loopback", "--help"]);
-    help.assert_success();
-    for flag in [
-        "--transport",
-        "--rate",
-        "--top-speed",
-        "--profile",
-        "--json",
-        "--plots",
-        "--coalesce-bytes",
-        "--hot-core",
-        "--sub-core",
-        "--nats-cluster",
-        "--nats-storage",
-        "--nats-bench-messages",
-    ] {
-        assert!(help.stdout.contains(flag), "--help lacks {flag}: {help:?}");
-    }
+    assert_help_lists(
+        &help,
+        &[
+            "--transport",
+            "--rate",
+            "--top-speed",
+            "--profile",
+            "--json",
+            "--plots",
+            "--coalesce-bytes",
+            "--hot-core",
+            "--sub-core",
+            "--nats-cluster",
+            "--nats-storage",
+            "--nats-bench-messages",
+        ],
+    );
     assert!(help.stdout.contains("multicast") && help.stdout.contains("low-latency"), "{help:?}");
     assert!(help.stdout.contains("nats"), "{help:?}");
-    for (args, says) in [
-        (&["loopback", "--transport", "carrier-pigeon"][..], "carrier-pigeon"),
-        (&["loopback", "--profile", "fastest"][..], "fastest"),
-        (&["loopback", "--rate", "lots"][..], "lots"),
-        (&["loopback", "--rate", "0"][..], "--rate"),
-        (&["loopback", "--floor-bytes", "4"][..], "--floor-bytes"),
-        (&["loopback", "--formats", "morse"][..], "morse"),
-        (&["loopback", "--transport", "udp", "--nats-cluster"][..], "--nats-cluster"),
-        (&["loopback", "--nats-storage", "paper"][..], "paper"),
-    ] {
-        let done = bench(args);
-        assert_ne!(done.code(), Some(0), "{args:?} succeeded: {done:?}");
-        assert!(done.stderr.contains(says), "{args:?}: the message does not name {says:?}: {done:?}");
-    }
-}
-
-fn read_json(path: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    assert_each_fails_naming(
+        bench,
+        &[
+            (&["loopback", "--transport", "carrier-pigeon"][..], "carrier-pigeon"),
+            (&["loopback", "--profile", "fastest"][..], "fastest"),
+            (&["loopback", "--rate", "lots"][..], "lots"),
+            (&["loopback", "--rate", "0"][..], "--rate"),
+            (&["loopback", "--floor-bytes", "4"][..], "--floor-bytes"),
+            (&["loopback", "--formats", "morse"][..], "morse"),
+            (&["loopback", "--transport", "udp", "--nats-cluster"][..], "--nats-cluster"),
+            (&["loopback", "--nats-storage", "paper"][..], "paper"),
+        ],
+    );
 }
 
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_short_latency_run_writes_the_floor_and_every_format() {
-    let _serial = mdrelay_harness::serial();
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("loopback.json");
-    let plots = dir.path().join("plots");
-    let done = bench(&[
-        "loopback",
-        "--formats",
-        "sbe,raw",
-        "--transport",
-        "tcp",
-        "--messages",
-        "10000",
-        "--rate",
-        "20000",
-        "--json",
-        json.to_str().unwrap(),
-        "--plots",
-        plots.to_str().unwrap(),
-    ]);
-    done.assert_success();
+    let (_serial, out, done) = loopback_run("--formats sbe,raw --transport tcp --messages 10000 --rate 20000");
     assert!(done.stdout.contains("| floor (socket ping-pong"), "{done:?}");
-    let table = std::fs::read_to_string(plots.join("loopback.md")).unwrap();
+    let table = std::fs::read_to_string(out.plots.join("loopback.md")).unwrap();
     assert!(table.contains("| sbe |") && table.contains("| raw |"), "{table}");
-    let svg = std::fs::read_to_string(plots.join("latency-tcp.svg")).unwrap();
+    let svg = std::fs::read_to_string(out.plots.join("latency-tcp.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("99.9%") && svg.contains("floor"), "{svg}");
 
-    let report = read_json(&json);
+    let report = read_json(&out.json);
     let floors = report["floors"].as_array().unwrap();
     assert_eq!(floors.len(), 1, "{report}");
     assert_eq!(floors[0]["transport"], "tcp");
@@ -167,31 +155,10 @@ fn nats_rows(report: &serde_json::Value, messages: u64) -> Vec<serde_json::Value
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn nats_rows_come_beside_tcp_with_nats_bench_as_the_floor() {
-    let _serial = mdrelay_harness::serial();
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("loopback.json");
-    let plots = dir.path().join("plots");
-    let done = bench(&[
-        "loopback",
-        "--top-speed",
-        "--transport",
-        "nats",
-        "--nats-cluster",
-        "--formats",
-        "sbe",
-        "--messages",
-        "20000",
-        "--coalesce-bytes",
-        "8192",
-        "--nats-bench-messages",
-        "2000",
-        "--json",
-        json.to_str().unwrap(),
-        "--plots",
-        plots.to_str().unwrap(),
-    ]);
-    done.assert_success();
-    let report = read_json(&json);
+    let (_serial, out, _) = loopback_run(
+        "--top-speed --transport nats --nats-cluster --formats sbe --messages 20000 --coalesce-bytes 8192 --nats-bench-messages 2000",
+    );
+    let report = read_json(&out.json);
     let transports: Vec<&str> =
         report["rows"].as_array().unwrap().iter().map(|r| r["transport"].as_str().unwrap()).collect();
     assert_eq!(transports, ["tcp", "nats", "nats-cluster"], "{report}");
@@ -218,7 +185,7 @@ fn nats_rows_come_beside_tcp_with_nats_bench_as_the_floor() {
             assert!(rate.is_none_or(|r| r > 0.0) && ratio.as_f64().is_none_or(|r| r > 0.0), "{row}");
         }
     }
-    let table = std::fs::read_to_string(plots.join("loopback.md")).unwrap();
+    let table = std::fs::read_to_string(out.plots.join("loopback.md")).unwrap();
     assert!(
         table.contains("nats bench JetStream msg/s") && table.contains("| nats-cluster | sbe | 8192 | 3 |"),
         "{table}"
@@ -229,27 +196,8 @@ fn nats_rows_come_beside_tcp_with_nats_bench_as_the_floor() {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn nats_latency_rows_are_read_against_the_tcp_floor() {
-    let _serial = mdrelay_harness::serial();
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("loopback.json");
-    let plots = dir.path().join("plots");
-    let done = bench(&[
-        "loopback",
-        "--transport",
-        "nats",
-        "--formats",
-        "sbe",
-        "--messages",
-        "10000",
-        "--rate",
-        "20000",
-        "--json",
-        json.to_str().unwrap(),
-        "--plots",
-        plots.to_str().unwrap(),
-    ]);
-    done.assert_success();
-    let report = read_json(&json);
+    let (_serial, out, _) = loopback_run("--transport nats --formats sbe --messages 10000 --rate 20000");
+    let report = read_json(&out.json);
     let floors: Vec<&str> =
         report["floors"].as_array().unwrap().iter().map(|f| f["transport"].as_str().unwrap()).collect();
     assert_eq!(floors, ["tcp", "nats"], "{report}");
@@ -261,9 +209,9 @@ fn nats_latency_rows_are_read_against_the_tcp_floor() {
     );
     // No floor of nats bench at a fixed rate: it measures throughput.
     assert!(rows[0]["nats"]["floor"].is_null(), "{report}");
-    let table = std::fs::read_to_string(plots.join("loopback.md")).unwrap();
+    let table = std::fs::read_to_string(out.plots.join("loopback.md")).unwrap();
     assert!(table.contains("### nats at 20,000 msg/s") && table.contains("floor (TCP socket ping-pong"), "{table}");
-    assert!(std::fs::read_to_string(plots.join("latency-nats.svg")).unwrap().starts_with("<svg"));
+    assert!(std::fs::read_to_string(out.plots.join("latency-nats.svg")).unwrap().starts_with("<svg"));
 }
 
 /// A first run, with neither of the relay's programs beside the benchmark: it says what it

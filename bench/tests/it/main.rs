@@ -3,5 +3,6 @@
 
 mod client;
 mod loopback;
+mod outputs;
 mod scale;
 mod version;

@@ -2,6 +2,7 @@
 //! check and the summary in its JSON; its arguments; and an interrupted run leaving neither
 //! processes nor its capture behind. No figure is asserted: the host decides those.
 
+use crate::outputs::{Outputs, assert_each_fails_naming, assert_help_lists, read_json};
 use mdrelay_harness::{Process, Signal};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -13,11 +14,6 @@ fn start(args: &[&str], tmp: &Path) -> Process {
     Process::spawn(BENCH, args, &[("TMPDIR", tmp.to_str().unwrap())]).expect("starting mdrelay-bench")
 }
 
-fn read_json(path: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
 /// What is left in `dir`: the run's temporary directory should not be.
 fn left_in(dir: &Path) -> Vec<String> {
     std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
@@ -27,38 +23,24 @@ fn left_in(dir: &Path) -> Vec<String> {
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_short_run_samples_all_three_processes_and_checks_delivery() {
     let _serial = mdrelay_harness::serial();
-    let dir = tempfile::tempdir().unwrap();
+    let out = Outputs::new("scale.json");
     let tmp = tempfile::tempdir().unwrap();
-    let json = dir.path().join("scale.json");
-    let plots = dir.path().join("plots");
     // Two million messages: at the publisher's top speed (10 M msg/s over TCP) at least 0.2 s of
     // stream, so each subscriber prints a few of its 50 ms interval lines whatever the host.
     const MESSAGES: u64 = 2_000_000;
     let messages = MESSAGES.to_string();
-    let args = [
-        "scale",
-        "--messages",
-        &messages,
-        "--sample-ms",
-        "50",
-        "--timeout",
-        "120",
-        "--json",
-        json.to_str().unwrap(),
-        "--plots",
-        plots.to_str().unwrap(),
-    ];
+    let args = out.args(&["scale", "--messages", &messages, "--sample-ms", "50", "--timeout", "120"]);
     let done = start(&args, tmp.path()).finish(Duration::from_secs(150));
     done.assert_success();
     assert!(done.stdout.contains("| time s | pub RSS MiB | sub1 RSS MiB | sub2 RSS MiB |"), "{done:?}");
     assert!(done.stdout.contains("Delivered: both subscribers"), "{done:?}");
     assert_eq!(left_in(tmp.path()), Vec::<String>::new(), "the capture's directory is left behind");
-    let table = std::fs::read_to_string(plots.join("scale.md")).unwrap();
+    let table = std::fs::read_to_string(out.plots.join("scale.md")).unwrap();
     assert!(table.contains("RSS flat:") && table.contains("Throughput steady:"), "{table}");
-    let svg = std::fs::read_to_string(plots.join("scale.svg")).unwrap();
+    let svg = std::fs::read_to_string(out.plots.join("scale.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("resident memory") && svg.contains("sub2"), "{svg}");
 
-    let report = read_json(&json);
+    let report = read_json(&out.json);
     assert!(report["capture_bytes"].as_u64().unwrap() > 1_000_000, "{}", report["capture_bytes"]);
     let samples = report["samples"].as_array().unwrap();
     let running =
@@ -115,23 +97,20 @@ fn bad_arguments_fail_with_a_message_naming_the_flag() {
     let tmp = tempfile::tempdir().unwrap();
     let missing = tmp.path().join("missing.pcap");
     let missing = missing.to_str().unwrap();
-    for (args, says) in [
-        (&["scale", "--messages", "0"][..], "--messages"),
-        (&["scale", "--sample-ms", "0"][..], "--sample-ms"),
-        (&["scale", "--timeout", "0"][..], "--timeout"),
-        (&["scale", "--capture", missing][..], "--capture"),
-        (&["scale", "--capture", missing, "--messages", "5"][..], "--messages"),
-        (&["scale", "--format", "morse"][..], "morse"),
-    ] {
-        let done = start(args, tmp.path()).finish(Duration::from_secs(30));
-        assert_ne!(done.code(), Some(0), "{args:?} succeeded: {done:?}");
-        assert!(done.stderr.contains(says), "{args:?}: the message does not name {says:?}: {done:?}");
-    }
-    let help = start(&["scale", "--help"], tmp.path()).finish(Duration::from_secs(30));
-    help.assert_success();
-    for flag in ["--messages", "--capture", "--format", "--sample-ms", "--timeout", "--json", "--plots"] {
-        assert!(help.stdout.contains(flag), "--help lacks {flag}: {help:?}");
-    }
+    let run = |args: &[&str]| start(args, tmp.path()).finish(Duration::from_secs(30));
+    assert_each_fails_naming(
+        run,
+        &[
+            (&["scale", "--messages", "0"][..], "--messages"),
+            (&["scale", "--sample-ms", "0"][..], "--sample-ms"),
+            (&["scale", "--timeout", "0"][..], "--timeout"),
+            (&["scale", "--capture", missing][..], "--capture"),
+            (&["scale", "--capture", missing, "--messages", "5"][..], "--messages"),
+            (&["scale", "--format", "morse"][..], "morse"),
+        ],
+    );
+    let help = run(&["scale", "--help"]);
+    assert_help_lists(&help, &["--messages", "--capture", "--format", "--sample-ms", "--timeout", "--json", "--plots"]);
 }
 
 /// The children of `pid`, from /proc.
@@ -154,21 +133,9 @@ fn children(pid: u32) -> Vec<u32> {
 fn an_interrupted_run_kills_its_processes_and_removes_its_capture() {
     let _serial = mdrelay_harness::serial();
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("scale.json");
-    let plots = dir.path().join("plots");
+    let out = Outputs::new("scale.json");
     // Three million messages: seconds of streaming, ample time for the signal to land mid-run.
-    let args = [
-        "scale",
-        "--messages",
-        "3000000",
-        "--timeout",
-        "120",
-        "--json",
-        json.to_str().unwrap(),
-        "--plots",
-        plots.to_str().unwrap(),
-    ];
+    let args = out.args(&["scale", "--messages", "3000000", "--timeout", "120"]);
     let mut bench = start(&args, tmp.path());
     bench.wait_for_within("relaying at top speed", Duration::from_secs(60));
     let kids = children(bench.pid());
@@ -185,5 +152,5 @@ fn an_interrupted_run_kills_its_processes_and_removes_its_capture() {
         assert!(!Path::new(&format!("/proc/{pid}")).exists(), "child {pid} outlived the run: {done:?}");
     }
     assert_eq!(left_in(tmp.path()), Vec::<String>::new(), "the capture's directory is left behind");
-    assert!(!json.exists(), "an interrupted run wrote a report");
+    assert!(!out.json.exists(), "an interrupted run wrote a report");
 }

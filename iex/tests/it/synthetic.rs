@@ -3,7 +3,7 @@
 
 use mdrelay_harness::{assert_matches_reference, reference_output};
 use mdrelay_iex::capture_writer::{CaptureWriter, Container, WriterOptions};
-use mdrelay_iex::inspect::inspect_file;
+use mdrelay_iex::inspect::{InspectReport, inspect_file};
 use mdrelay_iex::synth::{SynthConfig, SyntheticDay};
 use std::net::{Ipv4Addr, SocketAddrV4};
 
@@ -20,25 +20,28 @@ fn write_synthetic(path: &std::path::Path, config: SynthConfig, container: Conta
     writer.finish().unwrap();
 }
 
+/// Writes the synthetic day of `config` as `name` in a fresh directory; returns what `inspect`
+/// makes of it and the reference reader's output for it.
+fn inspect_synthetic(name: &str, config: SynthConfig, container: Container) -> (InspectReport, serde_json::Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    write_synthetic(&path, config, container);
+    (inspect_file(&path).unwrap(), reference_output(&path))
+}
+
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_million_synthetic_messages_agree_with_the_reference_reader() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("synthetic.pcap");
     let config = SynthConfig { messages: 1_000_000, symbols: 120, seed: 7, ..Default::default() };
-    write_synthetic(&path, config, Container::Pcap);
-    let ours = inspect_file(&path).unwrap();
+    let (ours, reference) = inspect_synthetic("synthetic.pcap", config, Container::Pcap);
     assert_eq!(ours.messages, 1_000_000);
     assert_eq!(ours.symbols_with_trades_or_quotes, 120);
-    assert_matches_reference(&serde_json::to_value(&ours).unwrap(), &reference_output(&path));
+    assert_matches_reference(&serde_json::to_value(&ours).unwrap(), &reference);
 }
 
 #[test]
 fn synthetic_pcapng_agrees_with_the_reference_reader() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("synthetic.pcapng");
     let config = SynthConfig { messages: 50_000, symbols: 30, seed: 99, ..Default::default() };
-    write_synthetic(&path, config, Container::PcapNg);
-    let ours = inspect_file(&path).unwrap();
-    assert_matches_reference(&serde_json::to_value(&ours).unwrap(), &reference_output(&path));
+    let (ours, reference) = inspect_synthetic("synthetic.pcapng", config, Container::PcapNg);
+    assert_matches_reference(&serde_json::to_value(&ours).unwrap(), &reference);
 }

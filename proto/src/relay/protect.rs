@@ -359,13 +359,13 @@ impl Protector {
     /// Appends `frame`, protected, to `out`. Unprotected, the frame is appended as it is.
     #[inline]
     pub fn seal(&mut self, session: u64, sequence: u64, format: Format, frame: &[u8], out: &mut Vec<u8>) {
-        self.seal_as(session, sequence, format.id(), frame, out);
+        self.seal_nonce(session, Protector::nonce(sequence, format.id()), frame, out);
     }
 
     /// Appends an `END`'s totals (whose sequence is the next frame's), protected, to `out`: a
     /// nonce of its own, so a sender without the key cannot end a subscriber's stream.
     pub fn seal_end(&mut self, session: u64, next_sequence: u64, totals: &[u8], out: &mut Vec<u8>) {
-        self.seal_as(session, next_sequence, END_DOMAIN, totals, out);
+        self.seal_nonce(session, Protector::nonce(next_sequence, END_DOMAIN), totals, out);
     }
 
     /// Opens an `END`'s totals sealed by [`Protector::seal_end`].
@@ -376,7 +376,7 @@ impl Protector {
         sealed: &'a [u8],
         scratch: &'a mut Vec<u8>,
     ) -> Result<&'a [u8], ProtectError> {
-        self.open_as(session, next_sequence, END_DOMAIN, sealed, scratch)
+        self.open_nonce(session, Protector::nonce(next_sequence, END_DOMAIN), sealed, scratch)
     }
 
     /// Appends frame `index` (below [`MAX_SNAPSHOT_FRAMES`]) of a snapshot as of frame `as_of`,
@@ -395,11 +395,6 @@ impl Protector {
         scratch: &'a mut Vec<u8>,
     ) -> Result<&'a [u8], ProtectError> {
         self.open_nonce(session, Protector::snapshot_nonce(as_of, index), sealed, scratch)
-    }
-
-    #[inline]
-    fn seal_as(&mut self, session: u64, sequence: u64, domain: u8, frame: &[u8], out: &mut Vec<u8>) {
-        self.seal_nonce(session, Protector::nonce(sequence, domain), frame, out);
     }
 
     #[inline]
@@ -454,19 +449,7 @@ impl Protector {
         sealed: &'a [u8],
         scratch: &'a mut Vec<u8>,
     ) -> Result<&'a [u8], ProtectError> {
-        self.open_as(session, sequence, format.id(), sealed, scratch)
-    }
-
-    #[inline]
-    fn open_as<'a>(
-        &mut self,
-        session: u64,
-        sequence: u64,
-        domain: u8,
-        sealed: &'a [u8],
-        scratch: &'a mut Vec<u8>,
-    ) -> Result<&'a [u8], ProtectError> {
-        self.open_nonce(session, Protector::nonce(sequence, domain), sealed, scratch)
+        self.open_nonce(session, Protector::nonce(sequence, format.id()), sealed, scratch)
     }
 
     #[inline]

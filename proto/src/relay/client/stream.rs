@@ -119,19 +119,11 @@ impl StreamClientConfig {
     ) -> StreamClientConfig {
         StreamClientConfig {
             role: Role::Relay { connect },
-            protection: Protection { crc, encrypted: false },
-            key: None,
-            symbols: None,
-            echo_every: None,
-            from_start: false,
-            snapshot: false,
-            resume: true,
-            reconnect_max_ns: duration_ns(reconnect_max),
             give_up_after_ns: Some(duration_ns(give_up_after)),
             handshake_timeout_ns: duration_ns(handshake_timeout),
             idle_timeout_ns: idle_timeout.map(duration_ns),
-            jitter: None,
-            read_buffer: STREAM_READ_BUFFER,
+            // The rest as a subscriber's, without a key: a relay's upstream is not encrypted.
+            ..StreamClientConfig::subscriber(Protection { crc, encrypted: false }, None, reconnect_max)
         }
     }
 }
@@ -568,16 +560,11 @@ impl StreamClient {
             self.relay_attempt_failed(why.to_string());
         } else {
             self.attempt += 1;
-            let since = *self.unreached_since.get_or_insert(now);
-            if let Some(limit) = self.config.give_up_after_ns
-                && now.saturating_sub(since).saturating_add(self.backoff.peek()) > limit
-            {
+            if let Some((seconds, limit)) = self.past_give_up(now) {
                 // The next attempt would come after the limit: give up now, saying why.
                 return self.finish(Finish::Fatal(format!(
-                    "{why}; not reached in {} attempts over {:.1} s (give up after {:?})",
-                    self.attempt,
-                    now.saturating_sub(since) as f64 / 1e9,
-                    shown(limit)
+                    "{why}; not reached in {} attempts over {seconds:.1} s (give up after {limit:?})",
+                    self.attempt
                 )));
             }
             let wait = self.backoff.next_wait();
@@ -605,6 +592,15 @@ impl StreamClient {
         let wait = self.backoff.next_wait();
         self.events.push_back(ClientEvent::Lost { closed, retry_in: wait });
         self.phase = Phase::Waiting(self.now.saturating_add(wait));
+    }
+
+    /// A subscriber out of reach (or told busy) since its first such attempt, or since `now`:
+    /// when its next wait would pass its limit, the seconds out of reach so far and the limit.
+    fn past_give_up(&mut self, now: i64) -> Option<(f64, Duration)> {
+        let since = *self.unreached_since.get_or_insert(now);
+        let limit = self.config.give_up_after_ns?;
+        let out_of_reach = now.saturating_sub(since);
+        (out_of_reach.saturating_add(self.backoff.peek()) > limit).then(|| (out_of_reach as f64 / 1e9, shown(limit)))
     }
 
     /// A relay's attempt failed: another after a wait, or give up if that would pass
@@ -954,15 +950,10 @@ impl StreamClient {
                 if disposition == Disposition::Busy {
                     // A publisher at its limit serves no stream: the subscriber's limit runs as
                     // for one out of reach.
-                    let since = *self.unreached_since.get_or_insert(now);
-                    if let Some(limit) = self.config.give_up_after_ns
-                        && now.saturating_sub(since).saturating_add(self.backoff.peek()) > limit
-                    {
+                    if let Some((seconds, limit)) = self.past_give_up(now) {
                         return self.finish(Finish::Fatal(format!(
-                            "{}; still busy after {:.1} s of attempts (give up after {:?})",
-                            closed.why,
-                            now.saturating_sub(since) as f64 / 1e9,
-                            shown(limit)
+                            "{}; still busy after {seconds:.1} s of attempts (give up after {limit:?})",
+                            closed.why
                         )));
                     }
                 }

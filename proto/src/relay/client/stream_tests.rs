@@ -3,7 +3,7 @@
 //! refusals, and a relay's give-up, violations and CRC failures.
 
 use super::*;
-use crate::relay::client::testing::{Notes, capture_frames, peer, random_cuts, record};
+use crate::relay::client::testing::{Notes, capture_frames, feed_with, peer, random_cuts, record};
 use crate::relay::protect::Protector;
 use crate::relay::wire::{Resume, Subscribe, Totals};
 use mdrelay_codec::Format;
@@ -40,7 +40,7 @@ fn drive(
 ) -> (Vec<ClientEvent>, Vec<u8>) {
     let mut events = Vec::new();
     let mut written = Vec::new();
-    let mut poll = |client: &mut StreamClient, events: &mut Vec<ClientEvent>, written: &mut Vec<u8>| {
+    feed_with(client, bytes, cuts, now, eof, |client| {
         while let Some(e) = client.poll_event(notes) {
             events.push(e);
             written.extend_from_slice(client.transmit());
@@ -50,36 +50,53 @@ fn drive(
         written.extend_from_slice(client.transmit());
         let n = client.transmit().len();
         client.transmitted(n);
-    };
-    let mut start = 0;
-    for end in cuts.iter().copied().chain([bytes.len()]) {
-        let mut piece = &bytes[start.min(end)..end];
-        start = end;
-        while !piece.is_empty() {
-            let room = client.read_buf();
-            if room.is_empty() {
-                poll(client, &mut events, &mut written);
-                if client.read_buf().is_empty() {
-                    return (events, written);
-                }
-                continue;
-            }
-            let n = room.len().min(piece.len());
-            room[..n].copy_from_slice(&piece[..n]);
-            client.received(n, now, now);
-            piece = &piece[n..];
-            poll(client, &mut events, &mut written);
-        }
-    }
-    if eof {
-        client.received(0, now, now);
-    }
-    poll(client, &mut events, &mut written);
+    });
     (events, written)
 }
 
 fn subscriber() -> StreamClient {
     StreamClient::new(StreamClientConfig::subscriber(Protection::NONE, None, Duration::from_secs(5)))
+}
+
+/// A subscriber connecting again after at most `reconnect_max`, its settings changed by `edit`.
+fn subscriber_with(reconnect_max: Duration, edit: impl FnOnce(&mut StreamClientConfig)) -> StreamClient {
+    let mut config = StreamClientConfig::subscriber(Protection::NONE, None, reconnect_max);
+    edit(&mut config);
+    StreamClient::new(config)
+}
+
+/// Takes `client`'s next action at `now`, whatever it is, and connects it.
+fn connect(client: &mut StreamClient, now: i64) {
+    client.poll_action(now);
+    client.connected(peer(), now);
+}
+
+/// Checks that `client`'s next action at `now` is to connect, and connects it.
+fn connect_at_once(client: &mut StreamClient, now: i64) {
+    assert_eq!(client.poll_action(now), ClientAction::Connect);
+    client.connected(peer(), now);
+}
+
+/// Steps `client` from `*now` until it finishes and returns how: `connect` at each connection
+/// attempt, the waits taken as they come, then `after` each step; a client that runs panics
+/// with `running`.
+fn until_finished(
+    client: &mut StreamClient,
+    now: &mut i64,
+    notes: &mut Notes,
+    running: &str,
+    mut connect: impl FnMut(&mut StreamClient, i64, &mut Notes),
+    mut after: impl FnMut(&mut StreamClient, &mut Notes),
+) -> Option<Finish> {
+    loop {
+        match client.poll_action(*now) {
+            ClientAction::Connect => connect(client, *now, notes),
+            ClientAction::Wait(until) => *now = until,
+            ClientAction::Finished => return client.finished().cloned(),
+            ClientAction::Run => panic!("{running}"),
+        }
+        after(client, notes);
+    }
 }
 
 fn answer(written: &[u8]) -> Subscribe {
@@ -93,8 +110,7 @@ fn a_whole_stream_in_any_split_gives_every_frame_once_and_ends() {
     let mut reference: Option<(Vec<u64>, Vec<u8>)> = None;
     for seed in 0..40 {
         let mut client = subscriber();
-        assert_eq!(client.poll_action(0), ClientAction::Connect);
-        client.connected(peer(), 0);
+        connect_at_once(&mut client, 0);
         let mut notes = Notes::default();
         let cuts = if seed == 0 { (1..bytes.len()).collect() } else { random_cuts(bytes.len(), seed) };
         let (events, written) = drive(&mut client, &bytes, &cuts, 0, false, &mut notes);
@@ -119,8 +135,7 @@ fn a_cut_stream_resumes_after_the_last_frame_received_and_loses_nothing() {
     let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 30);
     let mut client = subscriber();
     let mut notes = Notes::default();
-    client.poll_action(0);
-    client.connected(peer(), 0);
+    connect(&mut client, 0);
     // The connection dies inside the record of frame 13.
     let first = publisher(&frames, Format::Sbe, SESSION, 1, 14, false);
     let (events, _) = drive(&mut client, &first[..first.len() - 7], &[], S, true, &mut notes);
@@ -132,8 +147,7 @@ fn a_cut_stream_resumes_after_the_last_frame_received_and_loses_nothing() {
     );
     assert_eq!(*retry_in, 100 * MS, "a connection that worked starts the waits over");
     assert_eq!(client.poll_action(S + 50 * MS), ClientAction::Wait(S + 100 * MS));
-    assert_eq!(client.poll_action(S + 100 * MS), ClientAction::Connect);
-    client.connected(peer(), S + 100 * MS);
+    connect_at_once(&mut client, S + 100 * MS);
     // The same publisher run: the answer asks for frame 13; the ring replays from there.
     let second = publisher(&frames, Format::Sbe, SESSION, 13, 31, true);
     let (events, written) = drive(&mut client, &second, &random_cuts(second.len(), 3), 2 * S, false, &mut notes);
@@ -154,11 +168,9 @@ fn a_resume_the_publisher_cannot_serve_loses_the_frames_between() {
     let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 20);
     let mut client = subscriber();
     let mut notes = Notes::default();
-    client.poll_action(0);
-    client.connected(peer(), 0);
+    connect(&mut client, 0);
     drive(&mut client, &publisher(&frames, Format::Sbe, SESSION, 1, 6, false), &[], 0, true, &mut notes);
-    client.poll_action(S);
-    client.connected(peer(), S);
+    connect(&mut client, S);
     // No ring: live from frame 9.
     let (events, _) =
         drive(&mut client, &publisher(&frames, Format::Sbe, SESSION, 9, 21, true), &[], S, false, &mut notes);
@@ -170,15 +182,11 @@ fn a_resume_the_publisher_cannot_serve_loses_the_frames_between() {
 #[test]
 fn without_resume_a_reconnection_takes_the_stream_live_and_the_frames_between_are_lost() {
     let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 20);
-    let mut config = StreamClientConfig::subscriber(Protection::NONE, None, Duration::from_secs(5));
-    config.resume = false;
-    let mut client = StreamClient::new(config);
+    let mut client = subscriber_with(Duration::from_secs(5), |c| c.resume = false);
     let mut notes = Notes::default();
-    client.poll_action(0);
-    client.connected(peer(), 0);
+    connect(&mut client, 0);
     drive(&mut client, &publisher(&frames, Format::Sbe, SESSION, 1, 6, false), &[], 0, true, &mut notes);
-    client.poll_action(S);
-    client.connected(peer(), S);
+    connect(&mut client, S);
     // The same session, yet the answer asks for the stream live; the publisher goes on at 9.
     let (events, written) =
         drive(&mut client, &publisher(&frames, Format::Sbe, SESSION, 9, 21, true), &[], S, false, &mut notes);
@@ -193,17 +201,13 @@ fn without_resume_a_reconnection_takes_the_stream_live_and_the_frames_between_ar
 #[test]
 fn a_restarted_publisher_starts_the_accounting_over_and_from_start_asks_for_frame_one() {
     let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 10);
-    let mut config = StreamClientConfig::subscriber(Protection::NONE, None, Duration::from_secs(5));
-    config.from_start = true;
-    let mut client = StreamClient::new(config);
+    let mut client = subscriber_with(Duration::from_secs(5), |c| c.from_start = true);
     let mut notes = Notes::default();
-    client.poll_action(0);
-    client.connected(peer(), 0);
+    connect(&mut client, 0);
     let (_, written) =
         drive(&mut client, &publisher(&frames, Format::Sbe, SESSION, 1, 5, false), &[], 0, true, &mut notes);
     assert_eq!(answer(&written).resume, Resume::From(1), "from the start before anything was received");
-    client.poll_action(S);
-    client.connected(peer(), S);
+    connect(&mut client, S);
     let (events, written) =
         drive(&mut client, &publisher(&frames, Format::Sbe, SESSION + 1, 3, 11, true), &[], S, false, &mut notes);
     assert_eq!(answer(&written).resume, Resume::Live, "frames were received: from-start is over");
@@ -230,8 +234,7 @@ fn waits_double_after_failures_and_start_over_after_a_connection_that_worked() {
     }
     assert_eq!(waits, [100, 200, 400, 500]);
     // A greeting that never comes is no connection that worked: the waits keep growing.
-    client.poll_action(now);
-    client.connected(peer(), now);
+    connect(&mut client, now);
     now += 10 * S;
     client.on_timeout(now);
     let events: Vec<ClientEvent> = std::iter::from_fn(|| client.poll_event(&mut notes)).collect();
@@ -239,15 +242,13 @@ fn waits_double_after_failures_and_start_over_after_a_connection_that_worked() {
     assert_eq!((closed.why.as_str(), *retry_in), ("no greeting within 10s", 500 * MS));
     // A connection whose handshake worked, then lost: from the first wait again.
     now += retry_in;
-    client.poll_action(now);
-    client.connected(peer(), now);
+    connect(&mut client, now);
     let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 2);
     let (events, _) =
         drive(&mut client, &publisher(&frames, Format::Sbe, SESSION, 1, 3, false), &[], now, true, &mut notes);
     assert!(matches!(events.last(), Some(ClientEvent::Lost { retry_in, .. }) if *retry_in == 100 * MS), "{events:?}");
     // BUSY and violations keep the waits growing.
-    client.poll_action(now + S);
-    client.connected(peer(), now + S);
+    connect(&mut client, now + S);
     let mut busy = Hello::new(Format::Sbe, SESSION, 1, 3).to_bytes().to_vec();
     busy.extend(record(RecordTag::Busy, Format::Sbe, 0, 3, b"full"));
     let (events, _) = drive(&mut client, &busy, &[], now + S, false, &mut notes);
@@ -256,37 +257,31 @@ fn waits_double_after_failures_and_start_over_after_a_connection_that_worked() {
 
 #[test]
 fn a_subscriber_with_a_limit_gives_up_when_no_connection_works_for_that_long() {
-    let mut config = StreamClientConfig::subscriber(Protection::NONE, None, Duration::from_millis(500));
-    config.give_up_after_ns = Some(2 * S);
-    let mut client = StreamClient::new(config);
+    let mut client = subscriber_with(Duration::from_millis(500), |c| c.give_up_after_ns = Some(2 * S));
     let mut notes = Notes::default();
     let mut now = 0;
     let mut attempts = 0;
-    loop {
-        match client.poll_action(now) {
-            ClientAction::Connect => {
-                attempts += 1;
-                client.connect_failed("connection refused", now);
-            }
-            ClientAction::Wait(until) => now = until,
-            ClientAction::Finished => break,
-            ClientAction::Run => panic!("nothing connected"),
-        }
-        while client.poll_event(&mut notes).is_some() {}
-    }
+    until_finished(
+        &mut client,
+        &mut now,
+        &mut notes,
+        "nothing connected",
+        |client, now, _| {
+            attempts += 1;
+            client.connect_failed("connection refused", now);
+        },
+        |client, notes| while client.poll_event(notes).is_some() {},
+    );
     // 100, 200, 400, 500, 500 ms of waits: the attempt at 1.7 s is the last before 2 s.
     assert_eq!((attempts, now), (6, 1_700 * MS));
     let Some(Finish::Fatal(why)) = client.finished() else { panic!("{:?}", client.finished()) };
     assert!(why.starts_with("connection refused; not reached in 6 attempts over 1.7 s (give up after 2s)"), "{why}");
     // A connection that works starts the count over; without a limit, attempts never end.
-    let mut config = StreamClientConfig::subscriber(Protection::NONE, None, Duration::from_millis(500));
-    config.give_up_after_ns = Some(2 * S);
-    let mut client = StreamClient::new(config);
+    let mut client = subscriber_with(Duration::from_millis(500), |c| c.give_up_after_ns = Some(2 * S));
     let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 3);
     client.poll_action(0);
     client.connect_failed("connection refused", 0);
-    client.poll_action(S);
-    client.connected(peer(), S);
+    connect(&mut client, S);
     drive(&mut client, &publisher(&frames, Format::Sbe, SESSION, 1, 3, false), &[], S, true, &mut notes);
     let mut now = 5 * S;
     for _ in 0..4 {
@@ -306,8 +301,7 @@ fn a_subscriber_with_a_limit_gives_up_when_no_connection_works_for_that_long() {
 fn a_refusal_ends_the_stream() {
     let mut client = subscriber();
     let mut notes = Notes::default();
-    client.poll_action(0);
-    client.connected(peer(), 0);
+    connect(&mut client, 0);
     let mut bytes = Hello::new(Format::Sbe, SESSION, 1, 1).to_bytes().to_vec();
     bytes[8] = 7;
     let (events, _) = drive(&mut client, &bytes, &[], 0, false, &mut notes);
@@ -320,12 +314,9 @@ fn a_refusal_ends_the_stream() {
 #[test]
 fn every_nth_frame_is_echoed_back_on_the_stream() {
     let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 6);
-    let mut config = StreamClientConfig::subscriber(Protection::NONE, None, Duration::from_secs(5));
-    config.echo_every = Some(3);
-    let mut client = StreamClient::new(config);
+    let mut client = subscriber_with(Duration::from_secs(5), |c| c.echo_every = Some(3));
     let mut notes = Notes::default();
-    client.poll_action(0);
-    client.connected(peer(), 0);
+    connect(&mut client, 0);
     let (_, written) =
         drive(&mut client, &publisher(&frames, Format::Sbe, SESSION, 1, 7, true), &[], 0, false, &mut notes);
     let subscribe = answer(&written);
@@ -359,19 +350,20 @@ fn a_relay_retries_at_once_after_a_loss_then_waits_and_gives_up_in_time() {
     let mut notes = Notes::default();
     let mut now = 0;
     let mut waits = Vec::new();
-    let finish = loop {
-        match client.poll_action(now) {
-            ClientAction::Connect => client.connect_failed("connecting to 10.0.0.1:9100: connection refused", now),
-            ClientAction::Wait(until) => now = until,
-            ClientAction::Finished => break client.finished().cloned(),
-            ClientAction::Run => panic!("never connected"),
-        }
-        while let Some(e) = client.poll_event(&mut notes) {
-            if let ClientEvent::ConnectFailed { retry_in, .. } = e {
-                waits.push(retry_in / MS);
+    let finish = until_finished(
+        &mut client,
+        &mut now,
+        &mut notes,
+        "never connected",
+        |client, now, _| client.connect_failed("connecting to 10.0.0.1:9100: connection refused", now),
+        |client, notes| {
+            while let Some(e) = client.poll_event(notes) {
+                if let ClientEvent::ConnectFailed { retry_in, .. } = e {
+                    waits.push(retry_in / MS);
+                }
             }
-        }
-    };
+        },
+    );
     assert_eq!(waits, [100, 200, 400, 800], "the next wait would pass give_up_after");
     let Some(Finish::Fatal(why)) = finish else { panic!("{finish:?}") };
     assert_eq!(
@@ -382,11 +374,9 @@ fn a_relay_retries_at_once_after_a_loss_then_waits_and_gives_up_in_time() {
     // A connection that worked and was lost: the next attempt is at once.
     let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 8);
     let mut client = relay(Duration::from_secs(2));
-    client.poll_action(0);
-    client.connected(peer(), 0);
+    connect(&mut client, 0);
     drive(&mut client, &publisher(&frames, Format::Sbe, SESSION, 1, 5, false), &[], S, true, &mut notes);
-    assert_eq!(client.poll_action(S), ClientAction::Connect);
-    client.connected(peer(), S);
+    connect_at_once(&mut client, S);
     let (events, written) =
         drive(&mut client, &publisher(&frames, Format::Sbe, SESSION, 5, 9, true), &[], S, false, &mut notes);
     assert_eq!(answer(&written).resume, Resume::From(5), "after the last frame handed on");
@@ -401,19 +391,16 @@ fn a_relay_cannot_follow_a_restart_and_ignores_an_end_that_does_not_fit() {
     let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 8);
     let mut client = relay(Duration::from_secs(30));
     let mut notes = Notes::default();
-    client.poll_action(0);
-    client.connected(peer(), 0);
+    connect(&mut client, 0);
     drive(&mut client, &publisher(&frames, Format::Sbe, SESSION, 1, 4, false), &[], 0, true, &mut notes);
-    client.poll_action(0);
-    client.connected(peer(), 0);
+    connect(&mut client, 0);
     let (events, _) =
         drive(&mut client, &publisher(&frames, Format::Sbe, SESSION + 1, 1, 4, false), &[], 0, false, &mut notes);
     let Some(ClientEvent::Finished(Finish::Fatal(why))) = events.last() else { panic!("{events:?}") };
     assert!(why.contains("restarted: its session 0xabc is now 0xabd"), "{why}");
 
     let mut client = relay(Duration::from_secs(30));
-    client.poll_action(0);
-    client.connected(peer(), 0);
+    connect(&mut client, 0);
     let mut bytes = publisher(&frames, Format::Sbe, SESSION, 1, 4, false);
     let mut totals = Vec::new();
     Totals::default().write(&mut totals);
@@ -454,8 +441,7 @@ fn a_relay_drops_a_connection_whose_frame_fails_its_crc_and_resumes_from_that_fr
     config.jitter = None;
     let mut client = StreamClient::new(config);
     let mut notes = Notes::default();
-    client.poll_action(0);
-    client.connected(peer(), 0);
+    connect(&mut client, 0);
     let mut bytes = greeting(1);
     bytes.extend(record(RecordTag::Data, Format::Sbe, 6, 1, &bad.concat()));
     let (events, _) = drive(&mut client, &bytes, &[], 0, false, &mut notes);
@@ -465,8 +451,7 @@ fn a_relay_drops_a_connection_whose_frame_fails_its_crc_and_resumes_from_that_fr
     assert!(closed.why.starts_with("frame 4 at stream byte"), "{}", closed.why);
     assert_eq!(*retry_in, 100 * MS);
     assert_eq!(client.reader().counts().frame_check_failures, 1);
-    assert_eq!(client.poll_action(100 * MS), ClientAction::Connect);
-    client.connected(peer(), 100 * MS);
+    connect_at_once(&mut client, 100 * MS);
     let mut again = greeting(4);
     again.extend(record(RecordTag::Data, Format::Sbe, 3, 4, &sealed[3..].concat()));
     let (_, written) = drive(&mut client, &again, &[], 100 * MS, false, &mut notes);
@@ -485,23 +470,23 @@ fn violations_in_a_row_without_a_frame_make_a_relay_give_up() {
     let mut bytes = Hello::new(Format::Sbe, SESSION, 1, 1).to_bytes().to_vec();
     bytes.extend(record(RecordTag::Format, Format::Sbe, 0, 5, &[]));
     bytes.extend(record(RecordTag::Data, Format::Sbe, 1, 2, &frames[0]));
-    let finish = loop {
-        match client.poll_action(now) {
-            ClientAction::Connect => {
-                client.connected(peer(), now);
-                let (events, _) = drive(&mut client, &bytes, &[], now, false, &mut notes);
-                for e in events {
-                    if let ClientEvent::Lost { retry_in, closed } = e {
-                        assert!(closed.why.starts_with("protocol violation at stream byte 56: DATA numbered from 2"));
-                        waits.push(retry_in / MS);
-                    }
+    let finish = until_finished(
+        &mut client,
+        &mut now,
+        &mut notes,
+        "the connection should have ended",
+        |client, now, notes| {
+            client.connected(peer(), now);
+            let (events, _) = drive(client, &bytes, &[], now, false, notes);
+            for e in events {
+                if let ClientEvent::Lost { retry_in, closed } = e {
+                    assert!(closed.why.starts_with("protocol violation at stream byte 56: DATA numbered from 2"));
+                    waits.push(retry_in / MS);
                 }
             }
-            ClientAction::Wait(until) => now = until,
-            ClientAction::Finished => break client.finished().cloned(),
-            ClientAction::Run => panic!("the connection should have ended"),
-        }
-    };
+        },
+        |_, _| {},
+    );
     assert_eq!(waits, [100, 200, 400]);
     let Some(Finish::Fatal(why)) = finish else { panic!() };
     assert!(
@@ -567,11 +552,9 @@ fn a_resume_whose_first_record_is_data_is_judged_there_and_a_later_format_switch
     let capnp = capture_frames("DEEP10.pcap.gz", Format::Capnp, 12);
     let mut client = subscriber();
     let mut notes = Notes::default();
-    client.poll_action(0);
-    client.connected(peer(), 0);
+    connect(&mut client, 0);
     drive(&mut client, &publisher(&sbe, Format::Sbe, SESSION, 1, 6, false), &[], 0, true, &mut notes);
-    client.poll_action(S);
-    client.connected(peer(), S);
+    connect(&mut client, S);
     // The ring replays from frame 6 with DATA straight after the greeting (no FORMAT: the
     // greeting named the format), then the publisher switches to Cap'n Proto at frame 9.
     let mut second = Hello::new(Format::Sbe, SESSION, 1, 6).to_bytes().to_vec();
@@ -592,26 +575,23 @@ fn a_resume_whose_first_record_is_data_is_judged_there_and_a_later_format_switch
 
 #[test]
 fn a_subscriber_told_busy_at_every_connection_gives_up_when_its_limit_passes() {
-    let mut config = StreamClientConfig::subscriber(Protection::NONE, None, Duration::from_secs(5));
-    config.give_up_after_ns = Some(2 * S);
-    let mut client = StreamClient::new(config);
+    let mut client = subscriber_with(Duration::from_secs(5), |c| c.give_up_after_ns = Some(2 * S));
     let mut notes = Notes::default();
     let mut now = 0;
     let mut connections = 0;
-    let finish = loop {
-        match client.poll_action(now) {
-            ClientAction::Connect => {
-                connections += 1;
-                assert!(connections < 100, "a publisher that is always busy is not connected to for ever");
-                client.connected(peer(), now);
-                drive(&mut client, &busy_publisher(), &[], now, true, &mut notes);
-            }
-            ClientAction::Wait(until) => now = until,
-            ClientAction::Finished => break client.finished().cloned(),
-            ClientAction::Run => panic!("the connection was closed by BUSY"),
-        }
-        while client.poll_event(&mut notes).is_some() {}
-    };
+    let finish = until_finished(
+        &mut client,
+        &mut now,
+        &mut notes,
+        "the connection was closed by BUSY",
+        |client, now, notes| {
+            connections += 1;
+            assert!(connections < 100, "a publisher that is always busy is not connected to for ever");
+            client.connected(peer(), now);
+            drive(client, &busy_publisher(), &[], now, true, notes);
+        },
+        |client, notes| while client.poll_event(notes).is_some() {},
+    );
     assert!(now <= 2 * S, "gave up within its limit, at {now} ns");
     let Some(Finish::Fatal(why)) = finish else { panic!("{finish:?}") };
     assert!(why.contains("at its limit; retry later"), "{why}");
@@ -624,8 +604,7 @@ fn records_that_give_nothing_owe_the_caller_a_turn_after_each_budget_and_frames_
     let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 2);
     let mut client = subscriber();
     let mut notes = Notes::default();
-    client.poll_action(0);
-    client.connected(peer(), 0);
+    connect(&mut client, 0);
     // FORMAT records of the format in use give nothing: three budgets' worth and a few, a frame,
     // then one record short of a budget, and another frame.
     let mut bytes = Hello::new(Format::Sbe, SESSION, 1, 1).to_bytes().to_vec();
@@ -644,8 +623,7 @@ fn records_that_give_nothing_owe_the_caller_a_turn_after_each_budget_and_frames_
     assert_eq!(notes.sequences(), [1, 2], "nothing is lost");
     // One record of 3 MiB that gives nothing: a turn per MiB received, before it is whole.
     let mut client = subscriber();
-    client.poll_action(0);
-    client.connected(peer(), 0);
+    connect(&mut client, 0);
     let mut bytes = Hello::new(Format::Sbe, SESSION, 1, 1).to_bytes().to_vec();
     bytes.extend(record(RecordTag::Format, Format::Sbe, 0, 1, &vec![0u8; 3 << 20]));
     let (events, _) = drive(&mut client, &bytes, &[], 0, false, &mut notes);
@@ -710,8 +688,7 @@ fn a_snapshot_comes_whole_before_the_frames_after_it_in_any_split() {
     let bytes = publisher_with_snapshot(&frames, Format::FlatBuffers, Some(20), 21, 41);
     for seed in 0..20 {
         let mut client = snapshot_subscriber();
-        assert_eq!(client.poll_action(0), ClientAction::Connect);
-        client.connected(peer(), 0);
+        connect_at_once(&mut client, 0);
         let mut notes = Notes::default();
         let cuts = if seed == 0 { (1..bytes.len()).collect() } else { random_cuts(bytes.len(), seed) };
         let (events, written) = drive(&mut client, &bytes, &cuts, 0, false, &mut notes);
@@ -736,8 +713,7 @@ fn a_stream_without_the_snapshot_asked_for_is_said_so_and_taken() {
     let frames = capture_frames("DEEP10.pcap.gz", Format::Sbe, 10);
     let bytes = publisher_with_snapshot(&frames, Format::Sbe, None, 1, 11);
     let mut client = snapshot_subscriber();
-    assert_eq!(client.poll_action(0), ClientAction::Connect);
-    client.connected(peer(), 0);
+    connect_at_once(&mut client, 0);
     let mut notes = Notes::default();
     let (events, _) = drive(&mut client, &bytes, &[], 0, false, &mut notes);
     assert!(events.contains(&ClientEvent::SnapshotMissing { why: None }), "{events:?}");
@@ -750,8 +726,7 @@ fn a_snapshot_not_asked_for_is_skipped_and_one_the_stream_goes_behind_is_a_viola
     // Not asked for: skipped by its length, the stream taken.
     let bytes = publisher_with_snapshot(&frames, Format::Sbe, Some(0), 1, 11);
     let mut client = subscriber();
-    assert_eq!(client.poll_action(0), ClientAction::Connect);
-    client.connected(peer(), 0);
+    connect_at_once(&mut client, 0);
     let mut notes = Notes::default();
     let (events, written) = drive(&mut client, &bytes, &[], 0, false, &mut notes);
     assert!(!answer(&written).snapshot);
@@ -761,8 +736,7 @@ fn a_snapshot_not_asked_for_is_skipped_and_one_the_stream_goes_behind_is_a_viola
     // A snapshot as of frame 5 followed by a stream from frame 3: frames it already stands for.
     let bytes = publisher_with_snapshot(&frames, Format::Sbe, Some(5), 3, 11);
     let mut client = snapshot_subscriber();
-    assert_eq!(client.poll_action(0), ClientAction::Connect);
-    client.connected(peer(), 0);
+    connect_at_once(&mut client, 0);
     let mut notes = Notes::default();
     let (events, _) = drive(&mut client, &bytes, &[], 0, false, &mut notes);
     assert!(events.iter().any(|e| matches!(e, ClientEvent::Violation { .. })), "{events:?}");

@@ -2,6 +2,7 @@
 //! feeding a connection its bytes cut where a test says.
 
 use super::connection::{ConnectionEvent, StreamConnection};
+use super::stream::StreamClient;
 use crate::relay::wire::{RecordHeader, RecordTag};
 use mdrelay_codec::Format;
 use rand::{Rng, SeedableRng};
@@ -46,35 +47,77 @@ pub(crate) fn drain(conn: &mut StreamConnection, out: &mut Vec<String>) {
     }
 }
 
-/// Feeds `bytes` to `conn` in pieces cut at `cuts`, at time `now`, polling every event after
-/// each piece (as a driver does); then `eof` closes the input. The answer and echoes are taken
-/// as written at once.
-pub(crate) fn feed(conn: &mut StreamConnection, bytes: &[u8], cuts: &[usize], now: i64, eof: bool) -> Vec<String> {
-    let mut events = Vec::new();
+/// A machine that takes the bytes a driver reads: a connection, or a stream client.
+pub(crate) trait ReadInto {
+    /// Where the next bytes go (empty while the machine takes none).
+    fn room(&mut self) -> &mut [u8];
+    /// `n` bytes were put at the start of the room at `now`; 0 closes the input.
+    fn filled(&mut self, n: usize, now: i64);
+}
+
+impl ReadInto for StreamConnection {
+    fn room(&mut self) -> &mut [u8] {
+        self.read_buf()
+    }
+
+    fn filled(&mut self, n: usize, now: i64) {
+        self.received(n, now);
+    }
+}
+
+impl ReadInto for StreamClient {
+    fn room(&mut self) -> &mut [u8] {
+        self.read_buf()
+    }
+
+    fn filled(&mut self, n: usize, now: i64) {
+        self.received(n, now, now);
+    }
+}
+
+/// Feeds `bytes` to `machine` in pieces cut at `cuts`, at time `now`, calling `poll` after each
+/// piece and whenever the room is full (as a driver does); then `eof` closes the input and
+/// `poll` runs once more. Stops at once when the room stays full after a poll.
+pub(crate) fn feed_with<M: ReadInto>(
+    machine: &mut M,
+    bytes: &[u8],
+    cuts: &[usize],
+    now: i64,
+    eof: bool,
+    mut poll: impl FnMut(&mut M),
+) {
     let mut start = 0;
     for end in cuts.iter().copied().chain([bytes.len()]) {
         let mut piece = &bytes[start.min(end)..end];
         start = end;
         while !piece.is_empty() {
-            let room = conn.read_buf();
+            let room = machine.room();
             if room.is_empty() {
-                drain(conn, &mut events);
-                if conn.read_buf().is_empty() {
-                    return events;
+                poll(machine);
+                if machine.room().is_empty() {
+                    return;
                 }
                 continue;
             }
             let n = room.len().min(piece.len());
             room[..n].copy_from_slice(&piece[..n]);
-            conn.received(n, now);
+            machine.filled(n, now);
             piece = &piece[n..];
-            drain(conn, &mut events);
+            poll(machine);
         }
     }
     if eof {
-        conn.received(0, now);
+        machine.filled(0, now);
     }
-    drain(conn, &mut events);
+    poll(machine);
+}
+
+/// Feeds `bytes` to `conn` in pieces cut at `cuts`, at time `now`, polling every event after
+/// each piece (as a driver does); then `eof` closes the input. The answer and echoes are taken
+/// as written at once.
+pub(crate) fn feed(conn: &mut StreamConnection, bytes: &[u8], cuts: &[usize], now: i64, eof: bool) -> Vec<String> {
+    let mut events = Vec::new();
+    feed_with(conn, bytes, cuts, now, eof, |conn| drain(conn, &mut events));
     events
 }
 
