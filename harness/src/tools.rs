@@ -71,6 +71,21 @@ fn up_to_date(tools: &Path, digest: &str) -> bool {
         && NATS_PROGRAMS.iter().all(|program| bin.join(program).is_file())
 }
 
+/// Creates `dir` and holds an exclusive lock on its file `name` (made if missing) until the
+/// returned file is dropped, so that one process or thread at a time installs into `dir`.
+fn lock_in(dir: &Path, name: &str) -> Result<File, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let lock_path = dir.join(name);
+    let lock = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| format!("opening {}: {e}", lock_path.display()))?;
+    lock.lock().map_err(|e| format!("locking {}: {e}", lock_path.display()))?;
+    Ok(lock)
+}
+
 /// Runs `script` (bash, with `MDRELAY_TOOLS=tools`) unless the tools in `tools/bin` are up to
 /// date for `digest`, holding an exclusive lock on `tools/.nats-build.lock` meanwhile, so that
 /// of the threads and processes asking at once exactly one builds and the others wait for it.
@@ -81,15 +96,7 @@ pub fn build_once(tools: &Path, script: &Path, digest: &str) -> Result<bool, Str
     if up_to_date(tools, digest) {
         return Ok(false);
     }
-    std::fs::create_dir_all(tools).map_err(|e| format!("creating {}: {e}", tools.display()))?;
-    let lock_path = tools.join(BUILD_LOCK);
-    let lock = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|e| format!("opening {}: {e}", lock_path.display()))?;
-    lock.lock().map_err(|e| format!("locking {}: {e}", lock_path.display()))?;
+    let _lock = lock_in(tools, BUILD_LOCK)?;
     // Another thread or process may have built them while this one waited for the lock.
     if up_to_date(tools, digest) {
         return Ok(false);
@@ -139,15 +146,7 @@ pub fn system_program(program: &str, package: &str) -> PathBuf {
     }
     let tools = tools_dir();
     let installed = (|| {
-        std::fs::create_dir_all(&tools).map_err(|e| format!("creating {}: {e}", tools.display()))?;
-        let lock_path = tools.join(".apt.lock");
-        let lock = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| format!("opening {}: {e}", lock_path.display()))?;
-        lock.lock().map_err(|e| format!("locking {}: {e}", lock_path.display()))?;
+        let _lock = lock_in(&tools, ".apt.lock")?;
         if let Some(found) = on_path(program) {
             return Ok(found);
         }
@@ -183,6 +182,14 @@ mod tests {
 
     /// A stand-in for `.ci/nats.sh` that counts its runs in `runs`, takes a while (so callers
     /// overlap), then records `digest` and the programs, or fails when `fail` is set.
+    /// A scratch folder holding a stub build script (see [`stub_script`]), and where it builds.
+    fn scratch_with_stub(digest: &str, fail: bool) -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let scratch = tempfile::tempdir().unwrap();
+        let tools = scratch.path().join("tools");
+        let script = stub_script(scratch.path(), digest, fail);
+        (scratch, tools, script)
+    }
+
     fn stub_script(dir: &Path, digest: &str, fail: bool) -> PathBuf {
         let script = dir.join("stub.sh");
         let body = if fail {
@@ -204,9 +211,7 @@ mod tests {
 
     #[test]
     fn of_many_callers_at_once_exactly_one_builds_and_later_ones_reuse() {
-        let scratch = tempfile::tempdir().unwrap();
-        let tools = scratch.path().join("tools");
-        let script = stub_script(scratch.path(), "abc", false);
+        let (scratch, tools, script) = scratch_with_stub("abc", false);
         let built: Vec<bool> = std::thread::scope(|s| {
             let callers: Vec<_> = (0..8).map(|_| s.spawn(|| build_once(&tools, &script, "abc").unwrap())).collect();
             callers.into_iter().map(|caller| caller.join().unwrap()).collect()
@@ -219,9 +224,7 @@ mod tests {
 
     #[test]
     fn tools_built_from_other_inputs_or_incomplete_are_built_again() {
-        let scratch = tempfile::tempdir().unwrap();
-        let tools = scratch.path().join("tools");
-        let script = stub_script(scratch.path(), "new", false);
+        let (scratch, tools, script) = scratch_with_stub("new", false);
         std::fs::create_dir_all(tools.join("bin")).unwrap();
         std::fs::write(tools.join("bin").join(INPUTS_RECORD), "old\n").unwrap();
         for program in NATS_PROGRAMS {
@@ -235,9 +238,7 @@ mod tests {
 
     #[test]
     fn a_failed_build_is_an_error_with_the_scripts_output_and_the_next_caller_tries_again() {
-        let scratch = tempfile::tempdir().unwrap();
-        let tools = scratch.path().join("tools");
-        let script = stub_script(scratch.path(), "abc", true);
+        let (scratch, tools, script) = scratch_with_stub("abc", true);
         let err = build_once(&tools, &script, "abc").unwrap_err();
         assert!(err.contains("go: no network") && err.contains("exit status: 3"), "{err}");
         assert!(build_once(&tools, &script, "abc").is_err());
