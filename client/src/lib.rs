@@ -105,6 +105,7 @@
 mod builder;
 mod collect;
 mod counters;
+mod datagram;
 mod error;
 mod event;
 mod nats_auth;

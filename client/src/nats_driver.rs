@@ -74,20 +74,19 @@
 
 use crate::collect::Collector;
 use crate::counters::Counters;
+use crate::datagram::{self, DatagramDriver, EndNotes, Parts};
 use crate::error::Error;
-use crate::event::{Event, RecoveryEvent};
+use crate::event::{Event, Notice, RecoveryEvent};
 use crate::nats_auth::nats_config;
 use crate::net::Clock;
 use crate::settings::Checked;
-use crate::udp::{EndNotes, datagram_notice};
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use async_nats::jetstream::message::StreamMessage;
 use async_nats::jetstream::stream::{DirectGetErrorKind, LastRawMessageErrorKind, Stream as JetStream};
 use bytes::Bytes;
 use futures_util::{FutureExt, StreamExt};
 use mdrelay_proto::relay::client::{
-    CatchUp, DatagramConfig, DatagramEvent, DatagramReceiver, Origin, Quiet, ReaderConfig, RecoveryConfig,
-    SNAPSHOT_WAIT, StoreSearch, StoreStep, Stored,
+    CatchUp, DatagramEvent, DatagramReceiver, Origin, Quiet, SNAPSHOT_WAIT, StoreSearch, StoreStep, Stored,
 };
 use mdrelay_proto::relay::snapshot::nats_snapshot_subject;
 use mdrelay_proto::relay::wire::{DatagramHeader, DatagramKind, Hello, RecordHeader, RecordTag, RetransmitRequest};
@@ -227,7 +226,6 @@ pub(crate) struct NatsDriver {
     /// Messages taken that gave the caller nothing: past a budget the driver yields, so a
     /// subject flooded with messages that produce no event cannot hold the caller's deadline.
     quiet: Quiet,
-    finished: bool,
 }
 
 impl Drop for NatsDriver {
@@ -310,23 +308,7 @@ impl NatsDriver {
             }),
             _ => None,
         };
-        let config = DatagramConfig {
-            reader: ReaderConfig {
-                crc: settings.protection.crc,
-                key: settings.key.clone(),
-                symbols: settings.symbols.clone(),
-                ..ReaderConfig::default()
-            },
-            from_start: settings.from_start,
-            lines: None,
-            recovery: settings.recovery.as_ref().map(|r| RecoveryConfig {
-                delay: r.delay,
-                retry: r.retry,
-                attempts: r.attempts,
-                linger: r.linger,
-            }),
-            snapshot: settings.snapshot,
-        };
+        let config = datagram::config(settings, None, None);
         let mut receiver =
             DatagramReceiver::new(config).with_store_recovery().with_give_up_after(settings.give_up_after);
         if let Some(replay) = &mut replay {
@@ -357,31 +339,16 @@ impl NatsDriver {
             clock,
             connections,
             quiet: Quiet::new(),
-            finished: false,
         })
-    }
-
-    /// The stream ended.
-    pub fn is_finished(&self) -> bool {
-        self.finished
     }
 
     /// Moves messages until the machine has something for the caller, or the stream is over.
     pub async fn step(&mut self, out: &mut Collector) -> Result<(), Error> {
         loop {
-            self.pump(out);
-            if let Some(error) = self.gave_up.take() {
-                return Err(error);
-            }
-            if out.has_items() || self.finished {
-                self.quiet.produced();
-                return Ok(());
-            }
-            if self.quiet.turn_due() {
-                // Messages that give nothing go on (held ones included): the caller's deadline,
-                // a select!'s other branches and the runtime's timers run before the next.
-                tokio::task::yield_now().await;
-                continue;
+            // Messages that give nothing go on (held ones included), with a yield to the
+            // runtime now and then.
+            if let Some(result) = datagram::begin_round(self, out).await {
+                return result;
             }
             let now = self.clock.now();
             if let Some(deadline) = self.receiver.deadline()
@@ -478,29 +445,16 @@ impl NatsDriver {
     /// datagram, where a catch-up starts, or the machine's deadline.
     async fn wait(&mut self, out: &mut Collector) -> Result<(), Error> {
         let clock = self.clock;
-        let deadline = self.receiver.deadline();
-        let sleep = async move {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(clock.instant(d)).await,
-                None => std::future::pending().await,
-            }
-        };
+        let sleep = clock.sleep_until(self.receiver.deadline());
         let holding = self.holding();
         let hold_more = self.held.len() < MAX_HELD;
         // Quiet for TAIL_PROBE (not while reading the stream in order: that reads it anyway).
         let probe_at = self.live_at.saturating_add(TAIL_PROBE.as_nanos() as i64);
         let probing = self.source.is_some() && !holding && self.tail_read.is_none() && self.receiver.wants_tail();
-        let quiet = async move {
-            if probing { tokio::time::sleep_until(clock.instant(probe_at)).await } else { std::future::pending().await }
-        };
+        let quiet = clock.sleep_until(probing.then_some(probe_at));
         // A read in order that brings nothing for REPLAY_STALL has stalled.
         let stall_at = self.replay.as_ref().map(|r| r.moved_at.saturating_add(REPLAY_STALL.as_nanos() as i64));
-        let stalled = async move {
-            match stall_at {
-                Some(at) => tokio::time::sleep_until(clock.instant(at)).await,
-                None => std::future::pending().await,
-            }
-        };
+        let stalled = clock.sleep_until(stall_at);
         let NatsDriver { replay, live, repairs, catching_up, tail_read, snapshot, .. } = self;
         let answered = async {
             match snapshot {
@@ -679,78 +633,32 @@ impl NatsDriver {
             self.start_catch_up(catch_up);
         }
     }
+}
 
-    /// Takes the machine's events.
-    fn pump(&mut self, out: &mut Collector) {
-        while let Some(event) = self.receiver.poll_event(out) {
-            let notice = match event {
-                DatagramEvent::End { next_sequence, totals, .. } => {
-                    self.notes.ended(next_sequence, totals);
-                    continue;
-                }
-                DatagramEvent::Finished => {
-                    self.finish_run(out);
-                    let counters = self.counters_with(out);
-                    self.notes.finished(&counters)
-                }
-                DatagramEvent::Snapshot(snapshot) => {
-                    self.notes.snapshot = Some((snapshot.state.as_of, snapshot.totals.clone()));
-                    Event::Snapshot(crate::event::Snapshot::new(snapshot))
-                }
-                DatagramEvent::SnapshotMissing { why } => Event::SnapshotMissing { reason: why },
-                DatagramEvent::Behind { from, ahead, .. } => Event::Recovery(RecoveryEvent::CatchingUp { from, ahead }),
-                DatagramEvent::CaughtUp { frames } => Event::Recovery(RecoveryEvent::CaughtUp { frames }),
-                DatagramEvent::EndAhead { next_sequence, .. } => {
-                    Event::Recovery(RecoveryEvent::EndAhead { next_sequence })
-                }
-                DatagramEvent::GaveUp { silent, given_up } => {
-                    self.finish_run(out);
-                    let limit = std::time::Duration::from_nanos(silent.max(0).unsigned_abs());
-                    let in_stream = if self.source.is_some() { " nor in the stream's last message" } else { "" };
-                    self.gave_up = Some(Error::Ended {
-                        peer: self.name.clone(),
-                        reason: format!(
-                            "no new frame for {limit:.1?} on the subject{in_stream}, and no end of stream (give_up_after): \
-                             given up, with {given_up} frames still missing"
-                        ),
-                    });
-                    continue;
-                }
-                other => match datagram_notice(other) {
-                    Some(notice) => notice,
-                    None => continue,
-                },
-            };
-            out.notice(notice);
-        }
-        self.notes.note_given_up(&self.receiver, out);
+impl DatagramDriver for NatsDriver {
+    fn parts(&mut self) -> Parts<'_> {
+        Parts { receiver: &mut self.receiver, notes: &mut self.notes, quiet: &mut self.quiet }
     }
 
-    /// The run is over: what is still missing is given up, and the repairs stop.
-    fn finish_run(&mut self, out: &mut Collector) {
-        if !self.finished {
-            self.finished = true;
-            self.receiver.finish_run();
-            self.notes.note_given_up(&self.receiver, out);
-            if let Some(repairs) = &self.repairs {
-                repairs.task.abort();
-            }
-            if let Some(task) = self.catching_up.take() {
-                task.abort();
-            }
-            if let Some(task) = self.tail_read.take() {
-                task.abort();
-            }
+    /// The stream given up (`give_up_after`).
+    fn take_error(&mut self) -> Option<Error> {
+        self.gave_up.take()
+    }
+
+    /// The repairs, the catch-up and the read of the stream's tail stop.
+    fn stop(&mut self) {
+        if let Some(repairs) = &self.repairs {
+            repairs.task.abort();
+        }
+        if let Some(task) = self.catching_up.take() {
+            task.abort();
+        }
+        if let Some(task) = self.tail_read.take() {
+            task.abort();
         }
     }
 
-    /// Ends the stream now.
-    pub fn close(&mut self, out: &mut Collector) {
-        self.finish_run(out);
-    }
-
-    /// What was counted, with what the collector counted.
-    pub fn counters_with(&self, out: &Collector) -> Counters {
+    fn counters_with(&self, out: &Collector) -> Counters {
         let d = self.receiver.counts();
         let reader = self.receiver.reader();
         let server = self.repairs.as_ref().map_or("JetStream", |r| r.server.as_str());
@@ -766,6 +674,28 @@ impl NatsDriver {
             reconnects: connections.saturating_sub(1),
             ..Counters::of_reader(reader, &out.tally, Default::default())
         }
+    }
+
+    fn own_notice(&mut self, event: DatagramEvent, out: &mut Collector) -> Option<Notice> {
+        Some(match event {
+            DatagramEvent::Behind { from, ahead, .. } => Event::Recovery(RecoveryEvent::CatchingUp { from, ahead }),
+            DatagramEvent::CaughtUp { frames } => Event::Recovery(RecoveryEvent::CaughtUp { frames }),
+            DatagramEvent::EndAhead { next_sequence, .. } => Event::Recovery(RecoveryEvent::EndAhead { next_sequence }),
+            DatagramEvent::GaveUp { silent, given_up } => {
+                self.close(out);
+                let limit = std::time::Duration::from_nanos(silent.max(0).unsigned_abs());
+                let in_stream = if self.source.is_some() { " nor in the stream's last message" } else { "" };
+                self.gave_up = Some(Error::Ended {
+                    peer: self.name.clone(),
+                    reason: format!(
+                        "no new frame for {limit:.1?} on the subject{in_stream}, and no end of stream (give_up_after): \
+                         given up, with {given_up} frames still missing"
+                    ),
+                });
+                return None;
+            }
+            _ => return None,
+        })
     }
 }
 

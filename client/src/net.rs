@@ -48,11 +48,56 @@ impl Clock {
     pub fn wall(&self) -> i64 {
         mdrelay_runtime::clock::wall_clock_ns()
     }
+
+    /// Sleeps until `at` (ns after the start), or for ever when there is no such time.
+    pub async fn sleep_until(self, at: Option<i64>) {
+        match at {
+            Some(at) => tokio::time::sleep_until(self.instant(at)).await,
+            None => std::future::pending().await,
+        }
+    }
 }
 
 /// A wait of ns (the machines') as a `Duration`.
 pub(crate) fn shown(ns: i64) -> Duration {
     Duration::from_nanos(u64::try_from(ns).unwrap_or(0))
+}
+
+/// How writing a machine's pending bytes to its socket ended.
+pub(crate) enum Written {
+    /// Nothing is left to write.
+    Drained,
+    /// The socket is full: wait for room.
+    Blocked,
+    /// A write failed.
+    Failed(io::Error),
+}
+
+/// Writes what `machine` has pending (`pending`) to `fd`, telling it of each write
+/// (`transmitted`), until nothing is left, the socket is full or a write fails; how it ended,
+/// and whether anything was written.
+pub(crate) fn write_pending<M>(
+    fd: &TcpStream,
+    machine: &mut M,
+    pending: for<'a> fn(&'a M) -> &'a [u8],
+    transmitted: fn(&mut M, usize),
+) -> (Written, bool) {
+    let mut moved = false;
+    loop {
+        let bytes = pending(machine);
+        if bytes.is_empty() {
+            return (Written::Drained, moved);
+        }
+        match fd.try_write(bytes) {
+            Ok(n) => {
+                transmitted(machine, n);
+                moved = true;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return (Written::Blocked, moved),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return (Written::Failed(e), moved),
+        }
+    }
 }
 
 /// A connection to `address` (`host:port`, resolved now) within `timeout`, made non-blocking.

@@ -4,6 +4,7 @@
 
 use crate::collect::Collector;
 use crate::counters::Counters;
+use crate::datagram::DatagramDriver;
 use crate::error::Error;
 use crate::event::{Event, Frame, OwnedEvent};
 #[cfg(feature = "nats")]

@@ -12,7 +12,7 @@ use crate::collect::Collector;
 use crate::counters::Counters;
 use crate::error::Error;
 use crate::event::{End, Event, Skipped, Snapshot, Start};
-use crate::net::{self, Clock, Connecting, shown};
+use crate::net::{self, Clock, Connecting, Written, shown};
 use crate::poll::{Idle, Poller};
 use crate::settings::Checked;
 use mdrelay_proto::relay::client::{
@@ -163,24 +163,10 @@ impl TcpDriver {
     /// Writes what the machine has to send; false when the connection failed.
     fn write(&mut self) {
         let Some(fd) = &self.conn else { return };
-        loop {
-            let pending = self.client.transmit();
-            if pending.is_empty() {
-                self.blocked_write = false;
-                return;
-            }
-            match fd.try_write(pending) {
-                Ok(n) => self.client.transmitted(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.blocked_write = true;
-                    return;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    self.client.write_failed(&e, self.clock.now());
-                    return;
-                }
-            }
+        match net::write_pending(fd, &mut self.client, StreamClient::transmit, StreamClient::transmitted).0 {
+            Written::Drained => self.blocked_write = false,
+            Written::Blocked => self.blocked_write = true,
+            Written::Failed(e) => self.client.write_failed(&e, self.clock.now()),
         }
     }
 

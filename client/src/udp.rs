@@ -10,15 +10,13 @@
 
 use crate::collect::Collector;
 use crate::counters::Counters;
+use crate::datagram::{self, DatagramDriver, EndNotes, Parts};
 use crate::error::Error;
-use crate::event::{End, Event, Notice, RecoveryEvent, Skipped};
-use crate::net::{self, Clock, Connecting, shown};
+use crate::event::{Event, Notice, RecoveryEvent, Skipped};
+use crate::net::{self, Clock, Connecting, Written, shown};
 use crate::poll::{Idle, Poller};
 use crate::settings::{Checked, Transport};
-use mdrelay_proto::relay::Totals;
-use mdrelay_proto::relay::client::{
-    DatagramConfig, DatagramEvent, DatagramReceiver, Line, Origin, Quiet, ReaderConfig, RecoveryAction, RecoveryConfig,
-};
+use mdrelay_proto::relay::client::{DatagramEvent, DatagramReceiver, Line, Origin, Quiet, RecoveryAction};
 use socket2::SockRef;
 use std::io;
 use std::net::SocketAddr;
@@ -73,7 +71,6 @@ pub(crate) struct UdpDriver {
     poller: Poller,
     /// Datagrams and bytes taken since the caller was last given something.
     quiet: Quiet,
-    finished: bool,
 }
 
 impl UdpDriver {
@@ -86,24 +83,7 @@ impl UdpDriver {
         };
         let name = |s: &UdpSocket| s.local_addr().map_or_else(|_| "-".to_string(), |a| a.to_string());
         let names = b.as_ref().map(|b| (name(&a.socket), name(&b.socket)));
-        let config = DatagramConfig {
-            reader: ReaderConfig {
-                crc: settings.protection.crc,
-                key: settings.key.clone(),
-                symbols: settings.symbols.clone(),
-                echo_every: settings.echo_every,
-                ..ReaderConfig::default()
-            },
-            from_start: settings.from_start,
-            lines: names,
-            recovery: settings.recovery.as_ref().map(|r| RecoveryConfig {
-                delay: r.delay,
-                retry: r.retry,
-                attempts: r.attempts,
-                linger: r.linger,
-            }),
-            snapshot: settings.snapshot,
-        };
+        let config = datagram::config(settings, settings.echo_every, names);
         let mut busy_poll_refused = false;
         let mut lines = Vec::new();
         let two = b.is_some();
@@ -135,7 +115,6 @@ impl UdpDriver {
             clock,
             poller: Poller::new(settings.idle),
             quiet: Quiet::new(),
-            finished: false,
         })
     }
 
@@ -144,24 +123,12 @@ impl UdpDriver {
         self.lines.iter().filter_map(|l| l.socket.local_addr().ok()).collect()
     }
 
-    /// The stream ended.
-    pub fn is_finished(&self) -> bool {
-        self.finished
-    }
-
     /// Moves bytes until the machine has something for the caller, or the stream is over.
     pub async fn step(&mut self, out: &mut Collector) -> Result<(), Error> {
         loop {
-            self.pump(out);
-            if out.has_items() || self.finished {
-                self.quiet.produced();
-                return Ok(());
-            }
-            if self.quiet.turn_due() {
-                // Datagrams that give nothing go on: the caller's deadline, a select!'s other
-                // branches and the runtime's timers run before the next ones are taken.
-                tokio::task::yield_now().await;
-                continue;
+            // Datagrams that give nothing go on, with a yield to the runtime now and then.
+            if let Some(result) = datagram::begin_round(self, out).await {
+                return result;
             }
             let now = self.clock.now();
             if self.recovery_io(now).await {
@@ -208,27 +175,18 @@ impl UdpDriver {
             return true;
         }
         let Some(fd) = &link.conn else { return false };
-        let mut moved = false;
-        loop {
-            let pending = self.receiver.recovery_transmit();
-            if pending.is_empty() {
-                link.blocked_write = false;
-                break;
-            }
-            match fd.try_write(pending) {
-                Ok(n) => {
-                    self.receiver.recovery_transmitted(n);
-                    moved = true;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    link.blocked_write = true;
-                    break;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    self.receiver.recovery_write_failed(&e);
-                    return true;
-                }
+        let (written, moved) = net::write_pending(
+            fd,
+            &mut self.receiver,
+            DatagramReceiver::recovery_transmit,
+            DatagramReceiver::recovery_transmitted,
+        );
+        match written {
+            Written::Drained => link.blocked_write = false,
+            Written::Blocked => link.blocked_write = true,
+            Written::Failed(e) => {
+                self.receiver.recovery_write_failed(&e);
+                return true;
             }
         }
         let buf = self.receiver.recovery_read_buf();
@@ -299,14 +257,7 @@ impl UdpDriver {
     /// Waits for a line, the recovery connection (being made, or its bytes) or the machine's
     /// deadline.
     async fn park(&mut self) {
-        let clock = self.clock;
-        let deadline = self.receiver.deadline();
-        let sleep = async move {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(clock.instant(d)).await,
-                None => std::future::pending().await,
-            }
-        };
+        let sleep = self.clock.sleep_until(self.receiver.deadline());
         let a = &self.lines[0].socket;
         let b = self.lines.get(1).map(|l| &l.socket);
         let (conn, blocked_write, connecting) = match &mut self.link {
@@ -326,81 +277,23 @@ impl UdpDriver {
             self.link_made(made);
         }
     }
+}
 
-    /// Takes the machine's events.
-    fn pump(&mut self, out: &mut Collector) {
+impl DatagramDriver for UdpDriver {
+    fn parts(&mut self) -> Parts<'_> {
+        Parts { receiver: &mut self.receiver, notes: &mut self.notes, quiet: &mut self.quiet }
+    }
+
+    /// Frames recovered are told as the recovery connection's peer's.
+    fn before_pump(&mut self, out: &mut Collector) {
         out.recovery_peer = self.link.as_ref().and_then(|l| l.peer);
-        while let Some(event) = self.receiver.poll_event(out) {
-            let notice = match event {
-                DatagramEvent::EchoIgnored { .. }
-                | DatagramEvent::Ending { .. }
-                | DatagramEvent::EndWaitOver { .. } => {
-                    continue;
-                }
-                DatagramEvent::End { next_sequence, totals, .. } => {
-                    self.notes.ended(next_sequence, totals);
-                    continue;
-                }
-                DatagramEvent::Snapshot(snapshot) => {
-                    self.notes.snapshot = Some((snapshot.state.as_of, snapshot.totals.clone()));
-                    Event::Snapshot(crate::event::Snapshot::new(snapshot))
-                }
-                DatagramEvent::SnapshotMissing { why } => Event::SnapshotMissing { reason: why },
-                DatagramEvent::Finished => {
-                    self.finish_run(out);
-                    let counters = self.counters_with(out);
-                    self.notes.finished(&counters)
-                }
-                DatagramEvent::RecoveryConnected { peer, session, stream } => {
-                    Event::Recovery(RecoveryEvent::Connected { peer, session, other_session: stream.is_some() })
-                }
-                DatagramEvent::RecoveryBusy { first } => Event::Recovery(RecoveryEvent::Busy { first }),
-                DatagramEvent::RecoveryOutOfPlace { tag, at } => {
-                    Event::Skipped(Skipped::OutOfPlace { tag: tag as u8, at })
-                }
-                DatagramEvent::RecoveryLost { why, retry_in, quiet } => {
-                    if let Some(link) = &mut self.link {
-                        link.conn = None;
-                    }
-                    if quiet {
-                        Event::Recovery(RecoveryEvent::Closed { reason: why })
-                    } else {
-                        Event::Recovery(RecoveryEvent::Lost { reason: why, retry_in: shown(retry_in) })
-                    }
-                }
-                DatagramEvent::RecoveryRefused { why } => {
-                    if let Some(link) = &mut self.link {
-                        link.conn = None;
-                    }
-                    Event::Recovery(RecoveryEvent::Refused { reason: why })
-                }
-                other => match datagram_notice(other) {
-                    Some(notice) => notice,
-                    None => continue,
-                },
-            };
-            out.notice(notice);
-        }
-        self.notes.note_given_up(&self.receiver, out);
     }
 
-    /// The run is over: what is still held or missing is given up.
-    fn finish_run(&mut self, out: &mut Collector) {
-        if !self.finished {
-            self.finished = true;
-            self.receiver.finish_run();
-            self.notes.note_given_up(&self.receiver, out);
-            self.link = None;
-        }
+    fn stop(&mut self) {
+        self.link = None;
     }
 
-    /// Ends the stream now.
-    pub fn close(&mut self, out: &mut Collector) {
-        self.finish_run(out);
-    }
-
-    /// What was counted, with what the collector counted.
-    pub fn counters_with(&self, out: &Collector) -> Counters {
+    fn counters_with(&self, out: &Collector) -> Counters {
         let d = self.receiver.counts();
         let reader = self.receiver.reader();
         let lines = reader.lines();
@@ -419,78 +312,34 @@ impl UdpDriver {
             ..Counters::of_reader(reader, &out.tally, lines.map(|l| l.merged_extra()).unwrap_or_default())
         }
     }
-}
 
-/// What a datagram driver (UDP or NATS) keeps of the publisher's END until the machine
-/// finishes, and the frames given up it has told of.
-#[derive(Debug, Default)]
-pub(crate) struct EndNotes {
-    end: Option<(u64, Totals)>,
-    /// The snapshot taken: its frame and the stream's totals up to it, which the end's verdict
-    /// counts with what was taken after it.
-    pub snapshot: Option<(u64, Totals)>,
-    /// Frames given up so far, to tell when more are.
-    given_up: u64,
-}
-
-impl EndNotes {
-    /// The publisher's END arrived: it is told when the machine finishes.
-    pub fn ended(&mut self, next_sequence: u64, totals: Totals) {
-        self.end = Some((next_sequence, totals));
+    fn own_notice(&mut self, event: DatagramEvent, _out: &mut Collector) -> Option<Notice> {
+        Some(match event {
+            DatagramEvent::RecoveryConnected { peer, session, stream } => {
+                Event::Recovery(RecoveryEvent::Connected { peer, session, other_session: stream.is_some() })
+            }
+            DatagramEvent::RecoveryBusy { first } => Event::Recovery(RecoveryEvent::Busy { first }),
+            DatagramEvent::RecoveryOutOfPlace { tag, at } => Event::Skipped(Skipped::OutOfPlace { tag: tag as u8, at }),
+            DatagramEvent::RecoveryLost { why, retry_in, quiet } => {
+                if let Some(link) = &mut self.link {
+                    link.conn = None;
+                }
+                if quiet {
+                    Event::Recovery(RecoveryEvent::Closed { reason: why })
+                } else {
+                    Event::Recovery(RecoveryEvent::Lost { reason: why, retry_in: shown(retry_in) })
+                }
+            }
+            DatagramEvent::RecoveryRefused { why } => {
+                if let Some(link) = &mut self.link {
+                    link.conn = None;
+                }
+                Event::Recovery(RecoveryEvent::Refused { reason: why })
+            }
+            // Echoes ignored, the end awaited, the other transports' events: nothing to tell.
+            _ => return None,
+        })
     }
-
-    /// The machine finished: the end of the stream, complete when `counters` match the END.
-    pub fn finished(&mut self, counters: &Counters) -> Notice {
-        let (next_sequence, totals) = match self.end.take() {
-            Some((next, totals)) => (next, Some(totals)),
-            None => (0, None),
-        };
-        let complete = totals.as_ref().is_some_and(|t| match &self.snapshot {
-            Some((as_of, before)) => counters.matches_after_snapshot(t, *as_of, before),
-            None => counters.matches(t),
-        });
-        Event::End(End { totals, next_sequence, complete })
-    }
-
-    /// Tells of frames given up since the last look.
-    pub fn note_given_up(&mut self, receiver: &DatagramReceiver, out: &mut Collector) {
-        let Some(book) = receiver.reader().book() else { return };
-        let now = book.counts().frames_unrecoverable;
-        if now > self.given_up {
-            out.notice(Event::GivenUp { frames: now - self.given_up });
-        }
-        // A frame given up and then taken after all leaves the count: followed down too.
-        self.given_up = now;
-    }
-}
-
-/// The event a datagram machine's event is for the caller, for the events that need nothing of
-/// the driver's (the session, restarts, what was skipped, frames a store or service no longer
-/// has); `None` for the others.
-pub(crate) fn datagram_notice(event: DatagramEvent) -> Option<Notice> {
-    Some(match event {
-        DatagramEvent::RecoveryGone { first, count } => Event::Recovery(RecoveryEvent::Gone { first, count }),
-        DatagramEvent::SessionStarted { session, peer } => Event::SessionStarted { session, peer },
-        DatagramEvent::Restarted { old, new, .. } => Event::Restarted { old, new },
-        DatagramEvent::Held { session, sequence, peer } => Event::Skipped(Skipped::Held { peer, session, sequence }),
-        DatagramEvent::NotRelay { peer, len, .. } => {
-            Event::Skipped(Skipped::Invalid { peer, len, what: "not a relay datagram".into() })
-        }
-        DatagramEvent::BadHeader { peer, len, error } => {
-            Event::Skipped(Skipped::Invalid { peer, len, what: error.to_string() })
-        }
-        DatagramEvent::Refused { peer, sequence, why, .. } => {
-            Event::Skipped(Skipped::Protection { at: format!("datagram from {peer}"), first: sequence, why })
-        }
-        DatagramEvent::UnreadableEnd { peer, at, error } => {
-            Event::Skipped(Skipped::End { peer, what: format!("its totals cannot be read at byte {at}: {error}") })
-        }
-        DatagramEvent::ForeignEnd { peer, session, next_sequence } => Event::Skipped(Skipped::End {
-            peer,
-            what: format!("of session {session:#x} up to frame {next_sequence}: it does not fit the stream"),
-        }),
-        _ => return None,
-    })
 }
 
 /// The builder setting line A came from.

@@ -25,12 +25,14 @@
 #[allow(unsafe_code)]
 pub mod alloc;
 pub mod bins;
+pub mod cli_args;
 pub mod data;
 pub mod formats;
 pub mod nats;
 pub mod net;
 pub mod netns;
 pub mod process;
+pub mod receive;
 pub mod report;
 pub mod scrape;
 pub mod serial;

@@ -631,6 +631,18 @@ mod tests {
     use mdrelay_iex::message::{Trade, TradingStatus};
     use mdrelay_iex::price::Price;
 
+    /// A one-second run over the "test" transport that ended with the stream.
+    fn test_run() -> RunInfo {
+        RunInfo {
+            transport: "test".into(),
+            stop_reason: "end",
+            elapsed: Duration::from_secs(1),
+            latency_mode: "one-way",
+            from_start: None,
+            jetstream_repair: false,
+        }
+    }
+
     fn trade(symbol: &str, size: u32) -> Message<'static> {
         Message::TradeReport(Trade {
             sale_condition: 0,
@@ -665,15 +677,7 @@ mod tests {
             truncated: false,
         });
         counters.formats_seen = vec![Format::Raw];
-        let run = RunInfo {
-            transport: "test".into(),
-            stop_reason: "end",
-            elapsed: Duration::from_secs(1),
-            latency_mode: "one-way",
-            from_start: None,
-            jetstream_repair: false,
-        };
-        let report = stats.report(&counters, run);
+        let report = stats.report(&counters, test_run());
         assert_eq!(report.total_trade_volume, 7);
         assert_eq!(report.symbols.len(), 1);
         assert_eq!(report.message_types.get("T"), Some(&2));
@@ -718,15 +722,7 @@ mod tests {
         counters.lost = 0;
         counters.publisher_totals.as_mut().unwrap().truncated = true;
         assert_eq!(stats.stream_complete(&counters, false), Some(false));
-        let run = RunInfo {
-            transport: "test".into(),
-            stop_reason: "end",
-            elapsed: Duration::from_secs(1),
-            latency_mode: "one-way",
-            from_start: None,
-            jetstream_repair: false,
-        };
-        let report = stats.report(&counters, run);
+        let report = stats.report(&counters, test_run());
         let why = report.incomplete().unwrap();
         assert!(why.contains("joined at frame 4") && why.contains("cut short"), "{why}");
         assert!(report.to_string().contains("stream INCOMPLETE: joined at frame 4"), "{report}");

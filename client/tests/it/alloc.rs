@@ -18,20 +18,8 @@ const WARM_UP: u64 = 20_000;
 #[test]
 fn a_whole_stream_takes_no_allocation_per_message_in_any_format() {
     let _serial = serial();
-    let deep10 = capture("DEEP10");
     for format in formats() {
-        let mut publisher = publisher(&[
-            "--capture",
-            &deep10,
-            "--format",
-            format.name(),
-            "--tcp",
-            "127.0.0.1:0",
-            "--wait-subscribers",
-            "1",
-            "--slow-subscriber",
-            "block",
-        ]);
+        let mut publisher = tcp_publisher("DEEP10", &["--format", format.name()]);
         let mut subscriber = Builder::tcp(publisher.serving_on().to_string()).build().unwrap();
         let mut frames = 0u64;
         while frames < WARM_UP {

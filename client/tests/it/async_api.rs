@@ -45,22 +45,7 @@ fn next_event_dropped_mid_wait_loses_nothing() {
 
 async fn dropped_calls() {
     let deep10 = capture("DEEP10");
-    let mut publisher = publisher(&[
-        "--capture",
-        &deep10,
-        "--format",
-        "capnp",
-        "--tcp",
-        "127.0.0.1:0",
-        "--wait-subscribers",
-        "1",
-        "--slow-subscriber",
-        "block",
-        "--pacing",
-        "rate",
-        "--rate",
-        "300000",
-    ]);
+    let mut publisher = tcp_publisher("DEEP10", &["--format", "capnp", "--pacing", "rate", "--rate", "300000"]);
     let mut subscriber = Builder::tcp(publisher.serving_on().to_string()).build_async().await.unwrap();
     let (tally, cancelled, complete) = receive_beside_a_timer(&mut subscriber).await;
     eprintln!("TCP: {cancelled} calls dropped by the timer");
@@ -117,19 +102,7 @@ fn the_stream_adapter_yields_owned_events_until_the_end() {
 }
 
 async fn owned_events() {
-    let tops16 = capture("TOPS16");
-    let mut publisher = publisher(&[
-        "--capture",
-        &tops16,
-        "--format",
-        "flatbuffers",
-        "--tcp",
-        "127.0.0.1:0",
-        "--wait-subscribers",
-        "1",
-        "--slow-subscriber",
-        "block",
-    ]);
+    let mut publisher = tcp_publisher("TOPS16", &["--format", "flatbuffers"]);
     let subscriber = Builder::tcp(publisher.serving_on().to_string()).build_async().await.unwrap();
     let mut stream = subscriber.into_stream();
     // Owned events can go to another task.

@@ -47,22 +47,8 @@ fn a_wrong_key_a_protection_mismatch_and_a_refusal_are_typed_errors_naming_the_p
     let wrong = key_file(dir.path(), "wrong.key", 0xa5);
     let config = dir.path().join("pub.toml");
     std::fs::write(&config, format!("[protection]\nkey_file = {:?}\n", right.display().to_string())).unwrap();
-    let deep10 = capture("DEEP10");
     let config = config.display().to_string();
-    let mut publisher = publisher(&[
-        "--config",
-        &config,
-        "--capture",
-        &deep10,
-        "--tcp",
-        "127.0.0.1:0",
-        "--wait-subscribers",
-        "1",
-        "--slow-subscriber",
-        "block",
-        "--retransmit-listen",
-        "127.0.0.1:0",
-    ]);
+    let mut publisher = tcp_publisher("DEEP10", &["--config", &config, "--retransmit-listen", "127.0.0.1:0"]);
     let service = retransmit_addr(&mut publisher);
     let addr = publisher.serving_on();
 

@@ -10,19 +10,7 @@ use std::collections::BTreeMap;
 /// Runs `example` with `args` (after the publisher's address) against a publisher of `capture`
 /// over TCP; what it printed.
 fn run_example(example: &str, capture_name: &str, args: &[&str]) -> Finished {
-    let file = capture(capture_name);
-    let mut publisher = publisher(&[
-        "--capture",
-        &file,
-        "--format",
-        "capnp",
-        "--tcp",
-        "127.0.0.1:0",
-        "--wait-subscribers",
-        "1",
-        "--slow-subscriber",
-        "block",
-    ]);
+    let mut publisher = tcp_publisher(capture_name, &["--format", "capnp"]);
     let addr = publisher.serving_on().to_string();
     let mut all = vec![addr.as_str()];
     if example == "record_json" {

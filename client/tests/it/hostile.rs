@@ -9,10 +9,11 @@
 use mdrelay_client::{Builder, Error, Waited};
 use mdrelay_codec::Format;
 use mdrelay_harness::alloc::count_allocations;
-use mdrelay_harness::{STEP, accept_within, shared};
-use mdrelay_proto::relay::{Hello, MAX_REASON, RecordHeader, RecordTag, Subscribe, control_record};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use mdrelay_harness::receive::{fake_publisher, flood, refuse};
+use mdrelay_harness::{STEP, shared};
+use mdrelay_proto::relay::{MAX_REASON, RecordTag, Subscribe, control_record};
+use std::io::Write;
+use std::net::SocketAddr;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -33,28 +34,12 @@ struct Flooded {
 /// writes `first` once and `record` over and over, until the subscriber leaves or `FLOOD`
 /// passes.
 fn flooding_publisher(first: Vec<u8>, record: Vec<u8>) -> (SocketAddr, JoinHandle<Flooded>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let peer = std::thread::spawn(move || {
-        let mut s = accept_within(&listener, STEP);
-        s.set_read_timeout(Some(STEP)).unwrap();
-        s.write_all(&Hello::new(Format::Sbe, SESSION, 1, 1).to_bytes()).unwrap();
-        let mut answer = [0u8; Subscribe::V2_LEN];
-        s.read_exact(&mut answer).unwrap();
+    fake_publisher(SESSION, move |mut s, answer| {
         Subscribe::parse(&answer).expect("a subscriber's answer");
         s.write_all(&first).unwrap();
-        let burst: Vec<u8> = record.iter().copied().cycle().take(record.len() * (1 << 16)).collect();
-        let started = Instant::now();
-        let mut bytes = first.len() as u64;
-        while started.elapsed() < FLOOD {
-            match s.write(&burst) {
-                Ok(n) => bytes += n as u64,
-                Err(_) => return Flooded { bytes, ran_out: false },
-            }
-        }
-        Flooded { bytes, ran_out: true }
-    });
-    (addr, peer)
+        let (bytes, ran_out) = flood(&mut s, &record, FLOOD);
+        Flooded { bytes: first.len() as u64 + bytes, ran_out }
+    })
 }
 
 /// The flood a subscriber must have taken in while it waited, for its waits to say anything.
@@ -110,21 +95,7 @@ fn records_that_produce_nothing_sent_without_end_do_not_hold_up_the_callers_dead
 /// A peer that greets, reads the answer and refuses the subscription with `reason` (the record
 /// declaring `declared` bytes of it), then holds the connection until the subscriber leaves.
 fn refusing_publisher(reason: Vec<u8>, declared: u32) -> (SocketAddr, JoinHandle<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let peer = std::thread::spawn(move || {
-        let mut s = accept_within(&listener, STEP);
-        s.set_read_timeout(Some(STEP)).unwrap();
-        s.write_all(&Hello::new(Format::Sbe, SESSION, 1, 1).to_bytes()).unwrap();
-        let mut answer = [0u8; Subscribe::V2_LEN];
-        s.read_exact(&mut answer).unwrap();
-        let header =
-            RecordHeader { tag: RecordTag::Refuse, format: Format::Sbe, frame_count: 0, length: declared, sequence: 0 };
-        // The subscriber may leave after the first bytes: what it does not read is not sent.
-        let _ = s.write_all(&header.to_bytes()).and_then(|()| s.write_all(&reason));
-        let _ = s.read_to_end(&mut Vec::new());
-    });
-    (addr, peer)
+    fake_publisher(SESSION, move |s, _| refuse(s, &reason, declared))
 }
 
 /// The error the subscriber ends with, and the largest single allocation made meanwhile.

@@ -27,15 +27,22 @@ fn deep10_udp_publisher_at(rate: &str, destinations: &[&str], extra: &[&str]) ->
     publisher(&args)
 }
 
+/// A link that drops the DATA datagrams of one frame in twenty on their way to a new UDP
+/// subscriber, which recovers them from `service`: the link, and the subscriber.
+fn behind_a_lossy_link(service: &str) -> (LossyLink, Subscriber) {
+    let link = LossyLink::start(|seq| mix(seq).is_multiple_of(20));
+    let subscriber = Builder::udp("127.0.0.1:0").recovery(service).build().unwrap();
+    link.forward_to(subscriber.local_addrs()[0]);
+    (link, subscriber)
+}
+
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn five_percent_loss_is_recovered_exactly() {
     let _serial = serial();
     // One frame per datagram; the DATA datagrams of one frame in twenty are dropped.
-    let link = LossyLink::start(|seq| mix(seq).is_multiple_of(20));
     let retransmit = format!("127.0.0.1:{}", mdrelay_harness::free_tcp_port());
-    let mut subscriber = Builder::udp("127.0.0.1:0").recovery(&retransmit).build().unwrap();
-    link.forward_to(subscriber.local_addrs()[0]);
+    let (link, mut subscriber) = behind_a_lossy_link(&retransmit);
     let link_addr = link.addr.to_string();
     let publisher = deep10_udp_publisher(&[&link_addr], &["--retransmit-listen", &retransmit]);
     let (tally, events, end) = receive_all(&mut subscriber, RUN);
@@ -75,11 +82,9 @@ fn a_slow_service_at_its_rate_limit_still_gives_every_frame_back() {
     // BUSY answers then hold gaps back until their attempts run out (half the frames were lost
     // so). Waiting for answers as long as they have been taking, and asking nothing for a while
     // after a BUSY, gets every frame back with the default attempts.
-    let link = LossyLink::start(|seq| mix(seq).is_multiple_of(20));
     let service = format!("127.0.0.1:{}", mdrelay_harness::free_tcp_port());
     let (far_service, _proxy) = delaying_proxy(service.parse().unwrap(), Duration::from_millis(100));
-    let mut subscriber = Builder::udp("127.0.0.1:0").recovery(far_service.to_string()).build().unwrap();
-    link.forward_to(subscriber.local_addrs()[0]);
+    let (link, mut subscriber) = behind_a_lossy_link(&far_service.to_string());
     let link_addr = link.addr.to_string();
     // Paced at 30,000 messages a second (about 8,700 frames, about 430 gaps), so the window of
     // 65,536 frames spans about 7.5 s and how fast this host can send does not decide whether a
@@ -157,21 +162,7 @@ fn two_lines_that_lose_different_frames_give_every_frame_once() {
 #[test]
 fn a_connection_cut_mid_stream_resumes_where_it_left_off() {
     let _serial = serial();
-    let deep10 = capture("DEEP10");
-    let mut publisher = publisher(&[
-        "--capture",
-        &deep10,
-        "--tcp",
-        "127.0.0.1:0",
-        "--wait-subscribers",
-        "1",
-        "--slow-subscriber",
-        "block",
-        "--pacing",
-        "rate",
-        "--rate",
-        "300000",
-    ]);
+    let mut publisher = tcp_publisher("DEEP10", &["--pacing", "rate", "--rate", "300000"]);
     // The first connection is cut after 4 MB of the stream's 20, inside a record.
     let (proxy, thread) = cutting_proxy(publisher.serving_on(), 4_000_000);
     let mut subscriber = Builder::tcp(proxy.to_string()).build().unwrap();
@@ -214,21 +205,7 @@ fn receive_some(subscriber: &mut Subscriber, frames: u64) {
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_late_joiner_from_the_start_gets_the_whole_session_and_one_without_only_the_rest() {
     let _serial = serial();
-    let deep10 = capture("DEEP10");
-    let mut publisher = publisher(&[
-        "--capture",
-        &deep10,
-        "--tcp",
-        "127.0.0.1:0",
-        "--wait-subscribers",
-        "1",
-        "--slow-subscriber",
-        "block",
-        "--pacing",
-        "rate",
-        "--rate",
-        "200000",
-    ]);
+    let mut publisher = tcp_publisher("DEEP10", &["--pacing", "rate", "--rate", "200000"]);
     let addr = publisher.serving_on().to_string();
     let mut first = Builder::tcp(&addr).build().unwrap();
     // The stream starts with the first subscriber; the others join a good way into it.

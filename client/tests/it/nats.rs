@@ -6,9 +6,8 @@
 
 use crate::common::*;
 use mdrelay_client::{Builder, Subscriber};
-use mdrelay_harness::{NatsServer, expected, formats, nats_stream_state, serial};
+use mdrelay_harness::{NatsServer, expected, formats};
 use std::thread;
-use std::time::{Duration, Instant};
 
 /// Receives the whole stream on its own thread; the tally, the counters and whether the end
 /// said the stream was complete.
@@ -18,22 +17,6 @@ fn receive(mut subscriber: Subscriber) -> thread::JoinHandle<(Tally, mdrelay_cli
         let end = end.unwrap_or_else(|| panic!("no end of stream: {events:?}"));
         (tally, subscriber.counters(), end.complete)
     })
-}
-
-/// A publisher configuration file with only its `[nats]` output; the rest comes as flags.
-fn nats_config(dir: &std::path::Path, server: &NatsServer, subject: &str, stream: &str) -> String {
-    let path = dir.join(format!("{stream}.toml"));
-    std::fs::write(
-        &path,
-        format!("[nats]\nservers = [\"{}\"]\nsubject = \"{subject}\"\nstream = \"{stream}\"\n", server.url()),
-    )
-    .unwrap();
-    path.display().to_string()
-}
-
-/// Messages the stream holds now, by natscli.
-fn stored(server: &NatsServer, stream: &str) -> u64 {
-    nats_stream_state(&server.url(), stream).unwrap_or_default()["messages"].as_u64().unwrap_or(0)
 }
 
 fn check(context: &str, reference: &serde_json::Value, result: (Tally, mdrelay_client::Counters, bool)) {
@@ -46,39 +29,25 @@ fn check(context: &str, reference: &serde_json::Value, result: (Tally, mdrelay_c
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn every_format_reaches_two_live_subscribers_and_a_late_joiner_exactly() {
-    let _serial = serial();
-    let server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
+    let nats = NatsSetting::start(&[]);
     for name in ["DEEP10", "TOPS16"] {
         let reference = expected(&format!("{name}.json"));
-        let file = capture(name);
         for format in formats() {
             let subject = format!("md.{}.{}", name.to_lowercase(), format.name());
             let stream = format!("{name}_{}", format.name().replace('-', "_"));
-            let config = nats_config(dir.path(), &server, &subject, &stream);
-            let live = || Builder::nats(server.url(), &subject).build().expect("a NATS subscriber");
+            let config = nats.config(&subject, &stream, "");
+            let live = || Builder::nats(nats.server.url(), &subject).build().expect("a NATS subscriber");
             let receivers = [("live 1", receive(live())), ("live 2", receive(live()))];
-            let publisher = publisher(&[
-                "--config",
-                &config,
-                "--capture",
-                &file,
-                "--format",
-                format.name(),
-                "--pacing",
-                "rate",
-                "--rate",
-                "400000",
-                "--coalesce-bytes",
-                "8192",
-            ]);
+            let extra = ["--format", format.name(), "--coalesce-bytes", "8192"];
+            let publisher = nats_publisher(&config, name, "400000", &extra);
             for (who, receiver) in receivers {
                 let context = format!("{name} in {format} over NATS, {who}");
                 check(&context, &reference, receiver.join().unwrap_or_else(|_| panic!("{context}: panicked")));
             }
             publisher.finish(RUN).assert_success();
             // After the run: everything comes from JetStream, the end included.
-            let late = Builder::nats(server.url(), &subject).nats_stream(&stream).from_start(true).build().unwrap();
+            let late =
+                Builder::nats(nats.server.url(), &subject).nats_stream(&stream).from_start(true).build().unwrap();
             let context = format!("{name} in {format} over NATS, joined after the end");
             check(&context, &reference, receive(late).join().unwrap());
         }
@@ -88,22 +57,14 @@ fn every_format_reaches_two_live_subscribers_and_a_late_joiner_exactly() {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_joiner_from_the_start_halfway_through_is_handed_over_without_gap_or_duplicate() {
-    let _serial = serial();
-    let server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
+    let nats = NatsSetting::start(&[]);
     let reference = expected("DEEP10.json");
-    let config = nats_config(dir.path(), &server, "md.half", "HALF");
+    let config = nats.config("md.half", "HALF", "");
     // One frame a message: the stream's count says how far the run is.
-    let mut publisher =
-        publisher(&["--config", &config, "--capture", &capture("DEEP10"), "--pacing", "rate", "--rate", "100000"]);
+    let mut publisher = nats_publisher(&config, "DEEP10", "100000", &[]);
     publisher.wait_for("publishing to NATS");
-    let half = reference["segments"].as_u64().unwrap() / 2;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while stored(&server, "HALF") < half {
-        assert!(Instant::now() < deadline, "the stream did not reach half of DEEP10");
-        thread::sleep(Duration::from_millis(20));
-    }
-    let joiner = Builder::nats(server.url(), "md.half").nats_stream("HALF").from_start(true).build().unwrap();
+    nats.wait_until_stored("HALF", reference["segments"].as_u64().unwrap() / 2);
+    let joiner = Builder::nats(nats.server.url(), "md.half").nats_stream("HALF").from_start(true).build().unwrap();
     let result = receive(joiner).join().unwrap();
     publisher.finish(RUN).assert_success();
     check("DEEP10 over NATS, joined from the start halfway", &reference, result);

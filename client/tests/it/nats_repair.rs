@@ -6,22 +6,12 @@
 
 use crate::common::*;
 use mdrelay_client::{Builder, Counters, Error, Event, Subscriber, Waited};
-use mdrelay_harness::{NatsServer, expected, nats_cli, serial};
+use mdrelay_harness::receive::stored_message;
+use mdrelay_harness::{NatsServer, expected, nats_cli};
 use mdrelay_proto::relay::wire::DatagramHeader;
 use std::collections::BTreeMap;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
-
-/// A publisher configuration file with only its `[nats]` output (and `extra` lines in it).
-fn nats_config(dir: &std::path::Path, server: &NatsServer, subject: &str, stream: &str, extra: &str) -> String {
-    let path = dir.join(format!("{stream}.toml"));
-    std::fs::write(
-        &path,
-        format!("[nats]\nservers = [\"{}\"]\nsubject = \"{subject}\"\nstream = \"{stream}\"\n{extra}", server.url()),
-    )
-    .unwrap();
-    path.display().to_string()
-}
 
 /// Receives the whole stream, stopping reading for `pause` once `after` frames came (as a
 /// process the scheduler stops would); the tally, the counters and the end.
@@ -30,60 +20,50 @@ fn receive_pausing(
     after: u64,
     pause: Duration,
 ) -> (Tally, Counters, Option<mdrelay_client::End>, Vec<String>) {
-    let started = Instant::now();
-    let mut tally = Tally::default();
-    let mut events = Vec::new();
-    let mut end = None;
     let mut paused = false;
-    loop {
-        assert!(started.elapsed() < RUN, "no end of stream within {RUN:?}: {events:?}");
+    let (tally, events, end) = receive_all_with(&mut subscriber, RUN, |tally| {
         if !paused && tally.frames >= after {
             paused = true;
             thread::sleep(pause);
         }
-        match subscriber.next_event_timeout(Duration::from_secs(1)) {
-            Ok(Waited::Event(Event::Frame(frame))) => tally.frame(&frame),
-            Ok(Waited::Event(Event::End(e))) => end = Some(e),
-            Ok(Waited::Event(other)) => events.push(format!("{other:?}")),
-            Ok(Waited::TimedOut) => {}
-            Ok(Waited::Finished) => break,
-            Err(e) => panic!("the stream failed: {e} (after {events:?})"),
-        }
-    }
+    });
     (tally, subscriber.counters(), end, events)
+}
+
+/// DEEP10 over NATS on `subject` and `stream`, published at `rate` messages a second (with
+/// `extra` arguments), to a subscriber that stops reading for `pause` once 20,000 frames came:
+/// what backs up past 256 messages meanwhile is dropped by the client as a slow consumer's.
+/// What [`receive_pausing`] returns.
+fn stalled_reader(
+    nats: &NatsSetting,
+    subject: &str,
+    stream: &str,
+    pause: Duration,
+    rate: &str,
+    extra: &[&str],
+) -> (Tally, Counters, Option<mdrelay_client::End>, Vec<String>) {
+    let config = nats.config(subject, stream, "");
+    let subscriber =
+        Builder::nats(nats.server.url(), subject).nats_stream(stream).nats_pending_messages(256).build().unwrap();
+    let receiver = thread::spawn(move || receive_pausing(subscriber, 20_000, pause));
+    let publisher = nats_publisher(&config, "DEEP10", rate, extra);
+    let received = receiver.join().unwrap();
+    publisher.finish(RUN).assert_success();
+    received
 }
 
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_reader_that_stalls_has_the_messages_dropped_meanwhile_repaired_from_jetstream() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let server = NatsServer::start();
+    let nats = NatsSetting::start(&[]);
     let reference = expected("DEEP10.json");
-    let config = nats_config(dir.path(), &server, "md.cut", "CUT", "");
-    // A reader that stalls for a second: what backs up past 256 messages is dropped by the
-    // client as a slow consumer's.
-    let subscriber =
-        Builder::nats(server.url(), "md.cut").nats_stream("CUT").nats_pending_messages(256).build().unwrap();
-    let receiver = thread::spawn(move || receive_pausing(subscriber, 20_000, Duration::from_secs(1)));
-    // Paced with room for the repair to outrun the window: frames still missing when the stream
-    // is 65,536 frames further on are given up as too old. The repair reads up to 64 stream
-    // messages at once; at 100,000 messages a second (about 30,000 frames) it passed 14 runs in
-    // 15 here, and half that rate leaves a slower server the margin.
-    let publisher = publisher(&[
-        "--config",
-        &config,
-        "--capture",
-        &capture("DEEP10"),
-        "--pacing",
-        "rate",
-        "--rate",
-        "50000",
-        "--coalesce-bytes",
-        "4096",
-    ]);
-    let (tally, counters, end, events) = receiver.join().unwrap();
-    publisher.finish(RUN).assert_success();
+    // A reader that stalls for a second. Paced with room for the repair to outrun the window:
+    // frames still missing when the stream is 65,536 frames further on are given up as too old.
+    // The repair reads up to 64 stream messages at once; at 100,000 messages a second (about
+    // 30,000 frames) it passed 14 runs in 15 here, and half that rate leaves a slower server the
+    // margin.
+    let (tally, counters, end, events) =
+        stalled_reader(&nats, "md.cut", "CUT", Duration::from_secs(1), "50000", &["--coalesce-bytes", "4096"]);
     let context = "DEEP10 over NATS, a reader stalled for a second";
     tally.assert_reference(&reference, context);
     let recovery = counters.recovery.clone().expect("repairs reported");
@@ -100,24 +80,16 @@ fn a_reader_that_stalls_has_the_messages_dropped_meanwhile_repaired_from_jetstre
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_gap_older_than_the_stream_keeps_is_given_up_as_gone_and_the_stream_goes_on() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let server = NatsServer::start();
+    let nats = NatsSetting::start(&[]);
     let reference = expected("DEEP10.json");
     // The stream keeps the last 2,000 messages (one frame each) only.
     nats_cli(
-        &server.url(),
+        &nats.server.url(),
         &["stream", "add", "SHORT", "--subjects", "md.short", "--max-msgs", "2000", "--allow-direct", "--defaults"],
     )
     .expect("creating the stream");
-    let config = nats_config(dir.path(), &server, "md.short", "SHORT", "");
-    let subscriber =
-        Builder::nats(server.url(), "md.short").nats_stream("SHORT").nats_pending_messages(256).build().unwrap();
-    let receiver = thread::spawn(move || receive_pausing(subscriber, 20_000, Duration::from_secs(2)));
-    let publisher =
-        publisher(&["--config", &config, "--capture", &capture("DEEP10"), "--pacing", "rate", "--rate", "100000"]);
-    let (tally, counters, end, events) = receiver.join().unwrap();
-    publisher.finish(RUN).assert_success();
+    let (tally, counters, end, events) =
+        stalled_reader(&nats, "md.short", "SHORT", Duration::from_secs(2), "100000", &[]);
     let context = "DEEP10 over NATS, a gap older than the stream";
     let end = end.unwrap_or_else(|| panic!("{context}: the stream went on to its end: {events:?}"));
     let recovery = counters.recovery.clone().expect("repairs reported");
@@ -151,58 +123,29 @@ fn per_frame(mut subscriber: Subscriber) -> (BTreeMap<u64, u64>, Counters) {
 
 /// A stream message's time and first frame, read with natscli.
 fn stored_at(server: &NatsServer, stream: &str, position: u64) -> (SystemTime, u64) {
-    let text = nats_cli(&server.url(), &["stream", "get", stream, &position.to_string(), "--json"]).unwrap();
-    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let (json, bytes) = stored_message(&server.url(), stream, position);
     let time =
         time::OffsetDateTime::parse(json["time"].as_str().unwrap(), &time::format_description::well_known::Rfc3339)
             .unwrap();
-    let bytes = base64(json["data"].as_str().unwrap());
     (time.into(), DatagramHeader::parse(&bytes).unwrap().sequence)
-}
-
-/// Standard base64, as natscli prints a message's data.
-fn base64(text: &str) -> Vec<u8> {
-    let value = |c: u8| match c {
-        b'A'..=b'Z' => c - b'A',
-        b'a'..=b'z' => c - b'a' + 26,
-        b'0'..=b'9' => c - b'0' + 52,
-        b'+' => 62,
-        _ => 63,
-    };
-    let digits: Vec<u8> = text.bytes().filter(|c| *c != b'=').map(value).collect();
-    let mut out = Vec::new();
-    for chunk in digits.chunks(4) {
-        let n = chunk.iter().enumerate().fold(0u32, |n, (i, d)| n | (u32::from(*d) << (18 - 6 * i)));
-        out.extend_from_slice(&n.to_be_bytes()[1..chunk.len()]);
-    }
-    out
 }
 
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_late_joiner_starts_at_a_time_and_is_handed_over_to_the_live_subject() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let server = NatsServer::start();
+    let nats = NatsSetting::start(&[]);
+    let server = &nats.server;
     let reference = expected("DEEP10.json");
-    let config = nats_config(dir.path(), &server, "md.time", "TIME", "");
+    let config = nats.config("md.time", "TIME", "");
     // One frame a message, so a stream position is one frame.
-    let mut publisher =
-        publisher(&["--config", &config, "--capture", &capture("DEEP10"), "--pacing", "rate", "--rate", "60000"]);
+    let mut publisher = nats_publisher(&config, "DEEP10", "60000", &[]);
     publisher.wait_for("publishing to NATS");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let stored = |server: &NatsServer| {
-        mdrelay_harness::nats_stream_state(&server.url(), "TIME").unwrap_or_default()["messages"].as_u64().unwrap_or(0)
-    };
-    while stored(&server) < 20_000 {
-        assert!(Instant::now() < deadline, "the stream did not reach 20,000 messages");
-        thread::sleep(Duration::from_millis(20));
-    }
+    nats.wait_until_stored("TIME", 20_000);
     // A time between two messages: the joiner's first frame is the later one's.
     let mut position = 10_000;
     let (start, first) = loop {
-        let (before, _) = stored_at(&server, "TIME", position - 1);
-        let (at, first) = stored_at(&server, "TIME", position);
+        let (before, _) = stored_at(server, "TIME", position - 1);
+        let (at, first) = stored_at(server, "TIME", position);
         if before < at {
             break (at, first);
         }
@@ -242,16 +185,15 @@ fn a_late_joiner_starts_at_a_time_and_is_handed_over_to_the_live_subject() {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_server_that_requires_a_password_takes_the_right_one_and_the_wrong_one_names_the_setting() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let server = NatsServer::start_with(&["--user", "feed", "--pass", "s3cret"]);
+    let nats = NatsSetting::start(&["--user", "feed", "--pass", "s3cret"]);
+    let (server, dir) = (&nats.server, &nats.dir);
     let password = dir.path().join("password");
     std::fs::write(&password, "s3cret\n").unwrap();
     let wrong = dir.path().join("wrong");
     std::fs::write(&wrong, "guess\n").unwrap();
     let reference = expected("DEEP10.json");
     let extra = format!("user = \"feed\"\npassword_file = \"{}\"\n", password.display());
-    let config = nats_config(dir.path(), &server, "md.auth", "AUTH", &extra);
+    let config = nats.config("md.auth", "AUTH", &extra);
     let subscriber = Builder::nats(server.url(), "md.auth")
         .nats_stream("AUTH")
         .nats_user("feed")
@@ -263,18 +205,7 @@ fn a_server_that_requires_a_password_takes_the_right_one_and_the_wrong_one_names
         let (tally, _, end) = receive_all(&mut subscriber, RUN);
         (tally, end)
     });
-    let publisher = publisher(&[
-        "--config",
-        &config,
-        "--capture",
-        &capture("DEEP10"),
-        "--pacing",
-        "rate",
-        "--rate",
-        "300000",
-        "--coalesce-bytes",
-        "8192",
-    ]);
+    let publisher = nats_publisher(&config, "DEEP10", "300000", &["--coalesce-bytes", "8192"]);
     let (tally, end) = receiver.join().unwrap();
     publisher.finish(RUN).assert_success();
     tally.assert_reference(&reference, "DEEP10 over NATS with a password");

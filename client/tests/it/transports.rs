@@ -28,7 +28,6 @@ fn every_format_over_tcp_udp_and_multicast_gives_the_reference_aggregates() {
     let _serial = serial();
     for (n, name) in ["DEEP10", "TOPS16"].into_iter().enumerate() {
         let reference = expected(&format!("{name}.json"));
-        let file = capture(name);
         for (f, format) in formats().into_iter().enumerate() {
             let retransmit = format!("127.0.0.1:{}", free_tcp_port());
             let udp = Builder::udp("127.0.0.1:0").recovery(&retransmit).build().expect("a UDP subscriber");
@@ -37,37 +36,32 @@ fn every_format_over_tcp_udp_and_multicast_gives_the_reference_aggregates() {
                 Builder::multicast(group, "127.0.0.1").recovery(&retransmit).build().expect("a multicast subscriber");
             let udp_addr = udp.local_addrs()[0].to_string();
             let group_addr = multicast.local_addrs()[0].to_string();
-            let mut publisher = publisher(&[
-                "--capture",
-                &file,
-                "--format",
-                format.name(),
-                "--tcp",
-                "127.0.0.1:0",
-                "--wait-subscribers",
-                "1",
-                "--slow-subscriber",
-                "block",
-                "--udp",
-                &udp_addr,
-                "--multicast",
-                &group_addr,
-                "--interface",
-                "127.0.0.1",
-                "--ttl",
-                "0",
-                "--retransmit-listen",
-                &retransmit,
-                // Up a moment after the end, for a frame lost at the tail; not the default 2 s.
-                "--retransmit-linger",
-                "0.5",
-                "--pacing",
-                "rate",
-                "--rate",
-                "300000",
-                "--coalesce-bytes",
-                "8192",
-            ]);
+            let mut publisher = tcp_publisher(
+                name,
+                &[
+                    "--format",
+                    format.name(),
+                    "--udp",
+                    &udp_addr,
+                    "--multicast",
+                    &group_addr,
+                    "--interface",
+                    "127.0.0.1",
+                    "--ttl",
+                    "0",
+                    "--retransmit-listen",
+                    &retransmit,
+                    // Up a moment after the end, for a frame lost at the tail; not the default 2 s.
+                    "--retransmit-linger",
+                    "0.5",
+                    "--pacing",
+                    "rate",
+                    "--rate",
+                    "300000",
+                    "--coalesce-bytes",
+                    "8192",
+                ],
+            );
             let tcp = Builder::tcp(publisher.serving_on().to_string()).build().expect("a TCP subscriber");
             let receivers = [("tcp", receive(tcp)), ("udp", receive(udp)), ("multicast", receive(multicast))];
             for (transport, receiver) in receivers {
@@ -127,24 +121,8 @@ fn echoes_of_every_tenth_frame_reach_the_publisher_over_tcp_and_udp() {
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn the_low_latency_profile_busy_polls_and_takes_every_frame() {
     let _serial = serial();
-    let tops16 = capture("TOPS16");
     for idle in [mdrelay_client::IdleStrategy::Spin, mdrelay_client::IdleStrategy::Backoff] {
-        let mut publisher = publisher(&[
-            "--capture",
-            &tops16,
-            "--format",
-            "sbe",
-            "--tcp",
-            "127.0.0.1:0",
-            "--wait-subscribers",
-            "1",
-            "--slow-subscriber",
-            "block",
-            "--pacing",
-            "rate",
-            "--rate",
-            "200000",
-        ]);
+        let mut publisher = tcp_publisher("TOPS16", &["--format", "sbe", "--pacing", "rate", "--rate", "200000"]);
         let mut subscriber = Builder::tcp(publisher.serving_on().to_string())
             .profile(mdrelay_client::Profile::LowLatency)
             .idle(idle)

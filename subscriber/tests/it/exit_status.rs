@@ -10,10 +10,7 @@ use crate::common;
 
 use common::*;
 use mdrelay_codec::{Codec, Format, Limits};
-use mdrelay_harness::{
-    Finished, NatsServer, Process, STEP, accept_within, assert_aggregates, expected, iex_data, json_file,
-    publisher_bin, subscriber_bin,
-};
+use mdrelay_harness::{Finished, Process, STEP, accept_within, assert_aggregates, expected, json_file, subscriber_bin};
 use mdrelay_proto::relay::{Hello, RecordTag, Subscribe, Totals, control_record};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -158,27 +155,13 @@ fn nats_publish(server: SocketAddr, subject: &str, payload: &[u8]) {
     assert_eq!(line, "PONG\r\n", "the server took the message");
 }
 
-/// A publisher configuration: DEEP10 to `[nats]` on `subject` and `stream` at `rate` msg/s.
-fn nats_config(dir: &std::path::Path, server: &NatsServer, subject: &str, stream: &str, rate: u32) -> String {
-    let path = dir.join(format!("{stream}.toml"));
-    let text = format!(
-        "format = \"sbe\"\n[source]\ncapture = \"{}\"\n[pacing]\nmode = \"rate\"\nrate = {rate}\n\
-         [batching]\ncoalesce_bytes = 4096\n[nats]\nservers = [\"{}\"]\nsubject = \"{subject}\"\nstream = \"{stream}\"\n",
-        iex_data().join("DEEP10.pcap.gz").display(),
-        server.url()
-    );
-    std::fs::write(&path, text).unwrap();
-    path.display().to_string()
-}
-
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn over_unprotected_nats_a_whole_stream_exits_0_and_one_cut_short_by_a_forged_end_exits_5() {
     let _shared = mdrelay_harness::shared();
-    let server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
+    let nats = NatsSetting::start(&[]);
     let reference = expected("DEEP10.json");
-    let url = server.url();
+    let url = nats.server.url();
     let live = |subject: &str, json: &std::path::Path| {
         let mut sub = Process::start(
             subscriber_bin(),
@@ -198,10 +181,10 @@ fn over_unprotected_nats_a_whole_stream_exits_0_and_one_cut_short_by_a_forged_en
     };
 
     // The whole stream: exit 0.
-    let whole_json = dir.path().join("whole.json");
+    let whole_json = nats.path("whole.json");
     let whole = live("md.whole", &whole_json);
-    let config = nats_config(dir.path(), &server, "md.whole", "WHOLE", 300_000);
-    let publisher = Process::start(publisher_bin(), ["run", "--config", config.as_str()]);
+    let config = nats.publisher_config("WHOLE", 300_000, "coalesce_bytes = 4096", "");
+    let publisher = publisher_with(&config);
     let done = whole.finish(RUN);
     publisher.finish(RUN).assert_success();
     assert_eq!(done.code(), Some(0), "{done:?}");
@@ -210,17 +193,17 @@ fn over_unprotected_nats_a_whole_stream_exits_0_and_one_cut_short_by_a_forged_en
 
     // A forger who may publish on the subject reads the session off the stream and ends it
     // early, with totals of its own.
-    let cut_json = dir.path().join("cut.json");
+    let cut_json = nats.path("cut.json");
     let mut cut = live("md.cut", &cut_json);
-    let config = nats_config(dir.path(), &server, "md.cut", "CUT", 50_000);
-    let publisher = Process::start(publisher_bin(), ["run", "--config", config.as_str()]);
+    let config = nats.publisher_config("CUT", 50_000, "coalesce_bytes = 4096", "");
+    let publisher = publisher_with(&config);
     let line = cut.wait_for("publisher session");
     let session = mdrelay_harness::process::field(&line, "session")
         .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
         .unwrap_or_else(|| panic!("no session in {line:?}"));
     let seen = cut.wait_for_frames(5_000);
     let forged = Totals { frames: seen, messages: 1, by_type: [(b'T', 1)].into_iter().collect(), truncated: false };
-    nats_publish(server.addr(), "md.cut", &end_datagram(&forged, session, seen + 1));
+    nats_publish(nats.server.addr(), "md.cut", &end_datagram(&forged, session, seen + 1));
     let done = cut.finish(RUN);
     drop(publisher);
     let report = json_file(&cut_json);

@@ -5,8 +5,9 @@
 //! Expected figures are computed here from the synthetic feed with mdrelay-iex's aggregator and
 //! message parser, independently of the subscriber.
 
+use crate::common::{charge, udp_subscriber};
 use mdrelay_codec::{BatchHeader, Codec, Format, Limits, collect_segment};
-use mdrelay_harness::{Process, process::field, serial, subscriber_bin};
+use mdrelay_harness::{Process, serial, subscriber_bin};
 use mdrelay_iex::iextp::Segment;
 use mdrelay_iex::synth::{SynthConfig, SyntheticDay};
 use mdrelay_proto::relay::{DATAGRAM_VERSION, DatagramHeader, DatagramKind, Totals};
@@ -70,6 +71,16 @@ fn data(frames: &[Vec<u8>], session: u64, sequence: u64) -> Vec<u8> {
     d
 }
 
+/// Frame `i` alone in a data datagram of `SESSION`, numbered `i + 1`.
+fn numbered(frames: &[Vec<u8>], i: usize) -> Vec<u8> {
+    data(&frames[i..=i], SESSION, i as u64 + 1)
+}
+
+/// A data datagram of `SESSION` for each frame, numbered from 1.
+fn one_per_datagram(frames: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    (0..frames.len()).map(|i| numbered(frames, i)).collect()
+}
+
 /// The END datagram for `frames` frames of these segments.
 fn end(segments: &[Vec<u8>], next: u64) -> Vec<u8> {
     let mut totals = Totals { frames: segments.len() as u64, ..Totals::default() };
@@ -86,13 +97,6 @@ fn end(segments: &[Vec<u8>], next: u64) -> Vec<u8> {
     d
 }
 
-/// What a datagram of `len` bytes may cost a loopback receive buffer: the kernel charges the
-/// buffer it allocated (rounded up to a power of two, with its shared info) and the socket
-/// buffer's own header; this errs on the high side.
-fn charge(len: usize) -> usize {
-    (len + 512).next_power_of_two() + 512
-}
-
 /// A subscriber on a UDP port of its choosing, a socket to send to it, and how far ahead of it
 /// the sender may be.
 struct Receiver {
@@ -105,16 +109,9 @@ struct Receiver {
 
 impl Receiver {
     fn start() -> Receiver {
-        // Interval lines every 20 ms: the sender's flow control reads them.
-        let mut process = Process::start(
-            subscriber_bin(),
-            ["--listen", "127.0.0.1:0", "--report-interval", "0.02", "--duration", "60", "--json", "-"],
-        );
-        let line = process.wait_for("receive buffer");
-        let granted: usize = field(&line, "granted").and_then(|g| g.parse().ok()).expect("granted=BYTES");
-        let addr = process.listening_on();
+        let (process, addrs, budget) = udp_subscriber(&["--listen", "127.0.0.1:0"], 1);
         let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
-        Receiver { process, addr, sender, budget: granted / 4 }
+        Receiver { process, addr: addrs[0], sender, budget }
     }
 
     /// Sends datagrams, each with whether the subscriber counts it as a frame, never more than
@@ -169,7 +166,7 @@ fn frames_lost_after_the_last_received_are_counted_from_the_end() {
     let (segments, frames) = day(5_000);
     let mut rx = Receiver::start();
     let n = frames.len();
-    let datagrams: Vec<Vec<u8>> = (0..n - 7).map(|i| data(&frames[i..=i], SESSION, i as u64 + 1)).collect();
+    let datagrams = one_per_datagram(&frames[..n - 7]);
     rx.send(&all_counted(datagrams));
     let r = rx.end(&end(&segments, n as u64 + 1));
     assert_eq!(r["gaps"], 7, "the 7 frames after the last one received were sent and lost: {r}");
@@ -183,7 +180,7 @@ fn a_datagram_with_more_frames_than_declared_costs_no_genuine_frame() {
     let (segments, frames) = day(5_000);
     let mut rx = Receiver::start();
     let n = frames.len();
-    let mut datagrams: Vec<Vec<u8>> = (0..n).map(|i| data(&frames[i..=i], SESSION, i as u64 + 1)).collect();
+    let mut datagrams = one_per_datagram(&frames);
     // Datagram 10 declares one frame and carries the next one too.
     let mut padded = data(&frames[9..=9], SESSION, 10);
     padded.extend_from_slice(&frames[10]);
@@ -203,7 +200,7 @@ fn the_first_two_datagrams_swapped_are_reordering_not_a_late_join() {
     let (segments, frames) = day(5_000);
     let mut rx = Receiver::start();
     let n = frames.len();
-    let mut datagrams: Vec<Vec<u8>> = (0..n).map(|i| data(&frames[i..=i], SESSION, i as u64 + 1)).collect();
+    let mut datagrams = one_per_datagram(&frames);
     datagrams.swap(0, 1);
     rx.send(&all_counted(datagrams));
     let r = rx.end(&end(&segments, n as u64 + 1));
@@ -218,7 +215,7 @@ fn a_wild_sequence_number_or_a_flipped_session_bit_costs_one_datagram_not_the_se
     let (segments, frames) = day(5_000);
     let mut rx = Receiver::start();
     let n = frames.len();
-    let mut datagrams: Vec<Vec<u8>> = (0..n).map(|i| data(&frames[i..=i], SESSION, i as u64 + 1)).collect();
+    let mut datagrams = one_per_datagram(&frames);
     datagrams[100] = data(&frames[100..=100], SESSION, 101 + 1_000_000_000_000);
     datagrams[200] = data(&frames[200..=200], SESSION ^ (1 << 33), 201);
     let datagrams: Vec<_> = datagrams.into_iter().enumerate().map(|(i, d)| (d, i != 100 && i != 200)).collect();
@@ -243,7 +240,7 @@ fn a_duplicate_older_than_the_window_is_not_aggregated_twice() {
     assert!(frames.len() > window + 100 && frames.len() < 2 * window, "a day of 1 to 2 windows: {}", frames.len());
     let mut rx = Receiver::start();
     let n = frames.len();
-    let mut datagrams: Vec<Vec<u8>> = (0..n).map(|i| data(&frames[i..=i], SESSION, i as u64 + 1)).collect();
+    let mut datagrams = one_per_datagram(&frames);
     // A copy of a frame just older than the window, and one of the very first frame: both too
     // late to tell from duplicates.
     let old = n - window - 100;
@@ -268,26 +265,26 @@ fn foreign_corrupt_and_future_datagrams_beside_a_healthy_stream() {
     let mut datagrams = Vec::new();
     let mut invalid = 0u64;
     for i in 0..n {
-        datagrams.push((data(&frames[i..=i], SESSION, i as u64 + 1), true));
+        datagrams.push((numbered(&frames, i), true));
         if i % 50 != 10 {
             continue;
         }
         // Another program's datagram, garbage that starts like ours, a header cut short.
         datagrams.push((b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07example\x03com\x00".to_vec(), false));
         datagrams.push((b"MDRU garbage".to_vec(), false));
-        datagrams.push((data(&frames[i..=i], SESSION, i as u64 + 1)[..20].to_vec(), false));
+        datagrams.push((numbered(&frames, i)[..20].to_vec(), false));
         // Another format id, a future version.
-        let mut other_format = data(&frames[i..=i], SESSION, i as u64 + 1);
+        let mut other_format = numbered(&frames, i);
         other_format[5] = 200;
-        let mut future = data(&frames[i..=i], SESSION, i as u64 + 1);
+        let mut future = numbered(&frames, i);
         future[4] = 2;
         datagrams.push((other_format, false));
         datagrams.push((future, false));
         invalid += 5;
         // A truncated and a bit-flipped copy of the frame just sent: duplicates, never decoded.
-        let mut cut = data(&frames[i..=i], SESSION, i as u64 + 1);
+        let mut cut = numbered(&frames, i);
         cut.truncate(cut.len() - 5);
-        let mut flipped = data(&frames[i..=i], SESSION, i as u64 + 1);
+        let mut flipped = numbered(&frames, i);
         let last = flipped.len() - 3;
         flipped[last] ^= 0x10;
         datagrams.push((cut, false));

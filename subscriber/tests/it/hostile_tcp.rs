@@ -7,12 +7,13 @@
 
 use crate::common::subscriber;
 use mdrelay_codec::{BatchHeader, Codec, Format, Limits};
-use mdrelay_harness::{STEP, Signal, accept_within, serial, shared};
+use mdrelay_harness::receive::{fake_publisher, flood, refuse};
+use mdrelay_harness::{STEP, Signal, serial, shared};
 use mdrelay_iex::message::{Message, Trade, UnknownMessage};
 use mdrelay_iex::{Price, Symbol};
-use mdrelay_proto::relay::{Hello, MAX_REASON, RecordHeader, RecordTag, Subscribe, Totals, control_record};
+use mdrelay_proto::relay::{MAX_REASON, RecordHeader, RecordTag, Totals, control_record};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -24,26 +25,7 @@ const FLOOD: Duration = Duration::from_secs(10);
 /// writes `record` over and over until the subscriber leaves or `FLOOD` passes; returns the
 /// bytes it sent and whether it ran out of time with the subscriber still there.
 fn flooding_publisher(record: Vec<u8>) -> (SocketAddr, JoinHandle<(u64, bool)>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let peer = std::thread::spawn(move || {
-        let mut s = accept_within(&listener, STEP);
-        s.set_read_timeout(Some(STEP)).unwrap();
-        s.write_all(&Hello::new(Format::Sbe, SESSION, 1, 1).to_bytes()).unwrap();
-        let mut answer = [0u8; Subscribe::V2_LEN];
-        s.read_exact(&mut answer).unwrap();
-        let burst: Vec<u8> = record.iter().copied().cycle().take(record.len() * (1 << 16)).collect();
-        let started = Instant::now();
-        let mut bytes = 0u64;
-        while started.elapsed() < FLOOD {
-            match s.write(&burst) {
-                Ok(n) => bytes += n as u64,
-                Err(_) => return (bytes, false),
-            }
-        }
-        (bytes, true)
-    });
-    (addr, peer)
+    fake_publisher(SESSION, move |mut s, _| flood(&mut s, &record, FLOOD))
 }
 
 #[test]
@@ -84,26 +66,7 @@ fn format_records_without_end_hold_up_neither_the_interval_reports_nor_sigterm()
 /// A peer that greets, reads the answer, and refuses with `reason`, then holds the connection
 /// until the subscriber leaves.
 fn refusing_publisher(reason: Vec<u8>) -> (SocketAddr, JoinHandle<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let peer = std::thread::spawn(move || {
-        let mut s = accept_within(&listener, STEP);
-        s.set_read_timeout(Some(STEP)).unwrap();
-        s.write_all(&Hello::new(Format::Sbe, SESSION, 1, 1).to_bytes()).unwrap();
-        let mut answer = [0u8; Subscribe::V2_LEN];
-        s.read_exact(&mut answer).unwrap();
-        let header = RecordHeader {
-            tag: RecordTag::Refuse,
-            format: Format::Sbe,
-            frame_count: 0,
-            length: reason.len() as u32,
-            sequence: 0,
-        };
-        // The subscriber may leave after the first bytes: what it does not read is not sent.
-        let _ = s.write_all(&header.to_bytes()).and_then(|()| s.write_all(&reason));
-        let _ = s.read_to_end(&mut Vec::new());
-    });
-    (addr, peer)
+    fake_publisher(SESSION, move |s, _| refuse(s, &reason, reason.len() as u32))
 }
 
 #[test]
@@ -158,14 +121,7 @@ fn symbols_and_message_types_made_of_terminal_escapes_are_shown_escaped_in_the_r
     let mut frame = Vec::new();
     let header = BatchHeader { publish_time: mdrelay_runtime::clock::wall_clock_ns(), ..BatchHeader::default() };
     Codec::new(Format::Sbe, Limits::default()).encode(&header, &[trade, unknown], &mut frame).unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let peer = std::thread::spawn(move || {
-        let mut s = accept_within(&listener, STEP);
-        s.set_read_timeout(Some(STEP)).unwrap();
-        s.write_all(&Hello::new(Format::Sbe, SESSION, 1, 1).to_bytes()).unwrap();
-        let mut answer = [0u8; Subscribe::V2_LEN];
-        s.read_exact(&mut answer).unwrap();
+    let (addr, peer) = fake_publisher(SESSION, move |mut s, _| {
         let data = RecordHeader {
             tag: RecordTag::Data,
             format: Format::Sbe,
@@ -184,7 +140,7 @@ fn symbols_and_message_types_made_of_terminal_escapes_are_shown_escaped_in_the_r
         s.write_all(&bytes).unwrap();
         let _ = s.read_to_end(&mut Vec::new());
     });
-    let done = subscriber(&["--connect", &addr, "--json", "-"]).finish(STEP);
+    let done = subscriber(&["--connect", &addr.to_string(), "--json", "-"]).finish(STEP);
     peer.join().unwrap();
     done.assert_success();
     assert_eq!(done.json()["messages"], 2, "{done:?}");

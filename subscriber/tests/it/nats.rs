@@ -9,9 +9,11 @@ use serde_json::Value;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::common::{NatsSetting, publisher_with};
+use mdrelay_harness::receive::stored_message;
 use mdrelay_harness::{
-    Finished, NatsServer, Process, Signal, assert_aggregates, expected, iex_data, json_file, nats_cli,
-    nats_stream_state, publisher_bin, serial, subscriber_bin,
+    Finished, NatsServer, Process, Signal, assert_aggregates, expected, iex_data, json_file, nats_stream_state,
+    publisher_bin, serial, subscriber_bin,
 };
 
 const RUN: Duration = Duration::from_secs(120);
@@ -20,53 +22,34 @@ const RUN: Duration = Duration::from_secs(120);
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn deep10_over_nats_live_and_from_the_start_matches_the_reference() {
     let _shared = mdrelay_harness::shared();
-    let server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("pub.toml");
+    let nats = NatsSetting::start(&[]);
+    let config = nats.path("pub.toml");
     std::fs::write(
         &config,
         format!(
             "format = \"capnp\"\n[source]\ncapture = \"{}\"\n[pacing]\nmode = \"rate\"\nrate = 300000\n\
              [batching]\ncoalesce_bytes = 8192\n[nats]\nservers = [\"{}\"]\nsubject = \"md.sub\"\nstream = \"SUB\"\n",
             iex_data().join("DEEP10.pcap.gz").display(),
-            server.url()
+            nats.server.url()
         ),
     )
     .unwrap();
     let reference = expected("DEEP10.json");
-    let live_json = dir.path().join("live.json");
-    let url = server.url();
-    let nats = ["--nats", url.as_str(), "--nats-subject", "md.sub", "--report-interval", "0"];
-    let mut live = Process::start(subscriber_bin(), nats.iter().chain(&["--json", live_json.to_str().unwrap()]));
+    let live_json = nats.path("live.json");
+    let url = nats.server.url();
+    let nats_args = ["--nats", url.as_str(), "--nats-subject", "md.sub", "--report-interval", "0"];
+    let mut live = Process::start(subscriber_bin(), nats_args.iter().chain(&["--json", live_json.to_str().unwrap()]));
     live.wait_for("subscribed over NATS");
     let publisher = Process::start(publisher_bin(), ["run", "--config", config.to_str().unwrap()]);
     assert_eq!(live.finish(RUN).code(), Some(0));
     publisher.finish(RUN).assert_success();
     assert_aggregates(&json_file(&live_json), &reference, "mdrelay-sub on the live subject");
 
-    let late_json = dir.path().join("late.json");
+    let late_json = nats.path("late.json");
     let late_args = ["--from-start", "--nats-stream", "SUB", "--json", late_json.to_str().unwrap()];
-    let late = Process::start(subscriber_bin(), nats.iter().chain(&late_args));
+    let late = Process::start(subscriber_bin(), nats_args.iter().chain(&late_args));
     assert_eq!(late.finish(RUN).code(), Some(0));
     assert_aggregates(&json_file(&late_json), &reference, "mdrelay-sub replaying the stream from the start");
-}
-
-/// A publisher configuration: DEEP10 in SBE to `[nats]` on `server`'s `subject` and `stream`, at
-/// `rate` messages a second, frames coalesced up to 4 KiB, with `extra` `[nats]` keys.
-fn publisher_config(dir: &Path, server: &NatsServer, subject: &str, stream: &str, rate: u32, extra: &str) -> String {
-    let path = dir.join(format!("{stream}.toml"));
-    std::fs::write(
-        &path,
-        format!(
-            "format = \"sbe\"\n[source]\ncapture = \"{}\"\n[pacing]\nmode = \"rate\"\nrate = {rate}\n\
-             [batching]\ncoalesce_bytes = 4096\n[nats]\nservers = [\"{}\"]\nsubject = \"{subject}\"\n\
-             stream = \"{stream}\"\n{extra}",
-            iex_data().join("DEEP10.pcap.gz").display(),
-            server.url()
-        ),
-    )
-    .unwrap();
-    path.display().to_string()
 }
 
 /// The log without its interval lines.
@@ -93,34 +76,16 @@ fn stopped_subscriber_is_repaired(
     stop_after: u64,
     stop: impl FnOnce(&Process, Process),
 ) -> (Value, Finished) {
-    let server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
+    let nats = NatsSetting::start(&[]);
     let reference = expected("DEEP10.json");
-    let subject = format!("md.{}", stream.to_lowercase());
     // Paced with room for the repair (a direct get per stream message, up to 64 in flight) to
     // outrun the window of 65,536 frames past the gap, as in the client's stalled-reader test.
-    let config = publisher_config(dir.path(), &server, &subject, stream, 50_000, "");
-    let json = dir.path().join("stopped.json");
-    let url = server.url();
-    let mut subscriber = Process::start(
-        subscriber_bin(),
-        [
-            "--nats",
-            url.as_str(),
-            "--nats-subject",
-            subject.as_str(),
-            "--nats-stream",
-            stream,
-            "--nats-pending-messages",
-            "256",
-            "--report-interval",
-            "0.2",
-            "--json",
-            json.to_str().unwrap(),
-        ],
-    );
+    let config = nats.publisher_config(stream, 50_000, "coalesce_bytes = 4096", "");
+    let json = nats.path("stopped.json");
+    let args = ["--nats-pending-messages", "256", "--report-interval", "0.2"];
+    let mut subscriber = nats.subscriber(stream, &json, &args);
     subscriber.wait_for("subscribed over NATS");
-    let publisher = Process::start(publisher_bin(), ["run", "--config", config.as_str()]);
+    let publisher = publisher_with(&config);
     subscriber.wait_for_frames(stop_after);
     stop(&subscriber, publisher);
     let finished = subscriber.finish(RUN);
@@ -174,17 +139,16 @@ fn a_subscriber_stopped_until_the_stream_ended_reads_the_tail_and_end_it_lost_fr
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_server_that_requires_a_password_takes_the_right_one_and_the_wrong_one_is_named() {
     let _serial = serial();
-    let server = NatsServer::start_with(&["--user", "feed", "--pass", "s3cret"]);
-    let dir = tempfile::tempdir().unwrap();
-    let password = dir.path().join("password");
+    let nats = NatsSetting::start(&["--user", "feed", "--pass", "s3cret"]);
+    let password = nats.path("password");
     std::fs::write(&password, "s3cret\n").unwrap();
-    let wrong = dir.path().join("wrong");
+    let wrong = nats.path("wrong");
     std::fs::write(&wrong, "guess\n").unwrap();
     let reference = expected("DEEP10.json");
     let extra = format!("user = \"feed\"\npassword_file = \"{}\"\n", password.display());
-    let config = publisher_config(dir.path(), &server, "md.auth", "AUTH", 300_000, &extra);
-    let json = dir.path().join("auth.json");
-    let url = server.url();
+    let config = nats.publisher_config("AUTH", 300_000, "coalesce_bytes = 4096", &extra);
+    let json = nats.path("auth.json");
+    let url = nats.server.url();
     let args = |password: &Path| {
         vec![
             "--nats".to_string(),
@@ -204,7 +168,7 @@ fn a_server_that_requires_a_password_takes_the_right_one_and_the_wrong_one_is_na
         args(&password).into_iter().chain(["--json".into(), json.display().to_string()]),
     );
     subscriber.wait_for("subscribed over NATS");
-    let publisher = Process::start(publisher_bin(), ["run", "--config", config.as_str()]);
+    let publisher = publisher_with(&config);
     let finished = subscriber.finish(RUN);
     assert_eq!(finished.code(), Some(0), "stderr: {}", finished.stderr);
     publisher.finish(RUN).assert_success();
@@ -228,20 +192,14 @@ fn stored_messages(server: &NatsServer, stream: &str) -> u64 {
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_publisher_killed_mid_stream_and_started_again_is_followed_and_its_new_session_is_whole() {
     let _serial = serial();
-    let server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
+    let nats = NatsSetting::start(&[]);
     let reference = expected("DEEP10.json");
-    let config = publisher_config(dir.path(), &server, "md.kill", "KILL", 50_000, "");
-    let url = server.url();
-    let nats = ["--nats", url.as_str(), "--nats-subject", "md.kill", "--nats-stream", "KILL"];
-    let live_json = dir.path().join("live.json");
-    let mut live = Process::start(
-        subscriber_bin(),
-        nats.iter().chain(&["--report-interval", "0.2", "--json", live_json.to_str().unwrap()]),
-    );
+    let config = nats.publisher_config("KILL", 50_000, "coalesce_bytes = 4096", "");
+    let live_json = nats.path("live.json");
+    let mut live = nats.subscriber("KILL", &live_json, &["--report-interval", "0.2"]);
     live.wait_for("subscribed over NATS");
     // The first publisher dies a third of the way in, with publishes in flight and no END.
-    let mut first = Process::start(publisher_bin(), ["run", "--config", config.as_str()]);
+    let mut first = publisher_with(&config);
     first.wait_for("publishing to NATS");
     let segments = reference["segments"].as_u64().unwrap();
     live.wait_for_frames(segments / 3);
@@ -249,10 +207,10 @@ fn a_publisher_killed_mid_stream_and_started_again_is_followed_and_its_new_sessi
     assert_eq!(first.finish(RUN).code(), None, "killed by the signal");
     // What the server took from it is stored by now; the count settles.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let mut killed_session = stored_messages(&server, "KILL");
+    let mut killed_session = stored_messages(&nats.server, "KILL");
     loop {
         std::thread::sleep(Duration::from_millis(200));
-        let now = stored_messages(&server, "KILL");
+        let now = stored_messages(&nats.server, "KILL");
         if now == killed_session && now > 0 {
             break;
         }
@@ -260,7 +218,7 @@ fn a_publisher_killed_mid_stream_and_started_again_is_followed_and_its_new_sessi
         killed_session = now;
     }
     // Started again, the publisher runs a new session through to its END.
-    Process::start(publisher_bin(), ["run", "--config", config.as_str()]).finish(RUN).assert_success();
+    publisher_with(&config).finish(RUN).assert_success();
     let finished = live.finish(RUN);
     // Its first session ended without an END, and its counts span both sessions: not the
     // stream the END's totals count, so incomplete (5), though nothing it was sent is missing.
@@ -275,33 +233,19 @@ fn a_publisher_killed_mid_stream_and_started_again_is_followed_and_its_new_sessi
     assert!(live_frames > segments + segments / 3 && live_frames < 2 * segments, "{context}");
 
     // A subscriber joining at the time of the new session's first message has it all, exactly.
-    let stored = nats_cli(&url, &["stream", "get", "KILL", &(killed_session + 1).to_string(), "--json"]).unwrap();
-    let stored: serde_json::Value = serde_json::from_str(&stored).unwrap();
+    let (stored, _) = stored_message(&nats.server.url(), "KILL", killed_session + 1);
     let start_at = stored["time"].as_str().unwrap();
-    let joiner_json = dir.path().join("joiner.json");
-    let joiner = Process::start(
-        subscriber_bin(),
-        nats.iter().chain(&[
-            "--nats-start-at",
-            start_at,
-            "--report-interval",
-            "0",
-            "--json",
-            joiner_json.to_str().unwrap(),
-        ]),
-    )
-    .finish(RUN);
+    let joiner_json = nats.path("joiner.json");
+    let joiner_args = ["--nats-start-at", start_at, "--report-interval", "0"];
+    let joiner = nats.subscriber("KILL", &joiner_json, &joiner_args).finish(RUN);
     assert_eq!(joiner.code(), Some(0), "stderr: {}", joiner.stderr);
     assert_whole(&json_file(&joiner_json), &reference, "a subscriber joining at the restarted session's start");
 
     // From the start, the stream holds what the live subscriber had: the killed session's
     // frames once, then the new one's.
-    let replay_json = dir.path().join("replay.json");
-    let replay = Process::start(
-        subscriber_bin(),
-        nats.iter().chain(&["--from-start", "--report-interval", "0", "--json", replay_json.to_str().unwrap()]),
-    )
-    .finish(RUN);
+    let replay_json = nats.path("replay.json");
+    let replay_args = ["--from-start", "--report-interval", "0"];
+    let replay = nats.subscriber("KILL", &replay_json, &replay_args).finish(RUN);
     assert_eq!(replay.code(), Some(5), "both sessions, as live: stderr: {}", replay.stderr);
     let replayed = json_file(&replay_json);
     for key in ["frames", "messages", "total_trade_volume", "symbols", "message_types", "publisher_restarts", "gaps"] {

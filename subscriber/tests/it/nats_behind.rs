@@ -20,9 +20,11 @@ use serde_json::Value;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::common::{NatsSetting, publisher_with};
+use mdrelay_harness::receive::stored_message;
 use mdrelay_harness::{
-    Finished, NatsServer, Process, Signal, assert_aggregates, expected, iex_data, json_file, nats_cli,
-    nats_stream_state, publisher_bin, serial, subscriber_bin,
+    Finished, NatsServer, Process, Signal, assert_aggregates, expected, json_file, nats_cli, nats_stream_state,
+    publisher_bin, serial,
 };
 use mdrelay_proto::relay::wire::{DatagramHeader, DatagramKind};
 
@@ -31,48 +33,6 @@ const RUN: Duration = Duration::from_secs(120);
 /// How long a subscriber may take to end once its stream has nothing more to give: its
 /// catch-up, repairs, `nats_give_up_after` and linger, with room for a loaded host.
 const ENDS_WITHIN: Duration = Duration::from_secs(60);
-
-/// A publisher configuration: DEEP10 in SBE to `[nats]` on `server`'s `subject` and `stream`, at
-/// `rate` messages a second, with `batching` and `nats` lines added to their sections.
-fn publisher_config(dir: &Path, server: &NatsServer, stream: &str, rate: u32, batching: &str, nats: &str) -> String {
-    let path = dir.join(format!("{stream}.toml"));
-    std::fs::write(
-        &path,
-        format!(
-            "format = \"sbe\"\n[source]\ncapture = \"{}\"\n[pacing]\nmode = \"rate\"\nrate = {rate}\n\
-             [batching]\n{batching}\n[nats]\nservers = [\"{}\"]\nsubject = \"{}\"\nstream = \"{stream}\"\n{nats}\n",
-            iex_data().join("DEEP10.pcap.gz").display(),
-            server.url(),
-            subject(stream),
-        ),
-    )
-    .unwrap();
-    path.display().to_string()
-}
-
-/// The subject a test's stream stores.
-fn subject(stream: &str) -> String {
-    format!("md.{}", stream.to_lowercase())
-}
-
-/// `mdrelay-sub` on `stream`'s subject with the stream, writing its report to `json`, with
-/// `extra` arguments.
-fn subscriber(server: &NatsServer, stream: &str, json: &Path, extra: &[&str]) -> Process {
-    let url = server.url();
-    let subject = subject(stream);
-    let mut args = vec![
-        "--nats",
-        url.as_str(),
-        "--nats-subject",
-        subject.as_str(),
-        "--nats-stream",
-        stream,
-        "--json",
-        json.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
-    Process::start(subscriber_bin(), args)
-}
 
 /// Waits for `process` to end on its own within `limit`; one still running then is stopped with
 /// SIGINT, and the test fails with its report.
@@ -147,15 +107,14 @@ fn deep10_frames() -> u64 {
 /// messages a second (one frame each), with `extra` arguments; `stopped` lets it run again.
 /// Returns its output and report once it ended on its own.
 fn stopped_far_behind(stream: &str, rate: u32, extra: &[&str], stopped: impl FnOnce(&Process, Process)) -> Finished {
-    let server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let config = publisher_config(dir.path(), &server, stream, rate, "", "");
-    let json = dir.path().join("sub.json");
+    let nats = NatsSetting::start(&[]);
+    let config = nats.publisher_config(stream, rate, "", "");
+    let json = nats.path("sub.json");
     let mut args = vec!["--report-interval", "0.2"];
     args.extend_from_slice(extra);
-    let mut sub = subscriber(&server, stream, &json, &args);
+    let mut sub = nats.subscriber(stream, &json, &args);
     sub.wait_for("subscribed over NATS");
-    let publisher = Process::start(publisher_bin(), ["run", "--config", config.as_str()]);
+    let publisher = publisher_with(&config);
     sub.wait_for_frames(10_000);
     sub.signal(Signal::SIGSTOP);
     stopped(&sub, publisher);
@@ -203,27 +162,7 @@ fn a_subscriber_stopped_for_twelve_seconds_mid_stream_catches_up_and_ends_whole(
 
 /// A stream message's relay header, read with natscli.
 fn stored_header(server: &NatsServer, stream: &str, position: u64) -> DatagramHeader {
-    let text = nats_cli(&server.url(), &["stream", "get", stream, &position.to_string(), "--json"]).unwrap();
-    let json: Value = serde_json::from_str(&text).unwrap();
-    DatagramHeader::parse(&base64(json["data"].as_str().unwrap())).unwrap()
-}
-
-/// Standard base64, as natscli prints a message's data.
-fn base64(text: &str) -> Vec<u8> {
-    let value = |c: u8| match c {
-        b'A'..=b'Z' => c - b'A',
-        b'a'..=b'z' => c - b'a' + 26,
-        b'0'..=b'9' => c - b'0' + 52,
-        b'+' => 62,
-        _ => 63,
-    };
-    let digits: Vec<u8> = text.bytes().filter(|c| *c != b'=').map(value).collect();
-    let mut out = Vec::new();
-    for chunk in digits.chunks(4) {
-        let n = chunk.iter().enumerate().fold(0u32, |n, (i, d)| n | (u32::from(*d) << (18 - 6 * i)));
-        out.extend_from_slice(&n.to_be_bytes()[1..chunk.len()]);
-    }
-    out
+    DatagramHeader::parse(&stored_message(&server.url(), stream, position).1).unwrap()
 }
 
 /// Asserts a report counts `lost` frames of DEEP10 as lost and given up, and every other frame
@@ -241,29 +180,27 @@ fn assert_lost_exactly(report: &Value, lost: u64, context: &str) {
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn the_frames_a_publisher_dropped_for_a_frozen_server_are_counted_lost_live_and_from_the_start() {
     let _serial = serial();
-    let server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
+    let nats = NatsSetting::start(&[]);
     // One frame a message, so the publisher's dropped messages are frames.
-    let nats = "queue = 512\nmax_pending_acks = 64\nslow_server = \"drop\"";
-    let config = publisher_config(dir.path(), &server, "DROP", 50_000, "", nats);
-    let (live_json, late_json, pub_json) =
-        (dir.path().join("live.json"), dir.path().join("late.json"), dir.path().join("pub.json"));
+    let nats_keys = "queue = 512\nmax_pending_acks = 64\nslow_server = \"drop\"";
+    let config = nats.publisher_config("DROP", 50_000, "", nats_keys);
+    let (live_json, late_json, pub_json) = (nats.path("live.json"), nats.path("late.json"), nats.path("pub.json"));
     let give_up = ["--nats-give-up-after", "2", "--report-interval", "0"];
-    let mut live = subscriber(&server, "DROP", &live_json, &give_up);
+    let mut live = nats.subscriber("DROP", &live_json, &give_up);
     live.wait_for("subscribed over NATS");
     let mut publisher =
         Process::start(publisher_bin(), ["run", "--config", config.as_str(), "--json", pub_json.to_str().unwrap()]);
     publisher.wait_for("publishing to NATS");
     let deadline = Instant::now() + Duration::from_secs(60);
-    while nats_stream_state(&server.url(), "DROP").unwrap_or_default()["messages"].as_u64().unwrap_or(0) < 10_000 {
+    while nats_stream_state(&nats.server.url(), "DROP").unwrap_or_default()["messages"].as_u64().unwrap_or(0) < 10_000 {
         assert!(Instant::now() < deadline, "the stream did not fill");
         std::thread::sleep(Duration::from_millis(50));
     }
     // Frozen, the server takes nothing: the publisher's queue fills and it drops what follows,
     // to the end of its replay (its END is never dropped).
-    server.signal(Signal::SIGSTOP);
+    nats.server.signal(Signal::SIGSTOP);
     let ended = publisher.try_wait_until("the end of the replay", RUN, |line| line.contains("end of stream"));
-    server.signal(Signal::SIGCONT);
+    nats.server.signal(Signal::SIGCONT);
     ended.unwrap_or_else(|f| panic!("{f}"));
     publisher.finish(RUN).assert_success();
     let summary = json_file(&pub_json);
@@ -281,7 +218,7 @@ fn the_frames_a_publisher_dropped_for_a_frozen_server_are_counted_lost_live_and_
     assert_eq!(report["stream_complete"].as_bool(), Some(false), "{context}");
     assert_eq!(report["stop_reason"], "end", "{context}");
 
-    let late = subscriber(&server, "DROP", &late_json, &[&give_up[..], &["--from-start"]].concat());
+    let late = nats.subscriber("DROP", &late_json, &[&give_up[..], &["--from-start"]].concat());
     let finished = ends_on_its_own(late, ENDS_WITHIN, &late_json, "the subscriber from the start");
     let report = json_file(&late_json);
     eprintln!("the subscriber from the start ({dropped} dropped): exit {:?}, {}", finished.code(), figures(&report));
@@ -296,15 +233,14 @@ fn the_frames_a_publisher_dropped_for_a_frozen_server_are_counted_lost_live_and_
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_stream_without_its_end_is_given_up_after_give_up_after_counting_what_it_lacks() {
     let _serial = serial();
-    let server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
+    let nats = NatsSetting::start(&[]);
     // About 40 frames a message.
-    let config = publisher_config(dir.path(), &server, "NOEND", 50_000, "coalesce_bytes = 4096", "");
-    let (live_json, late_json) = (dir.path().join("live.json"), dir.path().join("late.json"));
+    let config = nats.publisher_config("NOEND", 50_000, "coalesce_bytes = 4096", "");
+    let (live_json, late_json) = (nats.path("live.json"), nats.path("late.json"));
     let give_up = ["--nats-give-up-after", "2", "--report-interval", "0.2"];
-    let mut live = subscriber(&server, "NOEND", &live_json, &give_up);
+    let mut live = nats.subscriber("NOEND", &live_json, &give_up);
     live.wait_for("subscribed over NATS");
-    let mut publisher = Process::start(publisher_bin(), ["run", "--config", config.as_str()]);
+    let mut publisher = publisher_with(&config);
     publisher.wait_for("publishing to NATS");
     // Killed halfway: no END.
     live.wait_for_frames(deep10_frames() / 2);
@@ -318,9 +254,9 @@ fn a_stream_without_its_end_is_given_up_after_give_up_after_counting_what_it_lac
     assert!(finished.stderr.contains("give_up_after"), "{context}: the reason names the setting");
     assert_eq!(report["stop_reason"], "error", "{context}");
     assert!(report["totals_match"].is_null(), "{context}: no END, no totals");
-    let state = nats_stream_state(&server.url(), "NOEND").unwrap();
+    let state = nats_stream_state(&nats.server.url(), "NOEND").unwrap();
     let last = state["last_seq"].as_u64().unwrap();
-    let end = stored_header(&server, "NOEND", last);
+    let end = stored_header(&nats.server, "NOEND", last);
     assert_eq!(end.kind, DatagramKind::Data, "the stream holds no END");
     let stored_frames = end.sequence + u64::from(end.frame_count) - 1;
     assert_eq!(report["frames"].as_u64(), Some(stored_frames), "{context}: every frame stored was taken");
@@ -330,10 +266,10 @@ fn a_stream_without_its_end_is_given_up_after_give_up_after_counting_what_it_lac
     let erased: Vec<u64> = (last / 2..last / 2 + 10).collect();
     let mut lacks = 0;
     for position in &erased {
-        lacks += u64::from(stored_header(&server, "NOEND", *position).frame_count);
-        nats_cli(&server.url(), &["stream", "rmm", "NOEND", &position.to_string(), "-f"]).unwrap();
+        lacks += u64::from(stored_header(&nats.server, "NOEND", *position).frame_count);
+        nats_cli(&nats.server.url(), &["stream", "rmm", "NOEND", &position.to_string(), "-f"]).unwrap();
     }
-    let late = subscriber(&server, "NOEND", &late_json, &[&give_up[..], &["--from-start"]].concat());
+    let late = nats.subscriber("NOEND", &late_json, &[&give_up[..], &["--from-start"]].concat());
     let finished = ends_on_its_own(late, ENDS_WITHIN, &late_json, "the subscriber from the start");
     let report = json_file(&late_json);
     eprintln!("the subscriber from the start ({lacks} erased): exit {:?}, {}", finished.code(), figures(&report));

@@ -12,7 +12,7 @@ use crate::common;
 
 use common::*;
 use mdrelay_codec::{Codec, Format, Limits};
-use mdrelay_harness::{Process, STEP, accept_within, process::field};
+use mdrelay_harness::{Finished, Process, STEP, accept_within};
 use mdrelay_proto::relay::{
     DatagramHeader, DatagramKind, Echo, Hello, Purpose, RecordHeader, RecordTag, Resume, RetransmitRequest, Subscribe,
     control_record, gone_payload,
@@ -85,11 +85,6 @@ impl Feed {
     }
 }
 
-/// What a datagram of `len` bytes may cost a loopback receive buffer (see udp.rs).
-fn charge(len: usize) -> usize {
-    (len + 512).next_power_of_two() + 512
-}
-
 /// A subscriber under test, the addresses of its lines and what may be in flight to it.
 struct Receiver {
     process: Process,
@@ -109,18 +104,7 @@ struct Receiver {
 impl Receiver {
     /// Starts `mdrelay-sub` with `args` over `lines` lines; waits until each has bound.
     fn start(args: &[&str], lines: usize) -> Receiver {
-        // Interval lines every 20 ms: the sender's flow control reads them.
-        let mut all = vec!["--json", "-", "--report-interval", "0.02", "--duration", "60"];
-        all.extend_from_slice(args);
-        let mut process = subscriber(&all);
-        let mut budget = usize::MAX;
-        let mut addrs = Vec::new();
-        for _ in 0..lines {
-            let line = process.wait_for("receive buffer");
-            let granted: usize = field(&line, "granted").and_then(|g| g.parse().ok()).expect("granted=BYTES");
-            budget = budget.min(granted / 4);
-            addrs.push(process.listening_on());
-        }
+        let (process, addrs, budget) = udp_subscriber(args, lines);
         Receiver { process, lines: addrs, budget, sent: BTreeSet::new(), in_flight: 0, last: 0, settle: None }
     }
 
@@ -141,6 +125,44 @@ impl Receiver {
         }
         self.last = charge(datagram.len());
         self.in_flight += self.last;
+    }
+
+    /// Starts `mdrelay-sub` on one loopback line, recovering from the service at `service` and
+    /// waiting up to `linger` seconds at the end for what is still missing; `extra` arguments
+    /// after those.
+    fn recovering(service: &str, linger: &str, extra: &[&str]) -> Receiver {
+        let args = ["--listen", "127.0.0.1:0", "--recovery", service, "--recovery-linger", linger];
+        Receiver::start(&[&args[..], extra].concat(), 1)
+    }
+
+    /// Sends the frames `seqs` of `feed` on line A.
+    fn send_frames(&mut self, socket: &UdpSocket, feed: &Feed, seqs: impl IntoIterator<Item = u64>) {
+        for seq in seqs {
+            self.send(socket, 0, &feed.datagram(seq), seq);
+        }
+    }
+
+    /// Sends `feed`'s END on line A three times: one may be lost.
+    fn send_end(&mut self, socket: &UdpSocket, feed: &Feed) {
+        for _ in 0..3 {
+            self.send(socket, 0, &feed.end(), 0);
+        }
+    }
+
+    /// Sends every frame of `feed` but the `withheld`, then its END, from a new sender.
+    fn send_all_but(&mut self, feed: &Feed, withheld: &BTreeSet<u64>) {
+        let socket = sender();
+        self.send_frames(&socket, feed, (1..=feed.len()).filter(|s| !withheld.contains(s)));
+        self.send_end(&socket, feed);
+    }
+
+    /// Waits for the run to end, then for the fake service's thread: the run's output, what the
+    /// service returned, and how long the two took.
+    fn finish_with<T>(self, service: JoinHandle<T>) -> (Finished, T, Duration) {
+        let started = Instant::now();
+        let done = self.process.finish(STEP);
+        let served = service.join().unwrap();
+        (done, served, started.elapsed())
     }
 }
 
@@ -279,9 +301,7 @@ fn withheld_frames_are_recovered_or_counted_unrecoverable_exactly() {
     );
     // Retries far apart: an answer on a loaded machine is never overtaken by its retry, so
     // nothing is asked twice; attempts enough that no gap runs out of them during the test.
-    let args = ["--listen", "127.0.0.1:0", "--recovery", &addr, "--recovery-retry-ms", "1000"];
-    let mut sub =
-        Receiver::start(&[&args[..], &["--recovery-attempts", "1000", "--recovery-linger", "20"]].concat(), 1);
+    let mut sub = Receiver::recovering(&addr, "20", &["--recovery-retry-ms", "1000", "--recovery-attempts", "1000"]);
     let socket = sender();
     for seq in 1..=n {
         if !withheld.contains(&seq) {
@@ -291,9 +311,7 @@ fn withheld_frames_are_recovered_or_counted_unrecoverable_exactly() {
             sub.send(&socket, 0, &feed.datagram(late), late);
         }
     }
-    for _ in 0..3 {
-        sub.send(&socket, 0, &feed.end(), 0);
-    }
+    sub.send_end(&socket, &feed);
     // While the subscriber waits for what is still missing.
     sub.send(&socket, 0, &feed.datagram(after_end), after_end);
     let started = Instant::now();
@@ -352,18 +370,10 @@ fn a_version_1_service_turns_recovery_off_and_the_run_ends_at_once() {
     let n = feed.len();
     let withheld: BTreeSet<u64> = [5, 6, 50].into_iter().chain(n - 1..=n).collect();
     let (addr, log) = service(&feed, 1, SESSION, |_| Serve::Frame, None);
-    let mut sub = Receiver::start(&["--listen", "127.0.0.1:0", "--recovery", &addr, "--recovery-linger", "30"], 1);
-    let socket = sender();
-    for seq in (1..=n).filter(|s| !withheld.contains(s)) {
-        sub.send(&socket, 0, &feed.datagram(seq), seq);
-    }
-    for _ in 0..3 {
-        sub.send(&socket, 0, &feed.end(), 0);
-    }
-    let started = Instant::now();
-    let done = sub.process.finish(STEP);
-    let log = log.join().unwrap();
-    assert!(started.elapsed() < Duration::from_secs(10), "no linger once recovery is off: {}", done.stderr);
+    let mut sub = Receiver::recovering(&addr, "30", &[]);
+    sub.send_all_but(&feed, &withheld);
+    let (done, log, took) = sub.finish_with(log);
+    assert!(took < Duration::from_secs(10), "no linger once recovery is off: {}", done.stderr);
     // A version-1 greeting is not answered: that version cannot ask.
     assert!(log.answer.is_empty() && log.requests.is_empty(), "{log:?}");
     let r = done.json();
@@ -385,21 +395,12 @@ fn a_version_1_service_turns_recovery_off_and_the_run_ends_at_once() {
 fn a_service_of_another_session_is_not_asked_and_the_gaps_are_given_up() {
     let _shared = mdrelay_harness::shared();
     let feed = Feed::new(600, 49);
-    let n = feed.len();
     let withheld: BTreeSet<u64> = [20, 21, 300].into_iter().collect();
     let (addr, log) = service(&feed, 2, SESSION + 1, |_| Serve::Frame, None);
-    let mut sub = Receiver::start(&["--listen", "127.0.0.1:0", "--recovery", &addr, "--recovery-linger", "30"], 1);
-    let socket = sender();
-    for seq in (1..=n).filter(|s| !withheld.contains(s)) {
-        sub.send(&socket, 0, &feed.datagram(seq), seq);
-    }
-    for _ in 0..3 {
-        sub.send(&socket, 0, &feed.end(), 0);
-    }
-    let started = Instant::now();
-    let done = sub.process.finish(STEP);
-    let log = log.join().unwrap();
-    assert!(started.elapsed() < Duration::from_secs(10), "nothing left to wait for: {}", done.stderr);
+    let mut sub = Receiver::recovering(&addr, "30", &[]);
+    sub.send_all_but(&feed, &withheld);
+    let (done, log, took) = sub.finish_with(log);
+    assert!(took < Duration::from_secs(10), "nothing left to wait for: {}", done.stderr);
     assert!(log.requests.is_empty(), "frames of another session are never asked for: {log:?}");
     let r = done.json();
     assert_fields(&r, &feed.expected_without(&withheld));
@@ -413,20 +414,11 @@ fn a_service_of_another_session_is_not_asked_and_the_gaps_are_given_up() {
 fn from_the_start_over_udp_the_frames_before_the_first_received_are_asked_for() {
     let _shared = mdrelay_harness::shared();
     let feed = Feed::new(600, 47);
-    let n = feed.len();
     let head: BTreeSet<u64> = (1..=3).collect();
     let (addr, log) = service(&feed, 2, SESSION, |_| Serve::Frame, None);
-    let args = ["--listen", "127.0.0.1:0", "--recovery", &addr, "--from-start", "--recovery-linger", "20"];
-    let mut sub = Receiver::start(&args, 1);
-    let socket = sender();
-    for seq in 4..=n {
-        sub.send(&socket, 0, &feed.datagram(seq), seq);
-    }
-    for _ in 0..3 {
-        sub.send(&socket, 0, &feed.end(), 0);
-    }
-    let done = sub.process.finish(STEP);
-    let log = log.join().unwrap();
+    let mut sub = Receiver::recovering(&addr, "20", &["--from-start"]);
+    sub.send_all_but(&feed, &head);
+    let (done, log, _) = sub.finish_with(log);
     assert_eq!(log.served, head);
     let r = done.json();
     assert_fields(&r, &feed.expected_without(&BTreeSet::new()));
@@ -440,7 +432,6 @@ fn from_the_start_over_udp_the_frames_before_the_first_received_are_asked_for() 
 fn a_service_sending_a_record_too_large_is_left_and_connected_to_again() {
     let _shared = mdrelay_harness::shared();
     let feed = Feed::new(600, 48);
-    let n = feed.len();
     let withheld: BTreeSet<u64> = [10, 11].into_iter().collect();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
@@ -481,16 +472,9 @@ fn a_service_sending_a_record_too_large_is_left_and_connected_to_again() {
             asked = RetransmitRequest::parse(&header, &request[RecordHeader::LEN..]).unwrap();
         }
     });
-    let mut sub = Receiver::start(&["--listen", "127.0.0.1:0", "--recovery", &addr, "--recovery-linger", "20"], 1);
-    let socket = sender();
-    for seq in (1..=n).filter(|s| !withheld.contains(s)) {
-        sub.send(&socket, 0, &feed.datagram(seq), seq);
-    }
-    for _ in 0..3 {
-        sub.send(&socket, 0, &feed.end(), 0);
-    }
-    let done = sub.process.finish(STEP);
-    service.join().unwrap();
+    let mut sub = Receiver::recovering(&addr, "20", &[]);
+    sub.send_all_but(&feed, &withheld);
+    let (done, (), _) = sub.finish_with(service);
     let r = done.json();
     assert_fields(&r, &feed.expected_without(&BTreeSet::new()));
     assert_eq!(r["gaps"], 0);
@@ -507,7 +491,6 @@ fn a_service_sending_a_record_too_large_is_left_and_connected_to_again() {
 fn a_service_at_its_connection_limit_is_counted_busy_and_asked_again_with_backoff() {
     let _shared = mdrelay_harness::shared();
     let feed = Feed::new(600, 50);
-    let n = feed.len();
     let withheld: BTreeSet<u64> = [30, 31, 400].into_iter().collect();
     let (listener, addr) = listen();
     let frames = feed.frames.clone();
@@ -543,17 +526,9 @@ fn a_service_at_its_connection_limit_is_counted_busy_and_asked_again_with_backof
         }
         attempts
     });
-    let args = ["--listen", "127.0.0.1:0", "--recovery", &addr, "--recovery-attempts", "1000"];
-    let mut sub = Receiver::start(&[&args[..], &["--recovery-linger", "20"]].concat(), 1);
-    let socket = sender();
-    for seq in (1..=n).filter(|s| !withheld.contains(s)) {
-        sub.send(&socket, 0, &feed.datagram(seq), seq);
-    }
-    for _ in 0..3 {
-        sub.send(&socket, 0, &feed.end(), 0);
-    }
-    let done = sub.process.finish(STEP);
-    let attempts = service.join().unwrap();
+    let mut sub = Receiver::recovering(&addr, "20", &["--recovery-attempts", "1000"]);
+    sub.send_all_but(&feed, &withheld);
+    let (done, attempts, _) = sub.finish_with(service);
     let r = done.json();
     assert_fields(&r, &feed.expected_without(&BTreeSet::new()));
     assert_eq!(r["gaps"], 0, "{}", done.stderr);
@@ -620,20 +595,13 @@ fn a_connection_the_service_closes_for_idling_is_made_again_at_the_next_gap_with
         }
         served
     });
-    let mut sub = Receiver::start(&["--listen", "127.0.0.1:0", "--recovery", &addr, "--recovery-linger", "20"], 1);
+    let mut sub = Receiver::recovering(&addr, "20", &[]);
     let socket = sender();
-    for seq in (1..=half).filter(|s| !first_gaps.contains(s)) {
-        sub.send(&socket, 0, &feed.datagram(seq), seq);
-    }
+    sub.send_frames(&socket, &feed, (1..=half).filter(|s| !first_gaps.contains(s)));
     closed.recv_timeout(STEP).expect("the service closes the idle connection");
-    for seq in (half + 1..=n).filter(|s| !later_gaps.contains(s)) {
-        sub.send(&socket, 0, &feed.datagram(seq), seq);
-    }
-    for _ in 0..3 {
-        sub.send(&socket, 0, &feed.end(), 0);
-    }
-    let done = sub.process.finish(STEP);
-    let served = service.join().unwrap();
+    sub.send_frames(&socket, &feed, (half + 1..=n).filter(|s| !later_gaps.contains(s)));
+    sub.send_end(&socket, &feed);
+    let (done, served, _) = sub.finish_with(service);
     let r = done.json();
     assert_fields(&r, &feed.expected_without(&BTreeSet::new()));
     assert_eq!(r["gaps"], 0, "{}", done.stderr);
@@ -818,12 +786,6 @@ fn end(feed: &Feed) -> Vec<u8> {
 /// Reads until the subscriber closes its side.
 fn drain(stream: &mut TcpStream) {
     let _ = stream.read_to_end(&mut Vec::new());
-}
-
-fn listen() -> (TcpListener, String) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    (listener, addr)
 }
 
 #[test]

@@ -6,6 +6,7 @@ use crate::common;
 
 use common::*;
 use mdrelay_codec::{Codec, Format, Limits};
+use mdrelay_harness::receive::base64_decode;
 use mdrelay_harness::{STEP, accept_within, free_tcp_port};
 use mdrelay_proto::relay::{
     Echo, Hello, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, RecordHeader, RecordTag, Subscribe, control_record,
@@ -57,6 +58,16 @@ fn drain(stream: &mut TcpStream) -> Vec<u8> {
     rest
 }
 
+/// A fake publisher on a free loopback port, on a thread of its own: it accepts one subscriber
+/// and hands the connection and `data` to `serve`. The address to connect to, and the thread.
+fn publisher_for_one<D: Send + 'static, T: Send + 'static>(
+    data: D,
+    serve: impl FnOnce(TcpStream, D) -> T + Send + 'static,
+) -> (String, JoinHandle<T>) {
+    let (listener, addr) = listen();
+    (addr, thread::spawn(move || serve(accept(&listener), data)))
+}
+
 /// A publisher that streams `segments` in raw over one connection and ends the stream.
 fn raw_publisher(listener: TcpListener, segments: Vec<Vec<u8>>) -> JoinHandle<Subscribe> {
     thread::spawn(move || {
@@ -68,12 +79,6 @@ fn raw_publisher(listener: TcpListener, segments: Vec<Vec<u8>>) -> JoinHandle<Su
         drain(&mut s);
         sub
     })
-}
-
-fn listen() -> (TcpListener, String) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    (listener, addr)
 }
 
 #[test]
@@ -145,11 +150,7 @@ fn format_switches_mid_stream_lose_no_message() {
     let formats: Vec<Format> =
         std::iter::once(Format::Raw).chain(Format::ALL.into_iter().filter(|f| *f != Format::Raw)).collect();
     assert_eq!(formats.len(), Format::ALL.len());
-    let (listener, addr) = listen();
-    let segs = segments.clone();
-    let plan = formats.clone();
-    let publisher = thread::spawn(move || {
-        let mut s = accept(&listener);
+    let (addr, publisher) = publisher_for_one((segments.clone(), formats.clone()), |mut s, (segs, plan)| {
         handshake(&mut s, Format::Raw, 1, 1);
         let part = segs.len().div_ceil(plan.len());
         let mut next = 1;
@@ -177,9 +178,7 @@ fn format_switches_mid_stream_lose_no_message() {
 #[test]
 fn another_protocol_version_is_refused_with_exit_code_3_naming_both_versions() {
     let _shared = mdrelay_harness::shared();
-    let (listener, addr) = listen();
-    let publisher = thread::spawn(move || {
-        let mut s = accept(&listener);
+    let (addr, publisher) = publisher_for_one((), |mut s, ()| {
         let greeting = Hello { protocol_version: PROTOCOL_VERSION + 1, ..Hello::new(Format::Raw, 1, 1, 1) };
         s.write_all(&greeting.to_bytes()).unwrap();
         drain(&mut s);
@@ -202,9 +201,7 @@ fn another_protocol_version_is_refused_with_exit_code_3_naming_both_versions() {
 #[test]
 fn a_refuse_record_prints_the_publishers_reason_with_exit_code_3() {
     let _shared = mdrelay_harness::shared();
-    let (listener, addr) = listen();
-    let publisher = thread::spawn(move || {
-        let mut s = accept(&listener);
+    let (addr, publisher) = publisher_for_one((), |mut s, ()| {
         handshake(&mut s, Format::Raw, 1, 1);
         s.write_all(&control_record(RecordTag::Refuse, Format::Raw, 1, b"subscriber limit (4) reached")).unwrap();
         drain(&mut s);
@@ -286,10 +283,7 @@ fn duration_stops_a_subscriber_whose_publisher_never_comes() {
 fn a_late_joiner_says_so_and_an_undecodable_frame_is_skipped() {
     let _shared = mdrelay_harness::shared();
     let segments = synthetic(3_000, 8, 9);
-    let (listener, addr) = listen();
-    let segs = segments.clone();
-    let publisher = thread::spawn(move || {
-        let mut s = accept(&listener);
+    let (addr, publisher) = publisher_for_one(segments.clone(), |mut s, segs| {
         handshake(&mut s, Format::Raw, 7, 10);
         let mut codec = Codec::new(Format::Raw, Limits::default());
         let next = send_data(&mut s, &mut codec, &segs[..4], 10);
@@ -324,10 +318,7 @@ fn a_late_joiner_says_so_and_an_undecodable_frame_is_skipped() {
 fn round_trip_mode_echoes_every_nth_frame_as_echo_records() {
     let _shared = mdrelay_harness::shared();
     let segments = synthetic(2_000, 5, 2);
-    let (listener, addr) = listen();
-    let segs = segments.clone();
-    let publisher = thread::spawn(move || {
-        let mut s = accept(&listener);
+    let (addr, publisher) = publisher_for_one(segments.clone(), |mut s, segs| {
         let sub = handshake(&mut s, Format::Raw, 3, 1);
         let mut codec = Codec::new(Format::Raw, Limits::default());
         let mut sent = Vec::new();
@@ -410,37 +401,11 @@ fn the_histogram_log_has_one_interval_per_report_period() {
     assert_eq!(count, r["latency_ns"]["count"].as_u64().unwrap());
 }
 
-/// Standard base64 (the interval log's encoding), decoded without another dependency.
-fn base64_decode(text: &str) -> Vec<u8> {
-    let value = |c: u8| match c {
-        b'A'..=b'Z' => c - b'A',
-        b'a'..=b'z' => c - b'a' + 26,
-        b'0'..=b'9' => c - b'0' + 52,
-        b'+' => 62,
-        b'/' => 63,
-        _ => panic!("not base64: {c}"),
-    };
-    let clean: Vec<u8> = text.bytes().filter(|&c| c != b'=').collect();
-    let mut out = Vec::new();
-    for chunk in clean.chunks(4) {
-        let mut acc = 0u32;
-        for (i, &c) in chunk.iter().enumerate() {
-            acc |= u32::from(value(c)) << (18 - 6 * i);
-        }
-        let bytes = acc.to_be_bytes();
-        out.extend_from_slice(&bytes[1..chunk.len()]);
-    }
-    out
-}
-
 #[test]
 fn a_snapshot_that_does_not_open_is_dropped_whole_and_the_stream_is_taken() {
     let _shared = mdrelay_harness::shared();
     let segments = synthetic(3_000, 12, 5);
-    let (listener, addr) = listen();
-    let sent = segments.clone();
-    let publisher = thread::spawn(move || {
-        let (segments, mut s) = (sent, accept(&listener));
+    let (addr, publisher) = publisher_for_one(segments.clone(), |mut s, segments| {
         let format = Format::Raw;
         s.write_all(&Hello::new(format, 0x5eed, 1, 1).to_bytes()).unwrap();
         let mut answer = vec![0u8; Subscribe::V2_LEN];

@@ -12,7 +12,7 @@ use crate::common;
 
 use common::*;
 use mdrelay_codec::{Codec, Format, Limits};
-use mdrelay_harness::{Process, STEP, Signal, process::field};
+use mdrelay_harness::{Finished, Process, STEP, Signal};
 use mdrelay_proto::relay::{DatagramHeader, DatagramKind, Echo, Totals};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::collections::HashSet;
@@ -41,13 +41,6 @@ fn sender() -> UdpSocket {
     s
 }
 
-/// What a datagram of `len` bytes may cost a loopback receive buffer: the kernel charges the
-/// buffer it allocated (rounded up to a power of two, with its shared info) and the socket
-/// buffer's own header; this errs on the high side.
-fn charge(len: usize) -> usize {
-    (len + 512).next_power_of_two() + 512
-}
-
 /// A subscriber under test and what may be in flight to it.
 struct Receiver {
     process: Process,
@@ -61,14 +54,8 @@ struct Receiver {
 impl Receiver {
     /// Starts `mdrelay-sub` with `args`; waits until it has bound (and joined).
     fn start(args: &[&str]) -> Receiver {
-        // Interval lines every 20 ms: the sender's flow control reads them.
-        let mut all = vec!["--json", "-", "--report-interval", "0.02", "--duration", "60"];
-        all.extend_from_slice(args);
-        let mut process = subscriber(&all);
-        let line = process.wait_for("receive buffer");
-        let granted: usize = field(&line, "granted").and_then(|g| g.parse().ok()).expect("granted=BYTES");
-        let addr = process.listening_on();
-        Receiver { process, addr, budget: granted / 4 }
+        let (process, addrs, budget) = udp_subscriber(args, 1);
+        Receiver { process, addr: addrs[0], budget }
     }
 
     /// Starts a subscriber listening on 127.0.0.1, on a port of its choosing.
@@ -110,6 +97,12 @@ impl Receiver {
         }
     }
 
+    /// Sends the END of `segments` (frames 1 on of `session`) and waits for the run to end.
+    fn finish_after_end(self, socket: &UdpSocket, segments: &[Vec<u8>], session: u64) -> Finished {
+        self.send_end(socket, &totals(&refs(segments)), session, segments.len() as u64 + 1);
+        self.process.finish(STEP)
+    }
+
     /// The END, three times, as a publisher repeats it.
     fn send_end(&self, socket: &UdpSocket, totals: &Totals, session: u64, next: u64) {
         for _ in 0..3 {
@@ -129,8 +122,7 @@ fn a_skipped_datagram_is_one_gap_and_foreign_datagrams_are_counted_not_fatal() {
     all.remove(skipped);
     all.insert(0, b"GET / HTTP/1.1\r\n\r\n".to_vec());
     sub.send_all(&socket, &all);
-    sub.send_end(&socket, &totals(&refs(&segments)), 0xfeed, segments.len() as u64 + 1);
-    let done = sub.process.finish(STEP);
+    let done = sub.finish_after_end(&socket, &segments, 0xfeed);
     let r = done.json();
     let received: Vec<&[u8]> =
         segments.iter().enumerate().filter(|(i, _)| *i != skipped).map(|(_, s)| s.as_slice()).collect();
@@ -154,8 +146,7 @@ fn a_duplicate_is_counted_and_skipped_and_a_reordered_frame_fills_its_gap() {
     all.insert(5, again);
     all.swap(9, 10);
     sub.send_all(&socket, &all);
-    sub.send_end(&socket, &totals(&refs(&segments)), 0xbeef, segments.len() as u64 + 1);
-    let r = sub.process.finish(STEP).json();
+    let r = sub.finish_after_end(&socket, &segments, 0xbeef).json();
     // The duplicate is not aggregated twice: everything matches the publisher.
     assert_fields(&r, &expected_report(&refs(&segments), None));
     assert_eq!(r["duplicates"], 1);
@@ -173,8 +164,7 @@ fn a_new_publisher_session_restarts_sequence_tracking() {
     let (first, second) = segments.split_at(segments.len() / 2);
     // The restarted publisher numbers its frames from 1 again: no duplicates, no gaps.
     sub.send_all(&socket, &[datagrams(first, 1), datagrams(second, 2)].concat());
-    sub.send_end(&socket, &totals(&refs(second)), 2, second.len() as u64 + 1);
-    let done = sub.process.finish(STEP);
+    let done = sub.finish_after_end(&socket, second, 2);
     let r = done.json();
     assert_eq!(r["publisher_restarts"], 1);
     assert_eq!(r["duplicates"], 0);
@@ -207,8 +197,7 @@ fn multicast_on_the_loopback_interface_receives_the_stream() {
         .map(|(k, chunk)| data_datagram(Format::Raw, 77, 3 * k as u64 + 1, chunk))
         .collect();
     sub.send_all(&socket, &all);
-    sub.send_end(&socket, &totals(&refs(&segments)), 77, segments.len() as u64 + 1);
-    let done = sub.process.finish(STEP);
+    let done = sub.finish_after_end(&socket, &segments, 77);
     assert!(done.status.success(), "{done:?}");
     let r = done.json();
     assert_fields(&r, &expected_report(&refs(&segments), None));

@@ -5,7 +5,8 @@
 
 use mdrelay_client::{Event, Frame, Message, Subscriber};
 use mdrelay_harness::process::field;
-use mdrelay_harness::{Process, iex_data, publisher_bin};
+use mdrelay_harness::serial::Serial;
+use mdrelay_harness::{NatsServer, Process, iex_data, nats_stream_state, publisher_bin, serial};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -193,12 +194,23 @@ impl Tally {
 /// Receives until the end of the stream (or `limit`), taking every frame; returns the tally
 /// and the other events, as their `Debug` text.
 pub fn receive_all(subscriber: &mut Subscriber, limit: Duration) -> (Tally, Vec<String>, Option<mdrelay_client::End>) {
+    receive_all_with(subscriber, limit, |_| {})
+}
+
+/// As [`receive_all`], calling `before_each_wait` with the tally so far before each wait for an
+/// event (to stall the reader, say).
+pub fn receive_all_with(
+    subscriber: &mut Subscriber,
+    limit: Duration,
+    mut before_each_wait: impl FnMut(&Tally),
+) -> (Tally, Vec<String>, Option<mdrelay_client::End>) {
     let started = Instant::now();
     let mut tally = Tally::default();
     let mut events = Vec::new();
     let mut end = None;
     loop {
         assert!(started.elapsed() < limit, "no end of stream within {limit:?}: {events:?}");
+        before_each_wait(&tally);
         match subscriber.next_event_timeout(Duration::from_secs(1)) {
             Ok(mdrelay_client::Waited::Event(Event::Frame(frame))) => tally.frame(&frame),
             Ok(mdrelay_client::Waited::Event(Event::End(e))) => end = Some(e),
@@ -215,8 +227,70 @@ pub fn publisher(args: &[&str]) -> Process {
     Process::start(publisher_bin(), ["run"].iter().chain(args))
 }
 
+/// Starts `mdrelay-pub run` serving the capture `capture_name` over TCP on a free loopback
+/// port, once one subscriber has come, blocking when a subscriber falls behind (so no frame is
+/// dropped); `extra` arguments after those.
+pub fn tcp_publisher(capture_name: &str, extra: &[&str]) -> Process {
+    let file = capture(capture_name);
+    let preset = ["--capture", &file, "--tcp", "127.0.0.1:0", "--wait-subscribers", "1", "--slow-subscriber", "block"];
+    publisher(&[&preset[..], extra].concat())
+}
+
 /// The retransmission service's address, from the publisher's log.
 pub fn retransmit_addr(publisher: &mut Process) -> SocketAddr {
     let line = publisher.wait_until("\"serving retransmissions over TCP\"", |l| l.contains("serving retransmissions"));
     field(&line, "listen").unwrap_or_default().parse().unwrap_or_else(|e| panic!("{line}: {e}"))
+}
+
+/// Starts `mdrelay-pub run` with the configuration file `config` (its `[nats]` output), sending
+/// the capture `capture_name` paced at `rate` messages a second; `extra` arguments after those.
+pub fn nats_publisher(config: &str, capture_name: &str, rate: &str, extra: &[&str]) -> Process {
+    let file = capture(capture_name);
+    let preset = ["--config", config, "--capture", &file, "--pacing", "rate", "--rate", rate];
+    publisher(&[&preset[..], extra].concat())
+}
+
+/// A NATS test's setting: the host to itself ([`serial`]), a `nats-server`, and a directory for
+/// the test's files.
+pub struct NatsSetting {
+    /// The server.
+    pub server: NatsServer,
+    /// The directory, removed with the setting.
+    pub dir: tempfile::TempDir,
+    /// Dropped last: the server is gone before another test has the host.
+    _serial: Serial,
+}
+
+impl NatsSetting {
+    /// Once the host is this test's alone, a server started with `args` (none: anyone may
+    /// connect), and a new directory.
+    pub fn start(args: &[&str]) -> NatsSetting {
+        let serial = serial();
+        NatsSetting { server: NatsServer::start_with(args), dir: tempfile::tempdir().unwrap(), _serial: serial }
+    }
+
+    /// A publisher configuration file with only its `[nats]` output to `subject` and `stream`
+    /// (and `extra` lines in it); the rest comes as flags.
+    pub fn config(&self, subject: &str, stream: &str, extra: &str) -> String {
+        let path = self.dir.path().join(format!("{stream}.toml"));
+        let servers = self.server.url();
+        let text =
+            format!("[nats]\nservers = [\"{servers}\"]\nsubject = \"{subject}\"\nstream = \"{stream}\"\n{extra}");
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    }
+
+    /// Messages `stream` holds now, by natscli (0 while it cannot be read).
+    pub fn stored(&self, stream: &str) -> u64 {
+        nats_stream_state(&self.server.url(), stream).unwrap_or_default()["messages"].as_u64().unwrap_or(0)
+    }
+
+    /// Waits until `stream` holds `messages` messages, for a minute at most.
+    pub fn wait_until_stored(&self, stream: &str, messages: u64) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.stored(stream) < messages {
+            assert!(Instant::now() < deadline, "the stream {stream} did not reach {messages} messages");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }

@@ -4,7 +4,8 @@
 #![allow(dead_code)]
 
 use mdrelay_codec::{BatchHeader, Codec, Format, collect_segment};
-use mdrelay_harness::{Process, subscriber_bin};
+use mdrelay_harness::process::field;
+use mdrelay_harness::{NatsServer, Process, iex_data, subscriber_bin};
 use mdrelay_iex::aggregate::Aggregator;
 use mdrelay_iex::iextp::Segment;
 use mdrelay_iex::message::Message;
@@ -16,11 +17,46 @@ use mdrelay_proto::relay::{
 };
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Starts `mdrelay-sub` with these arguments.
 pub fn subscriber(args: &[&str]) -> Process {
     Process::start(subscriber_bin(), args)
+}
+
+/// Starts `mdrelay-sub` with `args`, its report on stdout and interval lines every 20 ms (a
+/// sender's flow control reads them), for 60 s at most; waits until each of its `lines` has
+/// bound. The process, the lines' addresses, and a quarter of the smallest receive buffer the
+/// kernel granted: what a sender may have in flight.
+pub fn udp_subscriber(args: &[&str], lines: usize) -> (Process, Vec<SocketAddr>, usize) {
+    let mut all = vec!["--json", "-", "--report-interval", "0.02", "--duration", "60"];
+    all.extend_from_slice(args);
+    let mut process = subscriber(&all);
+    let mut budget = usize::MAX;
+    let mut addrs = Vec::new();
+    for _ in 0..lines {
+        let line = process.wait_for("receive buffer");
+        let granted: usize = field(&line, "granted").and_then(|g| g.parse().ok()).expect("granted=BYTES");
+        budget = budget.min(granted / 4);
+        addrs.push(process.listening_on());
+    }
+    (process, addrs, budget)
+}
+
+/// A listener on a free loopback port, and its address.
+pub fn listen() -> (TcpListener, String) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    (listener, addr)
+}
+
+/// What a datagram of `len` bytes may cost a loopback receive buffer: the kernel charges the
+/// buffer it allocated (rounded up to a power of two, with its shared info) and the socket
+/// buffer's own header; this errs on the high side.
+pub fn charge(len: usize) -> usize {
+    (len + 512).next_power_of_two() + 512
 }
 
 /// The segments (IEX-TP UDP payloads) of a small synthetic day.
@@ -165,4 +201,72 @@ pub fn assert_fields(report: &Value, expected: &Value) {
     for (key, value) in expected.as_object().unwrap() {
         assert_eq!(&report[key], value, "report field {key}");
     }
+}
+
+/// A NATS test's `nats-server`, and a directory for the test's files.
+pub struct NatsSetting {
+    /// The server.
+    pub server: NatsServer,
+    /// The directory, removed with the setting.
+    pub dir: tempfile::TempDir,
+}
+
+impl NatsSetting {
+    /// A server started with `args` (none: anyone may connect), and a new directory.
+    pub fn start(args: &[&str]) -> NatsSetting {
+        NatsSetting { server: NatsServer::start_with(args), dir: tempfile::tempdir().unwrap() }
+    }
+
+    /// The file `name` in the directory.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// A publisher configuration: DEEP10 in SBE to `[nats]` on the server, the stream's subject
+    /// and `stream`, at `rate` messages a second, with `batching` and `nats` lines added to their
+    /// sections.
+    pub fn publisher_config(&self, stream: &str, rate: u32, batching: &str, nats: &str) -> String {
+        let path = self.path(&format!("{stream}.toml"));
+        std::fs::write(
+            &path,
+            format!(
+                "format = \"sbe\"\n[source]\ncapture = \"{}\"\n[pacing]\nmode = \"rate\"\nrate = {rate}\n\
+                 [batching]\n{batching}\n[nats]\nservers = [\"{}\"]\nsubject = \"{}\"\nstream = \"{stream}\"\n{nats}\n",
+                iex_data().join("DEEP10.pcap.gz").display(),
+                self.server.url(),
+                nats_subject(stream),
+            ),
+        )
+        .unwrap();
+        path.display().to_string()
+    }
+
+    /// `mdrelay-sub` on `stream`'s subject with the stream, writing its report to `json`, with
+    /// `extra` arguments.
+    pub fn subscriber(&self, stream: &str, json: &Path, extra: &[&str]) -> Process {
+        let url = self.server.url();
+        let subject = nats_subject(stream);
+        let mut args = vec![
+            "--nats",
+            url.as_str(),
+            "--nats-subject",
+            subject.as_str(),
+            "--nats-stream",
+            stream,
+            "--json",
+            json.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        Process::start(subscriber_bin(), args)
+    }
+}
+
+/// The subject a NATS test's stream stores: `md.` and the stream's name in lower case.
+pub fn nats_subject(stream: &str) -> String {
+    format!("md.{}", stream.to_lowercase())
+}
+
+/// Starts `mdrelay-pub run` with the configuration file `config`.
+pub fn publisher_with(config: &str) -> Process {
+    Process::start(mdrelay_harness::publisher_bin(), ["run", "--config", config])
 }
