@@ -15,7 +15,7 @@
 use crate::fanout::Shared;
 use crate::retransmit::Service;
 use crate::source::FeedSummary;
-use crate::upstream::Upstream;
+use crate::upstream::{Upstream, UpstreamSummary};
 use mdrelay_codec::Format;
 use mdrelay_telemetry::prometheus::HistogramExport;
 use metrics::{Counter, Gauge, Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
@@ -106,16 +106,97 @@ pub struct EngineMetrics {
     oversized: Counter,
 }
 
+/// Counters set together from one summary of type `T`, once a second: each served under its
+/// name with its HELP line, and copying one count of the summary.
+struct CopiedCounters<T: 'static, const N: usize> {
+    counters: [(Counter, Count<T>); N],
+}
+
+/// Which count of a summary a counter copies.
+type Count<T> = fn(&T) -> u64;
+
+/// A counter of [`CopiedCounters`]: its name, its HELP line, and the count it copies.
+type CopiedCounter<T> = (&'static str, &'static str, Count<T>);
+
+impl<T, const N: usize> CopiedCounters<T, N> {
+    /// Describes and registers the counters of `table`.
+    fn new(table: [CopiedCounter<T>; N]) -> Self {
+        for (name, help, _) in table {
+            describe_counter!(name, help);
+        }
+        CopiedCounters { counters: table.map(|(name, _, count)| (counter!(name), count)) }
+    }
+
+    /// Copies each counter's count of `summary`.
+    fn publish(&self, summary: &T) {
+        for (counter, count) in &self.counters {
+            counter.absolute(count(summary));
+        }
+    }
+}
+
+/// What a relay counts of its upstream, as [`UpstreamMetrics`] serves it.
+const UPSTREAM_COUNTERS: [CopiedCounter<UpstreamSummary>; 6] = [
+    ("mdrelay_pub_upstream_frames_total", "Frames received from the upstream publisher.", |c| c.frames),
+    ("mdrelay_pub_upstream_gap_frames_total", "Frames missing from the upstream's numbering.", |c| c.gaps),
+    ("mdrelay_pub_upstream_decode_errors_total", "Upstream frames that did not decode.", |c| c.decode_errors),
+    ("mdrelay_pub_upstream_reconnects_total", "Connections to the upstream made again.", |c| c.reconnects),
+    (
+        "mdrelay_pub_upstream_protocol_violations_total",
+        "Upstream records whose numbers did not fit the stream (the connection was made again).",
+        |c| c.protocol_violations,
+    ),
+    (
+        "mdrelay_pub_upstream_crc_failures_total",
+        "Upstream frames whose CRC-32C did not match (the connection was made again).",
+        |c| c.crc_failures,
+    ),
+];
+
+/// What a live feed's input counts, as [`FeedMetrics`] serves it.
+const FEED_COUNTERS: [CopiedCounter<FeedSummary>; 9] = [
+    ("mdrelay_pub_feed_segments_total", "IEX-TP segments received on the live feed, copies included.", |f| f.segments),
+    ("mdrelay_pub_feed_gaps_total", "Gaps in the live feed's numbering (ranges of messages skipped).", |f| {
+        f.sequence.gaps
+    }),
+    (
+        "mdrelay_pub_feed_gap_messages_total",
+        "Messages of the live feed skipped and never received (a late segment takes its messages out).",
+        |f| f.sequence.gap_messages,
+    ),
+    ("mdrelay_pub_feed_late_messages_total", "Messages of the live feed that arrived late, filling a gap.", |f| {
+        f.sequence.late_messages
+    }),
+    (
+        "mdrelay_pub_feed_duplicate_segments_total",
+        "Segments of the live feed with nothing new (copies, stale heartbeats): dropped, not relayed.",
+        |f| f.sequence.duplicate_segments,
+    ),
+    ("mdrelay_pub_feed_reordered_segments_total", "Late segments of the live feed, relayed.", |f| {
+        f.sequence.reordered_segments
+    }),
+    (
+        "mdrelay_pub_feed_overlapping_segments_total",
+        "Segments of the live feed partly received before, relayed whole.",
+        |f| f.sequence.overlapping_segments,
+    ),
+    (
+        "mdrelay_pub_feed_repeated_messages_total",
+        "Messages relayed twice because an overlapping segment repeated them.",
+        |f| f.sequence.repeated_messages,
+    ),
+    (
+        "mdrelay_pub_feed_restarts_total",
+        "Times the live feed's numbering started again: within a session, or with a new session.",
+        |f| f.sequence.restarts,
+    ),
+];
+
 /// A relay's view of its upstream: this hop's latency from the origin, and what arrived.
 pub struct UpstreamMetrics {
     latency: metrics::Histogram,
     exported: HistogramExport,
-    frames: Counter,
-    gaps: Counter,
-    decode_errors: Counter,
-    reconnects: Counter,
-    protocol_violations: Counter,
-    crc_failures: Counter,
+    counts: CopiedCounters<UpstreamSummary, 6>,
 }
 
 impl UpstreamMetrics {
@@ -126,39 +207,16 @@ impl UpstreamMetrics {
             Unit::Seconds,
             "This hop's latency per frame: receipt from the upstream minus the origin's publish time."
         );
-        describe_counter!("mdrelay_pub_upstream_frames_total", "Frames received from the upstream publisher.");
-        describe_counter!("mdrelay_pub_upstream_gap_frames_total", "Frames missing from the upstream's numbering.");
-        describe_counter!("mdrelay_pub_upstream_decode_errors_total", "Upstream frames that did not decode.");
-        describe_counter!("mdrelay_pub_upstream_reconnects_total", "Connections to the upstream made again.");
-        describe_counter!(
-            "mdrelay_pub_upstream_protocol_violations_total",
-            "Upstream records whose numbers did not fit the stream (the connection was made again)."
-        );
-        describe_counter!(
-            "mdrelay_pub_upstream_crc_failures_total",
-            "Upstream frames whose CRC-32C did not match (the connection was made again)."
-        );
         UpstreamMetrics {
             latency: histogram!("mdrelay_pub_upstream_latency_seconds"),
             exported: HistogramExport::new(),
-            frames: counter!("mdrelay_pub_upstream_frames_total"),
-            gaps: counter!("mdrelay_pub_upstream_gap_frames_total"),
-            decode_errors: counter!("mdrelay_pub_upstream_decode_errors_total"),
-            reconnects: counter!("mdrelay_pub_upstream_reconnects_total"),
-            protocol_violations: counter!("mdrelay_pub_upstream_protocol_violations_total"),
-            crc_failures: counter!("mdrelay_pub_upstream_crc_failures_total"),
+            counts: CopiedCounters::new(UPSTREAM_COUNTERS),
         }
     }
 
     /// Copies the upstream's counts, and the latencies recorded since the last copy.
     pub fn publish(&mut self, upstream: &dyn Upstream) {
-        let counts = upstream.counts();
-        self.frames.absolute(counts.frames);
-        self.gaps.absolute(counts.gaps);
-        self.decode_errors.absolute(counts.decode_errors);
-        self.reconnects.absolute(counts.reconnects);
-        self.protocol_violations.absolute(counts.protocol_violations);
-        self.crc_failures.absolute(counts.crc_failures);
+        self.counts.publish(&upstream.counts());
         self.exported.export(&self.latency, upstream.latency());
     }
 }
@@ -171,78 +229,18 @@ impl Default for UpstreamMetrics {
 
 /// A live feed's input by its IEX-TP numbering (`docs/operations.md`, "Loss on the live input").
 pub struct FeedMetrics {
-    segments: Counter,
-    gaps: Counter,
-    gap_messages: Counter,
-    late_messages: Counter,
-    duplicates: Counter,
-    reordered: Counter,
-    overlapping: Counter,
-    repeated: Counter,
-    restarts: Counter,
+    counts: CopiedCounters<FeedSummary, 9>,
 }
 
 impl FeedMetrics {
     /// Handles for a publisher fed by a live feed.
     pub fn new() -> FeedMetrics {
-        describe_counter!(
-            "mdrelay_pub_feed_segments_total",
-            "IEX-TP segments received on the live feed, copies included."
-        );
-        describe_counter!(
-            "mdrelay_pub_feed_gaps_total",
-            "Gaps in the live feed's numbering (ranges of messages skipped)."
-        );
-        describe_counter!(
-            "mdrelay_pub_feed_gap_messages_total",
-            "Messages of the live feed skipped and never received (a late segment takes its messages out)."
-        );
-        describe_counter!(
-            "mdrelay_pub_feed_late_messages_total",
-            "Messages of the live feed that arrived late, filling a gap."
-        );
-        describe_counter!(
-            "mdrelay_pub_feed_duplicate_segments_total",
-            "Segments of the live feed with nothing new (copies, stale heartbeats): dropped, not relayed."
-        );
-        describe_counter!("mdrelay_pub_feed_reordered_segments_total", "Late segments of the live feed, relayed.");
-        describe_counter!(
-            "mdrelay_pub_feed_overlapping_segments_total",
-            "Segments of the live feed partly received before, relayed whole."
-        );
-        describe_counter!(
-            "mdrelay_pub_feed_repeated_messages_total",
-            "Messages relayed twice because an overlapping segment repeated them."
-        );
-        describe_counter!(
-            "mdrelay_pub_feed_restarts_total",
-            "Times the live feed's numbering started again: within a session, or with a new session."
-        );
-        FeedMetrics {
-            segments: counter!("mdrelay_pub_feed_segments_total"),
-            gaps: counter!("mdrelay_pub_feed_gaps_total"),
-            gap_messages: counter!("mdrelay_pub_feed_gap_messages_total"),
-            late_messages: counter!("mdrelay_pub_feed_late_messages_total"),
-            duplicates: counter!("mdrelay_pub_feed_duplicate_segments_total"),
-            reordered: counter!("mdrelay_pub_feed_reordered_segments_total"),
-            overlapping: counter!("mdrelay_pub_feed_overlapping_segments_total"),
-            repeated: counter!("mdrelay_pub_feed_repeated_messages_total"),
-            restarts: counter!("mdrelay_pub_feed_restarts_total"),
-        }
+        FeedMetrics { counts: CopiedCounters::new(FEED_COUNTERS) }
     }
 
     /// Copies the feed's counts.
     pub fn publish(&self, feed: &FeedSummary) {
-        let s = &feed.sequence;
-        self.segments.absolute(feed.segments);
-        self.gaps.absolute(s.gaps);
-        self.gap_messages.absolute(s.gap_messages);
-        self.late_messages.absolute(s.late_messages);
-        self.duplicates.absolute(s.duplicate_segments);
-        self.reordered.absolute(s.reordered_segments);
-        self.overlapping.absolute(s.overlapping_segments);
-        self.repeated.absolute(s.repeated_messages);
-        self.restarts.absolute(s.restarts);
+        self.counts.publish(feed);
     }
 }
 
@@ -405,81 +403,138 @@ pub fn sample_once(sources: &Sources) {
     }
 }
 
+/// What kind of series a HELP line of [`DESCRIBED`] is for.
+#[derive(Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
+}
+
+/// The HELP lines and units of the series [`EngineMetrics`] and [`sample_once`] serve: the kind
+/// of series, its name, its unit if it has one, and its HELP line.
+const DESCRIBED: [(Kind, &str, Option<Unit>, &str); 30] = [
+    (Kind::Counter, "mdrelay_pub_frames_sent_total", None, "Frames handed to a transport, by wire format."),
+    (
+        Kind::Counter,
+        "mdrelay_pub_nats_messages_total",
+        None,
+        "NATS messages by outcome: published, acknowledged by JetStream, acknowledged as a duplicate id of this message's own copy, found under an id another message had taken (published again under a new id), published again after a failure, dropped for a full queue.",
+    ),
+    (Kind::Counter, "mdrelay_pub_nats_reconnects_total", None, "Connections to a NATS server after the first."),
+    (
+        Kind::Counter,
+        "mdrelay_pub_nats_stream_recreations_total",
+        None,
+        "Times the JetStream stream was found deleted while publishing, and created again (nats.create_stream).",
+    ),
+    (
+        Kind::Gauge,
+        "mdrelay_pub_nats_acks_pending",
+        None,
+        "NATS messages published and not yet acknowledged by JetStream.",
+    ),
+    (
+        Kind::Gauge,
+        "mdrelay_pub_nats_queue_bytes",
+        Some(Unit::Bytes),
+        "Bytes of NATS messages held for the server: queued, or published and not yet acknowledged (at most nats.queue_bytes).",
+    ),
+    (Kind::Counter, "mdrelay_pub_messages_sent_total", None, "IEX messages in the frames handed to a transport."),
+    (
+        Kind::Counter,
+        SENT_FRAME_BYTES,
+        Some(Unit::Bytes),
+        "Encoded frame bytes handed to a transport (without relay headers).",
+    ),
+    (Kind::Gauge, "mdrelay_pub_format", None, "1 for the wire format in use, 0 for the others."),
+    (Kind::Counter, "mdrelay_pub_format_switches_total", None, "Wire format switches (SIGHUP with an edited format)."),
+    (
+        Kind::Gauge,
+        "mdrelay_pub_pacing_lag_seconds",
+        Some(Unit::Seconds),
+        "How far behind its schedule a paced segment went out: the most since the last update.",
+    ),
+    (
+        Kind::Gauge,
+        "mdrelay_pub_pacing_lead_seconds",
+        Some(Unit::Seconds),
+        "How far ahead of its schedule a paced segment went out with its duty cycle: the most since the last update.",
+    ),
+    (
+        Kind::Counter,
+        "mdrelay_pub_udp_oversized_frames_total",
+        None,
+        "Frames too large for a datagram, not sent over UDP.",
+    ),
+    (Kind::Gauge, "mdrelay_pub_subscribers", None, "TCP subscribers connected and taking the stream."),
+    (
+        Kind::Gauge,
+        "mdrelay_pub_subscriber_queue_max_records",
+        None,
+        "Records queued for the most backed-up TCP subscriber, not taken by its connection yet (the slow-subscriber policy acts at tcp.queue).",
+    ),
+    (
+        Kind::Gauge,
+        "mdrelay_pub_subscriber_queued_records",
+        None,
+        "Records queued for all TCP subscribers together, not taken by their connections yet.",
+    ),
+    (Kind::Counter, "mdrelay_pub_connections_total", None, "TCP connections accepted."),
+    (Kind::Counter, "mdrelay_pub_connections_refused_total", None, "TCP connections refused, by reason."),
+    (Kind::Counter, "mdrelay_pub_disconnects_total", None, "TCP subscribers disconnected by the publisher, by reason."),
+    (
+        Kind::Counter,
+        "mdrelay_pub_accept_errors_total",
+        None,
+        "TCP accept calls that failed (e.g. out of file descriptors).",
+    ),
+    (
+        Kind::Counter,
+        "mdrelay_pub_dropped_frames_total",
+        None,
+        "Frames skipped for TCP subscribers a whole queue behind, by slow-subscriber policy.",
+    ),
+    (Kind::Counter, "mdrelay_pub_retransmit_requests_total", None, "Retransmission requests received."),
+    (Kind::Counter, RETRANSMIT_THROTTLED_REQUESTS, None, "Retransmission requests over the rate limit (BUSY)."),
+    (Kind::Counter, "mdrelay_pub_retransmit_frames_total", None, "Frames retransmitted."),
+    (Kind::Counter, "mdrelay_pub_retransmit_gone_frames_total", None, "Frames asked for that the ring no longer held."),
+    (
+        Kind::Counter,
+        "mdrelay_pub_retransmit_bytes_total",
+        Some(Unit::Bytes),
+        "Bytes of retransmission answers written.",
+    ),
+    (
+        Kind::Counter,
+        "mdrelay_pub_retransmit_requests_ahead_total",
+        None,
+        "Retransmission requests naming frames not sent yet (each request once).",
+    ),
+    (
+        Kind::Counter,
+        "mdrelay_pub_retransmit_busy_connections_total",
+        None,
+        "Retransmission clients told BUSY at connect: every place was held by a client that had just asked.",
+    ),
+    (
+        Kind::Counter,
+        "mdrelay_pub_retransmit_disconnects_total",
+        None,
+        "Retransmission clients closed by the service, by reason: evicted (idle the longest when a newcomer came to a full service), idle (retransmit.idle_timeout), request_timeout (a request left unfinished).",
+    ),
+    (Kind::Gauge, "mdrelay_pub_ring_frames", None, "Frames the retransmission ring holds."),
+];
+
 /// HELP lines and units, once.
 fn describe() {
-    describe_counter!("mdrelay_pub_frames_sent_total", "Frames handed to a transport, by wire format.");
-    describe_counter!(
-        "mdrelay_pub_nats_messages_total",
-        "NATS messages by outcome: published, acknowledged by JetStream, acknowledged as a duplicate id of this message's own copy, found under an id another message had taken (published again under a new id), published again after a failure, dropped for a full queue."
-    );
-    describe_counter!("mdrelay_pub_nats_reconnects_total", "Connections to a NATS server after the first.");
-    describe_counter!(
-        "mdrelay_pub_nats_stream_recreations_total",
-        "Times the JetStream stream was found deleted while publishing, and created again (nats.create_stream)."
-    );
-    describe_gauge!("mdrelay_pub_nats_acks_pending", "NATS messages published and not yet acknowledged by JetStream.");
-    describe_gauge!(
-        "mdrelay_pub_nats_queue_bytes",
-        Unit::Bytes,
-        "Bytes of NATS messages held for the server: queued, or published and not yet acknowledged (at most nats.queue_bytes)."
-    );
-    describe_counter!("mdrelay_pub_messages_sent_total", "IEX messages in the frames handed to a transport.");
-    describe_counter!(
-        SENT_FRAME_BYTES,
-        Unit::Bytes,
-        "Encoded frame bytes handed to a transport (without relay headers)."
-    );
-    describe_gauge!("mdrelay_pub_format", "1 for the wire format in use, 0 for the others.");
-    describe_counter!("mdrelay_pub_format_switches_total", "Wire format switches (SIGHUP with an edited format).");
-    describe_gauge!(
-        "mdrelay_pub_pacing_lag_seconds",
-        Unit::Seconds,
-        "How far behind its schedule a paced segment went out: the most since the last update."
-    );
-    describe_gauge!(
-        "mdrelay_pub_pacing_lead_seconds",
-        Unit::Seconds,
-        "How far ahead of its schedule a paced segment went out with its duty cycle: the most since the last update."
-    );
-    describe_counter!("mdrelay_pub_udp_oversized_frames_total", "Frames too large for a datagram, not sent over UDP.");
-    describe_gauge!("mdrelay_pub_subscribers", "TCP subscribers connected and taking the stream.");
-    describe_gauge!(
-        "mdrelay_pub_subscriber_queue_max_records",
-        "Records queued for the most backed-up TCP subscriber, not taken by its connection yet (the slow-subscriber policy acts at tcp.queue)."
-    );
-    describe_gauge!(
-        "mdrelay_pub_subscriber_queued_records",
-        "Records queued for all TCP subscribers together, not taken by their connections yet."
-    );
-    describe_counter!("mdrelay_pub_connections_total", "TCP connections accepted.");
-    describe_counter!("mdrelay_pub_connections_refused_total", "TCP connections refused, by reason.");
-    describe_counter!("mdrelay_pub_disconnects_total", "TCP subscribers disconnected by the publisher, by reason.");
-    describe_counter!(
-        "mdrelay_pub_accept_errors_total",
-        "TCP accept calls that failed (e.g. out of file descriptors)."
-    );
-    describe_counter!(
-        "mdrelay_pub_dropped_frames_total",
-        "Frames skipped for TCP subscribers a whole queue behind, by slow-subscriber policy."
-    );
-    describe_counter!("mdrelay_pub_retransmit_requests_total", "Retransmission requests received.");
-    describe_counter!(RETRANSMIT_THROTTLED_REQUESTS, "Retransmission requests over the rate limit (BUSY).");
-    describe_counter!("mdrelay_pub_retransmit_frames_total", "Frames retransmitted.");
-    describe_counter!("mdrelay_pub_retransmit_gone_frames_total", "Frames asked for that the ring no longer held.");
-    describe_counter!("mdrelay_pub_retransmit_bytes_total", Unit::Bytes, "Bytes of retransmission answers written.");
-    describe_counter!(
-        "mdrelay_pub_retransmit_requests_ahead_total",
-        "Retransmission requests naming frames not sent yet (each request once)."
-    );
-    describe_counter!(
-        "mdrelay_pub_retransmit_busy_connections_total",
-        "Retransmission clients told BUSY at connect: every place was held by a client that had just asked."
-    );
-    describe_counter!(
-        "mdrelay_pub_retransmit_disconnects_total",
-        "Retransmission clients closed by the service, by reason: evicted (idle the longest when a newcomer came to a full service), idle (retransmit.idle_timeout), request_timeout (a request left unfinished)."
-    );
-    describe_gauge!("mdrelay_pub_ring_frames", "Frames the retransmission ring holds.");
+    for (kind, name, unit, help) in DESCRIBED {
+        match (kind, unit) {
+            (Kind::Counter, Some(unit)) => describe_counter!(name, unit, help),
+            (Kind::Counter, None) => describe_counter!(name, help),
+            (Kind::Gauge, Some(unit)) => describe_gauge!(name, unit, help),
+            (Kind::Gauge, None) => describe_gauge!(name, help),
+        }
+    }
     for (old, new) in RENAMED {
         describe_counter!(
             old,

@@ -909,14 +909,7 @@ impl Publisher {
         let headers = headers(&self.ids, &flight);
         let sent =
             self.js.publish_with_headers(self.settings.subject().to_string(), headers, flight.message.clone()).await;
-        async move {
-            let outcome = match sent {
-                Ok(ack) => await_ack(ack, connections, sent_on).await,
-                Err(e) => outcome_of(&e),
-            };
-            (flight, outcome)
-        }
-        .boxed()
+        settled(flight, sent, connections, sent_on).boxed()
     }
 
     /// Publishes `flight` again after `delay` and awaits its acknowledgement, as one future: a
@@ -934,11 +927,8 @@ impl Publisher {
             }
             // The connection it goes out on (or, while disconnected, the next one).
             let sent_on = *connections.borrow_and_update();
-            let outcome = match js.publish_with_headers(subject, headers, flight.message.clone()).await {
-                Ok(ack) => await_ack(ack, connections, sent_on).await,
-                Err(e) => outcome_of(&e),
-            };
-            (flight, outcome)
+            let sent = js.publish_with_headers(subject, headers, flight.message.clone()).await;
+            settled(flight, sent, connections, sent_on).await
         }
         .boxed()
     }
@@ -1033,6 +1023,21 @@ fn worth_another_try(code: ErrorCode) -> bool {
             | ErrorCode::STREAM_DUPLICATE_MESSAGE_CONFLICT
             | ErrorCode::STREAM_TOO_MANY_REQUESTS
     )
+}
+
+/// `flight` with the outcome of its publication, `sent` on connection `sent_on`: its
+/// acknowledgement awaited ([`await_ack`]), or why the client did not take it.
+async fn settled(
+    flight: Flight,
+    sent: Result<jetstream::context::PublishAckFuture, PublishError>,
+    connections: Connections,
+    sent_on: u64,
+) -> Done {
+    let outcome = match sent {
+        Ok(ack) => await_ack(ack, connections, sent_on).await,
+        Err(e) => outcome_of(&e),
+    };
+    (flight, outcome)
 }
 
 /// Awaits the acknowledgement of a message sent on connection `sent_on`.

@@ -76,6 +76,51 @@ pub struct UpstreamSummary {
     pub refused: bool,
 }
 
+impl UpstreamSummary {
+    /// The figures every upstream fills the same way: what `relayed` handed on and how `end`
+    /// says the stream ended; the caller sets its reader's counts over these.
+    pub(crate) fn handed_on(connect: String, session: u64, relayed: &Relayed, end: &StreamEnd) -> UpstreamSummary {
+        UpstreamSummary {
+            connect,
+            session,
+            messages: relayed.messages,
+            first_sequence: relayed.first_sequence,
+            last_sequence: relayed.last_sequence,
+            unrepresentable_frames: relayed.unrepresentable_frames,
+            latency_ns: LatencySummary::default(),
+            negative_latencies: relayed.negative_latencies,
+            totals: end.totals.clone(),
+            stop_reason: end.stop_reason,
+            error: end.error.clone(),
+            ..UpstreamSummary::default()
+        }
+    }
+}
+
+/// How an upstream's stream ended and what its END said: the state both kinds of upstream keep.
+#[derive(Debug, Default)]
+pub struct StreamEnd {
+    /// The sequence number the upstream's END gave its next frame, if it sent one that fits.
+    pub end_sequence: Option<u64>,
+    /// The upstream's totals, from its END.
+    pub totals: Option<Totals>,
+    /// Why the stream ended (the summary's `stop_reason`), once `ended`.
+    pub stop_reason: &'static str,
+    /// Why the relay could not go on, naming the upstream.
+    pub error: Option<String>,
+    /// The stream has ended: no frame is handed on after this.
+    pub ended: bool,
+}
+
+impl StreamEnd {
+    /// Ends the stream for `reason`, with `error` when it failed.
+    pub fn finish(&mut self, reason: &'static str, error: Option<String>) {
+        self.ended = true;
+        self.stop_reason = reason;
+        self.error = error;
+    }
+}
+
 /// A frame rebuilt and waiting to be handed on: where its segment is in [`Relayed::bytes`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Ready {
@@ -282,11 +327,18 @@ pub trait Upstream: Send {
     /// A short description for logs.
     fn describe(&self) -> String;
 
+    /// How the stream ended, once it has, and what the upstream's END said.
+    fn end(&self) -> &StreamEnd;
+
     /// The sequence number the upstream's END gave its next frame, if it sent one that fits.
-    fn end_sequence(&self) -> Option<u64>;
+    fn end_sequence(&self) -> Option<u64> {
+        self.end().end_sequence
+    }
 
     /// The upstream's totals, from its END.
-    fn upstream_totals(&self) -> Option<&Totals>;
+    fn upstream_totals(&self) -> Option<&Totals> {
+        self.end().totals.as_ref()
+    }
 
     /// What this relay's END says was sent, given `own`, the totals of what it published: the
     /// upstream's totals after its END, else its own marked truncated
@@ -302,7 +354,10 @@ pub trait Upstream: Send {
     fn relayed(&self) -> &Relayed;
 
     /// How the stream ended (the summary's `stop_reason`), once it has.
-    fn ended(&self) -> Option<&'static str>;
+    fn ended(&self) -> Option<&'static str> {
+        let end = self.end();
+        end.ended.then_some(end.stop_reason)
+    }
 
     /// This hop's latencies so far, ns.
     fn latency(&self) -> &Histogram<u64> {

@@ -233,7 +233,8 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, server: Server) {
         out.hot = stream.as_fd().try_clone_to_owned().ok().map(|fd| server.shared.hot_socket(fd.into()));
     }
     let mut incoming = Incoming { echoes: EchoReader::new(), gate: EchoGate::default() };
-    let ended = subscriber(&stream, &mut out, &mut incoming, &server, &stats, &kill).await;
+    let link = Link { stream: &stream, server: &server, stats: &stats, kill: &kill };
+    let ended = subscriber(link, &mut out, &mut incoming).await;
     // The hot path's duplicate is closed before the connection is closed or reset; what it
     // wrote counts as sent, for the frames a cut-off subscriber is said to have lost.
     if let Some(hot) = out.hot.take() {
@@ -786,15 +787,19 @@ impl Incoming {
     }
 }
 
+/// What every part of a subscriber's task works through: its socket, the server, its counts, and
+/// the drain time's kill.
+#[derive(Clone, Copy)]
+struct Link<'a> {
+    stream: &'a TcpStream,
+    server: &'a Server,
+    stats: &'a SubscriberStats,
+    kill: &'a CancellationToken,
+}
+
 /// Writes the subscriber's records until END, reading its echoes meanwhile.
-async fn subscriber(
-    stream: &TcpStream,
-    out: &mut Outgoing,
-    incoming: &mut Incoming,
-    server: &Server,
-    stats: &SubscriberStats,
-    kill: &CancellationToken,
-) -> io::Result<Ended> {
+async fn subscriber(link: Link<'_>, out: &mut Outgoing, incoming: &mut Incoming) -> io::Result<Ended> {
+    let Link { stream, server, stats, kill } = link;
     let mut open = true;
     // When to look next whether the subscriber is a whole queue behind (see below).
     let mut lag_due = Instant::now() + LAG_CHECK;
@@ -803,7 +808,7 @@ async fn subscriber(
             // A replay chunk the socket took whole: its memory went back to the budget.
             out.replay_deadline = None;
             if out.replaying() {
-                if let Some(ended) = replay_turn(stream, out, incoming, server, stats, kill).await? {
+                if let Some(ended) = replay_turn(link, out, incoming).await? {
                     return Ok(ended);
                 }
                 continue;
@@ -928,14 +933,8 @@ async fn subscriber(
 /// far as the socket takes it; then the task yields, still holding the turn, so the runtime runs
 /// whatever else is ready (other subscribers' live records) and polls its sockets before the next
 /// replay gets a chunk. `Some` when the connection ended meanwhile.
-async fn replay_turn(
-    stream: &TcpStream,
-    out: &mut Outgoing,
-    incoming: &mut Incoming,
-    server: &Server,
-    stats: &SubscriberStats,
-    kill: &CancellationToken,
-) -> io::Result<Option<Ended>> {
+async fn replay_turn(link: Link<'_>, out: &mut Outgoing, incoming: &mut Incoming) -> io::Result<Option<Ended>> {
+    let Link { stream, server, stats, kill } = link;
     let Some(ring) = &server.ring else {
         out.replay = None;
         return Ok(None);
@@ -1078,6 +1077,14 @@ mod tests {
         Outgoing::new(shared.feed.upgrade().map(|feed| feed.subscribe()), policy)
     }
 
+    /// A fanout with a queue of 16 under `policy`, and one subscriber's stats and side of it.
+    fn one_subscriber(policy: SlowPolicy) -> (Fanout, Arc<Shared>, Arc<SubscriberStats>, Outgoing) {
+        let (fanout, shared) = Fanout::new(&tcp(16, policy), 1, 1, Format::Sbe, Default::default(), false);
+        let stats = SubscriberStats::new("test".into(), Default::default());
+        let out = outgoing(&fanout, &shared, policy);
+        (fanout, shared, stats, out)
+    }
+
     /// Takes everything the subscriber can take now; the headers of what it would write.
     fn drain(out: &mut Outgoing, stats: &SubscriberStats) -> (Vec<RecordHeader>, bool) {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -1097,10 +1104,7 @@ mod tests {
     #[test]
     fn drop_skips_a_subscriber_a_queue_behind_and_counts_what_it_missed() {
         let stop = AtomicBool::new(false);
-        let (mut fanout, shared) =
-            Fanout::new(&tcp(16, SlowPolicy::Drop), 1, 1, Format::Sbe, Default::default(), false);
-        let stats = SubscriberStats::new("test".into(), Default::default());
-        let mut out = outgoing(&fanout, &shared, SlowPolicy::Drop);
+        let (mut fanout, shared, stats, mut out) = one_subscriber(SlowPolicy::Drop);
         for r in records(40) {
             fanout.send(&r, &stop);
         }
@@ -1122,10 +1126,7 @@ mod tests {
     #[test]
     fn runs_of_records_are_written_whole_and_counted_by_their_last_record() {
         let stop = AtomicBool::new(false);
-        let (mut fanout, shared) =
-            Fanout::new(&tcp(16, SlowPolicy::Drop), 1, 1, Format::Sbe, Default::default(), false);
-        let stats = SubscriberStats::new("test".into(), Default::default());
-        let mut out = outgoing(&fanout, &shared, SlowPolicy::Drop);
+        let (mut fanout, shared, stats, mut out) = one_subscriber(SlowPolicy::Drop);
         let mut c = Coalescer::new(Envelope::Record, 0).with_runs(8);
         let mut runs = Vec::new();
         // Frames 1-20, then 31-40: the break ends a run.
@@ -1157,10 +1158,7 @@ mod tests {
     #[test]
     fn disconnect_cuts_off_a_subscriber_a_queue_behind() {
         let stop = AtomicBool::new(false);
-        let (mut fanout, shared) =
-            Fanout::new(&tcp(16, SlowPolicy::Disconnect), 1, 1, Format::Sbe, Default::default(), false);
-        let stats = SubscriberStats::new("test".into(), Default::default());
-        let mut out = outgoing(&fanout, &shared, SlowPolicy::Disconnect);
+        let (mut fanout, _shared, stats, mut out) = one_subscriber(SlowPolicy::Disconnect);
         let all = records(40);
         for r in &all[..16] {
             fanout.send(r, &stop);
@@ -1177,9 +1175,7 @@ mod tests {
     #[test]
     fn block_waits_for_the_slowest_subscriber_and_stops_waiting_on_stop() {
         let stop = Arc::new(AtomicBool::new(false));
-        let (fanout, shared) = Fanout::new(&tcp(16, SlowPolicy::Block), 1, 1, Format::Sbe, Default::default(), false);
-        let stats = SubscriberStats::new("test".into(), Default::default());
-        let mut out = outgoing(&fanout, &shared, SlowPolicy::Block);
+        let (fanout, shared, stats, mut out) = one_subscriber(SlowPolicy::Block);
         let sent = Arc::new(AtomicU64::new(0));
         let hot = {
             let (stop, sent) = (stop.clone(), sent.clone());

@@ -42,12 +42,10 @@
 
 use crate::config::{Upstream as TcpSettings, check_not_self};
 use crate::item::Item;
-use crate::relayed::Relayed;
+use crate::relayed::{Relayed, StreamEnd};
 pub use crate::relayed::{Upstream, UpstreamSource, UpstreamSummary};
 use crate::stop::{Stop, wait_readable};
 use mdrelay_proto::backoff::duration_ns;
-use mdrelay_proto::latency::LatencySummary;
-use mdrelay_proto::relay::Totals;
 use mdrelay_proto::relay::client::{
     ClientAction, ClientEvent, Disposition, Finish, ResumeAsked, StreamClient, StreamClientConfig,
 };
@@ -77,13 +75,9 @@ pub struct TcpUpstream {
     relayed: Relayed,
     /// Where the machine's clock starts.
     epoch: Instant,
-    end_sequence: Option<u64>,
-    /// The upstream's totals, from its END.
-    totals: Option<Totals>,
-    stop_reason: &'static str,
-    error: Option<String>,
+    /// How the stream ended, and what the upstream's END said.
+    end: StreamEnd,
     refused: bool,
-    ended: bool,
     /// Still in [`TcpUpstream::connect`]: how the stream ends is its caller's error, not a
     /// log line.
     starting: bool,
@@ -114,19 +108,18 @@ impl TcpUpstream {
             client,
             socket: None,
             epoch: Instant::now(),
-            end_sequence: None,
-            totals: None,
-            stop_reason: "",
-            error: None,
+            end: StreamEnd::default(),
             refused: false,
-            ended: false,
             starting: true,
         };
         while source.client.session().is_none() {
-            if source.ended {
+            if source.end.ended {
                 let status = if source.refused { ExitStatus::Refused } else { ExitStatus::UpstreamLost };
-                let why =
-                    source.error.take().unwrap_or_else(|| format!("upstream {}: no stream", source.settings.connect));
+                let why = source
+                    .end
+                    .error
+                    .take()
+                    .unwrap_or_else(|| format!("upstream {}: no stream", source.settings.connect));
                 return Err(anyhow::anyhow!(why)).exit_status(status);
             }
             if source.stop.is_set() {
@@ -156,7 +149,7 @@ impl TcpUpstream {
                 return;
             }
         }
-        if self.ended {
+        if self.end.ended {
             return;
         }
         self.flush();
@@ -320,7 +313,7 @@ impl TcpUpstream {
             }
             ClientEvent::End(end) => {
                 if end.believed {
-                    self.end_sequence = Some(end.next_sequence);
+                    self.end.end_sequence = Some(end.next_sequence);
                 } else if mdrelay_iex::warn::allow("upstream end") {
                     let expected = self.client.reader().ordered_next().unwrap_or(1);
                     tracing::warn!(upstream = %peer, next_sequence = end.next_sequence, expected,
@@ -330,7 +323,7 @@ impl TcpUpstream {
                     Ok(totals) => {
                         tracing::info!(upstream = %peer, frames = totals.frames, messages = totals.messages,
                             "upstream end of stream");
-                        self.totals = Some(totals);
+                        self.end.totals = Some(totals);
                     }
                     Err((at, e)) => {
                         tracing::warn!(upstream = %peer, at, error = %e.what, "upstream end of stream with unreadable totals");
@@ -376,9 +369,7 @@ impl TcpUpstream {
     }
 
     fn finish(&mut self, reason: &'static str, error: Option<String>) {
-        self.ended = true;
-        self.stop_reason = reason;
-        self.error = error;
+        self.end.finish(reason, error);
         self.socket = None;
     }
 }
@@ -392,31 +383,20 @@ impl Upstream for TcpUpstream {
         format!("upstream publisher {} (session {:#x})", self.settings.connect, self.session())
     }
 
-    fn end_sequence(&self) -> Option<u64> {
-        self.end_sequence
-    }
-
-    fn upstream_totals(&self) -> Option<&Totals> {
-        self.totals.as_ref()
+    fn end(&self) -> &StreamEnd {
+        &self.end
     }
 
     fn counts(&self) -> UpstreamSummary {
         let client = self.client.counts();
         let reader = self.client.reader();
         let frames = reader.counts();
-        let relayed = &self.relayed;
         UpstreamSummary {
-            connect: self.settings.connect.clone(),
-            session: self.session(),
             frames: frames.frames_decoded,
-            messages: relayed.messages,
-            first_sequence: relayed.first_sequence,
-            last_sequence: relayed.last_sequence,
             gaps: frames.ordered.gaps,
             duplicates: frames.ordered.duplicates,
             decode_errors: frames.decode_errors,
             undelimited_records: frames.undelimited_payloads,
-            unrepresentable_frames: relayed.unrepresentable_frames,
             invalid_records: client.connection.out_of_place + client.connection.unreadable_totals,
             protocol_violations: client.connection.violations,
             crc_failures: frames.frame_check_failures,
@@ -425,12 +405,8 @@ impl Upstream for TcpUpstream {
             reconnects: client.reconnects,
             resumes: client.resumes,
             bytes: client.connection.bytes,
-            latency_ns: LatencySummary::default(),
-            negative_latencies: relayed.negative_latencies,
-            totals: self.totals.clone(),
-            stop_reason: self.stop_reason,
-            error: self.error.clone(),
             refused: self.refused,
+            ..UpstreamSummary::handed_on(self.settings.connect.clone(), self.session(), &self.relayed, &self.end)
         }
     }
 
@@ -438,15 +414,11 @@ impl Upstream for TcpUpstream {
         &self.relayed
     }
 
-    fn ended(&self) -> Option<&'static str> {
-        self.ended.then_some(self.stop_reason)
-    }
-
     fn next_item(&mut self) -> Option<Item<'_>> {
         self.relayed.release();
         let ready = loop {
             if self.stop.is_set() {
-                if !self.ended {
+                if !self.end.ended {
                     self.finish("stopped", None);
                 }
                 return None;
@@ -455,7 +427,7 @@ impl Upstream for TcpUpstream {
             if let Some(ready) = self.relayed.take() {
                 break ready;
             }
-            if self.ended {
+            if self.end.ended {
                 return None;
             }
             self.step();

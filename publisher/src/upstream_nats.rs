@@ -27,12 +27,10 @@
 
 use crate::config::NatsUpstream as Settings;
 use crate::item::Item;
-use crate::relayed::{Relayed, Upstream, UpstreamSummary};
+use crate::relayed::{Relayed, StreamEnd, Upstream, UpstreamSummary};
 use crate::stop::Stop;
 use mdrelay_client::{Builder, ErrorKind, Event, Frame, OwnedFrame, RecoveryEvent, Subscriber, Waited};
 use mdrelay_proto::backoff::duration_ns;
-use mdrelay_proto::latency::LatencySummary;
-use mdrelay_proto::relay::Totals;
 use mdrelay_proto::relay::client::{FrameInfo, Origin, Place, PlaceAt};
 use mdrelay_proto::relay::{InOrder, Offered};
 use mdrelay_telemetry::exit::{ExitStatus, WithExitStatus};
@@ -67,11 +65,8 @@ pub struct NatsUpstream {
     session: Option<u64>,
     /// Frames handed on.
     frames: u64,
-    end_sequence: Option<u64>,
-    totals: Option<Totals>,
-    stop_reason: &'static str,
-    error: Option<String>,
-    ended: bool,
+    /// How the stream ended, and what the upstream's END said.
+    end: StreamEnd,
 }
 
 impl NatsUpstream {
@@ -135,16 +130,12 @@ impl NatsUpstream {
             epoch: Instant::now(),
             session: None,
             frames: 0,
-            end_sequence: None,
-            totals: None,
-            stop_reason: "",
-            error: None,
-            ended: false,
+            end: StreamEnd::default(),
             settings,
         };
         while source.session.is_none() {
-            if source.ended {
-                let why = source.error.take().unwrap_or_else(|| format!("upstream {}: no stream", source.name));
+            if source.end.ended {
+                let why = source.end.error.take().unwrap_or_else(|| format!("upstream {}: no stream", source.name));
                 return Err(anyhow::anyhow!(why)).exit_status(ExitStatus::UpstreamLost);
             }
             if source.stop.is_set() {
@@ -200,7 +191,7 @@ impl NatsUpstream {
             Ok(Waited::Event(event)) => event.map_frame(|_| ()),
             Ok(Waited::TimedOut) => return,
             Ok(Waited::Finished) => {
-                if !self.ended {
+                if !self.end.ended {
                     let why = format!("upstream {}: the subscription ended before the stream did", self.name);
                     self.lost(why);
                 }
@@ -262,11 +253,11 @@ impl NatsUpstream {
             Event::End(end) => {
                 tracing::info!(upstream = %self.name, next_sequence = end.next_sequence,
                     totals = ?end.totals.as_ref().map(|t| (t.frames, t.messages)), "upstream end of stream");
-                self.end_sequence = Some(end.next_sequence);
-                self.totals = end.totals;
+                self.end.end_sequence = Some(end.next_sequence);
+                self.end.totals = end.totals;
                 self.gate.release();
                 self.pop_due();
-                self.finish("end", None);
+                self.end.finish("end", None);
             }
             Event::Skipped(skipped) if mdrelay_iex::warn::allow("upstream skipped") => {
                 tracing::warn!(upstream = %self.name, ?skipped, "received and not taken");
@@ -280,13 +271,7 @@ impl NatsUpstream {
         tracing::error!(upstream = %self.name, "{why}; the relay's stream ends here");
         self.gate.release();
         self.pop_due();
-        self.finish("failed", Some(why));
-    }
-
-    fn finish(&mut self, reason: &'static str, error: Option<String>) {
-        self.ended = true;
-        self.stop_reason = reason;
-        self.error = error;
+        self.end.finish("failed", Some(why));
     }
 }
 
@@ -299,30 +284,19 @@ impl Upstream for NatsUpstream {
         format!("upstream publisher {} (session {:#x})", self.name, self.session())
     }
 
-    fn end_sequence(&self) -> Option<u64> {
-        self.end_sequence
-    }
-
-    fn upstream_totals(&self) -> Option<&Totals> {
-        self.totals.as_ref()
+    fn end(&self) -> &StreamEnd {
+        &self.end
     }
 
     fn counts(&self) -> UpstreamSummary {
         let c = self.subscriber.counters();
         let gate = self.gate.counts();
-        let relayed = &self.relayed;
         UpstreamSummary {
-            connect: self.name.clone(),
-            session: self.session(),
             frames: self.frames,
-            messages: relayed.messages,
-            first_sequence: relayed.first_sequence,
-            last_sequence: relayed.last_sequence,
             gaps: gate.skipped,
             duplicates: c.duplicates + gate.late,
             decode_errors: c.decode_errors,
             undelimited_records: c.undelimited_payloads,
-            unrepresentable_frames: relayed.unrepresentable_frames,
             invalid_records: c.invalid_packets,
             protocol_violations: 0,
             crc_failures: c.protection.crc_failures,
@@ -331,12 +305,8 @@ impl Upstream for NatsUpstream {
             reconnects: 0,
             resumes: 0,
             bytes: c.bytes,
-            latency_ns: LatencySummary::default(),
-            negative_latencies: relayed.negative_latencies,
-            totals: self.totals.clone(),
-            stop_reason: self.stop_reason,
-            error: self.error.clone(),
             refused: false,
+            ..UpstreamSummary::handed_on(self.name.clone(), self.session(), &self.relayed, &self.end)
         }
     }
 
@@ -344,23 +314,19 @@ impl Upstream for NatsUpstream {
         &self.relayed
     }
 
-    fn ended(&self) -> Option<&'static str> {
-        self.ended.then_some(self.stop_reason)
-    }
-
     fn next_item(&mut self) -> Option<Item<'_>> {
         self.relayed.release();
         loop {
             if self.stop.is_set() {
-                if !self.ended {
-                    self.finish("stopped", None);
+                if !self.end.ended {
+                    self.end.finish("stopped", None);
                 }
                 return None;
             }
             if self.relayed.has_ready() {
                 break;
             }
-            if self.ended {
+            if self.end.ended {
                 return None;
             }
             self.step(LONGEST_WAIT);

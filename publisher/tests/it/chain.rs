@@ -20,13 +20,19 @@
 //! the leaf takes with its 16 MiB receive buffer; the leaf also recovers from the last relay's
 //! retransmission service, so a datagram lost on a loaded host costs latency, not exactness.
 
+use crate::common::{
+    alone_on_emulated_hosts, assert_leaf_exact, beside_others_in_tempdir, deep10, json_paths, logged_session, path,
+    report,
+};
 use mdrelay_codec::{Codec, Format, Limits, MessageScratch, collect_segment};
-use mdrelay_harness::netns::{Host, Hosts, Line};
+use mdrelay_harness::cli_args::{
+    NO_INTERVAL_REPORTS, PACED_100K, TCP_LOSSLESS_ONE_SUBSCRIBER, TCP_LOSSLESS_ONE_SUBSCRIBER_ANY_ADDRESS, words,
+};
+use mdrelay_harness::netns::{Host, Line};
 use mdrelay_harness::process::field;
 use mdrelay_harness::{
-    Finished, Process, STEP, Signal, accept_within, assert_aggregates, cutting_proxy, dashboard_queries,
-    deep10_tcp_config, expected, free_tcp_port, iex_data, json_file, loopback_group_subscriber, mangling_proxy,
-    publisher_bin, scrape, serial, shared, subscriber_bin,
+    Finished, Process, STEP, Signal, accept_within, cutting_proxy, dashboard_queries, deep10_tcp_config, expected,
+    free_tcp_port, json_file, loopback_group_subscriber, mangling_proxy, publisher_bin, scrape, subscriber_bin,
 };
 use mdrelay_proto::relay::{Hello, RecordHeader, RecordTag, Subscribe, control_record};
 use serde_json::{Value, json};
@@ -45,55 +51,16 @@ const LOOPBACK_GROUP: &str = "239.255.43.1:0";
 /// The multicast group of the three-host chain: from the range netns-hosts.sh routes over line A.
 const HOSTS_GROUP: &str = "239.255.0.1:9310";
 
-fn deep10() -> String {
-    iex_data().join("DEEP10.pcap.gz").display().to_string()
-}
-
-fn path(dir: &Path, name: &str) -> String {
-    dir.join(name).display().to_string()
-}
-
-/// The JSON report `json` of a process, after checking its exit status says what the report
-/// does: 5 (stream incomplete) for a subscriber whose verdict on the stream is false, else 0.
-fn report(finished: &Finished, json: &str, context: &str) -> Value {
-    let report = json_file(Path::new(json));
-    let status = if report["stream_complete"] == false { 5 } else { 0 };
-    assert_eq!(finished.code(), Some(status), "{context}: {finished:?}");
-    report
-}
-
-/// A session as the programs log it (`session=0x...`) in the line containing `needle`.
-fn logged_session(process: &mut Process, needle: &str) -> u64 {
-    let line = process.wait_for(needle);
-    let hex = field(&line, "session").unwrap_or_else(|| panic!("no session= in {line:?}"));
-    u64::from_str_radix(hex.trim_start_matches("0x"), 16).unwrap_or_else(|e| panic!("{hex}: {e}"))
-}
-
 /// The origin: DEEP10 over TCP on loopback in `format`, every subscriber waited for (`block`),
 /// paced at `rate`, starting once `wait` subscribers are connected.
 fn origin(format: &str, rate: &str, wait: &str, json: &str) -> (Process, SocketAddr) {
     let deep10 = deep10();
     let mut p = Process::start(
         publisher_bin(),
-        [
-            "run",
-            "--capture",
-            &deep10,
-            "--format",
-            format,
-            "--tcp",
-            "127.0.0.1:0",
-            "--wait-subscribers",
-            wait,
-            "--slow-subscriber",
-            "block",
-            "--pacing",
-            "rate",
-            "--rate",
-            rate,
-            "--json",
-            json,
-        ],
+        words(&format!(
+            "run --capture {deep10} --format {format} --tcp 127.0.0.1:0 --wait-subscribers {wait} \
+             --slow-subscriber block --pacing rate --rate {rate} --json {json}"
+        )),
     );
     let addr = p.serving_on();
     (p, addr)
@@ -103,24 +70,10 @@ fn origin(format: &str, rate: &str, wait: &str, json: &str) -> (Process, SocketA
 /// address it serves on and the session it took from its upstream.
 fn tcp_relay(upstream: SocketAddr, format: &str, json: &str, extra: &[&str]) -> (Process, SocketAddr, u64) {
     let upstream = upstream.to_string();
-    let args = [
-        "run",
-        "--upstream",
-        &upstream,
-        "--format",
-        format,
-        "--tcp",
-        "127.0.0.1:0",
-        "--wait-subscribers",
-        "1",
-        "--slow-subscriber",
-        "block",
-        "--json",
-        json,
-    ];
-    let mut p = Process::start(publisher_bin(), args.iter().chain(extra));
+    let args = format!("run --upstream {upstream} --format {format} {TCP_LOSSLESS_ONE_SUBSCRIBER} --json {json}");
+    let mut p = Process::start(publisher_bin(), words(&args).iter().chain(extra));
     // Logged before the relay serves: the upstream is reached first.
-    let session = logged_session(&mut p, "upstream greeted");
+    let session = logged_session(&mut p, "upstream greeted", STEP);
     let addr = p.serving_on();
     (p, addr, session)
 }
@@ -137,15 +90,18 @@ fn tcp_leaf(addr: SocketAddr, json: &str, extra: &[&str]) -> Process {
 
 /// Asserts `leaf` got all of DEEP10: the reference's aggregates and counts, nothing missing.
 fn assert_exact(leaf: &Value, reference: &Value, context: &str) {
-    assert_aggregates(leaf, reference, context);
-    assert_eq!(leaf["messages"], reference["messages"], "{context}: every message arrives");
-    assert_eq!(leaf["message_types"], reference["message_types"], "{context}");
-    assert_eq!(leaf["gaps"], 0, "{context}: {leaf}");
+    assert_leaf_exact(leaf, reference, context);
     assert_eq!(leaf["duplicates"], 0, "{context}");
-    assert_eq!(leaf["decode_errors"], 0, "{context}");
-    assert!(leaf["late_join_sequence"].is_null(), "{context}: the leaf starts at the origin's first frame: {leaf}");
-    assert_eq!(leaf["totals_match"], true, "{context}: the leaf's counts equal the last relay's totals");
-    assert_eq!(leaf["stop_reason"], "end", "{context}");
+}
+
+/// Prints the chain's latencies beside a direct subscriber's, and asserts they grow hop by hop
+/// unless the leaf recovered frames: those have no stream latency, so the leaf measured fewer.
+fn check_latencies(context: &str, direct: (&str, &Value), hops: &[(&str, &Value)], leaf_report: &Value) {
+    print_latencies(context, &[&[direct][..], hops].concat());
+    match leaf_report["recovery"]["frames_recovered"].as_u64().unwrap_or(0) {
+        0 => assert_latency_grows(hops),
+        recovered => eprintln!("{context}: the leaf recovered {recovered} frames lost on the multicast leg"),
+    }
 }
 
 /// A percentile of a latency summary, ns.
@@ -186,12 +142,10 @@ fn print_latencies(context: &str, hops: &[(&str, &Value)]) {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn deep10_through_two_relays_tcp_sbe_then_multicast_capnp_reaches_the_leaf_exact() {
-    let _shared = shared();
+    let (_shared, dir) = beside_others_in_tempdir();
     let reference = expected("DEEP10.json");
-    let dir = tempfile::tempdir().unwrap();
-    let json = |name: &str| path(dir.path(), name);
-    let (origin_json, relay1_json, relay2_json, leaf_json, direct_json) =
-        (json("origin.json"), json("relay1.json"), json("relay2.json"), json("leaf.json"), json("direct.json"));
+    let [origin_json, relay1_json, relay2_json, leaf_json, direct_json] =
+        json_paths(dir.path(), ["origin", "relay1", "relay2", "leaf", "direct"]);
     // The leaf first: bound and joined before anything is sent to the group.
     let recovery = format!("127.0.0.1:{}", free_tcp_port());
     let mut leaf = loopback_group_subscriber(LOOPBACK_GROUP, &recovery, &leaf_json);
@@ -205,29 +159,16 @@ fn deep10_through_two_relays_tcp_sbe_then_multicast_capnp_reaches_the_leaf_exact
     let relay1_addr = relay1_addr.to_string();
     let mut relay2 = Process::start(
         publisher_bin(),
-        [
-            "run",
-            "--upstream",
-            &relay1_addr,
-            "--format",
-            "capnp",
-            "--multicast",
-            &group,
-            "--interface",
-            "127.0.0.1",
-            "--ttl",
-            "0",
-            "--retransmit-listen",
-            &recovery,
-            "--json",
-            &relay2_json,
-        ],
+        words(&format!(
+            "run --upstream {relay1_addr} --format capnp --multicast {group} --interface 127.0.0.1 --ttl 0 \
+             --retransmit-listen {recovery} --json {relay2_json}"
+        )),
     );
-    let relay2_session = logged_session(&mut relay2, "upstream greeted");
+    let relay2_session = logged_session(&mut relay2, "upstream greeted", STEP);
     relay2.wait_for("publishing");
     // The chain is up: the origin's second subscriber starts the stream.
     let mut direct = tcp_leaf(origin_addr, &direct_json, &[]);
-    let origin_session = logged_session(&mut direct, "greeted");
+    let origin_session = logged_session(&mut direct, "greeted", STEP);
     origin.finish(RUN).assert_success();
     relay1.wait_for_within("metrics endpoint stays up", RUN);
     let relay1_scrape = scrape(relay1_metrics).unwrap();
@@ -287,20 +228,18 @@ fn deep10_through_two_relays_tcp_sbe_then_multicast_capnp_reaches_the_leaf_exact
         ("origin → relay 2", &relay2_report["upstream"]["latency_ns"]),
         ("origin → leaf", leaf_latency),
     ];
-    let direct_latency = [("origin → direct subscriber", &direct_report["latency_ns"])];
-    print_latencies("loopback chain", &[&direct_latency[..], &hops[..]].concat());
-    match leaf_report["recovery"]["frames_recovered"].as_u64().unwrap_or(0) {
-        0 => assert_latency_grows(&hops),
-        // Recovered frames have no stream latency: the leaf measured fewer frames.
-        recovered => eprintln!("loopback chain: the leaf recovered {recovered} frames lost on the multicast leg"),
-    }
+    check_latencies(
+        "loopback chain",
+        ("origin → direct subscriber", &direct_report["latency_ns"]),
+        &hops,
+        &leaf_report,
+    );
 }
 
 #[test]
 fn a_relay_whose_upstream_connection_is_cut_resumes_from_the_upstream_ring_and_the_leaf_stays_exact() {
-    let _shared = shared();
+    let (_shared, dir) = beside_others_in_tempdir();
     let reference = expected("DEEP10.json");
-    let dir = tempfile::tempdir().unwrap();
     let (origin_json, relay_json, leaf_json) =
         (path(dir.path(), "origin.json"), path(dir.path(), "relay.json"), path(dir.path(), "leaf.json"));
     let (origin, origin_addr) = origin("sbe", "150000", "1", &origin_json);
@@ -355,9 +294,8 @@ const BROKEN_RECORD: usize = 300;
 /// with `renumber`: the relay must count one protocol violation, reconnect, resume after its last
 /// good frame, and the leaf get exactly the reference, with totals matching the origin's.
 fn a_renumbered_record_costs_a_reconnection_and_nothing_else(renumber: Renumber, context: &str) {
-    let _shared = shared();
+    let (_shared, dir) = beside_others_in_tempdir();
     let reference = expected("DEEP10.json");
-    let dir = tempfile::tempdir().unwrap();
     let (origin_json, relay_json, leaf_json) =
         (path(dir.path(), "origin.json"), path(dir.path(), "relay.json"), path(dir.path(), "leaf.json"));
     let (origin, origin_addr) = origin("sbe", "150000", "1", &origin_json);
@@ -430,9 +368,8 @@ fn a_data_record_with_a_flipped_sequence_bit_on_the_upstream_link_is_a_violation
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_subscriber_treats_a_renumbered_record_as_a_violation_and_resumes_exact() {
-    let _shared = shared();
+    let (_shared, dir) = beside_others_in_tempdir();
     let reference = expected("DEEP10.json");
-    let dir = tempfile::tempdir().unwrap();
     let renumberings: [(Renumber, &str); 2] =
         [(|s| s + 1_000_000, "sequence + 10^6"), (|s| s ^ (1 << 29), "sequence bit 29 flipped")];
     for (renumber, context) in renumberings {
@@ -471,8 +408,7 @@ fn a_subscriber_treats_a_renumbered_record_as_a_violation_and_resumes_exact() {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn an_upstream_that_breaks_the_numbering_on_every_connection_is_retried_with_backoff_then_given_up() {
-    let _shared = shared();
-    let dir = tempfile::tempdir().unwrap();
+    let (_shared, dir) = beside_others_in_tempdir();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let upstream = listener.local_addr().unwrap();
     // Every connection: the stream announced from frame 10, then a record of frame 3.
@@ -494,7 +430,8 @@ fn an_upstream_that_breaks_the_numbering_on_every_connection_is_retried_with_bac
     });
     let relay_json = path(dir.path(), "relay.json");
     let toml = format!(
-        "[source.upstream]\nconnect = \"{upstream}\"\nreconnect_max = 0.4\ngive_up_after = 2\n[tcp]\nlisten = \"127.0.0.1:0\"\n"
+        "[source.upstream]\nconnect = \"{upstream}\"\nreconnect_max = 0.4\ngive_up_after = 2\n[tcp]\nlisten = \
+         \"127.0.0.1:0\"\n"
     );
     let started = Instant::now();
     let done = run_config(dir.path(), "relay.toml", &toml, &["--json", &relay_json]).finish(RUN);
@@ -515,8 +452,7 @@ fn an_upstream_that_breaks_the_numbering_on_every_connection_is_retried_with_bac
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_relay_stopped_mid_stream_does_not_let_its_leaf_believe_it_got_the_whole_session() {
-    let _shared = shared();
-    let dir = tempfile::tempdir().unwrap();
+    let (_shared, dir) = beside_others_in_tempdir();
     let (origin_json, relay_json, leaf_json) =
         (path(dir.path(), "origin.json"), path(dir.path(), "relay.json"), path(dir.path(), "leaf.json"));
     let (origin, origin_addr) = origin("sbe", "100000", "1", &origin_json);
@@ -536,9 +472,8 @@ fn a_relay_stopped_mid_stream_does_not_let_its_leaf_believe_it_got_the_whole_ses
 
 #[test]
 fn a_bit_flipped_on_a_crc_protected_upstream_link_is_caught_and_the_relay_resumes_exact() {
-    let _shared = shared();
+    let (_shared, dir) = beside_others_in_tempdir();
     let reference = expected("DEEP10.json");
-    let dir = tempfile::tempdir().unwrap();
     let (origin_json, relay_json, leaf_json) =
         (path(dir.path(), "origin.json"), path(dir.path(), "relay.json"), path(dir.path(), "leaf.json"));
     let origin_config = dir.path().join("origin.toml");
@@ -547,27 +482,10 @@ fn a_bit_flipped_on_a_crc_protected_upstream_link_is_caught_and_the_relay_resume
     let deep10 = deep10();
     let mut origin = Process::start(
         publisher_bin(),
-        [
-            "run",
-            "--config",
-            &origin_config,
-            "--capture",
-            &deep10,
-            "--format",
-            "capnp",
-            "--tcp",
-            "127.0.0.1:0",
-            "--wait-subscribers",
-            "1",
-            "--slow-subscriber",
-            "block",
-            "--pacing",
-            "rate",
-            "--rate",
-            "150000",
-            "--json",
-            &origin_json,
-        ],
+        words(&format!(
+            "run --config {origin_config} --capture {deep10} --format capnp {TCP_LOSSLESS_ONE_SUBSCRIBER} \
+             --pacing rate --rate 150000 --json {origin_json}"
+        )),
     );
     let origin_addr = origin.serving_on();
     // A relay not told of the upstream's CRC is refused at the greeting, naming the setting.
@@ -587,7 +505,8 @@ fn a_bit_flipped_on_a_crc_protected_upstream_link_is_caught_and_the_relay_resume
         on_nth_data_record(BROKEN_RECORD, |record| record[RecordHeader::LEN + 12] ^= 0x10),
     );
     let toml = format!(
-        "format = \"sbe\"\n[source.upstream]\nconnect = \"{proxy}\"\ncrc = true\n[tcp]\nlisten = \"127.0.0.1:0\"\nwait_subscribers = 1\nslow_subscriber = \"block\"\n"
+        "format = \"sbe\"\n[source.upstream]\nconnect = \"{proxy}\"\ncrc = true\n[tcp]\nlisten = \
+         \"127.0.0.1:0\"\nwait_subscribers = 1\nslow_subscriber = \"block\"\n"
     );
     let mut relay = run_config(dir.path(), "relay.toml", &toml, &["--json", &relay_json]);
     let relay_addr = relay.serving_on();
@@ -609,8 +528,7 @@ fn a_bit_flipped_on_a_crc_protected_upstream_link_is_caught_and_the_relay_resume
 
 #[test]
 fn a_relay_that_joins_late_carries_the_origins_numbers_so_the_leaf_sees_where() {
-    let _shared = shared();
-    let dir = tempfile::tempdir().unwrap();
+    let (_shared, dir) = beside_others_in_tempdir();
     let (origin_json, direct_json, relay_json, leaf_json) = (
         path(dir.path(), "origin.json"),
         path(dir.path(), "direct.json"),
@@ -619,12 +537,12 @@ fn a_relay_that_joins_late_carries_the_origins_numbers_so_the_leaf_sees_where() 
     );
     let (origin, origin_addr) = origin("capnp-packed", "150000", "1", &origin_json);
     let mut direct = tcp_leaf(origin_addr, &direct_json, &["--report-interval", "0.1"]);
-    let origin_session = logged_session(&mut direct, "greeted");
+    let origin_session = logged_session(&mut direct, "greeted", STEP);
     direct.wait_for_frames(1000);
     // The stream is under way: the relay joins it live.
     let (relay, relay_addr, relay_session) = tcp_relay(origin_addr, "raw", &relay_json, &[]);
     let mut leaf = tcp_leaf(relay_addr, &leaf_json, &[]);
-    let leaf_session = logged_session(&mut leaf, "greeted");
+    let leaf_session = logged_session(&mut leaf, "greeted", STEP);
     origin.finish(RUN).assert_success();
     relay.finish(RUN).assert_success();
     let leaf_report = report(&leaf.finish(STEP), &leaf_json, "the leaf");
@@ -653,7 +571,8 @@ fn run_config(dir: &Path, name: &str, toml: &str, extra: &[&str]) -> Process {
 /// A relay of `connect` that gives up after `give_up` seconds: its exit and output, within `limit`.
 fn doomed_relay(dir: &Path, connect: &str, give_up: &str, limit: Duration) -> Finished {
     let toml = format!(
-        "[source.upstream]\nconnect = \"{connect}\"\nhandshake_timeout = 0.3\nreconnect_max = 0.2\ngive_up_after = {give_up}\n[tcp]\nlisten = \"127.0.0.1:0\"\n"
+        "[source.upstream]\nconnect = \"{connect}\"\nhandshake_timeout = 0.3\nreconnect_max = \
+         0.2\ngive_up_after = {give_up}\n[tcp]\nlisten = \"127.0.0.1:0\"\n"
     );
     let started = Instant::now();
     let finished = run_config(dir, "doomed.toml", &toml, &[]).finish(limit);
@@ -664,8 +583,7 @@ fn doomed_relay(dir: &Path, connect: &str, give_up: &str, limit: Duration) -> Fi
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn an_upstream_that_refuses_is_silent_or_is_not_a_publisher_fails_the_relay_naming_it() {
-    let _shared = shared();
-    let dir = tempfile::tempdir().unwrap();
+    let (_shared, dir) = beside_others_in_tempdir();
     let limit = Duration::from_secs(20);
     // Nothing listens: refused at every attempt, for a second.
     let refusing = format!("127.0.0.1:{}", free_tcp_port());
@@ -739,8 +657,7 @@ fn greet(listener: &TcpListener, session: u64) -> TcpStream {
 
 #[test]
 fn hostile_upstream_bytes_cost_their_frames_and_a_restarted_upstream_ends_the_relay_cleanly() {
-    let _shared = shared();
-    let dir = tempfile::tempdir().unwrap();
+    let (_shared, dir) = beside_others_in_tempdir();
     let segment = first_deep10_segment();
     let mut sbe = Codec::new(Format::Sbe, Limits::default());
     let mut frame = Vec::new();
@@ -792,14 +709,14 @@ fn hostile_upstream_bytes_cost_their_frames_and_a_restarted_upstream_ends_the_re
 
 #[test]
 fn a_relay_whose_upstream_is_killed_mid_stream_ends_its_own_stream_with_an_error_naming_it() {
-    let _shared = shared();
+    let (_shared, dir) = beside_others_in_tempdir();
     let reference = expected("DEEP10.json");
-    let dir = tempfile::tempdir().unwrap();
     let (origin_json, relay_json, leaf_json) =
         (path(dir.path(), "origin.json"), path(dir.path(), "relay.json"), path(dir.path(), "leaf.json"));
     let (origin, origin_addr) = origin("sbe", "100000", "1", &origin_json);
     let toml = format!(
-        "format = \"capnp\"\n[source.upstream]\nconnect = \"{origin_addr}\"\nreconnect_max = 0.2\ngive_up_after = 2\n[tcp]\nlisten = \"127.0.0.1:0\"\nwait_subscribers = 1\nslow_subscriber = \"block\"\n"
+        "format = \"capnp\"\n[source.upstream]\nconnect = \"{origin_addr}\"\nreconnect_max = 0.2\ngive_up_after \
+         = 2\n[tcp]\nlisten = \"127.0.0.1:0\"\nwait_subscribers = 1\nslow_subscriber = \"block\"\n"
     );
     let mut relay = run_config(dir.path(), "relay.toml", &toml, &["--json", &relay_json]);
     let relay_addr = relay.serving_on();
@@ -839,9 +756,8 @@ fn a_relay_whose_upstream_is_killed_mid_stream_ends_its_own_stream_with_an_error
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_format_switch_upstream_is_followed_and_the_leaf_stays_exact() {
-    let _shared = shared();
+    let (_shared, dir) = beside_others_in_tempdir();
     let reference = expected("DEEP10.json");
-    let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("origin.toml");
     let write = |format: &str| {
         let text = deep10_tcp_config(format, "");
@@ -872,8 +788,7 @@ fn a_format_switch_upstream_is_followed_and_the_leaf_stays_exact() {
 
 #[test]
 fn a_relay_whose_upstream_is_itself_or_badly_configured_is_refused_naming_the_setting() {
-    let _shared = shared();
-    let dir = tempfile::tempdir().unwrap();
+    let (_shared, dir) = beside_others_in_tempdir();
     let port = free_tcp_port();
     let key = dir.path().join("wire.key");
     std::fs::write(&key, "ab".repeat(32)).unwrap();
@@ -894,7 +809,8 @@ fn a_relay_whose_upstream_is_itself_or_badly_configured_is_refused_naming_the_se
         ),
         (
             format!(
-                "[source.upstream]\nconnect = \"127.0.0.1:{port}\"\n[tcp]\nlisten = \"127.0.0.1:0\"\n[retransmit]\nlisten = \"127.0.0.1:{port}\"\n"
+                "[source.upstream]\nconnect = \"127.0.0.1:{port}\"\n[tcp]\nlisten = \
+                 \"127.0.0.1:0\"\n[retransmit]\nlisten = \"127.0.0.1:{port}\"\n"
             ),
             &["source.upstream.connect", "own retransmit.listen"],
         ),
@@ -932,13 +848,10 @@ fn a_relay_whose_upstream_is_itself_or_badly_configured_is_refused_naming_the_se
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn deep10_through_a_relay_across_three_hosts_reaches_a_multicast_leaf_exact() {
-    let _serial = serial();
-    let hosts = Hosts::unique();
+    let (_serial, hosts, dir) = alone_on_emulated_hosts();
     let reference = expected("DEEP10.json");
-    let dir = tempfile::tempdir().unwrap();
-    let json = |name: &str| path(dir.path(), name);
-    let (origin_json, relay1_json, relay2_json, leaf_json, direct_json) =
-        (json("origin.json"), json("relay1.json"), json("relay2.json"), json("leaf.json"), json("direct.json"));
+    let [origin_json, relay1_json, relay2_json, leaf_json, direct_json] =
+        json_paths(dir.path(), ["origin", "relay1", "relay2", "leaf", "direct"]);
     let deep10 = deep10();
     // The leaf on the origin's host, so every hop crosses a bridge: pub → sub1 (TCP, line A) →
     // sub2 (TCP, line B) → pub (multicast, line A).
@@ -948,77 +861,41 @@ fn deep10_through_a_relay_across_three_hosts_reaches_a_multicast_leaf_exact() {
     let mut leaf = hosts.start(
         Host::Pub,
         subscriber_bin(),
-        [
-            "--group",
-            HOSTS_GROUP,
-            "--interface",
-            &pub_a,
-            "--recovery",
-            &recovery,
-            "--report-interval",
-            "0",
-            "--json",
-            &leaf_json,
-        ],
+        words(&format!(
+            "--group {HOSTS_GROUP} --interface {pub_a} --recovery {recovery} {NO_INTERVAL_REPORTS} --json {leaf_json}"
+        )),
     );
     leaf.listening_on();
     let mut origin = hosts.start(
         Host::Pub,
         publisher_bin(),
-        [
-            "run",
-            "--capture",
-            &deep10,
-            "--format",
-            "raw",
-            "--tcp",
-            "0.0.0.0:0",
-            "--wait-subscribers",
-            "2",
-            "--slow-subscriber",
-            "block",
-            "--pacing",
-            "rate",
-            "--rate",
-            "100000",
-            "--json",
-            &origin_json,
-        ],
+        words(&format!(
+            "run --capture {deep10} --format raw --tcp 0.0.0.0:0 --wait-subscribers 2 --slow-subscriber block \
+            {PACED_100K} --json {origin_json}"
+        )),
     );
     let origin_port = origin.serving_on().port();
     let tcp_relay_on = |host: Host, upstream: String, format: &str, json: &str| {
-        let args = ["run", "--upstream", &upstream, "--format", format, "--tcp", "0.0.0.0:0"];
-        let more = ["--wait-subscribers", "1", "--slow-subscriber", "block", "--json", json];
-        hosts.start(host, publisher_bin(), args.iter().chain(&more))
+        let args = format!(
+            "run --upstream {upstream} --format {format} {TCP_LOSSLESS_ONE_SUBSCRIBER_ANY_ADDRESS} --json {json}"
+        );
+        hosts.start(host, publisher_bin(), words(&args))
     };
     let mut relay1 =
         tcp_relay_on(Host::Sub1, format!("{}:{origin_port}", Host::Pub.addr(Line::A)), "sbe", &relay1_json);
-    let relay1_session = logged_session(&mut relay1, "upstream greeted");
+    let relay1_session = logged_session(&mut relay1, "upstream greeted", STEP);
     let relay1_port = relay1.serving_on().port();
     let sub2_a = Host::Sub2.addr(Line::A).to_string();
     let relay1_b = format!("{}:{relay1_port}", Host::Sub1.addr(Line::B));
     let mut relay2 = hosts.start(
         Host::Sub2,
         publisher_bin(),
-        [
-            "run",
-            "--upstream",
-            &relay1_b,
-            "--format",
-            "capnp",
-            "--multicast",
-            HOSTS_GROUP,
-            "--interface",
-            &sub2_a,
-            "--ttl",
-            "1",
-            "--retransmit-listen",
-            &recovery,
-            "--json",
-            &relay2_json,
-        ],
+        words(&format!(
+            "run --upstream {relay1_b} --format capnp --multicast {HOSTS_GROUP} --interface {sub2_a} --ttl 1 \
+            --retransmit-listen {recovery} --json {relay2_json}"
+        )),
     );
-    let relay2_session = logged_session(&mut relay2, "upstream greeted");
+    let relay2_session = logged_session(&mut relay2, "upstream greeted", STEP);
     relay2.wait_for("publishing");
     let origin_b = format!("{}:{origin_port}", Host::Pub.addr(Line::B));
     let mut direct = hosts.start(
@@ -1026,7 +903,7 @@ fn deep10_through_a_relay_across_three_hosts_reaches_a_multicast_leaf_exact() {
         subscriber_bin(),
         ["--connect", &origin_b, "--report-interval", "0", "--json", &direct_json],
     );
-    let origin_session = logged_session(&mut direct, "greeted");
+    let origin_session = logged_session(&mut direct, "greeted", STEP);
     origin.finish(RUN).assert_success();
     relay1.finish(RUN).assert_success();
     relay2.finish(RUN).assert_success();
@@ -1051,44 +928,27 @@ fn deep10_through_a_relay_across_three_hosts_reaches_a_multicast_leaf_exact() {
         ("→ relay on sub2", &relay2_report["upstream"]["latency_ns"]),
         ("→ leaf on pub", &leaf_report["latency_ns"]),
     ];
-    let direct_latency = [("origin → direct subscriber on sub2", &direct_report["latency_ns"])];
-    print_latencies("three hosts", &[&direct_latency[..], &hops[..]].concat());
-    match leaf_report["recovery"]["frames_recovered"].as_u64().unwrap_or(0) {
-        0 => assert_latency_grows(&hops),
-        // Recovered frames have no stream latency: the leaf measured fewer frames.
-        recovered => eprintln!("three hosts: the leaf recovered {recovered} frames lost on the multicast leg"),
-    }
+    check_latencies(
+        "three hosts",
+        ("origin → direct subscriber on sub2", &direct_report["latency_ns"]),
+        &hops,
+        &leaf_report,
+    );
 }
 
 #[test]
 fn an_upstream_at_its_connection_limit_is_retried_with_growing_waits_and_no_busy_connection_counts_as_a_reconnection() {
-    let _shared = shared();
-    let dir = tempfile::tempdir().unwrap();
+    let (_shared, dir) = beside_others_in_tempdir();
     let (origin_json, relay_json) = (path(dir.path(), "origin.json"), path(dir.path(), "relay.json"));
     // An origin with room for one connection, streaming slowly to it: every connection past the
     // first is greeted and told BUSY.
     let deep10 = deep10();
     let mut origin = Process::start(
         publisher_bin(),
-        [
-            "run",
-            "--capture",
-            &deep10,
-            "--tcp",
-            "127.0.0.1:0",
-            "--max-connections",
-            "1",
-            "--wait-subscribers",
-            "1",
-            "--slow-subscriber",
-            "block",
-            "--pacing",
-            "rate",
-            "--rate",
-            "1000",
-            "--json",
-            &origin_json,
-        ],
+        words(&format!(
+            "run --capture {deep10} --tcp 127.0.0.1:0 --max-connections 1 --wait-subscribers 1 \
+             --slow-subscriber block --pacing rate --rate 1000 --json {origin_json}"
+        )),
     );
     let origin_addr = origin.serving_on();
     // The one connection it has room for: greeted, and answered as a subscriber.
@@ -1124,8 +984,7 @@ fn an_upstream_at_its_connection_limit_is_retried_with_growing_waits_and_no_busy
 
 #[test]
 fn a_relay_keeps_the_state_of_what_it_relays_and_serves_late_joiners_a_snapshot_of_it() {
-    let _shared = shared();
-    let dir = tempfile::tempdir().unwrap();
+    let (_shared, dir) = beside_others_in_tempdir();
     let (origin_json, relay_json) = (path(dir.path(), "origin.json"), path(dir.path(), "relay.json"));
     let (early_json, late_json, book) =
         (path(dir.path(), "early.json"), path(dir.path(), "late.json"), path(dir.path(), "book.json"));

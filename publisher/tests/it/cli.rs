@@ -1,6 +1,7 @@
 //! `mdrelay-pub`'s capture tools run as real processes on real files, their results compared
 //! with the independent reference reader's.
 
+use crate::common::{beside_others_in_tempdir, run_with_config};
 use mdrelay_harness::{
     Finished, Process, STEP, assert_matches_reference, expected, iex_data, publisher_bin, reference_output,
 };
@@ -69,8 +70,7 @@ fn a_file_that_is_not_a_capture_fails_with_its_name() {
 #[test]
 fn synth_writes_what_the_reference_reader_reads() {
     // A whole capture read or written: CPU a serial test must not share.
-    let _shared = mdrelay_harness::shared();
-    let dir = tempfile::tempdir().unwrap();
+    let (_shared, dir) = beside_others_in_tempdir();
     for (name, extra) in [("day.pcap", vec![]), ("day.pcapng.gz", vec!["--format", "pcapng", "--gzip"])] {
         let path = dir.path().join(name);
         let p = path.to_str().unwrap();
@@ -105,8 +105,7 @@ fn synth_refuses_too_few_messages_with_the_minimum() {
 #[test]
 fn convert_keeps_every_count() {
     // A whole capture read or written: CPU a serial test must not share.
-    let _shared = mdrelay_harness::shared();
-    let dir = tempfile::tempdir().unwrap();
+    let (_shared, dir) = beside_others_in_tempdir();
     let source = iex_data().join("TOPS16.pcap.gz");
     let expected = reference_output(&source);
     for (name, args) in [
@@ -121,17 +120,6 @@ fn convert_keeps_every_count() {
         assert_matches_reference(&ours, &expected);
         assert_eq!(without_file(reference_output(&out)), without_file(expected.clone()), "{name}");
     }
-}
-
-/// `mdrelay-pub run` with the configuration `toml` (in a file of its own) and `extra` flags, to
-/// its exit.
-fn run_with(toml: &str, extra: &[&str]) -> Finished {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("pub.toml");
-    std::fs::write(&path, toml).unwrap();
-    let mut args = vec!["run", "--config", path.to_str().unwrap()];
-    args.extend_from_slice(extra);
-    publisher(&args)
 }
 
 /// Asserts the exit code, that stderr names every one of `names`, and that nothing was served.
@@ -168,7 +156,7 @@ fn configuration_and_usage_errors_exit_2() {
             &["metrics.listen", "tcp.listen"],
         ),
     ] {
-        assert_exit(&run_with(&toml, &[]), 2, names, case);
+        assert_exit(&run_with_config(&toml, &[]), 2, names, case);
     }
     let bad_flag = publisher(&["run", "--tcp", "127.0.0.1:0", "--rate", "fast"]);
     assert_exit(&bad_flag, 2, &["--rate", "fast"], "a bad flag value");
@@ -202,7 +190,7 @@ fn an_upstream_that_refuses_the_relay_exits_3_and_one_never_reached_exits_4() {
         let _ = s.read_to_end(&mut Vec::new());
     });
     let relay = |connect: &str| {
-        run_with(
+        run_with_config(
             &format!(
                 "[source.upstream]\nconnect = \"{connect}\"\nreconnect_max = 0.2\ngive_up_after = 1\n[tcp]\nlisten = \"127.0.0.1:0\"\n"
             ),

@@ -1,5 +1,6 @@
 //! The example configurations parse and pass their checks; bad settings fail naming the setting.
 
+use crate::common::run_with_config;
 use mdrelay_harness::{Process, STEP, publisher_bin};
 
 fn root() -> std::path::PathBuf {
@@ -23,12 +24,7 @@ fn every_publisher_example_checks() {
 }
 
 fn failure(toml: &str, extra: &[&str]) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("pub.toml");
-    std::fs::write(&path, toml).unwrap();
-    let mut args = vec!["run", "--config", path.to_str().unwrap()];
-    args.extend_from_slice(extra);
-    let output = Process::start(publisher_bin(), &args).finish(STEP);
+    let output = run_with_config(toml, extra);
     // A configuration error's exit (not a crash), before anything is served.
     assert_eq!(output.code(), Some(2), "{toml} should fail: {output:?}");
     assert!(!output.stderr.contains("serving subscribers"), "{output:?}");

@@ -3,8 +3,10 @@
 //! checks that a healthy subscriber beside the bad one stays exact, against the reference
 //! outputs in ../shared or the publisher's own totals.
 
+use crate::common::{StatusPeak, alone_in_tempdir, assert_exact_deep10, deep10, path};
 use mdrelay_codec::Format;
-use mdrelay_harness::{Process, Signal, expected, iex_data, json_file, publisher_bin, serial, subscriber_bin};
+use mdrelay_harness::cli_args::words;
+use mdrelay_harness::{Process, Signal, expected, iex_data, json_file, publisher_bin, subscriber_bin};
 use mdrelay_proto::relay::{
     DATAGRAM_VERSION, DatagramHeader, DatagramKind, Echo, Hello, RecordHeader, RecordTag, Subscribe, Totals,
 };
@@ -12,25 +14,10 @@ use serde_json::Value;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Every process step in these tests is bounded by this.
 const LIMIT: Duration = Duration::from_secs(60);
-
-fn deep10() -> String {
-    iex_data().join("DEEP10.pcap.gz").display().to_string()
-}
-
-fn path(dir: &Path, name: &str) -> String {
-    dir.join(name).display().to_string()
-}
-
-/// The words of `args`, split at white space (the paths in these tests hold none).
-fn words(args: &str) -> Vec<&str> {
-    args.split_whitespace().collect()
-}
 
 /// Starts a publisher serving TCP on a port of its choosing; returns it and the address.
 fn publisher(extra: &[&str]) -> (Process, SocketAddr) {
@@ -39,6 +26,21 @@ fn publisher(extra: &[&str]) -> (Process, SocketAddr) {
     let mut p = Process::start(publisher_bin(), &args);
     let addr = p.serving_on();
     (p, addr)
+}
+
+/// Starts [`publisher`] with `flags` (a command line in one string), its summary written to
+/// `pub.json` in `dir`; returns it, its address and the summary's path.
+fn publisher_with_summary(dir: &Path, flags: &str) -> (Process, SocketAddr, String) {
+    let pub_json = path(dir, "pub.json");
+    let (publisher, addr) = publisher(&words(&format!("{flags} --json {pub_json}")));
+    (publisher, addr, pub_json)
+}
+
+/// Starts [`subscriber`] of `addr` with its report written to `sub.json` in `dir`; returns it and
+/// the report's path.
+fn subscriber_in(dir: &Path, addr: SocketAddr, extra: &[&str]) -> (Process, String) {
+    let sub_json = path(dir, "sub.json");
+    (subscriber(addr, &sub_json, extra), sub_json)
 }
 
 /// A subscriber process writing its report to `json`.
@@ -95,54 +97,6 @@ fn read_record(s: &mut TcpStream) -> std::io::Result<(RecordHeader, Vec<u8>)> {
     Ok((header, payload))
 }
 
-/// The largest resident set of a process while this runs, sampled every 20 ms from /proc.
-struct RssSampler {
-    stop: Arc<AtomicBool>,
-    max_kb: Arc<AtomicU64>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl RssSampler {
-    fn start(pid: u32) -> RssSampler {
-        let stop = Arc::new(AtomicBool::new(false));
-        let max_kb = Arc::new(AtomicU64::new(0));
-        let (s, m) = (stop.clone(), max_kb.clone());
-        let thread = std::thread::spawn(move || {
-            while !s.load(Ordering::Relaxed) {
-                let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { return };
-                let rss = status
-                    .lines()
-                    .find_map(|l| l.strip_prefix("VmRSS:"))
-                    .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok());
-                if let Some(kb) = rss {
-                    m.fetch_max(kb, Ordering::Relaxed);
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        });
-        RssSampler { stop, max_kb, thread: Some(thread) }
-    }
-
-    /// The largest resident set seen, in MiB.
-    fn max_mib(mut self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        self.max_kb.load(Ordering::Relaxed) / 1024
-    }
-}
-
-/// Asserts a subscriber report is the whole of DEEP10, exactly.
-fn assert_exact_deep10(report: &Value, context: &str) {
-    let reference = expected("DEEP10.json");
-    for key in ["total_trade_volume", "symbols_with_trades_or_quotes", "symbols", "messages"] {
-        assert_eq!(report[key], reference[key], "{context}: {key}");
-    }
-    assert_eq!(report["totals_match"], true, "{context}: totals match");
-    assert_eq!(report["gaps"], 0, "{context}: gaps");
-}
-
 /// Asserts a subscriber report is exactly what the publisher says it sent.
 fn assert_matches_publisher(report: &Value, publisher: &Value, context: &str) {
     assert_eq!(report["messages"], publisher["totals"]["messages"], "{context}: messages");
@@ -158,12 +112,11 @@ fn subscribers(publisher: &Value) -> &Vec<Value> {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn block_survives_a_stopped_subscriber_while_another_joins_and_the_stall_ends() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let pub_json = path(dir.path(), "pub.json");
-    let (mut publisher, addr) = publisher(&words(&format!(
-        "--synthetic --messages 2000000 --slow-subscriber block --queue 16 --wait-subscribers 2 --json {pub_json}"
-    )));
+    let (_serial, dir) = alone_in_tempdir();
+    let (mut publisher, addr, pub_json) = publisher_with_summary(
+        dir.path(),
+        "--synthetic --messages 2000000 --slow-subscriber block --queue 16 --wait-subscribers 2",
+    );
     let (a_json, b_json, c_json) = (path(dir.path(), "a.json"), path(dir.path(), "b.json"), path(dir.path(), "c.json"));
     let a = subscriber(addr, &a_json, &[]);
     publisher.wait_for("subscriber admitted");
@@ -201,17 +154,18 @@ fn block_survives_a_stopped_subscriber_while_another_joins_and_the_stall_ends() 
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_subscriber_stopped_while_the_hot_thread_writes_its_socket_gets_every_byte_in_order() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let pub_json = path(dir.path(), "pub.json");
+    let (_serial, dir) = alone_in_tempdir();
     let deep10 = deep10();
-    let (publisher, addr) = publisher(&words(&format!(
-        "--capture {deep10} --pacing rate --rate 100000 --coalesce-bytes 16384 --slow-subscriber block --queue 256 --wait-subscribers 1 \
-         --json {pub_json}"
-    )));
-    let sub_json = path(dir.path(), "sub.json");
+    let (publisher, addr, pub_json) = publisher_with_summary(
+        dir.path(),
+        &format!(
+            "--capture {deep10} --pacing rate --rate 100000 --coalesce-bytes 16384 --slow-subscriber block \
+             --queue 256 --wait-subscribers 1"
+        ),
+    );
     // A small receive buffer, so that the sockets fill within the stops.
-    let mut stopped = subscriber(addr, &sub_json, &["--report-interval", "0.1", "--receive-buffer", "64KiB"]);
+    let (mut stopped, sub_json) =
+        subscriber_in(dir.path(), addr, &["--report-interval", "0.1", "--receive-buffer", "64KiB"]);
     stopped.wait_for_frames(1000);
     for _ in 0..3 {
         stopped.signal(Signal::SIGSTOP);
@@ -233,8 +187,7 @@ fn a_subscriber_stopped_while_the_hot_thread_writes_its_socket_gets_every_byte_i
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn two_interrupts_stop_a_publisher_blocked_on_a_stopped_subscriber() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
+    let (_serial, dir) = alone_in_tempdir();
     let (mut publisher, addr) =
         publisher(&words("--synthetic --messages 5000000 --slow-subscriber block --queue 16 --wait-subscribers 1"));
     let stopped = subscriber(addr, &path(dir.path(), "s.json"), &[]);
@@ -257,16 +210,14 @@ fn two_interrupts_stop_a_publisher_blocked_on_a_stopped_subscriber() {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn silent_connections_are_turned_away_and_cost_the_stream_nothing() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let pub_json = path(dir.path(), "pub.json");
+    let (_serial, dir) = alone_in_tempdir();
     let deep10 = deep10();
-    let (publisher, addr) = publisher(&words(&format!(
-        "--capture {deep10} --pacing rate --rate 100000 --wait-subscribers 1 --json {pub_json}"
-    )));
-    let rss = RssSampler::start(publisher.pid());
-    let sub_json = path(dir.path(), "sub.json");
-    let mut healthy = subscriber(addr, &sub_json, &["--report-interval", "0.1"]);
+    let (publisher, addr, pub_json) = publisher_with_summary(
+        dir.path(),
+        &format!("--capture {deep10} --pacing rate --rate 100000 --wait-subscribers 1"),
+    );
+    let rss = StatusPeak::start(publisher.pid(), "VmRSS:");
+    let (mut healthy, sub_json) = subscriber_in(dir.path(), addr, &["--report-interval", "0.1"]);
     healthy.wait_for_frames(1);
     // 500 connections that never answer the greeting, opened while the stream runs.
     let silent: Vec<TcpStream> = (0..500).filter_map(|_| TcpStream::connect(addr).ok()).collect();
@@ -280,7 +231,7 @@ fn silent_connections_are_turned_away_and_cost_the_stream_nothing() {
     // Bounds with a wide margin: the bug this guards against reached 1 GB and p99 of seconds.
     let p99 = report["latency_ns"]["p99"].as_u64().unwrap();
     assert!(p99 < 500_000_000, "the healthy subscriber's p99 stays far below a stall: {p99} ns");
-    let max_rss = rss.max_mib();
+    let max_rss = rss.max_kb() / 1024;
     assert!(max_rss < 200, "the publisher's memory stays flat: {max_rss} MiB");
     let publ = json_file(Path::new(&pub_json));
     let busy = publ["connections"]["busy"].as_u64().unwrap();
@@ -290,16 +241,17 @@ fn silent_connections_are_turned_away_and_cost_the_stream_nothing() {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn handshaken_connections_that_never_read_are_bounded_and_do_not_cut_off_the_healthy_one() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let pub_json = path(dir.path(), "pub.json");
+    let (_serial, dir) = alone_in_tempdir();
     let deep10 = deep10();
-    let (publisher, addr) = publisher(&words(&format!(
-        "--capture {deep10} --pacing rate --rate 150000 --wait-subscribers 2001 --max-connections 2100 --queue 262144 --json {pub_json}"
-    )));
-    let rss = RssSampler::start(publisher.pid());
-    let sub_json = path(dir.path(), "sub.json");
-    let healthy = subscriber(addr, &sub_json, &[]);
+    let (publisher, addr, pub_json) = publisher_with_summary(
+        dir.path(),
+        &format!(
+            "--capture {deep10} --pacing rate --rate 150000 --wait-subscribers 2001 --max-connections 2100 \
+             --queue 262144"
+        ),
+    );
+    let rss = StatusPeak::start(publisher.pid(), "VmRSS:");
+    let (healthy, sub_json) = subscriber_in(dir.path(), addr, &[]);
     // The stream starts once these 2,000, which never read, have joined too. Until their
     // sockets are full (a few kilobytes each), each record wakes 2,000 writers: a burst of work
     // that a queue of several seconds (262,144 records) lets the healthy subscriber ride out on
@@ -310,7 +262,7 @@ fn handshaken_connections_that_never_read_are_bounded_and_do_not_cut_off_the_hea
     healthy.finish(LIMIT).assert_success();
     drop(stalled);
     assert_exact_deep10(&json_file(Path::new(&sub_json)), "the healthy subscriber beside 2000 stalled ones");
-    let max_rss = rss.max_mib();
+    let max_rss = rss.max_kb() / 1024;
     assert!(max_rss < 400, "2000 stalled subscribers share the records they hold: {max_rss} MiB");
     let publ = json_file(Path::new(&pub_json));
     let dropped: u64 = subscribers(&publ).iter().map(|s| s["dropped_frames"].as_u64().unwrap()).sum();
@@ -321,14 +273,12 @@ fn handshaken_connections_that_never_read_are_bounded_and_do_not_cut_off_the_hea
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn frames_dropped_at_the_tail_for_a_stopped_subscriber_are_reported_as_gaps() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let pub_json = path(dir.path(), "pub.json");
-    let (mut publisher, addr) = publisher(&words(&format!(
-        "--synthetic --messages 300000 --pacing rate --rate 100000 --queue 64 --wait-subscribers 1 --json {pub_json}"
-    )));
-    let sub_json = path(dir.path(), "sub.json");
-    let mut sub = subscriber(addr, &sub_json, &["--report-interval", "0.1"]);
+    let (_serial, dir) = alone_in_tempdir();
+    let (mut publisher, addr, pub_json) = publisher_with_summary(
+        dir.path(),
+        "--synthetic --messages 300000 --pacing rate --rate 100000 --queue 64 --wait-subscribers 1",
+    );
+    let (mut sub, sub_json) = subscriber_in(dir.path(), addr, &["--report-interval", "0.1"]);
     sub.wait_for_frames(20_000);
     // Stopped until the publisher has finished: the rest of the stream is dropped for it.
     sub.signal(Signal::SIGSTOP);
@@ -351,18 +301,17 @@ fn frames_dropped_at_the_tail_for_a_stopped_subscriber_are_reported_as_gaps() {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_slow_subscriber_under_disconnect_is_reset_at_once() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let pub_json = path(dir.path(), "pub.json");
+    let (_serial, dir) = alone_in_tempdir();
     // A queue of 8,192 entries (each a run of up to 1 KiB of records: several frames of a duty
     // cycle) holds about 1.4 s of this stream: the healthy subscriber never falls that far
     // behind, the client that stops reading does after a couple of seconds.
-    let (mut publisher, addr) = publisher(&words(&format!(
-        "--synthetic --messages 500000 --pacing rate --rate 100000 --queue 8192 --slow-subscriber disconnect --wait-subscribers 2 --json {pub_json}"
-    )));
+    let (mut publisher, addr, pub_json) = publisher_with_summary(
+        dir.path(),
+        "--synthetic --messages 500000 --pacing rate --rate 100000 --queue 8192 --slow-subscriber disconnect \
+         --wait-subscribers 2",
+    );
     let (mut stalled, _) = handshaken(addr, false, true);
-    let sub_json = path(dir.path(), "sub.json");
-    let healthy = subscriber(addr, &sub_json, &[]);
+    let (healthy, sub_json) = subscriber_in(dir.path(), addr, &[]);
     publisher.wait_for("disconnected (slow_subscriber = disconnect)");
     // Whatever the kernel still holds for the client is gone or ends in a reset: reading
     // reaches the end (an error or EOF) without the publisher writing more.
@@ -391,8 +340,7 @@ fn a_slow_subscriber_under_disconnect_is_reset_at_once() {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_format_switch_while_a_subscriber_is_stalled_holds_no_one_back() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
+    let (_serial, dir) = alone_in_tempdir();
     let config = dir.path().join("pub.toml");
     let write = |format: &str| {
         let text = format!(
@@ -410,8 +358,7 @@ fn a_format_switch_while_a_subscriber_is_stalled_holds_no_one_back() {
         Process::start(publisher_bin(), ["run", "--config", config.to_str().unwrap(), "--json", &pub_json]);
     let addr = publisher.serving_on();
     let (_stalled, _) = handshaken(addr, false, true);
-    let sub_json = path(dir.path(), "sub.json");
-    let mut healthy = subscriber(addr, &sub_json, &["--report-interval", "0.1"]);
+    let (mut healthy, sub_json) = subscriber_in(dir.path(), addr, &["--report-interval", "0.1"]);
     // By now the stalled client is more than a queue (8,192 runs of records, about 1.4 s) behind.
     healthy.wait_for_frames(100_000);
     write("capnp");
@@ -428,12 +375,11 @@ fn a_format_switch_while_a_subscriber_is_stalled_holds_no_one_back() {
 
 #[test]
 fn forged_and_replayed_echoes_are_rejected() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let pub_json = path(dir.path(), "pub.json");
-    let (publisher, addr) = publisher(&words(&format!(
-        "--synthetic --messages 20000 --pacing rate --rate 20000 --wait-subscribers 1 --json {pub_json}"
-    )));
+    let (_serial, dir) = alone_in_tempdir();
+    let (publisher, addr, pub_json) = publisher_with_summary(
+        dir.path(),
+        "--synthetic --messages 20000 --pacing rate --rate 20000 --wait-subscribers 1",
+    );
     let (mut client, _) = handshaken(addr, true, false);
     let mut genuine = 0u64;
     let mut forged = 0u64;
@@ -497,15 +443,16 @@ fn forged_and_replayed_echoes_are_rejected() {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn hostile_peers_on_the_tcp_port_are_refused_with_reasons_and_the_healthy_subscriber_stays_exact() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let pub_json = path(dir.path(), "pub.json");
+    let (_serial, dir) = alone_in_tempdir();
     let deep10 = deep10();
-    let (publisher, addr) = publisher(&words(&format!(
-        "--capture {deep10} --pacing rate --rate 150000 --wait-subscribers 1 --max-connections 8 --handshake-timeout 1 --json {pub_json}"
-    )));
-    let sub_json = path(dir.path(), "sub.json");
-    let mut healthy = subscriber(addr, &sub_json, &["--report-interval", "0.1"]);
+    let (publisher, addr, pub_json) = publisher_with_summary(
+        dir.path(),
+        &format!(
+            "--capture {deep10} --pacing rate --rate 150000 --wait-subscribers 1 --max-connections 8 \
+             --handshake-timeout 1"
+        ),
+    );
+    let (mut healthy, sub_json) = subscriber_in(dir.path(), addr, &["--report-interval", "0.1"]);
     healthy.wait_for_frames(1);
     let refusal = |s: &mut TcpStream| -> (RecordTag, String) {
         let mut hello = [0u8; Hello::LEN];
@@ -555,15 +502,13 @@ fn hostile_peers_on_the_tcp_port_are_refused_with_reasons_and_the_healthy_subscr
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_subscriber_told_busy_retries_and_gets_the_whole_stream() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
+    let (_serial, dir) = alone_in_tempdir();
     let (publisher, addr) = publisher(&words(
         "--synthetic --messages 50000 --wait-subscribers 1 --max-connections 1 --handshake-timeout 1",
     ));
     // The one place is taken by a connection that never answers, until the handshake times out.
     let holder = raw(addr);
-    let sub_json = path(dir.path(), "sub.json");
-    let mut sub = subscriber(addr, &sub_json, &["--reconnect-max-seconds", "0.2"]);
+    let (mut sub, sub_json) = subscriber_in(dir.path(), addr, &["--reconnect-max-seconds", "0.2"]);
     sub.wait_for("busy");
     sub.finish(LIMIT).assert_success();
     drop(holder);
@@ -576,16 +521,14 @@ fn a_subscriber_told_busy_retries_and_gets_the_whole_stream() {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_spoofed_end_on_the_live_input_does_not_end_the_relayed_stream() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
+    let (_serial, dir) = alone_in_tempdir();
     let live = mdrelay_harness::free_udp_port();
     let relay_json = path(dir.path(), "relay.json");
     let live_addr = format!("127.0.0.1:{live}");
     let (relay, addr) = publisher(&words(&format!(
         "--live {live_addr} --idle-timeout 2 --wait-subscribers 1 --slow-subscriber block --json {relay_json}"
     )));
-    let sub_json = path(dir.path(), "sub.json");
-    let mut sub = subscriber(addr, &sub_json, &["--report-interval", "0.1"]);
+    let (mut sub, sub_json) = subscriber_in(dir.path(), addr, &["--report-interval", "0.1"]);
     sub.wait_for("greeted");
     let mut upstream = Process::start(
         publisher_bin(),
@@ -623,8 +566,7 @@ fn a_spoofed_end_on_the_live_input_does_not_end_the_relayed_stream() {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_fifo_capture_without_a_writer_says_so_and_stops_on_the_first_sigterm() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
+    let (_serial, dir) = alone_in_tempdir();
     let fifo = dir.path().join("capture.fifo");
     let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo runs");
     assert!(made.success());
@@ -677,11 +619,9 @@ fn absurd_settings_fail_at_start_naming_the_setting() {
 
 #[test]
 fn connection_churn_keeps_the_subscriber_summaries_bounded() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let pub_json = path(dir.path(), "pub.json");
-    let (publisher, addr) =
-        publisher(&words(&format!("--synthetic --messages 2000000 --pacing rate --rate 50000 --json {pub_json}")));
+    let (_serial, dir) = alone_in_tempdir();
+    let (publisher, addr, pub_json) =
+        publisher_with_summary(dir.path(), "--synthetic --messages 2000000 --pacing rate --rate 50000");
     for _ in 0..300 {
         let (s, _) = handshaken(addr, false, true);
         drop(s);
@@ -696,8 +636,7 @@ fn connection_churn_keeps_the_subscriber_summaries_bounded() {
 
 #[test]
 fn sighup_names_the_settings_that_need_a_restart() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
+    let (_serial, dir) = alone_in_tempdir();
     let config: PathBuf = dir.path().join("pub.toml");
     let write = |rate: u32, queue: u32| {
         let text = format!(
@@ -721,17 +660,15 @@ fn sighup_names_the_settings_that_need_a_restart() {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_connection_that_never_answers_the_greeting_holds_nothing_back_under_block() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let pub_json = path(dir.path(), "pub.json");
-    let (publisher, addr) = publisher(&words(&format!(
-        "--synthetic --messages 200000 --pacing rate --rate 100000 --slow-subscriber block --wait-subscribers 1 --json {pub_json}"
-    )));
+    let (_serial, dir) = alone_in_tempdir();
+    let (publisher, addr, pub_json) = publisher_with_summary(
+        dir.path(),
+        "--synthetic --messages 200000 --pacing rate --rate 100000 --slow-subscriber block --wait-subscribers 1",
+    );
     // What `nc host 9100` does: connect, then nothing. It has no place in the stream until it
     // answers, so it cannot hold the stream back, even where every subscriber waits for the slowest.
     let silent = raw(addr);
-    let sub_json = path(dir.path(), "sub.json");
-    let healthy = subscriber(addr, &sub_json, &[]);
+    let (healthy, sub_json) = subscriber_in(dir.path(), addr, &[]);
     publisher.finish(LIMIT).assert_success();
     healthy.finish(LIMIT).assert_success();
     drop(silent);
@@ -744,12 +681,11 @@ fn a_connection_that_never_answers_the_greeting_holds_nothing_back_under_block()
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_subscriber_killed_mid_stream_holds_nothing_back_under_block() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let pub_json = path(dir.path(), "pub.json");
-    let (mut publisher, addr) = publisher(&words(&format!(
-        "--synthetic --messages 300000 --pacing rate --rate 100000 --slow-subscriber block --wait-subscribers 2 --json {pub_json}"
-    )));
+    let (_serial, dir) = alone_in_tempdir();
+    let (mut publisher, addr, pub_json) = publisher_with_summary(
+        dir.path(),
+        "--synthetic --messages 300000 --pacing rate --rate 100000 --slow-subscriber block --wait-subscribers 2",
+    );
     let healthy_json = path(dir.path(), "healthy.json");
     let healthy = subscriber(addr, &healthy_json, &[]);
     publisher.wait_for("subscriber admitted");

@@ -3,6 +3,8 @@
 //! alike, over TCP and UDP), and a pinned hot thread runs only on its core. No timing is
 //! asserted: what each strategy costs is measured in docs/idle.md, not here.
 
+use crate::common::alone_in_tempdir;
+use mdrelay_harness::cli_args::words;
 use mdrelay_harness::{
     Finished, Process, STEP, Signal, free_udp_port, json_file, publisher_bin, serial, subscriber_bin,
 };
@@ -80,8 +82,7 @@ fn assert_exact(publ: &Value, sub: &Value, context: &str) {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn every_idle_strategy_relays_the_whole_stream_over_tcp() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
+    let (_serial, dir) = alone_in_tempdir();
     for idle in ["spin", "yield", "backoff", "sleep"] {
         let (publ, sub) = relay_tcp(dir.path(), idle, &["--idle", idle], &["--idle", idle]);
         assert_exact(&publ, &sub, idle);
@@ -91,8 +92,7 @@ fn every_idle_strategy_relays_the_whole_stream_over_tcp() {
 
 #[test]
 fn the_low_latency_profile_relays_the_whole_stream_over_tcp_and_udp() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
+    let (_serial, dir) = alone_in_tempdir();
     let (publ, sub) =
         relay_tcp(dir.path(), "low-latency", &["--profile", "low-latency"], &["--profile", "low-latency"]);
     assert_exact(&publ, &sub, "low-latency over TCP");
@@ -145,18 +145,9 @@ fn the_hot_thread_and_the_receive_thread_run_on_their_cores() {
     // The hot thread is pinned before it waits for its first subscriber, which never comes.
     let mut publ = Process::start(
         publisher_bin(),
-        [
-            "run",
-            "--synthetic",
-            "--tcp",
-            "127.0.0.1:0",
-            "--wait-subscribers",
-            "1",
-            "--profile",
-            "low-latency",
-            "--hot-core",
-            &core,
-        ],
+        words(&format!(
+            "run --synthetic --tcp 127.0.0.1:0 --wait-subscribers 1 --profile low-latency --hot-core {core}"
+        )),
     );
     publ.wait_for("hot thread pinned");
     let pid = publ.pid();

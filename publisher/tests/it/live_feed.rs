@@ -14,6 +14,7 @@
 //! reads the kernel's count of datagrams dropped on the relay's socket (`/proc/net/udp`) before
 //! it trusts its own expectations: a run that lost any is repeated at a quarter of the rate.
 
+use mdrelay_harness::cli_args::{TCP_LOSSLESS_ONE_SUBSCRIBER, words};
 use mdrelay_harness::{
     Process, STEP, Scrape, assert_aggregates, expected, free_tcp_port, free_udp_port, iex_data, json_file,
     publisher_bin, reference_output, scrape, serial, subscriber_bin,
@@ -251,27 +252,10 @@ fn run(dir: &Path, sent: &[Datagram], burst: usize) -> Run {
     let sub_json = dir.join("sub.json").display().to_string();
     let mut relay = Process::start(
         publisher_bin(),
-        [
-            "run",
-            "--live",
-            &live,
-            "--idle-timeout",
-            "3",
-            "--format",
-            "sbe",
-            "--tcp",
-            "127.0.0.1:0",
-            "--wait-subscribers",
-            "1",
-            "--slow-subscriber",
-            "block",
-            "--metrics-listen",
-            &metrics.to_string(),
-            "--metrics-hold",
-            "10",
-            "--json",
-            &pub_json,
-        ],
+        words(&format!(
+            "run --live {live} --idle-timeout 3 --format sbe {TCP_LOSSLESS_ONE_SUBSCRIBER} --metrics-listen \
+             {metrics} --metrics-hold 10 --json {pub_json}"
+        )),
     );
     let addr = relay.serving_on();
     let subscriber = Process::start(

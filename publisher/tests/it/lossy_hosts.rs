@@ -8,10 +8,10 @@
 //! Every test builds its own network under a unique prefix (taken down however the test ends),
 //! holds `serial()`, and bounds each process's run. Needs root and nftables, as CI has.
 
+use crate::common::{alone_on_emulated_hosts, deep10, n, path, report};
+use mdrelay_harness::cli_args::{PACED_100K, words};
 use mdrelay_harness::netns::{Host, Hosts, Line};
-use mdrelay_harness::{
-    Finished, Process, STEP, assert_aggregates, expected, iex_data, json_file, publisher_bin, serial, subscriber_bin,
-};
+use mdrelay_harness::{Process, STEP, assert_aggregates, expected, json_file, publisher_bin, serial, subscriber_bin};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -24,23 +24,6 @@ const GROUP_A: &str = "239.255.0.1:9300";
 const GROUP_B: &str = "239.255.1.1:9300";
 /// The retransmission service, on the publisher host.
 const SERVICE: &str = "198.18.0.1:9101";
-
-fn deep10() -> String {
-    iex_data().join("DEEP10.pcap.gz").display().to_string()
-}
-
-fn path(dir: &Path, name: &str) -> String {
-    dir.join(name).display().to_string()
-}
-
-/// The subscriber's JSON report, after checking its exit status says what the report does: 5
-/// (stream incomplete) when its verdict on the stream is false, else 0.
-fn report(finished: &Finished, json: &str, context: &str) -> Value {
-    let report = json_file(Path::new(json));
-    let status = if report["stream_complete"] == false { 5 } else { 0 };
-    assert_eq!(finished.code(), Some(status), "{context}: {finished:?}");
-    report
-}
 
 fn ip(host: Host, line: Line) -> String {
     host.addr(line).to_string()
@@ -61,26 +44,11 @@ fn publish(hosts: &Hosts, dir: &Path, format: &str, extra: &[&str]) -> Value {
     let json = path(dir, "pub.json");
     let deep10 = deep10();
     let interface = ip(Host::Pub, Line::A);
-    let args = [
-        "run",
-        "--capture",
-        &deep10,
-        "--format",
-        format,
-        "--coalesce-bytes",
-        "0",
-        "--multicast",
-        GROUP_A,
-        "--interface",
-        &interface,
-        "--pacing",
-        "rate",
-        "--rate",
-        "100000",
-        "--json",
-        &json,
-    ];
-    hosts.start(Host::Pub, publisher_bin(), args.iter().chain(extra)).finish(RUN).assert_success();
+    let args = format!(
+        "run --capture {deep10} --format {format} --coalesce-bytes 0 --multicast {GROUP_A} --interface \
+         {interface} {PACED_100K} --json {json}"
+    );
+    hosts.start(Host::Pub, publisher_bin(), words(&args).iter().chain(extra)).finish(RUN).assert_success();
     json_file(Path::new(&json))
 }
 
@@ -89,10 +57,6 @@ fn recovery(report: &Value) -> &Value {
     let r = &report["recovery"];
     assert!(r.is_object(), "no recovery figures in {report}");
     r
-}
-
-fn n(v: &Value, key: &str) -> u64 {
-    v[key].as_u64().unwrap_or_else(|| panic!("no {key} in {v}"))
 }
 
 /// Asserts a subscriber ended with all of DEEP10: the reference aggregates and every frame.
@@ -110,9 +74,7 @@ fn assert_exact(sub: &Value, publ: &Value, context: &str) {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn five_percent_loss_is_recovered_exactly_by_retransmission() {
-    let _serial = serial();
-    let hosts = Hosts::unique();
-    let dir = tempfile::tempdir().unwrap();
+    let (_serial, hosts, dir) = alone_on_emulated_hosts();
     hosts.loss(Host::Sub1, 5, Line::A);
     let json = path(dir.path(), "sub1.json");
     // From the start: should the stream's first datagram be the one dropped, the subscriber
@@ -138,9 +100,7 @@ fn five_percent_loss_is_recovered_exactly_by_retransmission() {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn frames_gone_from_the_ring_are_reported_unrecoverable() {
-    let _serial = serial();
-    let hosts = Hosts::unique();
-    let dir = tempfile::tempdir().unwrap();
+    let (_serial, hosts, dir) = alone_on_emulated_hosts();
     hosts.loss(Host::Sub1, 5, Line::A);
     let json = path(dir.path(), "sub1.json");
     // A ring of 64 KiB holds a few hundred frames, about 15 ms of this stream; the subscriber
@@ -243,9 +203,7 @@ fn ab_lines_lose_only_what_both_lines_lost_and_recovery_fills_that() {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_tcp_subscriber_cut_off_mid_stream_resumes_without_a_gap() {
-    let _serial = serial();
-    let hosts = Hosts::unique();
-    let dir = tempfile::tempdir().unwrap();
+    let (_serial, hosts, dir) = alone_on_emulated_hosts();
     let json = path(dir.path(), "sub1.json");
     let pub_json = path(dir.path(), "pub.json");
     let deep10 = deep10();
@@ -253,23 +211,10 @@ fn a_tcp_subscriber_cut_off_mid_stream_resumes_without_a_gap() {
     let mut publisher = hosts.start(
         Host::Pub,
         publisher_bin(),
-        [
-            "run",
-            "--capture",
-            &deep10,
-            "--format",
-            "sbe",
-            "--tcp",
-            &listen,
-            "--wait-subscribers",
-            "1",
-            "--pacing",
-            "rate",
-            "--rate",
-            "50000",
-            "--json",
-            &pub_json,
-        ],
+        words(&format!(
+            "run --capture {deep10} --format sbe --tcp {listen} --wait-subscribers 1 --pacing rate --rate 50000 \
+            --json {pub_json}"
+        )),
     );
     publisher.serving_on();
     let mut sub = hosts.start(
@@ -292,9 +237,8 @@ fn a_tcp_subscriber_cut_off_mid_stream_resumes_without_a_gap() {
             );
         assert!(status.is_ok_and(|s| s.success()), "nft {script}");
     };
-    nft(
-        "table inet cut {\n chain out {\n type filter hook output priority 0;\n tcp dport 9100 reject with tcp reset\n }\n}\n",
-    );
+    nft("table inet cut {\n chain out {\n type filter hook output priority 0;\n tcp dport 9100 reject with tcp \
+         reset\n }\n}\n");
     sub.wait_for("connection lost");
     std::thread::sleep(Duration::from_secs(1));
     nft("delete table inet cut");

@@ -6,6 +6,7 @@
 
 mod chain;
 mod cli;
+mod common;
 mod config;
 mod hostile;
 mod idle;

@@ -8,6 +8,8 @@
 //! ones served with the same values as their replacements; the Grafana dashboard's queries and
 //! the alerts' are checked against the metric names the programs actually serve.
 
+use crate::common::alone_in_tempdir;
+use mdrelay_harness::cli_args::{NO_INTERVAL_REPORTS, words};
 use mdrelay_harness::{
     NotifySocket, Process, STEP, Scrape, Signal, alert_queries, assert_aggregates, dashboard_queries,
     deep10_tcp_config, expected, free_tcp_port, free_udp_port, get, json_file, publisher_bin, scrape, serial,
@@ -74,9 +76,8 @@ fn unit_is_last(name: &str) -> bool {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn the_endpoints_count_what_the_final_reports_say_through_a_format_switch() {
-    let _serial = serial();
+    let (_serial, dir) = alone_in_tempdir();
     let reference = expected("DEEP10.json");
-    let dir = tempfile::tempdir().unwrap();
     let (pub_metrics, sub_metrics): (SocketAddr, SocketAddr) = (
         format!("127.0.0.1:{}", free_tcp_port()).parse().unwrap(),
         format!("127.0.0.1:{}", free_tcp_port()).parse().unwrap(),
@@ -108,18 +109,10 @@ fn the_endpoints_count_what_the_final_reports_say_through_a_format_switch() {
     let sub_json = dir.path().join("sub.json");
     let mut subscriber = Process::start(
         subscriber_bin(),
-        [
-            "--connect",
-            &addr.to_string(),
-            "--json",
-            sub_json.to_str().unwrap(),
-            "--report-interval",
-            "0",
-            "--metrics-listen",
-            &sub_metrics.to_string(),
-            "--metrics-hold",
-            "60",
-        ],
+        words(&format!(
+            "--connect {addr} --json {} {NO_INTERVAL_REPORTS} --metrics-listen {sub_metrics} --metrics-hold 60",
+            sub_json.display()
+        )),
     );
 
     // During the run: both endpoints answer and count what has gone by so far.
@@ -336,20 +329,9 @@ fn the_cpu_time_served_is_the_kernels_with_its_fraction() {
     // A stream that keeps the publisher busy for up to 10 s: it is stopped once seen.
     let mut publisher = Process::start(
         publisher_bin(),
-        [
-            "run",
-            "--synthetic",
-            "--messages",
-            "2000000",
-            "--pacing",
-            "rate",
-            "--rate",
-            "200000",
-            "--udp",
-            &udp,
-            "--metrics-listen",
-            &metrics.to_string(),
-        ],
+        words(&format!(
+            "run --synthetic --messages 2000000 --pacing rate --rate 200000 --udp {udp} --metrics-listen {metrics}"
+        )),
     );
     publisher.wait_for("serving Prometheus metrics");
     let deadline = Instant::now() + Duration::from_secs(10);

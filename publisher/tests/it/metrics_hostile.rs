@@ -5,9 +5,10 @@
 //! within its stated time, and leave the relay's own port, descriptors and memory alone: a
 //! subscriber still gets the whole of DEEP10, equal to the reference in ../shared.
 
+use crate::common::alone_in_tempdir;
 use mdrelay_harness::{
     Process, STEP, Scrape, assert_aggregates, deep10_tcp_config, expected, free_tcp_port, json_file, publisher_bin,
-    scrape, serial, subscriber_bin,
+    scrape, subscriber_bin,
 };
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -174,9 +175,8 @@ fn assert_closed_in_time(what: &str, closed: &[Option<Duration>]) -> Duration {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_publisher_whose_endpoint_is_flooded_with_idle_and_slow_connections_still_relays_the_whole_stream() {
-    let _serial = serial();
+    let (_serial, dir) = alone_in_tempdir();
     let reference = expected("DEEP10.json");
-    let dir = tempfile::tempdir().unwrap();
     let metrics: SocketAddr = format!("127.0.0.1:{}", free_tcp_port()).parse().unwrap();
     let config = dir.path().join("pub.toml");
     let endpoint = format!("[metrics]\nlisten = \"{metrics}\"\nhold = 60\n");

@@ -4,6 +4,8 @@
 //! credentials, as configuration errors (exit 2) naming the setting; credentials that are
 //! taken (an nkey, a `.creds` file of a server in operator mode) carry the whole session.
 
+use crate::common::beside_others_in_tempdir;
+use mdrelay_harness::cli_args::{NO_INTERVAL_REPORTS, words};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -38,9 +40,8 @@ fn run_publisher(config: &Path, json: &Path) -> Process {
 
 #[test]
 fn every_frame_is_stored_once_in_the_stream() {
-    let _shared = mdrelay_harness::shared();
+    let (_shared, dir) = beside_others_in_tempdir();
     let server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
     let settings = format!("servers = [\"{}\"]\nsubject = \"md.deep\"\nstream = \"DEEP\"", server.url());
     let json = dir.path().join("summary.json");
     let finished = run_publisher(&config(dir.path(), 0, &settings), &json).finish(Duration::from_secs(120));
@@ -64,7 +65,8 @@ fn a_server_restart_mid_stream_loses_nothing_and_duplicates_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let metrics_port = mdrelay_harness::free_tcp_port();
     let settings = format!(
-        "servers = [\"{}\"]\nsubject = \"md.deep\"\nstream = \"DEEP\"\n[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\nhold = 60",
+        "servers = [\"{}\"]\nsubject = \"md.deep\"\nstream = \"DEEP\"\n[metrics]\nlisten = \
+         \"127.0.0.1:{metrics_port}\"\nhold = 60",
         server.url()
     );
     let json = dir.path().join("summary.json");
@@ -101,9 +103,8 @@ fn a_server_restart_mid_stream_loses_nothing_and_duplicates_nothing() {
 
 #[test]
 fn a_missing_stream_without_creation_is_a_configuration_error() {
-    let _shared = mdrelay_harness::shared();
+    let (_shared, dir) = beside_others_in_tempdir();
     let server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
     let settings = format!("servers = [\"{}\"]\nstream = \"ABSENT\"\ncreate_stream = false", server.url());
     let finished =
         run_publisher(&config(dir.path(), 0, &settings), &dir.path().join("s.json")).finish(Duration::from_secs(60));
@@ -153,8 +154,7 @@ fn nkey_server(dir: &Path, user: &str) -> NatsServer {
 
 #[test]
 fn an_nkey_the_server_does_not_know_is_refused_naming_the_setting_and_its_own_is_taken() {
-    let _shared = mdrelay_harness::shared();
-    let dir = tempfile::tempdir().unwrap();
+    let (_shared, dir) = beside_others_in_tempdir();
     let known = nkeys::KeyPair::new_user();
     let server = nkey_server(dir.path(), &known.public_key());
     let seed_file = dir.path().join("user.nk");
@@ -195,8 +195,7 @@ fn an_nkey_the_server_does_not_know_is_refused_naming_the_setting_and_its_own_is
 /// not.
 #[test]
 fn a_creds_file_of_a_known_account_is_taken_and_a_strangers_is_refused_naming_the_setting() {
-    let _shared = mdrelay_harness::shared();
-    let dir = tempfile::tempdir().unwrap();
+    let (_shared, dir) = beside_others_in_tempdir();
     let made = std::process::Command::new(nats_tool("nats-creds")).arg(dir.path()).output().unwrap();
     assert!(made.status.success(), "nats-creds: {}", String::from_utf8_lossy(&made.stderr));
     let server = NatsServer::start_with(&["-c", dir.path().join("server.conf").to_str().unwrap()]);
@@ -219,21 +218,13 @@ fn a_creds_file_of_a_known_account_is_taken_and_a_strangers_is_refused_naming_th
     let creds = dir.path().join("user.creds");
     let replayed = Process::start(
         subscriber_bin(),
-        [
-            "--nats",
-            &server.url(),
-            "--nats-subject",
-            "md.creds",
-            "--nats-stream",
-            "CREDS",
-            "--from-start",
-            "--nats-creds-file",
-            creds.to_str().unwrap(),
-            "--report-interval",
-            "0",
-            "--json",
-            json.to_str().unwrap(),
-        ],
+        words(&format!(
+            "--nats {} --nats-subject md.creds --nats-stream CREDS --from-start --nats-creds-file {} \
+            {NO_INTERVAL_REPORTS} --json {}",
+            server.url(),
+            creds.display(),
+            json.display()
+        )),
     )
     .finish(Duration::from_secs(120));
     replayed.assert_success();
@@ -248,9 +239,8 @@ fn a_creds_file_of_a_known_account_is_taken_and_a_strangers_is_refused_naming_th
 /// the setting.
 #[test]
 fn a_creds_file_that_is_missing_or_malformed_is_refused_naming_the_setting() {
-    let _shared = mdrelay_harness::shared();
+    let (_shared, dir) = beside_others_in_tempdir();
     let server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
     let malformed = dir.path().join("bad.creds");
     std::fs::write(&malformed, "this is not a credentials file\n").unwrap();
     for (name, creds) in [("missing", dir.path().join("absent.creds")), ("malformed", malformed)] {

@@ -11,10 +11,14 @@
 //! - An edge with a user and password file: refused credentials are a configuration error naming
 //!   its own keys; the right ones replay the session to a TCP leaf, exact.
 
+use crate::common::{
+    assert_leaf_exact, beside_others_in_tempdir, deep10, json_paths, logged_session, path, publisher_with_config,
+};
+use mdrelay_harness::cli_args::{PACED_100K, TCP_LOSSLESS_ONE_SUBSCRIBER, words};
 use mdrelay_harness::process::field;
 use mdrelay_harness::{
-    Finished, NatsServer, Process, STEP, assert_aggregates, expected, free_tcp_port, iex_data, json_file,
-    loopback_group_subscriber, publisher_bin, shared, subscriber_bin,
+    Finished, NatsServer, Process, STEP, expected, free_tcp_port, json_file, loopback_group_subscriber, publisher_bin,
+    shared, subscriber_bin,
 };
 use serde_json::Value;
 use std::net::SocketAddr;
@@ -28,46 +32,10 @@ const RUN: Duration = Duration::from_secs(180);
 /// The multicast group of the edge's LAN (other test binaries use 239.255.42.x and .43.x).
 const EDGE_GROUP: &str = "239.255.44.1:0";
 
-fn deep10() -> String {
-    iex_data().join("DEEP10.pcap.gz").display().to_string()
-}
-
-fn path(dir: &Path, name: &str) -> String {
-    dir.join(name).display().to_string()
-}
-
-/// Writes `toml` to `name` in `dir` and runs `mdrelay-pub run` with it, writing its summary to
-/// `json`.
-fn publisher(dir: &Path, name: &str, toml: &str, json: &str) -> Process {
-    let config = path(dir, name);
-    std::fs::write(&config, toml).unwrap();
-    Process::start(publisher_bin(), ["run", "--config", config.as_str(), "--json", json])
-}
-
 /// The JSON report `json` of a process that exited with 0.
 fn report(finished: &Finished, json: &str, context: &str) -> Value {
     assert_eq!(finished.code(), Some(0), "{context}: {finished:?}");
     json_file(Path::new(json))
-}
-
-/// A session as a process logs it (`session=0x...`) in its first line containing `needle`.
-fn logged_session(process: &mut Process, needle: &str) -> u64 {
-    let line = process.wait_for_within(needle, RUN);
-    let hex = field(&line, "session").unwrap_or_else(|| panic!("no session= in {line:?}"));
-    u64::from_str_radix(hex.trim_start_matches("0x"), 16).unwrap_or_else(|e| panic!("{hex}: {e}"))
-}
-
-/// Asserts a leaf's report is all of DEEP10: the reference's aggregates and counts, nothing
-/// missing, its counts equal to the totals the last relay's END carried (the origin's).
-fn assert_exact(leaf: &Value, reference: &Value, context: &str) {
-    assert_aggregates(leaf, reference, context);
-    assert_eq!(leaf["messages"], reference["messages"], "{context}: every message arrives");
-    assert_eq!(leaf["message_types"], reference["message_types"], "{context}");
-    assert_eq!(leaf["gaps"], 0, "{context}: {leaf}");
-    assert_eq!(leaf["decode_errors"], 0, "{context}");
-    assert!(leaf["late_join_sequence"].is_null(), "{context}: the leaf starts at the origin's first frame: {leaf}");
-    assert_eq!(leaf["totals_match"], true, "{context}: the leaf's counts equal the origin's totals: {leaf}");
-    assert_eq!(leaf["stop_reason"], "end", "{context}");
 }
 
 /// Asserts an edge relay's summary: the origin's session and numbering, nothing missing or
@@ -103,20 +71,12 @@ fn origin_config(url: &str) -> String {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn deep10_from_a_nats_subject_through_an_edge_relay_reaches_tcp_and_multicast_leaves_exact() {
-    let _shared = shared();
+    let (_shared, dir) = beside_others_in_tempdir();
     let server = NatsServer::start();
     let url = server.url();
     let reference = expected("DEEP10.json");
-    let dir = tempfile::tempdir().unwrap();
-    let json = |name: &str| path(dir.path(), name);
-    let (origin_json, edge_json, tcp_json, group_json, replay_edge_json, replay_json) = (
-        json("origin.json"),
-        json("edge.json"),
-        json("tcp-leaf.json"),
-        json("group-leaf.json"),
-        json("replay-edge.json"),
-        json("replay-leaf.json"),
-    );
+    let [origin_json, edge_json, tcp_json, group_json, replay_edge_json, replay_json] =
+        json_paths(dir.path(), ["origin", "edge", "tcp-leaf", "group-leaf", "replay-edge", "replay-leaf"]);
     // The multicast leaf first: bound and joined before the edge sends to the group; it
     // recovers a datagram lost on a loaded host from the edge's retransmission service.
     let recovery = format!("127.0.0.1:{}", free_tcp_port());
@@ -131,10 +91,10 @@ fn deep10_from_a_nats_subject_through_an_edge_relay_reaches_tcp_and_multicast_le
          [multicast]\ngroup = \"{group}\"\ninterface = \"127.0.0.1\"\nttl = 0\nloopback = true\n\
          [retransmit]\nlisten = \"{recovery}\"\n"
     );
-    let mut edge = publisher(dir.path(), "edge.toml", &edge_toml, &edge_json);
+    let mut edge = publisher_with_config(dir.path(), "edge.toml", &edge_toml, &edge_json);
     edge.wait_for_within("waiting for the upstream's first frame", RUN);
-    let origin = publisher(dir.path(), "origin.toml", &origin_config(&url), &origin_json);
-    let edge_session = logged_session(&mut edge, "upstream greeted");
+    let origin = publisher_with_config(dir.path(), "origin.toml", &origin_config(&url), &origin_json);
+    let edge_session = logged_session(&mut edge, "upstream greeted", RUN);
     let edge_addr = edge.try_serving_on(RUN).unwrap_or_else(|f| panic!("{f}")).to_string();
     let tcp_leaf = Process::start(
         subscriber_bin(),
@@ -149,8 +109,8 @@ fn deep10_from_a_nats_subject_through_an_edge_relay_reaches_tcp_and_multicast_le
     assert_eq!(origin_report["totals"]["messages"], reference["messages"], "the origin sent every message");
     assert_edge(&edge_report, &origin_report, edge_session, "the live edge");
     assert_eq!(edge_report["upstream"]["formats_seen"], serde_json::json!(["raw"]), "the origin's format");
-    assert_exact(&tcp_report, &reference, "the edge's TCP leaf");
-    assert_exact(&group_report, &reference, "the edge's multicast leaf");
+    assert_leaf_exact(&tcp_report, &reference, "the edge's TCP leaf");
+    assert_leaf_exact(&group_report, &reference, "the edge's multicast leaf");
     for (leaf, context) in [(&tcp_report, "TCP leaf"), (&group_report, "multicast leaf")] {
         assert_eq!(leaf["frames"], origin_report["totals"]["frames"], "{context}: one frame per origin frame");
         assert_eq!(leaf["formats_seen"], serde_json::json!(["sbe"]), "{context}: the edge's own format");
@@ -173,8 +133,8 @@ fn deep10_from_a_nats_subject_through_an_edge_relay_reaches_tcp_and_multicast_le
         "format = \"capnp\"\n[source.upstream]\nnats = [\"{url}\"]\nsubject = \"md.edge\"\nstream = \"EDGE\"\n\
          from_start = true\n[tcp]\nlisten = \"127.0.0.1:0\"\nwait_subscribers = 1\nslow_subscriber = \"block\"\n"
     );
-    let mut replay_edge = publisher(dir.path(), "replay.toml", &replay_toml, &replay_edge_json);
-    let replay_session = logged_session(&mut replay_edge, "upstream greeted");
+    let mut replay_edge = publisher_with_config(dir.path(), "replay.toml", &replay_toml, &replay_edge_json);
+    let replay_session = logged_session(&mut replay_edge, "upstream greeted", RUN);
     let replay_addr = replay_edge.try_serving_on(RUN).unwrap_or_else(|f| panic!("{f}")).to_string();
     let replay_leaf = Process::start(
         subscriber_bin(),
@@ -184,42 +144,25 @@ fn deep10_from_a_nats_subject_through_an_edge_relay_reaches_tcp_and_multicast_le
     let replay_report = report(&replay_leaf.finish(STEP), &replay_json, "the replaying edge's leaf");
     assert_edge(&json_file(Path::new(&replay_edge_json)), &origin_report, replay_session, "the replaying edge");
     assert_eq!(replay_session, edge_session, "one session, live or replayed");
-    assert_exact(&replay_report, &reference, "the replaying edge's TCP leaf");
+    assert_leaf_exact(&replay_report, &reference, "the replaying edge's TCP leaf");
 }
 
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_relay_of_a_tcp_upstream_publishes_into_nats_and_a_nats_subscriber_ends_exact() {
-    let _shared = shared();
+    let (_shared, dir) = beside_others_in_tempdir();
     let server = NatsServer::start();
     let url = server.url();
     let reference = expected("DEEP10.json");
-    let dir = tempfile::tempdir().unwrap();
-    let json = |name: &str| path(dir.path(), name);
-    let (origin_json, relay_json, sub_json) = (json("origin.json"), json("relay.json"), json("sub.json"));
+    let [origin_json, relay_json, sub_json] = json_paths(dir.path(), ["origin", "relay", "sub"]);
     // The origin waits for its one subscriber, the relay; the relay publishes every frame it
     // takes into NATS as it comes; the NATS subscriber is on the subject before either starts.
     let mut origin = Process::start(
         publisher_bin(),
-        [
-            "run",
-            "--capture",
-            &deep10(),
-            "--format",
-            "flatbuffers",
-            "--tcp",
-            "127.0.0.1:0",
-            "--wait-subscribers",
-            "1",
-            "--slow-subscriber",
-            "block",
-            "--pacing",
-            "rate",
-            "--rate",
-            "100000",
-            "--json",
-            &origin_json,
-        ],
+        words(&format!(
+            "run --capture {} --format flatbuffers {TCP_LOSSLESS_ONE_SUBSCRIBER} {PACED_100K} --json {origin_json}",
+            deep10()
+        )),
     );
     let origin_addr: SocketAddr = origin.serving_on();
     let mut sub = Process::start(
@@ -231,15 +174,15 @@ fn a_relay_of_a_tcp_upstream_publishes_into_nats_and_a_nats_subscriber_ends_exac
         "format = \"sbe\"\n[source.upstream]\nconnect = \"{origin_addr}\"\n[batching]\ncoalesce_bytes = 8192\n\
          [nats]\nservers = [\"{url}\"]\nsubject = \"md.relayed\"\nstream = \"RELAYED\"\n"
     );
-    let mut relay = publisher(dir.path(), "relay.toml", &relay_toml, &relay_json);
-    let relay_session = logged_session(&mut relay, "upstream greeted");
+    let mut relay = publisher_with_config(dir.path(), "relay.toml", &relay_toml, &relay_json);
+    let relay_session = logged_session(&mut relay, "upstream greeted", RUN);
     origin.finish(RUN).assert_success();
     relay.finish(RUN).assert_success();
     let sub_done = sub.finish(RUN);
     let sub_report = report(&sub_done, &sub_json, "the NATS subscriber");
     let (origin_report, relay_report) = (json_file(Path::new(&origin_json)), json_file(Path::new(&relay_json)));
 
-    assert_exact(&sub_report, &reference, "the relay's NATS subscriber");
+    assert_leaf_exact(&sub_report, &reference, "the relay's NATS subscriber");
     assert_eq!(sub_report["frames"], origin_report["totals"]["frames"], "one frame per origin frame");
     assert_eq!(sub_report["formats_seen"], serde_json::json!(["sbe"]), "the relay's own format");
     let u = &relay_report["upstream"];
@@ -268,7 +211,7 @@ fn an_edge_authenticates_to_its_servers_and_refused_credentials_name_the_setting
     // The origin, with the user's password, stores the whole session.
     let origin_json = path(dir.path(), "origin.json");
     let origin_toml = format!("{}{}", origin_config(&url), credentials(&right));
-    publisher(dir.path(), "origin.toml", &origin_toml, &origin_json).finish(RUN).assert_success();
+    publisher_with_config(dir.path(), "origin.toml", &origin_toml, &origin_json).finish(RUN).assert_success();
     let edge_toml = |file: &str| {
         format!(
             "format = \"sbe\"\n[source.upstream]\nnats = [\"{url}\"]\nsubject = \"md.edge\"\nstream = \"EDGE\"\n\
@@ -277,13 +220,14 @@ fn an_edge_authenticates_to_its_servers_and_refused_credentials_name_the_setting
         )
     };
     // A wrong password: a configuration error naming the edge's own keys, at once.
-    let refused = publisher(dir.path(), "wrong.toml", &edge_toml(&wrong), &path(dir.path(), "wrong.json")).finish(RUN);
+    let refused = publisher_with_config(dir.path(), "wrong.toml", &edge_toml(&wrong), &path(dir.path(), "wrong.json"))
+        .finish(RUN);
     assert_eq!(refused.code(), Some(2), "{refused:?}");
     assert!(refused.stderr.contains("source.upstream.user / source.upstream.password_file"), "{}", refused.stderr);
     // The right one: the edge replays the session to its TCP leaf, exact.
     let (edge_json, leaf_json) = (path(dir.path(), "edge.json"), path(dir.path(), "leaf.json"));
-    let mut edge = publisher(dir.path(), "edge.toml", &edge_toml(&right), &edge_json);
-    let session = logged_session(&mut edge, "upstream greeted");
+    let mut edge = publisher_with_config(dir.path(), "edge.toml", &edge_toml(&right), &edge_json);
+    let session = logged_session(&mut edge, "upstream greeted", RUN);
     let addr = edge.try_serving_on(RUN).unwrap_or_else(|f| panic!("{f}")).to_string();
     let leaf =
         Process::start(subscriber_bin(), ["--connect", addr.as_str(), "--report-interval", "0", "--json", &leaf_json]);
@@ -295,5 +239,5 @@ fn an_edge_authenticates_to_its_servers_and_refused_credentials_name_the_setting
         session,
         "the authenticated edge",
     );
-    assert_exact(&leaf_report, &reference, "the authenticated edge's TCP leaf");
+    assert_leaf_exact(&leaf_report, &reference, "the authenticated edge's TCP leaf");
 }

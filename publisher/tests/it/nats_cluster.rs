@@ -9,6 +9,8 @@
 //! - a server frozen (SIGSTOP) mid-stream under `drop`: the hot path finishes its replay, the
 //!   unacknowledged messages stay within `max_pending_acks`, and what was dropped is counted.
 
+use crate::common::beside_others_in_tempdir;
+use mdrelay_harness::cli_args::words;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -43,18 +45,10 @@ fn publisher_config(dir: &Path, capture: &str, rate: u32, servers: &[String]) ->
 fn subscriber(url: &str, json: &Path) -> Process {
     let mut process = Process::start(
         subscriber_bin(),
-        [
-            "--nats",
-            url,
-            "--nats-subject",
-            SUBJECT,
-            "--nats-stream",
-            STREAM,
-            "--json",
-            json.to_str().unwrap(),
-            "--report-interval",
-            "0.2",
-        ],
+        words(&format!(
+            "--nats {url} --nats-subject {SUBJECT} --nats-stream {STREAM} --json {} --report-interval 0.2",
+            json.display()
+        )),
     );
     process.wait_for("subscribed over NATS");
     process
@@ -90,20 +84,39 @@ fn assert_exact(report: &Value, reference: &Value, context: &str) {
     assert_eq!(report["totals_match"], true, "{context}{report}");
 }
 
+/// DEEP10 through the cluster as its fail-over tests run it: subscriber A on node 2 and B on
+/// node 3, and the publisher on node 1, started once both subscribers' interest reached it.
+struct ClusterRun {
+    a: Process,
+    b: Process,
+    publisher: Process,
+    json_a: PathBuf,
+    json_b: PathBuf,
+    /// The publisher's summary.
+    summary: PathBuf,
+    /// The nodes' URLs.
+    urls: Vec<String>,
+}
+
+/// Starts a [`ClusterRun`] on `cluster`, its files in `dir`.
+fn start_cluster_run(cluster: &NatsCluster, dir: &Path) -> ClusterRun {
+    let urls: Vec<String> = cluster.nodes.iter().map(|n| n.url()).collect();
+    let config = publisher_config(dir, "DEEP10.pcap.gz", 40_000, &urls[..1]);
+    let (json_a, json_b) = (dir.join("a.json"), dir.join("b.json"));
+    let a = subscriber(&urls[1], &json_a);
+    let b = subscriber(&urls[2], &json_b);
+    cluster.nodes[0].wait_for_route_interest(SUBJECT, 2);
+    let summary = dir.join("pub.json");
+    let publisher = publisher_with_summary(&config, &summary);
+    ClusterRun { a, b, publisher, json_a, json_b, summary, urls }
+}
+
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_subscribers_node_killed_mid_stream_leaves_every_subscriber_exact() {
-    let _shared = mdrelay_harness::shared();
+    let (_shared, dir) = beside_others_in_tempdir();
     let cluster = NatsCluster::start();
-    let dir = tempfile::tempdir().unwrap();
-    let urls: Vec<String> = cluster.nodes.iter().map(|n| n.url()).collect();
-    let config = publisher_config(dir.path(), "DEEP10.pcap.gz", 40_000, &urls[..1]);
-    let (json_a, json_b) = (dir.path().join("a.json"), dir.path().join("b.json"));
-    let a = subscriber(&urls[1], &json_a);
-    let mut b = subscriber(&urls[2], &json_b);
-    cluster.nodes[0].wait_for_route_interest(SUBJECT, 2);
-    let summary = dir.path().join("pub.json");
-    let publisher = publisher_with_summary(&config, &summary);
+    let ClusterRun { a, mut b, publisher, json_a, json_b, summary, .. } = start_cluster_run(&cluster, dir.path());
     // A quarter of the way in, subscriber B's node dies.
     b.wait_for_frames(30_000);
     cluster.nodes[2].signal(Signal::SIGKILL);
@@ -123,17 +136,9 @@ fn a_subscribers_node_killed_mid_stream_leaves_every_subscriber_exact() {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn the_publishers_node_killed_mid_stream_is_failed_over_and_every_subscriber_is_exact() {
-    let _shared = mdrelay_harness::shared();
+    let (_shared, dir) = beside_others_in_tempdir();
     let cluster = NatsCluster::start();
-    let dir = tempfile::tempdir().unwrap();
-    let urls: Vec<String> = cluster.nodes.iter().map(|n| n.url()).collect();
-    let config = publisher_config(dir.path(), "DEEP10.pcap.gz", 40_000, &urls[..1]);
-    let (json_a, json_b) = (dir.path().join("a.json"), dir.path().join("b.json"));
-    let mut a = subscriber(&urls[1], &json_a);
-    let b = subscriber(&urls[2], &json_b);
-    cluster.nodes[0].wait_for_route_interest(SUBJECT, 2);
-    let summary = dir.path().join("pub.json");
-    let publisher = publisher_with_summary(&config, &summary);
+    let ClusterRun { mut a, b, publisher, json_a, json_b, summary, urls } = start_cluster_run(&cluster, dir.path());
     a.wait_for_frames(30_000);
     cluster.nodes[0].signal(Signal::SIGKILL);
     let published = publisher.finish(RUN);
@@ -263,9 +268,8 @@ fn a_publisher_started_before_its_server_under_fail_exits_naming_the_setting() {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_frozen_server_under_drop_holds_up_neither_the_hot_path_nor_more_than_max_pending_acks() {
-    let _shared = mdrelay_harness::shared();
+    let (_shared, dir) = beside_others_in_tempdir();
     let server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
     let metrics_port = mdrelay_harness::free_tcp_port();
     let max_pending_acks = 64;
     let nats = format!("queue = 512\nmax_pending_acks = {max_pending_acks}\nslow_server = \"drop\"");

@@ -5,10 +5,10 @@
 //! stream in order, and it and its TCP leaf end with the whole of DEEP10 (the leaf's aggregates
 //! against the independent reference in ../shared).
 
+use crate::common::{alone_in_tempdir, json_paths, publisher_with_config};
 use mdrelay_harness::process::field;
 use mdrelay_harness::{
-    Finished, NatsServer, Process, Signal, assert_aggregates, expected, iex_data, json_file, publisher_bin, serial,
-    subscriber_bin,
+    Finished, NatsServer, Process, Signal, assert_aggregates, expected, iex_data, json_file, subscriber_bin,
 };
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -17,18 +17,6 @@ use std::time::{Duration, Instant};
 const RUN: Duration = Duration::from_secs(120);
 /// How long the edge and its leaf may take to end once the stream has nothing more to give.
 const ENDS_WITHIN: Duration = Duration::from_secs(60);
-
-fn path(dir: &Path, name: &str) -> String {
-    dir.join(name).display().to_string()
-}
-
-/// Writes `toml` to `name` in `dir` and runs `mdrelay-pub run` with it, writing its summary to
-/// `json`.
-fn publisher(dir: &Path, name: &str, toml: &str, json: &str) -> Process {
-    let config = path(dir, name);
-    std::fs::write(&config, toml).unwrap();
-    Process::start(publisher_bin(), ["run", "--config", config.as_str(), "--json", json])
-}
 
 /// The log without a subscriber's interval lines.
 fn lines_other_than_intervals(stderr: &str) -> String {
@@ -60,20 +48,18 @@ fn ends_on_its_own(mut process: Process, limit: Duration, context: &str) -> Fini
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn an_edge_stopped_past_its_origins_end_catches_up_from_the_stream_and_its_leaf_ends_whole() {
-    let _serial = serial();
+    let (_serial, dir) = alone_in_tempdir();
     let server = NatsServer::start();
     let url = server.url();
     let reference = expected("DEEP10.json");
-    let dir = tempfile::tempdir().unwrap();
-    let (origin_json, edge_json, leaf_json) =
-        (path(dir.path(), "origin.json"), path(dir.path(), "edge.json"), path(dir.path(), "leaf.json"));
+    let [origin_json, edge_json, leaf_json] = json_paths(dir.path(), ["origin", "edge", "leaf"]);
     // The edge subscribes before the origin publishes, and waits for its TCP leaf.
     let edge_toml = format!(
         "format = \"sbe\"\n[source.upstream]\nnats = [\"{url}\"]\nsubject = \"md.behind\"\nstream = \"BEHIND\"\n\
          give_up_after = 120\n\
          [tcp]\nlisten = \"127.0.0.1:0\"\nwait_subscribers = 1\nslow_subscriber = \"block\"\n"
     );
-    let mut edge = publisher(dir.path(), "edge.toml", &edge_toml, &edge_json);
+    let mut edge = publisher_with_config(dir.path(), "edge.toml", &edge_toml, &edge_json);
     edge.wait_for_within("waiting for the upstream's first frame", RUN);
     // The origin: DEEP10 at 40,000 messages a second (about 10 s), one frame a message.
     let origin_toml = format!(
@@ -81,7 +67,7 @@ fn an_edge_stopped_past_its_origins_end_catches_up_from_the_stream_and_its_leaf_
          [nats]\nservers = [\"{url}\"]\nsubject = \"md.behind\"\nstream = \"BEHIND\"\n",
         iex_data().join("DEEP10.pcap.gz").display()
     );
-    let origin = publisher(dir.path(), "origin.toml", &origin_toml, &origin_json);
+    let origin = publisher_with_config(dir.path(), "origin.toml", &origin_toml, &origin_json);
     let greeted = edge.wait_for_within("upstream greeted", RUN);
     let hex = field(&greeted, "session").expect("the session is logged");
     let session = u64::from_str_radix(hex.trim_start_matches("0x"), 16).unwrap();

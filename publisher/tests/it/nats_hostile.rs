@@ -14,7 +14,9 @@
 //!   written;
 //! - a frozen server: the publisher's memory stays within `nats.queue_bytes` of what it was.
 
+use crate::common::{alone_in_tempdir, beside_others_in_tempdir};
 use hmac::{Hmac, Mac};
+use mdrelay_harness::cli_args::words;
 use mdrelay_harness::{
     Finished, NatsServer, Process, Signal, assert_aggregates, expected, free_tcp_port, iex_data, json_file, nats_cli,
     nats_stream_state, publisher_bin, subscriber_bin,
@@ -229,9 +231,8 @@ fn attack(rogue: &mut Rogue, publisher: Process, json: &Path, id: impl Fn(u64, b
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_rogue_that_reads_the_session_cannot_erase_frames_or_the_end_from_the_stream() {
-    let _shared = mdrelay_harness::shared();
+    let (_shared, dir) = beside_others_in_tempdir();
     let server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("pub.json");
     let mut rogue = Rogue::listen(&server.url());
     let publisher = run_publisher(&publisher_config(dir.path(), &server.url(), &paced(), "", ""), &json);
@@ -251,9 +252,8 @@ fn a_rogue_that_reads_the_session_cannot_erase_frames_or_the_end_from_the_stream
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn messages_whose_ids_a_key_holder_took_are_counted_and_published_again_under_new_ids() {
-    let _shared = mdrelay_harness::shared();
+    let (_shared, dir) = beside_others_in_tempdir();
     let server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
     let (key_path, key) = key_file(dir.path(), 0x5a);
     let json = dir.path().join("pub.json");
     let metrics_port = free_tcp_port();
@@ -311,29 +311,18 @@ fn messages_whose_ids_a_key_holder_took_are_counted_and_published_again_under_ne
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn two_relays_of_one_origin_sharing_the_id_key_store_each_frame_once() {
-    let _shared = mdrelay_harness::shared();
+    let (_shared, dir) = beside_others_in_tempdir();
     let server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
     let (key_path, _) = key_file(dir.path(), 0x3c);
     let tops16 = iex_data().join("TOPS16.pcap.gz");
     let segments = expected("TOPS16.json")["segments"].as_u64().unwrap();
     let mut origin = Process::start(
         publisher_bin(),
-        [
-            "run",
-            "--capture",
-            tops16.to_str().unwrap(),
-            "--tcp",
-            "127.0.0.1:0",
-            "--wait-subscribers",
-            "2",
-            "--slow-subscriber",
-            "block",
-            "--pacing",
-            "rate",
-            "--rate",
-            "50000",
-        ],
+        words(&format!(
+            "run --capture {} --tcp 127.0.0.1:0 --wait-subscribers 2 --slow-subscriber block --pacing rate \
+             --rate 50000",
+            tops16.display()
+        )),
     );
     let origin_addr = origin.serving_on();
     let relay = |name: &str| {
@@ -368,9 +357,8 @@ fn two_relays_of_one_origin_sharing_the_id_key_store_each_frame_once() {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_stream_deleted_mid_run_is_created_again_and_the_run_ends() {
-    let _shared = mdrelay_harness::shared();
+    let (_shared, dir) = beside_others_in_tempdir();
     let server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("pub.json");
     let sub_json = dir.path().join("sub.json");
     let mut live = Process::start(
@@ -453,9 +441,8 @@ fn rss(pid: u32) -> u64 {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_frozen_server_holds_the_publishers_memory_within_queue_bytes() {
-    let _serial = mdrelay_harness::serial();
+    let (_serial, dir) = alone_in_tempdir();
     let server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("pub.json");
     // Messages of up to 64 KiB, DEEP10 over and over: the queue's 65,536 messages alone could
     // hold 4 GiB.

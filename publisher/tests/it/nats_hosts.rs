@@ -14,8 +14,10 @@
 //! The network is built under a unique prefix and taken down however the test ends (the servers
 //! with it). Needs root, nftables and nats-server (`bash .ci/nats.sh`), as CI has.
 
+use crate::common::alone_on_emulated_hosts;
+use mdrelay_harness::cli_args::{NO_INTERVAL_REPORTS, words};
 use mdrelay_harness::netns::{Host, Hosts};
-use mdrelay_harness::{assert_aggregates, expected, iex_data, json_file, publisher_bin, serial, subscriber_bin};
+use mdrelay_harness::{assert_aggregates, expected, iex_data, json_file, publisher_bin, subscriber_bin};
 use std::path::Path;
 use std::time::Duration;
 
@@ -35,9 +37,7 @@ fn route_drops(hosts: &Hosts, host: Host) -> u64 {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn deep10_published_on_one_hosts_server_reaches_a_subscriber_on_another_exact_despite_route_loss() {
-    let _serial = serial();
-    let hosts = Hosts::unique();
-    let dir = tempfile::tempdir().unwrap();
+    let (_serial, hosts, dir) = alone_on_emulated_hosts();
     let store = dir.path().join("nats");
     let store = store.to_str().unwrap();
     hosts.script_ok(&["nats-up", store], RUN);
@@ -67,19 +67,10 @@ fn deep10_published_on_one_hosts_server_reaches_a_subscriber_on_another_exact_de
     let subscriber = hosts.start(
         Host::Sub2,
         subscriber_bin(),
-        [
-            "--nats",
-            sub2_url.as_str(),
-            "--nats-subject",
-            "md.hosts",
-            "--nats-stream",
-            "HOSTS",
-            "--from-start",
-            "--report-interval",
-            "0",
-            "--json",
-            &sub_json,
-        ],
+        words(&format!(
+            "--nats {sub2_url} --nats-subject md.hosts --nats-stream HOSTS --from-start {NO_INTERVAL_REPORTS} \
+            --json {sub_json}"
+        )),
     );
     let done = subscriber.finish(RUN);
     assert_eq!(done.code(), Some(0), "the subscriber on host 3: {done:?}");

@@ -4,26 +4,18 @@
 //! another key) are refused and counted while the real stream stays exact; a SIGHUP format
 //! switch mid-stream is followed through NATS.
 
+use crate::common::{beside_others_in_tempdir, forged_datagram, key_file, logged_session};
 use mdrelay_codec::Format;
 use mdrelay_harness::{
     NatsServer, Process, STEP, Signal, assert_aggregates, expected, iex_data, json_file, publisher_bin, subscriber_bin,
 };
-use mdrelay_proto::relay::{DATAGRAM_VERSION, DatagramHeader, DatagramKind, Protector, WireKey};
+use mdrelay_proto::relay::{DatagramHeader, Protector};
 use serde_json::Value;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 /// The longest a relay of DEEP10 may take (a few seconds paced; far longer only if it hangs).
 const RUN: Duration = Duration::from_secs(120);
-
-/// A key file of `byte` repeated, readable by its owner only.
-fn key_file(dir: &Path, name: &str, byte: u8) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, format!("{byte:02x}").repeat(32) + "\n").unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    path
-}
 
 /// A `[protection]` section.
 fn protection(crc: bool, key: Option<&Path>) -> String {
@@ -108,9 +100,8 @@ fn assert_nothing_refused(report: &Value, context: &str) {
 
 #[test]
 fn deep10_is_exact_under_crc_over_nats() {
-    let _shared = mdrelay_harness::shared();
+    let (_shared, dir) = beside_others_in_tempdir();
     let server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("pub.toml");
     publisher_config(&config, "sbe", 300_000, &protection(true, None), &server);
     let sub_config = subscriber_config(dir.path(), "sub.toml", true, None);
@@ -124,9 +115,8 @@ fn deep10_is_exact_under_crc_over_nats() {
 
 #[test]
 fn deep10_is_exact_under_aes_gcm_over_nats_and_another_key_refuses_every_message() {
-    let _shared = mdrelay_harness::shared();
+    let (_shared, dir) = beside_others_in_tempdir();
     let server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
     let right = key_file(dir.path(), "right.key", 0x5a);
     let wrong = key_file(dir.path(), "wrong.key", 0xa5);
     let config = dir.path().join("pub.toml");
@@ -161,14 +151,6 @@ fn deep10_is_exact_under_aes_gcm_over_nats_and_another_key_refuses_every_message
     );
 }
 
-/// The session a subscriber logged for its publisher.
-fn logged_session(process: &mut Process) -> u64 {
-    let line = process.wait_for("publisher session");
-    let at = line.find("session=0x").expect("the session is logged") + "session=0x".len();
-    let hex: String = line[at..].chars().take_while(char::is_ascii_hexdigit).collect();
-    u64::from_str_radix(&hex, 16).unwrap()
-}
-
 /// Publishes each of `messages` to `subject` with core NATS, and waits until the server has them.
 fn publish_raw(server: &NatsServer, subject: &str, messages: Vec<Vec<u8>>) {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -187,9 +169,8 @@ fn publish_raw(server: &NatsServer, subject: &str, messages: Vec<Vec<u8>>) {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn datagrams_forged_onto_the_subject_are_refused_and_counted_and_the_stream_stays_exact() {
-    let _shared = mdrelay_harness::shared();
+    let (_shared, dir) = beside_others_in_tempdir();
     let server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
     let key = key_file(dir.path(), "wire.key", 0x21);
     let config = dir.path().join("pub.toml");
     publisher_config(&config, "sbe", 100_000, &protection(true, Some(&key)), &server);
@@ -197,24 +178,12 @@ fn datagrams_forged_onto_the_subject_are_refused_and_counted_and_the_stream_stay
     let mut subscriber =
         nats_subscriber(&server, &subscriber_config(dir.path(), "sub.toml", true, Some(&key)), &sub_json, "0.2");
     let publisher = run_publisher(&config, &dir.path().join("pub.json"));
-    let session = logged_session(&mut subscriber);
+    let session = logged_session(&mut subscriber, "publisher session", STEP);
     subscriber.wait_for_frames(100);
 
     // Numbered far ahead of the stream (a gap if believed): one sealed under another key, one
     // with a header that says it is unprotected and frames as they would be without a key.
-    let forged_key = WireKey::new([0x77; 32]);
-    let mut forger = Protector::new(true, Some(&forged_key), 1 << 20);
-    let header = DatagramHeader {
-        version: DATAGRAM_VERSION,
-        format: Format::Sbe,
-        kind: DatagramKind::Data,
-        frame_count: 1,
-        protection: forger.protection(),
-        session,
-        sequence: 1_000_000,
-    };
-    let mut forged = header.to_bytes().to_vec();
-    forger.seal(session, 1_000_000, Format::Sbe, b"not a frame", &mut forged);
+    let (forged, header) = forged_datagram(session);
     let mut unkeyed = Protector::new(false, None, 1 << 20);
     let mut bare =
         DatagramHeader { protection: unkeyed.protection(), sequence: 1_000_001, ..header }.to_bytes().to_vec();
@@ -234,9 +203,8 @@ fn datagrams_forged_onto_the_subject_are_refused_and_counted_and_the_stream_stay
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_sighup_format_switch_is_followed_over_nats_and_the_aggregates_stay_exact() {
-    let _shared = mdrelay_harness::shared();
+    let (_shared, dir) = beside_others_in_tempdir();
     let server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("pub.toml");
     publisher_config(&config, "sbe", 100_000, "", &server);
     let sub_config = subscriber_config(dir.path(), "sub.toml", false, None);

@@ -2,6 +2,7 @@
 //! absent when stderr is piped (scripts, logs and the other tests see exactly what they saw
 //! before the bars).
 
+use crate::common::beside_others_in_tempdir;
 use mdrelay_iex::inspect::inspect_file;
 use std::fs::File;
 use std::io::Read;
@@ -62,8 +63,7 @@ fn assert_no_bar(text: &str, what: &str) {
 
 #[test]
 fn without_a_terminal_the_tools_print_only_their_usual_lines() {
-    let _shared = mdrelay_harness::shared();
-    let dir = tempfile::tempdir().unwrap();
+    let (_shared, dir) = beside_others_in_tempdir();
     let capture = mdrelay_harness::iex_data().join("TOPS16.pcap.gz");
     let capture_arg = capture.to_str().unwrap();
 
@@ -134,8 +134,7 @@ fn run_on_terminal(args: &[&str], env: &[(&str, &str)]) -> String {
 
 #[test]
 fn on_a_terminal_synth_draws_a_progress_bar() {
-    let _shared = mdrelay_harness::shared();
-    let dir = tempfile::tempdir().unwrap();
+    let (_shared, dir) = beside_others_in_tempdir();
     let out = dir.path().join("day.pcap");
     let drawn = run_on_terminal(&["synth", "--messages", "200000", "--out", out.to_str().unwrap()], &[]);
     // The bar shows the total, with separators the summary line does not use.

@@ -3,32 +3,19 @@
 //! replayed and unprotected datagrams refused and counted while the real stream stays exact;
 //! other keys and other settings refused at the handshake, by name.
 
-use mdrelay_codec::Format;
-use mdrelay_harness::{
-    Process, STEP, assert_aggregates, expected, iex_data, json_file, publisher_bin, serial, subscriber_bin,
-};
-use mdrelay_proto::relay::{DATAGRAM_VERSION, DatagramHeader, DatagramKind, Hello, Protector, RecordHeader, WireKey};
+use crate::common::{alone_in_tempdir, deep10, forged_datagram, key_file, logged_session};
+use mdrelay_harness::cli_args::{NO_INTERVAL_REPORTS, PACED_100K, TCP_LOSSLESS_ONE_SUBSCRIBER, words};
+use mdrelay_harness::{Process, STEP, assert_aggregates, expected, json_file, publisher_bin, subscriber_bin};
+use mdrelay_proto::relay::{DatagramHeader, DatagramKind, Hello, RecordHeader};
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// The longest a relay of DEEP10 may take (2.7 s paced; far longer only if something hangs).
 const RUN: Duration = Duration::from_secs(120);
-
-fn deep10() -> String {
-    iex_data().join("DEEP10.pcap.gz").display().to_string()
-}
-
-/// A key file of `byte` repeated, readable by its owner only.
-fn key_file(dir: &Path, name: &str, byte: u8) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, format!("{:02x}\n", byte).repeat(32).replace('\n', "") + "\n").unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    path
-}
 
 /// A configuration file holding only a `[protection]` section.
 fn protection_config(dir: &Path, name: &str, crc: bool, key: Option<&Path>) -> String {
@@ -52,9 +39,8 @@ fn assert_nothing_refused(report: &Value, context: &str) {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn deep10_is_exact_under_every_protection_over_tcp_and_udp() {
-    let _serial = serial();
+    let (_serial, dir) = alone_in_tempdir();
     let reference = expected("DEEP10.json");
-    let dir = tempfile::tempdir().unwrap();
     let key = key_file(dir.path(), "wire.key", 0x5a);
     for (crc, encrypted) in [(true, false), (false, true), (true, true)] {
         let config = protection_config(dir.path(), "p.toml", crc, encrypted.then_some(key.as_path()));
@@ -143,30 +129,15 @@ fn flipping_proxy(target: SocketAddr, nth: usize) -> SocketAddr {
 
 #[test]
 fn a_bit_flipped_on_the_wire_is_caught_by_the_crc_and_only_its_record_is_lost() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
+    let (_serial, dir) = alone_in_tempdir();
     let config = protection_config(dir.path(), "crc.toml", true, None);
     let sub_json = dir.path().join("sub.json").display().to_string();
     let deep10 = deep10();
     let mut publisher = Process::start(
         publisher_bin(),
-        [
-            "run",
-            "--config",
-            &config,
-            "--capture",
-            &deep10,
-            "--format",
-            "sbe",
-            "--tcp",
-            "127.0.0.1:0",
-            "--wait-subscribers",
-            "1",
-            "--slow-subscriber",
-            "block",
-            "--ring-bytes",
-            "0",
-        ],
+        words(&format!(
+            "run --config {config} --capture {deep10} --format sbe {TCP_LOSSLESS_ONE_SUBSCRIBER} --ring-bytes 0"
+        )),
     );
     let proxy = flipping_proxy(publisher.serving_on(), 3).to_string();
     let subscriber = Process::start(
@@ -214,50 +185,25 @@ fn flipping_udp_proxy(target: SocketAddr, nth: usize) -> SocketAddr {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_datagram_changed_on_the_way_is_refused_by_the_crc_and_its_frames_recovered() {
-    let _serial = serial();
+    let (_serial, dir) = alone_in_tempdir();
     let reference = expected("DEEP10.json");
-    let dir = tempfile::tempdir().unwrap();
     let config = protection_config(dir.path(), "crc.toml", true, None);
     let service = format!("127.0.0.1:{}", mdrelay_harness::free_tcp_port());
     let sub_json = dir.path().join("sub.json").display().to_string();
     let mut subscriber = Process::start(
         subscriber_bin(),
-        [
-            "--config",
-            &config,
-            "--listen",
-            "127.0.0.1:0",
-            "--recovery",
-            &service,
-            "--json",
-            &sub_json,
-            "--report-interval",
-            "0",
-        ],
+        words(&format!(
+            "--config {config} --listen 127.0.0.1:0 --recovery {service} --json {sub_json} {NO_INTERVAL_REPORTS}"
+        )),
     );
     let proxy = flipping_udp_proxy(subscriber.listening_on(), 20).to_string();
     let deep10 = deep10();
     Process::start(
         publisher_bin(),
-        [
-            "run",
-            "--config",
-            &config,
-            "--capture",
-            &deep10,
-            "--format",
-            "flatbuffers",
-            "--udp",
-            &proxy,
-            "--retransmit-listen",
-            &service,
-            "--pacing",
-            "rate",
-            "--rate",
-            "150000",
-            "--coalesce-bytes",
-            "8192",
-        ],
+        words(&format!(
+            "run --config {config} --capture {deep10} --format flatbuffers --udp {proxy} --retransmit-listen \
+            {service} --pacing rate --rate 150000 --coalesce-bytes 8192"
+        )),
     )
     .finish(RUN)
     .assert_success();
@@ -275,20 +221,11 @@ fn a_datagram_changed_on_the_way_is_refused_by_the_crc_and_its_frames_recovered(
     assert_eq!(report["messages"], reference["messages"]);
 }
 
-/// The session a subscriber logged for its publisher.
-fn logged_session(process: &mut Process) -> u64 {
-    let line = process.wait_for("publisher session");
-    let at = line.find("session=0x").expect("the session is logged") + "session=0x".len();
-    let hex: String = line[at..].chars().take_while(char::is_ascii_hexdigit).collect();
-    u64::from_str_radix(&hex, 16).unwrap()
-}
-
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn forged_replayed_and_unprotected_datagrams_are_refused_and_the_stream_stays_exact() {
-    let _serial = serial();
+    let (_serial, dir) = alone_in_tempdir();
     let reference = expected("DEEP10.json");
-    let dir = tempfile::tempdir().unwrap();
     let key = key_file(dir.path(), "wire.key", 0x21);
     let config = protection_config(dir.path(), "key.toml", true, Some(&key));
     let deep10 = deep10();
@@ -300,22 +237,9 @@ fn forged_replayed_and_unprotected_datagrams_are_refused_and_the_stream_stays_ex
     let capture_addr = capture.local_addr().unwrap().to_string();
     Process::start(
         publisher_bin(),
-        [
-            "run",
-            "--config",
-            &config,
-            "--synthetic",
-            "--messages",
-            "2000",
-            "--format",
-            "sbe",
-            "--udp",
-            &capture_addr,
-            "--pacing",
-            "rate",
-            "--rate",
-            "100000",
-        ],
+        words(&format!(
+            "run --config {config} --synthetic --messages 2000 --format sbe --udp {capture_addr} {PACED_100K}"
+        )),
     )
     .finish(RUN)
     .assert_success();
@@ -337,25 +261,11 @@ fn forged_replayed_and_unprotected_datagrams_are_refused_and_the_stream_stays_ex
     let target = subscriber.listening_on();
     let publisher = Process::start(
         publisher_bin(),
-        [
-            "run",
-            "--config",
-            &config,
-            "--capture",
-            &deep10,
-            "--format",
-            "sbe",
-            "--udp",
-            &target.to_string(),
-            "--pacing",
-            "rate",
-            "--rate",
-            "100000",
-            "--coalesce-bytes",
-            "8192",
-        ],
+        words(&format!(
+            "run --config {config} --capture {deep10} --format sbe --udp {target} {PACED_100K} --coalesce-bytes 8192"
+        )),
     );
-    let session = logged_session(&mut subscriber);
+    let session = logged_session(&mut subscriber, "publisher session", STEP);
     subscriber.wait_for_frames(100);
     let injector = UdpSocket::bind("127.0.0.1:0").unwrap();
     // Replays of the older session: authentic, but past.
@@ -365,19 +275,7 @@ fn forged_replayed_and_unprotected_datagrams_are_refused_and_the_stream_stays_ex
     }
     // A forgery of the current session under another key, and an unprotected datagram, both
     // numbered far ahead of the stream (so they would show as a gap if believed).
-    let forged_key = WireKey::new([0x77; 32]);
-    let mut forger = Protector::new(true, Some(&forged_key), 1 << 20);
-    let header = DatagramHeader {
-        version: DATAGRAM_VERSION,
-        format: Format::Sbe,
-        kind: DatagramKind::Data,
-        frame_count: 1,
-        protection: forger.protection(),
-        session,
-        sequence: 1_000_000,
-    };
-    let mut forged = header.to_bytes().to_vec();
-    forger.seal(session, 1_000_000, Format::Sbe, b"not a frame", &mut forged);
+    let (forged, header) = forged_datagram(session);
     injector.send_to(&forged, target).unwrap();
     let mut bare = DatagramHeader { protection: Default::default(), sequence: 1_000_001, ..header }.to_bytes().to_vec();
     bare.extend_from_slice(b"not a frame either");
@@ -403,8 +301,7 @@ fn forged_replayed_and_unprotected_datagrams_are_refused_and_the_stream_stays_ex
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn other_keys_and_other_settings_are_refused_at_the_handshake_by_name() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
+    let (_serial, dir) = alone_in_tempdir();
     let key = key_file(dir.path(), "a.key", 0x01);
     let other = key_file(dir.path(), "b.key", 0x02);
     let publisher_config = protection_config(dir.path(), "pub.toml", false, Some(&key));

@@ -16,7 +16,9 @@
 //! UDP checks are exact accounting (frames received + frames lost = frames sent), and the
 //! reference figures are required whenever nothing was lost.
 
+use crate::common::{alone_in_tempdir, deep10, path, report as sub_report};
 use mdrelay_codec::Format;
+use mdrelay_harness::cli_args::words;
 use mdrelay_harness::{
     Finished, Process, STEP, Signal, assert_aggregates, cutting_proxy, deep10_tcp_config, expected, formats,
     free_udp_port, iex_data, json_file, publisher_bin, serial, subscriber_bin,
@@ -30,23 +32,6 @@ use std::time::Duration;
 
 /// The longest a relay of DEEP10 may take (2.7 s paced; far longer only if something hangs).
 const RUN: Duration = Duration::from_secs(120);
-
-fn deep10() -> String {
-    iex_data().join("DEEP10.pcap.gz").display().to_string()
-}
-
-fn path(dir: &Path, name: &str) -> String {
-    dir.join(name).display().to_string()
-}
-
-/// The subscriber's JSON report, after checking its exit status says what the report does: 5
-/// (stream incomplete) when its verdict on the stream is false, else 0.
-fn sub_report(finished: &Finished, json: &str, context: &str) -> Value {
-    let report = json_file(Path::new(json));
-    let status = if report["stream_complete"] == false { 5 } else { 0 };
-    assert_eq!(finished.code(), Some(status), "{context}: {finished:?}");
-    report
-}
 
 /// A publisher serving TCP on a port of its choosing, and the address it serves on.
 fn tcp_publisher(args: &[&str]) -> (Process, SocketAddr) {
@@ -138,8 +123,7 @@ fn lost_frames(sub: &Value, publ: &Value, context: &str) -> bool {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn every_format_over_every_transport_gives_the_reference_aggregates() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
+    let (_serial, dir) = alone_in_tempdir();
     let captures = [("DEEP10", expected("DEEP10.json")), ("TOPS16", expected("TOPS16.json"))];
     // Each format over each transport once, the two captures taking turns: every capture still
     // crosses every transport in half the formats, and every format is read from both captures,
@@ -170,9 +154,8 @@ fn every_format_over_every_transport_gives_the_reference_aggregates() {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_symbol_filter_gives_exactly_that_symbols_aggregates_in_every_format() {
-    let _serial = serial();
+    let (_serial, dir) = alone_in_tempdir();
     let reference = expected("DEEP10.json");
-    let dir = tempfile::tempdir().unwrap();
     // The filter is applied while decoding (each format skips other symbols' messages as early
     // as it can), so every format's skipping is checked, not only the aggregate.
     for format in formats() {
@@ -196,9 +179,8 @@ fn a_symbol_filter_gives_exactly_that_symbols_aggregates_in_every_format() {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn two_subscribers_at_once_and_one_that_joins_late() {
-    let _serial = serial();
+    let (_serial, dir) = alone_in_tempdir();
     let reference = expected("DEEP10.json");
-    let dir = tempfile::tempdir().unwrap();
     let pub_json = path(dir.path(), "pub.json");
     let deep10 = deep10();
     let p = ["run", "--capture", &deep10, "--format", "capnp", "--wait-subscribers", "2"];
@@ -285,9 +267,8 @@ fn a_tcp_subscriber_that_loses_its_connection_reconnects_and_resumes_from_the_ri
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn sighup_switches_the_format_mid_stream_and_the_aggregates_stay_exact() {
-    let _serial = serial();
+    let (_serial, dir) = alone_in_tempdir();
     let reference = expected("DEEP10.json");
-    let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("pub.toml");
     let write = |format: &str| {
         let text = deep10_tcp_config(format, "");
@@ -328,23 +309,10 @@ fn live_relay(dir: &Path, rate: &str) -> (Value, Value, Value) {
     let port = free_udp_port();
     let (live, group) = (format!("0.0.0.0:{port}"), format!("239.255.42.7:{port}"));
     let relay_json = path(dir, &format!("relay-{rate}.json"));
-    let (mut relay, addr) = tcp_publisher(&[
-        "run",
-        "--live",
-        &live,
-        "--live-group",
-        "239.255.42.7",
-        "--live-interface",
-        "127.0.0.1",
-        "--format",
-        "sbe",
-        "--wait-subscribers",
-        "1",
-        "--slow-subscriber",
-        "block",
-        "--json",
-        &relay_json,
-    ]);
+    let (mut relay, addr) = tcp_publisher(&words(&format!(
+        "run --live {live} --live-group 239.255.42.7 --live-interface 127.0.0.1 --format sbe --wait-subscribers \
+         1 --slow-subscriber block --json {relay_json}"
+    )));
     // Printed once the live socket is bound and has joined the group.
     relay.wait_for("publishing");
     let json = path(dir, &format!("sub-{rate}.json"));
@@ -364,9 +332,8 @@ fn live_relay(dir: &Path, rate: &str) -> (Value, Value, Value) {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_live_feed_relayed_from_multicast_raw_to_tcp_sbe() {
-    let _serial = serial();
+    let (_serial, dir) = alone_in_tempdir();
     let reference = expected("DEEP10.json");
-    let dir = tempfile::tempdir().unwrap();
     // One frame per datagram: 46,000 datagrams a second at 150,000 msg/s into the relay's live
     // buffer (8 MiB asked for, capped at 2 × net.core.rmem_max: about 130 ms of this stream at
     // 8 MiB). The relay's input reports no gaps, so a run that lost frames is repeated at a
@@ -411,25 +378,13 @@ fn first_deep10_segment() -> Vec<u8> {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_lone_live_segment_is_relayed_without_waiting_for_the_next() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
+    let (_serial, dir) = alone_in_tempdir();
     let live = format!("127.0.0.1:{}", free_udp_port());
     let relay_json = path(dir.path(), "relay.json");
-    let (mut relay, addr) = tcp_publisher(&[
-        "run",
-        "--live",
-        &live,
-        "--idle-timeout",
-        "600",
-        "--format",
-        "sbe",
-        "--coalesce-bytes",
-        "65536",
-        "--wait-subscribers",
-        "1",
-        "--json",
-        &relay_json,
-    ]);
+    let (mut relay, addr) = tcp_publisher(&words(&format!(
+        "run --live {live} --idle-timeout 600 --format sbe --coalesce-bytes 65536 --wait-subscribers 1 --json \
+         {relay_json}"
+    )));
     relay.wait_for("publishing");
     let json = path(dir.path(), "sub.json");
     let mut subscriber = tcp_subscriber(addr, &json, &["--report-interval", "0.05"]);
@@ -553,8 +508,7 @@ fn a_subscriber_speaking_another_protocol_version_is_refused_with_a_reason() {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn round_trip_mode_echoes_reach_the_publisher_over_tcp_and_udp() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
+    let (_serial, dir) = alone_in_tempdir();
     for transport in ["tcp", "udp"] {
         let pub_json = path(dir.path(), &format!("pub-{transport}.json"));
         let sub_json = path(dir.path(), &format!("sub-{transport}.json"));

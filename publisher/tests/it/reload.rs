@@ -3,14 +3,15 @@
 //! reason logged, the running configuration is kept, signals keep working, and the stream ends
 //! exact with its END.
 
+use crate::common::{beside_others_in_tempdir, path};
 use mdrelay_harness::{
-    Finished, Process, STEP, Signal, assert_aggregates, deep10_tcp_config, expected, json_file, publisher_bin, shared,
+    Finished, Process, STEP, Signal, assert_aggregates, deep10_tcp_config, expected, json_file, publisher_bin,
     subscriber_bin,
 };
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// A whole DEEP10 relay at 40,000 msg/s takes about 10 s; this bounds it on a loaded machine.
@@ -20,10 +21,6 @@ const RUN: Duration = Duration::from_secs(120);
 /// mid-stream.
 fn deep10_config(format: &str) -> String {
     deep10_tcp_config(format, "").replace("rate = 120000", "rate = 40000")
-}
-
-fn path(dir: &Path, name: &str) -> String {
-    dir.join(name).display().to_string()
 }
 
 /// A TCP subscriber of `addr` writing its report to `json`, with interval lines for
@@ -46,17 +43,18 @@ fn fifo_at(config: &Path) {
     assert!(made.success(), "mkfifo {}", config.display());
 }
 
-/// A publisher of DEEP10 in SBE from the file `config`, and a subscriber that has seen frames:
-/// the reload comes mid-stream.
-fn relay_under_way(dir: &Path, config: &Path) -> (Process, Process, String) {
-    std::fs::write(config, deep10_config("sbe")).unwrap();
+/// A publisher of DEEP10 in SBE from the file `pub.toml` in `dir`, and a subscriber that has seen
+/// frames: the reload comes mid-stream. With the subscriber's report and the file's paths.
+fn relay_under_way(dir: &Path) -> (Process, Process, String, PathBuf) {
+    let config = dir.join("pub.toml");
+    std::fs::write(&config, deep10_config("sbe")).unwrap();
     let mut publisher = Process::start(publisher_bin(), ["run", "--config", config.to_str().unwrap()]);
     // Printed after the signal handlers are installed.
     let addr = publisher.serving_on();
     let json = path(dir, "sub.json");
     let mut subscriber = subscriber(addr, &json);
     subscriber.wait_for_frames(1);
-    (publisher, subscriber, json)
+    (publisher, subscriber, json, config)
 }
 
 /// The subscriber got the whole of DEEP10 in SBE alone, and the publisher's END.
@@ -72,10 +70,8 @@ fn assert_whole_day_in_sbe(report: &Value) {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn sighup_with_a_fifo_at_the_configuration_path_keeps_the_configuration_and_the_stream_ends_exact() {
-    let _shared = shared();
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("pub.toml");
-    let (mut publisher, subscriber, json) = relay_under_way(dir.path(), &config);
+    let (_shared, dir) = beside_others_in_tempdir();
+    let (mut publisher, subscriber, json, config) = relay_under_way(dir.path());
     fifo_at(&config);
     publisher.signal(Signal::SIGHUP);
     let line = publisher.wait_for("keeping the running configuration");
@@ -90,8 +86,7 @@ fn sighup_with_a_fifo_at_the_configuration_path_keeps_the_configuration_and_the_
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn sigterm_after_a_sighup_on_a_fifo_stops_the_publisher_promptly_with_its_end() {
-    let _shared = shared();
-    let dir = tempfile::tempdir().unwrap();
+    let (_shared, dir) = beside_others_in_tempdir();
     let config = dir.path().join("pub.toml");
     // A day far longer than the test: only the SIGTERM ends it.
     std::fs::write(
@@ -124,10 +119,8 @@ fn sigterm_after_a_sighup_on_a_fifo_stops_the_publisher_promptly_with_its_end() 
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn sighup_with_a_directory_or_an_oversized_file_keeps_the_configuration_and_a_symlink_is_followed() {
-    let _shared = shared();
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("pub.toml");
-    let (mut publisher, subscriber, json) = relay_under_way(dir.path(), &config);
+    let (_shared, dir) = beside_others_in_tempdir();
+    let (mut publisher, subscriber, json, config) = relay_under_way(dir.path());
     // A directory where the file was.
     std::fs::remove_file(&config).unwrap();
     std::fs::create_dir(&config).unwrap();
@@ -165,8 +158,7 @@ fn key_file(path: &Path) {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_reload_that_blocks_is_abandoned_at_its_bound_and_a_sighup_during_it_reads_again_once_it_returns() {
-    let _shared = shared();
-    let dir = tempfile::tempdir().unwrap();
+    let (_shared, dir) = beside_others_in_tempdir();
     // The configuration is a plain file, but reading it reads the key file too: a FIFO there
     // blocks the read as a stalled network mount would.
     let key = dir.path().join("relay.key");

@@ -8,14 +8,15 @@
 //! Each case checks a healthy subscriber against the reference outputs in ../shared, and every
 //! replay that reaches the live stream is checked for a gap or a duplicate where it hands over.
 
-use mdrelay_harness::{Process, expected, iex_data, json_file, publisher_bin, serial, subscriber_bin};
+use crate::common::{StatusPeak, assert_exact_deep10};
+use mdrelay_harness::{Process, iex_data, json_file, publisher_bin, serial, subscriber_bin};
 use mdrelay_proto::relay::{Hello, RecordHeader, RecordTag, Resume, Subscribe};
 use serde_json::Value;
 use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Every process step in these tests is bounded by this.
@@ -69,53 +70,9 @@ fn healthy(addr: SocketAddr, json: &str) -> Process {
 }
 
 /// Asserts a subscriber report is the whole of DEEP10, exactly, received over one connection.
-fn assert_exact_deep10(report: &Value, context: &str) {
-    let reference = expected("DEEP10.json");
-    for key in ["total_trade_volume", "symbols_with_trades_or_quotes", "symbols", "messages"] {
-        assert_eq!(report[key], reference[key], "{context}: {key}");
-    }
-    assert_eq!(report["totals_match"], true, "{context}: totals match");
-    assert_eq!(report["gaps"], 0, "{context}: gaps (frames dropped for it)");
+fn assert_exact_deep10_on_one_connection(report: &Value, context: &str) {
+    assert_exact_deep10(report, context);
     assert_eq!(report["reconnects"], 0, "{context}: reconnects (it was never cut off)");
-}
-
-/// The largest resident set a process has had (VmHWM), read from /proc every 20 ms while this
-/// runs: the last reading before the process exits is its peak.
-struct PeakRss {
-    stop: Arc<AtomicBool>,
-    peak_kb: Arc<AtomicU64>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl PeakRss {
-    fn start(pid: u32) -> PeakRss {
-        let stop = Arc::new(AtomicBool::new(false));
-        let peak_kb = Arc::new(AtomicU64::new(0));
-        let (s, p) = (stop.clone(), peak_kb.clone());
-        let thread = std::thread::spawn(move || {
-            while !s.load(Ordering::Relaxed) {
-                let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { return };
-                let hwm = status
-                    .lines()
-                    .find_map(|l| l.strip_prefix("VmHWM:"))
-                    .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok());
-                if let Some(kb) = hwm {
-                    p.fetch_max(kb, Ordering::Relaxed);
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        });
-        PeakRss { stop, peak_kb, thread: Some(thread) }
-    }
-
-    /// The peak seen, in bytes.
-    fn bytes(mut self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        self.peak_kb.load(Ordering::Relaxed) * 1024
-    }
 }
 
 /// Connects with a small receive buffer (set before connecting: afterwards the window is already
@@ -157,7 +114,7 @@ fn run_with_stalled(answer: Subscribe, context: &str) -> StalledRun {
     let pub_json = dir.path().join("pub.json").display().to_string();
     let mut publisher = Process::start(publisher_bin(), ["run", "--config", &config, "--json", &pub_json]);
     let addr = publisher.serving_on();
-    let peak = PeakRss::start(publisher.pid());
+    let peak = StatusPeak::start(publisher.pid(), "VmHWM:");
     let sub_json = dir.path().join("sub.json").display().to_string();
     let mut sub = healthy(addr, &sub_json);
     // A fifth of DEEP10 in the ring: each replay has megabytes to send.
@@ -168,10 +125,13 @@ fn run_with_stalled(answer: Subscribe, context: &str) -> StalledRun {
         .collect();
     let stalled: Vec<TcpStream> = makers.into_iter().flat_map(|m| m.join().expect("connections made")).collect();
     publisher.finish(LIMIT).assert_success();
-    let peak = peak.bytes();
+    let peak = peak.max_kb() * 1024;
     sub.finish(LIMIT).assert_success();
     drop(stalled);
-    assert_exact_deep10(&json_file(Path::new(&sub_json)), &format!("the healthy subscriber beside {context}"));
+    assert_exact_deep10_on_one_connection(
+        &json_file(Path::new(&sub_json)),
+        &format!("the healthy subscriber beside {context}"),
+    );
     StalledRun { peak, publisher: json_file(Path::new(&pub_json)) }
 }
 
@@ -193,7 +153,8 @@ fn resuming_connections_that_never_read_hold_no_more_than_the_replay_budget() {
     );
     let mib = |b: u64| b as f64 / f64::from(1 << 20);
     eprintln!(
-        "publisher peak RSS: {:.1} MiB with {STALLED} stalled live connections, {:.1} MiB with {STALLED} stalled resuming ones",
+        "publisher peak RSS: {:.1} MiB with {STALLED} stalled live connections, {:.1} MiB with {STALLED} \
+         stalled resuming ones",
         mib(live.peak),
         mib(resumed.peak)
     );
@@ -326,12 +287,13 @@ fn many_replays_at_once_hold_back_no_live_subscriber() {
     let handed_over: u64 = replays.iter().map(|r| r.handed_over).sum();
     let gib = replays.iter().map(|r| r.bytes).sum::<u64>() as f64 / f64::from(1 << 30);
     eprintln!(
-        "healthy subscriber beside {REPLAYS} replaying clients ({handed_over} replays, {gib:.2} GiB): p50 {} us, p99 {} us, max {} us",
+        "healthy subscriber beside {REPLAYS} replaying clients ({handed_over} replays, {gib:.2} GiB): p50 {} \
+         us, p99 {} us, max {} us",
         latency["p50"].as_u64().unwrap_or(0) / 1000,
         latency["p99"].as_u64().unwrap_or(0) / 1000,
         latency["max"].as_u64().unwrap_or(0) / 1000,
     );
-    assert_exact_deep10(&report, &format!("the live subscriber beside {REPLAYS} replays"));
+    assert_exact_deep10_on_one_connection(&report, &format!("the live subscriber beside {REPLAYS} replays"));
     for (i, r) in replays.iter().enumerate() {
         assert!(r.handed_over >= 1, "client {i} finished no replay into the live stream ({} cut)", r.cut);
     }

@@ -12,7 +12,9 @@
 //! publisher's END totals, or the independent reference output of DEEP10), never the service's
 //! own say.
 
+use crate::common::beside_others_in_tempdir;
 use mdrelay_codec::{Codec, Format, Limits};
+use mdrelay_harness::cli_args::{NO_INTERVAL_REPORTS, PACED_40K, PACED_100K, RETRANSMIT_ON_LOOPBACK, words};
 use mdrelay_harness::process::field;
 use mdrelay_harness::{
     Process, STEP, assert_aggregates, expected, iex_data, json_file, publisher_bin, scrape, shared, subscriber_bin,
@@ -169,32 +171,13 @@ fn ask(s: &mut TcpStream, requests: &[RetransmitRequest], marker: u64) -> Answer
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn retransmissions_are_the_frames_sent_and_frames_no_longer_held_are_gone() {
-    let _shared = shared();
-    let dir = tempfile::tempdir().unwrap();
+    let (_shared, dir) = beside_others_in_tempdir();
     let json = dir.path().join("pub.json").display().to_string();
     let (socket, target) = receiver();
-    let (publisher, service) = publisher_with_service(&[
-        "run",
-        "--synthetic",
-        "--messages",
-        "30000",
-        "--format",
-        "capnp",
-        "--udp",
-        &target,
-        "--pacing",
-        "rate",
-        "--rate",
-        "100000",
-        "--ring-bytes",
-        "262144",
-        "--retransmit-max-range",
-        "50",
-        "--retransmit-linger",
-        "5",
-        "--json",
-        &json,
-    ]);
+    let (publisher, service) = publisher_with_service(&words(&format!(
+        "run --synthetic --messages 30000 --format capnp --udp {target} {PACED_100K} --ring-bytes 262144 \
+         --retransmit-max-range 50 --retransmit-linger 5 --json {json}"
+    )));
     let (sent, totals, next) = receive_all(&socket);
     assert_eq!(sent.len() as u64, totals.frames, "loopback UDP at this rate loses nothing");
     assert_eq!(next, totals.frames + 1);
@@ -236,24 +219,10 @@ fn retransmissions_are_the_frames_sent_and_frames_no_longer_held_are_gone() {
 fn a_range_across_the_rings_start_is_gone_up_to_the_oldest_frame_then_served() {
     let _shared = shared();
     let (socket, target) = receiver();
-    let (publisher, service) = publisher_with_service(&[
-        "run",
-        "--synthetic",
-        "--messages",
-        "20000",
-        "--format",
-        "sbe",
-        "--udp",
-        &target,
-        "--pacing",
-        "rate",
-        "--rate",
-        "100000",
-        "--ring-bytes",
-        "131072",
-        "--retransmit-linger",
-        "5",
-    ]);
+    let (publisher, service) = publisher_with_service(&words(&format!(
+        "run --synthetic --messages 20000 --format sbe --udp {target} {PACED_100K} --ring-bytes 131072 \
+         --retransmit-linger 5"
+    )));
     let (sent, _, next) = receive_all(&socket);
     let (mut s, _) = greeted(service, &recovery_answer());
     let last = next - 1;
@@ -277,28 +246,13 @@ fn a_range_across_the_rings_start_is_gone_up_to_the_oldest_frame_then_served() {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn requests_over_the_rate_are_told_busy_and_bad_clients_are_refused_with_a_reason() {
-    let _shared = shared();
-    let dir = tempfile::tempdir().unwrap();
+    let (_shared, dir) = beside_others_in_tempdir();
     let json = dir.path().join("pub.json").display().to_string();
     let (socket, target) = receiver();
-    let (publisher, service) = publisher_with_service(&[
-        "run",
-        "--synthetic",
-        "--messages",
-        "20000",
-        "--udp",
-        &target,
-        "--pacing",
-        "rate",
-        "--rate",
-        "100000",
-        "--retransmit-rate",
-        "5",
-        "--retransmit-linger",
-        "6",
-        "--json",
-        &json,
-    ]);
+    let (publisher, service) = publisher_with_service(&words(&format!(
+        "run --synthetic --messages 20000 --udp {target} {PACED_100K} --retransmit-rate 5 --retransmit-linger 6 \
+         --json {json}"
+    )));
     let (_, _, next) = receive_all(&socket);
     let last = next - 1;
     // A burst of 30 requests against 5 per second: a second's burst is served, the rest BUSY.
@@ -402,20 +356,9 @@ fn tcp_publisher(args: &[&str]) -> (Process, SocketAddr) {
 #[test]
 fn a_subscriber_that_resumes_sees_no_gap_and_no_duplicate() {
     let _shared = shared();
-    let (publisher, addr) = tcp_publisher(&[
-        "run",
-        "--synthetic",
-        "--messages",
-        "60000",
-        "--format",
-        "flatbuffers",
-        "--pacing",
-        "rate",
-        "--rate",
-        "40000",
-        "--wait-subscribers",
-        "1",
-    ]);
+    let (publisher, addr) = tcp_publisher(&words(&format!(
+        "run --synthetic --messages 60000 --format flatbuffers {PACED_40K} --wait-subscribers 1"
+    )));
     let mut stream = Stream { messages: BTreeMap::new(), anchor: None, end: None, duplicates: 0 };
     let (mut s, first_hello) = greeted(addr, &Subscribe::new(false));
     read_stream(&mut s, Some(3000), &mut stream);
@@ -443,18 +386,8 @@ fn a_subscriber_that_resumes_sees_no_gap_and_no_duplicate() {
 #[test]
 fn from_start_gets_the_whole_session_and_a_version_one_subscriber_is_served_live() {
     let _shared = shared();
-    let (publisher, addr) = tcp_publisher(&[
-        "run",
-        "--synthetic",
-        "--messages",
-        "40000",
-        "--pacing",
-        "rate",
-        "--rate",
-        "40000",
-        "--wait-subscribers",
-        "1",
-    ]);
+    let (publisher, addr) =
+        tcp_publisher(&words(&format!("run --synthetic --messages 40000 {PACED_40K} --wait-subscribers 1")));
     // The first subscriber starts the stream and reads along.
     let (mut first, _) = greeted(addr, &Subscribe::new(false));
     let mut seen = Stream { messages: BTreeMap::new(), anchor: None, end: None, duplicates: 0 };
@@ -496,32 +429,15 @@ const MARGIN: u64 = 24 << 20;
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn memory_stays_within_the_ring_bound_while_a_client_requests_all_the_time() {
-    let _shared = shared();
-    let dir = tempfile::tempdir().unwrap();
+    let (_shared, dir) = beside_others_in_tempdir();
     let json = dir.path().join("pub.json").display().to_string();
     let ring: u64 = 32 << 20;
     let (socket, target) = receiver();
     let ring_arg = ring.to_string();
-    let (mut publisher, service) = publisher_with_service(&[
-        "run",
-        "--synthetic",
-        "--messages",
-        "200000",
-        "--loops",
-        "0",
-        "--duration",
-        "8",
-        "--format",
-        "capnp",
-        "--udp",
-        &target,
-        "--ring-bytes",
-        &ring_arg,
-        "--retransmit-linger",
-        "1",
-        "--json",
-        &json,
-    ]);
+    let (mut publisher, service) = publisher_with_service(&words(&format!(
+        "run --synthetic --messages 200000 --loops 0 --duration 8 --format capnp --udp {target} --ring-bytes \
+         {ring_arg} --retransmit-linger 1 --json {json}"
+    )));
     publisher.wait_for("publishing");
     let before = rss(publisher.pid());
     let pid = publisher.pid();
@@ -579,24 +495,12 @@ fn memory_stays_within_the_ring_bound_while_a_client_requests_all_the_time() {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_client_that_stops_reading_is_cut_off_and_others_are_served_meanwhile() {
-    let _shared = shared();
-    let dir = tempfile::tempdir().unwrap();
+    let (_shared, dir) = beside_others_in_tempdir();
     let json = dir.path().join("pub.json").display().to_string();
     let (socket, target) = receiver();
-    let (publisher, service) = publisher_with_service(&[
-        "run",
-        "--synthetic",
-        "--messages",
-        "200000",
-        "--format",
-        "capnp",
-        "--udp",
-        &target,
-        "--retransmit-linger",
-        "12",
-        "--json",
-        &json,
-    ]);
+    let (publisher, service) = publisher_with_service(&words(&format!(
+        "run --synthetic --messages 200000 --format capnp --udp {target} --retransmit-linger 12 --json {json}"
+    )));
     let (_, _, next) = receive_all(&socket);
     let last = next - 1;
     // Asks for the newest 1,024 frames over and over and never reads: the answers fill its
@@ -636,18 +540,9 @@ fn connections_over_the_limit_are_told_busy_and_a_one_byte_ring_says_everything_
     let toml = dir.path().join("pub.toml");
     std::fs::write(&toml, "[retransmit]\nmax_connections = 2\nring_bytes = 1\n").unwrap();
     let toml = toml.display().to_string();
-    let (publisher, service) = publisher_with_service(&[
-        "run",
-        "--config",
-        &toml,
-        "--synthetic",
-        "--messages",
-        "20000",
-        "--udp",
-        &target,
-        "--retransmit-linger",
-        "5",
-    ]);
+    let (publisher, service) = publisher_with_service(&words(&format!(
+        "run --config {toml} --synthetic --messages 20000 --udp {target} --retransmit-linger 5"
+    )));
     let (_, _, next) = receive_all(&socket);
     let (mut first, _) = greeted(service, &recovery_answer());
     let (_second, _) = greeted(service, &recovery_answer());
@@ -754,8 +649,7 @@ fn n(v: &serde_json::Value, key: &str) -> u64 {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn connections_that_take_every_slot_and_ask_nothing_keep_no_subscriber_from_its_frames() {
-    let _shared = shared();
-    let dir = tempfile::tempdir().unwrap();
+    let (_shared, dir) = beside_others_in_tempdir();
     let pub_json = dir.path().join("pub.json").display().to_string();
     let sub_json = dir.path().join("sub.json").display().to_string();
     let link = LossyLink::start();
@@ -765,29 +659,10 @@ fn connections_that_take_every_slot_and_ask_nothing_keep_no_subscriber_from_its_
     // slot of the service is taken first.
     let mut publisher = Process::start(
         publisher_bin(),
-        [
-            "run",
-            "--capture",
-            &deep10,
-            "--format",
-            "sbe",
-            "--coalesce-bytes",
-            "0",
-            "--udp",
-            &link_addr,
-            "--tcp",
-            "127.0.0.1:0",
-            "--wait-subscribers",
-            "1",
-            "--pacing",
-            "rate",
-            "--rate",
-            "100000",
-            "--retransmit-listen",
-            "127.0.0.1:0",
-            "--json",
-            &pub_json,
-        ],
+        words(&format!(
+            "run --capture {deep10} --format sbe --coalesce-bytes 0 --udp {link_addr} --tcp 127.0.0.1:0 \
+             --wait-subscribers 1 {PACED_100K} {RETRANSMIT_ON_LOOPBACK} --json {pub_json}"
+        )),
     );
     let line = publisher.wait_until("\"serving retransmissions over TCP\"", |l| l.contains("serving retransmissions"));
     let service: SocketAddr = field(&line, "listen").unwrap().parse().unwrap();
@@ -800,19 +675,10 @@ fn connections_that_take_every_slot_and_ask_nothing_keep_no_subscriber_from_its_
     let recovery = service.to_string();
     let mut sub = Process::start(
         subscriber_bin(),
-        [
-            "--listen",
-            "127.0.0.1:0",
-            "--recovery",
-            &recovery,
-            "--from-start",
-            "--json",
-            &sub_json,
-            "--report-interval",
-            "0",
-            "--duration",
-            "120",
-        ],
+        words(&format!(
+            "--listen 127.0.0.1:0 --recovery {recovery} --from-start --json {sub_json} {NO_INTERVAL_REPORTS} \
+             --duration 120"
+        )),
     );
     link.to.send(sub.listening_on()).unwrap();
     let trigger = drain_stream(stream);
@@ -853,27 +719,15 @@ fn connections_that_take_every_slot_and_ask_nothing_keep_no_subscriber_from_its_
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn idle_connections_and_half_sent_requests_are_closed_and_a_full_service_evicts_the_longest_idle() {
-    let _shared = shared();
-    let dir = tempfile::tempdir().unwrap();
+    let (_shared, dir) = beside_others_in_tempdir();
     let json = dir.path().join("pub.json").display().to_string();
     let toml = dir.path().join("pub.toml");
     std::fs::write(&toml, "[retransmit]\nmax_connections = 3\nidle_timeout = 5\n").unwrap();
     let toml = toml.display().to_string();
     let (socket, target) = receiver();
-    let (publisher, service) = publisher_with_service(&[
-        "run",
-        "--config",
-        &toml,
-        "--synthetic",
-        "--messages",
-        "20000",
-        "--udp",
-        &target,
-        "--retransmit-linger",
-        "12",
-        "--json",
-        &json,
-    ]);
+    let (publisher, service) = publisher_with_service(&words(&format!(
+        "run --config {toml} --synthetic --messages 20000 --udp {target} --retransmit-linger 12 --json {json}"
+    )));
     let (_, _, next) = receive_all(&socket);
     let last = next - 1;
     let started = Instant::now();
@@ -923,27 +777,14 @@ fn idle_connections_and_half_sent_requests_are_closed_and_a_full_service_evicts_
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn requests_for_absurd_ranges_are_counted_once_each() {
-    let _shared = shared();
-    let dir = tempfile::tempdir().unwrap();
+    let (_shared, dir) = beside_others_in_tempdir();
     let json = dir.path().join("pub.json").display().to_string();
     let (socket, target) = receiver();
     let metrics = format!("127.0.0.1:{}", mdrelay_harness::free_tcp_port());
-    let (mut publisher, service) = publisher_with_service(&[
-        "run",
-        "--synthetic",
-        "--messages",
-        "20000",
-        "--udp",
-        &target,
-        "--retransmit-linger",
-        "3",
-        "--metrics-listen",
-        &metrics,
-        "--metrics-hold",
-        "20",
-        "--json",
-        &json,
-    ]);
+    let (mut publisher, service) = publisher_with_service(&words(&format!(
+        "run --synthetic --messages 20000 --udp {target} --retransmit-linger 3 --metrics-listen {metrics} \
+         --metrics-hold 20 --json {json}"
+    )));
     let (_, _, next) = receive_all(&socket);
     let last = next - 1;
     let (mut s, _) = greeted(service, &recovery_answer());
@@ -975,26 +816,12 @@ fn requests_for_absurd_ranges_are_counted_once_each() {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn a_flood_after_the_greeting_answer_is_refused_with_where_and_a_half_closed_client_gets_every_answer() {
-    let _shared = shared();
-    let dir = tempfile::tempdir().unwrap();
+    let (_shared, dir) = beside_others_in_tempdir();
     let json = dir.path().join("pub.json").display().to_string();
     let (socket, target) = receiver();
-    let (publisher, service) = publisher_with_service(&[
-        "run",
-        "--synthetic",
-        "--messages",
-        "20000",
-        "--udp",
-        &target,
-        "--pacing",
-        "rate",
-        "--rate",
-        "100000",
-        "--retransmit-linger",
-        "5",
-        "--json",
-        &json,
-    ]);
+    let (publisher, service) = publisher_with_service(&words(&format!(
+        "run --synthetic --messages 20000 --udp {target} {PACED_100K} --retransmit-linger 5 --json {json}"
+    )));
     let (sent, totals, next) = receive_all(&socket);
     assert_eq!(sent.len() as u64, totals.frames, "loopback UDP at this rate loses nothing");
     let last = next - 1;
@@ -1068,29 +895,14 @@ fn snapshot_answers(
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn snapshot_requests_over_the_rate_are_refused_and_counted_and_a_client_that_does_not_read_is_cut_off() {
-    let _shared = shared();
-    let dir = tempfile::tempdir().unwrap();
+    let (_shared, dir) = beside_others_in_tempdir();
     let json = dir.path().join("pub.json").display().to_string();
     let (socket, target) = receiver();
     // 10,000 symbols: a snapshot of a few megabytes, more than a socket holds.
-    let (publisher, service) = publisher_with_service(&[
-        "run",
-        "--synthetic",
-        "--synthetic-messages",
-        "300000",
-        "--synthetic-symbols",
-        "10000",
-        "--format",
-        "sbe",
-        "--udp",
-        &target,
-        "--retransmit-rate",
-        "4",
-        "--retransmit-linger",
-        "12",
-        "--json",
-        &json,
-    ]);
+    let (publisher, service) = publisher_with_service(&words(&format!(
+        "run --synthetic --synthetic-messages 300000 --synthetic-symbols 10000 --format sbe --udp {target} \
+         --retransmit-rate 4 --retransmit-linger 12 --json {json}"
+    )));
     let (_, totals, next) = receive_all(&socket);
     // A client that asks for three snapshots and never reads: its writes wait, then it is cut.
     let (mut stalled, _) = greeted(service, &recovery_answer());

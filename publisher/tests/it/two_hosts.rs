@@ -20,10 +20,11 @@
 //! fragments each), and the loss test's single frames at 100,000 msg/s are 31,000 small
 //! datagrams a second, each handled in microseconds.
 
+use crate::common::{alone_on_emulated_hosts, deep10, path, report as sub_report};
+use mdrelay_harness::cli_args::words;
 use mdrelay_harness::netns::{self, Host, Hosts, Line, run_script, unique_prefix};
 use mdrelay_harness::{
-    Finished, Process, STEP, assert_aggregates, expected, formats, iex_data, json_file, publisher_bin, serial,
-    subscriber_bin,
+    Process, STEP, assert_aggregates, expected, formats, json_file, publisher_bin, serial, subscriber_bin,
 };
 use serde_json::{Value, json};
 use std::net::SocketAddr;
@@ -39,26 +40,24 @@ const RUN: Duration = Duration::from_secs(120);
 /// publisher sends to.
 const GROUP: &str = "239.255.0.1:9300";
 
-fn deep10() -> String {
-    iex_data().join("DEEP10.pcap.gz").display().to_string()
-}
-
-fn path(dir: &Path, name: &str) -> String {
-    dir.join(name).display().to_string()
-}
-
 /// The project root, where the README and `config/` are.
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The subscriber's JSON report, after checking its exit status says what the report does: 5
-/// (stream incomplete) when its verdict on the stream is false, else 0.
-fn sub_report(finished: &Finished, json: &str, context: &str) -> Value {
-    let report = json_file(Path::new(json));
-    let status = if report["stream_complete"] == false { 5 } else { 0 };
-    assert_eq!(finished.code(), Some(status), "{context}: {finished:?}");
-    report
+/// Waits for `subscriber` to end and asserts its report `json` is the whole stream (see
+/// [`assert_whole_stream`]); returns the report.
+fn finished_whole(
+    subscriber: Process,
+    json: &str,
+    publ: &Value,
+    reference: &Value,
+    format: &str,
+    context: &str,
+) -> Value {
+    let sub = sub_report(&subscriber.finish(STEP), json, context);
+    assert_whole_stream(&sub, publ, reference, format, context);
+    sub
 }
 
 /// Asserts a subscriber got all of DEEP10 from the publisher whose summary is `publ`: the
@@ -84,10 +83,8 @@ const SUBSCRIBERS: [(Host, Line); 2] = [(Host::Sub1, Line::A), (Host::Sub2, Line
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn deep10_reaches_two_hosts_at_once_over_tcp_in_every_format() {
-    let _serial = serial();
-    let hosts = Hosts::unique();
+    let (_serial, hosts, dir) = alone_on_emulated_hosts();
     let reference = expected("DEEP10.json");
-    let dir = tempfile::tempdir().unwrap();
     let deep10 = deep10();
     for format in formats() {
         let f = format.name();
@@ -96,21 +93,10 @@ fn deep10_reaches_two_hosts_at_once_over_tcp_in_every_format() {
         let mut publisher = hosts.start(
             Host::Pub,
             publisher_bin(),
-            [
-                "run",
-                "--capture",
-                &deep10,
-                "--format",
-                f,
-                "--tcp",
-                "0.0.0.0:0",
-                "--wait-subscribers",
-                "2",
-                "--slow-subscriber",
-                "block",
-                "--json",
-                &pub_json,
-            ],
+            words(&format!(
+                "run --capture {deep10} --format {f} --tcp 0.0.0.0:0 --wait-subscribers 2 --slow-subscriber block \
+                --json {pub_json}"
+            )),
         );
         let port = publisher.serving_on().port();
         let subscribers: Vec<(Process, String, Host)> = SUBSCRIBERS
@@ -126,8 +112,7 @@ fn deep10_reaches_two_hosts_at_once_over_tcp_in_every_format() {
         let publ = json_file(Path::new(&pub_json));
         for (subscriber, json, host) in subscribers {
             let context = format!("{f} over TCP to {}", host.name());
-            let sub = sub_report(&subscriber.finish(STEP), &json, &context);
-            assert_whole_stream(&sub, &publ, &reference, f, &context);
+            let sub = finished_whole(subscriber, &json, &publ, &reference, f, &context);
             assert_eq!(sub["reconnects"], 0, "{context}");
         }
     }
@@ -138,10 +123,8 @@ fn deep10_reaches_two_hosts_at_once_over_tcp_in_every_format() {
 /// format and multicast the rest: the formats' encodings are checked on loopback in every
 /// transport (tests/it/relay.rs), and each paced run here costs seconds.
 fn deep10_over_udp_to_both(multicast: bool) {
-    let _serial = serial();
-    let hosts = Hosts::unique();
+    let (_serial, hosts, dir) = alone_on_emulated_hosts();
     let reference = expected("DEEP10.json");
-    let dir = tempfile::tempdir().unwrap();
     let deep10 = deep10();
     let transport = if multicast { "multicast" } else { "UDP" };
     let all = formats();
@@ -182,8 +165,7 @@ fn deep10_over_udp_to_both(multicast: bool) {
         let publ = json_file(Path::new(&pub_json));
         for (subscriber, json, host) in subscribers {
             let context = format!("{f} over {transport} to {}", host.name());
-            let sub = sub_report(&subscriber.finish(STEP), &json, &context);
-            assert_whole_stream(&sub, &publ, &reference, f, &context);
+            let sub = finished_whole(subscriber, &json, &publ, &reference, f, &context);
             assert_eq!(sub["unconfirmed_datagrams"], 0, "{context}");
         }
     }
@@ -204,9 +186,7 @@ fn deep10_reaches_two_hosts_at_once_over_multicast_in_the_other_half() {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn round_trips_are_measured_across_hosts_over_tcp_and_udp() {
-    let _serial = serial();
-    let hosts = Hosts::unique();
-    let dir = tempfile::tempdir().unwrap();
+    let (_serial, hosts, dir) = alone_on_emulated_hosts();
     // TCP from sub1 over line A, UDP to sub2 over line B: its echoes go back over line B too.
     for (transport, host, line) in [("tcp", Host::Sub1, Line::A), ("udp", Host::Sub2, Line::B)] {
         let pub_json = path(dir.path(), &format!("pub-{transport}.json"));
@@ -257,10 +237,8 @@ fn round_trips_are_measured_across_hosts_over_tcp_and_udp() {
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
 fn five_percent_loss_on_sub1_is_reported_as_exactly_the_datagrams_nftables_dropped() {
-    let _serial = serial();
-    let hosts = Hosts::unique();
+    let (_serial, hosts, dir) = alone_on_emulated_hosts();
     let reference = expected("DEEP10.json");
-    let dir = tempfile::tempdir().unwrap();
     hosts.loss(Host::Sub1, 5, Line::A);
     let mut subscribers = Vec::new();
     for host in [Host::Sub1, Host::Sub2] {
