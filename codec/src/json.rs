@@ -144,7 +144,10 @@ impl FormatCodec for JsonCodec {
         }
         self.parsed.clear();
         self.bytes.clear();
-        let mut de = serde_json::Deserializer::from_slice(frame);
+        // One pass over the frame checks its UTF-8 (ASCII, in practice: a word at a time), so
+        // that serde reads it as text and does not check each string again on its own.
+        let text = std::str::from_utf8(frame).map_err(|e| error(e.valid_up_to(), "the frame is not UTF-8"))?;
+        let mut de = serde_json::Deserializer::from_str(text);
         let seed = FrameSeed { parsed: &mut self.parsed, bytes: &mut self.bytes };
         let header = seed.deserialize(&mut de).and_then(|h| de.end().map(|()| h)).map_err(|e| from_serde(frame, &e))?;
         for slot in &self.parsed {
@@ -917,5 +920,19 @@ mod tests {
         let e = codec.decode(frame.as_bytes(), |_| {}).unwrap_err();
         assert!(!e.what.chars().any(char::is_control), "{e}");
         assert!(e.what.contains("\\u{1b}[2J\\nforged"), "{e}");
+    }
+
+    #[test]
+    fn a_frame_that_is_not_utf8_is_an_error_at_its_first_bad_byte() {
+        let mut codec = JsonCodec::new(Limits::default());
+        let mut frame = Vec::new();
+        codec.encode(&header(), &[trade(1)], &mut frame).unwrap();
+        let at = frame.windows(5).position(|w| w == b"ZIEXT").unwrap();
+        frame[at + 1] = 0xff;
+        let e = codec.decode(&frame, |_| panic!("no message of a frame that is not UTF-8")).unwrap_err();
+        assert_eq!((e.offset, e.what.as_ref()), (at + 1, "the frame is not UTF-8"), "{e}");
+        // The same frame made valid again decodes: the check is on the bytes, not the codec's state.
+        frame[at + 1] = b'I';
+        assert_eq!(codec.decode(&frame, |_| {}).unwrap().session_id, header().session_id);
     }
 }
