@@ -2,6 +2,7 @@
 //! and frame + decode + aggregate it.
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use mdrelay_codec::FormatCodec;
 use mdrelay_codec::{BatchHeader, Codec, Format, Limits};
 use mdrelay_iex::message::*;
 use mdrelay_iex::{Aggregator, Price, Symbol};

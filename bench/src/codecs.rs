@@ -18,6 +18,7 @@ use crate::loopback::thousands;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use hdrhistogram::Histogram;
+use mdrelay_codec::FormatCodec;
 use mdrelay_codec::{BatchHeader, Codec, Format, Limits, SymbolFilter};
 use mdrelay_harness::alloc::count_allocations;
 use mdrelay_iex::capture::CaptureReader;

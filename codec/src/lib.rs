@@ -144,23 +144,6 @@ impl Codec {
         }
     }
 
-    /// The codec's format.
-    pub fn format(&self) -> Format {
-        with_codec!(self, c => c.format())
-    }
-
-    /// Appends one complete frame for `header` and `messages` to `out` (see
-    /// [`FormatCodec::encode`]).
-    #[inline]
-    pub fn encode(
-        &mut self,
-        header: &BatchHeader,
-        messages: &[Message<'_>],
-        out: &mut Vec<u8>,
-    ) -> Result<(), EncodeError> {
-        with_codec!(self, c => c.encode(header, messages, out))
-    }
-
     /// Appends one frame for an IEX-TP segment: `raw` relays the segment's `bytes` as they came
     /// (whatever they hold), every other format encodes `messages`, the segment's messages that
     /// decode, under the segment's header.
@@ -183,32 +166,32 @@ impl Codec {
             }
         }
     }
+}
 
-    /// The length of the first complete frame at the start of `buf` (see
-    /// [`FormatCodec::frame_len`]).
+/// A codec chosen at run time is a codec of its format: each method goes to the one inside.
+impl FormatCodec for Codec {
+    fn format(&self) -> Format {
+        with_codec!(self, c => c.format())
+    }
+
     #[inline]
-    pub fn frame_len(&self, buf: &[u8]) -> Result<Option<usize>, DecodeError> {
+    fn encode_batch(&mut self, batch: Batch<'_>, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        with_codec!(self, c => c.encode_batch(batch, out))
+    }
+
+    #[inline]
+    fn frame_len(&self, buf: &[u8]) -> Result<Option<usize>, DecodeError> {
         with_codec!(self, c => c.frame_len(buf))
     }
 
-    /// Decodes one complete frame, handing each message to `visit` in order (see
-    /// [`FormatCodec::decode`]).
     #[inline]
-    pub fn decode<F: FnMut(&Message<'_>)>(&mut self, frame: &[u8], visit: F) -> Result<BatchHeader, DecodeError> {
+    fn decode<F: FnMut(&Message<'_>)>(&mut self, frame: &[u8], visit: F) -> Result<BatchHeader, DecodeError> {
         with_codec!(self, c => c.decode(frame, visit))
     }
 
-    /// Decodes one frame, visiting only the messages of `filter`'s symbols (see
-    /// [`FormatCodec::decode_filtered`]).
     #[inline]
-    pub fn decode_filtered<F: FnMut(&Message<'_>), S: FnMut(u8)>(
-        &mut self,
-        frame: &[u8],
-        filter: &SymbolFilter,
-        visit: F,
-        skip: S,
-    ) -> Result<BatchHeader, DecodeError> {
-        with_codec!(self, c => c.decode_filtered(frame, filter, visit, skip))
+    fn decode_to(&mut self, frame: &[u8], sink: &mut impl FilteredSink) -> Result<BatchHeader, DecodeError> {
+        with_codec!(self, c => c.decode_to(frame, sink))
     }
 }
 

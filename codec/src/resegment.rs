@@ -121,7 +121,7 @@ impl Resegmenter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Codec, Limits, MessageScratch, collect_segment};
+    use crate::{Codec, FormatCodec, Limits, MessageScratch, collect_segment};
     use mdrelay_iex::iextp::Segment;
     use mdrelay_iex::message::UnknownMessage;
     use mdrelay_iex::synth::{SynthConfig, SyntheticDay};

@@ -6,7 +6,7 @@
 //! cargo run --release -p mdrelay-fuzz --example seeds
 //! ```
 
-use mdrelay_codec::{BatchHeader, Codec, Format, Limits, raw::RawCodec};
+use mdrelay_codec::{BatchHeader, Codec, Format, FormatCodec, Limits, raw::RawCodec};
 use mdrelay_iex::capture::CaptureReader;
 use mdrelay_iex::capture_writer::{CaptureWriter, Container, WriterOptions};
 use mdrelay_iex::iextp::Segment;

@@ -8,7 +8,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-use mdrelay_codec::{BatchHeader, Codec, Format, Limits, SymbolFilter, fbs};
+use mdrelay_codec::{BatchHeader, Codec, Format, FormatCodec, Limits, SymbolFilter, fbs};
 use mdrelay_iex::capture::CaptureReader;
 use mdrelay_iex::iextp::{HEADER_LEN, Segment};
 use mdrelay_iex::link;

@@ -10,6 +10,7 @@ fn formats() -> Vec<mdrelay_codec::Format> {
     }
 }
 
+use mdrelay_codec::FormatCodec;
 use mdrelay_codec::{BatchHeader, Codec, Limits, MessageScratch, collect_segment};
 use mdrelay_harness::alloc::count_allocations;
 use mdrelay_iex::Aggregator;

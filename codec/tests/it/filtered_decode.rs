@@ -3,6 +3,7 @@
 //! the real captures it gives the reference's figures for the filtered symbols and counts every
 //! message of every type.
 
+use mdrelay_codec::FormatCodec;
 use mdrelay_codec::{Codec, Limits, SymbolFilter};
 use mdrelay_harness::{expected, formats, iex_data};
 use mdrelay_iex::inspect::InspectReport;

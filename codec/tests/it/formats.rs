@@ -2,6 +2,7 @@
 //! decoded and aggregated to exactly the reference figures, framing on split and merged reads,
 //! and corrupt frames that give errors, never panics.
 
+use mdrelay_codec::FormatCodec;
 use mdrelay_codec::{BatchHeader, Codec, Format, Limits};
 use mdrelay_harness::{assert_aggregates, expected, formats, iex_data};
 use mdrelay_iex::inspect::InspectReport;

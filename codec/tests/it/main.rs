@@ -1,6 +1,7 @@
 //! mdrelay-codec's integration tests in one test binary, a module per area: every format's round
 //! trip, filtered decoding, JSON's own rules, and no allocation per frame once warm.
 
+use mdrelay_codec::FormatCodec;
 use mdrelay_harness::alloc::CountingAllocator;
 
 // Counts allocations on threads that measure (`count_allocations`); the others are not counted,

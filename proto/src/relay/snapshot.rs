@@ -17,7 +17,7 @@
 
 use super::protect::{MAX_SNAPSHOT_FRAMES, ProtectError, Protector};
 use super::wire::{RecordHeader, RecordTag, RelayError, Totals};
-use mdrelay_codec::{BatchHeader, Codec, DecodeError, EncodeError, Format};
+use mdrelay_codec::{BatchHeader, Codec, DecodeError, EncodeError, Format, FormatCodec};
 use mdrelay_iex::aggregate::{Aggregator, SymbolAggregate};
 use mdrelay_iex::book::Books;
 use mdrelay_iex::counts::TypeCounts;

@@ -9,6 +9,7 @@
 use aes_gcm::aead::consts::U12;
 use aes_gcm::aead::{AeadInPlace, KeyInit};
 use aes_gcm::{Aes256Gcm, Tag};
+use mdrelay_codec::FormatCodec;
 use mdrelay_codec::{self as codec, BatchHeader, Codec, Format, Limits};
 use mdrelay_harness::{iex_data, reference_output};
 use mdrelay_iex::message::{Message, Trade};

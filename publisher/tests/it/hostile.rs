@@ -5,6 +5,7 @@
 
 use crate::common::{StatusPeak, alone_in_tempdir, assert_exact_deep10, deep10, path};
 use mdrelay_codec::Format;
+use mdrelay_codec::FormatCodec;
 use mdrelay_harness::cli_args::words;
 use mdrelay_harness::{Process, Signal, expected, iex_data, json_file, publisher_bin, subscriber_bin};
 use mdrelay_proto::relay::{

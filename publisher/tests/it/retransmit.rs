@@ -13,6 +13,7 @@
 //! own say.
 
 use crate::common::beside_others_in_tempdir;
+use mdrelay_codec::FormatCodec;
 use mdrelay_codec::{Codec, Format, Limits};
 use mdrelay_harness::cli_args::{NO_INTERVAL_REPORTS, PACED_40K, PACED_100K, RETRANSMIT_ON_LOOPBACK, words};
 use mdrelay_harness::process::field;

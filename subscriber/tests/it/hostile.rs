@@ -6,6 +6,7 @@
 //! message parser, independently of the subscriber.
 
 use crate::common::{charge, udp_subscriber};
+use mdrelay_codec::FormatCodec;
 use mdrelay_codec::{BatchHeader, Codec, Format, Limits, collect_segment};
 use mdrelay_harness::{Process, serial, subscriber_bin};
 use mdrelay_iex::iextp::Segment;

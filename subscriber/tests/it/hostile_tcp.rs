@@ -6,6 +6,7 @@
 //! `mdrelay-sub` process receives.
 
 use crate::common::subscriber;
+use mdrelay_codec::FormatCodec;
 use mdrelay_codec::{BatchHeader, Codec, Format, Limits};
 use mdrelay_harness::receive::{fake_publisher, flood, refuse};
 use mdrelay_harness::{STEP, Signal, serial, shared};

@@ -9,6 +9,7 @@
 //! flight, so loopback loses nothing the test did not withhold.
 
 use crate::common;
+use mdrelay_codec::FormatCodec;
 
 use common::*;
 use mdrelay_codec::{Codec, Format, Limits};

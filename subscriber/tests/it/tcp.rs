@@ -3,6 +3,7 @@
 //! bad frames, echoes and the histogram log.
 
 use crate::common;
+use mdrelay_codec::FormatCodec;
 
 use common::*;
 use mdrelay_codec::{Codec, Format, Limits};

@@ -7,6 +7,7 @@ use crate::relay::client::testing::{Notes, capture_frames, peer, record};
 use crate::relay::protect::{KEY_LEN, Protector, WireKey};
 use crate::relay::window::WINDOW;
 use crate::relay::wire::{Hello, Subscribe, gone_payload};
+use mdrelay_codec::FormatCodec;
 
 const MS: i64 = 1_000_000;
 const SESSION: u64 = 0x1234;

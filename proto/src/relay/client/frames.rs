@@ -30,7 +30,7 @@ use crate::relay::protect::{LEN_PREFIX, ProtectError, WireKey};
 use crate::relay::session::SessionTracker;
 use crate::relay::window::Observed;
 use crate::relay::wire::Echo;
-use mdrelay_codec::{BatchHeader, Codec, DecodeError, Format, Limits, SymbolFilter};
+use mdrelay_codec::{BatchHeader, Codec, DecodeError, Format, FormatCodec, Limits, SymbolFilter};
 use mdrelay_iex::message::Message;
 use std::collections::{BTreeSet, VecDeque};
 use std::fmt;

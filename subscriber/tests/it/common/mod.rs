@@ -3,6 +3,7 @@
 //! frames, records and datagrams a fake publisher sends, built with proto's relay module.
 #![allow(dead_code)]
 
+use mdrelay_codec::FormatCodec;
 use mdrelay_codec::{BatchHeader, Codec, Format, collect_segment};
 use mdrelay_harness::process::field;
 use mdrelay_harness::{NatsServer, Process, iex_data, subscriber_bin};
