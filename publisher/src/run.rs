@@ -473,6 +473,12 @@ pub fn run(args: &RunArgs) -> Result<()> {
         return Ok(());
     }
     let config = args.config().exit_status(ExitStatus::Config)?;
+    // The relay's memory is bounded by its ring and its queue: what it frees (records its
+    // subscribers have taken) it keeps for the next burst, so its resident set stays at its
+    // high-water mark instead of swinging, and the hot thread does not fault those pages in again.
+    if !mdrelay_runtime::memory::keep_freed_memory() {
+        tracing::debug!("the C library's allocator hands freed memory back by its own policy");
+    }
     // Before the runtime exists, so the exporter gets a thread and runtime of its own.
     let build_info = match &config.metrics {
         Some(m) => Some(mdrelay_telemetry::prometheus::serve(

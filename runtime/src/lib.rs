@@ -3,10 +3,12 @@
 //! scheduler, kept out of the I/O-free protocol core (`mdrelay-proto`).
 //!
 //! - [`idle`]: idle strategies (spin, yield, backoff, sleep) and profiles for hot threads;
-//! - [`clock`]: the wall clock publish and receive times are read from.
+//! - [`clock`]: the wall clock publish and receive times are read from;
+//! - [`memory`]: whether freed memory goes back to the system.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod clock;
 pub mod idle;
+pub mod memory;
