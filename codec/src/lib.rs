@@ -179,6 +179,14 @@ impl FormatCodec for Codec {
         with_codec!(self, c => c.encode_batch(batch, out))
     }
 
+    /// The format's own `encode` behind the dispatch, so that its checks and its `encode_batch`
+    /// are compiled together, as one codec's are (through `encode_batch` above, SBE's encode
+    /// took 1.12x as long: the format's code was no longer inlined into its arm).
+    #[inline]
+    fn encode(&mut self, header: &BatchHeader, messages: &[Message<'_>], out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        with_codec!(self, c => c.encode(header, messages, out))
+    }
+
     #[inline]
     fn frame_len(&self, buf: &[u8]) -> Result<Option<usize>, DecodeError> {
         with_codec!(self, c => c.frame_len(buf))
