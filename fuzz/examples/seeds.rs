@@ -15,7 +15,7 @@ use mdrelay_iex::message::Message;
 use mdrelay_proto::relay::Protection;
 use mdrelay_proto::relay::{
     DATAGRAM_VERSION, DatagramHeader, DatagramKind, Echo, Hello, PROTOCOL_VERSION, RecordHeader, RecordTag, Resume,
-    RetransmitRequest, SCHEMA_VERSION, Subscribe, Totals,
+    RetransmitRequest, SCHEMA_VERSION, Subscribe, Totals, WIDE_DATAGRAM_VERSION,
 };
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -180,6 +180,8 @@ fn main() {
         sequence: 9,
     };
     write(&corpus.join("relay_datagram_header"), "1", &datagram.to_bytes());
+    let wide = DatagramHeader { version: WIDE_DATAGRAM_VERSION, frame_count: 300, ..datagram };
+    write(&corpus.join("relay_datagram_header"), "2", &wide.to_bytes());
     write(&corpus.join("relay_echo"), "1", &Echo { publish_time: 1_500_000_000_000_000_000, sequence: 3 }.to_bytes());
     let totals =
         Totals { frames: 10, messages: 20, by_type: [(b'T', 15), (b'8', 5)].into_iter().collect(), truncated: false };

@@ -230,7 +230,7 @@ pub fn relay_datagram_header(data: &[u8]) {
     let relay = DatagramHeader::is_relay_datagram(data);
     if let Ok(header) = DatagramHeader::parse(data) {
         assert!(relay, "a datagram header parsed from bytes without the magic");
-        assert_eq!(header.to_bytes()[..], data[..DatagramHeader::LEN]);
+        assert_eq!(header.to_bytes()[..], data[..header.len_on_wire()]);
         assert_eq!(DatagramHeader::parse(&header.to_bytes()), Ok(header));
     }
 }

@@ -243,8 +243,10 @@ pub fn nats_stream_state(servers: &str, stream: &str) -> Result<serde_json::Valu
 }
 
 /// Runs natscli (`nats`) against `servers` with `args`, bounded to 30 s: its stdout, or what it
-/// printed when it failed or took too long.
+/// printed when it failed or took too long. Its output is read while it runs: one larger than a
+/// pipe holds (a stored message of 64 KiB, in base64) would otherwise block it until the bound.
 pub fn nats_cli(servers: &str, args: &[&str]) -> Result<String, String> {
+    use std::io::Read;
     let mut child = Command::new(nats_tool("nats"))
         .args(["--server", servers, "--timeout", "10s"])
         .args(args)
@@ -252,18 +254,32 @@ pub fn nats_cli(servers: &str, args: &[&str]) -> Result<String, String> {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .map_err(|e| format!("starting nats: {e}"))?;
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut text = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut text);
+            }
+            String::from_utf8_lossy(&text).into_owned()
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while child.try_wait().map_err(|e| e.to_string())?.is_none() {
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            break status;
+        }
         if std::time::Instant::now() > deadline {
             let _ = child.kill();
+            let _ = child.wait();
             return Err(format!("nats {args:?} took over 30 s"));
         }
         std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().map_err(|e| e.to_string())?;
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    if !out.status.success() {
-        return Err(format!("nats {args:?}: {}\n{stdout}\n{}", out.status, String::from_utf8_lossy(&out.stderr)));
+    };
+    let stdout = stdout.join().unwrap_or_default();
+    if !status.success() {
+        return Err(format!("nats {args:?}: {status}\n{stdout}\n{}", stderr.join().unwrap_or_default()));
     }
     Ok(stdout)
 }

@@ -324,12 +324,21 @@ impl Pacing {
 }
 
 /// `[batching]`.
-#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Batching {
     /// Coalesce frames into one TCP record / datagram up to this many bytes (0: one frame each).
     #[serde(deserialize_with = "units::bytes_within::<_, _, 0, MAX_COALESCE>")]
     pub coalesce_bytes: usize,
+    /// A UDP datagram or NATS message of more than 255 frames is written in datagram header
+    /// version 2; false holds each to 255 frames, for receivers older than version 2.
+    pub wide_datagrams: bool,
+}
+
+impl Default for Batching {
+    fn default() -> Self {
+        Batching { coalesce_bytes: 0, wide_datagrams: true }
+    }
 }
 
 /// What to do with a TCP subscriber whose queue is full.

@@ -128,14 +128,14 @@ impl Outputs {
             let envelope = Envelope::Datagram { session, protection: protector.protection() };
             let coalesce_bytes = config.batching.coalesce_bytes;
             let budget = if coalesce_bytes == 0 { 0 } else { coalesce_bytes.min(config.max_datagram()) };
-            (Coalescer::new(envelope, budget), u)
+            (Coalescer::new(envelope, budget).with_wide_datagrams(config.batching.wide_datagrams), u)
         });
         let nats = nats.map(|n| {
             let envelope = Envelope::Datagram { session, protection: protector.protection() };
             let limit = config.nats.as_ref().map_or(0, |n| n.max_message);
             let coalesce_bytes = config.batching.coalesce_bytes;
             let budget = if coalesce_bytes == 0 { 0 } else { coalesce_bytes.min(limit) };
-            (Coalescer::new(envelope, budget), n)
+            (Coalescer::new(envelope, budget).with_wide_datagrams(config.batching.wide_datagrams), n)
         });
         Outputs { tcp, udp, nats, ring, protector, session, state: None }
     }

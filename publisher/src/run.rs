@@ -159,6 +159,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes::<usize>, env = "MDRELAY_PUB_COALESCE_BYTES", help_heading = "Batching")]
     #[serde(rename = "batching.coalesce_bytes")]
     pub coalesce_bytes: Option<usize>,
+    /// Datagrams and NATS messages of more than 255 frames in header version 2 [default: true].
+    #[arg(long, value_name = "BOOL", env = "MDRELAY_PUB_WIDE_DATAGRAMS", help_heading = "Batching")]
+    #[serde(rename = "batching.wide_datagrams")]
+    pub wide_datagrams: Option<bool>,
     /// Serve subscribers over TCP on this address [config default: 127.0.0.1:9100].
     #[arg(long, value_name = "ADDR:PORT", env = "MDRELAY_PUB_TCP", help_heading = "TCP")]
     #[serde(rename = "tcp.listen")]

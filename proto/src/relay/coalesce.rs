@@ -14,8 +14,11 @@
 //! at a flush, so a paced stream's frames leave as soon as they did one by one.
 
 use super::protect::Protection;
-use super::wire::{DATAGRAM_VERSION, DatagramHeader, DatagramKind, MAX_DATAGRAM, MAX_RECORD, RecordHeader, RecordTag};
-use bytes::{Bytes, BytesMut};
+use super::wire::{
+    DATAGRAM_VERSION, DatagramHeader, DatagramKind, MAX_DATAGRAM, MAX_RECORD, RecordHeader, RecordTag,
+    WIDE_DATAGRAM_VERSION,
+};
+use bytes::{Buf, Bytes, BytesMut};
 use mdrelay_codec::Format;
 
 /// The relay framing frames are grouped into.
@@ -23,7 +26,9 @@ use mdrelay_codec::Format;
 pub enum Envelope {
     /// A TCP `DATA` record: [`RecordHeader`], up to 65,535 frames.
     Record,
-    /// A UDP `DATA` datagram of this publisher session: [`DatagramHeader`], up to 255 frames.
+    /// A `DATA` datagram of this publisher session (UDP, or a NATS message): [`DatagramHeader`]
+    /// in version 1 up to 255 frames, in version 2 beyond (unless the coalescer is held to
+    /// version 1).
     Datagram {
         /// The publisher's session, in every header.
         session: u64,
@@ -33,7 +38,7 @@ pub enum Envelope {
 }
 
 impl Envelope {
-    /// Header bytes before the frames.
+    /// Header bytes before the frames of an envelope of one frame (a datagram's version 1).
     pub const fn header_len(self) -> usize {
         match self {
             Envelope::Record => RecordHeader::LEN,
@@ -41,11 +46,11 @@ impl Envelope {
         }
     }
 
-    /// Most frames one envelope can declare.
-    pub const fn max_frames(self) -> usize {
+    /// Header bytes before `frames` frames, when a datagram may be written in version 2.
+    const fn header_len_for(self, frames: usize, wide: bool) -> usize {
         match self {
-            Envelope::Record => u16::MAX as usize,
-            Envelope::Datagram { .. } => u8::MAX as usize,
+            Envelope::Datagram { .. } if wide && frames > u8::MAX as usize => DatagramHeader::WIDE_LEN,
+            _ => self.header_len(),
         }
     }
 
@@ -57,8 +62,10 @@ impl Envelope {
         }
     }
 
-    fn write_header(self, out: &mut [u8], format: Format, first_sequence: u64, frames: usize) {
-        let payload = out.len() - self.header_len();
+    /// Writes the header of `frames` frames at the start of `out` (header and frames), which
+    /// is `header_len_for(frames, wide)` bytes.
+    fn write_header(self, out: &mut [u8], format: Format, first_sequence: u64, frames: usize, wide: bool) {
+        let payload = out.len() - self.header_len_for(frames, wide);
         match self {
             Envelope::Record => {
                 let header = RecordHeader {
@@ -71,16 +78,18 @@ impl Envelope {
                 out[..RecordHeader::LEN].copy_from_slice(&header.to_bytes());
             }
             Envelope::Datagram { session, protection } => {
+                let wide = wide && frames > usize::from(u8::MAX);
                 let header = DatagramHeader {
-                    version: DATAGRAM_VERSION,
+                    version: if wide { WIDE_DATAGRAM_VERSION } else { DATAGRAM_VERSION },
                     format,
                     kind: DatagramKind::Data,
-                    frame_count: u8::try_from(frames).unwrap_or(u8::MAX),
+                    frame_count: u32::try_from(frames).unwrap_or(u32::MAX),
                     protection,
                     session,
                     sequence: first_sequence,
                 };
-                out[..DatagramHeader::LEN].copy_from_slice(&header.to_bytes());
+                let bytes = header.to_bytes();
+                out[..bytes.len()].copy_from_slice(&bytes);
             }
         }
     }
@@ -137,6 +146,14 @@ pub struct Coalescer {
     frames: usize,
     first_sequence: u64,
     format: Format,
+    /// Whether a datagram of more than 255 frames is written in header version 2 (else
+    /// datagrams hold at most 255 frames).
+    wide: bool,
+    /// Header bytes kept before the frames of the envelope being built: as many as its header
+    /// can grow to. A datagram that ends up in version 1 starts `reserved - 24` bytes in.
+    reserved: usize,
+    /// Bytes before the first envelope of the run being handed over that are not part of it.
+    skip: usize,
     /// Sealed envelopes handed over together (1: each on its own).
     run_limit: usize,
     /// Sealed envelopes waiting in `buf`, their frames, first frame and format.
@@ -158,6 +175,9 @@ impl Coalescer {
             frames: 0,
             first_sequence: 0,
             format: Format::Raw,
+            wide: true,
+            reserved: envelope.header_len_for(usize::MAX, true),
+            skip: 0,
             run_limit: 1,
             run_envelopes: 0,
             run_frames: 0,
@@ -174,9 +194,26 @@ impl Coalescer {
         self
     }
 
+    /// Writes datagrams in header version 1 only, at most 255 frames each, for receivers that
+    /// read no other (`false`); by default a datagram of more frames is written in version 2.
+    pub fn with_wide_datagrams(mut self, wide: bool) -> Coalescer {
+        self.wide = wide;
+        self.reserved = self.envelope.header_len_for(usize::MAX, wide);
+        self
+    }
+
     /// The envelope this coalescer fills.
     pub fn envelope(&self) -> Envelope {
         self.envelope
+    }
+
+    /// Most frames one envelope can declare.
+    fn max_frames(&self) -> usize {
+        match self.envelope {
+            Envelope::Record => u16::MAX.into(),
+            Envelope::Datagram { .. } if self.wide => usize::try_from(u32::MAX).unwrap_or(usize::MAX),
+            Envelope::Datagram { .. } => u8::MAX.into(),
+        }
     }
 
     /// Frames waiting in the envelope being built.
@@ -197,10 +234,11 @@ impl Coalescer {
         if header + frame.len() > self.envelope.max_len() {
             return Err(FrameTooLarge { len: frame.len(), envelope: self.envelope, max: self.envelope.max_len() });
         }
+        let payload = (self.buf.len() - self.start).saturating_sub(self.reserved);
         let joins = self.frames > 0
             && format == self.format
-            && self.frames < self.envelope.max_frames()
-            && (self.buf.len() - self.start) + frame.len() <= self.budget
+            && self.frames < self.max_frames()
+            && self.envelope.header_len_for(self.frames + 1, self.wide) + payload + frame.len() <= self.budget
             && sequence == self.first_sequence.saturating_add(self.frames as u64);
         if self.frames > 0 && !joins {
             self.seal(&mut sealed);
@@ -216,7 +254,7 @@ impl Coalescer {
                 self.buf.clear();
                 self.start = 0;
             }
-            self.buf.resize(self.start + header, 0);
+            self.buf.resize(self.start + self.reserved, 0);
             self.first_sequence = sequence;
             self.format = format;
         }
@@ -239,8 +277,13 @@ impl Coalescer {
 
     /// Closes the envelope being built into the run; hands the run over when it is full.
     fn seal(&mut self, sealed: &mut impl FnMut(Sealed)) {
-        self.envelope.write_header(&mut self.buf[self.start..], self.format, self.first_sequence, self.frames);
+        let unused = self.reserved - self.envelope.header_len_for(self.frames, self.wide);
+        let at = self.start + unused;
+        self.envelope.write_header(&mut self.buf[at..], self.format, self.first_sequence, self.frames, self.wide);
         if self.run_envelopes == 0 {
+            // Runs are of records, whose header is always the reserved length: only a run's
+            // first envelope can start in.
+            self.skip = unused;
             self.run_first = self.first_sequence;
             self.run_format = self.format;
         }
@@ -258,14 +301,17 @@ impl Coalescer {
         if self.run_envelopes == 0 {
             return;
         }
+        let mut bytes = self.buf.split_to(self.start).freeze();
+        bytes.advance(self.skip);
         let run = Sealed {
-            bytes: self.buf.split_to(self.start).freeze(),
+            bytes,
             format: self.run_format,
             first_sequence: self.run_first,
             frames: self.run_frames,
             envelopes: self.run_envelopes as u64,
         };
         self.start = 0;
+        self.skip = 0;
         self.run_envelopes = 0;
         self.run_frames = 0;
         sealed(run);
@@ -381,12 +427,51 @@ mod tests {
 
     #[test]
     fn the_frame_count_limit_and_the_largest_envelope_hold() {
-        let mut c = Coalescer::new(Envelope::Datagram { session: 1, protection: Protection::NONE }, 60_000);
+        let envelope = Envelope::Datagram { session: 1, protection: Protection::NONE };
+        let mut c = Coalescer::new(envelope, 60_000).with_wide_datagrams(false);
         let frames: Vec<_> = (1..=300).map(|s| (s, Format::Sbe, 1)).collect();
         let sealed = collect(&mut c, &frames);
         assert_eq!(sealed.iter().map(|s| s.frames).collect::<Vec<_>>(), vec![255, 45]);
+        for s in &sealed {
+            let h = DatagramHeader::parse(&s.bytes).unwrap();
+            assert_eq!((h.version, h.frame_count as u64), (DATAGRAM_VERSION, s.frames));
+            assert_eq!(s.bytes.len(), DatagramHeader::LEN + s.frames as usize);
+        }
         let big = vec![0u8; MAX_DATAGRAM];
         assert!(c.push(1, Format::Sbe, &big, |_| panic!("nothing sealed")).is_err());
         assert_eq!(c.pending_frames(), 0);
+    }
+
+    #[test]
+    fn a_datagram_of_more_than_255_frames_is_written_in_version_2_and_fewer_in_version_1() {
+        let envelope = Envelope::Datagram { session: 9, protection: Protection::NONE };
+        let mut c = Coalescer::new(envelope, 60_000);
+        let frames: Vec<_> = (1..=300).map(|s| (s, Format::Sbe, 2)).chain([(301, Format::Capnp, 2)]).collect();
+        let sealed = collect(&mut c, &frames);
+        assert_eq!(sealed.iter().map(|s| s.frames).collect::<Vec<_>>(), vec![300, 1]);
+        let wide = DatagramHeader::parse(&sealed[0].bytes).unwrap();
+        assert_eq!((wide.version, wide.frame_count, wide.session, wide.sequence), (WIDE_DATAGRAM_VERSION, 300, 9, 1));
+        assert_eq!(wide.len_on_wire(), DatagramHeader::WIDE_LEN);
+        assert_eq!(&sealed[0].bytes[..wide.len_on_wire()], &wide.to_bytes()[..], "the header as written");
+        let payload = &sealed[0].bytes[DatagramHeader::WIDE_LEN..];
+        let expected: Vec<u8> = (1..=300u64).flat_map(|s| [s as u8; 2]).collect();
+        assert_eq!(payload, &expected[..], "every frame, in order, right after the header");
+        let narrow = DatagramHeader::parse(&sealed[1].bytes).unwrap();
+        assert_eq!((narrow.version, narrow.frame_count, narrow.sequence), (DATAGRAM_VERSION, 1, 301));
+        assert_eq!(sealed[1].bytes.len(), DatagramHeader::LEN + 2, "version 1 is as it always was");
+    }
+
+    #[test]
+    fn the_wider_header_counts_against_the_budget() {
+        // 255 frames of 10 bytes fill a version-1 datagram to 2,574 bytes; the 256th needs 10
+        // bytes more and a header 8 bytes longer.
+        let envelope = Envelope::Datagram { session: 1, protection: Protection::NONE };
+        for (budget, expected) in [(2_584, vec![255, 45]), (2_592, vec![256, 44])] {
+            let mut c = Coalescer::new(envelope, budget);
+            let frames: Vec<_> = (1..=300).map(|s| (s, Format::Sbe, 10)).collect();
+            let sealed = collect(&mut c, &frames);
+            assert_eq!(sealed.iter().map(|s| s.frames).collect::<Vec<_>>(), expected, "budget {budget}");
+            assert!(sealed.iter().all(|s| s.bytes.len() <= budget), "budget {budget}");
+        }
     }
 }

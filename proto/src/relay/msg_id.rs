@@ -120,7 +120,7 @@ mod tests {
             version: DATAGRAM_VERSION,
             format: Format::Sbe,
             kind,
-            frame_count: u8::from(kind == DatagramKind::Data),
+            frame_count: u32::from(kind == DatagramKind::Data),
             protection: Default::default(),
             session,
             sequence,

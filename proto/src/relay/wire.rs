@@ -12,9 +12,14 @@ use std::collections::BTreeMap;
 pub const PROTOCOL_VERSION: u16 = 2;
 /// The oldest protocol version this build still speaks.
 pub const MIN_PROTOCOL_VERSION: u16 = 1;
-/// Version of the datagram header: unchanged since protocol version 1, so UDP receivers of
-/// either version read the datagrams of both.
+/// Version of the datagram header written whenever the frame count fits its one byte: unchanged
+/// since protocol version 1, so receivers of every release read it.
 pub const DATAGRAM_VERSION: u8 = 1;
+/// Version of the datagram header of a `DATA` datagram of more than 255 frames: version 1's 24
+/// bytes (its frame count byte 0), then the frame count as a u32 and 4 bytes of 0. Receivers
+/// before it count such a datagram as invalid, so a publisher can be told to write version 1
+/// only (at most 255 frames a datagram).
+pub const WIDE_DATAGRAM_VERSION: u8 = 2;
 /// Version of the schemas in codec/schema (all formats move together).
 pub const SCHEMA_VERSION: u16 = 1;
 /// First bytes of a publisher's greeting.
@@ -534,14 +539,15 @@ pub enum DatagramKind {
 /// The header of every relay datagram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DatagramHeader {
-    /// The protocol version.
+    /// The header's version: [`DATAGRAM_VERSION`], or [`WIDE_DATAGRAM_VERSION`] for a frame
+    /// count over 255.
     pub version: u8,
     /// The format of the frames.
     pub format: Format,
     /// What the datagram carries.
     pub kind: DatagramKind,
     /// Frames in a `Data` datagram.
-    pub frame_count: u8,
+    pub frame_count: u32,
     /// How the frames (and an `End`'s totals) are protected: the kind byte's high bits, zero
     /// from a build without protection.
     pub protection: Protection,
@@ -552,20 +558,32 @@ pub struct DatagramHeader {
 }
 
 impl DatagramHeader {
-    /// Bytes on the wire.
+    /// Bytes on the wire in version 1 (every datagram of at most 255 frames).
     pub const LEN: usize = 24;
+    /// Bytes on the wire in version 2.
+    pub const WIDE_LEN: usize = 32;
 
-    /// The header's bytes.
-    pub fn to_bytes(&self) -> [u8; DatagramHeader::LEN] {
-        let mut b = [0u8; DatagramHeader::LEN];
+    /// Bytes this header takes on the wire: where the payload starts.
+    pub fn len_on_wire(&self) -> usize {
+        if self.version == WIDE_DATAGRAM_VERSION { DatagramHeader::WIDE_LEN } else { DatagramHeader::LEN }
+    }
+
+    /// The header's bytes, as many as its version takes. A version-1 header's frame count
+    /// is cut to 255: a writer that may count more writes version 2.
+    pub fn to_bytes(&self) -> DatagramHeaderBytes {
+        let mut b = [0u8; DatagramHeader::WIDE_LEN];
         b[..4].copy_from_slice(&DATAGRAM_MAGIC);
         b[4] = self.version;
         b[5] = self.format.id();
         b[6] = self.kind as u8 | self.protection.bits() << 4;
-        b[7] = self.frame_count;
         b[8..16].copy_from_slice(&self.session.to_le_bytes());
         b[16..24].copy_from_slice(&self.sequence.to_le_bytes());
-        b
+        if self.version == WIDE_DATAGRAM_VERSION {
+            b[24..28].copy_from_slice(&self.frame_count.to_le_bytes());
+        } else {
+            b[7] = u8::try_from(self.frame_count).unwrap_or(u8::MAX);
+        }
+        DatagramHeaderBytes { bytes: b, len: self.len_on_wire() }
     }
 
     /// True when `b` starts like a relay datagram (as opposed to, say, a bare IEX-TP segment).
@@ -573,7 +591,7 @@ impl DatagramHeader {
         b.first_chunk::<4>() == Some(&DATAGRAM_MAGIC)
     }
 
-    /// Reads a header.
+    /// Reads a header of either version.
     pub fn parse(b: &[u8]) -> Result<DatagramHeader, RelayError> {
         if b.len() < DatagramHeader::LEN {
             return Err(err(b.len(), format!("datagram of {} bytes is shorter than the relay header", b.len())));
@@ -582,9 +600,32 @@ impl DatagramHeader {
             return Err(err(0, "not a relay datagram (bad magic)"));
         }
         let version = u8_at(b, 4)?;
-        if version != DATAGRAM_VERSION {
-            return Err(err(4, format!("relay datagram version {version}, this build reads {DATAGRAM_VERSION}")));
-        }
+        let frame_count = match version {
+            DATAGRAM_VERSION => u32::from(u8_at(b, 7)?),
+            WIDE_DATAGRAM_VERSION => {
+                if b.len() < DatagramHeader::WIDE_LEN {
+                    return Err(err(
+                        b.len(),
+                        format!("datagram of {} bytes is shorter than a version-2 relay header (32 bytes)", b.len()),
+                    ));
+                }
+                if u8_at(b, 7)? != 0 {
+                    return Err(err(7, "a version-2 relay datagram header has a frame count byte other than 0"));
+                }
+                if u32_at(b, 28)? != 0 {
+                    return Err(err(28, "a version-2 relay datagram header's last 4 bytes are not 0"));
+                }
+                u32_at(b, 24)?
+            }
+            _ => {
+                return Err(err(
+                    4,
+                    format!(
+                        "relay datagram version {version}, this build reads {DATAGRAM_VERSION} and {WIDE_DATAGRAM_VERSION}"
+                    ),
+                ));
+            }
+        };
         let protection = protection_at(&[u8_at(b, 6)? >> 4], 0).map_err(|e| err(6, e.what))?;
         let kind = match u8_at(b, 6)? & 0x0f {
             0 => DatagramKind::Data,
@@ -596,11 +637,38 @@ impl DatagramHeader {
             version,
             format: format_at(b, 5)?,
             kind,
-            frame_count: u8_at(b, 7)?,
+            frame_count,
             protection,
             session: u64_at(b, 8)?,
             sequence: u64_at(b, 16)?,
         })
+    }
+}
+
+/// A datagram header's bytes: [`DatagramHeader::LEN`] of them in version 1,
+/// [`DatagramHeader::WIDE_LEN`] in version 2. Reads as a byte slice.
+#[derive(Clone, Copy, Debug)]
+pub struct DatagramHeaderBytes {
+    bytes: [u8; DatagramHeader::WIDE_LEN],
+    len: usize,
+}
+
+impl std::ops::Deref for DatagramHeaderBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+impl std::ops::DerefMut for DatagramHeaderBytes {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.bytes[..self.len]
+    }
+}
+
+impl PartialEq<[u8]> for DatagramHeaderBytes {
+    fn eq(&self, other: &[u8]) -> bool {
+        **self == *other
     }
 }
 
@@ -756,6 +824,29 @@ mod tests {
         let mut bad = dg.to_bytes();
         bad[4] = 9;
         assert!(DatagramHeader::parse(&bad).unwrap_err().what.contains("version 9"));
+        // Version 2: the frame count after the first 24 bytes, as wide as a u32.
+        let wide =
+            DatagramHeader { version: WIDE_DATAGRAM_VERSION, kind: DatagramKind::Data, frame_count: 70_000, ..dg };
+        let bytes = wide.to_bytes();
+        assert_eq!(
+            (bytes.len(), wide.len_on_wire(), bytes[7]),
+            (DatagramHeader::WIDE_LEN, DatagramHeader::WIDE_LEN, 0)
+        );
+        assert_eq!(
+            bytes[..24],
+            DatagramHeader { frame_count: 0, ..wide }.to_bytes()[..24],
+            "version 1's first 24 bytes"
+        );
+        assert_eq!(DatagramHeader::parse(&bytes).unwrap(), wide);
+        for (at, what) in [(7, "frame count byte"), (29, "last 4 bytes")] {
+            let mut bad = bytes;
+            bad[at] = 1;
+            assert!(DatagramHeader::parse(&bad).unwrap_err().what.contains(what), "byte {at}");
+        }
+        let cut = DatagramHeader::parse(&bytes[..31]).unwrap_err();
+        assert_eq!(cut.offset, 31);
+        assert!(cut.what.contains("shorter than a version-2"), "{}", cut.what);
+        assert_eq!(DatagramHeader { frame_count: 300, ..dg }.to_bytes()[7], 255, "version 1 cuts what it cannot count");
         let totals = Totals {
             frames: 10,
             messages: 20,

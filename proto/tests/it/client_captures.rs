@@ -238,7 +238,7 @@ fn datagram(kind: DatagramKind, format: Format, sequence: u64, payload: &[u8], f
         version: DATAGRAM_VERSION,
         format,
         kind,
-        frame_count: frames,
+        frame_count: frames.into(),
         protection: Protection::NONE,
         session: SESSION,
         sequence,

@@ -277,7 +277,7 @@ fn datagram() -> impl Strategy<Value = Vec<u8>> {
                 version: DATAGRAM_VERSION,
                 format: Format::Sbe,
                 kind: DatagramKind::Data,
-                frame_count: frames,
+                frame_count: frames.into(),
                 protection: Protection::from_bits(protection).unwrap_or_default(),
                 session,
                 sequence,

@@ -163,6 +163,7 @@ fn the_limits_table_gives_the_codes_constants() {
         ("Subscribe::V2_LEN", Subscribe::V2_LEN as u64),
         ("RecordHeader::LEN", RecordHeader::LEN as u64),
         ("DatagramHeader::LEN", DatagramHeader::LEN as u64),
+        ("DatagramHeader::WIDE_LEN", DatagramHeader::WIDE_LEN as u64),
         ("Echo::LEN", Echo::LEN as u64),
         ("RetransmitRequest::PAYLOAD", RetransmitRequest::PAYLOAD as u64),
         ("MAX_RECORD", MAX_RECORD as u64),
@@ -337,7 +338,7 @@ fn the_udp_examples_read_as_the_page_says() {
 
     let (data, payload) = datagram(block(&blocks, "data-datagram"), "data-datagram");
     assert_eq!((data.kind, data.protection, data.version), (DatagramKind::Data, Protection::NONE, 1));
-    let decoded = frames(data.format, &payload, data.frame_count.into(), "data-datagram");
+    let decoded = frames(data.format, &payload, data.frame_count as usize, "data-datagram");
     let trades: Vec<Trade> = decoded.iter().flat_map(|(_, t)| t.clone()).collect();
     assert_reference_trades(&trades, 1, &reference, "data-datagram");
 

@@ -327,6 +327,7 @@ fn every_setting_is_the_same_from_the_file_its_variable_and_its_flag() {
         ("max-messages", "pacing.max_messages", "500", "500", TCP),
         ("duration", "pacing.duration", "10m", "600", TCP),
         ("coalesce-bytes", "batching.coalesce_bytes", "1400", "1400", TCP),
+        ("wide-datagrams", "batching.wide_datagrams", "false", "false", TCP),
         ("max-datagram", "udp.max_datagram", "1200", "1200", &["--udp", "127.0.0.1:9300"]),
         ("tcp", "tcp.listen", "127.0.0.1:9200", "\"127.0.0.1:9200\"", &[]),
         ("queue", "tcp.queue", "4096", "4096", TCP),

@@ -230,3 +230,78 @@ fn a_sighup_format_switch_is_followed_over_nats_and_the_aggregates_stay_exact() 
     }
     assert_exact(&report, "across format switches over NATS");
 }
+
+/// DEEP10 at top speed in SBE under AES-GCM, coalesced to 64 KiB: NATS messages hold more than
+/// 255 frames, so they are datagrams of header version 2 (the frame count wider than its one
+/// byte), and a subscriber takes them exact, live and repaired from the stream. Told
+/// `--wide-datagrams false`, for receivers older than version 2, the same publisher holds every
+/// message to 255 frames in version 1.
+#[test]
+#[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
+fn nats_messages_of_more_than_255_frames_are_wide_datagrams_exact_under_aes_gcm_or_held_to_255() {
+    use mdrelay_harness::receive::stored_message;
+    use mdrelay_proto::relay::{DATAGRAM_VERSION, DatagramKind, WIDE_DATAGRAM_VERSION};
+    let (_shared, dir) = beside_others_in_tempdir();
+    let server = NatsServer::start();
+    let key = key_file(dir.path(), "k.key", 0x3c);
+    let sub_config = subscriber_config(dir.path(), "sub.toml", false, Some(&key));
+    for (stream, wide) in [("WIDE", true), ("NARROW", false)] {
+        let subject = format!("md.{}", stream.to_lowercase());
+        let config = dir.path().join(format!("{stream}.toml"));
+        let text = format!(
+            "format = \"sbe\"\n[source]\ncapture = \"{}\"\n[pacing]\nmode = \"top-speed\"\n\
+             [batching]\ncoalesce_bytes = 65536\n{}[nats]\nservers = [\"{}\"]\nsubject = \"{subject}\"\nstream = \"{stream}\"\n",
+            iex_data().join("DEEP10.pcap.gz").display(),
+            protection(false, Some(&key)),
+            server.url()
+        );
+        std::fs::write(&config, text).unwrap();
+        let json = dir.path().join(format!("{stream}.json"));
+        let url = server.url();
+        let mut subscriber = Process::start(
+            subscriber_bin(),
+            [
+                "--config",
+                &sub_config,
+                "--nats",
+                &url,
+                "--nats-subject",
+                &subject,
+                "--nats-stream",
+                stream,
+                "--json",
+                json.to_str().unwrap(),
+                "--report-interval",
+                "0",
+            ],
+        );
+        subscriber.wait_for("subscribed over NATS");
+        let wide_flag = if wide { "true" } else { "false" };
+        let publisher = Process::start(
+            publisher_bin(),
+            ["run", "--config", config.to_str().unwrap(), "--wide-datagrams", wide_flag],
+        );
+        publisher.finish(RUN).assert_success();
+        let report = finished_report(subscriber, &json, stream);
+        assert_exact(&report, stream);
+        assert_nothing_refused(&report, stream);
+        // The first stored messages, as a later subscriber would read them (each read is a
+        // natscli run: a sample, not all of them).
+        let stored = mdrelay_harness::nats_stream_state(&url, stream).unwrap()["messages"].as_u64().unwrap();
+        let headers: Vec<DatagramHeader> = (1..=stored.min(12))
+            .map(|position| DatagramHeader::parse(&stored_message(&url, stream, position).1).unwrap())
+            .filter(|h| h.kind == DatagramKind::Data)
+            .collect();
+        let most = headers.iter().map(|h| h.frame_count).max().unwrap();
+        if wide {
+            assert!(most > 255, "{stream}: the largest message holds {most} frames");
+            for h in &headers {
+                let version = if h.frame_count > 255 { WIDE_DATAGRAM_VERSION } else { DATAGRAM_VERSION };
+                assert_eq!(h.version, version, "{stream}: {h:?}");
+            }
+        } else {
+            assert_eq!(most, 255, "{stream}: messages full to the version-1 limit");
+            assert!(headers.iter().all(|h| h.version == DATAGRAM_VERSION), "{stream}: {headers:?}");
+        }
+    }
+}

@@ -114,10 +114,10 @@ fn receive_all(socket: &UdpSocket) -> (BTreeMap<u64, Vec<u8>>, Totals, u64) {
     loop {
         let n = socket.recv(&mut buf).expect("datagrams until END");
         let header = DatagramHeader::parse(&buf[..n]).unwrap();
-        let body = &buf[DatagramHeader::LEN..n];
+        let body = &buf[header.len_on_wire()..n];
         match header.kind {
             DatagramKind::Data => {
-                for (i, f) in frames(header.format, body, usize::from(header.frame_count)).into_iter().enumerate() {
+                for (i, f) in frames(header.format, body, header.frame_count as usize).into_iter().enumerate() {
                     got.insert(header.sequence + i as u64, f);
                 }
             }

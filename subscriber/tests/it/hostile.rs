@@ -54,7 +54,7 @@ fn header(kind: DatagramKind, frames: u8, session: u64, sequence: u64) -> Vec<u8
         version: DATAGRAM_VERSION,
         format: Format::Sbe,
         kind,
-        frame_count: frames,
+        frame_count: frames.into(),
         protection: Default::default(),
         session,
         sequence,

@@ -1025,13 +1025,13 @@ impl DatagramReceiver {
             Payload {
                 origin: Origin::Recovered,
                 format: header.format,
-                bytes: &d[DatagramHeader::LEN..],
+                bytes: &d[header.len_on_wire()..],
                 first_sequence: header.sequence,
                 declared_frames: u64::from(header.frame_count),
                 session,
                 receive_time,
                 now,
-                place: Place::Datagram(DatagramHeader::LEN as u64),
+                place: Place::Datagram(header.len_on_wire() as u64),
             },
             visitor,
         );
@@ -1267,12 +1267,12 @@ impl DatagramReceiver {
                 false
             }
             DatagramKind::End => {
-                let totals = match Totals::parse(&d[DatagramHeader::LEN..]) {
+                let totals = match Totals::parse(&d[header.len_on_wire()..]) {
                     Ok(t) => t,
                     Err(error) => {
                         // The publisher repeats its END: wait for a readable one.
                         self.counts.invalid_packets += 1;
-                        let at = DatagramHeader::LEN + error.offset;
+                        let at = header.len_on_wire() + error.offset;
                         self.events.push_back(DatagramEvent::UnreadableEnd { peer, at, error });
                         return false;
                     }
@@ -1395,13 +1395,13 @@ impl DatagramReceiver {
             Payload {
                 origin,
                 format: header.format,
-                bytes: &d[DatagramHeader::LEN..],
+                bytes: &d[header.len_on_wire()..],
                 first_sequence: header.sequence,
                 declared_frames: u64::from(header.frame_count),
                 session: header.session,
                 receive_time,
                 now,
-                place: Place::Datagram(DatagramHeader::LEN as u64),
+                place: Place::Datagram(header.len_on_wire() as u64),
             },
             visitor,
         );

@@ -17,7 +17,7 @@ fn data(session: u64, first: u64, frames: &[&[u8]], format: Format) -> Vec<u8> {
         version: DATAGRAM_VERSION,
         format,
         kind: DatagramKind::Data,
-        frame_count: frames.len() as u8,
+        frame_count: frames.len() as u32,
         protection: Protection::NONE,
         session,
         sequence: first,

@@ -178,10 +178,10 @@ impl Unsealer {
             self.counts.frames_refused += u64::from(header.frame_count);
             return Err(format!("of session {:#x}, older than the stream's {current:#x}: replayed", header.session));
         }
-        let payload = &d[DatagramHeader::LEN..];
+        let payload = &d[header.len_on_wire()..];
         let mut plain = std::mem::take(&mut self.plain);
         plain.clear();
-        plain.extend_from_slice(&d[..DatagramHeader::LEN]);
+        plain.extend_from_slice(&d[..header.len_on_wire()]);
         let opened = match header.kind {
             DatagramKind::Data => {
                 let count = u64::from(header.frame_count);
