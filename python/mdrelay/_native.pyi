@@ -555,6 +555,8 @@ class Subscriber(Iterator[Union[Message, StreamEvent]]):
         frame_bytes: bool = False,
         # End of the generated keywords.
         idle_timeout: Optional[float] = None,
+        # Keep every symbol's book and status for book() and books() (default: with snapshot).
+        books: Optional[bool] = None,
     ) -> Subscriber: ...
     def __iter__(self) -> "Subscriber": ...
     def __next__(self) -> Union[Message, StreamEvent]: ...
@@ -567,10 +569,11 @@ class Subscriber(Iterator[Union[Message, StreamEvent]]):
         """What was counted so far, and the publisher's totals once its end of stream came."""
     def book(self, symbol: str) -> Optional[Book]:
         """One symbol's book and status as the messages received so far leave them (a
-        snapshot's included), or None when it has none."""
+        snapshot's included), or None when it has none. Needs `books=True` (or `snapshot=True`)."""
     def books(self) -> pyarrow.RecordBatch:
         """Every symbol's price levels: `symbol`, `side` ("buy" or "sell"), `price` (int64,
-        1/10,000 dollars) and `size`, by symbol, each side best first."""
+        1/10,000 dollars) and `size`, by symbol, each side best first. Needs `books=True` (or
+        `snapshot=True`)."""
     @property
     def local_addrs(self) -> List[str]:
         """UDP and multicast: the local addresses the lines receive on."""

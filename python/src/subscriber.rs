@@ -58,8 +58,9 @@ struct State {
     batches_ready: VecDeque<(&'static str, arrow_array::RecordBatch)>,
     /// When the last event came.
     last_activity: Instant,
-    /// Every symbol's book and status, from the messages received (and a snapshot's state).
-    books: Books,
+    /// Every symbol's book and status, from the messages received (and a snapshot's state),
+    /// when kept (`books=True`, or joining with a snapshot).
+    books: Option<Books>,
 }
 
 /// The variant name of an event, from its `Debug` text.
@@ -67,11 +68,13 @@ fn variant_name(debug: &str) -> String {
     debug.split(|c: char| !c.is_alphanumeric() && c != '_').next().unwrap_or_default().to_string()
 }
 
-/// Adds the items of one event to `out`, and its messages to `books`.
-fn push_items(event: Event<Frame<'_>>, out: &mut VecDeque<Item>, books: &mut Books) {
+/// Adds the items of one event to `out`, and its messages to `books` when they are kept.
+fn push_items(event: Event<Frame<'_>>, out: &mut VecDeque<Item>, books: &mut Option<Books>) {
     match event {
         Event::Frame(frame) => {
-            books.extend(frame.messages());
+            if let Some(books) = books {
+                books.extend(frame.messages());
+            }
             if frame.recovered() {
                 out.push_back(Item::Recovered { sequence: frame.sequence(), messages: frame.messages().len() as u64 });
             }
@@ -87,7 +90,9 @@ fn push_items(event: Event<Frame<'_>>, out: &mut VecDeque<Item>, books: &mut Boo
         }
         Event::Restarted { old, new } => out.push_back(Item::Restarted(old, new)),
         Event::Snapshot(snapshot) => {
-            *books = snapshot.books().clone();
+            if let Some(books) = books {
+                *books = snapshot.books().clone();
+            }
             out.push_back(Item::Snapshot {
                 as_of: snapshot.as_of(),
                 symbols: snapshot.books().len() as u64,
@@ -212,18 +217,31 @@ impl State {
     }
 }
 
-/// Adds a frame's messages to the tables (and the books), or a snapshot's state to the books.
-fn take_rows(event: Event<Frame<'_>>, tables: &mut Tables, books: &mut Books) {
-    match event {
-        Event::Frame(frame) => {
+/// Adds a frame's messages to the tables (and the books, when kept), or a snapshot's state to
+/// the books.
+fn take_rows(event: Event<Frame<'_>>, tables: &mut Tables, books: &mut Option<Books>) {
+    match (event, books) {
+        (Event::Frame(frame), Some(books)) => {
             for m in frame.messages() {
                 books.apply(&m);
                 tables.push(&m);
             }
         }
-        Event::Snapshot(snapshot) => *books = snapshot.books().clone(),
+        (Event::Frame(frame), None) => {
+            for m in frame.messages() {
+                tables.push(&m);
+            }
+        }
+        (Event::Snapshot(snapshot), Some(books)) => *books = snapshot.books().clone(),
         _ => {}
     }
+}
+
+/// The books, or the error that says how to have them kept.
+fn kept_books<'a>(py: Python<'_>, books: &'a Option<Books>) -> PyResult<&'a Books> {
+    books.as_ref().ok_or_else(|| {
+        errors::config(py, "books", "this subscriber keeps no books: build it with books=True (or snapshot=True)")
+    })
 }
 
 /// A subscription to an mdrelay publisher's stream; iterate over it for events, or call
@@ -289,11 +307,19 @@ impl Subscriber {
     /// Builds the subscriber from keyword arguments, each one a field of the client library's
     /// `Settings` under the same name (give one of `tcp`, `udp`, `multicast` with `interface`, or
     /// `nats` with `nats_subject`; times in seconds or as text with units, "250ms"), plus
-    /// `idle_timeout`, this iterator's own.
+    /// `idle_timeout` and `books`, this class's own.
     #[new]
-    #[pyo3(signature = (*, idle_timeout=None, **settings))]
-    fn new(py: Python<'_>, idle_timeout: Option<f64>, settings: Option<&Bound<'_, PyDict>>) -> PyResult<Subscriber> {
+    #[pyo3(signature = (*, idle_timeout=None, books=None, **settings))]
+    fn new(
+        py: Python<'_>,
+        idle_timeout: Option<f64>,
+        books: Option<bool>,
+        settings: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Subscriber> {
         let settings = client_settings(py, settings)?;
+        // Kept only when asked for (or joining with a snapshot, which is asking for them): a
+        // book update per message is about a tenth of what batches() costs a message.
+        let books = books.unwrap_or(settings.snapshot).then(Books::new);
         let builder = Builder::from_settings(settings);
         let idle_timeout = seconds(py, idle_timeout, "idle_timeout")?;
         let inner = py.detach(|| builder.build()).map_err(|e| errors::from_client(py, &e))?;
@@ -306,7 +332,7 @@ impl Subscriber {
                 batch_started: None,
                 batches_ready: VecDeque::new(),
                 last_activity: Instant::now(),
-                books: Books::new(),
+                books,
             }),
             idle_timeout,
         })
@@ -336,20 +362,22 @@ impl Subscriber {
 
     /// One symbol's book and status as the messages received so far leave them (a snapshot's
     /// included), or None when it has none. The books follow what the subscriber received,
-    /// which may be up to a frame ahead of the events handed out.
+    /// which may be up to a frame ahead of the events handed out. Kept with `books=True` (or
+    /// `snapshot=True`); otherwise a ConfigError naming `books`.
     fn book(&self, py: Python<'_>, symbol: &str) -> PyResult<Option<Book>> {
         let symbol = Symbol::new(symbol).ok_or_else(|| {
             errors::config(py, "symbol", format!("{symbol:?} is not a symbol (1 to 8 ASCII characters)"))
         })?;
-        Ok(self.lock().books.get(&symbol).map(|book| Book::of(symbol, book)))
+        let state = self.lock();
+        Ok(kept_books(py, &state.books)?.get(&symbol).map(|book| Book::of(symbol, book)))
     }
 
     /// Every symbol's price levels as one Arrow record batch (pyarrow.RecordBatch): `symbol`,
     /// `side` ("buy" or "sell"), `price` (int64, 1/10,000 dollars) and `size`, by symbol, bids
     /// from the best down, then asks from the best up.
     fn books(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let batch =
-            crate::tables::books_batch(&self.lock().books).map_err(|e| errors::config(py, "books", e.to_string()))?;
+        let batch = crate::tables::books_batch(kept_books(py, &self.lock().books)?)
+            .map_err(|e| errors::config(py, "books", e.to_string()))?;
         PyRecordBatch::new(batch).into_pyarrow(py).map(Bound::unbind)
     }
 

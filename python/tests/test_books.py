@@ -8,6 +8,7 @@ import time
 from typing import List, Tuple
 
 import pyarrow
+import pytest
 
 import mdrelay
 from conftest import RUN, expected, tcp_publisher
@@ -53,11 +54,24 @@ def run_to_end(sub: mdrelay.Subscriber) -> List[object]:
 
 def test_a_whole_days_books_equal_the_reference(publishers) -> None:
     pub = tcp_publisher(publishers, "DEEP10", "sbe")
-    with mdrelay.Subscriber(tcp=pub.tcp_address(), idle_timeout=RUN) as sub:
+    with mdrelay.Subscriber(tcp=pub.tcp_address(), idle_timeout=RUN, books=True) as sub:
         assert sub.book("AA") is None, "no state before any message"
         run_to_end(sub)
         assert_books_equal_the_reference(sub, expected("DEEP10.book"))
         assert sub.book("NOPE") is None
+    assert pub.finish() == 0
+
+
+def test_books_are_kept_only_when_asked_for(publishers) -> None:
+    pub = tcp_publisher(publishers, "DEEP10", "sbe")
+    with mdrelay.Subscriber(tcp=pub.tcp_address(), idle_timeout=RUN) as sub:
+        rows = sum(batch.num_rows for _, batch in sub.batches())
+        assert rows == expected("DEEP10")["messages"], "the stream itself is whole"
+        for ask in (lambda: sub.book("AA"), sub.books):
+            with pytest.raises(mdrelay.ConfigError) as error:
+                ask()
+            assert error.value.setting == "books", error.value
+            assert "books=True" in str(error.value), error.value
     assert pub.finish() == 0
 
 
