@@ -87,24 +87,10 @@ fn a_lost_datagram_of_more_than_255_frames_is_recovered_exactly() {
     link.forward_to(subscriber.local_addrs()[0]);
     let link_addr = link.addr.to_string();
     let deep10 = capture("DEEP10");
-    let publisher = publisher(&[
-        "--capture",
-        &deep10,
-        "--format",
-        "sbe",
-        "--udp",
-        &link_addr,
-        "--max-datagram",
-        "65507",
-        "--coalesce-bytes",
-        "65536",
-        "--pacing",
-        "rate",
-        "--rate",
-        "2000000",
-        "--retransmit-listen",
-        &retransmit,
-    ]);
+    let publisher = publisher(&mdrelay_harness::cli_args::words(&format!(
+        "--capture {deep10} --format sbe --udp {link_addr} --max-datagram 65507 --coalesce-bytes 65536 \
+         --pacing rate --rate 2000000 --retransmit-listen {retransmit}"
+    )));
     let (tally, _events, end) = receive_all(&mut subscriber, RUN);
     publisher.finish(RUN).assert_success();
     let dropped = link.dropped();

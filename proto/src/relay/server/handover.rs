@@ -33,8 +33,6 @@ pub struct Handover {
     written_until: u64,
     /// A record the hot thread wrote only in part: its first frame and the bytes written.
     partial: Option<(u64, usize)>,
-    /// Records the hot thread wrote (whole or in part).
-    written: u64,
 }
 
 /// What the hot thread did with a record it was offered ([`Handover::wrote`]).
@@ -72,12 +70,10 @@ impl Handover {
             Wrote::Whole => {
                 self.next = next;
                 self.written_until = next;
-                self.written += 1;
             }
             Wrote::Part(bytes) => {
                 self.partial = Some((first, bytes));
                 self.open = false;
-                self.written += 1;
             }
             Wrote::Nothing => self.open = false,
         }
@@ -127,10 +123,5 @@ impl Handover {
     /// Frames up to this one were written whole by the hot thread.
     pub fn written_until(&self) -> u64 {
         self.written_until
-    }
-
-    /// Records the hot thread wrote, whole or in part.
-    pub fn records_written(&self) -> u64 {
-        self.written
     }
 }
