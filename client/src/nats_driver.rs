@@ -1074,7 +1074,7 @@ async fn at_or_after(
 
 /// A stream message's place and relay header; one that is no relay datagram is of no session.
 fn stored(message: &StreamMessage) -> Stored {
-    match DatagramHeader::parse(&message.payload) {
+    match DatagramHeader::parse_datagram(&message.payload) {
         Ok(h) => Stored {
             position: message.sequence,
             session: h.session,

@@ -232,6 +232,10 @@ pub fn relay_datagram_header(data: &[u8]) {
         assert!(relay, "a datagram header parsed from bytes without the magic");
         assert_eq!(header.to_bytes()[..], data[..header.len_on_wire()]);
         assert_eq!(DatagramHeader::parse(&header.to_bytes()), Ok(header));
+        // As a receiver reads it: no more frames than the payload has bytes.
+        let bounded = DatagramHeader::parse_datagram(data).expect("the same bytes parse");
+        assert!(bounded.frame_count as usize <= data.len() - header.len_on_wire());
+        assert_eq!(DatagramHeader { frame_count: header.frame_count, ..bounded }, header);
     }
 }
 

@@ -591,6 +591,16 @@ impl DatagramHeader {
         b.first_chunk::<4>() == Some(&DATAGRAM_MAGIC)
     }
 
+    /// Reads the header of a whole datagram `d`, with its frame count bounded by the payload
+    /// (every frame takes at least a byte): a count no bytes back cannot make a receiver expect,
+    /// count or look for frames that are not there.
+    pub fn parse_datagram(d: &[u8]) -> Result<DatagramHeader, RelayError> {
+        let mut header = DatagramHeader::parse(d)?;
+        let payload = d.len().saturating_sub(header.len_on_wire());
+        header.frame_count = header.frame_count.min(u32::try_from(payload).unwrap_or(u32::MAX));
+        Ok(header)
+    }
+
     /// Reads a header of either version.
     pub fn parse(b: &[u8]) -> Result<DatagramHeader, RelayError> {
         if b.len() < DatagramHeader::LEN {
@@ -847,6 +857,10 @@ mod tests {
         assert_eq!(cut.offset, 31);
         assert!(cut.what.contains("shorter than a version-2"), "{}", cut.what);
         assert_eq!(DatagramHeader { frame_count: 300, ..dg }.to_bytes()[7], 255, "version 1 cuts what it cannot count");
+        let mut boastful = DatagramHeader { frame_count: u32::MAX, ..wide }.to_bytes().to_vec();
+        boastful.extend_from_slice(&[7; 5]);
+        assert_eq!(DatagramHeader::parse(&boastful).unwrap().frame_count, u32::MAX);
+        assert_eq!(DatagramHeader::parse_datagram(&boastful).unwrap().frame_count, 5, "no more than the bytes hold");
         let totals = Totals {
             frames: 10,
             messages: 20,

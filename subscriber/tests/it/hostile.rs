@@ -1,7 +1,8 @@
 //! The subscriber's UDP port against what a network or a hostile sender delivers: datagrams
 //! lost at the tail, swapped, duplicated beyond the window, carrying more frames than declared,
 //! with a wild sequence number or session, of other programs, formats and versions, truncated
-//! and bit-flipped. A real `mdrelay-sub` process receives; the test sends crafted datagrams.
+//! and bit-flipped, and wide (header version 2) ones that declare more frames than they carry or
+//! are malformed. A real `mdrelay-sub` process receives; the test sends crafted datagrams.
 //! Expected figures are computed here from the synthetic feed with mdrelay-iex's aggregator and
 //! message parser, independently of the subscriber.
 
@@ -11,7 +12,7 @@ use mdrelay_codec::{BatchHeader, Codec, Format, Limits, collect_segment};
 use mdrelay_harness::{Process, serial, subscriber_bin};
 use mdrelay_iex::iextp::Segment;
 use mdrelay_iex::synth::{SynthConfig, SyntheticDay};
-use mdrelay_proto::relay::{DATAGRAM_VERSION, DatagramHeader, DatagramKind, Totals};
+use mdrelay_proto::relay::{DATAGRAM_VERSION, DatagramHeader, DatagramKind, Totals, WIDE_DATAGRAM_VERSION};
 use serde_json::Value;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
@@ -278,10 +279,31 @@ fn foreign_corrupt_and_future_datagrams_beside_a_healthy_stream() {
         let mut other_format = numbered(&frames, i);
         other_format[5] = 200;
         let mut future = numbered(&frames, i);
-        future[4] = 2;
+        future[4] = 3;
         datagrams.push((other_format, false));
         datagrams.push((future, false));
         invalid += 5;
+        // Wide headers: one cut short of its 32 bytes, one with a frame count in byte 7 too.
+        let wide = DatagramHeader {
+            version: WIDE_DATAGRAM_VERSION,
+            format: Format::Sbe,
+            kind: DatagramKind::Data,
+            frame_count: 1,
+            protection: Default::default(),
+            session: SESSION,
+            sequence: i as u64 + 1,
+        };
+        datagrams.push((wide.to_bytes()[..28].to_vec(), false));
+        let mut both_counts = wide.to_bytes().to_vec();
+        both_counts[7] = 1;
+        both_counts.extend_from_slice(&frames[i]);
+        datagrams.push((both_counts, false));
+        invalid += 2;
+        // A wide copy of the frame just sent that declares 4 billion frames: a duplicate, and
+        // nothing counted or expected beyond the one frame it carries.
+        let mut boastful = DatagramHeader { frame_count: u32::MAX, ..wide }.to_bytes().to_vec();
+        boastful.extend_from_slice(&frames[i]);
+        datagrams.push((boastful, false));
         // A truncated and a bit-flipped copy of the frame just sent: duplicates, never decoded.
         let mut cut = numbered(&frames, i);
         cut.truncate(cut.len() - 5);
@@ -295,6 +317,7 @@ fn foreign_corrupt_and_future_datagrams_beside_a_healthy_stream() {
     let r = rx.end(&end(&segments, n as u64 + 1));
     let all: u64 = segments.iter().map(|s| messages_in(s)).sum();
     assert_eq!(r["messages"], all, "{r}");
+    assert_eq!(r["frames"], n as u64, "each frame once, whatever a header declares");
     assert_eq!(r["gaps"], 0);
     assert_eq!(r["decode_errors"], 0, "corrupt copies are duplicates, never decoded");
     assert_eq!(r["invalid_packets"], invalid);

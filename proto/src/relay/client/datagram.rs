@@ -740,7 +740,7 @@ impl DatagramReceiver {
         }
         if self.tail_position != Some(position) && self.end_ahead.as_ref().is_some_and(|e| e.from_store) {
             // The store holds something after the END read from it: that END was not the last.
-            let same_end = DatagramHeader::parse(bytes).is_ok_and(|h| {
+            let same_end = DatagramHeader::parse_datagram(bytes).is_ok_and(|h| {
                 h.kind == DatagramKind::End
                     && self.end_ahead.as_ref().is_some_and(|e| (e.session, e.next) == (h.session, h.sequence))
             });
@@ -783,7 +783,7 @@ impl DatagramReceiver {
     /// Whether a datagram (by its header, which is only a hint: its protection is checked when
     /// it is taken) is newer than everything taken of the stream's session.
     fn newer_than_taken(&self, bytes: &[u8]) -> bool {
-        let Ok(h) = DatagramHeader::parse(bytes) else { return false };
+        let Ok(h) = DatagramHeader::parse_datagram(bytes) else { return false };
         let tracker = self.reader.tracker();
         // Only the stream's session: a store also keeps earlier sessions, whose END must not end
         // this one, and a new session comes live anyway.
@@ -991,7 +991,7 @@ impl DatagramReceiver {
             return;
         }
         self.counts.bytes += bytes.len() as u64;
-        let Ok(header) = DatagramHeader::parse(bytes) else { return };
+        let Ok(header) = DatagramHeader::parse_datagram(bytes) else { return };
         let before = self.frames_taken();
         match self.reader.take_unsealer() {
             Some(mut unsealer) => {
@@ -1010,7 +1010,7 @@ impl DatagramReceiver {
 
     /// A plain datagram from the store: its frames of the stream's session, as recovered.
     fn stored_plain<V: FrameVisitor + ?Sized>(&mut self, d: &[u8], now: i64, receive_time: i64, visitor: &mut V) {
-        let Ok(header) = DatagramHeader::parse(d) else { return };
+        let Ok(header) = DatagramHeader::parse_datagram(d) else { return };
         if header.kind != DatagramKind::Data {
             return;
         }
@@ -1123,7 +1123,7 @@ impl DatagramReceiver {
         let ended = match self.reader.take_unsealer() {
             // Its protection is checked, and its frames opened, before its header is believed.
             Some(mut unsealer) => {
-                let ended = match DatagramHeader::parse(bytes) {
+                let ended = match DatagramHeader::parse_datagram(bytes) {
                     Ok(header) => match unsealer.datagram(bytes, &header, self.reader.tracker().session()) {
                         Ok(plain) => self.plain_datagram(plain, peer, now, receive_time, origin, visitor),
                         Err(why) => {
@@ -1212,7 +1212,7 @@ impl DatagramReceiver {
             self.events.push_back(DatagramEvent::NotRelay { peer, len: d.len(), head: d[..d.len().min(8)].to_vec() });
             return false;
         }
-        let header = match DatagramHeader::parse(d) {
+        let header = match DatagramHeader::parse_datagram(d) {
             Ok(h) => h,
             Err(error) => {
                 self.counts.invalid_packets += 1;
@@ -1374,7 +1374,7 @@ impl DatagramReceiver {
     /// Takes the held datagram, which the one after it confirmed.
     fn take_held<V: FrameVisitor + ?Sized>(&mut self, now: i64, visitor: &mut V) {
         if let Some(h) = self.held.take()
-            && let Ok(header) = DatagramHeader::parse(&h.bytes)
+            && let Ok(header) = DatagramHeader::parse_datagram(&h.bytes)
         {
             self.take(&h.bytes, &header, h.receive_time, now, h.origin, visitor);
         }
