@@ -575,7 +575,7 @@ impl LiveSource {
                         // A restarted upstream's data carries its new session; its END follows.
                         self.upstream_session = Some(header.session);
                         self.relay_datagram = true;
-                        self.cursor = DatagramHeader::LEN;
+                        self.cursor = header.len_on_wire();
                         continue;
                     }
                 }

@@ -116,7 +116,7 @@ impl UdpOut {
                 let echo = DatagramHeader::parse(datagram)
                     .ok()
                     .filter(|h| h.kind == DatagramKind::Echo && h.session == session)
-                    .and_then(|_| Echo::parse(&datagram[DatagramHeader::LEN..]).ok());
+                    .and_then(|h| Echo::parse(&datagram[h.len_on_wire()..]).ok());
                 let verdict = match echo {
                     None => Err("not an echo datagram of this session".to_string()),
                     Some(echo) => {
