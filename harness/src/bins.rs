@@ -13,9 +13,9 @@ use std::time::SystemTime;
 /// The workspace crates (directories) whose sources go into each package's binaries.
 fn sources_of(package: &str) -> &'static [&'static str] {
     match package {
-        "mdrelay-publisher" => &["proto", "client", "telemetry", "buildinfo", "publisher"],
-        "mdrelay-subscriber" => &["proto", "client", "telemetry", "buildinfo", "subscriber"],
-        "mdrelay-bench" => &["proto", "client", "buildinfo", "harness", "bench"],
+        "mdrelay-publisher" => &["iex", "codec", "proto", "runtime", "client", "telemetry", "buildinfo", "publisher"],
+        "mdrelay-subscriber" => &["iex", "codec", "proto", "runtime", "client", "telemetry", "buildinfo", "subscriber"],
+        "mdrelay-bench" => &["iex", "codec", "proto", "runtime", "client", "buildinfo", "harness", "bench"],
         _ => &[],
     }
 }
@@ -87,6 +87,9 @@ pub enum Build<'a> {
 /// in the same profile and target directory (one invocation: the crates they share are built
 /// once, with the features of both). Looked up once per process.
 pub fn binaries(wanted: &[(&str, &str)], build: Build) -> io::Result<Vec<PathBuf>> {
+    if let Some(paths) = copies_beside_this_one(wanted) {
+        return Ok(paths);
+    }
     // Held while building, so two threads do not run cargo for the same binary at once.
     let mut found = found();
     let dir = profile_dir()?;
@@ -137,6 +140,19 @@ fn stale(binary: &Path, package: &str) -> bool {
     let Ok(built) = binary.metadata().and_then(|m| m.modified()) else { return true };
     let Some(workspace) = Path::new(env!("CARGO_MANIFEST_DIR")).parent() else { return false };
     sources_of(package).iter().filter_map(|krate| newest_source(&workspace.join(krate).join("src"))).any(|t| t > built)
+}
+
+/// The binaries `wanted` beside the running executable when it runs outside a target directory
+/// (no `deps/` beside it: copies of two builds side by side, to compare them) and they are all
+/// there: used as they are, never rebuilt or judged stale. Without this, a copied benchmark would
+/// quietly run the binaries of the target directory it was built in.
+fn copies_beside_this_one(wanted: &[(&str, &str)]) -> Option<Vec<PathBuf>> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    if dir.ends_with("deps") || dir.join("deps").is_dir() {
+        return None;
+    }
+    wanted.iter().map(|(_, name)| Some(dir.join(name)).filter(|path| path.is_file())).collect()
 }
 
 /// When the most recently modified Rust source under `path` (or `path` itself) was.

@@ -279,3 +279,27 @@ fn a_first_run_builds_both_programs_in_one_cargo_saying_so_and_shows_every_step(
     }
     assert!(stderr.contains("[4/4] tcp: raw"), "{done:?}");
 }
+
+/// A copy of the benchmark outside a target directory, beside copies of the two programs (two
+/// builds side by side, to compare them), runs those copies as they are: not the programs of the
+/// target directory it was built in, and without building anything.
+#[test]
+fn a_copy_outside_a_target_directory_runs_the_programs_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let bench_copy = dir.path().join("mdrelay-bench");
+    std::fs::copy(BENCH, &bench_copy).unwrap();
+    let calls = dir.path().join("calls");
+    for name in ["mdrelay-pub", "mdrelay-sub"] {
+        let program = dir.path().join(name);
+        std::fs::write(&program, format!("#!/bin/sh\necho \"{name} $*\" >> '{}'\nexit 3\n", calls.display())).unwrap();
+        let mut permissions = std::fs::metadata(&program).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+        std::fs::set_permissions(&program, permissions).unwrap();
+    }
+    let args = ["loopback", "--transport", "tcp", "--formats", "sbe", "--messages", "1000"];
+    let done = Process::start(&bench_copy, args).finish(Duration::from_secs(60));
+    assert!(!done.status.success(), "the stand-in programs fail: {done:?}");
+    let calls = std::fs::read_to_string(&calls).unwrap_or_default();
+    assert!(calls.lines().any(|l| l.starts_with("mdrelay-pub run")), "the publisher beside it ran: {calls:?}");
+    assert!(!done.stderr.contains("building"), "nothing was built: {}", done.stderr);
+}
