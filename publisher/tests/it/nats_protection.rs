@@ -47,6 +47,18 @@ fn publisher_config(path: &Path, format: &str, rate: u32, protection: &str, serv
 
 /// An `mdrelay-sub` on the subject `md.p` (stream `PROT`), subscribed when returned.
 fn nats_subscriber(server: &NatsServer, config: &str, json: &Path, interval: &str) -> Process {
+    nats_subscriber_of(server, "md.p", "PROT", config, json, interval)
+}
+
+/// An `mdrelay-sub` on `subject`, repaired from `stream`, subscribed when returned.
+fn nats_subscriber_of(
+    server: &NatsServer,
+    subject: &str,
+    stream: &str,
+    config: &str,
+    json: &Path,
+    interval: &str,
+) -> Process {
     let url = server.url();
     let mut subscriber = Process::start(
         subscriber_bin(),
@@ -56,11 +68,11 @@ fn nats_subscriber(server: &NatsServer, config: &str, json: &Path, interval: &st
             "--nats",
             &url,
             "--nats-subject",
-            "md.p",
+            subject,
             // As deployed: a loaded host can drop messages on the live subscription (the END
             // included), which the stream repairs.
             "--nats-stream",
-            "PROT",
+            stream,
             "--json",
             json.to_str().unwrap(),
             "--report-interval",
@@ -257,25 +269,7 @@ fn nats_messages_of_more_than_255_frames_are_wide_datagrams_exact_under_aes_gcm_
         );
         std::fs::write(&config, text).unwrap();
         let json = dir.path().join(format!("{stream}.json"));
-        let url = server.url();
-        let mut subscriber = Process::start(
-            subscriber_bin(),
-            [
-                "--config",
-                &sub_config,
-                "--nats",
-                &url,
-                "--nats-subject",
-                &subject,
-                "--nats-stream",
-                stream,
-                "--json",
-                json.to_str().unwrap(),
-                "--report-interval",
-                "0",
-            ],
-        );
-        subscriber.wait_for("subscribed over NATS");
+        let subscriber = nats_subscriber_of(&server, &subject, stream, &sub_config, &json, "0");
         let wide_flag = if wide { "true" } else { "false" };
         let publisher = Process::start(
             publisher_bin(),
@@ -287,6 +281,7 @@ fn nats_messages_of_more_than_255_frames_are_wide_datagrams_exact_under_aes_gcm_
         assert_nothing_refused(&report, stream);
         // The first stored messages, as a later subscriber would read them (each read is a
         // natscli run: a sample, not all of them).
+        let url = server.url();
         let stored = mdrelay_harness::nats_stream_state(&url, stream).unwrap()["messages"].as_u64().unwrap();
         let headers: Vec<DatagramHeader> = (1..=stored.min(12))
             .map(|position| DatagramHeader::parse(&stored_message(&url, stream, position).1).unwrap())
