@@ -728,8 +728,13 @@ impl Publisher {
                     if matches!(outcome, Outcome::Unanswered(_)) && lookups.is_empty() && self.may_look_up() {
                         lookups.push(self.look_up_stream());
                     }
-                    if let Some(next) = self.settle(flight, outcome, &mut unstored).await? {
-                        flights.push(next);
+                    match self.settle(flight, outcome, &mut unstored).await {
+                        Ok(Some(next)) => flights.push(next),
+                        Ok(None) => {}
+                        Err(e) => {
+                            self.count_the_stored(&mut flights, &mut unstored).await;
+                            return Err(e);
+                        }
                     }
                 }
                 message = rx.recv(), if open && flights.len() < max && unstored.may_publish() => match message {
@@ -819,6 +824,29 @@ impl Publisher {
             Outcome::Again(reason, wait) => self.again(flight, &reason, wait),
             Outcome::Refused(reason) => return Err(self.refusal(&reason).await),
         }))
+    }
+
+    /// Before a run that failed ends: counts as acknowledged what the stream stored of the
+    /// publications still in flight. JetStream answers in order, but the set of flights hands
+    /// the answers over in any order, so a refusal can come before the acknowledgements of the
+    /// messages ahead of it; without this the report counted fewer than the stream holds.
+    /// Nothing is published again; bounded by [`FAILED_DRAIN`].
+    async fn count_the_stored(
+        &self,
+        flights: &mut FuturesUnordered<BoxFuture<'static, Done>>,
+        unstored: &mut Unstored,
+    ) {
+        let until = tokio::time::Instant::now() + FAILED_DRAIN;
+        while let Ok(Some((flight, outcome))) = tokio::time::timeout_at(until, flights.next()).await {
+            self.counters.pending_acks.fetch_sub(1, Ordering::Relaxed);
+            if matches!(outcome, Outcome::Stored | Outcome::Ours | Outcome::Unchecked(_)) {
+                unstored.stored(flight.at);
+                self.counters.acknowledged.fetch_add(1, Ordering::Relaxed);
+            }
+            if flight.held {
+                self.counters.held_bytes.fetch_sub(flight.message.len() as u64, Ordering::AcqRel);
+            }
+        }
     }
 
     /// Publishes a message again after `wait`, counted and logged as a retry.
