@@ -6,6 +6,9 @@ definitions the extension is built from, so that nothing written by hand can dri
   (client/src/settings.rs), the one definition of every receive setting: the extension reads its
   keyword arguments into that struct, so the stub lists its fields, with their Python types and
   docs;
+- the record classes (the stream's events, `UnknownMessage`, `Book`) and the `StreamEvent`
+  union, from their definitions in src/messages.rs (`py_record!`, `stream_events!`), the
+  extension's classes themselves;
 - the message classes, from the model's table (`for_each_message_type!` in iex/src/message.rs)
   and the Python side of it in src/messages.rs (`for_each_python_class!`, which names a class
   for each `Message` variant, and `python_field!`, which gives each field its presentation):
@@ -174,6 +177,20 @@ def python_order(fixed: list[str], layout: list[tuple[str, str]]) -> list[tuple[
     return first + [(name, "fixed") for name in fixed] + rest
 
 
+def class_stub(name: str, doc: list[str], attributes: list[tuple[str, str]]) -> str:
+    """The stub of a frozen record class: its docstring, its attributes, and a constructor that
+    takes each attribute by keyword."""
+    docstring = "\n    ".join(doc)
+    keywords = ", ".join(f"{field}: {annotation}" for field, annotation in attributes)
+    return (
+        f"@final\nclass {name}:\n"
+        f'    """{docstring}"""\n\n'
+        + "".join(f"    {field}: {annotation}\n" for field, annotation in attributes)
+        + f"    def __new__(cls, *, {keywords}) -> {name}: ...\n"
+        "    def __eq__(self, other: object, /) -> bool: ...\n\n"
+    )
+
+
 def message_classes() -> str:
     source = MESSAGES.read_text()
     model = model_table()
@@ -184,20 +201,70 @@ def message_classes() -> str:
         if variant not in model:
             sys.exit(f"generate_stub.py: for_each_python_class! names {variant}, not a variant of the model's table")
         attributes = [(name, python_type(rules, name, rust)) for name, rust in python_order(*model[variant])]
-        docstring = "\n    ".join(doc)
-        keywords = ", ".join(f"{name}: {annotation}" for name, annotation in attributes)
-        out.append(
-            f"@final\nclass {class_name}:\n"
-            f'    """{docstring}"""\n\n'
-            + "".join(f"    {name}: {annotation}\n" for name, annotation in attributes)
-            + f"    def __new__(cls, *, {keywords}) -> {class_name}: ...\n"
-            "    def __eq__(self, other: object, /) -> bool: ...\n\n"
-        )
+        out.append(class_stub(class_name, doc, attributes))
         names.append(class_name)
     members = textwrap.fill(", ".join(names + [UNKNOWN_MESSAGE]) + ",", 96, initial_indent="    ", subsequent_indent="    ")
     out.append(f'Message = Union[\n{members}\n]\n"""Any IEX message."""\n\n')
     listed = textwrap.fill(", ".join(f'"{name}"' for name in names) + ",", 96, initial_indent="    ", subsequent_indent="    ")
     out.append(f"__all__ += [\n{listed}\n]\n")
+    return "".join(out)
+
+
+# Each Rust type of a record's field (`py_record!` in src/messages.rs) as Python reads it.
+RECORD_TYPES = {"u8": "int", "u64": "int", "i64": "int", "String": "str", "bool": "bool"}
+
+
+def record_type(rust: str) -> str:
+    """The Python type of a record's field: `RECORD_TYPES`, through `Option`, `Vec` and tuples."""
+    rust = rust.strip()
+    if rust in RECORD_TYPES:
+        return RECORD_TYPES[rust]
+    for wrapper, python in (("Option<", "Optional"), ("Vec<", "List")):
+        if rust.startswith(wrapper) and rust.endswith(">"):
+            return f"{python}[{record_type(rust[len(wrapper) : -1])}]"
+    if rust.startswith("(") and rust.endswith(")"):
+        return f"Tuple[{', '.join(record_type(part) for part in rust[1:-1].split(','))}]"
+    sys.exit(f"generate_stub.py: no Python type for a record field's {rust}; add it to RECORD_TYPES")
+
+
+def records(body: str) -> list[tuple[str, list[str], list[tuple[str, str]]]]:
+    """(class name, doc lines, fields) of each record written in `body` as `py_record!` and
+    `stream_events!` take them: doc comments, `Name {`, then a `name: Type,` line per field."""
+    out = []
+    doc: list[str] = []
+    current: tuple[str, list[str], list[tuple[str, str]]] | None = None
+    for line in body.splitlines():
+        line = line.strip()
+        if line.startswith("///"):
+            if current is None:
+                doc.append(line[3:].strip())
+        elif match := re.fullmatch(r"(\w+) \{", line):
+            current = (match[1], doc, [])
+            doc = []
+        elif current is not None and (match := re.fullmatch(r"(\w+): (.+),", line)):
+            current[2].append((match[1], record_type(match[2])))
+        elif current is not None and line == "}":
+            out.append(current)
+            current = None
+    return out
+
+
+def record_classes() -> str:
+    """The stub of every record class of src/messages.rs, in its order, and the `StreamEvent`
+    union of those `stream_events!` lists."""
+    source = MESSAGES.read_text()
+    classes = []
+    events: list[str] = []
+    invocation = re.compile(r"^(py_record!\(|stream_events! \{)\n(.*?)^(\);|\})$", re.S | re.M)
+    for match in invocation.finditer(source):
+        found = records(match[2])
+        classes += found
+        if match[1].startswith("stream_events"):
+            events += [name for name, _, _ in found]
+    if not events:
+        sys.exit(f"generate_stub.py: no stream_events! list in {MESSAGES}")
+    out = [class_stub(name, doc, attributes) for name, doc, attributes in classes]
+    out.append(f'StreamEvent = Union[{", ".join(events)}]\n"""Anything that happened to the stream."""\n')
     return "".join(out)
 
 
@@ -214,6 +281,12 @@ BLOCKS = [
         "# python/generate_stub.py: do not edit.\n",
         "# End of the generated message classes.\n",
         message_classes,
+    ),
+    (
+        "# Generated from py_record! and stream_events! in python/src/messages.rs by\n"
+        "# python/generate_stub.py: do not edit.\n",
+        "# End of the generated record classes.\n",
+        record_classes,
     ),
 ]
 

@@ -252,6 +252,8 @@ __all__ += [
 ]
 # End of the generated message classes.
 
+# Generated from py_record! and stream_events! in python/src/messages.rs by
+# python/generate_stub.py: do not edit.
 @final
 class UnknownMessage:
     """A message of a type this package does not model: its type byte and length."""
@@ -280,7 +282,7 @@ class GivenUp:
 
 @final
 class Recovered:
-    """The messages that follow are a frame retransmitted by the recovery service."""
+    """The messages that follow are a frame retransmitted by the recovery service, filling a gap."""
 
     sequence: int
     messages: int
@@ -316,7 +318,8 @@ class Connected:
 
 @final
 class Notice:
-    """Something else that happened to the stream; `kind` names it, `detail` says the rest."""
+    """Something else that happened to the stream (a reconnection, a retransmission service's
+    answer, a datagram refused); `kind` names it, `detail` says the rest."""
 
     kind: str
     detail: str
@@ -336,8 +339,9 @@ class End:
 
 @final
 class Snapshot:
-    """The snapshot asked for (`snapshot=True`) came: the books and the day's counts are as
-    of frame `as_of`, and the messages that follow are the stream's from the frame after it."""
+    """The snapshot asked for (`snapshot=True`) came: the books (`Subscriber.book`,
+    `Subscriber.books`) and the day's counts are as of frame `as_of`, and the messages that
+    follow are the stream's from the frame after it."""
 
     as_of: int
     symbols: int
@@ -347,8 +351,9 @@ class Snapshot:
 
 @final
 class Book:
-    """One symbol's book and status as the messages received so far leave them (a snapshot's
-    included): price levels as `(price, size)` pairs, best first, prices in 1/10,000 dollars."""
+    """One symbol's book and status, as the messages received so far leave them (a snapshot's
+    included): price levels as `(price, size)` pairs, best first, prices in 1/10,000
+    dollars."""
 
     symbol: str
     bids: List[Tuple[int, int]]
@@ -358,22 +363,12 @@ class Book:
     operational_halt: Optional[str]
     short_sale_test: Optional[bool]
     last_trade: Optional[Tuple[int, int]]
-    def __new__(
-        cls,
-        *,
-        symbol: str,
-        bids: List[Tuple[int, int]],
-        asks: List[Tuple[int, int]],
-        consistent: Optional[bool],
-        trading_status: Optional[str],
-        operational_halt: Optional[str],
-        short_sale_test: Optional[bool],
-        last_trade: Optional[Tuple[int, int]],
-    ) -> Book: ...
+    def __new__(cls, *, symbol: str, bids: List[Tuple[int, int]], asks: List[Tuple[int, int]], consistent: Optional[bool], trading_status: Optional[str], operational_halt: Optional[str], short_sale_test: Optional[bool], last_trade: Optional[Tuple[int, int]]) -> Book: ...
     def __eq__(self, other: object, /) -> bool: ...
 
 StreamEvent = Union[Gap, GivenUp, Recovered, FormatChanged, Restarted, Connected, Notice, End, Snapshot]
 """Anything that happened to the stream."""
+# End of the generated record classes.
 
 @final
 class BatchIterator(Iterator[Tuple[str, pyarrow.RecordBatch]]):

@@ -400,7 +400,22 @@ py_record!(
     }
 );
 
-py_record!(
+/// The stream's events as Python classes, each a record ([`py_record!`]): `register` adds
+/// them, and `generate_stub.py` writes their stub entries and the `StreamEvent` union from this
+/// list.
+macro_rules! stream_events {
+    ($($(#[$doc:meta])* $name:ident $fields:tt)*) => {
+        $(py_record!($(#[$doc])* $name $fields);)*
+
+        /// Adds the event classes to the module.
+        fn register_stream_events(module: &Bound<'_, PyModule>) -> PyResult<()> {
+            $(module.add_class::<$name>()?;)*
+            Ok(())
+        }
+    };
+}
+
+stream_events! {
     /// Frames found missing: `count` frames from `first` have not arrived (yet).
     Gap {
         /// The first frame missing.
@@ -408,15 +423,11 @@ py_record!(
         /// How many.
         count: u64,
     }
-);
-py_record!(
     /// Missing frames were given up: they will not come.
     GivenUp {
         /// How many frames.
         frames: u64,
     }
-);
-py_record!(
     /// The messages that follow are a frame retransmitted by the recovery service, filling a gap.
     Recovered {
         /// The frame's sequence number.
@@ -424,8 +435,6 @@ py_record!(
         /// Its messages (they follow this event).
         messages: u64,
     }
-);
-py_record!(
     /// The stream's wire format changed (`from_format` is None for the first one).
     FormatChanged {
         /// The format before.
@@ -433,8 +442,6 @@ py_record!(
         /// The format from now on.
         to_format: String,
     }
-);
-py_record!(
     /// The publisher restarted: a new session, sequence numbers start over.
     Restarted {
         /// The session before.
@@ -442,8 +449,6 @@ py_record!(
         /// The new one.
         new_session: u64,
     }
-);
-py_record!(
     /// TCP: a connection to the publisher was made.
     Connected {
         /// The publisher's address.
@@ -451,8 +456,6 @@ py_record!(
         /// A connection was made before this one.
         reconnect: bool,
     }
-);
-py_record!(
     /// Something else that happened to the stream (a reconnection, a retransmission service's
     /// answer, a datagram refused); `kind` names it, `detail` says the rest.
     Notice {
@@ -461,8 +464,6 @@ py_record!(
         /// Its details as text.
         detail: String,
     }
-);
-py_record!(
     /// The end of the stream: nothing follows.
     End {
         /// Every frame and message the publisher sent arrived.
@@ -474,9 +475,6 @@ py_record!(
         /// Messages the publisher says it sent.
         publisher_messages: Option<u64>,
     }
-);
-
-py_record!(
     /// The snapshot asked for (`snapshot=True`) came: the books (`Subscriber.book`,
     /// `Subscriber.books`) and the day's counts are as of frame `as_of`, and the messages that
     /// follow are the stream's from the frame after it.
@@ -488,7 +486,8 @@ py_record!(
         /// Messages of the stream up to `as_of`.
         messages: u64,
     }
-);
+}
+
 py_record!(
     /// One symbol's book and status, as the messages received so far leave them (a snapshot's
     /// included): price levels as `(price, size)` pairs, best first, prices in 1/10,000
@@ -555,16 +554,8 @@ pub fn side_text(side: Side) -> &'static str {
 /// Adds the classes to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     register_message_classes(m)?;
+    register_stream_events(m)?;
     m.add_class::<UnknownMessage>()?;
-    m.add_class::<Gap>()?;
-    m.add_class::<GivenUp>()?;
-    m.add_class::<Recovered>()?;
-    m.add_class::<FormatChanged>()?;
-    m.add_class::<Restarted>()?;
-    m.add_class::<Connected>()?;
-    m.add_class::<Notice>()?;
-    m.add_class::<End>()?;
-    m.add_class::<Snapshot>()?;
     m.add_class::<Book>()?;
     Ok(())
 }
