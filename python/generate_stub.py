@@ -264,7 +264,9 @@ def record_classes() -> str:
     if not events:
         sys.exit(f"generate_stub.py: no stream_events! list in {MESSAGES}")
     out = [class_stub(name, doc, attributes) for name, doc, attributes in classes]
-    out.append(f'StreamEvent = Union[{", ".join(events)}]\n"""Anything that happened to the stream."""\n')
+    out.append(f'StreamEvent = Union[{", ".join(events)}]\n"""Anything that happened to the stream."""\n\n')
+    listed = textwrap.fill(", ".join(f'"{name}"' for name, _, _ in classes) + ",", 96, initial_indent="    ", subsequent_indent="    ")
+    out.append(f"__all__ += [\n{listed}\n]\n")
     return "".join(out)
 
 

@@ -16,15 +16,15 @@ nearest double) or `int64` in 1/10,000 dollars (as IEX sends them)."""
 #: The message type names batches carry.
 MESSAGE_TYPES: List[str]
 
-# The module's names, as it lists them (the message classes' are added where they are generated).
+# The module's names, as it lists them (the message and record classes' are added where they are
+# generated).
 # The type aliases (Prices, Message, StreamEvent) are not among them: they exist for type
 # checkers only.
 __all__ = [
     "Error", "WrongKeyError", "ProtectionMismatchError", "VersionError", "RefusedError", "NotAPublisherError",
     "UnreachableError", "AddrInUseError", "BindError", "ConfigError", "EndedError", "TransportIoError",
-    "CaptureError", "IdleTimeoutError", "UnknownMessage", "Gap", "GivenUp", "Recovered", "FormatChanged",
-    "Restarted", "Connected", "Notice", "End", "Snapshot", "Book", "Subscriber", "BatchIterator",
-    "CaptureBatches", "read_capture", "schema", "MESSAGE_TYPES",
+    "CaptureError", "IdleTimeoutError", "Subscriber", "BatchIterator", "CaptureBatches", "read_capture",
+    "schema", "MESSAGE_TYPES",
 ]
 
 class Error(Exception):
@@ -368,6 +368,11 @@ class Book:
 
 StreamEvent = Union[Gap, GivenUp, Recovered, FormatChanged, Restarted, Connected, Notice, End, Snapshot]
 """Anything that happened to the stream."""
+
+__all__ += [
+    "UnknownMessage", "Gap", "GivenUp", "Recovered", "FormatChanged", "Restarted", "Connected",
+    "Notice", "End", "Snapshot", "Book",
+]
 # End of the generated record classes.
 
 @final
