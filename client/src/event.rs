@@ -7,7 +7,7 @@ use mdrelay_iex::book::Books;
 use mdrelay_iex::message::{Message, UnknownMessage};
 use mdrelay_iex::price::Symbol;
 use mdrelay_proto::relay::Totals;
-use mdrelay_proto::relay::client::Line;
+use mdrelay_proto::relay::client::{Line, Start};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -208,26 +208,6 @@ impl Snapshot {
     pub fn messages(&self) -> u64 {
         self.0.messages
     }
-}
-
-/// Where a TCP subscription asked the stream to start.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Start {
-    /// From the next record: the stream live.
-    Live,
-    /// The same publisher run as before: from this frame, after the last one received.
-    Resume {
-        /// The frame asked for.
-        from: u64,
-    },
-    /// The session from its first frame ([`Builder::from_start`](crate::Builder::from_start)).
-    FromStart,
-    /// A resume was wanted, but the publisher speaks a protocol version without it: live.
-    ResumeUnsupported {
-        /// The publisher's protocol version.
-        version: u16,
-    },
 }
 
 /// What the retransmission service did (UDP and multicast with recovery).

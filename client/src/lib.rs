@@ -131,9 +131,10 @@ pub mod nats {
     pub use crate::nats_auth::{connect_error, connect_options};
 }
 pub use error::{Error, ErrorKind};
-pub use event::{
-    End, Event, Frame, Messages, OwnedEvent, OwnedFrame, OwnedMessage, RecoveryEvent, Skipped, Snapshot, Start,
-};
+pub use event::{End, Event, Frame, Messages, OwnedEvent, OwnedFrame, OwnedMessage, RecoveryEvent, Skipped, Snapshot};
+/// Where a TCP subscription asked the stream to start ([`Event::Subscribed`]): the protocol
+/// machine's own answer, handed over as it is.
+pub use mdrelay_proto::relay::client::Start;
 pub use subscriber::{AsyncSubscriber, EventStream, Subscriber, Waited, WakeHandle};
 
 pub use mdrelay_codec::{BatchHeader, DecodeError, Format};

@@ -11,12 +11,12 @@
 use crate::collect::Collector;
 use crate::counters::Counters;
 use crate::error::Error;
-use crate::event::{End, Event, Skipped, Snapshot, Start};
+use crate::event::{End, Event, Skipped, Snapshot};
 use crate::net::{self, Clock, Connecting, Written, shown};
 use crate::poll::{Idle, Poller};
 use crate::settings::Checked;
 use mdrelay_proto::relay::client::{
-    ClientAction, ClientEvent, CloseReason, Closed, Finish, ResumeAsked, StreamClient, StreamClientConfig,
+    ClientAction, ClientEvent, CloseReason, Closed, Finish, StreamClient, StreamClientConfig,
 };
 use mdrelay_proto::relay::{HandshakeError, PROTOCOL_VERSION, SequenceCounts, Totals};
 use socket2::SockRef;
@@ -243,12 +243,7 @@ impl TcpDriver {
                     session: hello.session,
                     protocol_version: hello.protocol_version.min(PROTOCOL_VERSION),
                     format: hello.format,
-                    start: match resume {
-                        ResumeAsked::Live => Start::Live,
-                        ResumeAsked::Resuming { from } => Start::Resume { from },
-                        ResumeAsked::FromStart => Start::FromStart,
-                        ResumeAsked::NotSupported { version } => Start::ResumeUnsupported { version },
-                    },
+                    start: resume,
                 }),
                 ClientEvent::Reconnected { .. } => {}
                 ClientEvent::Quiet => {

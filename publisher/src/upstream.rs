@@ -47,7 +47,7 @@ pub use crate::relayed::{Upstream, UpstreamSource, UpstreamSummary};
 use crate::stop::{Stop, wait_readable};
 use mdrelay_proto::backoff::duration_ns;
 use mdrelay_proto::relay::client::{
-    ClientAction, ClientEvent, Disposition, Finish, ResumeAsked, StreamClient, StreamClientConfig,
+    ClientAction, ClientEvent, Disposition, Finish, Start, StreamClient, StreamClientConfig,
 };
 use mdrelay_runtime::clock::wall_clock_ns;
 use mdrelay_telemetry::exit::{ExitStatus, WithExitStatus};
@@ -278,7 +278,7 @@ impl TcpUpstream {
         let peer = self.relayed.peer();
         match event {
             ClientEvent::Greeted { hello, resume, first } => {
-                if let ResumeAsked::NotSupported { version } = resume {
+                if let Start::ResumeUnsupported { version } = resume {
                     tracing::warn!(upstream = %peer, version,
                         "the upstream speaks relay protocol version {version}: it cannot resume; frames sent while away are a gap downstream");
                 }

@@ -116,20 +116,22 @@ impl ResumePlan {
     }
 }
 
-/// What the answer asked for, as the program reports it.
+/// Where a TCP subscription asked the stream to start: what the answer to the greeting asked
+/// for. The client library hands it to its users as it is (`mdrelay_client::Start`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ResumeAsked {
-    /// The stream from the next record.
+#[non_exhaustive]
+pub enum Start {
+    /// From the next record: the stream live.
     Live,
-    /// The same publisher run: the frames from `from` on, after the last one received.
-    Resuming {
+    /// The same publisher run as before: from this frame, after the last one received.
+    Resume {
         /// The frame asked for.
         from: u64,
     },
     /// The session from its first frame.
     FromStart,
     /// A resume was wanted, but the publisher speaks a protocol version without it: live.
-    NotSupported {
+    ResumeUnsupported {
         /// The publisher's protocol version.
         version: u16,
     },
@@ -378,7 +380,7 @@ pub enum ConnectionEvent<'a> {
         /// The answer, negotiated down to the peer's version.
         answer: Subscribe,
         /// Where the answer asks the stream to start.
-        resume: ResumeAsked,
+        resume: Start,
     },
     /// A `FORMAT` record: `format` applies from the next record on, which starts at
     /// `first_sequence`.
@@ -916,16 +918,16 @@ impl StreamConnection {
         }
         .negotiated(hello.protocol_version);
         let resume = match (wanted, subscribe.resume) {
-            (Resume::From(_), Resume::Live) => ResumeAsked::NotSupported { version: hello.protocol_version },
+            (Resume::From(_), Resume::Live) => Start::ResumeUnsupported { version: hello.protocol_version },
             (Resume::From(from), Resume::From(_)) if plan.session == Some(hello.session) && plan.next.is_some() => {
-                ResumeAsked::Resuming { from }
+                Start::Resume { from }
             }
-            (Resume::From(_), Resume::From(_)) => ResumeAsked::FromStart,
-            (Resume::Live, _) => ResumeAsked::Live,
+            (Resume::From(_), Resume::From(_)) => Start::FromStart,
+            (Resume::Live, _) => Start::Live,
         };
         // A resume counts once the first record starts the stream where it was asked to.
         self.resume_asked = match resume {
-            ResumeAsked::Resuming { from } => Some(from),
+            Start::Resume { from } => Some(from),
             _ => None,
         };
         self.continuity = Continuity::new(match subscribe.resume {

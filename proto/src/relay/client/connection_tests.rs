@@ -62,7 +62,7 @@ fn a_whole_stream_gives_every_event_in_order_and_the_answer_goes_out() {
     conn.read_buf()[..n].copy_from_slice(&bytes[..n]);
     conn.received(n, 5);
     let Some(ConnectionEvent::Greeted { hello, answer, resume }) = conn.poll_event() else { panic!("greeted") };
-    assert_eq!((hello.session, answer.resume, resume), (SESSION, Resume::Live, ResumeAsked::Live));
+    assert_eq!((hello.session, answer.resume, resume), (SESSION, Resume::Live, Start::Live));
     assert_eq!(Subscribe::parse(conn.transmit()).unwrap(), Subscribe::new(false));
     assert!(!conn.is_established(), "the answer is not written yet");
     conn.transmitted(7);
@@ -155,7 +155,7 @@ fn a_version_one_publisher_gets_a_version_one_answer_without_resume() {
     conn.read_buf()[..Hello::LEN].copy_from_slice(&hello.to_bytes());
     conn.received(Hello::LEN, 0);
     let greeted = format!("{:?}", conn.poll_event());
-    assert!(greeted.contains("resume: NotSupported { version: 1 }"), "{greeted}");
+    assert!(greeted.contains("resume: ResumeUnsupported { version: 1 }"), "{greeted}");
     assert_eq!(conn.transmit().len(), Subscribe::LEN, "a version-1 answer is 16 bytes");
     let answer = Subscribe::parse(conn.transmit()).unwrap();
     assert_eq!((answer.protocol_version, answer.echo, answer.resume), (1, true, Resume::Live));
@@ -165,12 +165,12 @@ fn a_version_one_publisher_gets_a_version_one_answer_without_resume() {
 fn resume_from_start_and_live_are_asked_as_planned() {
     let plan = |session, next, from_start| ResumePlan { session, next, from_start, same_session_only: false };
     for (plan, greeted_session, resume, asked) in [
-        (plan(Some(SESSION), Some(77), false), SESSION, Resume::From(77), ResumeAsked::Resuming { from: 77 }),
+        (plan(Some(SESSION), Some(77), false), SESSION, Resume::From(77), Start::Resume { from: 77 }),
         // Another session: a restart, so nothing to resume; from the start only when asked.
-        (plan(Some(SESSION), Some(77), false), SESSION + 1, Resume::Live, ResumeAsked::Live),
-        (plan(Some(SESSION), Some(77), true), SESSION + 1, Resume::From(1), ResumeAsked::FromStart),
-        (plan(None, None, true), SESSION, Resume::From(1), ResumeAsked::FromStart),
-        (plan(None, None, false), SESSION, Resume::Live, ResumeAsked::Live),
+        (plan(Some(SESSION), Some(77), false), SESSION + 1, Resume::Live, Start::Live),
+        (plan(Some(SESSION), Some(77), true), SESSION + 1, Resume::From(1), Start::FromStart),
+        (plan(None, None, true), SESSION, Resume::From(1), Start::FromStart),
+        (plan(None, None, false), SESSION, Resume::Live, Start::Live),
     ] {
         let mut config = ConnectionConfig::subscriber(peer(), Protection::NONE, None, false);
         config.resume = plan;

@@ -35,8 +35,8 @@ pub mod unseal;
 
 pub use book::{RecoveryBook, RecoveryReport, UnrecoverableCauses};
 pub use connection::{
-    CloseReason, Closed, ConnectionConfig, ConnectionCounts, ConnectionEvent, Disposition, ResumeAsked, ResumePlan,
-    Role, StreamConnection,
+    CloseReason, Closed, ConnectionConfig, ConnectionCounts, ConnectionEvent, Disposition, ResumePlan, Role, Start,
+    StreamConnection,
 };
 pub use datagram::{
     CATCH_UP_INTERVAL, CatchUp, DatagramConfig, DatagramCounts, DatagramEvent, DatagramReceiver, RecoveryAction,

@@ -26,8 +26,8 @@
 //!   no peer can hold up a deadline, a report tick or a signal by what it sends.
 
 use super::connection::{
-    CloseReason, Closed, ConnectionConfig, ConnectionCounts, ConnectionEvent, Disposition, ResumeAsked, ResumePlan,
-    Role, STREAM_READ_BUFFER, StreamConnection,
+    CloseReason, Closed, ConnectionConfig, ConnectionCounts, ConnectionEvent, Disposition, ResumePlan, Role,
+    STREAM_READ_BUFFER, Start, StreamConnection,
 };
 use super::frames::{FrameReader, FrameVisitor, Origin, Payload, Place, ReaderConfig, ReaderMode};
 use super::quiet::Quiet;
@@ -183,7 +183,7 @@ pub enum ClientEvent {
         /// The greeting.
         hello: Hello,
         /// What the answer asked for.
-        resume: ResumeAsked,
+        resume: Start,
         /// The first greeting of the run.
         first: bool,
     },
@@ -807,10 +807,10 @@ impl StreamClient {
                     }
                     // A version-1 publisher's missing resume is reported once.
                     let resume = match resume {
-                        ResumeAsked::NotSupported { .. } if *warned_v1 => ResumeAsked::Live,
-                        ResumeAsked::NotSupported { version } => {
+                        Start::ResumeUnsupported { .. } if *warned_v1 => Start::Live,
+                        Start::ResumeUnsupported { version } => {
                             *warned_v1 = true;
-                            ResumeAsked::NotSupported { version }
+                            Start::ResumeUnsupported { version }
                         }
                         other => other,
                     };

@@ -152,9 +152,7 @@ fn a_cut_stream_resumes_after_the_last_frame_received_and_loses_nothing() {
     let second = publisher(&frames, Format::Sbe, SESSION, 13, 31, true);
     let (events, written) = drive(&mut client, &second, &random_cuts(second.len(), 3), 2 * S, false, &mut notes);
     assert_eq!(answer(&written).resume, Resume::From(13));
-    assert!(
-        events.iter().any(|e| matches!(e, ClientEvent::Greeted { resume: ResumeAsked::Resuming { from: 13 }, .. }))
-    );
+    assert!(events.iter().any(|e| matches!(e, ClientEvent::Greeted { resume: Start::Resume { from: 13 }, .. })));
     assert!(events.contains(&ClientEvent::Resumed { from: 13 }), "{events:?}");
     assert!(matches!(events[0], ClientEvent::Connected { again: true, .. }));
     assert_eq!(notes.sequences(), (1..=30).collect::<Vec<_>>(), "no gap, no duplicate");
@@ -191,7 +189,7 @@ fn without_resume_a_reconnection_takes_the_stream_live_and_the_frames_between_ar
     let (events, written) =
         drive(&mut client, &publisher(&frames, Format::Sbe, SESSION, 9, 21, true), &[], S, false, &mut notes);
     assert_eq!(answer(&written).resume, Resume::Live);
-    assert!(events.iter().any(|e| matches!(e, ClientEvent::Greeted { resume: ResumeAsked::Live, .. })), "{events:?}");
+    assert!(events.iter().any(|e| matches!(e, ClientEvent::Greeted { resume: Start::Live, .. })), "{events:?}");
     assert!(!events.iter().any(|e| matches!(e, ClientEvent::Resumed { .. } | ClientEvent::ResumeFailed { .. })));
     assert_eq!(client.reader().tracker().counts().lost, 3, "frames 6 to 8");
     assert_eq!(notes.sequences(), (1..=5).chain(9..=20).collect::<Vec<_>>());
