@@ -48,7 +48,7 @@ pub use net::{
     LossyLink, accept_within, cutting_proxy, delaying_proxy, free_tcp_port, free_udp_port, mangling_proxy, mix,
 };
 pub use netns::{Host, Hosts, Line};
-pub use process::{Failure, Finished, Process, STEP, Signal};
+pub use process::{Failure, Finished, Process, STEP, Signal, lines_other_than_intervals};
 pub use report::{assert_aggregates, assert_books_match, assert_matches_reference, json_file};
 pub use scrape::{Scrape, alert_queries, dashboard_queries, get, scrape};
 pub use serial::{serial, shared};

@@ -241,6 +241,31 @@ impl Process {
         self.try_finish(limit).unwrap_or_else(|f| panic!("{f}"))
     }
 
+    /// Waits for the process to end on its own within `limit`, as one whose stream has nothing
+    /// more to give should; one still running then is stopped with SIGINT, and the test fails
+    /// with what it printed (its log without interval lines) and `report`'s contents, when it
+    /// names a report file.
+    pub fn ends_on_its_own(mut self, limit: Duration, context: &str, report: Option<&Path>) -> Finished {
+        let started = Instant::now();
+        let waited = self.try_wait_until("its exit", limit, |_| false);
+        if waited.as_ref().is_err_and(|f| f.to_string().contains("did not come on stderr within")) {
+            self.signal(Signal::SIGINT);
+            let stopped = self.finish(Duration::from_secs(30));
+            let report = report.map(|json| std::fs::read_to_string(json).unwrap_or_default()).unwrap_or_default();
+            panic!(
+                "{context}: still running {:.0?} after its stream had nothing more to give; stopped with SIGINT \
+                 (exit {:?}), it reported:\n{}\n{report}\nlog:\n{}",
+                started.elapsed(),
+                stopped.code(),
+                stopped.stdout,
+                lines_other_than_intervals(&stopped.stderr)
+            );
+        }
+        let finished = self.finish(Duration::from_secs(30));
+        eprintln!("{context}: ended {:.1?} after its stream had nothing more to give", started.elapsed());
+        finished
+    }
+
     /// Waits for the exit, at most `limit`, and returns the status and the whole output; kills
     /// the process and fails with its output when the limit passes.
     pub fn try_finish(mut self, limit: Duration) -> Result<Finished, Failure> {
@@ -410,4 +435,9 @@ mod tests {
         p.signal(Signal::SIGHUP);
         assert_eq!(p.finish(STEP).code(), Some(7));
     }
+}
+
+/// A subscriber's log without its interval lines (` msg/s `), for a failing test's message.
+pub fn lines_other_than_intervals(stderr: &str) -> String {
+    stderr.lines().filter(|l| !l.contains(" msg/s ")).collect::<Vec<_>>().join("\n")
 }

@@ -8,7 +8,8 @@
 use crate::common::{alone_in_tempdir, json_paths, publisher_with_config};
 use mdrelay_harness::process::field;
 use mdrelay_harness::{
-    Finished, NatsServer, Process, Signal, assert_aggregates, expected, iex_data, json_file, subscriber_bin,
+    NatsServer, Process, Signal, assert_aggregates, expected, iex_data, json_file, lines_other_than_intervals,
+    subscriber_bin,
 };
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -17,33 +18,6 @@ use std::time::{Duration, Instant};
 const RUN: Duration = Duration::from_secs(120);
 /// How long the edge and its leaf may take to end once the stream has nothing more to give.
 const ENDS_WITHIN: Duration = Duration::from_secs(60);
-
-/// The log without a subscriber's interval lines.
-fn lines_other_than_intervals(stderr: &str) -> String {
-    stderr.lines().filter(|l| !l.contains(" msg/s ")).collect::<Vec<_>>().join("\n")
-}
-
-/// Waits for `process` to end on its own within `limit`; one still running then is stopped with
-/// SIGINT, and the test fails with what it printed.
-fn ends_on_its_own(mut process: Process, limit: Duration, context: &str) -> Finished {
-    let started = Instant::now();
-    let waited = process.try_wait_until("its exit", limit, |_| false);
-    if waited.as_ref().is_err_and(|f| f.to_string().contains("did not come on stderr within")) {
-        process.signal(Signal::SIGINT);
-        let stopped = process.finish(Duration::from_secs(30));
-        panic!(
-            "{context}: still running {:.0?} after its stream had nothing more to give; stopped with SIGINT \
-             (exit {:?}):\n{}\nlog:\n{}",
-            started.elapsed(),
-            stopped.code(),
-            stopped.stdout,
-            lines_other_than_intervals(&stopped.stderr)
-        );
-    }
-    let finished = process.finish(Duration::from_secs(30));
-    eprintln!("{context}: ended {:.1?} after its stream had nothing more to give", started.elapsed());
-    finished
-}
 
 #[test]
 #[ignore = "long (over 3 s here): .ci/run runs it with --ignored"]
@@ -85,8 +59,8 @@ fn an_edge_stopped_past_its_origins_end_catches_up_from_the_stream_and_its_leaf_
     origin.finish(RUN).assert_success();
     std::thread::sleep(Duration::from_secs(20).saturating_sub(stopped.elapsed()));
     edge.signal(Signal::SIGCONT);
-    let edge_done = ends_on_its_own(edge, ENDS_WITHIN, "the edge");
-    let leaf_done = ends_on_its_own(leaf, ENDS_WITHIN, "the edge's TCP leaf");
+    let edge_done = edge.ends_on_its_own(ENDS_WITHIN, "the edge", None);
+    let leaf_done = leaf.ends_on_its_own(ENDS_WITHIN, "the edge's TCP leaf", None);
     let (origin_report, edge_report) = (json_file(Path::new(&origin_json)), json_file(Path::new(&edge_json)));
     let context = format!("the edge: {edge_report}\nlog:\n{}", edge_done.stderr);
     assert_eq!(edge_done.code(), Some(0), "{context}");

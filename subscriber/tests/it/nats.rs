@@ -12,8 +12,8 @@ use std::time::Duration;
 use crate::common::{NatsSetting, publisher_with};
 use mdrelay_harness::receive::stored_message;
 use mdrelay_harness::{
-    Finished, NatsServer, Process, Signal, assert_aggregates, expected, iex_data, json_file, nats_stream_state,
-    publisher_bin, serial, subscriber_bin,
+    Finished, NatsServer, Process, Signal, assert_aggregates, expected, iex_data, json_file,
+    lines_other_than_intervals, nats_stream_state, publisher_bin, serial, subscriber_bin,
 };
 
 const RUN: Duration = Duration::from_secs(120);
@@ -50,11 +50,6 @@ fn deep10_over_nats_live_and_from_the_start_matches_the_reference() {
     let late = Process::start(subscriber_bin(), nats_args.iter().chain(&late_args));
     assert_eq!(late.finish(RUN).code(), Some(0));
     assert_aggregates(&json_file(&late_json), &reference, "mdrelay-sub replaying the stream from the start");
-}
-
-/// The log without its interval lines.
-fn lines_other_than_intervals(stderr: &str) -> String {
-    stderr.lines().filter(|l| !l.contains(" msg/s ")).collect::<Vec<_>>().join("\n")
 }
 
 /// Asserts a report has the whole of DEEP10: the reference's aggregates, frames and messages, and

@@ -17,14 +17,13 @@
 //! SIGINT and its report shown.
 
 use serde_json::Value;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::common::{NatsSetting, publisher_with};
 use mdrelay_harness::receive::stored_message;
 use mdrelay_harness::{
-    Finished, NatsServer, Process, Signal, assert_aggregates, expected, json_file, nats_cli, nats_stream_state,
-    publisher_bin, serial,
+    Finished, NatsServer, Process, Signal, assert_aggregates, expected, json_file, lines_other_than_intervals,
+    nats_cli, nats_stream_state, publisher_bin, serial,
 };
 use mdrelay_proto::relay::wire::{DatagramHeader, DatagramKind};
 
@@ -33,30 +32,6 @@ const RUN: Duration = Duration::from_secs(120);
 /// How long a subscriber may take to end once its stream has nothing more to give: its
 /// catch-up, repairs, `nats_give_up_after` and linger, with room for a loaded host.
 const ENDS_WITHIN: Duration = Duration::from_secs(60);
-
-/// Waits for `process` to end on its own within `limit`; one still running then is stopped with
-/// SIGINT, and the test fails with its report.
-fn ends_on_its_own(mut process: Process, limit: Duration, json: &Path, context: &str) -> Finished {
-    let started = Instant::now();
-    let waited = process.try_wait_until("its exit", limit, |_| false);
-    let still_running = waited.as_ref().is_err_and(|f| f.to_string().contains("did not come on stderr within"));
-    if still_running {
-        process.signal(Signal::SIGINT);
-        let stopped = process.finish(Duration::from_secs(30));
-        let report = std::fs::read_to_string(json).unwrap_or_default();
-        panic!(
-            "{context}: still running {:.0?} after its stream had nothing more to give; stopped with SIGINT \
-             (exit {:?}), it reported:\n{}\n{report}\nlog:\n{}",
-            started.elapsed(),
-            stopped.code(),
-            stopped.stdout,
-            lines_other_than_intervals(&stopped.stderr)
-        );
-    }
-    let finished = process.finish(Duration::from_secs(30));
-    eprintln!("{context}: ended {:.1?} after its stream had nothing more to give", started.elapsed());
-    finished
-}
 
 /// A report's counts on one line, for the test's output.
 fn figures(report: &Value) -> String {
@@ -72,11 +47,6 @@ fn figures(report: &Value) -> String {
         report["totals_match"],
         report["stop_reason"]
     )
-}
-
-/// The log without its interval lines.
-fn lines_other_than_intervals(stderr: &str) -> String {
-    stderr.lines().filter(|l| !l.contains(" msg/s ")).collect::<Vec<_>>().join("\n")
 }
 
 /// Asserts a subscriber ended with 0 and the whole of DEEP10: the reference's aggregates,
@@ -119,7 +89,7 @@ fn stopped_far_behind(stream: &str, rate: u32, extra: &[&str], stopped: impl FnO
     sub.signal(Signal::SIGSTOP);
     stopped(&sub, publisher);
     let context = format!("a subscriber stopped far behind ({stream})");
-    let finished = ends_on_its_own(sub, ENDS_WITHIN, &json, &context);
+    let finished = sub.ends_on_its_own(ENDS_WITHIN, &context, Some(&json));
     let report = json_file(&json);
     eprintln!("{context}: exit {:?}, {}", finished.code(), figures(&report));
     assert_whole(&finished, &report, &context);
@@ -208,7 +178,7 @@ fn the_frames_a_publisher_dropped_for_a_frozen_server_are_counted_lost_live_and_
     assert!(dropped > 65_536, "more than a window dropped, so the END is far ahead: {summary}");
     assert_eq!(summary["nats"]["published"].as_u64().unwrap() + dropped, deep10_frames() + 1, "{summary}");
 
-    let finished = ends_on_its_own(live, ENDS_WITHIN, &live_json, "the live subscriber");
+    let finished = live.ends_on_its_own(ENDS_WITHIN, "the live subscriber", Some(&live_json));
     let report = json_file(&live_json);
     eprintln!("the live subscriber ({dropped} dropped): exit {:?}, {}", finished.code(), figures(&report));
     let context = format!("the live subscriber ({dropped} frames dropped; log:\n{})", finished.stderr);
@@ -219,7 +189,7 @@ fn the_frames_a_publisher_dropped_for_a_frozen_server_are_counted_lost_live_and_
     assert_eq!(report["stop_reason"], "end", "{context}");
 
     let late = nats.subscriber("DROP", &late_json, &[&give_up[..], &["--from-start"]].concat());
-    let finished = ends_on_its_own(late, ENDS_WITHIN, &late_json, "the subscriber from the start");
+    let finished = late.ends_on_its_own(ENDS_WITHIN, "the subscriber from the start", Some(&late_json));
     let report = json_file(&late_json);
     eprintln!("the subscriber from the start ({dropped} dropped): exit {:?}, {}", finished.code(), figures(&report));
     let context = format!("the subscriber from the start ({dropped} frames dropped; log:\n{})", finished.stderr);
@@ -246,7 +216,7 @@ fn a_stream_without_its_end_is_given_up_after_give_up_after_counting_what_it_lac
     live.wait_for_frames(deep10_frames() / 2);
     publisher.signal(Signal::SIGKILL);
     assert_eq!(publisher.finish(RUN).code(), None, "killed by the signal");
-    let finished = ends_on_its_own(live, ENDS_WITHIN, &live_json, "the live subscriber of a killed publisher");
+    let finished = live.ends_on_its_own(ENDS_WITHIN, "the live subscriber of a killed publisher", Some(&live_json));
     let report = json_file(&live_json);
     eprintln!("the live subscriber of a killed publisher: exit {:?}, {}", finished.code(), figures(&report));
     let context = format!("the live subscriber of a killed publisher: {report}\nlog:\n{}", finished.stderr);
@@ -270,7 +240,7 @@ fn a_stream_without_its_end_is_given_up_after_give_up_after_counting_what_it_lac
         nats_cli(&nats.server.url(), &["stream", "rmm", "NOEND", &position.to_string(), "-f"]).unwrap();
     }
     let late = nats.subscriber("NOEND", &late_json, &[&give_up[..], &["--from-start"]].concat());
-    let finished = ends_on_its_own(late, ENDS_WITHIN, &late_json, "the subscriber from the start");
+    let finished = late.ends_on_its_own(ENDS_WITHIN, "the subscriber from the start", Some(&late_json));
     let report = json_file(&late_json);
     eprintln!("the subscriber from the start ({lacks} erased): exit {:?}, {}", finished.code(), figures(&report));
     let context = format!("the subscriber from the start ({lacks} frames erased): {report}\nlog:\n{}", finished.stderr);
