@@ -392,6 +392,11 @@ fn interval_frames(line: &str) -> Option<u64> {
     words.next()?.parse().ok()
 }
 
+/// A subscriber's log without its interval lines (` msg/s `), for a failing test's message.
+pub fn lines_other_than_intervals(stderr: &str) -> String {
+    stderr.lines().filter(|l| !l.contains(" msg/s ")).collect::<Vec<_>>().join("\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -435,9 +440,4 @@ mod tests {
         p.signal(Signal::SIGHUP);
         assert_eq!(p.finish(STEP).code(), Some(7));
     }
-}
-
-/// A subscriber's log without its interval lines (` msg/s `), for a failing test's message.
-pub fn lines_other_than_intervals(stderr: &str) -> String {
-    stderr.lines().filter(|l| !l.contains(" msg/s ")).collect::<Vec<_>>().join("\n")
 }
