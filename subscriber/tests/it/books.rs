@@ -251,8 +251,8 @@ const JOIN_POINTS: [u64; 4] = [1, 31_000, 62_000, 117_000];
 /// DEEP10 paced at 20,000 messages a second (about 20 s) to TCP and, for `over`, to the loopback
 /// multicast group with the retransmission service, to a NATS server, or through a relay; a
 /// late joiner with `--snapshot` starts at each of [`JOIN_POINTS`] (as an early TCP subscriber
-/// counts frames). Each joiner's book equals the reference's at the end and its report the
-/// reference for the whole day.
+/// of the origin, or of the relay, counts frames). Each joiner's book equals the reference's at
+/// the end and its report the reference for the whole day.
 fn late_joiners_at_four_points(over: JoinOver) {
     let dir = tempfile::tempdir().unwrap();
     let deep10 = text(&iex_data().join("DEEP10.pcap.gz"));
@@ -263,10 +263,8 @@ fn late_joiners_at_four_points(over: JoinOver) {
     let nats = matches!(over, JoinOver::Nats).then(NatsServer::start);
     let nats_url = nats.as_ref().map(NatsServer::url).unwrap_or_default();
     let nats_config = text(&dir.path().join("nats.toml"));
-    // Through a relay, the origin starts once the relay and the early subscriber are in.
-    let wanted = if matches!(over, JoinOver::Relay) { "2" } else { "1" };
     let mut args = vec!["run", "--capture", &deep10, "--format", "sbe", "--tcp", "127.0.0.1:0"];
-    args.extend(["--wait-subscribers", wanted, "--pacing", "rate", "--rate", "20000"]);
+    args.extend(["--wait-subscribers", "1", "--pacing", "rate", "--rate", "20000"]);
     match over {
         JoinOver::Multicast => {
             args.extend(["--multicast", &group, "--interface", "127.0.0.1", "--ttl", "0"]);
@@ -281,8 +279,13 @@ fn late_joiners_at_four_points(over: JoinOver) {
     }
     let mut publisher = Process::start(publisher_bin(), &args);
     let origin = publisher.serving_on().to_string();
+    // Through a relay, the origin starts once the relay is in, and the relay once the early
+    // subscriber is: the early subscriber counts the relay's frames, so a join point is one the
+    // relay has reached (it runs a little behind its origin).
     let mut relay = matches!(over, JoinOver::Relay).then(|| {
-        Process::start(publisher_bin(), ["run", "--upstream", &origin, "--format", "json", "--tcp", "127.0.0.1:0"])
+        let args =
+            ["run", "--upstream", &origin, "--format", "json", "--tcp", "127.0.0.1:0", "--wait-subscribers", "1"];
+        Process::start(publisher_bin(), args)
     });
     let addr = match &mut relay {
         Some(relay) => relay.serving_on().to_string(),
@@ -290,7 +293,7 @@ fn late_joiners_at_four_points(over: JoinOver) {
     };
     let early_json = text(&dir.path().join("early.json"));
     let mut early =
-        Process::start(subscriber_bin(), ["--tcp", &origin, "--json", &early_json, "--report-interval", "50ms"]);
+        Process::start(subscriber_bin(), ["--tcp", &addr, "--json", &early_json, "--report-interval", "50ms"]);
     let mut joiners = Vec::new();
     for point in JOIN_POINTS {
         let seen = early.wait_for_frames(point);
