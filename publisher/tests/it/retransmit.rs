@@ -63,6 +63,14 @@ fn recovery_answer() -> Subscribe {
     Subscribe { purpose: Purpose::Recovery, ..Subscribe::new(false) }
 }
 
+/// Waits for the publisher's log to say a retransmission client that read nothing was cut off
+/// (its write timeout, 5 s), well within the service's linger.
+fn cut_off(publisher: &mut Process) {
+    publisher
+        .try_wait_until("a client cut off", Duration::from_secs(10), |l| l.contains("cut off"))
+        .unwrap_or_else(|f| panic!("{f}"));
+}
+
 /// Reads what `stalled` still holds: it must end in a close or a reset, within 2 s a read.
 fn assert_closed(stalled: &mut TcpStream) {
     stalled.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
@@ -499,7 +507,7 @@ fn a_client_that_stops_reading_is_cut_off_and_others_are_served_meanwhile() {
     let (_shared, dir) = beside_others_in_tempdir();
     let json = dir.path().join("pub.json").display().to_string();
     let (socket, target) = receiver();
-    let (publisher, service) = publisher_with_service(&words(&format!(
+    let (mut publisher, service) = publisher_with_service(&words(&format!(
         "run --synthetic --messages 200000 --format capnp --udp {target} --retransmit-linger 12 --json {json}"
     )));
     let (_, _, next) = receive_all(&socket);
@@ -521,11 +529,11 @@ fn a_client_that_stops_reading_is_cut_off_and_others_are_served_meanwhile() {
     let answer = ask(&mut healthy, &[RetransmitRequest { first: last - 9, count: 10 }], last);
     assert_eq!(answer.frames.len(), 10);
     assert!(started.elapsed() < Duration::from_secs(2), "served in {:?} beside a stalled client", started.elapsed());
-    // Within the write timeout (5 s) and a little, the stalled client's connection is gone: what
-    // it reads now ends in a close or a reset, after whatever was in its socket. Reading earlier
-    // would unstall it. The read bound ends well before the linger (12 s), so a close that only
-    // came with the end of the service fails.
-    std::thread::sleep(Duration::from_secs(7));
+    // Within the write timeout (5 s), the publisher cuts the stalled client off and says so: what
+    // it reads then ends in a close or a reset, after whatever was in its socket. Reading earlier
+    // would unstall it. The wait ends well before the linger (12 s), so a close that only came
+    // with the end of the service fails.
+    cut_off(&mut publisher);
     assert_closed(&mut stalled);
     drop((healthy, stalled));
     publisher.signal(mdrelay_harness::Signal::SIGINT);
@@ -900,7 +908,7 @@ fn snapshot_requests_over_the_rate_are_refused_and_counted_and_a_client_that_doe
     let json = dir.path().join("pub.json").display().to_string();
     let (socket, target) = receiver();
     // 10,000 symbols: a snapshot of a few megabytes, more than a socket holds.
-    let (publisher, service) = publisher_with_service(&words(&format!(
+    let (mut publisher, service) = publisher_with_service(&words(&format!(
         "run --synthetic --synthetic-messages 300000 --synthetic-symbols 10000 --format sbe --udp {target} \
          --retransmit-rate 4 --retransmit-linger 12 --json {json}"
     )));
@@ -933,8 +941,8 @@ fn snapshot_requests_over_the_rate_are_refused_and_counted_and_a_client_that_doe
         assert_eq!(snapshot.totals, totals);
         assert!(snapshot.frames > 1, "a snapshot of many frames: {}", snapshot.frames);
     }
-    // Within the write timeout (5 s) and a little, the stalled client's connection is gone.
-    std::thread::sleep(Duration::from_secs(7));
+    // Within the write timeout (5 s), the stalled client's connection is cut off.
+    cut_off(&mut publisher);
     assert_closed(&mut stalled);
     drop((flood, stalled));
     publisher.signal(mdrelay_harness::Signal::SIGINT);
