@@ -4,8 +4,9 @@ Built on the Rust client library ``mdrelay-client``: TCP, UDP, multicast and NAT
 detection and recovery, A/B lines, frame protection and every wire format come from it.
 """
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, List
 
+from . import _native
 from ._native import *  # noqa: F401,F403
 from ._native import MESSAGE_TYPES, Subscriber, read_capture, schema  # noqa: F401
 
@@ -14,49 +15,7 @@ if TYPE_CHECKING:
     # the star import above, leave them out).
     from ._native import Message as Message, Prices as Prices, StreamEvent as StreamEvent  # noqa: F401
 
-__all__ = [
-    "Subscriber",
-    "BatchIterator",
-    "CaptureBatches",
-    "read_capture",
-    "schema",
-    "MESSAGE_TYPES",
-    "Error",
-    "WrongKeyError",
-    "ProtectionMismatchError",
-    "VersionError",
-    "RefusedError",
-    "NotAPublisherError",
-    "UnreachableError",
-    "AddrInUseError",
-    "BindError",
-    "ConfigError",
-    "EndedError",
-    "TransportIoError",
-    "CaptureError",
-    "IdleTimeoutError",
-    "SystemEvent",
-    "SecurityDirectory",
-    "TradingStatus",
-    "RetailLiquidityIndicator",
-    "OperationalHaltStatus",
-    "ShortSalePriceTestStatus",
-    "SecurityEvent",
-    "PriceLevelUpdate",
-    "QuoteUpdate",
-    "Trade",
-    "TradeBreak",
-    "OfficialPrice",
-    "AuctionInformation",
-    "UnknownMessage",
-    "Gap",
-    "GivenUp",
-    "Recovered",
-    "FormatChanged",
-    "Restarted",
-    "Connected",
-    "Notice",
-    "End",
-    "Snapshot",
-    "Book",
-]
+# The extension's names, as it lists them (pyo3 adds each class, function and exception to the
+# module's __all__; the stub lists the same, generated where the classes are).
+__all__: List[str] = []
+__all__ += _native.__all__
