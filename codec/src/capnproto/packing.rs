@@ -66,26 +66,14 @@ static NONZERO: [u8; 256] = {
 const ZERO_BYTE: u8 = 0x88;
 
 /// Per tag, for each byte of the unpacked word, which of the tag's non-zero bytes goes there.
-static EXPAND: [[u8; 16]; 256] = {
-    let mut table = [[ZERO_BYTE; 16]; 256];
-    let mut tag = 0;
-    while tag < 256 {
-        let mut k = 0;
-        let mut b = 0;
-        while b < WORD {
-            if tag & (1 << b) != 0 {
-                table[tag][b] = k;
-                k += 1;
-            }
-            b += 1;
-        }
-        tag += 1;
-    }
-    table
-};
+static EXPAND: [[u8; 16]; 256] = shuffle_table(false);
 
 /// Per tag, for each of its non-zero bytes in order, which byte of the word it is.
-static COMPACT: [[u8; 16]; 256] = {
+static COMPACT: [[u8; 16]; 256] = shuffle_table(true);
+
+/// The shuffle indices of every tag: where the tag's `k`th non-zero byte is byte `b` of the
+/// word, [`EXPAND`] has `k` at `b` and [`COMPACT`] has `b` at `k`.
+const fn shuffle_table(compact: bool) -> [[u8; 16]; 256] {
     let mut table = [[ZERO_BYTE; 16]; 256];
     let mut tag = 0;
     while tag < 256 {
@@ -93,7 +81,11 @@ static COMPACT: [[u8; 16]; 256] = {
         let mut b = 0;
         while b < WORD {
             if tag & (1 << b) != 0 {
-                table[tag][k] = b as u8;
+                if compact {
+                    table[tag][k] = b as u8;
+                } else {
+                    table[tag][b] = k as u8;
+                }
                 k += 1;
             }
             b += 1;
@@ -101,7 +93,7 @@ static COMPACT: [[u8; 16]; 256] = {
         tag += 1;
     }
     table
-};
+}
 
 /// [`ByteMoves::expand`] for a word whose non-zero `bytes` end the input.
 fn expand_short(tag: u8, bytes: &[u8]) -> u64 {
