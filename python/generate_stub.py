@@ -75,7 +75,7 @@ def fields(source: str) -> list[tuple[str, str, str]]:
             skip = True
         elif match := re.fullmatch(r"pub (\w+): (.+),", line):
             if not skip:
-                out.append((match[1], match[2], " ".join(doc)))
+                out.append((match[1], match[2], " ".join(filter(None, doc))))
             doc, skip = [], False
     return out
 

@@ -79,6 +79,7 @@ const DEFAULT_NATS_SUBJECT: &str = "mdrelay.1";
 /// # drop(subscriber);
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct Settings {
@@ -86,161 +87,236 @@ pub struct Settings {
     /// lost connection is made again, waiting from 100 ms doubling up to `reconnect_max`, and
     /// resumes after the last frame received.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "HOST:PORT", help_heading = "Transport"))]
     pub tcp: Option<String>,
     /// UDP: the local `addr:port` the datagrams are sent to (port 0 picks a free port, see
-    /// [`Subscriber::local_addrs`](crate::Subscriber::local_addrs)).
+    /// `Subscriber::local_addrs`).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "ADDR:PORT", help_heading = "Transport"))]
     pub udp: Option<String>,
     /// Multicast: the IPv4 `group:port` to join.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "GROUP:PORT", help_heading = "Transport"))]
     pub multicast: Option<String>,
     /// Multicast: the address of the local interface to join the group on (default `0.0.0.0`,
     /// the system's choice).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "ADDR", help_heading = "Transport"))]
     pub interface: Option<String>,
     /// NATS: the servers' URLs, comma-separated (`nats://host:port`; the client fails over
     /// among them and reconnects for ever), of a publisher's `[nats]` output.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "URLS", help_heading = "NATS"))]
     pub nats: Option<String>,
     /// NATS: the subject the stream is published to (default `mdrelay.1`), each message one
     /// relay datagram.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "SUBJECT", help_heading = "NATS"))]
     pub nats_subject: Option<String>,
     /// NATS: the JetStream stream that stores the subject (the publisher's `nats.stream`), from
     /// which `from_start` and `nats_start_at` replay and from which gaps in the live subject are
     /// repaired (the `recovery_*` timings apply, with NATS's defaults: 20 ms, 250 ms, 12 reads,
     /// 10 s).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "NAME", help_heading = "NATS"))]
     pub nats_stream: Option<String>,
     /// NATS with `nats_stream`: start with the stream's first message stored at or after this
     /// time (RFC 3339), replayed and then handed over to the live subject without a gap or a
     /// duplicate. The frames before it are not owed (the subscriber joined late).
     #[serde(with = "rfc3339", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "TIME", value_parser = time_from_text, help_heading = "NATS"))]
     pub nats_start_at: Option<SystemTime>,
     /// NATS: authenticate with a `.creds` file (JWT and nkey seed).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "FILE", help_heading = "NATS"))]
     pub nats_creds_file: Option<PathBuf>,
     /// NATS: authenticate with the nkey seed in this file.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "FILE", help_heading = "NATS"))]
     pub nats_nkey_file: Option<PathBuf>,
     /// NATS: authenticate as this user, with `nats_password_file`.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "USER", help_heading = "NATS"))]
     pub nats_user: Option<String>,
     /// NATS: the file holding `nats_user`'s password (white space around it is trimmed).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "FILE", help_heading = "NATS"))]
     pub nats_password_file: Option<PathBuf>,
     /// NATS: check the servers' TLS certificates with the CA certificates (PEM) in this file,
     /// and require TLS.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "FILE", help_heading = "NATS"))]
     pub nats_tls_ca_file: Option<PathBuf>,
     /// NATS: messages the client holds for the subscription, at most, while the program does
     /// not read them (16 to 16 Mi, default 65,536); past it they are dropped as a slow
     /// consumer's and repaired from `nats_stream` (or counted lost). Lower it to bound memory
     /// when the program may stall.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "N", help_heading = "NATS"))]
     pub nats_pending_messages: Option<usize>,
     /// NATS: the connection's name, as the servers' monitoring lists it (default `mdrelay-client`).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "NAME", help_heading = "NATS"))]
     pub nats_name: Option<String>,
     /// A second line (A/B) carrying the same datagrams: a local `addr:port` for UDP, a
     /// `group:port` for multicast. Each frame is taken from whichever line delivers it first.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "ADDR:PORT", help_heading = "Transport"))]
     pub line_b: Option<String>,
     /// Multicast: the local interface to join line B's group on (default `0.0.0.0`).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "ADDR", help_heading = "Transport"))]
     pub interface_b: Option<String>,
     /// UDP and multicast: the publisher's retransmission service (`host:port`, its
     /// `retransmit.listen`), asked for missing frames.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "HOST:PORT", help_heading = "Recovery"))]
     pub recovery: Option<String>,
     /// Recovery: wait this long after a gap is seen before asking (0 to 10 s, default 5 ms).
     #[serde(with = "seconds", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "DURATION", value_parser = duration_from_text, help_heading = "Recovery"))]
     pub recovery_delay: Option<Duration>,
     /// Recovery: ask again after this long without an answer (1 ms to 60 s, default 50 ms);
     /// the wait doubles with each further unanswered request for the same frames, up to 8 times.
     #[serde(with = "seconds", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "DURATION", value_parser = duration_from_text, help_heading = "Recovery"))]
     pub recovery_retry: Option<Duration>,
     /// Recovery: requests per gap before it is given up (1 to 1,000, default 10).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "N", help_heading = "Recovery"))]
     pub recovery_attempts: Option<u32>,
     /// Recovery: after the end of the stream, wait this long at most for frames still missing
     /// (0 to 600 s, default 2 s).
     #[serde(with = "seconds", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "DURATION", value_parser = duration_from_text, help_heading = "Recovery"))]
     pub recovery_linger: Option<Duration>,
     /// TCP: whether a reconnection to the same publisher run asks for the frames after the last
     /// one received (default true), or takes the stream live from where it is.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "BOOL", help_heading = "TCP"))]
     pub resume: Option<bool>,
     /// The session from its first frame: over TCP asked of the publisher (replayed from its
     /// ring), over UDP owed (frames before the first received count as missing, and recovery
     /// asks for them), over NATS replayed from `nats_stream`.
+    #[cfg_attr(feature = "clap", arg(long, help_heading = "Recovery"))]
     pub from_start: bool,
     /// Join with a snapshot of the state (every symbol's book and status, the day's aggregates
     /// and counts) as of a frame, then the stream from the frame after it, with no gap and no
-    /// duplicate ([`Event::Snapshot`](crate::Event::Snapshot)). Over TCP it is asked on the
-    /// first connection only (a reconnection resumes); over UDP and multicast it comes from the
-    /// retransmission service (`recovery_server`), and the frames between it and the first
-    /// datagram are recovered from the ring; over NATS it is asked of the publisher by request.
+    /// duplicate (`Event::Snapshot`).
+    ///
+    /// Over TCP it is asked on the first connection only (a reconnection resumes); over UDP and
+    /// multicast it comes from the retransmission service (`recovery`), and the frames between
+    /// it and the first datagram are recovered from the ring; over NATS it is asked of the
+    /// publisher by request.
+    #[cfg_attr(feature = "clap", arg(long, help_heading = "Recovery"))]
     pub snapshot: bool,
     /// Decode only these symbols' messages (1 to 8 ASCII characters each); the others are
     /// skipped while decoding, as early as the format allows, and only counted by type (see
-    /// [`Frame::skipped`](crate::Frame::skipped)).
+    /// `Frame::skipped`).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "SYMBOL", value_delimiter = ',', help_heading = "Report"))]
     pub symbols: Option<Vec<String>>,
     /// The publisher adds a CRC-32C to every frame (its `[protection] crc = true`).
+    #[cfg_attr(feature = "clap", arg(long, help_heading = "Protection"))]
     pub crc: bool,
     /// The publisher encrypts every frame with the key in this file (64 hex digits, readable by
     /// its owner only, as the publisher's `[protection] key_file`).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "FILE", help_heading = "Protection"))]
     pub key_file: Option<PathBuf>,
     /// The publisher encrypts every frame with this key (never read from nor written to a
     /// file: give `key_file` there).
     #[serde(skip)]
+    #[cfg_attr(feature = "clap", arg(skip))]
     pub key: Option<WireKey>,
     /// Round-trip latency: echo every `n`th frame's publish time back to the publisher, which
     /// measures the round trip on its own clock (at least 1).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "N", help_heading = "Report"))]
     pub echo_every: Option<u64>,
     /// TCP: the longest wait between connection attempts (10 ms to 1 day, default 5 s).
     #[serde(with = "seconds", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "DURATION", value_parser = duration_from_text, alias = "reconnect-max-seconds", help_heading = "TCP"))]
     pub reconnect_max: Option<Duration>,
-    /// TCP: give up with [`ErrorKind::Unreachable`](crate::ErrorKind::Unreachable) when no
-    /// connection could be made, or every one was told BUSY, for this long (10 ms to 1 day),
-    /// counted from the first attempt that failed since the last connection whose stream
-    /// started; by default a TCP subscriber tries for ever. NATS: once the stream has started,
-    /// give up on it with [`ErrorKind::Ended`](crate::ErrorKind::Ended) when nothing new came
-    /// for this long, on the subject nor in `nats_stream`'s tail, which is read whenever the
-    /// subject is quiet (default 30 s; a server out of reach answers nothing and is waited for;
-    /// one that answers after more than a quarter of this limit was stalled, and the limit
-    /// starts again from its answer). What is missing then is given up, and counted. An end of
-    /// stream far ahead of the frames the stream holds (frames a publisher dropped) is taken at
-    /// that point instead, unless a frame of its session came after it.
+    /// Give up when nothing comes for this long: over TCP, no connection made (default: never);
+    /// over NATS, once started, no frame on the subject nor in `nats_stream`'s tail (default 30 s).
+    ///
+    /// TCP: the subscriber ends with `ErrorKind::Unreachable` when no connection could be made,
+    /// or every one was told BUSY, for this long (10 ms to 1 day), counted from the first attempt
+    /// that failed since the last connection whose stream started. NATS: it gives up on the
+    /// stream with `ErrorKind::Ended` when nothing new came for this long, on the subject nor in
+    /// `nats_stream`'s tail, which is read whenever the subject is quiet (a server out of reach
+    /// answers nothing and is waited for; one that answers after more than a quarter of this
+    /// limit was stalled, and the limit starts again from its answer). What is missing then is
+    /// given up, and counted. An end of stream far ahead of the frames the stream holds (frames a
+    /// publisher dropped) is taken at that point instead, unless a frame of its session came
+    /// after it.
     #[serde(with = "seconds", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "DURATION", value_parser = duration_from_text, help_heading = "NATS"))]
     pub give_up_after: Option<Duration>,
     /// TCP: time for a connection to be made, the name resolved included (10 ms to 1 day,
     /// default 10 s).
     #[serde(with = "seconds", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "DURATION", value_parser = duration_from_text, help_heading = "TCP"))]
     pub connect_timeout: Option<Duration>,
     /// The receive buffer asked of the kernel for each socket (4 KiB to 1 GiB; default 16 MiB
     /// for UDP and multicast, the system's for TCP). Above `net.core.rmem_max` it is granted
     /// only to a process with CAP_NET_ADMIN.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "SIZE", value_parser = bytes_from_text, help_heading = "Transport"))]
     pub receive_buffer: Option<usize>,
     /// A set of choices made together: `low-latency` busy-polls the sockets (`idle = "spin"`,
     /// SO_BUSY_POLL); settings given explicitly override it.
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_name = "PROFILE", default_value = "default", help_heading = "Latency and CPU")
+    )]
     pub profile: Profile,
     /// How waiting for data is done: `sleep` (the default) waits for the kernel to say a socket
     /// is readable; `spin` and `yield` read the non-blocking sockets over and over (a core),
     /// `backoff` does so for a few dozen empty reads after data, then waits.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "STRATEGY", help_heading = "Latency and CPU"))]
     pub idle: Option<IdleStrategy>,
     /// SO_BUSY_POLL on the sockets (default: on with the low-latency profile); a kernel that
-    /// refuses it is counted in [`Counters::busy_poll_refused`](crate::Counters::busy_poll_refused).
+    /// refuses it is counted in `Counters::busy_poll_refused`.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "BOOL", help_heading = "Latency and CPU"))]
     pub busy_poll: Option<bool>,
     /// Keep each frame's bytes (opened, as the format encodes them) for
-    /// [`Frame::bytes`](crate::Frame::bytes), as a recorder needs them: one copy per frame.
+    /// `Frame::bytes`, as a recorder needs them: one copy per frame.
+    #[cfg_attr(feature = "clap", arg(skip))]
     pub frame_bytes: bool,
+}
+
+/// A duration from text: seconds (`"2.5"`) or a number with its unit (`"250ms"`, `"1m 30s"`).
+fn duration_from_text(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    match text.parse::<f64>() {
+        Ok(seconds) => Duration::try_from_secs_f64(seconds)
+            .map_err(|_| format!("{seconds} is not a duration: give a number of seconds from 0")),
+        Err(_) => humantime::parse_duration(text).map_err(|e| {
+            format!(
+                "{text:?} is not a duration ({e}): give seconds (e.g. 2.5) or a number with its unit (250ms, 5s, 2m)"
+            )
+        }),
+    }
+}
+
+/// A time from RFC 3339 text (`2026-11-26T14:30:00Z`).
+fn time_from_text(text: &str) -> Result<SystemTime, String> {
+    humantime::parse_rfc3339_weak(text.trim())
+        .map_err(|e| format!("{text:?} is not an RFC 3339 time ({e}), e.g. 2026-11-26T14:30:00Z"))
+}
+
+/// A size from text: bytes (`"65536"`) or a number with its unit (`"16MiB"`), as flags write it.
+#[cfg(feature = "clap")]
+fn bytes_from_text(text: &str) -> Result<usize, String> {
+    let text = text.trim();
+    let bytes = parse_size::parse_size(text).map_err(|e| {
+        format!("{text:?} is not a size ({e}): give bytes (e.g. 65536) or a size with its unit (64KiB, 16MiB)")
+    })?;
+    usize::try_from(bytes).map_err(|_| format!("{text:?} ({bytes} bytes) is too large here"))
 }
 
 /// Durations as seconds: a number (`2.5`) or text with its unit (`"250ms"`, `"1m 30s"`);
@@ -265,23 +341,12 @@ mod seconds {
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
-        let seconds = match Written::deserialize(deserializer)? {
-            Written::Int(n) => n as f64,
-            Written::Float(f) => f,
-            Written::Text(text) => match text.trim().parse::<f64>() {
-                Ok(f) => f,
-                Err(_) => {
-                    return humantime::parse_duration(text.trim()).map(Some).map_err(|e| {
-                        serde::de::Error::custom(format!(
-                            "{text:?} is not a duration ({e}): give seconds (e.g. 2.5) or a number with its unit (250ms, 5s, 2m)"
-                        ))
-                    });
-                }
-            },
+        let text = match Written::deserialize(deserializer)? {
+            Written::Int(n) => (n as f64).to_string(),
+            Written::Float(f) => f.to_string(),
+            Written::Text(text) => text,
         };
-        Duration::try_from_secs_f64(seconds).map(Some).map_err(|_| {
-            serde::de::Error::custom(format!("{seconds} is not a duration: give a number of seconds from 0"))
-        })
+        super::duration_from_text(&text).map(Some).map_err(serde::de::Error::custom)
     }
 }
 
@@ -309,9 +374,7 @@ mod rfc3339 {
             },
         }
         let (Written::Text(text) | Written::Datetime { text }) = Written::deserialize(deserializer)?;
-        humantime::parse_rfc3339_weak(text.trim()).map(Some).map_err(|e| {
-            serde::de::Error::custom(format!("{text:?} is not an RFC 3339 time ({e}), e.g. 2026-11-26T14:30:00Z"))
-        })
+        super::time_from_text(&text).map(Some).map_err(serde::de::Error::custom)
     }
 }
 

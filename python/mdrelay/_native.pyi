@@ -504,9 +504,9 @@ class Subscriber(Iterator[Union[Message, StreamEvent]]):
         # Join with a snapshot of the state (every symbol's book and status, the day's aggregates and
         # counts) as of a frame, then the stream from the frame after it, with no gap and no duplicate
         # (Event::Snapshot). Over TCP it is asked on the first connection only (a reconnection
-        # resumes); over UDP and multicast it comes from the retransmission service (recovery_server),
-        # and the frames between it and the first datagram are recovered from the ring; over NATS it
-        # is asked of the publisher by request.
+        # resumes); over UDP and multicast it comes from the retransmission service (recovery), and
+        # the frames between it and the first datagram are recovered from the ring; over NATS it is
+        # asked of the publisher by request.
         snapshot: bool = False,
         # Decode only these symbols' messages (1 to 8 ASCII characters each); the others are skipped
         # while decoding, as early as the format allows, and only counted by type (see
@@ -522,16 +522,17 @@ class Subscriber(Iterator[Union[Message, StreamEvent]]):
         echo_every: Optional[int] = None,
         # TCP: the longest wait between connection attempts (10 ms to 1 day, default 5 s).
         reconnect_max: Optional[Union[float, str]] = None,
-        # TCP: give up with ErrorKind::Unreachable when no connection could be made, or every one was
-        # told BUSY, for this long (10 ms to 1 day), counted from the first attempt that failed since
-        # the last connection whose stream started; by default a TCP subscriber tries for ever. NATS:
-        # once the stream has started, give up on it with ErrorKind::Ended when nothing new came for
-        # this long, on the subject nor in nats_stream's tail, which is read whenever the subject is
-        # quiet (default 30 s; a server out of reach answers nothing and is waited for; one that
-        # answers after more than a quarter of this limit was stalled, and the limit starts again from
-        # its answer). What is missing then is given up, and counted. An end of stream far ahead of
-        # the frames the stream holds (frames a publisher dropped) is taken at that point instead,
-        # unless a frame of its session came after it.
+        # Give up when nothing comes for this long: over TCP, no connection made (default: never);
+        # over NATS, once started, no frame on the subject nor in nats_stream's tail (default 30 s).
+        # TCP: the subscriber ends with ErrorKind::Unreachable when no connection could be made, or
+        # every one was told BUSY, for this long (10 ms to 1 day), counted from the first attempt that
+        # failed since the last connection whose stream started. NATS: it gives up on the stream with
+        # ErrorKind::Ended when nothing new came for this long, on the subject nor in nats_stream's
+        # tail, which is read whenever the subject is quiet (a server out of reach answers nothing and
+        # is waited for; one that answers after more than a quarter of this limit was stalled, and the
+        # limit starts again from its answer). What is missing then is given up, and counted. An end
+        # of stream far ahead of the frames the stream holds (frames a publisher dropped) is taken at
+        # that point instead, unless a frame of its session came after it.
         give_up_after: Optional[Union[float, str]] = None,
         # TCP: time for a connection to be made, the name resolved included (10 ms to 1 day, default
         # 10 s).

@@ -9,7 +9,6 @@
 use clap::{Parser, ValueEnum};
 use mdrelay_client::Settings;
 use mdrelay_iex::Symbol;
-use mdrelay_runtime::idle::{IdleStrategy, Profile};
 use mdrelay_telemetry::config_file::Reading;
 use mdrelay_telemetry::prometheus::{MetricsSection, MetricsSettings};
 use mdrelay_telemetry::settings::{EarlierName, Layered, field_names};
@@ -31,185 +30,14 @@ pub struct Cli {
     #[arg(long, short, value_name = "FILE", env = "MDRELAY_SUB_CONFIG")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
-    /// TCP: connect to a publisher at HOST:PORT (reconnects when the connection drops).
-    #[arg(long, value_name = "HOST:PORT", env = "MDRELAY_SUB_TCP", help_heading = "Transport")]
-    pub tcp: Option<String>,
-    /// UDP unicast: listen on ADDR:PORT (port 0 picks a free port, logged at start).
-    #[arg(long, value_name = "ADDR:PORT", env = "MDRELAY_SUB_UDP", help_heading = "Transport")]
-    pub udp: Option<String>,
-    /// UDP multicast: join GROUP:PORT (an IPv4 multicast group).
-    #[arg(long, value_name = "GROUP:PORT", env = "MDRELAY_SUB_MULTICAST", help_heading = "Transport")]
-    pub multicast: Option<String>,
-    /// Multicast: the local interface address to join the group on (default 0.0.0.0).
-    #[arg(long, value_name = "ADDR", env = "MDRELAY_SUB_INTERFACE", help_heading = "Transport")]
-    pub interface: Option<String>,
-    /// A/B: the second line, ADDR:PORT for UDP or GROUP:PORT for multicast.
-    #[arg(long, value_name = "ADDR:PORT", env = "MDRELAY_SUB_LINE_B", help_heading = "Transport")]
-    pub line_b: Option<String>,
-    /// Multicast A/B: the local interface address to join the second line on (default 0.0.0.0).
-    #[arg(long, value_name = "ADDR", env = "MDRELAY_SUB_INTERFACE_B", help_heading = "Transport")]
-    pub interface_b: Option<String>,
-    /// The receive buffer asked of the kernel per socket, bytes or e.g. 16MiB (default 16MiB for
-    /// UDP and multicast, the system's for TCP).
-    #[arg(long, value_name = "SIZE", value_parser = parse_bytes::<u64>, env = "MDRELAY_SUB_RECEIVE_BUFFER", help_heading = "Transport")]
-    pub receive_buffer: Option<u64>,
-    /// NATS: the servers' URLs (comma-separated, nats://HOST:PORT) of a publisher's `[nats]` output.
-    #[arg(long, value_name = "URLS", env = "MDRELAY_SUB_NATS", help_heading = "NATS")]
-    pub nats: Option<String>,
-    /// NATS: the subject the stream is published to (default mdrelay.1).
-    #[arg(long, value_name = "SUBJECT", env = "MDRELAY_SUB_NATS_SUBJECT", help_heading = "NATS")]
-    pub nats_subject: Option<String>,
-    /// NATS: the JetStream stream that stores the subject, replayed by --from-start.
-    #[arg(long, value_name = "NAME", env = "MDRELAY_SUB_NATS_STREAM", help_heading = "NATS")]
-    pub nats_stream: Option<String>,
-    /// NATS with --nats-stream: start with the first message the stream stored at or after this
-    /// RFC 3339 time (e.g. 2026-11-26T14:30:00Z), replayed, then the live subject.
-    #[arg(long, value_name = "TIME", env = "MDRELAY_SUB_NATS_START_AT", help_heading = "NATS")]
-    pub nats_start_at: Option<String>,
-    /// NATS: authenticate with this .creds file (JWT and nkey seed).
-    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_NATS_CREDS_FILE", help_heading = "NATS")]
-    pub nats_creds_file: Option<PathBuf>,
-    /// NATS: authenticate with the nkey seed in this file.
-    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_NATS_NKEY_FILE", help_heading = "NATS")]
-    pub nats_nkey_file: Option<PathBuf>,
-    /// NATS: authenticate as this user, with --nats-password-file.
-    #[arg(long, value_name = "USER", env = "MDRELAY_SUB_NATS_USER", help_heading = "NATS")]
-    pub nats_user: Option<String>,
-    /// NATS: the file holding --nats-user's password.
-    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_NATS_PASSWORD_FILE", help_heading = "NATS")]
-    pub nats_password_file: Option<PathBuf>,
-    /// NATS: check the servers' TLS certificates with the CA certificates (PEM) in this file, and
-    /// require TLS.
-    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_NATS_TLS_CA_FILE", help_heading = "NATS")]
-    pub nats_tls_ca_file: Option<PathBuf>,
-    /// NATS: messages held for the subscription while the subscriber does not read them (16 to
-    /// 16777216, default 65536); past it they are dropped and repaired from --nats-stream.
-    #[arg(long, value_name = "N", env = "MDRELAY_SUB_NATS_PENDING_MESSAGES", help_heading = "NATS")]
-    pub nats_pending_messages: Option<u64>,
-    /// NATS: the connection's name, as the servers' monitoring lists it (default mdrelay-client).
-    #[arg(long, value_name = "NAME", env = "MDRELAY_SUB_NATS_NAME", help_heading = "NATS")]
-    pub nats_name: Option<String>,
-    /// Give up when nothing comes for this long, seconds or e.g. 1m: TCP, no connection made
-    /// (default: never); NATS, once started, no frame on the subject nor in --nats-stream's
-    /// tail (default 30).
-    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_GIVE_UP_AFTER", help_heading = "NATS")]
-    pub give_up_after: Option<f64>,
-    /// Aggregate and report only these symbols (comma-separated or repeated).
-    #[arg(long, value_name = "SYMBOL", value_delimiter = ',', env = "MDRELAY_SUB_SYMBOLS", help_heading = "Report")]
-    pub symbols: Option<Vec<String>>,
-    /// Latency mode; round-trip also echoes publish times back to the publisher.
-    #[arg(long, value_enum, env = "MDRELAY_SUB_LATENCY", help_heading = "Report")]
-    pub latency: Option<LatencyMode>,
-    /// Round-trip mode: echo every Nth frame (default 1).
-    #[arg(long, value_name = "N", env = "MDRELAY_SUB_ECHO_EVERY", help_heading = "Report")]
-    pub echo_every: Option<u64>,
-    /// Seconds between interval lines on stderr, or a duration such as 500ms (default 5; 0: none).
-    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_REPORT_INTERVAL", help_heading = "Report")]
-    pub report_interval: Option<f64>,
-    /// Write the final report as JSON to FILE ("-": stdout, and the text report goes to stderr).
-    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_JSON", help_heading = "Report")]
-    pub json: Option<String>,
-    /// Write an HdrHistogram interval log of one-way latency (ns), one interval per report period.
-    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_HISTOGRAM_LOG", help_heading = "Report")]
-    pub histogram_log: Option<PathBuf>,
-    /// Write the final books and symbol state as JSON to FILE, in the schema of IEX's reference
-    /// reader iexbook.py.
-    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_BOOK", help_heading = "Report")]
-    pub book: Option<PathBuf>,
-    /// Stop once this many messages have been received (`--count` in earlier releases).
-    #[arg(long, value_name = "N", alias = "count", env = "MDRELAY_SUB_MAX_MESSAGES", help_heading = "Report")]
-    pub max_messages: Option<u64>,
-    /// Stop after this many seconds (or a duration such as 10m).
-    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_DURATION", help_heading = "Report")]
-    pub duration: Option<f64>,
-    /// Record what is received to FILE as an IEX-TP capture, in arrival order, whatever the
-    /// wire format: pcapng if the name ends in .pcapng, else pcap; gzipped if it ends in .gz
-    /// (e.g. day.pcapng.gz). An existing file is refused unless --record-overwrite is given; a
-    /// symbolic link always is.
-    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_RECORD", help_heading = "Recording")]
-    pub record: Option<PathBuf>,
-    /// Recording: replace an existing file at the --record path (with rotation, the numbered files
-    /// of an earlier recording there). Never through a symbolic link.
-    #[arg(long, visible_alias = "force", env = "MDRELAY_SUB_RECORD_OVERWRITE", help_heading = "Recording")]
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub record_overwrite: bool,
-    /// Recording: start a new file once the current one holds SIZE bytes (compressed, when
-    /// gzipped): a number of bytes or e.g. 512MiB, 1GB, 2GiB. Files are numbered: day.pcap.gz
-    /// becomes day.000001.pcap.gz, day.000002.pcap.gz, ...
-    #[arg(long, value_name = "SIZE", env = "MDRELAY_SUB_RECORD_ROTATE_SIZE", help_heading = "Recording")]
-    pub record_rotate_size: Option<String>,
-    /// Recording: start a new file once the current one spans this many seconds of receive time
-    /// (or a duration such as 1h).
-    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_RECORD_ROTATE_INTERVAL", help_heading = "Recording")]
-    pub record_rotate_interval: Option<f64>,
-    /// Recording with rotation: keep at most N files, removing the oldest.
-    #[arg(long, value_name = "N", env = "MDRELAY_SUB_RECORD_MAX_FILES", help_heading = "Recording")]
-    pub record_max_files: Option<u64>,
-    /// TCP: the longest wait between reconnection attempts, seconds or e.g. 500ms (default 5;
-    /// `--reconnect-max-seconds` in earlier releases).
-    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, alias = "reconnect-max-seconds", env = "MDRELAY_SUB_RECONNECT_MAX", help_heading = "TCP")]
-    pub reconnect_max: Option<f64>,
-    /// TCP: the time a connection may take to be made, the name resolved included (default 10).
-    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_CONNECT_TIMEOUT", help_heading = "TCP")]
-    pub connect_timeout: Option<f64>,
-    /// TCP: whether a reconnection asks for the frames after the last one received (default
-    /// true), or takes the stream live from where it is.
-    #[arg(long, value_name = "BOOL", env = "MDRELAY_SUB_RESUME", help_heading = "TCP")]
-    pub resume: Option<bool>,
-    /// UDP and multicast: the publisher's retransmission service at HOST:PORT; missing frames
-    /// are asked for there.
-    #[arg(long, value_name = "HOST:PORT", env = "MDRELAY_SUB_RECOVERY", help_heading = "Recovery")]
-    pub recovery: Option<String>,
-    /// Recovery: how long to wait after a gap is seen before asking, seconds or e.g. 5ms
-    /// (default 5ms; 20ms repairing from a NATS stream).
-    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_RECOVERY_DELAY", help_heading = "Recovery")]
-    pub recovery_delay: Option<f64>,
-    /// Recovery: how long without an answer before asking again, seconds or e.g. 50ms (default
-    /// 50ms); doubles with each further unanswered request for the same frames, up to 8 times.
-    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_RECOVERY_RETRY", help_heading = "Recovery")]
-    pub recovery_retry: Option<f64>,
-    /// Recovery: requests per gap before it is given up (default 10).
-    #[arg(long, value_name = "N", env = "MDRELAY_SUB_RECOVERY_ATTEMPTS", help_heading = "Recovery")]
-    pub recovery_attempts: Option<u64>,
-    /// Recovery: seconds to keep waiting for missing frames after the end of stream, or a
-    /// duration such as 500ms (default 2).
-    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, env = "MDRELAY_SUB_RECOVERY_LINGER", help_heading = "Recovery")]
-    pub recovery_linger: Option<f64>,
-    /// The whole session from its first frame: over TCP the publisher is asked for it (as far as
-    /// its ring holds it); over UDP every frame from the first is owed, so frames lost before the
-    /// first received count (and, with recovery, are asked for); over NATS replayed from
-    /// --nats-stream.
-    #[arg(long, env = "MDRELAY_SUB_FROM_START", help_heading = "Recovery")]
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub from_start: bool,
-    /// TCP: join with a snapshot of the state (books, status, the day's aggregates and counts)
-    /// as of a frame, then the stream from the frame after it: the report covers the whole day.
-    #[arg(long, env = "MDRELAY_SUB_SNAPSHOT", help_heading = "TCP")]
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub snapshot: bool,
-    /// Protection: the publisher adds a CRC-32C to every frame (its `[protection] crc`).
-    #[arg(long, env = "MDRELAY_SUB_CRC", help_heading = "Protection")]
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub crc: bool,
-    /// Protection: the publisher encrypts every frame with the key in this file (its
-    /// `[protection] key_file`).
-    #[arg(long, value_name = "FILE", env = "MDRELAY_SUB_KEY_FILE", help_heading = "Protection")]
-    pub key_file: Option<PathBuf>,
-    /// Profile: default (wait for readiness) or low-latency (busy-poll the socket, SO_BUSY_POLL,
-    /// the receive thread pinned to --hot-core) [default: default].
-    #[arg(long, value_name = "PROFILE", env = "MDRELAY_SUB_PROFILE", help_heading = "Latency and CPU")]
-    pub profile: Option<Profile>,
-    /// How the receive loop waits: spin, yield, backoff (busy-poll, then wait) or sleep (wait for
-    /// readiness) [default: the profile's].
-    #[arg(long, value_name = "STRATEGY", env = "MDRELAY_SUB_IDLE", help_heading = "Latency and CPU")]
-    pub idle: Option<IdleStrategy>,
-    /// SO_BUSY_POLL on the sockets [default: the profile's].
-    #[arg(long, value_name = "BOOL", env = "MDRELAY_SUB_BUSY_POLL", help_heading = "Latency and CPU")]
-    pub busy_poll: Option<bool>,
-    /// Pin the receive thread, the subscriber's hot thread, to this CPU (`--core` in earlier
-    /// releases).
-    #[arg(long, value_name = "N", alias = "core", env = "MDRELAY_SUB_HOT_CORE", help_heading = "Latency and CPU")]
-    pub hot_core: Option<usize>,
+    /// How the stream is received: the library's settings, a flag each.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub receive: Settings,
+    /// The report, its outputs, the recording and the receive thread's CPU.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub app: Application,
     /// Serve Prometheus metrics on ADDR:PORT (e.g. 127.0.0.1:9901).
     #[arg(long, value_name = "ADDR:PORT", env = "MDRELAY_SUB_METRICS_LISTEN", help_heading = "Metrics")]
     #[serde(rename = "metrics.listen")]
@@ -266,6 +94,24 @@ pub struct Cli {
     pub given: Vec<mdrelay_telemetry::settings::GivenFlag>,
 }
 
+/// The command line: [`Cli`]'s flags, where each setting's flag is also read from the
+/// environment as `MDRELAY_SUB_` and the setting's name in capitals (`MDRELAY_SUB_RECOVERY_DELAY`).
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    let settings = [field_names::<Settings>(), field_names::<Application>()].concat();
+    Cli::command().mut_args(|arg| {
+        let id = arg.get_id().as_str();
+        match arg.get_env().is_none() && settings.contains(&id) {
+            // Once per flag in a process's life: the leak is the command's static name.
+            true => {
+                let variable: &'static str = Box::leak(format!("MDRELAY_SUB_{}", id.to_uppercase()).into_boxed_str());
+                arg.env(variable)
+            }
+            false => arg,
+        }
+    })
+}
+
 /// How latency is measured.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -308,48 +154,62 @@ const EARLIER_NAMES: &[EarlierName] = &[
 /// The subscriber's own settings, beside the library's receive settings: the report and its
 /// outputs, when to stop, the recording, the metrics endpoint and the receive thread's CPU.
 /// Written as TOML only, which leaves out what is `None`.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize, clap::Args)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct Application {
     /// How latency is measured: one-way, or round-trip (the publisher is also sent echoes).
+    #[arg(long, value_enum, default_value = "one-way", help_heading = "Report")]
     pub latency: LatencyMode,
     /// Seconds between interval lines on stderr, or a duration such as "500ms" (0.01 to 86400,
     /// or 0 for none; default 5).
     #[serde(deserialize_with = "option_seconds")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, help_heading = "Report")]
     pub report_interval: Option<f64>,
     /// The final report as JSON to this file ("-": stdout, the text report then going to stderr).
+    #[arg(long, value_name = "FILE", help_heading = "Report")]
     pub json: Option<String>,
     /// An HdrHistogram interval log of one-way latency (ns), one interval per report period.
+    #[arg(long, value_name = "FILE", help_heading = "Report")]
     pub histogram_log: Option<PathBuf>,
     /// The final books and symbol state (price levels, status, short-sale test, last trade) as
     /// JSON to this file, in the schema of IEX's reference reader `iexbook.py`.
+    #[arg(long, value_name = "FILE", help_heading = "Report")]
     pub book: Option<PathBuf>,
     /// Stop once this many messages have been received (at least 1).
+    #[arg(long, value_name = "N", alias = "count", help_heading = "Report")]
     pub max_messages: Option<u64>,
     /// Stop after this many seconds, or a duration such as "10m" (at most a day).
     #[serde(deserialize_with = "option_seconds")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, help_heading = "Report")]
     pub duration: Option<f64>,
     /// Record what is received to this capture file (pcap, or pcapng by its name; gzipped if it
     /// ends in .gz).
+    #[arg(long, value_name = "FILE", help_heading = "Recording")]
     pub record: Option<PathBuf>,
     /// Recording: replace an existing file (never through a symbolic link).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[arg(long, visible_alias = "force", help_heading = "Recording")]
     pub record_overwrite: bool,
     /// Recording: a new file once the current one holds this many bytes, or e.g. "512MiB" (64 KiB
     /// to 1 TiB).
     #[serde(deserialize_with = "option_bytes")]
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes::<u64>, help_heading = "Recording")]
     pub record_rotate_size: Option<u64>,
     /// Recording: a new file once the current one spans this many seconds of receive time (1 to
     /// 86400).
     #[serde(deserialize_with = "option_seconds")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, help_heading = "Recording")]
     pub record_rotate_interval: Option<f64>,
     /// Recording with rotation: keep at most this many files, removing the oldest (1 to 1000000).
+    #[arg(long, value_name = "N", help_heading = "Recording")]
     pub record_max_files: Option<u64>,
     /// Pin the receive thread to this CPU.
+    #[arg(long, value_name = "N", alias = "core", help_heading = "Latency and CPU")]
     pub hot_core: Option<usize>,
     /// The Prometheus endpoint (`[metrics] listen`, `hold`).
     #[serde(skip_serializing_if = "MetricsSection::is_off")]
+    #[arg(skip)]
     pub metrics: MetricsSection,
 }
 

@@ -2,8 +2,8 @@
 
 #![forbid(unsafe_code)]
 
-use clap::{CommandFactory, FromArgMatches};
-use mdrelay_subscriber::config::{Cli, Config, JsonTarget};
+use clap::FromArgMatches;
+use mdrelay_subscriber::config::{Cli, Config, JsonTarget, command};
 use mdrelay_subscriber::control::{Control, RunError};
 use mdrelay_subscriber::histlog::HistogramLog;
 use mdrelay_subscriber::metrics::{EXPORT_EVERY, SubscriberMetrics};
@@ -17,7 +17,7 @@ use std::time::SystemTime;
 
 fn main() -> ExitCode {
     // `--version` names the git commit built (build.rs), so a report can be traced to its code.
-    let command = Cli::command().version(env!("MDRELAY_VERSION")).after_help(exit::help(ExitStatus::SUBSCRIBER));
+    let command = command().version(env!("MDRELAY_VERSION")).after_help(exit::help(ExitStatus::SUBSCRIBER));
     let matches = command.clone().get_matches();
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     cli.given = mdrelay_telemetry::settings::GivenFlag::all(&command, &matches);

@@ -68,12 +68,21 @@ impl Layered {
 
     /// The settings of the flags `given` (on the command line or in the environment), as the
     /// `serde` names of `Args`' fields give them: each flag is parsed again alone, so that every
-    /// value is tied to the flag or variable that gave it. Earlier names are laid under their
-    /// names of now.
+    /// value is tied to the flag or variable that gave it. A flag sets what its parse changes
+    /// from a parse of no flag at all, and its own setting even when given its default value
+    /// (`--profile default`): fields that always have a value (a default, a switch that is off)
+    /// are not set by every other flag. Earlier names are laid under their names of now.
     pub fn from_flags<Args>(given: &[GivenFlag], earlier: &[EarlierName]) -> Result<Layered>
     where
         Args: clap::Args + clap::FromArgMatches + serde::Serialize,
     {
+        // No environment here: what came from it is in `given` already.
+        let command = Args::augment_args(clap::Command::new("flags")).mut_args(|arg| arg.env(None::<&str>));
+        let parse = |argv: Vec<String>| {
+            let matches = command.clone().try_get_matches_from(argv).ok()?;
+            Args::from_arg_matches(&matches).ok()
+        };
+        let none = parse(vec!["flags".into()]).and_then(|none| toml::Table::try_from(&none).ok()).unwrap_or_default();
         let mut layer = Layered::default();
         for flag in given {
             let mut argv = vec!["flags".to_string()];
@@ -81,13 +90,9 @@ impl Layered {
                 true => argv.push(format!("--{}", flag.long)),
                 false => argv.extend(flag.values.iter().map(|value| format!("--{}={value}", flag.long))),
             }
-            // No environment here: what came from it is in `given` already.
-            let command = Args::augment_args(clap::Command::new("flags")).mut_args(|arg| arg.env(None::<&str>));
-            let Ok(alone) =
-                command.try_get_matches_from(argv).map_err(drop).and_then(|m| Args::from_arg_matches(&m).map_err(drop))
-            else {
-                continue;
-            };
+            let Some(alone) = parse(argv) else { continue };
+            let own = command.get_arguments().find(|arg| arg.get_long() == Some(&flag.long)).map(|arg| arg.get_id());
+            let own = own.map(|id| id.as_str().to_string()).unwrap_or_default();
             let settings = toml::Table::try_from(&alone).map_err(|_| {
                 // TOML's integers are signed 64-bit: a larger one is refused naming its setting.
                 let json = serde_json::to_value(&alone).unwrap_or_default();
@@ -99,7 +104,9 @@ impl Layered {
                 anyhow!("{key} ({}): {values} is out of range: a setting is at most {}", flag.origin, i64::MAX)
             })?;
             for (key, value) in settings {
-                layer.set(&key, value, &flag.origin);
+                if none.get(&key) != Some(&value) || key.replace('.', "_") == own {
+                    layer.set(&key, value, &flag.origin);
+                }
             }
         }
         layer.rename(earlier)?;

@@ -793,7 +793,11 @@ fn absurd_rotation_settings_are_refused_naming_the_setting() {
             &["--record-rotate-size", "2TiB"],
             "record_rotate_size (--record-rotate-size): 2199023255552 bytes is out of range",
         ),
-        (&["--record-rotate-size", "lots"], "record_rotate_size (--record-rotate-size): \"lots\" is not a size"),
+        // Read as the flag is parsed, as every size and duration flag is.
+        (
+            &["--record-rotate-size", "lots"],
+            "invalid value 'lots' for '--record-rotate-size <SIZE>': \"lots\" is not a size",
+        ),
         (
             &["--record-rotate-interval", "0.5"],
             "record_rotate_interval (--record-rotate-interval): 0.5 seconds is out of range",
