@@ -28,6 +28,7 @@ use bytes::Bytes;
 use mdrelay_codec::Format;
 use mdrelay_proto::relay::Sealed;
 use mdrelay_proto::relay::server::{Handover, HandoverTaken, Wrote};
+use mdrelay_runtime::idle::YieldGate;
 use std::collections::VecDeque;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
@@ -509,6 +510,8 @@ pub struct Fanout {
     /// The hot path's copy of the sockets it may write to, as of `hot_sockets_seen` changes.
     hot_sockets: Vec<Arc<HotSocket>>,
     hot_sockets_seen: u64,
+    /// Whether a hot write is followed by a yield (not while other tasks compete for the CPU).
+    yield_gate: YieldGate,
 }
 
 impl Fanout {
@@ -558,6 +561,7 @@ impl Fanout {
             full_since: None,
             hot_sockets: Vec::new(),
             hot_sockets_seen: 0,
+            yield_gate: YieldGate::default(),
         };
         (fanout, shared)
     }
@@ -631,8 +635,13 @@ impl Fanout {
         if written > 0 {
             self.shared.counters.hot_writes.fetch_add(written, Ordering::Relaxed);
             // A subscriber the write woke on this CPU runs now instead of after the rest of
-            // the duty cycle's burst; with no such task the call returns at once.
-            std::thread::yield_now();
+            // the duty cycle's burst; with no such task the call returns at once. Not while
+            // other tasks compete for the CPU: there each yield can cost a time slice.
+            let began = Instant::now();
+            if self.yield_gate.open(began) {
+                std::thread::yield_now();
+                self.yield_gate.yielded(began, Instant::now());
+            }
         }
     }
 

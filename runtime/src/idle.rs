@@ -295,6 +295,54 @@ impl Idler {
     }
 }
 
+/// A yield slower than this found other tasks waiting for the CPU besides the one the write
+/// woke: a woken subscriber takes its frames in tens of microseconds, a competing task its
+/// whole time slice (milliseconds).
+pub const SLOW_YIELD: Duration = Duration::from_micros(250);
+/// How long yields stop after the first slow one.
+pub const FIRST_YIELD_PAUSE: Duration = Duration::from_millis(10);
+/// The longest pause: under lasting contention one yield a second is tried, which costs at
+/// most one time slice a second.
+pub const MAX_YIELD_PAUSE: Duration = Duration::from_secs(1);
+
+/// Whether a hot thread yields after waking a reader on its CPU (so that the reader runs now,
+/// not after the rest of the thread's burst). On an idle CPU the yield hands over to that
+/// reader and returns within microseconds; on a CPU other tasks compete for, each yield can
+/// cost a whole time slice, and a thread yielding thousands of times a second falls seconds
+/// behind. So a slow yield stops yields for a pause that doubles with each slow one (from
+/// [`FIRST_YIELD_PAUSE`] to [`MAX_YIELD_PAUSE`]), and a quick one ends the pauses. Fed the
+/// times, it reads no clock itself.
+#[derive(Debug, Clone)]
+pub struct YieldGate {
+    /// No yield before this (none: yields are on).
+    paused_until: Option<Instant>,
+    /// The next pause's length.
+    pause: Duration,
+}
+
+impl Default for YieldGate {
+    fn default() -> YieldGate {
+        YieldGate { paused_until: None, pause: FIRST_YIELD_PAUSE }
+    }
+}
+
+impl YieldGate {
+    /// Whether to yield at `now`.
+    pub fn open(&self, now: Instant) -> bool {
+        self.paused_until.is_none_or(|until| now >= until)
+    }
+
+    /// A yield begun at `began` returned at `ended`.
+    pub fn yielded(&mut self, began: Instant, ended: Instant) {
+        if ended.saturating_duration_since(began) < SLOW_YIELD {
+            *self = YieldGate::default();
+            return;
+        }
+        self.paused_until = Some(ended + self.pause);
+        self.pause = (self.pause * 2).min(MAX_YIELD_PAUSE);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -368,5 +416,36 @@ mod tests {
             idler.observe(Duration::from_secs(1));
         }
         assert_eq!(idler.lateness(), MAX_LATENESS);
+    }
+    #[test]
+    fn quick_yields_go_on_and_slow_ones_pause_yields_for_doubling_times() {
+        let start = Instant::now();
+        let at = |micros: u64| start + Duration::from_micros(micros);
+        let mut gate = YieldGate::default();
+        assert!(gate.open(at(0)));
+        gate.yielded(at(0), at(40));
+        assert!(gate.open(at(41)), "a quick yield keeps yields on");
+        // A slow one: no yield for 10 ms after it returned.
+        gate.yielded(at(100), at(3_100));
+        assert!(!gate.open(at(3_101)) && !gate.open(at(13_099)));
+        assert!(gate.open(at(13_100)));
+        // Slow again when tried: 20 ms, then 40 ms, ... up to a second.
+        gate.yielded(at(13_100), at(16_000));
+        assert!(!gate.open(at(35_999)) && gate.open(at(36_000)));
+        let mut now = 36_000;
+        for _ in 0..12 {
+            gate.yielded(at(now), at(now + 5_000));
+            now += 5_000;
+            while !gate.open(at(now)) {
+                now += 1_000;
+            }
+        }
+        gate.yielded(at(now), at(now + 5_000));
+        assert!(!gate.open(at(now + 5_000 + 999_000)) && gate.open(at(now + 5_000 + 1_000_000)), "at most a second");
+        // A quick one ends the pauses: the next slow one pauses 10 ms again.
+        let later = now + 2_000_000;
+        gate.yielded(at(later), at(later + 10));
+        gate.yielded(at(later + 100), at(later + 1_100));
+        assert!(!gate.open(at(later + 1_100 + 9_999)) && gate.open(at(later + 1_100 + 10_000)));
     }
 }
