@@ -310,7 +310,8 @@ pub const MAX_YIELD_PAUSE: Duration = Duration::from_secs(1);
 /// reader and returns within microseconds; on a CPU other tasks compete for, each yield can
 /// cost a whole time slice, and a thread yielding thousands of times a second falls seconds
 /// behind. So a slow yield stops yields for a pause that doubles with each slow one (from
-/// [`FIRST_YIELD_PAUSE`] to [`MAX_YIELD_PAUSE`]), and a quick one ends the pauses. Fed the
+/// [`FIRST_YIELD_PAUSE`] to [`MAX_YIELD_PAUSE`]); a quick one turns yields on again and halves
+/// the next pause, so a CPU whose competition comes and goes is not yielded on often. Fed the
 /// times, it reads no clock itself.
 #[derive(Debug, Clone)]
 pub struct YieldGate {
@@ -335,7 +336,8 @@ impl YieldGate {
     /// A yield begun at `began` returned at `ended`.
     pub fn yielded(&mut self, began: Instant, ended: Instant) {
         if ended.saturating_duration_since(began) < SLOW_YIELD {
-            *self = YieldGate::default();
+            self.paused_until = None;
+            self.pause = (self.pause / 2).max(FIRST_YIELD_PAUSE);
             return;
         }
         self.paused_until = Some(ended + self.pause);
@@ -442,10 +444,18 @@ mod tests {
         }
         gate.yielded(at(now), at(now + 5_000));
         assert!(!gate.open(at(now + 5_000 + 999_000)) && gate.open(at(now + 5_000 + 1_000_000)), "at most a second");
-        // A quick one ends the pauses: the next slow one pauses 10 ms again.
+        // A quick one ends the pause and halves the next: a slow one after it pauses 500 ms.
         let later = now + 2_000_000;
         gate.yielded(at(later), at(later + 10));
+        assert!(gate.open(at(later + 20)));
         gate.yielded(at(later + 100), at(later + 1_100));
-        assert!(!gate.open(at(later + 1_100 + 9_999)) && gate.open(at(later + 1_100 + 10_000)));
+        assert!(!gate.open(at(later + 1_100 + 499_999)) && gate.open(at(later + 1_100 + 500_000)));
+        // Quick yields bring the pause back down to 10 ms, no lower.
+        let later = later + 1_000_000;
+        for i in 0..10 {
+            gate.yielded(at(later + i * 100), at(later + i * 100 + 10));
+        }
+        gate.yielded(at(later + 2_000), at(later + 3_000));
+        assert!(!gate.open(at(later + 3_000 + 9_999)) && gate.open(at(later + 3_000 + 10_000)));
     }
 }
