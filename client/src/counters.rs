@@ -116,7 +116,7 @@ impl Counters {
     pub(crate) fn of_reader(reader: &FrameReader, tally: &Tally, extra: SequenceCounts) -> Counters {
         let r = reader.counts();
         let tracker = reader.tracker();
-        let seq = tracker.counts().plus(extra);
+        let seq = tracker.counts() + extra;
         Counters {
             frames: r.frames_decoded,
             frames_recovered: r.frames_recovered,

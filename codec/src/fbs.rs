@@ -300,14 +300,7 @@ impl FlatBuffersCodec {
         let quote_updates = column(fbb, &c.quote_updates);
         // A heartbeat carries no vector at all: the reader takes a missing one as empty.
         let kinds = column(fbb, &c.kinds);
-        let head = wire::Header::new(
-            header.first_sequence,
-            header.send_time,
-            header.publish_time,
-            header.channel_id,
-            header.session_id,
-            header.protocol_id,
-        );
+        let head = wire_header(header);
         let args = wire::BatchArgs { header: Some(&head), kinds, price_levels, trades, quote_updates, other };
         let batch = wire::Batch::create(fbb, &args);
         fbb.finish_size_prefixed(batch, None);
@@ -470,7 +463,7 @@ impl FormatCodec for FlatBuffersCodec {
 ///
 /// Every offset points forward except the soffset, which points back at the vtable.
 mod direct {
-    use super::structs::{price_level_buy_struct, quote_update_struct, side_kind, trade_report_struct};
+    use super::structs::{price_level_buy_struct, quote_update_struct, side_kind, trade_report_struct, wire_header};
     use super::wire;
     use crate::frame::BatchHeader;
     use mdrelay_iex::message::{Message, kind};
@@ -553,14 +546,7 @@ mod direct {
         }
         out.resize(base + table, 0);
         put(out, &((table - 8) as i32).to_le_bytes());
-        let head = wire::Header::new(
-            header.first_sequence,
-            header.send_time,
-            header.publish_time,
-            header.channel_id,
-            header.session_id,
-            header.protocol_id,
-        );
+        let head = wire_header(header);
         put(out, &head.0);
         for i in 0..4 {
             if lens[i] > 0 {
@@ -648,6 +634,20 @@ mod structs {
         TradingStatus, kind,
     };
     use mdrelay_iex::price::{Price, Symbol};
+
+    /// The batch header as the schema's struct.
+    pub(super) fn wire_header(header: &crate::frame::BatchHeader) -> wire::Header {
+        let crate::frame::BatchHeader {
+            first_sequence,
+            send_time,
+            publish_time,
+            channel_id,
+            session_id,
+            protocol_id,
+            ..
+        } = *header;
+        wire::Header::new(first_sequence, send_time, publish_time, channel_id, session_id, protocol_id)
+    }
 
     /// The type byte of a price level update: the side is not in its struct.
     pub(super) fn side_kind(side: Side) -> u8 {

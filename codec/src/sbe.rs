@@ -179,48 +179,30 @@ fn bad_unknown_length(at: usize, len: usize) -> DecodeError {
     }
 }
 
-/// Checks a fixed-size message against its template and returns exactly the template's bytes.
+/// Checks a fixed-size message against its template and returns exactly `LEN` of its bytes from
+/// `AT`: the whole message (`AT` 0) for the generated decoders, or its block (`AT` the header's
+/// length), as an array, so that every field read from it is a load at a constant offset.
 #[inline(always)]
-fn fixed_block<'a, const LEN: usize>(
+fn fixed<'a, const AT: usize, const LEN: usize>(
     rest: &'a [u8],
     header: Header,
     at: usize,
     template: &'static str,
 ) -> Result<&'a [u8; LEN], DecodeError> {
-    if header.fixed_len() < LEN {
-        return Err(short_block(at, template, header.block_length, LEN - HEADER_LEN));
+    if header.fixed_len() < AT + LEN {
+        return Err(short_block(at, template, header.block_length, AT + LEN - HEADER_LEN));
     }
     if rest.len() < header.fixed_len() {
         return Err(past_end(at, template, header.fixed_len(), rest.len()));
     }
-    rest.first_chunk::<LEN>().ok_or_else(|| past_end(at, template, LEN, rest.len()))
-}
-
-/// Checks a fixed-size message against its template and returns exactly its block, as an array
-/// of the template's block length: every field read from it is a load at a constant offset.
-#[inline(always)]
-fn fixed_fields<'a, const BLOCK: usize>(
-    rest: &'a [u8],
-    header: Header,
-    at: usize,
-    template: &'static str,
-) -> Result<&'a [u8; BLOCK], DecodeError> {
-    if header.fixed_len() < HEADER_LEN + BLOCK {
-        return Err(short_block(at, template, header.block_length, BLOCK));
-    }
-    if rest.len() < header.fixed_len() {
-        return Err(past_end(at, template, header.fixed_len(), rest.len()));
-    }
-    rest.get(HEADER_LEN..)
-        .and_then(<[u8]>::first_chunk::<BLOCK>)
-        .ok_or_else(|| past_end(at, template, HEADER_LEN + BLOCK, rest.len()))
+    rest.get(AT..).and_then(<[u8]>::first_chunk::<LEN>).ok_or_else(|| past_end(at, template, AT + LEN, rest.len()))
 }
 
 /// The generated decoder of a fixed-size template, over exactly its bytes.
 macro_rules! decoder {
     ($codec:ident :: $decoder:ident, $name:literal, $rest:expr, $header:expr, $at:expr) => {{
         const LEN: usize = HEADER_LEN + $codec::SBE_BLOCK_LENGTH as usize;
-        let bytes = fixed_block::<LEN>($rest, $header, $at, $name)?;
+        let bytes = fixed::<0, LEN>($rest, $header, $at, $name)?;
         $codec::$decoder::default().wrap(ReadBuf::new(bytes), HEADER_LEN, $header.block_length, $header.version)
     }};
 }
@@ -317,7 +299,7 @@ macro_rules! sbe_templates {
             match u8::try_from(header.template_id) {
                 Ok(type_byte @ (kind::PRICE_LEVEL_BUY | kind::PRICE_LEVEL_SELL)) => {
                     const BLOCK: usize = price_level_update_buy_codec::SBE_BLOCK_LENGTH as usize;
-                    let mut block: &[u8] = fixed_fields::<BLOCK>(rest, header, at, "PriceLevelUpdate")?;
+                    let mut block: &[u8] = fixed::<HEADER_LEN, BLOCK>(rest, header, at, "PriceLevelUpdate")?;
                     let side = if type_byte == kind::PRICE_LEVEL_BUY { Side::Buy } else { Side::Sell };
                     visit(&Message::PriceLevelUpdate(PriceLevelUpdate {
                         side,
@@ -330,7 +312,7 @@ macro_rules! sbe_templates {
                 }
                 $(Ok(kind::$kind) => {
                     const BLOCK: usize = 0 $(+ <$field_type as IexField>::LEN)*;
-                    let mut block: &[u8] = fixed_fields::<BLOCK>(rest, header, at, stringify!($wire))?;
+                    let mut block: &[u8] = fixed::<HEADER_LEN, BLOCK>(rest, header, at, stringify!($wire))?;
                     visit(&Message::$variant($ty {
                         $($fixed: $fixed_value,)*
                         $($field: IexField::read(&mut block),)*

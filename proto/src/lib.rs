@@ -15,6 +15,19 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+/// `impl Add` for a struct of counters: the sum of two is each counter's, saturating (two
+/// sessions' counts, or a closed connection's and the current one's).
+macro_rules! counters_add {
+    ($counts:ident { $($counter:ident),* $(,)? }) => {
+        impl std::ops::Add for $counts {
+            type Output = $counts;
+            fn add(self, other: $counts) -> $counts {
+                $counts { $($counter: self.$counter.saturating_add(other.$counter)),* }
+            }
+        }
+    };
+}
+
 pub mod backoff;
 pub mod latency;
 pub mod relay;

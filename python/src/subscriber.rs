@@ -580,11 +580,7 @@ impl BatchIterator {
     /// one pandas DataFrame of `message_type`'s rows, or (with no type) a dict of one DataFrame
     /// per message type that came.
     #[pyo3(signature = (message_type=None, *, seconds=None))]
-    fn to_pandas<'py>(
-        slf: &Bound<'py, Self>,
-        message_type: Option<&str>,
-        seconds: Option<f64>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    fn to_pandas<'py>(slf: &Bound<'py, Self>, message_type: Option<&str>, seconds: Option<f64>) -> Frames<'py> {
         crate::capture::frames(slf.py())?.call_method1("to_pandas", (slf, message_type, seconds))
     }
 
@@ -592,14 +588,13 @@ impl BatchIterator {
     /// one polars DataFrame of `message_type`'s rows, or (with no type) a dict of one DataFrame
     /// per message type that came.
     #[pyo3(signature = (message_type=None, *, seconds=None))]
-    fn to_polars<'py>(
-        slf: &Bound<'py, Self>,
-        message_type: Option<&str>,
-        seconds: Option<f64>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    fn to_polars<'py>(slf: &Bound<'py, Self>, message_type: Option<&str>, seconds: Option<f64>) -> Frames<'py> {
         crate::capture::frames(slf.py())?.call_method1("to_polars", (slf, message_type, seconds))
     }
 }
+
+/// A pandas or polars DataFrame, or a dict of them by message type.
+type Frames<'py> = PyResult<Bound<'py, PyAny>>;
 
 /// The message type names batches carry, as a list.
 pub fn labels(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {

@@ -74,11 +74,6 @@ trait Column: Default {
 /// Nanoseconds since the Unix epoch, as a UTC timestamp.
 #[derive(Default)]
 struct TimeCol(Vec<i64>);
-impl TimeCol {
-    fn push(&mut self, v: i64) {
-        self.0.push(v);
-    }
-}
 impl Column for TimeCol {
     fn data_type(_: Prices) -> DataType {
         DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into()))
@@ -93,11 +88,6 @@ struct PrimitiveCol<T: ArrowPrimitiveType>(Vec<T::Native>);
 impl<T: ArrowPrimitiveType> Default for PrimitiveCol<T> {
     fn default() -> Self {
         PrimitiveCol(Vec::new())
-    }
-}
-impl<T: ArrowPrimitiveType> PrimitiveCol<T> {
-    fn push(&mut self, v: T::Native) {
-        self.0.push(v);
     }
 }
 impl<T: ArrowPrimitiveType> Column for PrimitiveCol<T> {
@@ -127,11 +117,6 @@ impl ArrowInteger for i64 {
 /// Prices, pushed in 1/10,000 dollars and finished as the caller chose.
 #[derive(Default)]
 struct PriceCol(Vec<i64>);
-impl PriceCol {
-    fn push(&mut self, v: i64) {
-        self.0.push(v);
-    }
-}
 impl Column for PriceCol {
     fn data_type(prices: Prices) -> DataType {
         match prices {
@@ -165,11 +150,6 @@ impl Column for PriceCol {
 
 #[derive(Default)]
 struct BoolCol(BooleanBuilder);
-impl BoolCol {
-    fn push(&mut self, v: bool) {
-        self.0.append_value(v);
-    }
-}
 impl Column for BoolCol {
     fn data_type(_: Prices) -> DataType {
         DataType::Boolean
@@ -226,21 +206,21 @@ trait ArrowField: Presentation {
 impl ArrowField for field::Timestamp {
     type Column = TimeCol;
     fn push(column: &mut TimeCol, value: i64) {
-        column.push(value);
+        column.0.push(value);
     }
 }
 
 impl<T: ArrowInteger + messages::ReprField> ArrowField for field::Integer<T> {
     type Column = PrimitiveCol<T::Arrow>;
     fn push(column: &mut Self::Column, value: T) {
-        column.push(value);
+        column.0.push(value);
     }
 }
 
 impl ArrowField for field::Price {
     type Column = PriceCol;
     fn push(column: &mut PriceCol, value: Price) {
-        column.push(value.0);
+        column.0.push(value.0);
     }
 }
 
@@ -254,7 +234,7 @@ impl ArrowField for field::Code {
 impl ArrowField for field::Flag {
     type Column = BoolCol;
     fn push(column: &mut BoolCol, value: u8) {
-        column.push(value != 0);
+        column.0.append_value(value != 0);
     }
 }
 

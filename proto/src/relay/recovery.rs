@@ -45,6 +45,15 @@ pub struct RecoveryCounts {
     pub requests: u64,
 }
 
+counters_add!(RecoveryCounts {
+    gaps_detected,
+    frames_missing,
+    frames_recovered,
+    frames_filled_late,
+    frames_unrecoverable,
+    requests
+});
+
 #[derive(Clone, Copy, Debug)]
 struct Gap {
     /// One past the last missing frame.

@@ -90,7 +90,7 @@ impl SessionTracker {
         if self.restarts == 0 {
             self.first_session_first = self.window.first();
         }
-        self.earlier = self.earlier.plus(self.window.counts());
+        self.earlier = self.earlier + self.window.counts();
         self.window = SequenceWindow::new();
         self.epoch += 1;
         self.current = Some(session);
@@ -156,7 +156,7 @@ impl SessionTracker {
         } else if self.window.highest().is_some_and(|high| held.first < high) {
             // The numbers seen so far were the odd ones out (a corrupt or forged first
             // datagram): start the window again from the confirmed numbering.
-            self.earlier = self.earlier.plus(self.window.counts());
+            self.earlier = self.earlier + self.window.counts();
             self.window = SequenceWindow::new();
             self.epoch += 1;
         }
@@ -241,7 +241,7 @@ impl SessionTracker {
 
     /// Counts over every session.
     pub fn counts(&self) -> SequenceCounts {
-        self.earlier.plus(self.window.counts())
+        self.earlier + self.window.counts()
     }
 
     /// Publisher restarts seen.

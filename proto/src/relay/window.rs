@@ -34,17 +34,7 @@ pub struct SequenceCounts {
     pub too_late: u64,
 }
 
-impl SequenceCounts {
-    /// The sum of two counts (e.g. of two sessions).
-    pub fn plus(self, other: SequenceCounts) -> SequenceCounts {
-        SequenceCounts {
-            lost: self.lost.saturating_add(other.lost),
-            duplicates: self.duplicates.saturating_add(other.duplicates),
-            reordered: self.reordered.saturating_add(other.reordered),
-            too_late: self.too_late.saturating_add(other.too_late),
-        }
-    }
-}
+counters_add!(SequenceCounts { lost, duplicates, reordered, too_late });
 
 /// What one observation was.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -33,17 +33,6 @@ pub fn policy(delay: Duration, retry: Duration, attempts: u32) -> RecoveryPolicy
     }
 }
 
-fn plus(a: RecoveryCounts, b: RecoveryCounts) -> RecoveryCounts {
-    RecoveryCounts {
-        gaps_detected: a.gaps_detected + b.gaps_detected,
-        frames_missing: a.frames_missing + b.frames_missing,
-        frames_recovered: a.frames_recovered + b.frames_recovered,
-        frames_filled_late: a.frames_filled_late + b.frames_filled_late,
-        frames_unrecoverable: a.frames_unrecoverable + b.frames_unrecoverable,
-        requests: a.requests + b.requests,
-    }
-}
-
 /// The missing frames of the stream and what became of them, across sessions.
 #[derive(Debug)]
 pub struct RecoveryBook {
@@ -114,7 +103,7 @@ impl RecoveryBook {
             return;
         }
         self.given_up.other_session += self.gaps.give_up_all();
-        self.earlier = plus(self.earlier, self.gaps.counts());
+        self.earlier = self.earlier + self.gaps.counts();
         self.gaps = GapList::new();
         self.epoch = epoch;
         self.low = None;
@@ -284,7 +273,7 @@ impl RecoveryBook {
     /// The counts over every session, with frames given up and taken after all counted as
     /// filled late.
     pub fn counts(&self) -> RecoveryCounts {
-        let mut c = plus(self.earlier, self.gaps.counts());
+        let mut c = self.earlier + self.gaps.counts();
         c.frames_unrecoverable -= self.arrived_after_give_up.min(c.frames_unrecoverable);
         c.frames_filled_late += self.arrived_after_give_up;
         c
@@ -293,7 +282,7 @@ impl RecoveryBook {
     /// The report's `recovery` object.
     pub fn report(&self, server: &str) -> RecoveryReport {
         let c = self.counts();
-        let all = plus(self.earlier, self.gaps.counts()).frames_unrecoverable;
+        let all = (self.earlier + self.gaps.counts()).frames_unrecoverable;
         let g = self.given_up;
         let named = g.gone + g.too_old + g.other_session + g.refused + g.at_end;
         let causes = UnrecoverableCauses {
@@ -525,7 +514,7 @@ mod tests {
                 "seed {seed}: {c:?}"
             );
             assert_eq!(t.counts().lost, next - start - taken.len() as u64, "seed {seed}");
-            outcomes = plus(outcomes, c);
+            outcomes = outcomes + c;
             arrived_after_give_up += b.arrived_after_give_up;
         }
         assert!(outcomes.frames_recovered > 0 && outcomes.frames_filled_late > 0, "{outcomes:?}");

@@ -485,6 +485,17 @@ pub struct ConnectionCounts {
     pub echoes_dropped: u64,
 }
 
+counters_add!(ConnectionCounts {
+    bytes,
+    bad_headers,
+    violations,
+    out_of_place,
+    echoes_from_publisher,
+    unreadable_totals,
+    echoes_sent,
+    echoes_dropped
+});
+
 /// Where the connection is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {

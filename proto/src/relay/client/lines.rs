@@ -91,7 +91,7 @@ impl Lines {
             return;
         }
         for line in &mut self.lines {
-            line.earlier = line.earlier.plus(line.window.counts());
+            line.earlier = line.earlier + line.window.counts();
             line.window = SequenceWindow::new();
         }
         self.epoch = epoch;
@@ -161,7 +161,7 @@ impl Lines {
     pub fn report(&self) -> LinesReport {
         let line = |l: Line| {
             let line = &self.lines[l.index()];
-            let counts = line.earlier.plus(line.window.counts());
+            let counts = line.earlier + line.window.counts();
             LineReport {
                 address: line.address.clone(),
                 datagrams: line.datagrams,
@@ -242,7 +242,7 @@ mod tests {
         for (line, seq) in [(Line::A, 1), (Line::A, 3), (Line::B, 2), (Line::A, 2), (Line::B, 3)] {
             lines.observe(line, seq, &mut t);
         }
-        let c = t.counts().plus(lines.merged_extra());
+        let c = t.counts() + lines.merged_extra();
         assert_eq!((c.lost, c.reordered, c.duplicates), (0, 1, 0));
         assert_eq!(lines.arbitrated(), 2);
         // A line that delivered nothing lost every frame.

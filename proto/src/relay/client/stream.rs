@@ -347,19 +347,6 @@ pub struct StreamClient {
     snapshot_done: bool,
 }
 
-fn plus(a: ConnectionCounts, b: ConnectionCounts) -> ConnectionCounts {
-    ConnectionCounts {
-        bytes: a.bytes + b.bytes,
-        bad_headers: a.bad_headers + b.bad_headers,
-        violations: a.violations + b.violations,
-        out_of_place: a.out_of_place + b.out_of_place,
-        echoes_from_publisher: a.echoes_from_publisher + b.echoes_from_publisher,
-        unreadable_totals: a.unreadable_totals + b.unreadable_totals,
-        echoes_sent: a.echoes_sent + b.echoes_sent,
-        echoes_dropped: a.echoes_dropped + b.echoes_dropped,
-    }
-}
-
 impl StreamClient {
     /// A client that has not connected yet.
     pub fn new(config: StreamClientConfig) -> StreamClient {
@@ -417,7 +404,7 @@ impl StreamClient {
     /// What the client counted, over every connection so far.
     pub fn counts(&self) -> ClientCounts {
         let current = self.conn.as_ref().map(|c| c.counts()).unwrap_or_default();
-        ClientCounts { connection: plus(self.counts.connection, current), ..self.counts }
+        ClientCounts { connection: self.counts.connection + current, ..self.counts }
     }
 
     /// The session of the first greeting, once greeted.
@@ -481,7 +468,7 @@ impl StreamClient {
     /// Keeps the counts of the connection being replaced.
     fn retire_connection(&mut self) {
         if let Some(conn) = self.conn.take() {
-            self.counts.connection = plus(self.counts.connection, conn.counts());
+            self.counts.connection = self.counts.connection + conn.counts();
         }
     }
 
