@@ -27,39 +27,54 @@ use std::time::Duration;
 
 /// Every setting of the publisher, as the file writes it; every key missing from the file takes
 /// its field's default.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, clap::Args)]
 #[serde(default, deny_unknown_fields)]
 pub struct Settings {
     /// default or low-latency: the idle strategy and core pinning unless set explicitly.
+    #[arg(long, value_name = "PROFILE", help_heading = "Latency and CPU")]
     pub profile: Profile,
     /// Wire format: raw, sbe, flatbuffers, capnp, capnp-packed, protobuf, brec or json.
+    #[arg(long, value_name = "FORMAT", help_heading = "Format")]
     pub format: Format,
     /// Stream number announced in the TCP greeting.
+    #[arg(long, value_name = "N", help_heading = "Format")]
     pub stream: u32,
     /// Where segments come from.
+    #[command(flatten)]
     pub source: SourceSection,
     /// When segments are sent.
+    #[command(flatten)]
     pub pacing: Pacing,
     /// How frames are grouped.
+    #[command(flatten)]
     pub batching: Batching,
     /// TCP server.
+    #[command(flatten)]
     pub tcp: Option<Tcp>,
     /// UDP unicast.
+    #[command(flatten)]
     pub udp: Option<Udp>,
     /// UDP multicast.
+    #[command(flatten)]
     pub multicast: Option<Multicast>,
     /// A second multicast line (B): every datagram is sent to both groups.
+    #[arg(skip)] // Line A's flags with `-b` (run::setting_flags).
     pub multicast_b: Option<Multicast>,
     /// A NATS subject, stored in a JetStream stream.
+    #[arg(skip)]
     pub nats: Option<Nats>,
     /// The retransmission ring and service.
+    #[command(flatten)]
     pub retransmit: Retransmit,
     /// Threads, and where the hot one runs.
+    #[command(flatten)]
     pub cpu: Cpu,
     /// The Prometheus endpoint; left out of a resolved configuration when there is none.
     #[serde(skip_serializing_if = "MetricsSection::is_off")]
+    #[command(flatten)]
     pub metrics: MetricsSection,
     /// Per-frame CRC-32C and encryption.
+    #[arg(skip)]
     pub protection: ProtectionSection,
 }
 
@@ -86,13 +101,16 @@ impl Default for Settings {
 }
 
 /// `[cpu]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, clap::Args)]
 #[serde(default, deny_unknown_fields)]
+#[command(next_help_heading = "Latency and CPU")]
 pub struct Cpu {
     /// Pin the hot thread (`mdrelay-pub-hot`) to this CPU (none: the scheduler's choice).
+    #[arg(id = "cpu.hot_core", long = "hot-core", value_name = "N")]
     pub hot_core: Option<usize>,
     /// Threads serving subscribers' sockets (`mdrelay-pub-io`).
     #[serde(deserialize_with = "units::whole_within::<_, _, 1, 256>")]
+    #[arg(id = "cpu.io_threads", long = "io-threads", value_name = "N")]
     pub io_threads: usize,
 }
 
@@ -104,16 +122,21 @@ impl Default for Cpu {
 
 /// `[source]`: exactly one of `capture`, `synthetic`, `live`, `upstream` (default: a synthetic
 /// day).
-#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, Default, clap::Args)]
 #[serde(deny_unknown_fields)]
+#[command(next_help_heading = "Source")]
 pub struct SourceSection {
-    /// A capture file (pcap / pcapng, gzipped or not).
+    /// Replay this capture file (pcap / pcapng, gzipped or not).
+    #[arg(id = "source.capture", long = "capture", value_name = "FILE", conflicts_with_all = ["source.synthetic", "source.live.listen"])]
     pub capture: Option<PathBuf>,
     /// A synthetic day generated on the fly.
+    #[command(flatten)]
     pub synthetic: Option<Synthetic>,
     /// A live IEX-TP feed on UDP.
+    #[command(flatten)]
     pub live: Option<Live>,
     /// Another mdrelay publisher's stream, over TCP or from a NATS subject (relay chaining).
+    #[command(flatten)]
     pub upstream: Option<UpstreamSection>,
 }
 
@@ -121,53 +144,72 @@ pub struct SourceSection {
 /// (`connect`), or the NATS subject its `[nats]` output feeds (`nats` and `subject`). The
 /// settings of one kind only are options: one of the other kind given is refused by name, and
 /// the check fills in the defaults of its own kind.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, clap::Args)]
 #[serde(default, deny_unknown_fields)]
+#[command(next_help_heading = "Upstream (relay)")]
 pub struct UpstreamSection {
-    /// The upstream publisher's TCP server, "host:port".
+    /// Relay the stream of another publisher's TCP server, "host:port" (relay chaining; a NATS
+    /// upstream and its credentials are set in the file).
+    #[arg(id = "source.upstream.connect", long = "upstream", value_name = "HOST:PORT", conflicts_with_all = ["source.capture", "source.synthetic", "source.live.listen"])]
     pub connect: String,
     /// NATS: the servers' URLs ("nats://host:port"), instead of `connect`.
+    #[arg(skip)]
     pub nats: Option<Vec<String>>,
     /// NATS: the subject the upstream's `[nats]` output publishes to.
+    #[arg(skip)]
     pub subject: Option<String>,
     /// NATS: the JetStream stream that stores the subject (the upstream's `nats.stream`): gaps
     /// are repaired from it where the client can, and `from_start` replays it.
+    #[arg(skip)]
     pub stream: Option<String>,
     /// NATS: replay the stream from its first frame before taking the subject live.
+    #[arg(skip)]
     pub from_start: Option<bool>,
     /// NATS: seconds frames after a gap wait for it to be repaired before going on without it
     /// (0: never wait; default 2 with a `stream`, 0 without).
     #[serde(default, deserialize_with = "units::option_seconds")]
+    #[arg(skip)]
     pub repair_wait: Option<f64>,
     /// Seconds one connection attempt may take.
     #[serde(default, deserialize_with = "units::option_seconds")]
+    #[arg(id = "source.upstream.connect_timeout", long = "upstream-connect-timeout", value_name = "DURATION", value_parser = units::parse_seconds)]
     pub connect_timeout: Option<f64>,
     /// Seconds the upstream has to greet once connected.
     #[serde(default, deserialize_with = "units::option_seconds")]
+    #[arg(id = "source.upstream.handshake_timeout", long = "upstream-handshake-timeout", value_name = "DURATION", value_parser = units::parse_seconds)]
     pub handshake_timeout: Option<f64>,
     /// Longest wait between attempts, seconds (the wait doubles from 0.1 s up to this).
     #[serde(default, deserialize_with = "units::option_seconds")]
+    #[arg(id = "source.upstream.reconnect_max", long = "upstream-reconnect-max", value_name = "DURATION", value_parser = units::parse_seconds)]
     pub reconnect_max: Option<f64>,
     /// Seconds to keep trying to reach the upstream (at start, and after losing it) before the
     /// relay ends with an error (0: after the first failed attempt).
     #[serde(deserialize_with = "units::seconds_within::<_, 0, 86_400_000>", serialize_with = "units::as_seconds")]
+    #[arg(id = "source.upstream.give_up_after", long = "upstream-give-up-after", value_name = "DURATION", value_parser = units::parse_duration)]
     pub give_up_after: Duration,
     /// A connection silent this many seconds is lost, and made again (0: never).
     #[serde(default, deserialize_with = "units::option_seconds")]
+    #[arg(id = "source.upstream.idle_timeout", long = "upstream-idle-timeout", value_name = "DURATION", value_parser = units::parse_seconds)]
     pub idle_timeout: Option<f64>,
     /// The upstream protects its frames with a CRC-32C (its `[protection] crc = true`): the
     /// relay checks every frame's, and an upstream protected otherwise is refused.
+    #[arg(id = "source.upstream.crc", long = "upstream-crc", value_name = "BOOL", action = clap::ArgAction::Set)]
     pub crc: bool,
     /// NATS: a `.creds` file (JWT and nkey seed).
+    #[arg(skip)]
     pub creds_file: Option<PathBuf>,
     /// NATS: a file holding an nkey seed.
+    #[arg(skip)]
     pub nkey_file: Option<PathBuf>,
     /// NATS: user name, with `password_file`.
+    #[arg(skip)]
     pub user: Option<String>,
     /// NATS: a file holding the password of `user`.
+    #[arg(skip)]
     pub password_file: Option<PathBuf>,
     /// NATS: CA certificates (PEM) to check the servers' TLS certificates with; TLS is required
     /// when set.
+    #[arg(skip)]
     pub tls_ca_file: Option<PathBuf>,
 }
 
@@ -196,15 +238,19 @@ impl Default for UpstreamSection {
 }
 
 /// `[source.synthetic]`.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize, clap::Args)]
 #[serde(default, deny_unknown_fields)]
+#[command(next_help_heading = "Source")]
 pub struct Synthetic {
-    /// Messages in the day.
+    /// Messages in the synthetic day.
     #[serde(deserialize_with = "units::whole_within::<_, _, 0, MAX_SYNTHETIC_MESSAGES>")]
+    #[arg(id = "source.synthetic.messages", long = "synthetic-messages", visible_alias = "messages", value_name = "N")]
     pub messages: u64,
-    /// Symbols.
+    /// Symbols the synthetic day trades.
+    #[arg(id = "source.synthetic.symbols", long = "synthetic-symbols", visible_alias = "symbols", value_name = "N")]
     pub symbols: usize,
-    /// Seed.
+    /// Seed of the synthetic day's generator.
+    #[arg(id = "source.synthetic.seed", long = "synthetic-seed", visible_alias = "seed", value_name = "N")]
     pub seed: u64,
 }
 
@@ -224,17 +270,21 @@ impl Synthetic {
 }
 
 /// `[source.live]`: a live IEX-TP feed on UDP.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize, clap::Args)]
 #[serde(deny_unknown_fields)]
+#[command(next_help_heading = "Source")]
 pub struct Live {
-    /// Address and port to receive on, e.g. "0.0.0.0:10378".
+    /// Relay a live IEX-TP feed received on this address and port, e.g. "0.0.0.0:10378".
     #[serde(deserialize_with = "units::address")]
+    #[arg(id = "source.live.listen", long = "live", value_name = "ADDR:PORT")]
     pub listen: SocketAddr,
     /// Multicast group to join, e.g. "239.255.21.4" (none: unicast).
     #[serde(default, deserialize_with = "units::option_ipv4")]
+    #[arg(id = "source.live.group", long = "live-group", value_name = "GROUP")]
     pub group: Option<Ipv4Addr>,
     /// Interface address to join the group on (0.0.0.0: the kernel's choice).
     #[serde(default = "any_interface", deserialize_with = "units::ipv4")]
+    #[arg(id = "source.live.interface", long = "live-interface", value_name = "ADDR")]
     pub interface: Ipv4Addr,
     /// Stop after this many seconds without a datagram (0: never).
     #[serde(
@@ -242,6 +292,7 @@ pub struct Live {
         deserialize_with = "units::seconds_within::<_, 0, 86_400_000>",
         serialize_with = "units::as_seconds"
     )]
+    #[arg(id = "source.live.idle_timeout", long = "idle-timeout", value_name = "DURATION", value_parser = units::parse_duration)]
     pub idle_timeout: Duration,
 }
 
@@ -264,33 +315,43 @@ pub enum PacingMode {
 }
 
 /// `[pacing]`.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize, clap::Args)]
 #[serde(default, deny_unknown_fields)]
+#[command(next_help_heading = "Pacing")]
 pub struct Pacing {
     /// original, rate or top-speed.
+    #[arg(id = "pacing.mode", long = "pacing", value_name = "MODE", value_enum)]
     pub mode: PacingMode,
     /// Time scale for `original`: 2 is twice as fast, 0.5 half as fast.
+    #[arg(id = "pacing.speed", long = "speed", value_name = "FACTOR")]
     pub speed: f64,
     /// Messages per second for `rate`.
+    #[arg(id = "pacing.rate", long = "rate", value_name = "N")]
     pub rate: f64,
     /// Passes over the source (0: forever).
     #[serde(deserialize_with = "units::whole_within::<_, _, 0, MAX_LOOPS>")]
+    #[arg(id = "pacing.loops", long = "loops", value_name = "N")]
     pub loops: u64,
     /// Stop after this many messages (0: no limit).
     #[serde(deserialize_with = "units::whole_within::<_, _, 0, MAX_MESSAGE_LIMIT>")]
+    #[arg(id = "pacing.max_messages", long = "max-messages", value_name = "N")]
     pub max_messages: u64,
     /// Stop after this many seconds (0: no limit).
     #[serde(deserialize_with = "units::seconds_within::<_, 0, YEAR_MS>", serialize_with = "units::as_seconds")]
+    #[arg(id = "pacing.duration", long = "duration", value_name = "DURATION", value_parser = units::parse_duration)]
     pub duration: Duration,
     /// `original`: a wait longer than this many seconds (a jump in the capture's clock) is not
     /// waited out: the schedule starts again from the next segment.
     #[serde(deserialize_with = "units::seconds_within::<_, 1, 86_400_000>", serialize_with = "units::as_seconds")]
+    #[arg(id = "pacing.max_gap", long = "max-gap", value_name = "DURATION", value_parser = units::parse_duration)]
     pub max_gap: Duration,
     /// How the hot thread waits: spin, yield, backoff or sleep (default: the profile's).
+    #[arg(id = "pacing.idle", long = "idle", value_name = "STRATEGY", help_heading = "Latency and CPU")]
     pub idle: Option<IdleStrategy>,
     /// Seconds of segments sent per wake-up: a segment due within this goes out early, with
     /// the one that woke the thread (default: the profile's).
     #[serde(default, deserialize_with = "units::option_seconds")]
+    #[arg(id = "pacing.duty_cycle", long = "duty-cycle", value_name = "DURATION", value_parser = units::parse_seconds)]
     pub duty_cycle: Option<f64>,
 }
 
@@ -324,14 +385,17 @@ impl Pacing {
 }
 
 /// `[batching]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, clap::Args)]
 #[serde(default, deny_unknown_fields)]
+#[command(next_help_heading = "Batching")]
 pub struct Batching {
     /// Coalesce frames into one TCP record / datagram up to this many bytes (0: one frame each).
     #[serde(deserialize_with = "units::bytes_within::<_, _, 0, MAX_COALESCE>")]
+    #[arg(id = "batching.coalesce_bytes", long = "coalesce-bytes", value_name = "SIZE", value_parser = units::parse_bytes::<usize>)]
     pub coalesce_bytes: usize,
     /// A UDP datagram or NATS message of more than 255 frames is written in datagram header
     /// version 2; false holds each to 255 frames, for receivers older than version 2.
+    #[arg(id = "batching.wide_datagrams", long = "wide-datagrams", value_name = "BOOL", action = clap::ArgAction::Set)]
     pub wide_datagrams: bool,
 }
 
@@ -366,45 +430,58 @@ impl SlowPolicy {
 }
 
 /// `[tcp]`: the TCP server.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize, clap::Args)]
 #[serde(default, deny_unknown_fields)]
+#[command(next_help_heading = "TCP")]
 pub struct Tcp {
-    /// Address to listen on.
+    /// Serve subscribers over TCP on this address and port.
     #[serde(deserialize_with = "units::address")]
+    #[arg(id = "tcp.listen", long = "tcp", value_name = "ADDR:PORT")]
     pub listen: SocketAddr,
     /// Records in the queue all subscribers read from; a subscriber this far behind is slow.
     #[serde(deserialize_with = "units::whole_within::<_, _, 16, 4_194_304>")]
+    #[arg(id = "tcp.queue", long = "queue", value_name = "N")]
     pub queue: usize,
     /// Under `block`: bytes of records the slowest subscriber has not read, at most (a record
     /// larger than this still goes, alone); the publisher's memory for the queue stays within
     /// it whatever the records' sizes.
     #[serde(deserialize_with = "units::bytes_within::<_, _, 65_536, 17_179_869_184>")]
+    #[arg(id = "tcp.queue_bytes", long = "queue-bytes", value_name = "SIZE", value_parser = units::parse_bytes::<usize>)]
     pub queue_bytes: usize,
     /// drop, disconnect or block.
+    #[arg(id = "tcp.slow_subscriber", long = "slow-subscriber", value_name = "POLICY", value_enum)]
     pub slow_subscriber: SlowPolicy,
     /// Wait for this many subscribers before sending.
+    #[arg(id = "tcp.wait_subscribers", long = "wait-subscribers", value_name = "N")]
     pub wait_subscribers: usize,
     /// Connections at once, handshaking or subscribed; more are told to retry later.
     #[serde(deserialize_with = "units::whole_within::<_, _, 1, 65_535>")]
+    #[arg(id = "tcp.max_connections", long = "max-connections", value_name = "N")]
     pub max_connections: usize,
     /// Seconds a connection has to answer the greeting.
     #[serde(deserialize_with = "units::seconds_within::<_, 10, 300_000>", serialize_with = "units::as_seconds")]
+    #[arg(id = "tcp.handshake_timeout", long = "handshake-timeout", value_name = "DURATION", value_parser = units::parse_duration)]
     pub handshake_timeout: Duration,
     /// Seconds subscribers get at the end of the stream to take what is queued for them.
     #[serde(deserialize_with = "units::seconds_within::<_, 0, 3_600_000>", serialize_with = "units::as_seconds")]
+    #[arg(id = "tcp.drain_timeout", long = "drain-timeout", value_name = "DURATION", value_parser = units::parse_duration)]
     pub drain_timeout: Duration,
     /// Bytes of replay records built and not yet written, over every resuming subscriber.
     #[serde(deserialize_with = "units::bytes_within::<_, _, 65_536, 1_073_741_824>")]
+    #[arg(id = "tcp.replay_bytes", long = "replay-bytes", value_name = "SIZE", value_parser = units::parse_bytes::<usize>)]
     pub replay_bytes: usize,
     /// Seconds a resuming subscriber has to take a replay chunk before it is cut off as slow.
     #[serde(deserialize_with = "units::seconds_within::<_, 10, 3_600_000>", serialize_with = "units::as_seconds")]
+    #[arg(id = "tcp.replay_timeout", long = "replay-timeout", value_name = "DURATION", value_parser = units::parse_duration)]
     pub replay_timeout: Duration,
     /// Keep the state of the stream (books, status, day aggregates) for subscribers that join
     /// with a snapshot; needs the ring (`retransmit.ring_bytes` > 0).
+    #[arg(id = "tcp.snapshots", long = "snapshots", value_name = "BOOL", action = clap::ArgAction::Set)]
     pub snapshots: bool,
     /// Paced streams: the hot thread writes each record straight into the socket of a
     /// subscriber that is current and has room, instead of waking its task (top speed leaves
     /// every write to the tasks).
+    #[arg(id = "tcp.hot_writes", long = "hot-writes", value_name = "BOOL", action = clap::ArgAction::Set)]
     pub hot_writes: bool,
 }
 
@@ -428,34 +505,43 @@ impl Default for Tcp {
 }
 
 /// `[udp]`: unicast destinations.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, clap::Args)]
 #[serde(deny_unknown_fields)]
+#[command(next_help_heading = "UDP and multicast")]
 pub struct Udp {
-    /// Unicast destinations.
+    /// Send every datagram to these unicast addresses and ports (the flag is given once for each).
     #[serde(deserialize_with = "units::addresses")]
+    #[arg(id = "udp.destinations", long = "udp", value_name = "HOST:PORT")]
     pub destinations: Vec<SocketAddr>,
     /// Largest datagram to build when coalescing, for every UDP output (a multicast line's, when
     /// given, wins; given nowhere, 1472); the check writes the limit in force here.
     #[serde(default, deserialize_with = "units::option_bytes")]
+    #[arg(id = "udp.max_datagram", long = "max-datagram", value_name = "SIZE", value_parser = units::parse_bytes::<usize>, help_heading = "Batching")]
     pub max_datagram: Option<usize>,
 }
 
 /// `[multicast]` and `[multicast_b]`: a group to send every datagram to.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize, clap::Args)]
 #[serde(deny_unknown_fields)]
+#[command(next_help_heading = "UDP and multicast")]
 pub struct Multicast {
-    /// Group and port, e.g. "239.255.0.1:9300".
+    /// Send every datagram to this multicast group and port, e.g. "239.255.0.1:9300".
     #[serde(deserialize_with = "units::address")]
+    #[arg(id = "multicast.group", long = "multicast", value_name = "GROUP:PORT")]
     pub group: SocketAddr,
     /// Interface address to send from (0.0.0.0: the routing table's choice).
     #[serde(default = "any_interface", deserialize_with = "units::ipv4")]
+    #[arg(id = "multicast.interface", long = "interface", value_name = "ADDR")]
     pub interface: Ipv4Addr,
     /// Multicast TTL (default 1: this subnet; line B's default is line A's).
+    #[arg(id = "multicast.ttl", long = "ttl", value_name = "N")]
     pub ttl: Option<u32>,
     /// Deliver to receivers on this host too (default true; line B's default is line A's).
+    #[arg(id = "multicast.loopback", long = "multicast-loop", value_name = "BOOL")]
     pub loopback: Option<bool>,
     /// Largest datagram to build when coalescing.
     #[serde(default, deserialize_with = "units::option_bytes")]
+    #[arg(skip)]
     pub max_datagram: Option<usize>,
 }
 
@@ -694,33 +780,42 @@ fn nats_auth(
 
 /// `[retransmit]`: the ring of the last frames (for TCP resume and retransmission requests) and
 /// the retransmission service for UDP subscribers.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize, clap::Args)]
 #[serde(default, deny_unknown_fields)]
+#[command(next_help_heading = "Retransmission")]
 pub struct Retransmit {
     /// Bytes the ring may hold, frames and their bookkeeping (0: no ring, so no resume and no
     /// retransmission).
     #[serde(deserialize_with = "units::bytes_within::<_, _, 0, MAX_RING_BYTES>")]
+    #[arg(id = "retransmit.ring_bytes", long = "ring-bytes", value_name = "SIZE", value_parser = units::parse_bytes::<usize>)]
     pub ring_bytes: usize,
     /// Serve retransmission requests over TCP on this address (none: no service).
     #[serde(default, deserialize_with = "units::option_address")]
+    #[arg(id = "retransmit.listen", long = "retransmit-listen", value_name = "ADDR:PORT")]
     pub listen: Option<SocketAddr>,
     /// Frames one request is served at most.
     #[serde(deserialize_with = "units::whole_within::<_, _, 1, 65_535>")]
+    #[arg(id = "retransmit.max_range", long = "retransmit-max-range", value_name = "N")]
     pub max_range: u32,
     /// Requests per second per connection (with a burst of as many).
     #[serde(deserialize_with = "units::whole_within::<_, _, 1, 1_000_000>")]
+    #[arg(id = "retransmit.requests_per_second", long = "retransmit-rate", value_name = "N")]
     pub requests_per_second: u32,
     /// Connections to the service at once.
     #[serde(deserialize_with = "units::whole_within::<_, _, 1, 65_535>")]
+    #[arg(id = "retransmit.max_connections", long = "retransmit-max-connections", value_name = "N")]
     pub max_connections: usize,
     /// Seconds a connection may ask nothing before it is closed.
     #[serde(deserialize_with = "units::seconds_within::<_, 1_000, 3_600_000>", serialize_with = "units::as_seconds")]
+    #[arg(id = "retransmit.idle_timeout", long = "retransmit-idle-timeout", value_name = "DURATION", value_parser = units::parse_duration)]
     pub idle_timeout: Duration,
     /// Seconds the service stays up after the end of the stream, for the tail's gaps.
     #[serde(deserialize_with = "units::seconds_within::<_, 0, 3_600_000>", serialize_with = "units::as_seconds")]
+    #[arg(id = "retransmit.linger", long = "retransmit-linger", value_name = "DURATION", value_parser = units::parse_duration)]
     pub linger: Duration,
     /// Keep the state of the stream (books, status, day aggregates) and send it to UDP and
     /// multicast subscribers that join with a snapshot.
+    #[arg(id = "retransmit.snapshots", long = "retransmit-snapshots", value_name = "BOOL", action = clap::ArgAction::Set)]
     pub snapshots: bool,
 }
 

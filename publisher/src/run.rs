@@ -2,7 +2,7 @@
 //! UDP output, runs the hot path, handles SIGHUP (reload: a changed format takes effect at the
 //! next frame) and Ctrl-C (end the stream with its totals), and prints a summary.
 
-use crate::config::{self, PacingMode, Reading, Settings, SlowPolicy};
+use crate::config::{self, PacingMode, Reading, Settings};
 use crate::engine::{self, Controls, EngineSummary, Outputs};
 use crate::fanout::{ConnectionCounts, Fanout, Shared, SubscriberSummary};
 use crate::retransmit::{RetransmitSummary, Service};
@@ -22,7 +22,6 @@ use mdrelay_proto::latency::LatencySummary;
 use mdrelay_proto::relay::FrameRing;
 use mdrelay_telemetry::exit::{ExitStatus, WithExitStatus};
 use mdrelay_telemetry::settings::{Layered, field_names};
-use mdrelay_telemetry::units;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -32,299 +31,156 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-/// Flags of `run`; each sets the setting of the configuration file its `serde` name gives, over
-/// the file's value (see [`RunArgs::apply`]).
-#[derive(Debug, Args, Clone, Default, serde::Serialize)]
+/// Flags of `run`: the configuration file, `--check`, the report, and a flag for every setting
+/// of the file ([`SettingFlags`]), laid over the file's value.
+#[derive(Debug, Args, Clone, Default)]
 pub struct RunArgs {
     /// TOML configuration file (see config/ for examples).
     #[arg(long, value_name = "FILE", short, env = "MDRELAY_PUB_CONFIG")]
-    #[serde(skip)]
     pub config: Option<PathBuf>,
-    /// Wire format: raw, sbe, flatbuffers, capnp, capnp-packed, protobuf, brec, json [default: sbe].
-    #[arg(long, value_name = "FORMAT", env = "MDRELAY_PUB_FORMAT", help_heading = "Format")]
-    #[serde(rename = "format")]
-    pub format: Option<Format>,
-    /// Stream number announced to subscribers.
-    #[arg(long, value_name = "N", env = "MDRELAY_PUB_STREAM", help_heading = "Format")]
-    #[serde(rename = "stream")]
-    pub stream: Option<u32>,
-    /// Profile: default (backoff waits) or low-latency (spin waits, the hot thread pinned to
-    /// --hot-core) [default: default].
-    #[arg(long, value_name = "PROFILE", env = "MDRELAY_PUB_PROFILE", help_heading = "Latency and CPU")]
-    #[serde(rename = "profile")]
-    pub profile: Option<mdrelay_runtime::idle::Profile>,
-    /// How the hot thread waits: spin, yield, backoff, sleep [default: the profile's].
-    #[arg(long, value_name = "STRATEGY", env = "MDRELAY_PUB_IDLE", help_heading = "Latency and CPU")]
-    #[serde(rename = "pacing.idle")]
-    pub idle: Option<mdrelay_runtime::idle::IdleStrategy>,
-    /// Pin the hot thread to this CPU.
-    #[arg(long, value_name = "N", env = "MDRELAY_PUB_HOT_CORE", help_heading = "Latency and CPU")]
-    #[serde(rename = "cpu.hot_core")]
-    pub hot_core: Option<usize>,
-    /// Threads serving subscribers' sockets [default: 1].
-    #[arg(long, value_name = "N", env = "MDRELAY_PUB_IO_THREADS", help_heading = "Latency and CPU")]
-    #[serde(rename = "cpu.io_threads")]
-    pub io_threads: Option<usize>,
-    /// Replay this capture (pcap / pcapng, gzipped or not).
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["synthetic", "live"], env = "MDRELAY_PUB_CAPTURE", help_heading = "Source")]
-    #[serde(rename = "source.capture")]
-    pub capture: Option<PathBuf>,
-    /// Generate a synthetic day on the fly (the default source).
-    #[arg(long, conflicts_with = "live", env = "MDRELAY_PUB_SYNTHETIC", help_heading = "Source")]
-    #[serde(rename = "source.synthetic", skip_serializing_if = "std::ops::Not::not", serialize_with = "a_section")]
-    pub synthetic: bool,
-    /// Synthetic day: messages (`--messages` in earlier releases).
-    #[arg(long, value_name = "N", alias = "messages", env = "MDRELAY_PUB_SYNTHETIC_MESSAGES", help_heading = "Source")]
-    #[serde(rename = "source.synthetic.messages")]
-    pub synthetic_messages: Option<u64>,
-    /// Synthetic day: how many symbols it trades (`--symbols` in earlier releases; mdrelay-sub's
-    /// --symbols is a list of tickers).
-    #[arg(long, value_name = "N", alias = "symbols", env = "MDRELAY_PUB_SYNTHETIC_SYMBOLS", help_heading = "Source")]
-    #[serde(rename = "source.synthetic.symbols")]
-    pub synthetic_symbols: Option<usize>,
-    /// Synthetic day: seed (`--seed` in earlier releases).
-    #[arg(long, value_name = "N", alias = "seed", env = "MDRELAY_PUB_SYNTHETIC_SEED", help_heading = "Source")]
-    #[serde(rename = "source.synthetic.seed")]
-    pub synthetic_seed: Option<u64>,
-    /// Relay a live IEX-TP feed received on this address:port.
-    #[arg(long, value_name = "ADDR:PORT", env = "MDRELAY_PUB_LIVE", help_heading = "Source")]
-    #[serde(rename = "source.live.listen")]
-    pub live: Option<String>,
-    /// Live feed: multicast group to join.
-    #[arg(long, value_name = "GROUP:PORT", env = "MDRELAY_PUB_LIVE_GROUP", help_heading = "Source")]
-    #[serde(rename = "source.live.group")]
-    pub live_group: Option<String>,
-    /// Live feed: interface address for the join.
-    #[arg(long, value_name = "ADDR", env = "MDRELAY_PUB_LIVE_INTERFACE", help_heading = "Source")]
-    #[serde(rename = "source.live.interface")]
-    pub live_interface: Option<String>,
-    /// Live feed: seconds of silence that end the stream (0: never).
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_IDLE_TIMEOUT", help_heading = "Source")]
-    #[serde(rename = "source.live.idle_timeout")]
-    pub idle_timeout: Option<f64>,
-    /// Relay another mdrelay publisher's TCP stream from HOST:PORT (relay chaining; a NATS
-    /// upstream and its credentials come from the configuration file).
-    #[arg(long, value_name = "HOST:PORT", conflicts_with_all = ["capture", "synthetic", "live"], env = "MDRELAY_PUB_UPSTREAM", help_heading = "Upstream (relay)")]
-    #[serde(rename = "source.upstream.connect")]
-    pub upstream: Option<String>,
-    /// Upstream: seconds one connection attempt may take.
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_UPSTREAM_CONNECT_TIMEOUT", help_heading = "Upstream (relay)")]
-    #[serde(rename = "source.upstream.connect_timeout")]
-    pub upstream_connect_timeout: Option<f64>,
-    /// Upstream: seconds the upstream has to greet once connected.
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_UPSTREAM_HANDSHAKE_TIMEOUT", help_heading = "Upstream (relay)")]
-    #[serde(rename = "source.upstream.handshake_timeout")]
-    pub upstream_handshake_timeout: Option<f64>,
-    /// Upstream: the longest wait between connection attempts.
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_UPSTREAM_RECONNECT_MAX", help_heading = "Upstream (relay)")]
-    #[serde(rename = "source.upstream.reconnect_max")]
-    pub upstream_reconnect_max: Option<f64>,
-    /// Upstream: how long to keep trying to reach it before the relay ends with an error.
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_UPSTREAM_GIVE_UP_AFTER", help_heading = "Upstream (relay)")]
-    #[serde(rename = "source.upstream.give_up_after")]
-    pub upstream_give_up_after: Option<f64>,
-    /// Upstream: a connection silent this long is lost, and made again (0: never).
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_UPSTREAM_IDLE_TIMEOUT", help_heading = "Upstream (relay)")]
-    #[serde(rename = "source.upstream.idle_timeout")]
-    pub upstream_idle_timeout: Option<f64>,
-    /// Upstream: its frames carry a CRC-32C (its `[protection] crc = true`), checked on receipt.
-    #[arg(long, value_name = "BOOL", env = "MDRELAY_PUB_UPSTREAM_CRC", help_heading = "Upstream (relay)")]
-    #[serde(rename = "source.upstream.crc")]
-    pub upstream_crc: Option<bool>,
-    /// Pacing: original (capture timing), rate, top-speed [default: top-speed].
-    #[arg(long, value_name = "MODE", value_enum, env = "MDRELAY_PUB_PACING", help_heading = "Pacing")]
-    #[serde(rename = "pacing.mode")]
-    pub pacing: Option<PacingMode>,
-    /// Original pacing: time scale (10 = ten times faster).
-    #[arg(long, value_name = "FACTOR", env = "MDRELAY_PUB_SPEED", help_heading = "Pacing")]
-    #[serde(rename = "pacing.speed")]
-    pub speed: Option<f64>,
-    /// Rate pacing: messages per second.
-    #[arg(long, value_name = "N", env = "MDRELAY_PUB_RATE", help_heading = "Pacing")]
-    #[serde(rename = "pacing.rate")]
-    pub rate: Option<f64>,
-    /// Passes over the source (0: forever) [default: 1].
-    #[arg(long, value_name = "N", env = "MDRELAY_PUB_LOOPS", help_heading = "Pacing")]
-    #[serde(rename = "pacing.loops")]
-    pub loops: Option<u64>,
-    /// Stop after this many messages.
-    #[arg(long, value_name = "N", env = "MDRELAY_PUB_MAX_MESSAGES", help_heading = "Pacing")]
-    #[serde(rename = "pacing.max_messages")]
-    pub max_messages: Option<u64>,
-    /// Stop after this many seconds.
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_DURATION", help_heading = "Pacing")]
-    #[serde(rename = "pacing.duration")]
-    pub duration: Option<f64>,
-    /// Coalesce frames into TCP records / datagrams up to this many bytes (0: off).
-    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes::<usize>, env = "MDRELAY_PUB_COALESCE_BYTES", help_heading = "Batching")]
-    #[serde(rename = "batching.coalesce_bytes")]
-    pub coalesce_bytes: Option<usize>,
-    /// Datagrams and NATS messages of more than 255 frames in header version 2 [default: true].
-    #[arg(long, value_name = "BOOL", env = "MDRELAY_PUB_WIDE_DATAGRAMS", help_heading = "Batching")]
-    #[serde(rename = "batching.wide_datagrams")]
-    pub wide_datagrams: Option<bool>,
-    /// Serve subscribers over TCP on this address [config default: 127.0.0.1:9100].
-    #[arg(long, value_name = "ADDR:PORT", env = "MDRELAY_PUB_TCP", help_heading = "TCP")]
-    #[serde(rename = "tcp.listen")]
-    pub tcp: Option<String>,
-    /// TCP: records in the queue all subscribers read from.
-    #[arg(long, value_name = "N", env = "MDRELAY_PUB_QUEUE", help_heading = "TCP")]
-    #[serde(rename = "tcp.queue")]
-    pub queue: Option<usize>,
-    /// TCP: under `block`, bytes of records the slowest subscriber has not read, at most.
-    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes::<u64>, env = "MDRELAY_PUB_QUEUE_BYTES", help_heading = "TCP")]
-    #[serde(rename = "tcp.queue_bytes")]
-    pub queue_bytes: Option<u64>,
-    /// TCP: what to do with a subscriber whose queue is full.
-    #[arg(long, value_name = "POLICY", value_enum, env = "MDRELAY_PUB_SLOW_SUBSCRIBER", help_heading = "TCP")]
-    #[serde(rename = "tcp.slow_subscriber")]
-    pub slow_subscriber: Option<SlowPolicy>,
-    /// TCP: wait for this many subscribers before sending.
-    #[arg(long, value_name = "N", env = "MDRELAY_PUB_WAIT_SUBSCRIBERS", help_heading = "TCP")]
-    #[serde(rename = "tcp.wait_subscribers")]
-    pub wait_subscribers: Option<usize>,
-    /// TCP: connections at once; more are told to retry later.
-    #[arg(long, value_name = "N", env = "MDRELAY_PUB_MAX_CONNECTIONS", help_heading = "TCP")]
-    #[serde(rename = "tcp.max_connections")]
-    pub max_connections: Option<usize>,
-    /// TCP: seconds a connection has to answer the greeting.
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_HANDSHAKE_TIMEOUT", help_heading = "TCP")]
-    #[serde(rename = "tcp.handshake_timeout")]
-    pub handshake_timeout: Option<f64>,
-    /// TCP: bytes of replay records built and not yet written, over every resuming subscriber.
-    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes::<u64>, env = "MDRELAY_PUB_REPLAY_BYTES", help_heading = "TCP")]
-    #[serde(rename = "tcp.replay_bytes")]
-    pub replay_bytes: Option<u64>,
-    /// TCP: seconds a resuming subscriber has to take a replay chunk before it is cut off.
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_REPLAY_TIMEOUT", help_heading = "TCP")]
-    #[serde(rename = "tcp.replay_timeout")]
-    pub replay_timeout: Option<f64>,
-    /// TCP: keep the stream's state for subscribers that join with a snapshot [default: true]
-    #[arg(long, value_name = "BOOL", env = "MDRELAY_PUB_SNAPSHOTS", help_heading = "TCP")]
-    #[serde(rename = "tcp.snapshots")]
-    pub snapshots: Option<bool>,
-    /// TCP: paced streams are written into current subscribers' sockets by the hot thread [default: true]
-    #[arg(long, value_name = "BOOL", env = "MDRELAY_PUB_HOT_WRITES", help_heading = "TCP")]
-    #[serde(rename = "tcp.hot_writes")]
-    pub hot_writes: Option<bool>,
-    /// TCP: seconds subscribers get at the end to take what is queued for them.
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_DRAIN_TIMEOUT", help_heading = "TCP")]
-    #[serde(rename = "tcp.drain_timeout")]
-    pub drain_timeout: Option<f64>,
-    /// Original pacing: a wait longer than this many seconds is not waited out.
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_MAX_GAP", help_heading = "TCP")]
-    #[serde(rename = "pacing.max_gap")]
-    pub max_gap: Option<f64>,
-    /// Seconds of segments sent per wake-up; a segment due within this goes out early.
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_DUTY_CYCLE", help_heading = "TCP")]
-    #[serde(rename = "pacing.duty_cycle")]
-    pub duty_cycle: Option<f64>,
-    /// Send UDP datagrams to this address:port (repeatable).
-    #[arg(long, value_name = "HOST:PORT", env = "MDRELAY_PUB_UDP", help_heading = "UDP and multicast")]
-    #[serde(rename = "udp.destinations", skip_serializing_if = "Vec::is_empty")]
-    pub udp: Vec<String>,
-    /// Send to this multicast group:port.
-    #[arg(long, value_name = "GROUP:PORT", env = "MDRELAY_PUB_MULTICAST", help_heading = "UDP and multicast")]
-    #[serde(rename = "multicast.group")]
-    pub multicast: Option<String>,
-    /// Multicast: interface address to send from.
-    #[arg(long, value_name = "ADDR", env = "MDRELAY_PUB_INTERFACE", help_heading = "UDP and multicast")]
-    #[serde(rename = "multicast.interface")]
-    pub interface: Option<String>,
-    /// Multicast: TTL.
-    #[arg(long, value_name = "N", env = "MDRELAY_PUB_TTL", help_heading = "UDP and multicast")]
-    #[serde(rename = "multicast.ttl")]
-    pub ttl: Option<u32>,
-    /// Multicast: deliver to receivers on this host too.
-    #[arg(long, value_name = "BOOL", env = "MDRELAY_PUB_MULTICAST_LOOP", help_heading = "UDP and multicast")]
-    #[serde(rename = "multicast.loopback")]
-    pub multicast_loop: Option<bool>,
-    /// Line B: also send every datagram to this multicast group:port.
-    #[arg(long, value_name = "GROUP:PORT", env = "MDRELAY_PUB_MULTICAST_B", help_heading = "UDP and multicast")]
-    #[serde(rename = "multicast_b.group")]
-    pub multicast_b: Option<String>,
-    /// Line B: interface address to send line B from.
-    #[arg(long, value_name = "ADDR", env = "MDRELAY_PUB_INTERFACE_B", help_heading = "UDP and multicast")]
-    #[serde(rename = "multicast_b.interface")]
-    pub interface_b: Option<String>,
-    /// Line B: TTL [default: --ttl's].
-    #[arg(long, value_name = "N", env = "MDRELAY_PUB_TTL_B", help_heading = "UDP and multicast")]
-    #[serde(rename = "multicast_b.ttl")]
-    pub ttl_b: Option<u32>,
-    /// Line B: deliver to receivers on this host too [default: --multicast-loop's].
-    #[arg(long, value_name = "BOOL", env = "MDRELAY_PUB_MULTICAST_LOOP_B", help_heading = "UDP and multicast")]
-    #[serde(rename = "multicast_b.loopback")]
-    pub multicast_loop_b: Option<bool>,
-    /// Bytes the retransmission ring holds (0: none; default 64 MiB).
-    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes::<u64>, env = "MDRELAY_PUB_RING_BYTES", help_heading = "Retransmission")]
-    #[serde(rename = "retransmit.ring_bytes")]
-    pub ring_bytes: Option<u64>,
-    /// Serve retransmission requests over TCP on this address:port.
-    #[arg(long, value_name = "ADDR:PORT", env = "MDRELAY_PUB_RETRANSMIT_LISTEN", help_heading = "Retransmission")]
-    #[serde(rename = "retransmit.listen")]
-    pub retransmit_listen: Option<String>,
-    /// Retransmission: frames per request at most.
-    #[arg(long, value_name = "N", env = "MDRELAY_PUB_RETRANSMIT_MAX_RANGE", help_heading = "Retransmission")]
-    #[serde(rename = "retransmit.max_range")]
-    pub retransmit_max_range: Option<u32>,
-    /// Retransmission: requests per second per connection.
-    #[arg(long, value_name = "N", env = "MDRELAY_PUB_RETRANSMIT_RATE", help_heading = "Retransmission")]
-    #[serde(rename = "retransmit.requests_per_second")]
-    pub retransmit_rate: Option<u32>,
-    /// Retransmission: connections to the service at once.
-    #[arg(long, value_name = "N", env = "MDRELAY_PUB_RETRANSMIT_MAX_CONNECTIONS", help_heading = "Retransmission")]
-    #[serde(rename = "retransmit.max_connections")]
-    pub retransmit_max_connections: Option<usize>,
-    /// Retransmission: seconds a connection may ask nothing before it is closed.
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_RETRANSMIT_IDLE_TIMEOUT", help_heading = "Retransmission")]
-    #[serde(rename = "retransmit.idle_timeout")]
-    pub retransmit_idle_timeout: Option<f64>,
-    /// Retransmission: seconds the service stays up after the end of the stream.
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_RETRANSMIT_LINGER", help_heading = "Retransmission")]
-    #[serde(rename = "retransmit.linger")]
-    pub retransmit_linger: Option<f64>,
-    /// Retransmission: keep the stream's state for UDP subscribers that join with a snapshot [default: true]
-    #[arg(long, value_name = "BOOL", env = "MDRELAY_PUB_RETRANSMIT_SNAPSHOTS", help_heading = "Retransmission")]
-    #[serde(rename = "retransmit.snapshots")]
-    pub retransmit_snapshots: Option<bool>,
-    /// UDP: largest coalesced datagram.
-    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes::<usize>, env = "MDRELAY_PUB_MAX_DATAGRAM", help_heading = "Batching")]
-    #[serde(rename = "udp.max_datagram")]
-    pub max_datagram: Option<usize>,
-    /// Serve Prometheus metrics on this address:port (e.g. 127.0.0.1:9900).
-    #[arg(long, value_name = "ADDR:PORT", env = "MDRELAY_PUB_METRICS_LISTEN", help_heading = "Metrics and report")]
-    #[serde(rename = "metrics.listen")]
-    pub metrics_listen: Option<String>,
-    /// Metrics: seconds the endpoint stays up after the run, for the last scrape.
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, env = "MDRELAY_PUB_METRICS_HOLD", help_heading = "Metrics and report")]
-    #[serde(rename = "metrics.hold")]
-    pub metrics_hold: Option<f64>,
-    /// Write the run's summary as JSON to this file ("-" for stdout).
-    #[arg(long, value_name = "FILE", help_heading = "Metrics and report")]
-    #[serde(skip)]
-    pub json: Option<PathBuf>,
     /// Check the configuration, print the settings it amounts to (TOML, each value followed by
     /// where it came from) and exit.
     #[arg(long)]
-    #[serde(skip)]
     pub check: bool,
+    /// The settings' flags.
+    #[command(flatten)]
+    pub settings: SettingFlags,
+    /// Write the run's summary as JSON to this file ("-" for stdout).
+    #[arg(long, value_name = "FILE", help_heading = "Metrics and report")]
+    pub json: Option<PathBuf>,
     /// The flags given (on the command line or in the environment), as given: where each
     /// setting came from is worked out from them.
     #[arg(skip)]
-    #[serde(skip)]
     pub given: Vec<mdrelay_telemetry::settings::GivenFlag>,
 }
 
+/// A flag for every setting of the configuration file that has one: its name, placeholder,
+/// heading and help are those of the setting's field in [`Settings`] (its `#[arg]`, whose id is
+/// the setting's dotted key, and its doc), and its variable is `MDRELAY_PUB_` and its name.
+/// Each takes its value as text, which is read and checked by the setting's type as the file's
+/// value is ([`Layered::from_flag_texts`]), so every error names the setting and its flag.
+#[derive(Debug, Clone, Default)]
+pub struct SettingFlags;
+
+impl clap::FromArgMatches for SettingFlags {
+    fn from_arg_matches(_: &clap::ArgMatches) -> Result<SettingFlags, clap::Error> {
+        // What was given is read by `GivenFlag::all`, with where it came from.
+        Ok(SettingFlags)
+    }
+
+    fn update_from_arg_matches(&mut self, _: &clap::ArgMatches) -> Result<(), clap::Error> {
+        Ok(())
+    }
+}
+
+impl Args for SettingFlags {
+    fn augment_args(command: clap::Command) -> clap::Command {
+        command.args(setting_flags())
+    }
+
+    fn augment_args_for_update(command: clap::Command) -> clap::Command {
+        command.args(setting_flags())
+    }
+}
+
+/// The flags of the settings, from [`Settings`]' fields: line B's are line A's with `-b`, and
+/// `--synthetic` stands for its section.
+fn setting_flags() -> Vec<clap::Arg> {
+    // Once per flag in a process's life: the leaks are the command's static names.
+    let leak = |text: String| -> &'static str { Box::leak(text.into_boxed_str()) };
+    let described = <Settings as Args>::augment_args(clap::Command::new("settings"));
+    let mut flags: Vec<clap::Arg> = described.get_arguments().cloned().collect();
+    let line_b: Vec<clap::Arg> = flags
+        .iter()
+        .filter_map(|a| Some((a, a.get_id().as_str().strip_prefix("multicast.")?, a.get_long()?)))
+        .map(|(a, key, long)| {
+            let help = a.get_help().map(ToString::to_string).unwrap_or_default();
+            let help = format!(
+                "Line B: {}{}",
+                help.get(..1).unwrap_or_default().to_lowercase(),
+                help.get(1..).unwrap_or_default()
+            );
+            a.clone().id(leak(format!("multicast_b.{key}"))).long(leak(format!("{long}-b"))).help(help)
+        })
+        .collect();
+    flags.extend(line_b);
+    let synthetic = flags.iter().position(|f| f.get_id() == "source.synthetic.messages").unwrap_or(flags.len());
+    let order = flags.get(synthetic).map(clap::Arg::get_display_order).unwrap_or_default();
+    flags.insert(
+        synthetic,
+        clap::Arg::new("source.synthetic")
+            .display_order(order)
+            .long("synthetic")
+            .action(clap::ArgAction::SetTrue)
+            .conflicts_with("source.live.listen")
+            .help("Generate a synthetic day on the fly (the default source)")
+            .help_heading("Source"),
+    );
+    let defaults = leaves_of(&defaults_of_every_section());
+    flags
+        .into_iter()
+        .map(|flag| {
+            let long = flag.get_long().unwrap_or_default().to_uppercase().replace('-', "_");
+            let mut flag = flag.env(leak(format!("MDRELAY_PUB_{long}"))).required(false);
+            if let Some(default) = defaults.get(flag.get_id().as_str()) {
+                let help = flag.get_help().map(ToString::to_string).unwrap_or_default();
+                flag = flag.help(format!("{help} [default: {default}]"));
+            }
+            if !flag.get_action().takes_values() {
+                return flag;
+            }
+            let action = match flag.get_action() {
+                clap::ArgAction::Append => clap::ArgAction::Append,
+                _ => clap::ArgAction::Set,
+            };
+            let flag = flag.action(action).num_args(1);
+            // Numbers, durations, sizes and addresses are read as the file's are, by the
+            // setting's type, so that a value out of range is named with its setting; choices
+            // (a format, a mode, true or false) and files are checked as given.
+            let names = flag.get_value_names().unwrap_or_default();
+            match names.iter().any(|name| READ_AS_TEXT.contains(&name.as_str())) {
+                true => flag.value_parser(clap::builder::ValueParser::string()),
+                false => flag,
+            }
+        })
+        .collect()
+}
+
+/// The placeholders of the values a flag takes as text, read by its setting's type.
+const READ_AS_TEXT: [&str; 9] =
+    ["N", "FACTOR", "DURATION", "SIZE", "ADDR:PORT", "HOST:PORT", "GROUP:PORT", "GROUP", "ADDR"];
+
+/// The settings' defaults, with a section of each kind that has defaults of its own (`[tcp]`,
+/// a synthetic day, a TCP upstream): what `--help` says a flag's value is when it is not given.
+fn defaults_of_every_section() -> toml::Table {
+    let mut settings = Settings { tcp: Some(config::Tcp::default()), ..Settings::default() };
+    settings.source.synthetic = Some(config::Synthetic::default());
+    settings.source.upstream = Some(config::UpstreamSection::default());
+    toml::Table::try_from(&settings).unwrap_or_default()
+}
+
+/// Every value of `table` by its dotted key, as TOML writes it; empty texts left out.
+fn leaves_of(table: &toml::Table) -> BTreeMap<String, String> {
+    let leaves = mdrelay_telemetry::settings::leaves(table);
+    let text = |value: &toml::Value| match value {
+        toml::Value::String(text) => text.clone(),
+        // Seconds and rates: `60`, not `60.0`.
+        toml::Value::Float(number) if number.fract() == 0.0 && number.abs() < 1e15 => format!("{}", *number as i64),
+        value => value.to_string(),
+    };
+    leaves.into_iter().map(|(key, value)| (key, text(value))).filter(|(_, text)| !text.is_empty()).collect()
+}
+
 impl RunArgs {
-    /// Lays the flags given over the file's settings. Each flag sets the key its `serde` name
-    /// gives, the one place a flag and its setting are tied, with three rules:
+    /// Lays the flags given over the file's settings. Each flag sets the key that is its id
+    /// (its `#[arg]` on the setting's field), with three rules:
     /// - a flag of one kind of source (`source.live.*`, say) replaces a source of another kind
     ///   in the file, keeping the file's settings of its own kind;
     /// - `--max-datagram` sets `max_datagram` in every UDP output there is;
     /// - a flag of an output or source that neither the file nor another flag creates (`--ttl`
     ///   without a multicast group) is an error naming the setting, not ignored.
     fn lay_flags(&self, layers: &mut Layered) -> Result<()> {
-        let mut flags = Layered::from_flags::<RunArgs>(&self.given, &[])?;
+        let mut flags = Layered::from_flag_texts(&self.given, &setting_flags())?;
         let sections_in_file: Vec<&str> =
             ANCHORED_SECTIONS.iter().map(|(section, _)| *section).filter(|s| layers.get(s).is_some()).collect();
         let mut source_given: Option<&str> = None;
@@ -425,12 +281,6 @@ const ANCHORED_SECTIONS: &[(&str, &[&str])] = &[
     ("multicast", &["group"]),
     ("multicast_b", &["group"]),
 ];
-
-/// `--synthetic` as a setting: the section, empty, so that its settings are the file's or the
-/// defaults.
-fn a_section<S: serde::Serializer>(_: &bool, serializer: S) -> Result<S::Ok, S::Error> {
-    serde::Serialize::serialize(&toml::Table::new(), serializer)
-}
 
 /// The publisher's summary of a run.
 #[derive(Debug, serde::Serialize)]
@@ -1012,8 +862,12 @@ impl Reloads {
         } else {
             tracing::info!(%file, "SIGHUP: configuration re-read; only the format applies without a restart");
         }
-        if self.args.format.is_some() {
-            tracing::warn!("SIGHUP: --format on the command line overrides the file's format");
+        if let Some(flag) = self.args.given.iter().find(|flag| flag.long == "format") {
+            let origin = match flag.origin.starts_with("--") {
+                true => format!("{} on the command line", flag.origin),
+                false => flag.origin.clone(),
+            };
+            tracing::warn!("SIGHUP: {origin} overrides the file's format");
         }
         let ignored = self.running.restart_required(&new);
         if !ignored.is_empty() {

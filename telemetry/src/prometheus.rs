@@ -19,15 +19,19 @@ use serde::Deserialize;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-/// `[metrics]` in either program's configuration file.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize)]
+/// `[metrics]` in either program's configuration file; its flags (`--metrics-listen`,
+/// `--metrics-hold`) are the publisher's, identified by their keys.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, clap::Args)]
 #[serde(deny_unknown_fields)]
+#[command(next_help_heading = "Metrics and report")]
 pub struct MetricsSection {
-    /// Address:port of the scrape endpoint (e.g. "127.0.0.1:9900"); none: no endpoint.
+    /// Serve Prometheus metrics on this address:port (e.g. "127.0.0.1:9900"); none: no endpoint.
+    #[arg(id = "metrics.listen", long = "metrics-listen", value_name = "ADDR:PORT")]
     pub listen: Option<String>,
     /// Seconds the endpoint stays up after the run ends, so the last scrape sees the final
     /// counts (default 0: the program exits at once).
     #[serde(default, deserialize_with = "crate::units::option_seconds")]
+    #[arg(id = "metrics.hold", long = "metrics-hold", value_name = "DURATION", value_parser = crate::units::parse_seconds)]
     pub hold: Option<f64>,
 }
 

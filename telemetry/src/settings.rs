@@ -113,6 +113,36 @@ impl Layered {
         Ok(layer)
     }
 
+    /// The settings of the flags `given`, each laid under its flag's id in `args` (a dotted
+    /// key) as a file would write its text: `true` or `false`, a whole number, a number, or else
+    /// the text itself (whose setting reads it: a duration, a size, an address). A `FILE` is
+    /// always text; a flag given more than once (`--udp A --udp B`) is a list; a switch stands
+    /// for a section with its defaults (`--synthetic`). Every value is then read and checked by
+    /// the setting's own type, as the file's are, so an error names the setting and its flag.
+    pub fn from_flag_texts(given: &[GivenFlag], args: &[clap::Arg]) -> Result<Layered> {
+        let mut layer = Layered::default();
+        for flag in given {
+            let Some(arg) = args.iter().find(|arg| arg.get_long() == Some(flag.long.as_str())) else { continue };
+            let key = arg.get_id().as_str();
+            let path = arg.get_value_names().is_some_and(|names| names.iter().any(|name| name.as_str() == "FILE"));
+            let value = |text: &String| match path {
+                true => Ok(toml::Value::String(text.clone())),
+                false => value_of_text(text).map_err(|at_most| {
+                    anyhow!("{key} ({}): {text} is out of range: a setting is at most {at_most}", flag.origin)
+                }),
+            };
+            let value = match (flag.values.as_slice(), arg.get_action()) {
+                ([], _) => toml::Value::Table(toml::Table::new()),
+                (values, clap::ArgAction::Append) => {
+                    toml::Value::Array(values.iter().map(value).collect::<Result<_>>()?)
+                }
+                ([.., last], _) => value(last)?,
+            };
+            layer.set(key, value, &flag.origin);
+        }
+        Ok(layer)
+    }
+
     /// Lays `over` over these settings: its values replace theirs, key by key.
     pub fn lay(&mut self, over: Layered) {
         for (key, value) in settings(&over.table) {
@@ -369,6 +399,26 @@ impl GivenFlag {
         }
         given
     }
+}
+
+/// A flag's text as a file would hold the value: a boolean, a whole number, a number (`inf` and
+/// `NaN` too, for the setting's range to refuse), or else the text; a whole number beyond TOML's
+/// integers is the error, with the largest there is.
+fn value_of_text(text: &str) -> std::result::Result<toml::Value, i64> {
+    let trimmed = text.trim();
+    if let Ok(whole) = trimmed.parse::<i64>() {
+        return Ok(toml::Value::Integer(whole));
+    }
+    if trimmed.parse::<u128>().is_ok() {
+        return Err(i64::MAX);
+    }
+    if let Ok(number) = trimmed.parse::<f64>() {
+        return Ok(toml::Value::Float(number));
+    }
+    Ok(match trimmed {
+        "true" | "false" => toml::Value::Boolean(trimmed == "true"),
+        _ => toml::Value::String(text.to_string()),
+    })
 }
 
 /// The dotted key of every value in `table` that is not itself a table (`pacing.rate`), with it.

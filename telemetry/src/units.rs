@@ -24,6 +24,12 @@ pub fn parse_seconds(text: &str) -> Result<f64, String> {
     })
 }
 
+/// A duration from text, as [`parse_seconds`] reads it: not negative, and finite.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let seconds = parse_seconds(text)?;
+    Duration::try_from_secs_f64(seconds).map_err(|_| format!("{text:?} is not a duration of 0 seconds or more"))
+}
+
 /// Bytes from text: a whole number (`"65536"`) or a size with units (`"64KiB"`, `"512MiB"`, `"1GB"`).
 pub fn parse_bytes<T: TryFrom<u64>>(text: &str) -> Result<T, String> {
     let text = text.trim();
