@@ -20,6 +20,7 @@ use mdrelay_runtime::idle::{IdleStrategy, Profile};
 use mdrelay_telemetry::prometheus::{MetricsSection, MetricsSettings};
 use mdrelay_telemetry::units;
 use serde::{Deserialize, Serialize};
+use smart_default::SmartDefault;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -27,7 +28,7 @@ use std::time::Duration;
 
 /// Every setting of the publisher, as the file writes it; every key missing from the file takes
 /// its field's default.
-#[derive(Debug, Clone, Deserialize, Serialize, clap::Args)]
+#[derive(Debug, Clone, Deserialize, Serialize, clap::Args, SmartDefault)]
 #[serde(default, deny_unknown_fields)]
 pub struct Settings {
     /// default or low-latency: the idle strategy and core pinning unless set explicitly.
@@ -35,9 +36,11 @@ pub struct Settings {
     pub profile: Profile,
     /// Wire format: raw, sbe, flatbuffers, capnp, capnp-packed, protobuf, brec or json.
     #[arg(long, value_name = "FORMAT", help_heading = "Format")]
+    #[default(Format::Sbe)]
     pub format: Format,
     /// Stream number announced in the TCP greeting.
     #[arg(long, value_name = "N", help_heading = "Format")]
+    #[default(1)]
     pub stream: u32,
     /// Where segments come from.
     #[command(flatten)]
@@ -78,30 +81,8 @@ pub struct Settings {
     pub protection: ProtectionSection,
 }
 
-impl Default for Settings {
-    fn default() -> Settings {
-        Settings {
-            profile: Profile::default(),
-            format: Format::Sbe,
-            stream: 1,
-            source: SourceSection::default(),
-            pacing: Pacing::default(),
-            batching: Batching::default(),
-            tcp: None,
-            udp: None,
-            multicast: None,
-            multicast_b: None,
-            nats: None,
-            retransmit: Retransmit::default(),
-            cpu: Cpu::default(),
-            metrics: MetricsSection::default(),
-            protection: ProtectionSection::default(),
-        }
-    }
-}
-
 /// `[cpu]`.
-#[derive(Debug, Clone, Deserialize, Serialize, clap::Args)]
+#[derive(Debug, Clone, Deserialize, Serialize, clap::Args, SmartDefault)]
 #[serde(default, deny_unknown_fields)]
 #[command(next_help_heading = "Latency and CPU")]
 pub struct Cpu {
@@ -111,13 +92,8 @@ pub struct Cpu {
     /// Threads serving subscribers' sockets (`mdrelay-pub-io`).
     #[serde(deserialize_with = "units::whole_within::<_, _, 1, 256>")]
     #[arg(id = "cpu.io_threads", long = "io-threads", value_name = "N")]
+    #[default(1)]
     pub io_threads: usize,
-}
-
-impl Default for Cpu {
-    fn default() -> Cpu {
-        Cpu { hot_core: None, io_threads: 1 }
-    }
 }
 
 /// `[source]`: exactly one of `capture`, `synthetic`, `live`, `upstream` (default: a synthetic
@@ -144,7 +120,7 @@ pub struct SourceSection {
 /// (`connect`), or the NATS subject its `[nats]` output feeds (`nats` and `subject`). The
 /// settings of one kind only are options: one of the other kind given is refused by name, and
 /// the check fills in the defaults of its own kind.
-#[derive(Debug, Clone, Deserialize, Serialize, clap::Args)]
+#[derive(Debug, Clone, Deserialize, Serialize, clap::Args, SmartDefault)]
 #[serde(default, deny_unknown_fields)]
 #[command(next_help_heading = "Upstream (relay)")]
 pub struct UpstreamSection {
@@ -186,6 +162,7 @@ pub struct UpstreamSection {
     /// relay ends with an error (0: after the first failed attempt).
     #[serde(deserialize_with = "units::seconds_within::<_, 0, 86_400_000>", serialize_with = "units::as_seconds")]
     #[arg(id = "source.upstream.give_up_after", long = "upstream-give-up-after", value_name = "DURATION", value_parser = units::parse_duration)]
+    #[default(Duration::from_secs(30))]
     pub give_up_after: Duration,
     /// A connection silent this many seconds is lost, and made again (0: never).
     #[serde(default, deserialize_with = "units::option_seconds")]
@@ -211,30 +188,6 @@ pub struct UpstreamSection {
     /// when set.
     #[arg(skip)]
     pub tls_ca_file: Option<PathBuf>,
-}
-
-impl Default for UpstreamSection {
-    fn default() -> UpstreamSection {
-        UpstreamSection {
-            connect: String::new(),
-            nats: None,
-            subject: None,
-            stream: None,
-            from_start: None,
-            repair_wait: None,
-            connect_timeout: None,
-            handshake_timeout: None,
-            reconnect_max: None,
-            give_up_after: Duration::from_secs(30),
-            idle_timeout: None,
-            crc: false,
-            creds_file: None,
-            nkey_file: None,
-            user: None,
-            password_file: None,
-            tls_ca_file: None,
-        }
-    }
 }
 
 /// `[source.synthetic]`.
@@ -315,7 +268,7 @@ pub enum PacingMode {
 }
 
 /// `[pacing]`.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize, clap::Args)]
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize, clap::Args, SmartDefault)]
 #[serde(default, deny_unknown_fields)]
 #[command(next_help_heading = "Pacing")]
 pub struct Pacing {
@@ -324,13 +277,16 @@ pub struct Pacing {
     pub mode: PacingMode,
     /// Time scale for `original`: 2 is twice as fast, 0.5 half as fast.
     #[arg(id = "pacing.speed", long = "speed", value_name = "FACTOR")]
+    #[default(1.0)]
     pub speed: f64,
     /// Messages per second for `rate`.
     #[arg(id = "pacing.rate", long = "rate", value_name = "N")]
+    #[default(100_000.0)]
     pub rate: f64,
     /// Passes over the source (0: forever).
     #[serde(deserialize_with = "units::whole_within::<_, _, 0, MAX_LOOPS>")]
     #[arg(id = "pacing.loops", long = "loops", value_name = "N")]
+    #[default(1)]
     pub loops: u64,
     /// Stop after this many messages (0: no limit).
     #[serde(deserialize_with = "units::whole_within::<_, _, 0, MAX_MESSAGE_LIMIT>")]
@@ -344,6 +300,7 @@ pub struct Pacing {
     /// waited out: the schedule starts again from the next segment.
     #[serde(deserialize_with = "units::seconds_within::<_, 1, 86_400_000>", serialize_with = "units::as_seconds")]
     #[arg(id = "pacing.max_gap", long = "max-gap", value_name = "DURATION", value_parser = units::parse_duration)]
+    #[default(Duration::from_secs(60))]
     pub max_gap: Duration,
     /// How the hot thread waits: spin, yield, backoff or sleep (default: the profile's).
     #[arg(id = "pacing.idle", long = "idle", value_name = "STRATEGY", help_heading = "Latency and CPU")]
@@ -353,22 +310,6 @@ pub struct Pacing {
     #[serde(default, deserialize_with = "units::option_seconds")]
     #[arg(id = "pacing.duty_cycle", long = "duty-cycle", value_name = "DURATION", value_parser = units::parse_seconds)]
     pub duty_cycle: Option<f64>,
-}
-
-impl Default for Pacing {
-    fn default() -> Pacing {
-        Pacing {
-            mode: PacingMode::default(),
-            speed: 1.0,
-            rate: 100_000.0,
-            loops: 1,
-            max_messages: 0,
-            duration: Duration::ZERO,
-            max_gap: Duration::from_secs(60),
-            idle: None,
-            duty_cycle: None,
-        }
-    }
 }
 
 impl Pacing {
@@ -385,7 +326,7 @@ impl Pacing {
 }
 
 /// `[batching]`.
-#[derive(Debug, Clone, Deserialize, Serialize, clap::Args)]
+#[derive(Debug, Clone, Deserialize, Serialize, clap::Args, SmartDefault)]
 #[serde(default, deny_unknown_fields)]
 #[command(next_help_heading = "Batching")]
 pub struct Batching {
@@ -396,13 +337,8 @@ pub struct Batching {
     /// A UDP datagram or NATS message of more than 255 frames is written in datagram header
     /// version 2; false holds each to 255 frames, for receivers older than version 2.
     #[arg(id = "batching.wide_datagrams", long = "wide-datagrams", value_name = "BOOL", action = clap::ArgAction::Set)]
+    #[default(true)]
     pub wide_datagrams: bool,
-}
-
-impl Default for Batching {
-    fn default() -> Self {
-        Batching { coalesce_bytes: 0, wide_datagrams: true }
-    }
 }
 
 /// What to do with a TCP subscriber whose queue is full.
@@ -430,23 +366,26 @@ impl SlowPolicy {
 }
 
 /// `[tcp]`: the TCP server.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize, clap::Args)]
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize, clap::Args, SmartDefault)]
 #[serde(default, deny_unknown_fields)]
 #[command(next_help_heading = "TCP")]
 pub struct Tcp {
     /// Serve subscribers over TCP on this address and port.
     #[serde(deserialize_with = "units::address")]
     #[arg(id = "tcp.listen", long = "tcp", value_name = "ADDR:PORT")]
+    #[default(SocketAddr::from(([127, 0, 0, 1], 9100)))]
     pub listen: SocketAddr,
     /// Records in the queue all subscribers read from; a subscriber this far behind is slow.
     #[serde(deserialize_with = "units::whole_within::<_, _, 16, 4_194_304>")]
     #[arg(id = "tcp.queue", long = "queue", value_name = "N")]
+    #[default(65_536)]
     pub queue: usize,
     /// Under `block`: bytes of records the slowest subscriber has not read, at most (a record
     /// larger than this still goes, alone); the publisher's memory for the queue stays within
     /// it whatever the records' sizes.
     #[serde(deserialize_with = "units::bytes_within::<_, _, 65_536, 17_179_869_184>")]
     #[arg(id = "tcp.queue_bytes", long = "queue-bytes", value_name = "SIZE", value_parser = units::parse_bytes::<usize>)]
+    #[default(16 << 20)]
     pub queue_bytes: usize,
     /// drop, disconnect or block.
     #[arg(id = "tcp.slow_subscriber", long = "slow-subscriber", value_name = "POLICY", value_enum)]
@@ -457,51 +396,39 @@ pub struct Tcp {
     /// Connections at once, handshaking or subscribed; more are told to retry later.
     #[serde(deserialize_with = "units::whole_within::<_, _, 1, 65_535>")]
     #[arg(id = "tcp.max_connections", long = "max-connections", value_name = "N")]
+    #[default(64)]
     pub max_connections: usize,
     /// Seconds a connection has to answer the greeting.
     #[serde(deserialize_with = "units::seconds_within::<_, 10, 300_000>", serialize_with = "units::as_seconds")]
     #[arg(id = "tcp.handshake_timeout", long = "handshake-timeout", value_name = "DURATION", value_parser = units::parse_duration)]
+    #[default(Duration::from_secs(5))]
     pub handshake_timeout: Duration,
     /// Seconds subscribers get at the end of the stream to take what is queued for them.
     #[serde(deserialize_with = "units::seconds_within::<_, 0, 3_600_000>", serialize_with = "units::as_seconds")]
     #[arg(id = "tcp.drain_timeout", long = "drain-timeout", value_name = "DURATION", value_parser = units::parse_duration)]
+    #[default(Duration::from_secs(10))]
     pub drain_timeout: Duration,
     /// Bytes of replay records built and not yet written, over every resuming subscriber.
     #[serde(deserialize_with = "units::bytes_within::<_, _, 65_536, 1_073_741_824>")]
     #[arg(id = "tcp.replay_bytes", long = "replay-bytes", value_name = "SIZE", value_parser = units::parse_bytes::<usize>)]
+    #[default(16 << 20)]
     pub replay_bytes: usize,
     /// Seconds a resuming subscriber has to take a replay chunk before it is cut off as slow.
     #[serde(deserialize_with = "units::seconds_within::<_, 10, 3_600_000>", serialize_with = "units::as_seconds")]
     #[arg(id = "tcp.replay_timeout", long = "replay-timeout", value_name = "DURATION", value_parser = units::parse_duration)]
+    #[default(Duration::from_secs(10))]
     pub replay_timeout: Duration,
     /// Keep the state of the stream (books, status, day aggregates) for subscribers that join
     /// with a snapshot; needs the ring (`retransmit.ring_bytes` > 0).
     #[arg(id = "tcp.snapshots", long = "snapshots", value_name = "BOOL", action = clap::ArgAction::Set)]
+    #[default(true)]
     pub snapshots: bool,
     /// Paced streams: the hot thread writes each record straight into the socket of a
     /// subscriber that is current and has room, instead of waking its task (top speed leaves
     /// every write to the tasks).
     #[arg(id = "tcp.hot_writes", long = "hot-writes", value_name = "BOOL", action = clap::ArgAction::Set)]
+    #[default(true)]
     pub hot_writes: bool,
-}
-
-impl Default for Tcp {
-    fn default() -> Tcp {
-        Tcp {
-            listen: SocketAddr::from(([127, 0, 0, 1], 9100)),
-            queue: 65_536,
-            queue_bytes: 16 << 20,
-            slow_subscriber: SlowPolicy::default(),
-            wait_subscribers: 0,
-            max_connections: 64,
-            handshake_timeout: Duration::from_secs(5),
-            drain_timeout: Duration::from_secs(10),
-            replay_bytes: 16 << 20,
-            replay_timeout: Duration::from_secs(10),
-            snapshots: true,
-            hot_writes: true,
-        }
-    }
 }
 
 /// `[udp]`: unicast destinations.
@@ -605,7 +532,7 @@ pub enum NatsRetention {
 }
 
 /// `[nats]`: publish every datagram to a NATS subject, stored in a JetStream stream.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, SmartDefault)]
 #[serde(default, deny_unknown_fields)]
 pub struct Nats {
     /// Server URLs of the cluster (none: `NATS_URL`'s, or nats://127.0.0.1:4222); the client fails
@@ -616,6 +543,7 @@ pub struct Nats {
     /// JetStream stream that stores the subject (none: `MDRELAY_<stream>`).
     pub stream: Option<String>,
     /// Create the stream when it is missing; otherwise a missing stream is an error.
+    #[default(true)]
     pub create_stream: bool,
     /// file or memory, for a stream created here.
     pub storage: NatsStorage,
@@ -623,6 +551,7 @@ pub struct Nats {
     pub retention: NatsRetention,
     /// Copies of the stream in a cluster (1 to 5), for a stream created here.
     #[serde(deserialize_with = "units::whole_within::<_, _, 1, 5>")]
+    #[default(1)]
     pub replicas: usize,
     /// Seconds a message is kept (0: no limit), for a stream created here.
     #[serde(deserialize_with = "units::seconds_within::<_, 0, TEN_YEARS_MS>", serialize_with = "units::as_seconds")]
@@ -633,6 +562,7 @@ pub struct Nats {
     /// Seconds within which the server drops a message whose id it has seen (the same frame from
     /// a second publisher or a restarted one), for a stream created here.
     #[serde(deserialize_with = "units::seconds_within::<_, 1, YEAR_MS>", serialize_with = "units::as_seconds")]
+    #[default(Duration::from_secs(120))]
     pub duplicate_window: Duration,
     /// A `.creds` file (JWT and nkey seed).
     pub creds_file: Option<PathBuf>,
@@ -646,12 +576,15 @@ pub struct Nats {
     pub tls_ca_file: Option<PathBuf>,
     /// Messages published and not yet acknowledged by JetStream, at most.
     #[serde(deserialize_with = "units::whole_within::<_, _, 1, 1_048_576>")]
+    #[default(4096)]
     pub max_pending_acks: usize,
     /// Messages queued between the hot thread and the publishing task.
     #[serde(deserialize_with = "units::whole_within::<_, _, 16, 4_194_304>")]
+    #[default(65_536)]
     pub queue: usize,
     /// Bytes of messages held for the server: queued, or published and not yet acknowledged.
     #[serde(deserialize_with = "units::bytes_within::<_, _, 65_536, 1_099_511_627_776>")]
+    #[default(NATS_QUEUE_BYTES)]
     pub queue_bytes: u64,
     /// block, drop or fail when that queue is full (in messages or in bytes).
     pub slow_server: SlowServerPolicy,
@@ -661,9 +594,11 @@ pub struct Nats {
     /// Largest message to build when coalescing, header included: the datagram header counts its
     /// frames in one byte, and a server's default `max_payload` is 1 MiB.
     #[serde(deserialize_with = "units::bytes_within::<_, _, 64, 1_048_576>")]
+    #[default(64 << 10)]
     pub max_message: usize,
     /// Keep the state of the stream (books, status, day aggregates) and answer subscribers that
     /// ask for a snapshot on `_MDRELAY.SNAPSHOT.<subject>`.
+    #[default(true)]
     pub snapshots: bool,
     /// The credentials of the four settings above, read by the check.
     #[serde(skip)]
@@ -671,37 +606,6 @@ pub struct Nats {
     /// The key `id_key_file` holds, read by the check.
     #[serde(skip)]
     pub id_key: Option<WireKey>,
-}
-
-impl Default for Nats {
-    fn default() -> Nats {
-        Nats {
-            servers: None,
-            subject: None,
-            stream: None,
-            create_stream: true,
-            storage: NatsStorage::default(),
-            retention: NatsRetention::default(),
-            replicas: 1,
-            max_age: Duration::ZERO,
-            max_bytes: 0,
-            duplicate_window: Duration::from_secs(120),
-            creds_file: None,
-            nkey_file: None,
-            user: None,
-            password_file: None,
-            tls_ca_file: None,
-            max_pending_acks: 4096,
-            queue: 65_536,
-            queue_bytes: NATS_QUEUE_BYTES,
-            slow_server: SlowServerPolicy::default(),
-            id_key_file: None,
-            max_message: 64 << 10,
-            snapshots: true,
-            auth: NatsAuth::None,
-            id_key: None,
-        }
-    }
 }
 
 impl Nats {
@@ -780,7 +684,7 @@ fn nats_auth(
 
 /// `[retransmit]`: the ring of the last frames (for TCP resume and retransmission requests) and
 /// the retransmission service for UDP subscribers.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize, clap::Args)]
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize, clap::Args, SmartDefault)]
 #[serde(default, deny_unknown_fields)]
 #[command(next_help_heading = "Retransmission")]
 pub struct Retransmit {
@@ -788,6 +692,7 @@ pub struct Retransmit {
     /// retransmission).
     #[serde(deserialize_with = "units::bytes_within::<_, _, 0, MAX_RING_BYTES>")]
     #[arg(id = "retransmit.ring_bytes", long = "ring-bytes", value_name = "SIZE", value_parser = units::parse_bytes::<usize>)]
+    #[default(DEFAULT_RING_BYTES)]
     pub ring_bytes: usize,
     /// Serve retransmission requests over TCP on this address (none: no service).
     #[serde(default, deserialize_with = "units::option_address")]
@@ -796,42 +701,33 @@ pub struct Retransmit {
     /// Frames one request is served at most.
     #[serde(deserialize_with = "units::whole_within::<_, _, 1, 65_535>")]
     #[arg(id = "retransmit.max_range", long = "retransmit-max-range", value_name = "N")]
+    #[default(1024)]
     pub max_range: u32,
     /// Requests per second per connection (with a burst of as many).
     #[serde(deserialize_with = "units::whole_within::<_, _, 1, 1_000_000>")]
     #[arg(id = "retransmit.requests_per_second", long = "retransmit-rate", value_name = "N")]
+    #[default(10_000)]
     pub requests_per_second: u32,
     /// Connections to the service at once.
     #[serde(deserialize_with = "units::whole_within::<_, _, 1, 65_535>")]
     #[arg(id = "retransmit.max_connections", long = "retransmit-max-connections", value_name = "N")]
+    #[default(64)]
     pub max_connections: usize,
     /// Seconds a connection may ask nothing before it is closed.
     #[serde(deserialize_with = "units::seconds_within::<_, 1_000, 3_600_000>", serialize_with = "units::as_seconds")]
     #[arg(id = "retransmit.idle_timeout", long = "retransmit-idle-timeout", value_name = "DURATION", value_parser = units::parse_duration)]
+    #[default(Duration::from_secs(60))]
     pub idle_timeout: Duration,
     /// Seconds the service stays up after the end of the stream, for the tail's gaps.
     #[serde(deserialize_with = "units::seconds_within::<_, 0, 3_600_000>", serialize_with = "units::as_seconds")]
     #[arg(id = "retransmit.linger", long = "retransmit-linger", value_name = "DURATION", value_parser = units::parse_duration)]
+    #[default(Duration::from_secs(2))]
     pub linger: Duration,
     /// Keep the state of the stream (books, status, day aggregates) and send it to UDP and
     /// multicast subscribers that join with a snapshot.
     #[arg(id = "retransmit.snapshots", long = "retransmit-snapshots", value_name = "BOOL", action = clap::ArgAction::Set)]
+    #[default(true)]
     pub snapshots: bool,
-}
-
-impl Default for Retransmit {
-    fn default() -> Retransmit {
-        Retransmit {
-            ring_bytes: DEFAULT_RING_BYTES,
-            listen: None,
-            max_range: 1024,
-            requests_per_second: 10_000,
-            max_connections: 64,
-            idle_timeout: Duration::from_secs(60),
-            linger: Duration::from_secs(2),
-            snapshots: true,
-        }
-    }
 }
 
 /// Where segments come from, checked.
