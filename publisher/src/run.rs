@@ -116,6 +116,9 @@ fn setting_flags() -> Vec<clap::Arg> {
             .help("Generate a synthetic day on the fly (the default source)")
             .help_heading("Source"),
     );
+    // Headings in the order an operator reads them (clap shows them as their flags come).
+    let rank = |flag: &clap::Arg| HEADINGS.iter().position(|h| flag.get_help_heading() == Some(*h));
+    flags.sort_by_key(rank);
     let defaults = leaves_of(&defaults_of_every_section());
     flags
         .into_iter()
@@ -145,6 +148,20 @@ fn setting_flags() -> Vec<clap::Arg> {
         })
         .collect()
 }
+
+/// The headings of `run --help`, in order.
+const HEADINGS: [&str; 10] = [
+    "Format",
+    "Source",
+    "Upstream (relay)",
+    "Pacing",
+    "Batching",
+    "TCP",
+    "UDP and multicast",
+    "Retransmission",
+    "Latency and CPU",
+    "Metrics and report",
+];
 
 /// The placeholders of the values a flag takes as text, read by its setting's type.
 const READ_AS_TEXT: [&str; 9] =
