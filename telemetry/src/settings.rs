@@ -525,6 +525,60 @@ mod tests {
     use super::*;
 
     #[test]
+    fn flag_texts_are_laid_as_a_file_writes_them_under_their_ids() {
+        let args = [
+            clap::Arg::new("pacing.rate").long("rate"),
+            clap::Arg::new("pacing.loops").long("loops"),
+            clap::Arg::new("tcp.listen").long("tcp"),
+            clap::Arg::new("tcp.snapshots").long("snapshots"),
+            clap::Arg::new("source.capture").long("capture").value_name("FILE"),
+            clap::Arg::new("udp.destinations").long("udp").action(clap::ArgAction::Append),
+            clap::Arg::new("source.synthetic").long("synthetic").action(clap::ArgAction::SetTrue),
+        ];
+        let given = |long: &str, values: &[&str]| GivenFlag {
+            long: long.to_string(),
+            origin: format!("--{long}"),
+            values: values.iter().map(|v| v.to_string()).collect(),
+        };
+        let layer = Layered::from_flag_texts(
+            &[
+                given("rate", &["1e-19"]),
+                given("loops", &["3"]),
+                given("tcp", &["127.0.0.1:9100"]),
+                given("snapshots", &["false"]),
+                given("capture", &["2026"]),
+                given("udp", &["127.0.0.1:1", "127.0.0.1:2"]),
+                given("synthetic", &[]),
+            ],
+            &args,
+        )
+        .unwrap();
+        assert_eq!(layer.get("pacing.rate"), Some(&toml::Value::Float(1e-19)));
+        assert_eq!(layer.get("pacing.loops"), Some(&toml::Value::Integer(3)));
+        assert_eq!(layer.get("tcp.listen"), Some(&toml::Value::from("127.0.0.1:9100")));
+        assert_eq!(layer.get("tcp.snapshots"), Some(&toml::Value::Boolean(false)));
+        // A file named like a number is still a file.
+        assert_eq!(layer.get("source.capture"), Some(&toml::Value::from("2026")));
+        let both = toml::Value::Array(vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()]);
+        assert_eq!(layer.get("udp.destinations"), Some(&both));
+        assert_eq!(layer.get("source.synthetic"), Some(&toml::Value::Table(toml::Table::new())));
+        assert_eq!(layer.origin("udp.destinations"), Some("--udp"));
+
+        // Values a setting's range refuses reach it; a number beyond TOML's integers is named here.
+        for (text, value) in [("inf", toml::Value::Float(f64::INFINITY)), ("-1", toml::Value::Integer(-1))] {
+            let layer = Layered::from_flag_texts(&[given("rate", &[text])], &args).unwrap();
+            assert_eq!(layer.get("pacing.rate"), Some(&value), "{text}");
+        }
+        let nan = Layered::from_flag_texts(&[given("rate", &["NaN"])], &args).unwrap();
+        assert!(nan.get("pacing.rate").and_then(toml::Value::as_float).is_some_and(f64::is_nan));
+        let error = Layered::from_flag_texts(&[given("loops", &["18446744073709551615"])], &args).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "pacing.loops (--loops): 18446744073709551615 is out of range: a setting is at most 9223372036854775807"
+        );
+    }
+
+    #[test]
     fn the_annotated_text_reads_back_as_the_same_table_with_each_origin() {
         let text = "format = \"sbe\"\n[pacing]\nrate = 5.0\n[source.synthetic]\nseed = 3\n";
         let table: toml::Table = toml::from_str(text).unwrap();
